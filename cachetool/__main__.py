@@ -1,0 +1,3 @@
+from cachetool.cli import entry
+
+entry()

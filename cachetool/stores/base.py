@@ -1,0 +1,102 @@
+"""The one interface every store implements (file://, s3://, oci://).
+
+A store holds bundles in their *store form*, content-addressed:
+
+- blobs: the zstd-compressed content of one cache file, addressed by :class:`BlobRef` (the sha256 of the
+  uncompressed content, plus the sha256 and size of the stored zstd bytes, which an OCI registry needs as
+  the layer digest);
+- manifests: the bundle manifest's canonical JSON bytes, addressed by their sha256 ("manifest digest");
+- signatures: the DSSE envelope over a manifest, stored next to the manifest it signs;
+- refs: ``name:tag`` → a :class:`RefIndex`, one entry per platform (multi-platform tags).
+
+Write order on push is blobs → manifest → signature → ref, so a reader that sees a ref can always
+fetch everything it names. Implementations raise subclasses of :mod:`cachetool.errors`
+(``NotFoundError`` for a missing ref/bucket/repository/blob, ``StoreError`` for transport failures and
+bad credentials), each with a one-line message naming the store URL and the object.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from pathlib import Path
+from typing import Iterator
+
+
+@dataclasses.dataclass(frozen=True)
+class BlobRef:
+    """A blob: ``digest``/``size`` of the uncompressed content, ``stored_*`` of the zstd bytes in the store."""
+
+    digest: str  # "sha256:<hex>" of the uncompressed content
+    size: int
+    stored_digest: str  # "sha256:<hex>" of the zstd-compressed bytes
+    stored_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RefEntry:
+    """One platform's bundle under a tag."""
+
+    manifest_digest: str  # "sha256:<hex>" of the manifest's canonical bytes
+    platform: str  # short platform key, e.g. "cuda-sm90-torch2.11.0+cu130" or "cpu-x86_64-torch2.13.0+cpu"
+    fingerprint: dict  # the manifest's environment fingerprint, for ls and for "why none matches"
+    size: int  # stored bytes of all blobs + manifest
+    created: str  # ISO-8601 UTC
+
+
+@dataclasses.dataclass(frozen=True)
+class RefIndex:
+    name: str
+    tag: str
+    entries: tuple[RefEntry, ...]
+
+
+class Store(abc.ABC):
+    """A place bundles live. Construct through :func:`cachetool.stores.open_store`."""
+
+    url: str
+
+    # blobs
+    @abc.abstractmethod
+    def has_blob(self, blob: BlobRef) -> bool: ...
+
+    @abc.abstractmethod
+    def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
+        """Upload the zstd bytes at ``stored_bytes_path``. Callers skip blobs for which has_blob() is true."""
+
+    @abc.abstractmethod
+    def get_blob(self, blob: BlobRef, dest: Path) -> None:
+        """Download the zstd bytes to ``dest`` (may resume a partial ``dest``). Does not decompress."""
+
+    # manifests and signatures
+    @abc.abstractmethod
+    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
+        """Store the manifest; return its digest. ``blobs`` lets OCI list them as layers."""
+
+    @abc.abstractmethod
+    def get_manifest(self, manifest_digest: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def put_signature(self, manifest_digest: str, envelope: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def get_signature(self, manifest_digest: str) -> bytes | None:
+        """The DSSE envelope, or None when the manifest is unsigned."""
+
+    # refs
+    @abc.abstractmethod
+    def put_ref(self, index: RefIndex) -> None:
+        """Write the ref last: it makes the bundle visible."""
+
+    @abc.abstractmethod
+    def get_ref(self, name: str, tag: str) -> RefIndex: ...
+
+    @abc.abstractmethod
+    def list_refs(self) -> Iterator[RefIndex]: ...
+
+    @abc.abstractmethod
+    def delete_ref(self, name: str, tag: str) -> None: ...
+
+    @abc.abstractmethod
+    def gc(self, dry_run: bool = False) -> list[str]:
+        """Delete blobs/manifests no ref reaches; return what was (or would be) deleted."""
