@@ -1,0 +1,573 @@
+"""Install a bundle into a cache root: verify, preflight, fetch + verify blobs, stage, rename into place.
+
+The order is the safety contract (see :mod:`cachetool.source`):
+
+1. read the manifest and the signature; verify the signature against the pinned keys (unless
+   ``insecure_skip_verify``); parse and validate the manifest (schema, paths, modes, sizes, duplicates);
+2. preflight: the bundle's fingerprint and compiler/env factors against this machine, naming what differs;
+   nothing is downloaded and nothing is written before this passes;
+3. take an exclusive ``fcntl.flock`` on the cache root folder itself (no lock file is left behind); remove
+   stale staging folders of killed installs; units already present with the same content are skipped;
+4. fetch each needed blob into a staging folder ``{root}/.cachetool-staging-*`` (same filesystem), check its
+   stored size and sha256, decompress it with output bounded by the declared size, check the content sha256,
+   and write the files (``O_EXCL|O_NOFOLLOW``) with their modes;
+5. rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders opened
+   with ``O_NOFOLLOW`` (a symlink planted in the destination is refused, never followed).
+
+A failure at any step removes the staging folder, and a cache root this call created is removed again if
+empty. A kill -9 leaves at most a stale staging folder (never a partial unit); the next install removes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import posixpath
+import shutil
+import stat
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cachetool.errors import CacheMissError, UsageError, VerificationError
+from cachetool.manifest import RESERVED_PREFIX, FileEntry, Manifest, Unit, manifest_digest
+from cachetool.source import BundleSource
+from cachetool.stores.base import BlobRef
+
+log = logging.getLogger("cachetool.install")
+
+STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
+_CHUNK = 1 << 20
+
+INSECURE_WARNING = (
+    "WARNING: --insecure-skip-verify: the bundle's signature is NOT checked. A compile cache is executable code; "
+    "anyone who could write this bundle can run code on every server that loads it."
+)
+
+
+class BlobVerificationError(VerificationError):
+    """A blob's bytes do not match the manifest (tampered, truncated, size lie, decompression bomb)."""
+
+
+class UnsafeDestinationError(VerificationError):
+    """The destination holds a symlink or non-folder where the bundle needs a folder."""
+
+
+class PreflightError(CacheMissError):
+    """The bundle cannot hit on this machine: a fingerprint field or a hash factor differs."""
+
+
+class ConflictError(UsageError):
+    """An install unit already exists in the cache root with different content."""
+
+
+@dataclasses.dataclass
+class InstallResult:
+    manifest_digest: str
+    cache_root: Path
+    units_installed: list[str]
+    units_present: list[str]
+    files: int  # files written by this call
+    bytes: int  # content bytes written by this call
+    blobs_fetched: int
+    key_id: str | None  # the trusted key that verified the signature; None with insecure_skip_verify
+    verified: bool
+    preflight: list[str]  # what preflight checked ("fingerprint", "compiler factors", ...)
+    seconds: float = 0.0
+
+    @property
+    def already_installed(self) -> bool:
+        return not self.units_installed
+
+
+# --------------------------------------------------------------------------------------------------------------
+# preflight
+
+def _factor_values(key_factors: dict | None, name: str) -> dict | None:
+    if not isinstance(key_factors, dict):
+        return None
+    f = key_factors.get(name)
+    if isinstance(f, dict) and isinstance(f.get("values"), dict):
+        return f["values"]
+    return None
+
+
+def _dict_diff(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k, "<unset>") != b.get(k, "<unset>"))
+
+
+def _short(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def run_preflight(manifest: Manifest, *, device: str | None = None) -> list[str]:
+    """Raise :class:`PreflightError` naming the first difference; return the list of things checked."""
+    from cachetool.fingerprint import compare, local_fingerprint
+
+    checked = []
+    bundle_fp = manifest.fingerprint or {}
+    dev = device or bundle_fp.get("device") or "cpu"
+    local_fp = local_fingerprint(device=dev)
+    diffs = compare(bundle_fp, local_fp)
+    if diffs:
+        field, b, l = diffs[0]
+        more = f" (also: {', '.join(d[0] for d in diffs[1:])})" if len(diffs) > 1 else ""
+        raise PreflightError(
+            f"preflight: bundle cannot hit here: fingerprint {field!r} differs: bundle {_short(b)}, "
+            f"this machine {_short(l)}{more}")
+    checked.append("fingerprint")
+
+    with_factors = [k for k in manifest.keys if _factor_values(k.factors, "compiler") is not None
+                    or _factor_values(k.factors, "env") is not None]
+    if not with_factors:
+        return checked
+    try:
+        from compiler import cache_key as ck  # lazy: cachetool works without compiler (e.g. Triton bundles)
+
+        local_compiler = ck.local_compiler_factors(dev)
+        local_env = ck.local_env_factors()
+    except ImportError as exc:
+        log.warning("preflight: compiler.cache_key is not importable (%s); factors not checked", exc)
+        return checked
+    for k in with_factors:
+        comp = _factor_values(k.factors, "compiler")
+        if comp is not None:
+            diff = _dict_diff(comp, local_compiler)
+            if diff:
+                f0 = diff[0]
+                more = f" (also: {', '.join(diff[1:6])}{', ...' if len(diff) > 6 else ''})" if len(diff) > 1 else ""
+                raise PreflightError(
+                    f"preflight: bundle cannot hit here: compiler factor {f0!r} of cache {k.hash} differs: bundle "
+                    f"{_short(comp.get(f0, '<unset>'))}, this machine {_short(local_compiler.get(f0, '<unset>'))}{more}")
+        env = _factor_values(k.factors, "env")
+        if env is not None:
+            diff = _dict_diff(env, local_env)
+            if diff:
+                f0 = diff[0]
+                more = f" (also: {', '.join(diff[1:6])})" if len(diff) > 1 else ""
+                raise PreflightError(
+                    f"preflight: bundle cannot hit here: env factor {f0!r} of cache {k.hash} differs: bundle "
+                    f"{_short(env.get(f0, '<unset>'))}, this machine {_short(local_env.get(f0, '<unset>'))}{more}")
+    checked += ["compiler factors", "env factors"]
+    return checked
+
+
+# --------------------------------------------------------------------------------------------------------------
+# rank selection
+
+def parse_ranks(spec: str | Iterable | None) -> set[str] | None:
+    """``"0,1"`` (tensor-parallel ranks, any dp rank), ``"0_1"`` or ``"rank_0_1"``; None = all."""
+    if spec is None:
+        return None
+    items = spec.split(",") if isinstance(spec, str) else [str(s) for s in spec]
+    out = set()
+    for it in items:
+        it = it.strip()
+        if not it:
+            continue
+        name = it[5:] if it.startswith("rank_") else it
+        parts = name.split("_")
+        if not all(p.isdigit() for p in parts) or len(parts) not in (1, 2):
+            raise UsageError(f"bad rank {it!r}: use 0, 0_1 or rank_0_1")
+        out.add(name)
+    return out
+
+
+def _select_units(manifest: Manifest, ranks: set[str] | None) -> list[Unit]:
+    if ranks is None:
+        return list(manifest.units)
+    chosen = []
+    matched = set()
+    for u in manifest.units:
+        if u.rank is None:
+            chosen.append(u)
+            continue
+        r, dp = u.rank[5:].split("_")
+        for want in ranks:
+            if want == r or want == f"{r}_{dp}":
+                chosen.append(u)
+                matched.add(want)
+                break
+    missing = ranks - matched
+    if missing:
+        raise UsageError(f"bundle has no rank {', '.join(sorted(missing))} (it has {', '.join(manifest.ranks) or 'none'})")
+    return chosen
+
+
+# --------------------------------------------------------------------------------------------------------------
+# filesystem helpers (fd-relative, never following symlinks)
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_dir_chain(root_fd: int, rel: str, create: bool, modes: dict[str, int]) -> int | None:
+    """Open folder ``rel`` under ``root_fd`` one component at a time with O_NOFOLLOW; create missing ones.
+
+    Returns an fd, or None if a component is missing and ``create`` is false.
+    """
+    fd = os.dup(root_fd)
+    sofar = ""
+    try:
+        for part in rel.split("/") if rel else []:
+            sofar = f"{sofar}/{part}" if sofar else part
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    os.close(fd)
+                    return None
+                try:
+                    os.mkdir(part, modes.get(sofar, 0o755), dir_fd=fd)
+                except FileExistsError:
+                    pass
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UnsafeDestinationError(
+                        f"{sofar!r} in the cache root is a symlink or not a folder; refusing to write through it"
+                    ) from None
+                raise
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        raise
+
+
+def _hash_existing(dir_fd: int, rel: str) -> tuple[str, int, int] | None:
+    """(digest, size, mode) of regular file ``rel`` under ``dir_fd`` (no symlinks), or None."""
+    parent, name = posixpath.split(rel)
+    pfd = _open_dir_chain(dir_fd, parent, False, {}) if parent else os.dup(dir_fd)
+    if pfd is None:
+        return None
+    try:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=pfd)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            h = hashlib.sha256()
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                h.update(chunk)
+            return "sha256:" + h.hexdigest(), st.st_size, stat.S_IMODE(st.st_mode)
+    except UnsafeDestinationError:
+        return None
+    finally:
+        os.close(pfd)
+
+
+def _unit_matches(root_fd: int, unit: Unit, files: list[FileEntry]) -> bool:
+    for f in files:
+        got = _hash_existing(root_fd, f.path)
+        if got is None or got[0] != f.digest or got[1] != f.size:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------------------------
+# blobs
+
+def _check_stored(blob: BlobRef, zst: Path) -> None:
+    import zstandard
+
+    st = zst.stat()
+    if st.st_size != blob.stored_size:
+        raise BlobVerificationError(
+            f"blob {blob.digest[:19]} is {st.st_size} bytes stored, manifest says {blob.stored_size} (truncated or size lie)")
+    h = hashlib.sha256()
+    with open(zst, "rb") as f:
+        head = f.read(18)
+        h.update(head)
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+    if "sha256:" + h.hexdigest() != blob.stored_digest:
+        raise BlobVerificationError(f"blob {blob.digest[:19]}: stored bytes do not match their digest (tampered)")
+    try:
+        params = zstandard.get_frame_parameters(head)
+    except zstandard.ZstdError:
+        raise BlobVerificationError(f"blob {blob.digest[:19]} is not a zstd frame") from None
+    if params.content_size != zstandard.CONTENTSIZE_UNKNOWN and params.content_size != blob.size:
+        raise BlobVerificationError(
+            f"blob {blob.digest[:19]} declares {params.content_size} bytes in its zstd frame, manifest says {blob.size} "
+            "(size lie)")
+
+
+def expand_blob(blob: BlobRef, zst: Path, out) -> None:
+    """Verify the stored bytes at ``zst`` and write the content to ``out`` (a binary file or None).
+
+    Decompression never produces more than ``blob.size + 1`` bytes (bombs stop there); the content's sha256
+    and size must match the manifest.
+    """
+    import zstandard
+
+    _check_stored(blob, zst)
+    dctx = zstandard.ZstdDecompressor(max_window_size=1 << 27)
+    h = hashlib.sha256()
+    n = 0
+    with open(zst, "rb") as f:
+        try:
+            reader = dctx.stream_reader(f, read_across_frames=True)
+            while True:
+                chunk = reader.read(min(_CHUNK, blob.size - n + 1))
+                if not chunk:
+                    break
+                n += len(chunk)
+                if n > blob.size:
+                    raise BlobVerificationError(
+                        f"blob {blob.digest[:19]} decompresses beyond its declared {blob.size} bytes "
+                        "(decompression bomb or size lie)")
+                h.update(chunk)
+                if out is not None:
+                    out.write(chunk)
+        except zstandard.ZstdError as exc:
+            raise BlobVerificationError(f"blob {blob.digest[:19]} is corrupt zstd ({exc})") from None
+    if n != blob.size:
+        raise BlobVerificationError(f"blob {blob.digest[:19]} decompresses to {n} bytes, manifest says {blob.size}")
+    if "sha256:" + h.hexdigest() != blob.digest:
+        raise BlobVerificationError(f"blob {blob.digest[:19]}: content does not match its digest (tampered)")
+
+
+def _verify_and_expand(blob: BlobRef, zst: Path, dest: Path, mode: int) -> None:
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    with os.fdopen(fd, "wb") as out:
+        expand_blob(blob, zst, out)
+        os.fchmod(out.fileno(), mode)
+
+
+def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
+                  warn: Callable[[str], None] | None = None) -> tuple[Manifest, str | None]:
+    """Verify the signature (unless skipped) and every blob of ``source``, writing nothing but temp files.
+
+    Returns (manifest, key id of the verifying key or None).
+    """
+    mbytes = source.manifest_bytes()
+    key_id = None
+    if insecure_skip_verify:
+        (warn or log.warning)(INSECURE_WARNING)
+    else:
+        from cachetool.signing import verify_envelope
+        from cachetool.trust import load_trusted_keys
+
+        key_id = verify_envelope(source.signature_bytes(), mbytes, load_trusted_keys(trust)).keyid
+    manifest = Manifest.from_bytes(mbytes)
+    with tempfile.TemporaryDirectory(prefix="cachetool-verify-") as tmp:
+        for blob in manifest.blobs:
+            zst = Path(tmp) / "blob.zst"
+            source.fetch_blob(blob, zst)
+            expand_blob(blob, zst, None)
+            zst.unlink()
+    return manifest, key_id
+
+
+def _copy_file(src: Path, dest: Path, mode: int) -> None:
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+        shutil.copyfileobj(f, out, _CHUNK)
+        os.fchmod(out.fileno(), mode)
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+def install_bundle(
+    source: BundleSource,
+    cache_root: str | os.PathLike,
+    *,
+    trust: Iterable | None = None,
+    insecure_skip_verify: bool = False,
+    ranks: str | Iterable | None = None,
+    preflight: bool = True,
+    device: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] | None = None,
+    workers: int | None = None,
+) -> InstallResult:
+    """Install ``source`` into ``cache_root``; see the module docstring. Returns an :class:`InstallResult`.
+
+    ``trust``: public key paths / :class:`cachetool.signing.PublicKey` objects; None = the pinned keys
+    (:func:`cachetool.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
+    preflight compares against (default: the bundle's). ``force``: replace units that exist with other content.
+    """
+    t0 = time.monotonic()
+    mbytes = source.manifest_bytes()
+    digest = manifest_digest(mbytes)
+    key_id = None
+    if insecure_skip_verify:
+        (warn or log.warning)(INSECURE_WARNING)
+    else:
+        from cachetool.signing import verify_envelope
+        from cachetool.trust import load_trusted_keys
+
+        k = verify_envelope(source.signature_bytes(), mbytes, load_trusted_keys(trust))
+        key_id = k.keyid
+    manifest = Manifest.from_bytes(mbytes)
+    units = _select_units(manifest, parse_ranks(ranks))
+    checked = run_preflight(manifest, device=device) if preflight else []
+
+    root = Path(cache_root).expanduser()
+    created_root = None
+    if not root.exists():
+        # Create missing ancestors; remember the topmost one we created, to remove it again on failure.
+        p = root
+        while not p.exists():
+            created_root = p
+            p = p.parent
+        root.mkdir(parents=True, exist_ok=True)
+    root = root.resolve()
+    if not root.is_dir():
+        raise UsageError(f"cache root {root} is not a folder")
+
+    staging: Path | None = None
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(root_fd, fcntl.LOCK_EX)
+        # We hold the lock: any staging folder is left over from a killed install.
+        for e in os.scandir(root):
+            if e.name.startswith(STAGING_PREFIX) and e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+
+        files_by_unit: dict[str, list[FileEntry]] = {u.path: [] for u in units}
+        for f in manifest.files:
+            u = manifest.unit_of(f.path)
+            if u is not None and u.path in files_by_unit:
+                files_by_unit[u.path].append(f)
+        todo: list[Unit] = []
+        present: list[str] = []
+        for u in units:
+            ufd = _open_dir_chain(root_fd, u.path, False, {})
+            if ufd is None:
+                todo.append(u)
+                continue
+            os.close(ufd)
+            if _unit_matches(root_fd, u, files_by_unit[u.path]):
+                present.append(u.path)
+            elif force:
+                todo.append(u)
+            else:
+                raise ConflictError(
+                    f"{u.path} already exists in {root} with different content; remove it or pass --force")
+        nbytes = nfiles = 0
+        fetched = 0
+        if todo:
+            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
+            blob_dir = staging / "blobs"
+            blob_dir.mkdir()
+            tree = staging / "tree"
+            tree.mkdir()
+            todo_paths = {u.path for u in todo}
+            dir_modes = {d.path: d.mode for d in manifest.dirs}
+            # folders of the units, parents first
+            need_dirs = set()
+            wanted: list[FileEntry] = []
+            for u in todo:
+                need_dirs.add(u.path)
+                for f in files_by_unit[u.path]:
+                    wanted.append(f)
+                    d = posixpath.dirname(f.path)
+                    while d and d not in need_dirs and d != posixpath.dirname(u.path):
+                        need_dirs.add(d)
+                        d = posixpath.dirname(d)
+                for d in dir_modes:
+                    if d == u.path or d.startswith(u.path + "/"):
+                        need_dirs.add(d)
+            for d in sorted(need_dirs, key=lambda p: p.count("/")):
+                (tree / d).mkdir(parents=True, exist_ok=True)
+            by_digest: dict[str, list[FileEntry]] = {}
+            for f in wanted:
+                by_digest.setdefault(f.digest, []).append(f)
+
+            def one(digest_: str) -> int:
+                blob = manifest.blob(digest_)
+                zst = blob_dir / (digest_.split(":", 1)[1] + ".zst")
+                source.fetch_blob(blob, zst)
+                group = by_digest[digest_]
+                _verify_and_expand(blob, zst, tree / group[0].path, group[0].mode)
+                zst.unlink()
+                for other in group[1:]:
+                    _copy_file(tree / group[0].path, tree / other.path, other.mode)
+                return blob.size * len(group)
+
+            with ThreadPoolExecutor(workers or max(2, min(8, (os.cpu_count() or 1) * 2))) as ex:
+                for n in ex.map(one, sorted(by_digest)):
+                    nbytes += n
+                    fetched += 1
+            nfiles = len(wanted)
+            # folder modes, deepest first (a read-only folder is fine once its content is written)
+            for d in sorted(need_dirs, key=lambda p: -p.count("/")):
+                os.chmod(tree / d, dir_modes.get(d, 0o755))
+
+            # rename units into place
+            tree_fd = os.open(tree, _DIR_FLAGS)
+            old = staging / "replaced"
+            old.mkdir()
+            old_fd = os.open(old, _DIR_FLAGS)
+            try:
+                for u in sorted(todo, key=lambda u: u.path):
+                    parent, name = posixpath.split(u.path)
+                    src_fd = _open_dir_chain(tree_fd, parent, False, {})
+                    dst_fd = _open_dir_chain(root_fd, parent, True, dir_modes)
+                    try:
+                        if force:
+                            # Move the differing unit aside into staging (deleted with it), then put ours in.
+                            try:
+                                os.rename(name, f"old-{len(os.listdir(old))}", src_dir_fd=dst_fd, dst_dir_fd=old_fd)
+                            except FileNotFoundError:
+                                pass
+                        try:
+                            st = os.lstat(name, dir_fd=dst_fd)
+                        except FileNotFoundError:
+                            st = None
+                        if st is not None:
+                            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+                                raise UnsafeDestinationError(f"{u.path!r} in the cache root is a symlink or file")
+                            raise ConflictError(f"{u.path} appeared in {root} during the install; rerun")
+                        os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+                    finally:
+                        os.close(src_fd)
+                        os.close(dst_fd)
+            finally:
+                os.close(tree_fd)
+                os.close(old_fd)
+        return InstallResult(
+            manifest_digest=digest, cache_root=root, units_installed=[u.path for u in todo], units_present=present,
+            files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id, verified=not insecure_skip_verify,
+            preflight=checked, seconds=time.monotonic() - t0)
+    except BaseException:
+        if created_root is not None:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+                staging = None
+            _remove_empty_tree(created_root)
+        raise
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        os.close(root_fd)  # releases the lock
+
+
+def _remove_empty_tree(top: Path) -> None:
+    """Remove ``top`` and folders under it if they hold no files (a root this call created)."""
+    for dirpath, dirnames, filenames in os.walk(top, topdown=False):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass

@@ -1,0 +1,48 @@
+"""Layouts: how a cache folder on disk maps to bundle files, install units, cache keys and ranks.
+
+A layout is a small plug-in with ``detect(path) -> bool`` and ``scan(path) -> LayoutScan``:
+
+- ``native``: the tree ``compiler/`` writes (``torch_compile_cache/{hash10}/rank_{r}_{dp}/{prefix}/`` with
+  ``compile_index.json``);
+- ``vllm``: a real vLLM cache root (piecewise ``artifact_compile_range_*`` files or folders,
+  ``vllm_compile_cache.py``, and the AOT tree ``torch_compile_cache/torch_aot_compile/{hash}/rank_{r}_{dp}/model``);
+- ``triton``: a plain Triton cache folder (one folder per kernel hash).
+
+``<path>`` may be the whole root, one hash folder or one rank folder: manifest paths stay relative to the cache
+root (``torch_compile_cache/...``) so an install recreates the same place. :func:`scan` picks the layout
+(``"auto"`` tries vllm, native, triton in that order).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cachetool.errors import NotFoundError, UsageError
+from cachetool.layouts.base import LayoutScan, ScannedFile
+from cachetool.layouts import native, triton, vllm
+
+LAYOUTS = {"native": native, "vllm": vllm, "triton": triton}
+AUTO_ORDER = ("vllm", "native", "triton")
+
+__all__ = ["LAYOUTS", "LayoutScan", "ScannedFile", "detect", "scan"]
+
+
+def detect(path: str | Path) -> str:
+    p = Path(path)
+    for name in AUTO_ORDER:
+        if LAYOUTS[name].detect(p):
+            return name
+    raise UsageError(f"{p} is not a recognised cache (native, vllm or triton); pass --layout")
+
+
+def scan(path: str | Path, layout: str = "auto") -> LayoutScan:
+    p = Path(path)
+    if not p.exists():
+        raise NotFoundError(f"cache path {p} does not exist")
+    if not p.is_dir() or p.is_symlink():
+        raise UsageError(f"cache path {p} is not a folder")
+    if layout == "auto":
+        layout = detect(p)
+    if layout not in LAYOUTS:
+        raise UsageError(f"unknown layout {layout!r} (auto, {', '.join(LAYOUTS)})")
+    return LAYOUTS[layout].scan(p)

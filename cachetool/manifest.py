@@ -1,0 +1,409 @@
+"""The bundle manifest: schema, canonical JSON and strict validation.
+
+A manifest lists every file of a packed cache tree (relative path, mode, size, sha256 of the content), the blob
+table (each unique content once), the cache keys and their hash factors, the environment fingerprint, the
+ranks and the *install units* (the folders an install renames into place atomically, one per rank folder).
+
+The manifest is the signed object, so it is serialised canonically (sorted keys, no whitespace, ASCII) and a
+reader accepts only canonical bytes: no duplicate JSON keys, no unknown fields, no unknown schema version.
+Paths are validated here, once, for everyone who reads a manifest (install, inspect, diff, push).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+import re
+from typing import Any
+
+from cachetool import __version__
+from cachetool.errors import VerificationError
+from cachetool.stores.base import BlobRef
+
+SCHEMA_VERSION = 1
+MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
+LAYOUTS = ("native", "vllm", "triton")
+
+MAX_FILE_SIZE = 64 << 30  # one file; larger is refused as implausible
+MAX_FILES = 1_000_000
+MAX_PATH_LEN = 4096
+RESERVED_PREFIX = ".cachetool"  # staging folders in the cache root; no bundle may write there
+
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class ManifestError(VerificationError):
+    """The manifest is malformed, non-canonical or unsafe."""
+
+
+class UnsupportedSchemaError(ManifestError):
+    """The manifest's schema version is not one this cachetool reads."""
+
+
+class UnsafePathError(ManifestError):
+    """A path would escape the cache root or is otherwise not a plain relative path."""
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_digest(manifest_bytes: bytes) -> str:
+    """``"sha256:<hex>"`` of the manifest's canonical bytes: its address in a store."""
+    return "sha256:" + sha256_hex(manifest_bytes)
+
+
+def canonical_json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def platform_key(fingerprint: dict) -> str:
+    """Short platform key for multi-platform refs: ``cuda-sm90-torch2.11.0+cu130``, ``cpu-x86_64-torch2.13.0+cpu``.
+
+    A Triton-only bundle without torch gets ``...-triton<version>`` instead of the torch part.
+    """
+    fp = fingerprint or {}
+    device = fp.get("device") or "cpu"
+    if device == "cuda":
+        head = f"cuda-{fp.get('capability') or 'unknown'}"
+    elif device == "cpu":
+        head = f"cpu-{fp.get('arch') or 'unknown'}"
+    else:
+        head = f"{device}-{fp.get('arch') or 'unknown'}"
+    if fp.get("torch"):
+        return f"{head}-torch{fp['torch']}"
+    if fp.get("triton"):
+        return f"{head}-triton{fp['triton']}"
+    return head
+
+
+def validate_relpath(path: Any, what: str = "path") -> str:
+    """Return ``path`` if it is a safe, normalised, relative POSIX path; raise :class:`UnsafePathError`."""
+    if not isinstance(path, str) or not path:
+        raise UnsafePathError(f"manifest {what} {path!r} is not a non-empty string")
+    if len(path) > MAX_PATH_LEN:
+        raise UnsafePathError(f"manifest {what} is longer than {MAX_PATH_LEN} characters")
+    if "\x00" in path or "\\" in path or any(ord(c) < 32 for c in path):
+        raise UnsafePathError(f"manifest {what} {path!r} contains a control character or backslash")
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+        raise UnsafePathError(f"manifest {what} {path!r} is absolute")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise UnsafePathError(f"manifest {what} {path!r} has an empty, '.' or '..' component")
+    if posixpath.normpath(path) != path:
+        raise UnsafePathError(f"manifest {what} {path!r} is not normalised")
+    if parts[0].startswith(RESERVED_PREFIX):
+        raise UnsafePathError(f"manifest {what} {path!r} uses the reserved prefix {RESERVED_PREFIX!r}")
+    return path
+
+
+def _check_mode(mode: Any, path: str, directory: bool) -> int:
+    # Only permission bits: no file-type bits (links, devices, fifos) and no setuid/setgid/sticky.
+    if not isinstance(mode, int) or isinstance(mode, bool) or mode < 0 or mode > 0o777:
+        raise ManifestError(f"manifest entry {path!r} has mode {mode!r}: only permission bits 0..0o777 are allowed")
+    if directory and mode & 0o700 != 0o700:
+        raise ManifestError(f"manifest folder {path!r} has mode {oct(mode)}: folders must be owner rwx")
+    return mode
+
+
+def _check_digest(d: Any, what: str) -> str:
+    if not isinstance(d, str) or not _DIGEST_RE.match(d):
+        raise ManifestError(f"manifest {what} {d!r} is not 'sha256:<64 hex>'")
+    return d
+
+
+def _check_size(s: Any, what: str) -> int:
+    if not isinstance(s, int) or isinstance(s, bool) or s < 0 or s > MAX_FILE_SIZE:
+        raise ManifestError(f"manifest {what} {s!r} is not a size in 0..{MAX_FILE_SIZE}")
+    return s
+
+
+@dataclasses.dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative POSIX path under the cache root
+    mode: int  # permission bits
+    size: int  # bytes of content
+    digest: str  # "sha256:<hex>" of the content (= the blob's digest)
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "mode": self.mode, "size": self.size, "digest": self.digest}
+
+
+@dataclasses.dataclass(frozen=True)
+class DirEntry:
+    path: str
+    mode: int
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "mode": self.mode}
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """An install unit: a folder renamed into place atomically (a rank folder, or a Triton kernel folder)."""
+
+    path: str
+    key: str | None  # the cache key (hash folder name) it belongs to
+    rank: str | None  # "rank_{r}_{dp}" or None
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "key": self.key, "rank": self.rank}
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheKey:
+    """One hash folder of the tree: its name, its kind and the factors from ``cache_key_factors.json``."""
+
+    hash: str
+    kind: str  # "piecewise" (torch_compile_cache/{hash}) or "aot" (torch_compile_cache/torch_aot_compile/{hash})
+    factors: dict | None  # {"env": {"hash", "values"}, "config": ..., "code": ..., "compiler": ...} or raw
+
+    def to_json(self) -> dict:
+        return {"hash": self.hash, "kind": self.kind, "factors": self.factors}
+
+
+_TOP_KEYS = {"schema", "media_type", "tool", "layout", "save_format", "keys", "fingerprint", "ranks", "units",
+             "dirs", "files", "blobs"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    layout: str
+    files: tuple[FileEntry, ...]
+    blobs: tuple[BlobRef, ...]
+    units: tuple[Unit, ...]
+    dirs: tuple[DirEntry, ...] = ()
+    keys: tuple[CacheKey, ...] = ()
+    fingerprint: dict = dataclasses.field(default_factory=dict)
+    ranks: tuple[str, ...] = ()
+    save_format: str | None = None
+    tool_version: str = __version__
+    schema: int = SCHEMA_VERSION
+
+    # ---- serialisation -------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "schema": self.schema,
+            "media_type": MEDIA_TYPE,
+            "tool": {"name": "cachetool", "version": self.tool_version},
+            "layout": self.layout,
+            "save_format": self.save_format,
+            "keys": [k.to_json() for k in sorted(self.keys, key=lambda k: (k.kind, k.hash))],
+            "fingerprint": self.fingerprint,
+            "ranks": sorted(self.ranks),
+            "units": [u.to_json() for u in sorted(self.units, key=lambda u: u.path)],
+            "dirs": [d.to_json() for d in sorted(self.dirs, key=lambda d: d.path)],
+            "files": [f.to_json() for f in sorted(self.files, key=lambda f: f.path)],
+            "blobs": [
+                {"digest": b.digest, "size": b.size, "stored_digest": b.stored_digest, "stored_size": b.stored_size}
+                for b in sorted(self.blobs, key=lambda b: b.digest)
+            ],
+        }
+
+    def to_bytes(self) -> bytes:
+        data = canonical_json(self.to_json())
+        # Validate what we emit with the same rules a reader applies.
+        Manifest.from_bytes(data)
+        return data
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Manifest":
+        """Parse and validate; raise :class:`ManifestError` (a VerificationError) on anything unexpected."""
+        if not isinstance(data, (bytes, bytearray)):
+            raise ManifestError("manifest is not bytes")
+        if len(data) > 512 << 20:
+            raise ManifestError("manifest is larger than 512 MiB")
+
+        def no_dupes(pairs):
+            d = {}
+            for k, v in pairs:
+                if k in d:
+                    raise ManifestError(f"manifest has the JSON key {k!r} twice")
+                d[k] = v
+            return d
+
+        try:
+            obj = json.loads(bytes(data).decode("ascii"), object_pairs_hook=no_dupes)
+        except ManifestError:
+            raise
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ManifestError(f"manifest is not valid ASCII JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
+        if not isinstance(obj, dict):
+            raise ManifestError("manifest is not a JSON object")
+        schema = obj.get("schema")
+        if schema != SCHEMA_VERSION:
+            raise UnsupportedSchemaError(
+                f"unknown manifest schema version {schema!r} (this cachetool {__version__} reads {SCHEMA_VERSION})"
+            )
+        if set(obj) != _TOP_KEYS:
+            extra, missing = sorted(set(obj) - _TOP_KEYS), sorted(_TOP_KEYS - set(obj))
+            raise ManifestError(f"manifest fields differ from schema {SCHEMA_VERSION}: unknown {extra}, missing {missing}")
+        if obj["media_type"] != MEDIA_TYPE:
+            raise ManifestError(f"manifest media_type {obj['media_type']!r} is not {MEDIA_TYPE}")
+        tool = obj["tool"]
+        if not isinstance(tool, dict) or set(tool) != {"name", "version"} or not isinstance(tool["version"], str):
+            raise ManifestError("manifest 'tool' must be {name, version}")
+        if obj["layout"] not in LAYOUTS:
+            raise ManifestError(f"manifest layout {obj['layout']!r} is not one of {', '.join(LAYOUTS)}")
+        if obj["save_format"] not in (None, "binary", "unpacked", "mixed"):
+            raise ManifestError(f"manifest save_format {obj['save_format']!r} is unknown")
+        if not isinstance(obj["fingerprint"], dict):
+            raise ManifestError("manifest fingerprint is not an object")
+        for name in ("keys", "ranks", "units", "dirs", "files", "blobs"):
+            if not isinstance(obj[name], list):
+                raise ManifestError(f"manifest {name!r} is not a list")
+        if len(obj["files"]) > MAX_FILES:
+            raise ManifestError(f"manifest lists more than {MAX_FILES} files")
+
+        def exact(entry: Any, keys: set, what: str) -> dict:
+            if not isinstance(entry, dict) or set(entry) != keys:
+                got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+                raise ManifestError(f"manifest {what} entry has fields {got}, expected {sorted(keys)}")
+            return entry
+
+        keys = []
+        for k in obj["keys"]:
+            k = exact(k, {"hash", "kind", "factors"}, "key")
+            if not isinstance(k["hash"], str) or not re.match(r"^[A-Za-z0-9_.-]{1,128}$", k["hash"]):
+                raise ManifestError(f"manifest cache key {k['hash']!r} is not a plain name")
+            if k["kind"] not in ("piecewise", "aot"):
+                raise ManifestError(f"manifest cache key kind {k['kind']!r} is unknown")
+            if k["factors"] is not None and not isinstance(k["factors"], dict):
+                raise ManifestError("manifest cache key factors are not an object")
+            keys.append(CacheKey(k["hash"], k["kind"], k["factors"]))
+
+        ranks = []
+        for r in obj["ranks"]:
+            if not isinstance(r, str) or not re.match(r"^rank_\d+_\d+$", r):
+                raise ManifestError(f"manifest rank {r!r} is not 'rank_<r>_<dp>'")
+            ranks.append(r)
+
+        units = []
+        for u in obj["units"]:
+            u = exact(u, {"path", "key", "rank"}, "unit")
+            validate_relpath(u["path"], "unit path")
+            if u["rank"] is not None and u["rank"] not in ranks:
+                raise ManifestError(f"manifest unit {u['path']!r} names rank {u['rank']!r} not in ranks")
+            if u["key"] is not None and not isinstance(u["key"], str):
+                raise ManifestError(f"manifest unit {u['path']!r} has a bad key")
+            units.append(Unit(u["path"], u["key"], u["rank"]))
+        unit_paths = sorted(u.path for u in units)
+        if len(set(unit_paths)) != len(unit_paths):
+            raise ManifestError("manifest lists an install unit twice")
+        for a, b in zip(unit_paths, unit_paths[1:]):
+            if b.startswith(a + "/"):
+                raise ManifestError(f"manifest install units {a!r} and {b!r} are nested")
+
+        blobs = {}
+        for b in obj["blobs"]:
+            b = exact(b, {"digest", "size", "stored_digest", "stored_size"}, "blob")
+            ref = BlobRef(
+                _check_digest(b["digest"], "blob digest"),
+                _check_size(b["size"], "blob size"),
+                _check_digest(b["stored_digest"], "blob stored digest"),
+                _check_size(b["stored_size"], "blob stored size"),
+            )
+            if ref.digest in blobs:
+                raise ManifestError(f"manifest lists blob {ref.digest} twice")
+            blobs[ref.digest] = ref
+
+        seen: set[str] = set()
+        dirs = []
+        for d in obj["dirs"]:
+            d = exact(d, {"path", "mode"}, "folder")
+            p = validate_relpath(d["path"], "folder path")
+            if p in seen:
+                raise ManifestError(f"manifest lists the path {p!r} twice")
+            seen.add(p)
+            dirs.append(DirEntry(p, _check_mode(d["mode"], p, True)))
+        dir_set = set(seen)
+
+        files = []
+        used = set()
+        for f in obj["files"]:
+            f = exact(f, {"path", "mode", "size", "digest"}, "file")
+            p = validate_relpath(f["path"], "file path")
+            if p in seen:
+                raise ManifestError(f"manifest lists the path {p!r} twice")
+            seen.add(p)
+            fe = FileEntry(p, _check_mode(f["mode"], p, False), _check_size(f["size"], f"size of {p!r}"),
+                           _check_digest(f["digest"], f"digest of {p!r}"))
+            blob = blobs.get(fe.digest)
+            if blob is None:
+                raise ManifestError(f"manifest file {p!r} names blob {fe.digest} missing from the blob table")
+            if blob.size != fe.size:
+                raise ManifestError(f"manifest file {p!r} declares {fe.size} bytes but its blob declares {blob.size}")
+            used.add(fe.digest)
+            files.append(fe)
+        unused = set(blobs) - used
+        if unused:
+            raise ManifestError(f"manifest blob table has {len(unused)} blob(s) no file uses")
+        file_set = {f.path for f in files}
+        for p in seen:
+            parent = posixpath.dirname(p)
+            while parent:
+                if parent in file_set:
+                    raise ManifestError(f"manifest path {p!r} lies under the file {parent!r}")
+                parent = posixpath.dirname(parent)
+        # Every file and folder lies inside exactly one unit (units are not nested, so at most one).
+        unit_set = set(unit_paths)
+
+        def unit_of(p: str) -> str | None:
+            q = p
+            while q:
+                if q in unit_set:
+                    return q
+                q = posixpath.dirname(q)
+            return None
+
+        for p in sorted(file_set):
+            if unit_of(p) is None:
+                raise ManifestError(f"manifest file {p!r} lies in no install unit")
+        for p in sorted(dir_set):
+            if unit_of(p) is None and not any(u.startswith(p + "/") for u in unit_set):
+                raise ManifestError(f"manifest folder {p!r} lies in no install unit")
+        if unit_set & file_set:
+            raise ManifestError("manifest install unit is a file")
+
+        m = cls(
+            layout=obj["layout"], files=tuple(files), blobs=tuple(blobs.values()), units=tuple(units),
+            dirs=tuple(dirs), keys=tuple(keys), fingerprint=obj["fingerprint"], ranks=tuple(ranks),
+            save_format=obj["save_format"], tool_version=tool["version"], schema=schema,
+        )
+        if canonical_json(m.to_json()) != bytes(data):
+            raise ManifestError("manifest bytes are not canonical JSON (sorted keys, no spaces, sorted lists)")
+        return m
+
+    # ---- queries -------------------------------------------------------------------------------------------
+    def unit_of(self, path: str) -> Unit | None:
+        by_path = {u.path: u for u in self.units}
+        q = path
+        while q:
+            if q in by_path:
+                return by_path[q]
+            q = posixpath.dirname(q)
+        return None
+
+    def blob(self, digest: str) -> BlobRef:
+        for b in self.blobs:
+            if b.digest == digest:
+                return b
+        raise KeyError(digest)
+
+    @property
+    def raw_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def unique_size(self) -> int:
+        return sum(b.size for b in self.blobs)
+
+    @property
+    def stored_size(self) -> int:
+        return sum(b.stored_size for b in self.blobs)
+
+    @property
+    def platform(self) -> str:
+        return platform_key(self.fingerprint)

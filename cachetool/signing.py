@@ -1,0 +1,227 @@
+"""Ed25519 signatures over manifests, in a DSSE envelope.
+
+Envelope (https://github.com/secure-systems-lab/dsse), serialised as canonical JSON::
+
+    {"payload": "<base64 of the manifest's canonical bytes>",
+     "payloadType": "application/vnd.cachetool.manifest.v1+json",
+     "signatures": [{"keyid": "<sha256 hex of the raw 32-byte public key>", "sig": "<base64 Ed25519 signature>"}]}
+
+The signature is over DSSE's pre-authentication encoding ``PAE(payloadType, payload)``; the payload *is* the
+manifest, so a verified envelope pins the manifest digest and, through it, every blob digest.
+
+Keys are PEM files: the private key PKCS#8 (unencrypted, written 0600), the public key SubjectPublicKeyInfo in
+``NAME.pub``. OpenSSH ``ssh-ed25519`` public keys are accepted too. ``cryptography`` is imported lazily.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from cachetool.errors import NotFoundError, UsageError, VerificationError
+from cachetool.manifest import MEDIA_TYPE, canonical_json
+
+PAYLOAD_TYPE = MEDIA_TYPE
+
+
+class SignatureError(VerificationError):
+    """The signature envelope is missing, malformed, untrusted or does not verify."""
+
+
+class UnsignedError(SignatureError):
+    pass
+
+
+class UntrustedKeyError(SignatureError):
+    pass
+
+
+class BadSignatureError(SignatureError):
+    pass
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    t = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
+
+
+def _raw_public(pub) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def key_id(public_key) -> str:
+    """sha256 hex of the raw 32-byte Ed25519 public key."""
+    return hashlib.sha256(_raw_public(public_key)).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class PublicKey:
+    key: Any  # cryptography Ed25519PublicKey
+    keyid: str
+    source: str  # where it came from, for messages
+
+
+def generate_keypair(out: str | os.PathLike) -> tuple[Path, Path, str]:
+    """Write ``out`` (private, 0600) and ``out.pub``; return (private path, public path, key id).
+
+    Refuses to overwrite an existing key.
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    priv_path = Path(out)
+    pub_path = Path(str(out) + ".pub")
+    for p in (priv_path, pub_path):
+        if p.exists() or p.is_symlink():
+            raise UsageError(f"{p} already exists; refusing to overwrite a key")
+    key = Ed25519PrivateKey.generate()
+    priv_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+    pub_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(priv_pem)
+    os.chmod(priv_path, 0o600)
+    fd = os.open(pub_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pub_pem)
+    return priv_path, pub_path, key_id(key.public_key())
+
+
+def load_private_key(path: str | os.PathLike):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise NotFoundError(f"signing key {p} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read signing key {p}: {exc.strerror}") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{p} is not an unencrypted PEM private key ({str(exc).splitlines()[0][:80]})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise UsageError(f"{p} is not an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: str | os.PathLike) -> PublicKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise NotFoundError(f"trusted key {p} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read trusted key {p}: {exc.strerror}") from None
+    key = None
+    try:
+        if data.lstrip().startswith(b"ssh-ed25519"):
+            key = serialization.load_ssh_public_key(data.strip())
+        else:
+            key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError, Exception) as exc:  # cryptography raises several types
+        if "PRIVATE KEY" in data[:200].decode("ascii", "replace"):
+            raise UsageError(f"{p} is a private key; pass the public key ({p}.pub)") from None
+        raise UsageError(f"{p} is not a PEM or ssh-ed25519 public key ({type(exc).__name__})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise UsageError(f"{p} is not an Ed25519 public key")
+    return PublicKey(key, key_id(key), str(p))
+
+
+def sign_manifest(manifest_bytes: bytes, private_key, existing_envelope: bytes | None = None) -> bytes:
+    """Return a DSSE envelope (canonical JSON bytes) signing ``manifest_bytes``.
+
+    With ``existing_envelope`` (for the same manifest) the new signature is added; one by the same key is replaced.
+    """
+    kid = key_id(private_key.public_key())
+    sig = private_key.sign(pae(PAYLOAD_TYPE, manifest_bytes))
+    sigs = []
+    if existing_envelope is not None:
+        env = parse_envelope(existing_envelope)
+        if base64.b64decode(env["payload"]) != manifest_bytes:
+            raise UsageError("the existing signature envelope is for a different manifest")
+        sigs = [s for s in env["signatures"] if s.get("keyid") != kid]
+    sigs.append({"keyid": kid, "sig": base64.b64encode(sig).decode()})
+    sigs.sort(key=lambda s: s["keyid"])
+    return canonical_json({
+        "payload": base64.b64encode(manifest_bytes).decode(),
+        "payloadType": PAYLOAD_TYPE,
+        "signatures": sigs,
+    })
+
+
+def parse_envelope(envelope: bytes) -> dict:
+    if len(envelope) > 1 << 30:
+        raise SignatureError("signature envelope is larger than 1 GiB")
+    try:
+        env = json.loads(envelope)
+    except (UnicodeDecodeError, ValueError):
+        raise SignatureError("signature envelope is not valid JSON") from None
+    if (not isinstance(env, dict) or not isinstance(env.get("payload"), str)
+            or not isinstance(env.get("payloadType"), str) or not isinstance(env.get("signatures"), list)):
+        raise SignatureError("signature envelope is not a DSSE envelope (payload, payloadType, signatures)")
+    return env
+
+
+def envelope_key_ids(envelope: bytes) -> list[str]:
+    env = parse_envelope(envelope)
+    return [s.get("keyid") for s in env["signatures"] if isinstance(s, dict) and isinstance(s.get("keyid"), str)]
+
+
+def verify_envelope(envelope: bytes | None, manifest_bytes: bytes, trusted: Iterable[PublicKey]) -> PublicKey:
+    """Check that ``envelope`` carries a valid signature over ``manifest_bytes`` by one of ``trusted``.
+
+    Returns the key that verified. Raises :class:`UnsignedError`, :class:`UntrustedKeyError`,
+    :class:`BadSignatureError` or :class:`SignatureError` with a one-line message.
+    """
+    from cryptography.exceptions import InvalidSignature
+
+    trusted = list(trusted)
+    if envelope is None:
+        raise UnsignedError("bundle is not signed (sign it with `cachetool sign`, or pass --insecure-skip-verify)")
+    env = parse_envelope(envelope)
+    if env["payloadType"] != PAYLOAD_TYPE:
+        raise SignatureError(f"signature payloadType {env['payloadType']!r} is not {PAYLOAD_TYPE}")
+    try:
+        payload = base64.b64decode(env["payload"], validate=True)
+    except ValueError:
+        raise SignatureError("signature payload is not base64") from None
+    if payload != manifest_bytes:
+        raise BadSignatureError("signature is for a different manifest (manifest changed after signing)")
+    if not env["signatures"]:
+        raise UnsignedError("signature envelope holds no signatures")
+    if not trusted:
+        raise UntrustedKeyError(
+            "no trusted keys configured (use --trust PUB, CACHETOOL_TRUSTED_KEYS or ~/.config/cachetool/trusted_keys/)")
+    by_id = {k.keyid: k for k in trusted}
+    message = pae(PAYLOAD_TYPE, manifest_bytes)
+    seen_ids = []
+    for s in env["signatures"]:
+        if not isinstance(s, dict) or not isinstance(s.get("keyid"), str) or not isinstance(s.get("sig"), str):
+            raise SignatureError("signature entry is malformed")
+        seen_ids.append(s["keyid"])
+        k = by_id.get(s["keyid"])
+        if k is None:
+            continue
+        try:
+            sig = base64.b64decode(s["sig"], validate=True)
+            k.key.verify(sig, message)
+        except (ValueError, InvalidSignature):
+            raise BadSignatureError(f"signature by trusted key {k.keyid[:16]} does not verify") from None
+        return k
+    raise UntrustedKeyError(
+        f"bundle is signed by untrusted key(s) {', '.join(i[:16] for i in seen_ids)}; trusted: "
+        f"{', '.join(k.keyid[:16] for k in trusted)}")

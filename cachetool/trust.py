@@ -1,0 +1,81 @@
+"""Which public keys a verification trusts ("pinned keys").
+
+The first source that names any key wins, in this order:
+
+1. explicit keys (``--trust PUB`` on the command line, ``trust=[...]`` in the library);
+2. ``CACHETOOL_TRUSTED_KEYS``: ``:``-separated public key files or folders (folders: every ``*.pub`` in them);
+3. the config folder ``$CACHETOOL_CONFIG_DIR/trusted_keys/`` (default
+   ``${XDG_CONFIG_HOME:-~/.config}/cachetool/trusted_keys/``): every ``*.pub`` file in it.
+
+There is no "trust everything" default: with no key configured, verification fails and names these places.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from cachetool.errors import NotFoundError
+from cachetool.signing import PublicKey, load_public_key
+
+ENV_VAR = "CACHETOOL_TRUSTED_KEYS"
+
+
+def config_dir() -> Path:
+    if os.environ.get("CACHETOOL_CONFIG_DIR"):
+        return Path(os.environ["CACHETOOL_CONFIG_DIR"])
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "cachetool"
+
+
+def trusted_keys_dir() -> Path:
+    return config_dir() / "trusted_keys"
+
+
+def _expand(entry: str | os.PathLike, strict: bool) -> list[Path]:
+    p = Path(entry).expanduser()
+    if p.is_dir():
+        return sorted(q for q in p.iterdir() if q.suffix == ".pub" and q.is_file())
+    if not p.exists() and strict:
+        raise NotFoundError(f"trusted key {p} does not exist")
+    return [p] if p.exists() else []
+
+
+def _load(paths: Iterable[Path]) -> list[PublicKey]:
+    keys: dict[str, PublicKey] = {}
+    for p in paths:
+        k = load_public_key(p)
+        keys.setdefault(k.keyid, k)
+    return list(keys.values())
+
+
+def load_trusted_keys(explicit: Iterable[str | os.PathLike | PublicKey] | None = None) -> list[PublicKey]:
+    """The keys to verify against (see the module docstring for the order of sources)."""
+    explicit = list(explicit or [])
+    if explicit:
+        out: list[PublicKey] = []
+        paths: list[Path] = []
+        for e in explicit:
+            if isinstance(e, PublicKey):
+                out.append(e)
+            else:
+                paths.extend(_expand(e, strict=True))
+        return out + _load(paths)
+    try:  # compiler/envs.py is the one place that reads environment variables
+        from compiler import envs
+
+        env = ":".join(envs.trusted_keys())
+    except ImportError:
+        env = os.environ.get(ENV_VAR, "")
+    if env.strip():
+        paths = []
+        for part in env.split(":"):
+            if part.strip():
+                paths.extend(_expand(part.strip(), strict=True))
+        if paths:
+            return _load(paths)
+    d = trusted_keys_dir()
+    if d.is_dir():
+        return _load(_expand(d, strict=False))
+    return []
