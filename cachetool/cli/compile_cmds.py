@@ -1,0 +1,117 @@
+"""``cachetool warm`` and ``cachetool check``: thin click commands over :mod:`cachetool.warm`.
+
+Both take ``--model M --cache-root DIR [--device cpu|cuda] [--compilation-config JSON] [-cc.k=v ...] [--json]``;
+``-cc.dynamic_shapes_config.type=unbacked`` style overrides are collected from the extra arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from cachetool.cli import cli
+from cachetool.warm import CompilationConfigError, CompileRunResult, parse_compilation_config
+
+_CONTEXT = {"help_option_names": ["-h", "--help"]}
+_OVERRIDE_PREFIXES = ("-cc.", "--cc.", "--compilation-config.")
+
+
+class CompileCommand(click.Command):
+    """Collects ``-cc.key=value`` / ``-cc.key value`` overrides before click parses (click would read
+    ``-cc.x`` as the short flag ``-c``); they land in ``ctx.meta["cc_overrides"]`` in order."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        keep: list[str] = []
+        overrides: list[str] = []
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a == "--":
+                keep.extend(args[i:])
+                break
+            if a.startswith(_OVERRIDE_PREFIXES):
+                if "=" not in a:
+                    if i + 1 >= len(args):
+                        raise CompilationConfigError(f"compilation config override needs a value: {a}")
+                    a = f"{a}={args[i + 1]}"
+                    i += 1
+                overrides.append(a)
+            else:
+                keep.append(a)
+            i += 1
+        ctx.meta["cc_overrides"] = overrides
+        return super().parse_args(ctx, keep)
+
+
+def _overrides(ctx: click.Context) -> list[str]:
+    return list(ctx.meta.get("cc_overrides", []))
+
+
+def _common(f: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--model", "-m", required=True, help="Preset (tiny, llama-3.2-1b, llama-3.1-8b), config.json or HF folder."),
+        click.option("--cache-root", type=click.Path(file_okay=False), default=None,
+                     help="Cache root (default: $CACHETOOL_CACHE_ROOT or ~/.cache/cachetool)."),
+        click.option("--device", default="cpu", show_default=True, help="cpu or cuda (bf16 on cuda, fp32 on cpu)."),
+        click.option("--compilation-config", "-cc", "compilation_config", default=None,
+                     help="CompilationConfig as JSON; -cc.key.sub=value overrides single fields."),
+        click.option("--rank", default=0, show_default=True, type=int, help="Tensor-parallel rank (folder name)."),
+        click.option("--dp-rank", default=0, show_default=True, type=int, help="Data-parallel rank (folder name)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def _print(result: CompileRunResult, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result.to_json(), sort_keys=True))
+        return
+    click.echo(f"{result.command}: model {result.model} on {result.device}")
+    click.echo(f"  cache dir      {result.cache_dir or '(cache disabled)'}")
+    click.echo(f"  cache key      {result.cache_key}")
+    click.echo(f"  pieces         {result.pieces} ({result.unique_pieces} unique)")
+    click.echo(f"  graphs         compiled {result.graphs_compiled}, loaded {result.graphs_loaded}, "
+               f"reused {result.graphs_reused}")
+    click.echo(f"  start-up       {result.startup_seconds:.2f} s (total {result.seconds:.2f} s)")
+    click.echo(f"  result         {'HIT: nothing compiled' if result.hit else 'compiled ' + str(result.graphs_compiled) + ' graph(s)'}")
+
+
+def _setup(ctx: click.Context, compilation_config: str | None, cache_root: str | None) -> Any:
+    from compiler.logger import init_logging
+
+    cfg = parse_compilation_config(compilation_config, _overrides(ctx), cache_root)
+    init_logging("cachetool")
+    return cfg
+
+
+@cli.command(cls=CompileCommand, context_settings=_CONTEXT)
+@_common
+@click.pass_context
+def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
+         rank: int, dp_rank: int, as_json: bool) -> None:
+    """Run the compile pipeline for MODEL as a server would, filling the cache root."""
+    from cachetool.warm import warm as warm_api
+
+    cfg = _setup(ctx, compilation_config, cache_root)
+    result = warm_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank, dp_rank=dp_rank)
+    _print(result, as_json)
+
+
+@cli.command(cls=CompileCommand, context_settings=_CONTEXT)
+@_common
+@click.option("--require-hit", is_flag=True, help="Exit non-zero (code 8) if anything would compile.")
+@click.pass_context
+def check(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
+          rank: int, dp_rank: int, as_json: bool, require_hit: bool) -> None:
+    """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs."""
+    from cachetool.warm import check as check_api
+
+    cfg = _setup(ctx, compilation_config, cache_root)
+    result = check_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank,
+                       dp_rank=dp_rank, require_hit=require_hit)
+    _print(result, as_json)

@@ -1,0 +1,87 @@
+"""The artifact index ``compile_index.json``: piece index → graph hash, shape, artifact file, format.
+
+```json
+{"schema": 1, "cache_key": "<hash10>",
+ "pieces": {"0": {"graph_hash": "<sha256>", "shape": "general", "artifact": "artifact_general_<key>",
+                  "format": "binary", "sha256": "<digest of the artifact>"}, ...}}
+```
+Identical pieces share one artifact file; lookups go by ``(graph_hash, shape)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+INDEX_SCHEMA = 1
+
+
+def shape_key(runtime_shape: int | None) -> str | int:
+    return "general" if runtime_shape is None else int(runtime_shape)
+
+
+@dataclass
+class IndexEntry:
+    graph_hash: str
+    shape: str | int
+    artifact: str
+    format: str
+    sha256: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"graph_hash": self.graph_hash, "shape": self.shape, "artifact": self.artifact,
+                "format": self.format, "sha256": self.sha256}
+
+
+@dataclass
+class CompileIndex:
+    path: Path | None
+    cache_key: str = ""
+    pieces: dict[str, IndexEntry] = field(default_factory=dict)
+    dirty: bool = False
+
+    @classmethod
+    def open(cls, path: Path | None, cache_key: str) -> CompileIndex:
+        index = cls(path=path, cache_key=cache_key)
+        if path is not None and path.is_file():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                return index
+            if data.get("schema") == INDEX_SCHEMA:
+                for k, v in data.get("pieces", {}).items():
+                    index.pieces[k] = IndexEntry(v["graph_hash"], v["shape"], v["artifact"], v.get("format", "binary"),
+                                                 v.get("sha256", ""))
+        return index
+
+    def find(self, graph_hash: str, runtime_shape: int | None) -> IndexEntry | None:
+        want = shape_key(runtime_shape)
+        for entry in self.pieces.values():
+            if entry.graph_hash == graph_hash and entry.shape == want:
+                if self.path is not None and (self.path.parent / entry.artifact).exists():
+                    return entry
+        return None
+
+    def record(self, piece: int, runtime_shape: int | None, entry: IndexEntry) -> None:
+        key = str(piece) if runtime_shape is None else f"{piece}@{runtime_shape}"
+        if self.pieces.get(key) != entry:
+            self.pieces[key] = entry
+            self.dirty = True
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        data = {"schema": INDEX_SCHEMA, "cache_key": self.cache_key,
+                "pieces": {k: v.to_json() for k, v in sorted(self.pieces.items(), key=lambda kv: _sort_key(kv[0]))}}
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, self.path)
+        self.dirty = False
+
+
+def _sort_key(k: str) -> tuple[int, int]:
+    piece, _, shape = k.partition("@")
+    return int(piece), int(shape) if shape else -1

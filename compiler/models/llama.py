@@ -1,0 +1,340 @@
+"""A Llama-family decoder for the compile pipeline.
+
+Built from a Hugging Face ``config.json`` (file or folder) or a named preset (:data:`PRESETS`). Weights are
+random by default (compiled code does not depend on their values; the seed makes them reproducible across
+processes) or loaded from ``*.safetensors`` in a folder. The backbone (:class:`LlamaModel`) is what is compiled:
+``forward(input_ids, positions) -> hidden_states`` over a flattened batch; the lm head is outside the graph.
+
+Linear layers come from a small factory (:class:`LinearFactory`) so that tensor-parallel versions can be swapped
+in later without touching the model code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from compiler.capture import support_torch_compile
+from compiler.ops import attention as attn_ops
+
+ATTENTION_OP = torch.ops.cachetool.unified_attention_with_output
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    name: str = "llama"
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any], name: str = "hf") -> LlamaConfig:
+        heads = int(d["num_attention_heads"])
+        hidden = int(d["hidden_size"])
+        rope_scaling = d.get("rope_scaling")
+        return cls(
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(d["intermediate_size"]),
+            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_attention_heads=heads,
+            num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+            head_dim=int(d.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-5)),
+            rope_theta=float(d.get("rope_theta", 10000.0)),
+            rope_scaling=dict(rope_scaling) if rope_scaling else None,
+            max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            name=name,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}
+
+PRESETS: dict[str, LlamaConfig] = {
+    # 4 layers so that the middle pieces repeat (5 pieces, 3 unique); small enough for CPU tests.
+    "tiny": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                        name="tiny"),
+    "llama-3.2-1b": LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
+                                rope_scaling=dict(_LLAMA3_ROPE), max_position_embeddings=131072,
+                                tie_word_embeddings=True, name="llama-3.2-1b"),
+    "llama-3.1-8b": LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
+                                rope_scaling={**_LLAMA3_ROPE, "factor": 8.0}, max_position_embeddings=131072,
+                                tie_word_embeddings=False, name="llama-3.1-8b"),
+}
+
+
+class ModelSpecError(ValueError):
+    """The model argument is neither a preset, nor a config.json, nor a folder holding one."""
+
+
+def resolve_model(spec: str) -> tuple[LlamaConfig, Path | None]:
+    """A preset name, a ``config.json`` path, or a HF folder → (config, folder with weights or None)."""
+    if spec in PRESETS:
+        return PRESETS[spec], None
+    path = Path(spec)
+    if path.is_dir():
+        cfg_file = path / "config.json"
+        if not cfg_file.is_file():
+            raise ModelSpecError(f"model folder {spec} has no config.json")
+        folder: Path | None = path
+    elif path.is_file():
+        cfg_file, folder = path, None
+    else:
+        raise ModelSpecError(f"unknown model {spec!r}: not a preset ({', '.join(PRESETS)}) nor a config.json or folder")
+    try:
+        data = json.loads(cfg_file.read_text())
+        cfg = LlamaConfig.from_hf_dict(data, name=data.get("_name_or_path") or path.name)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ModelSpecError(f"cannot read model config {cfg_file}: {exc}") from None
+    if folder is not None and not any(folder.glob("*.safetensors")):
+        folder = None
+    return cfg, folder
+
+
+# ---------------------------------------------------------------------- building blocks
+
+class LinearFactory(Protocol):
+    def __call__(self, in_features: int, out_features: int, *, bias: bool, role: str) -> nn.Module: ...
+
+
+def default_linear(in_features: int, out_features: int, *, bias: bool, role: str) -> nn.Module:
+    """``role`` is one of ``qkv``, ``o``, ``gate_up``, ``down``: a tensor-parallel factory would make
+    column-parallel layers for ``qkv``/``gate_up`` and row-parallel ones for ``o``/``down``."""
+    return nn.Linear(in_features, out_features, bias=bias)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * self.weight.float()).to(dtype)
+
+
+def _inv_freq(cfg: LlamaConfig) -> torch.Tensor:
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    rs = cfg.rope_scaling or {}
+    if rs.get("rope_type", rs.get("type")) == "llama3":
+        factor = rs["factor"]
+        low, high = rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        low_wl, high_wl = old / low, old / high
+        wl = 2 * math.pi / inv
+        smooth = (old / wl - low) / (high - low)
+        scaled = torch.where(wl > low_wl, inv / factor, inv)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        is_mid = (wl <= low_wl) & (wl >= high_wl)
+        inv = torch.where(is_mid, mid, scaled)
+    return inv
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.head_dim = cfg.head_dim
+        self.register_buffer("inv_freq", _inv_freq(cfg), persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        cos, sin = freqs.cos(), freqs.sin()
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        t = x.shape[0]
+        x = x.view(t, -1, self.head_dim).float()
+        x1, x2 = x.chunk(2, dim=-1)
+        c, s = cos[:, None, :], sin[:, None, :]
+        out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+        return out.flatten(1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg: LlamaConfig, layer_name: str, linear: LinearFactory) -> None:
+        super().__init__()
+        self.q_size = cfg.num_attention_heads * cfg.head_dim
+        self.kv_size = cfg.num_key_value_heads * cfg.head_dim
+        self.qkv_proj = linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False, role="qkv")
+        self.o_proj = linear(self.q_size, cfg.hidden_size, bias=False, role="o")
+        self.rotary = RotaryEmbedding(cfg)
+        self.layer_name = layer_name
+        attn_ops.register_layer(layer_name, cfg.head_dim)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self.rotary(positions, q, k)
+        q, k = q.to(x.dtype), k.to(x.dtype)
+        out = torch.empty_like(q)
+        ATTENTION_OP(q, k, v.contiguous(), out, self.layer_name)
+        return self.o_proj(out)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig, linear: LinearFactory) -> None:
+        super().__init__()
+        self.inter = cfg.intermediate_size
+        self.gate_up_proj = linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False, role="gate_up")
+        self.down_proj = linear(cfg.intermediate_size, cfg.hidden_size, bias=False, role="down")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split([self.inter, self.inter], dim=-1)
+        return self.down_proj(nn.functional.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg: LlamaConfig, index: int, linear: LinearFactory) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = LlamaAttention(cfg, f"model.layers.{index}.self_attn", linear)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = LlamaMLP(cfg, linear)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        h = x + self.self_attn(positions, self.input_layernorm(x))
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+@support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": 0})
+class LlamaModel(nn.Module):
+    """The compiled backbone: ``(input_ids [T], positions [T]) -> hidden_states [T, hidden]``."""
+
+    def __init__(self, cfg: LlamaConfig, linear: LinearFactory = default_linear) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, i, linear) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(positions, x)
+        return self.norm(x)
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [layer.self_attn.layer_name for layer in self.layers]
+
+
+class LlamaForCausalLM(nn.Module):
+    """Backbone plus lm head; the head runs eagerly, on the last token of each sequence only."""
+
+    def __init__(self, cfg: LlamaConfig, linear: LinearFactory = default_linear) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = LlamaModel(cfg, linear)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, positions)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)
+
+    # ------------------------------------------------------------------ weights
+    @torch.no_grad()
+    def init_random(self, seed: int = 0) -> None:
+        """Deterministic random weights (same seed, same values in every process on a device type)."""
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        for name, p in sorted(self.named_parameters(), key=lambda kv: kv[0]):
+            if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                t = torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.02
+                p.copy_(t.to(device=p.device, dtype=p.dtype))
+
+    @torch.no_grad()
+    def load_safetensors(self, folder: Path) -> int:
+        """Load HF-named weights (``q/k/v_proj`` and ``gate/up_proj`` are stacked). Returns tensors loaded."""
+        from compiler.models.safetensors_io import iter_safetensors
+
+        params = dict(self.named_parameters())
+        stacked = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+                   "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+        cfg = self.config
+        q, kv, inter = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.intermediate_size
+        offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
+        n = 0
+        for file in sorted(folder.glob("*.safetensors")):
+            for name, tensor in iter_safetensors(file):
+                if "rotary_emb.inv_freq" in name:
+                    continue
+                target, shard = name, None
+                for src, (dst, idx) in stacked.items():
+                    if f".{src}." in name:
+                        target, shard = name.replace(f".{src}.", f".{dst}."), idx
+                        break
+                if target not in params:
+                    if target == "lm_head.weight" and cfg.tie_word_embeddings:
+                        continue
+                    raise ModelSpecError(f"unexpected weight {name} in {file.name}")
+                p = params[target]
+                if shard is None:
+                    p.copy_(tensor.to(p.dtype))
+                else:
+                    start, size = offsets[target.rsplit(".", 2)[-2]][shard]
+                    p[start : start + size].copy_(tensor.to(p.dtype))
+                n += 1
+        return n
+
+
+def build_model(spec: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
+                linear: LinearFactory = default_linear) -> LlamaForCausalLM:
+    cfg, folder = resolve_model(spec)
+    device = torch.device(device)
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg, linear)
+    model.to(dtype=dtype)
+    # The rotary inverse frequencies stay float32 (as in HF).
+    for mod in model.modules():
+        if isinstance(mod, RotaryEmbedding):
+            mod.inv_freq = mod.inv_freq.float()
+    if folder is not None:
+        model.load_safetensors(folder)
+    else:
+        model.init_random(seed)
+    model.eval()
+    return model
+
+
+def model_config_values(model: LlamaForCausalLM) -> dict[str, Any]:
+    """What of the model config changes the compiled code (hashed into the ``config`` factor)."""
+    cfg = model.config.to_dict()
+    cfg.pop("name", None)
+    cfg["architecture"] = "LlamaForCausalLM"
+    cfg["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
+    return {f.name: cfg[f.name] for f in fields(LlamaConfig) if f.name in cfg} | {
+        "architecture": cfg["architecture"], "dtype": cfg["dtype"]}

@@ -1,0 +1,3 @@
+"""Custom ops of the compiled models (registered on import)."""
+
+from compiler.ops import attention  # noqa: F401  (registers torch.ops.cachetool.*)

@@ -1,0 +1,203 @@
+"""A small model runner: builds the model, enables compilation, runs prefill and decode batches.
+
+Used by the warm-up worker (``cachetool warm``) and the hit check (``cachetool check``): both start the model
+as a server would: build, compile (or load) on a dummy batch of ``max_num_batched_tokens`` tokens, then serve
+mixed prefill/decode batches through one graph. The lm head runs outside the graph, on the last token of each
+sequence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from compiler.compile_context import CompileContext
+from compiler.config import CompilationConfig
+from compiler.forward_context import AttentionMetadata, ForwardContext, set_forward_context
+from compiler.models.llama import LlamaForCausalLM, build_model, model_config_values
+
+logger = logging.getLogger(__name__)
+
+# Token counts of the standard workload: a 1-token batch (0/1 specialisation), 2, an odd 7 and 64.
+WORKLOAD_TOKEN_COUNTS = (7, 64, 2, 1)
+
+
+@dataclass
+class Sequence:
+    seq_id: int
+    slot_offset: int
+    tokens: list[int] = field(default_factory=list)
+    num_computed: int = 0  # tokens whose KV is in the cache
+
+
+@dataclass
+class StepResult:
+    num_tokens: int
+    logits: torch.Tensor  # [num_seqs, vocab], float32 on the CPU
+    seconds: float
+
+
+@dataclass
+class WorkloadResult:
+    steps: list[StepResult]
+    token_counts: list[int]
+    checksum: str        # sha256 of the rounded logits of every step
+    logits_sample: list[float]  # first values of the last step's logits
+    logits_sum: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"token_counts": self.token_counts, "checksum": self.checksum,
+                "logits_sample": self.logits_sample, "logits_sum": self.logits_sum}
+
+
+class ModelRunner:
+    def __init__(self, model: str, device: str = "cpu", compilation_config: CompilationConfig | None = None, *,
+                 max_num_seqs: int = 4, max_model_len: int = 256, max_num_batched_tokens: int = 64,
+                 seed: int = 0, rank: int = 0, dp_rank: int = 0, dtype: torch.dtype | None = None,
+                 key_only: bool = False) -> None:
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.config = compilation_config or CompilationConfig()
+        self.model: LlamaForCausalLM = build_model(model, self.device, dtype, seed)
+        self.model_cfg = self.model.config
+        self.dtype = next(self.model.parameters()).dtype
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.ctx = CompileContext(self.config, model_config_values(self.model), device=self.device.type,
+                                  rank=rank, dp_rank=dp_rank, key_only=key_only)
+        self.model.model.enable_compile(self.ctx)
+        cfg = self.model_cfg
+        slots = max_num_seqs * max_model_len
+        self.kv_caches = {
+            name: torch.zeros(2, slots, cfg.num_key_value_heads, cfg.head_dim, dtype=self.dtype, device=self.device)
+            for name in self.model.model.layer_names
+        }
+        self.sequences: dict[int, Sequence] = {}
+        self._next_id = 0
+        self.seed = seed
+
+    # ------------------------------------------------------------------ compile state
+    @property
+    def compile_state(self) -> Any:
+        return self.model.model.compile_state
+
+    @property
+    def backend(self) -> Any:
+        state = self.compile_state
+        return getattr(state, "backend", None) if state is not None else None
+
+    # ------------------------------------------------------------------ sequences
+    def add_sequence(self, prompt: list[int]) -> Sequence:
+        used = {s.slot_offset for s in self.sequences.values()}
+        free = [i * self.max_model_len for i in range(self.max_num_seqs) if i * self.max_model_len not in used]
+        if not free:
+            raise RuntimeError("no free sequence slot")
+        seq = Sequence(self._next_id, free[0], list(prompt))
+        self._next_id += 1
+        self.sequences[seq.seq_id] = seq
+        return seq
+
+    def free(self, seq: Sequence) -> None:
+        self.sequences.pop(seq.seq_id, None)
+
+    # ------------------------------------------------------------------ one step
+    @torch.inference_mode()
+    def step(self, seqs: list[Sequence]) -> StepResult:
+        """Run every not-yet-computed token of ``seqs`` in one flattened batch; returns last-token logits."""
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        qsl = [0]
+        seq_lens = []
+        for s in seqs:
+            new = s.tokens[s.num_computed:]
+            if not new:
+                raise ValueError(f"sequence {s.seq_id} has no new tokens")
+            if len(s.tokens) > self.max_model_len:
+                raise ValueError(f"sequence {s.seq_id} longer than max_model_len={self.max_model_len}")
+            ids.extend(new)
+            positions.extend(range(s.num_computed, len(s.tokens)))
+            slots.extend(s.slot_offset + p for p in range(s.num_computed, len(s.tokens)))
+            qsl.append(len(ids))
+            seq_lens.append(len(s.tokens))
+        dev = self.device
+        input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
+        pos = torch.tensor(positions, dtype=torch.long, device=dev)
+        meta = AttentionMetadata(qsl, seq_lens, [s.slot_offset for s in seqs],
+                                 torch.tensor(slots, dtype=torch.long, device=dev))
+        t0 = time.perf_counter()
+        with set_forward_context(ForwardContext(meta, self.kv_caches)):
+            hidden = self.model(input_ids, pos)
+        last = torch.tensor([q - 1 for q in qsl[1:]], device=dev)
+        logits = self.model.compute_logits(hidden[last]).float()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        for s in seqs:
+            s.num_computed = len(s.tokens)
+        return StepResult(len(ids), logits.cpu(), time.perf_counter() - t0)
+
+    # ------------------------------------------------------------------ start-up and workload
+    def warmup(self) -> float:
+        """Compile (or load) with a dummy batch of ``max_num_batched_tokens`` tokens, as a server's profile
+        run does, then run each compile size and CUDA-graph capture size once. Returns seconds."""
+        t0 = time.perf_counter()
+        sizes = [self.max_num_batched_tokens]
+        sizes += [s for s in self.config.resolved_compile_sizes if s not in sizes]
+        sizes += [s for s in (self.config.cudagraph_capture_sizes or []) if s not in sizes]
+        for n in sizes:
+            n = min(n, self.max_model_len)
+            seq = self.add_sequence([0] * n)
+            try:
+                self.step([seq])
+            finally:
+                self.free(seq)
+        return time.perf_counter() - t0
+
+    def _prompt(self, gen: torch.Generator, n: int) -> list[int]:
+        return torch.randint(1, self.model_cfg.vocab_size, (n,), generator=gen).tolist()
+
+    def run_workload(self, token_counts: tuple[int, ...] = WORKLOAD_TOKEN_COUNTS, decode_steps: int = 3) -> WorkloadResult:
+        """Prefill and decode batches whose token counts include ``token_counts`` (default 7, 64, 2, 1);
+        greedy decoding; deterministic for a given seed."""
+        gen = torch.Generator().manual_seed(self.seed + 1)
+        steps: list[StepResult] = []
+        last_logits: dict[int, torch.Tensor] = {}
+
+        def run(group: list[Sequence]) -> None:
+            res = self.step(group)
+            steps.append(res)
+            for s, row in zip(group, res.logits):
+                last_logits[s.seq_id] = row
+
+        # Prefill: one prompt per requested count (a large count is split over two sequences: batching).
+        live: list[Sequence] = []
+        for n in token_counts:
+            if n >= 16 and len(self.sequences) + 2 <= self.max_num_seqs:
+                group = [self.add_sequence(self._prompt(gen, n // 2)), self.add_sequence(self._prompt(gen, n - n // 2))]
+            elif len(self.sequences) < self.max_num_seqs:
+                group = [self.add_sequence(self._prompt(gen, n))]
+            else:
+                continue
+            run(group)
+            live += group
+        # Decode (greedy): all live sequences together, then two of them (2 tokens), then one (1 token).
+        for group in [live] * decode_steps + [live[:2], live[:1]]:
+            for s in group:
+                s.tokens.append(int(last_logits[s.seq_id].argmax()))
+            run(group)
+        for s in live:
+            self.free(s)
+        h = hashlib.sha256()
+        for st in steps:
+            h.update(st.logits.to(torch.float32).mul(1e3).round().to(torch.int64).numpy().tobytes())
+        last = steps[-1].logits
+        return WorkloadResult(steps, [st.num_tokens for st in steps], h.hexdigest(),
+                              [round(float(v), 6) for v in last.flatten()[:8]],
+                              float(sum(float(st.logits.sum()) for st in steps)))
