@@ -156,6 +156,9 @@ class CtbBundle(PackedBundle):
         try:
             total = p.stat().st_size
             f = open(p, "rb")
+            if total % 512:
+                f.close()
+                raise BundleFormatError(f"{p} is truncated ({total} bytes is not a whole number of tar blocks)")
         except FileNotFoundError:
             raise NotFoundError(f"bundle file {p} does not exist") from None
         except OSError as exc:

@@ -17,7 +17,7 @@ import platform
 
 FIELDS = ("os", "arch", "device", "torch", "cuda", "triton", "gpu", "capability")
 # Fields preflight compares (a difference means the cache cannot hit). "gpu" is covered by "capability".
-CHECKED = ("os", "arch", "device", "torch", "cuda", "triton", "capability")
+CHECKED = ("device", "os", "arch", "torch", "cuda", "triton", "capability")
 
 
 def _dist_version(name: str) -> str | None:
@@ -28,7 +28,10 @@ def _dist_version(name: str) -> str | None:
 
 
 def local_fingerprint(device: str | None = None) -> dict:
-    """This machine's fingerprint. ``device``: ``"cpu"``, ``"cuda"`` or None (probe: cuda if available)."""
+    """This machine's fingerprint. ``device``: ``"cpu"`` (no probe, no torch import), ``"cuda"`` or None (probe).
+
+    Probing reports what is there: ``device="cuda"`` on a machine without a usable GPU gives ``"cpu"``.
+    """
     fp = {
         "os": platform.system().lower(),
         "arch": platform.machine(),
@@ -50,12 +53,10 @@ def local_fingerprint(device: str | None = None) -> dict:
                 fp["gpu"] = torch.cuda.get_device_name(0)
                 major, minor = torch.cuda.get_device_capability(0)
                 fp["capability"] = f"sm{major}{minor}"
-            elif device is None:
-                fp["device"] = "cpu"
             else:
-                fp["device"] = "cuda"
+                fp["device"] = "cpu"  # asked about CUDA on a machine without a usable GPU: report the truth
         except ImportError:
-            fp["device"] = device or "cpu"
+            fp["device"] = "cpu"
     if fp["device"] != "cuda":
         fp["device"] = "cpu"
         fp["cuda"] = None

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cachetool.cli import main
+from cachetool.signing import generate_keypair, load_private_key
+
+
+@pytest.fixture(autouse=True)
+def _isolated_trust(monkeypatch, tmp_path):
+    """No pinned keys leak in from the machine running the tests."""
+    monkeypatch.delenv("CACHETOOL_TRUSTED_KEYS", raising=False)
+    monkeypatch.setenv("CACHETOOL_CONFIG_DIR", str(tmp_path / "config"))
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    priv, pub, kid = generate_keypair(d / "signer")
+    opriv, opub, okid = generate_keypair(d / "other")
+    return {"priv": priv, "pub": pub, "id": kid, "key": load_private_key(priv),
+            "other_priv": opriv, "other_pub": opub, "other_key": load_private_key(opriv)}
+
+
+class CLIResult:
+    def __init__(self, rc, out, err):
+        self.rc, self.out, self.err = rc, out, err
+
+    def __repr__(self):
+        return f"rc={self.rc}\nout={self.out}\nerr={self.err}"
+
+
+@pytest.fixture
+def cli(capsys):
+    def run(*args) -> CLIResult:
+        capsys.readouterr()
+        rc = main([str(a) for a in args])
+        c = capsys.readouterr()
+        return CLIResult(rc, c.out, c.err)
+
+    return run
+
+
+def one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1, err
+    return lines[0]
