@@ -31,7 +31,8 @@ FACTOR_NAMES = ("env", "config", "code", "compiler")
 FACTORS_FILE = "cache_key_factors.json"
 
 # Inductor config entries that change nothing in generated code (workers, logging, timeouts).
-_INDUCTOR_CONFIG_EXCLUDE_WORDS = ("worker", "log", "timeout", "compile_threads", "cache_dir", "trace.")
+_INDUCTOR_CONFIG_EXCLUDE_WORDS = ("worker", "log", "timeout", "compile_threads", "cache_dir", "trace.",
+                                  "vec_isa_ok")  # vec_isa_ok only skips a build check of the detected ISA
 
 
 def canonical_json(value: Any) -> str:

@@ -183,7 +183,7 @@ class _Compiled:
                 handle.remove()
         self.first_compile_seconds = time.perf_counter() - t0
         layout = getattr(self.backend, "layout", None)
-        if layout is not None and hooks:
+        if layout is not None and hooks and not self.ctx.key_only and Path(layout.dir).is_dir():
             path = Path(layout.dir) / TRANSFORMED_CODE
             path.write_text("\n\n".join(f"# transformed code of {old.co_name} ({old.co_filename}:{old.co_firstlineno})\n"
                                         + _decompile(new) for old, new in hooks) + "\n")

@@ -19,5 +19,5 @@ class CompileContext:
     dp_rank: int = 0
     prefix: str = DEFAULT_PREFIX
     key_only: bool = False
-    """Compute and write the cache key (and ``computation_graph.py``) but run the graph eagerly: a fast way
-    to learn the key without compiling (tests, ``diff``)."""
+    """Compute the cache key but compile nothing, write nothing and run the graph eagerly: a fast way to
+    learn the key and the cache folder (tests, preflight, ``diff``)."""

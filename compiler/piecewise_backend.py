@@ -122,6 +122,12 @@ class PiecewiseBackend:
             code=cache_key.code_factors(self.traced_files),
             compiler=cache_key.local_compiler_factors(self.ctx.device),
         )
+        if self.ctx.key_only:
+            # Learn the key (and where the cache would be) without compiling or writing anything.
+            self.layout = CacheLayout(resolve_root(self.config.cache_dir), self.key.hash, self.ctx.rank,
+                                      self.ctx.dp_rank, self.ctx.prefix)
+            counters.compile_seconds += time.perf_counter() - t0
+            return gm.forward
         if envs.disable_compile_cache():
             logger.info("Compile cache disabled (CACHETOOL_DISABLE_COMPILE_CACHE=1): nothing read or written")
             self.layout = None
@@ -141,10 +147,6 @@ class PiecewiseBackend:
                             + split_gm.print_readable(print_output=False) + "\n\n# original graph\n"
                             + gm.print_readable(print_output=False))
             logger.debug("Computation graph saved to %s", path)
-        if self.ctx.key_only:
-            counters.compile_seconds += time.perf_counter() - t0
-            return split_gm
-
         self.index = CompileIndex.open(self.layout.index_file if self.layout else None, self.key.hash)
         compile_names = [it.submod_name for it in items if not it.is_splitting_graph]
         counters.pieces += len(compile_names)
@@ -169,7 +171,17 @@ class PiecewiseBackend:
         shape_env = getattr(fake_mode, "shape_env", None)
         if shape_env is None:
             return
-        bad = [str(g.expr) for g in shape_env.guards if getattr(g.expr, "free_symbols", None)]
+        import sympy
+
+        bad = []
+        for g in shape_env.guards:
+            expr = g.expr
+            if not getattr(expr, "free_symbols", None):
+                continue
+            # Two dynamic dims that must be equal (input_ids and positions): holds for every valid batch.
+            if isinstance(expr, sympy.Eq) and all(isinstance(a, sympy.Symbol) for a in expr.args):
+                continue
+            bad.append(str(expr))
         if bad:
             raise DynamicShapeGuardError(
                 "evaluate_guards: tracing added guards on dynamic shapes: " + "; ".join(bad[:5]))

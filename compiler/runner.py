@@ -201,3 +201,16 @@ class ModelRunner:
         return WorkloadResult(steps, [st.num_tokens for st in steps], h.hexdigest(),
                               [round(float(v), 6) for v in last.flatten()[:8]],
                               float(sum(float(st.logits.sum()) for st in steps)))
+
+
+def compute_cache_key(model: str, device: str = "cpu", compilation_config: CompilationConfig | None = None, *,
+                      rank: int = 0, dp_rank: int = 0) -> Any:
+    """The :class:`~compiler.cache_key.CacheKey` and :class:`~compiler.layout.CacheLayout` that ``warm`` would use
+    for ``model``: Dynamo traces a dummy batch (no Inductor, nothing written). Returns ``(key, layout)``."""
+    runner = ModelRunner(model, device, compilation_config, rank=rank, dp_rank=dp_rank, key_only=True,
+                         max_num_batched_tokens=8)
+    runner.warmup()
+    backend = runner.backend
+    if backend is None or backend.key is None:
+        raise ValueError("the cache key exists only in mode 3 (piecewise backend)")
+    return backend.key, backend.layout

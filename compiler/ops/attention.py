@@ -36,12 +36,10 @@ def unified_attention_with_output(
     num_tokens = query.shape[0]
     ctx = get_forward_context()
     kv_cache = ctx.kv_caches.get(layer_name) if ctx is not None else None
-    hkv, d = (kv_cache.shape[2], kv_cache.shape[3]) if kv_cache is not None else (None, None)
     if kv_cache is None:
-        # Infer head_dim from the ratio of query to output: the caller guarantees H*D == output width.
-        raise_if = ctx is not None and ctx.attn_metadata is not None
-        if raise_if:
+        if ctx is not None and ctx.attn_metadata is not None:
             raise KeyError(f"no KV cache for attention layer {layer_name!r}")
+        # No batch metadata (eager use): causal attention over the whole batch as one sequence.
         d = _HEAD_DIMS.get(layer_name)
         if d is None:
             raise KeyError(f"unknown attention layer {layer_name!r} (not registered with register_layer)")
@@ -50,6 +48,7 @@ def unified_attention_with_output(
         v = value.view(num_tokens, -1, d)
         output.view(num_tokens, -1, d).copy_(_sdpa(q, k, v, None, causal=True))
         return
+    hkv, d = kv_cache.shape[2], kv_cache.shape[3]
     meta = ctx.attn_metadata
     q = query.view(num_tokens, -1, d)
     k = key.view(num_tokens, hkv, d)
