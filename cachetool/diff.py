@@ -116,7 +116,10 @@ def compare_factors(fa: dict | None, fb: dict | None, *, only: tuple[str, ...] =
     structured = any(_values(fa, n)[1] is not None for n in FACTORS) and any(_values(fb, n)[1] is not None for n in FACTORS)
     if not structured:
         # Unknown (e.g. vLLM's own) factor files: compare them field by field.
-        a, b = flatten(fa or {}), flatten(fb or {})
+        def raw(f):
+            return f["raw"] if isinstance(f, dict) and set(f) == {"raw"} else (f or {})
+
+        a, b = flatten(raw(fa)), flatten(raw(fb))
         for k in sorted(set(a) | set(b)):
             if a.get(k, _UNSET) != b.get(k, _UNSET):
                 out.append(Difference("factors", k, a.get(k, _UNSET), b.get(k, _UNSET), cache))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -218,4 +217,4 @@ def diff_cmd(a, b, device, as_json, exit_code):
         for d in diffs:
             click.echo("  " + d.line())
     if exit_code and diffs:
-        sys.exit(1)
+        click.get_current_context().exit(1)

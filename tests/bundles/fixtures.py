@@ -48,7 +48,7 @@ def local_factors(**overrides) -> dict:
     for path, v in overrides.items():  # "compiler.torch_key" -> value
         name, _, field = path.partition(".")
         d = values[name]
-        *parents, last = field.split(".")
+        *parents, last = [field] if name == "code" else field.split(".")
         for p in parents:
             d = d[p]
         d[last] = v

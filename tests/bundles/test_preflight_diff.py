@@ -1,0 +1,131 @@
+"""Preflight refuses a bundle that cannot hit here and names the factor; diff names every differing factor; a real
+tiny-model cache from `cachetool warm` packs and installs byte for byte."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from cachetool.errors import CacheMissError
+from cachetool.install import PreflightError
+from tests.bundles.conftest import one_error_line
+from tests.bundles.fixtures import dir_is_empty_or_absent, local_factors, make_native_tree, make_vllm_tree, tree_snapshot
+
+
+def _bundle(tmp_path, cli, keys, name="b", **overrides):
+    src = make_native_tree(tmp_path / f"src-{name}", layers=3, factors=local_factors(**overrides))
+    out = tmp_path / f"{name}.ctb"
+    assert cli("pack", src, "-o", out, "--sign-key", keys["priv"]).rc == 0
+    return src, out
+
+
+def test_preflight_passes_on_matching_machine(tmp_path, cli, keys):
+    _, b = _bundle(tmp_path, cli, keys)
+    r = cli("install", b, "--cache-root", tmp_path / "d", "--trust", keys["pub"])
+    assert r.rc == 0, r
+    assert "preflight: fingerprint, compiler factors, env factors" in r.out
+
+
+@pytest.mark.parametrize("factor,value,named", [
+    ("compiler.torch_key", "0" * 64, "compiler factor 'torch_key'"),
+    ("compiler.inductor_config", "f" * 64, "compiler factor 'inductor_config'"),
+    ("compiler.capability", "AVX2", "compiler factor 'capability'"),
+    ("compiler.torch", "2.11.0+cu130", "fingerprint 'torch'"),
+    ("compiler.device_type", "cuda", "fingerprint 'device'"),
+    ("env.ATEN_CPU_CAPABILITY", "avx2", "env factor 'ATEN_CPU_CAPABILITY'"),
+])
+def test_preflight_refuses_and_names_the_factor(tmp_path, cli, keys, factor, value, named):
+    _, b = _bundle(tmp_path, cli, keys, **{factor: value})
+    root = tmp_path / "d"
+    r = cli("install", b, "--cache-root", root, "--trust", keys["pub"])
+    assert r.rc == CacheMissError.exit_code == 4, r
+    line = one_error_line(r.err)
+    assert named in line and "preflight" in line
+    assert dir_is_empty_or_absent(root)
+    # --no-preflight installs it anyway (e.g. staging a GPU cache from a CPU box)
+    assert cli("install", b, "--cache-root", root, "--trust", keys["pub"], "--no-preflight").rc == 0
+
+
+def test_preflight_error_is_a_cache_miss():
+    assert issubclass(PreflightError, CacheMissError)
+
+
+def test_diff_names_every_factor(tmp_path, cli, keys):
+    a, ab = _bundle(tmp_path, cli, keys, "a")
+    b, bb = _bundle(tmp_path, cli, keys, "b", **{
+        "config.compilation_config.cudagraph_mode": "FULL",
+        "config.model_config.num_hidden_layers": 32,
+        "code.compiler/models/llama.py": "c" * 64,
+        "env.TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+        "compiler.torch_key": "0" * 64,
+    })
+    for x, y in ((ab, bb), (a, b), (ab, b)):  # bundles, folders, mixed
+        r = cli("diff", x, y)
+        assert r.rc == 0, r
+        out = r.out
+        assert "config: compilation_config.cudagraph_mode: 'NONE' vs 'FULL'" in out
+        assert "config: model_config.num_hidden_layers: 16 vs 32" in out
+        assert "code: traced file 'compiler/models/llama.py' differs" in out
+        assert "env: TORCHINDUCTOR_MAX_AUTOTUNE: <unset> vs '1'" in out
+        assert "compiler: torch_key:" in out
+        assert "5 difference(s)" in out, out
+    data = json.loads(cli("diff", ab, bb, "--json").out)
+    assert {d["category"] for d in data} == {"config", "code", "env", "compiler"}
+    assert cli("diff", ab, bb, "--exit-code").rc == 1
+    same = cli("diff", ab, a, "--exit-code")
+    assert same.rc == 0 and "no differences" in same.out
+
+
+def test_diff_against_local(tmp_path, cli, keys):
+    _, ab = _bundle(tmp_path, cli, keys, "a")
+    r = cli("diff", ab, "local", "--device", "cpu")
+    assert r.rc == 0 and "no differences" in r.out, r
+    _, bb = _bundle(tmp_path, cli, keys, "b", **{"compiler.torch_key": "0" * 64, "env.ATEN_CPU_CAPABILITY": "avx2"})
+    r = cli("diff", bb, "local", "--device", "cpu")
+    assert "compiler: torch_key:" in r.out and "env: ATEN_CPU_CAPABILITY: 'avx2' vs <unset>" in r.out, r
+
+
+def test_diff_vllm_raw_factors(tmp_path, cli):
+    a = make_vllm_tree(tmp_path / "a")
+    b = make_vllm_tree(tmp_path / "b")
+    for f in b.rglob("cache_key_factors.json"):
+        d = json.loads(f.read_text())
+        d["env"]["VLLM_USE_V1"] = "0"
+        f.write_text(json.dumps(d))
+    r = cli("diff", a, b)
+    assert "factors: env.VLLM_USE_V1: '1' vs '0'" in r.out, r
+
+
+def test_diff_missing_side(tmp_path, cli):
+    r = cli("diff", tmp_path / "nope", "local")
+    assert r.rc == 5 and "neither" in one_error_line(r.err)
+
+
+@pytest.mark.slow
+def test_real_tiny_model_cache(tmp_path, keys):
+    """`cachetool warm --model tiny` on the CPU → pack → install elsewhere: byte-identical, preflight passes."""
+    if shutil.which("cachetool") is None:
+        pytest.skip("cachetool entry point not installed")
+    help_ = subprocess.run([sys.executable, "-m", "cachetool", "warm", "--help"], capture_output=True, text=True)
+    if help_.returncode != 0:
+        pytest.skip("`cachetool warm` does not exist yet (compiler/ in progress)")
+    warm = tmp_path / "warm"
+    r = subprocess.run([sys.executable, "-m", "cachetool", "warm", "--model", "tiny", "--cache-root", str(warm),
+                        "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    def ct(*args):
+        return subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True)
+
+    r = ct("pack", warm, "-o", tmp_path / "tiny.ctb", "--sign-key", keys["priv"])
+    assert r.returncode == 0 and "layout=native" in r.stdout, r.stderr
+    r = ct("install", tmp_path / "tiny.ctb", "--cache-root", tmp_path / "fresh", "--trust", keys["pub"])
+    assert r.returncode == 0, r.stderr
+    assert "preflight: fingerprint, compiler factors, env factors" in r.stdout
+    assert tree_snapshot(tmp_path / "fresh") == tree_snapshot(warm)
+    r = ct("diff", tmp_path / "tiny.ctb", "local", "--device", "cpu")
+    assert "no differences" in r.stdout, r.stdout
