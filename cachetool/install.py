@@ -380,10 +380,32 @@ def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecu
 
 
 def _copy_file(src: Path, dest: Path, mode: int) -> None:
+    """Copy a verified file (copy_file_range: in-kernel, a reflink where the filesystem can)."""
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
-    with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
-        shutil.copyfileobj(f, out, _CHUNK)
-        os.fchmod(out.fileno(), mode)
+    try:
+        with open(src, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            done = 0
+            try:
+                while done < size:
+                    n = os.copy_file_range(f.fileno(), fd, size - done)
+                    if n == 0:
+                        break
+                    done += n
+            except (AttributeError, OSError):
+                done = 0
+            if done != size:
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.ftruncate(fd, 0)
+                f.seek(0)
+                while True:
+                    chunk = f.read(_CHUNK)
+                    if not chunk:
+                        break
+                    os.write(fd, chunk)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -502,14 +524,21 @@ def install_bundle(
                 group = by_digest[digest_]
                 _verify_and_expand(blob, zst, tree / group[0].path, group[0].mode)
                 zst.unlink()
-                for other in group[1:]:
-                    _copy_file(tree / group[0].path, tree / other.path, other.mode)
-                return blob.size * len(group)
+                return blob.size
+
+            def copy(pair: tuple[FileEntry, FileEntry]) -> int:
+                first, other = pair
+                _copy_file(tree / first.path, tree / other.path, other.mode)
+                return other.size
 
             with ThreadPoolExecutor(workers or max(2, min(8, (os.cpu_count() or 1) * 2))) as ex:
+                # every unique blob once (fetch, verify, expand), then the duplicates as local copies
                 for n in ex.map(one, sorted(by_digest)):
                     nbytes += n
                     fetched += 1
+                copies = [(g[0], o) for g in by_digest.values() for o in g[1:]]
+                for n in ex.map(copy, copies):
+                    nbytes += n
             nfiles = len(wanted)
             # folder modes, deepest first (a read-only folder is fine once its content is written)
             for d in sorted(need_dirs, key=lambda p: -p.count("/")):
