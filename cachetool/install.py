@@ -495,7 +495,6 @@ def install_bundle(
             blob_dir.mkdir()
             tree = staging / "tree"
             tree.mkdir()
-            todo_paths = {u.path for u in todo}
             dir_modes = {d.path: d.mode for d in manifest.dirs}
             # folders of the units, parents first
             need_dirs = set()

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import click
 
 from cachetool.cli import cli
-from cachetool.errors import UsageError
 
 
 def _human(n: int) -> str:
@@ -96,9 +94,12 @@ def sign_cmd(bundle, key, output):
         env = sign_manifest(b.manifest_bytes(), k, existing_envelope=b.signature_bytes())
         signed = b.with_signature(env)
         # Extract blobs first: writing in place replaces the file we read from.
-        for blob in signed.blobs:
-            signed.blob_path(blob)
-        out = write_ctb(signed, output or bundle)
+        try:
+            for blob in signed.blobs:
+                signed.blob_path(blob)
+            out = write_ctb(signed, output or bundle)
+        finally:
+            signed.close()
     from cachetool.signing import key_id
 
     click.echo(f"signed {out} with key {key_id(k.public_key())}")

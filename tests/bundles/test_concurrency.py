@@ -3,7 +3,6 @@ one bundle give one tree and all succeed."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal

@@ -202,3 +202,25 @@ def test_python_m_entrypoint_exit_code(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cachetool", "install", str(tmp_path / "none.ctb"), "--cache-root",
                         str(tmp_path / "d")], capture_output=True, text=True)
     assert r.returncode == 5 and r.stderr.strip().startswith("error: bundle file") and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_pack_refuses_links_and_special_files(tmp_path, cli, kind):
+    src = make_native_tree(tmp_path / "src", layers=2)
+    d = next(src.rglob("backbone"))
+    if kind == "symlink":
+        os.symlink("/etc/passwd", d / "link")
+    else:
+        os.mkfifo(d / "fifo")
+    r = cli("pack", src, "-o", tmp_path / "b.ctb")
+    assert r.rc == 2 and ("symlink" in one_error_line(r.err) or "regular file" in r.err), r
+    assert not (tmp_path / "b.ctb").exists()
+
+
+def test_pack_missing_path_and_unknown_tree(tmp_path, cli):
+    r = cli("pack", tmp_path / "nope", "-o", tmp_path / "b.ctb")
+    assert r.rc == 5 and "does not exist" in one_error_line(r.err)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "file.txt").write_text("x")
+    r = cli("pack", tmp_path / "empty", "-o", tmp_path / "b.ctb")
+    assert r.rc == 2 and "not a recognised cache" in one_error_line(r.err)
