@@ -1,0 +1,82 @@
+"""Tensor-parallel collectives that are visible in the Dynamo graph (so they are part of what is cached).
+
+:func:`tensor_model_parallel_all_reduce` is what the parallel layers call. Two implementations:
+
+- ``functional`` (default): ``torch.distributed._functional_collectives.all_reduce``. Dynamo traces it into
+  ``torch.ops._c10d_functional.all_reduce(x, "sum", group_name)`` + ``wait_tensor``; Inductor lowers both
+  into the compiled code. Verified with gloo on the CPU on torch 2.13 (compile, save binary, load in a new
+  process); on CUDA it is the NCCL path that torch's own tensor-parallel code compiles.
+- ``custom_op``: ``torch.ops.cachetool.tp_all_reduce``, a registered custom op wrapping
+  ``dist.all_reduce`` (opaque to Inductor, no graph break): the fallback should a torch build not lower
+  functional collectives for a backend. Chosen with :func:`set_all_reduce_impl`; hashed (config factor).
+
+Both carry the group name as a graph constant; it is the same on every rank, so every rank compiles the same
+graphs (and the bundle stores their artifacts once).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from compiler.distributed import parallel_state as ps
+
+ALL_REDUCE_IMPLS = ("functional", "custom_op")
+_IMPL = "functional"
+
+
+def set_all_reduce_impl(name: str) -> None:
+    global _IMPL
+    if name not in ALL_REDUCE_IMPLS:
+        raise ValueError(f"all-reduce implementation must be one of {', '.join(ALL_REDUCE_IMPLS)}, got {name!r}")
+    _IMPL = name
+
+
+def all_reduce_impl() -> str:
+    return _IMPL
+
+
+def _group_name(group: object) -> str:
+    name = getattr(group, "group_name", None)
+    if name is None:  # pragma: no cover - very old torch
+        from torch.distributed.distributed_c10d import _get_group_name  # type: ignore[attr-defined]
+
+        name = _get_group_name(group)
+    return str(name)
+
+
+@torch.library.custom_op("cachetool::tp_all_reduce", mutates_args=())
+def tp_all_reduce(x: torch.Tensor, group_name: str) -> torch.Tensor:
+    """Sum ``x`` over the tensor-parallel group (``group_name`` as a graph constant)."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    out = x.clone()
+    dist.all_reduce(out, group=_resolve_process_group(group_name))
+    return out
+
+
+@tp_all_reduce.register_fake
+def _(x: torch.Tensor, group_name: str) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def tensor_model_parallel_all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """Sum over the TP group; the identity at TP size 1 (nothing enters the graph)."""
+    if ps.get_tp_size() == 1:
+        return x
+    group = ps.get_tp_group()
+    if _IMPL == "custom_op":
+        return torch.ops.cachetool.tp_all_reduce(x, _group_name(group))
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol.all_reduce(x, "sum", group)
+
+
+def tensor_model_parallel_all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Concatenate ``x`` of every TP rank along ``dim`` (eager: used by the lm head, outside the graph)."""
+    if ps.get_tp_size() == 1:
+        return x
+    group = ps.get_tp_group()
+    parts = [torch.empty_like(x) for _ in range(ps.get_tp_size())]
+    dist.all_gather(parts, x.contiguous(), group=group)
+    return torch.cat(parts, dim=dim)
