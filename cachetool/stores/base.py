@@ -98,5 +98,17 @@ class Store(abc.ABC):
     def delete_ref(self, name: str, tag: str) -> None: ...
 
     @abc.abstractmethod
-    def gc(self, dry_run: bool = False) -> list[str]:
-        """Delete blobs/manifests no ref reaches; return what was (or would be) deleted."""
+    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+        """Delete blobs/manifests no ref reaches; return what was (or would be) deleted.
+
+        ``older_than``: only objects last written at least this many seconds ago, so that a push in flight
+        (blobs written, ref not yet) is not collected under it."""
+
+    def close(self) -> None:
+        """Release connections. Stores are also usable as context managers."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,120 @@
+"""Helpers shared by the store implementations: ref-index JSON, digests, atomic files, transfer counters."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import tempfile
+import threading
+from pathlib import Path
+
+from cachetool.errors import StoreError, VerificationError
+from cachetool.stores.base import RefEntry, RefIndex
+
+REF_FORMAT = "cachetool.ref.v1"
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+CHUNK = 1 << 20
+
+
+def hexof(digest: str) -> str:
+    """``sha256:<hex>`` → ``<hex>``, refusing anything else (a digest becomes a file or key name)."""
+    if not isinstance(digest, str) or not _DIGEST_RE.match(digest):
+        raise VerificationError(f"not a sha256 digest: {digest!r}")
+    return digest[7:]
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def index_to_json(index: RefIndex) -> bytes:
+    doc = {
+        "format": REF_FORMAT,
+        "name": index.name,
+        "tag": index.tag,
+        "entries": [
+            {"manifest_digest": e.manifest_digest, "platform": e.platform, "fingerprint": e.fingerprint,
+             "size": e.size, "created": e.created}
+            for e in index.entries
+        ],
+    }
+    return json.dumps(doc, sort_keys=True, indent=1).encode() + b"\n"
+
+
+def index_from_json(data: bytes, where: str) -> RefIndex:
+    try:
+        doc = json.loads(data)
+        if doc.get("format") != REF_FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}")
+        entries = []
+        for e in doc["entries"]:
+            hexof(e["manifest_digest"])
+            entries.append(RefEntry(e["manifest_digest"], str(e["platform"]), dict(e.get("fingerprint") or {}),
+                                    int(e.get("size") or 0), str(e.get("created") or "")))
+        return RefIndex(str(doc["name"]), str(doc["tag"]), tuple(entries))
+    except (ValueError, KeyError, TypeError, AttributeError, VerificationError) as exc:
+        raise StoreError(f"{where} is not a cachetool ref ({exc})") from None
+
+
+def atomic_write(path: Path, data: bytes | None = None, *, src: Path | None = None, fsync: bool = True) -> None:
+    """Write ``data`` (or copy ``src``) to ``path`` through a temp file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if data is not None:
+                f.write(data)
+            else:
+                with open(src, "rb") as s:
+                    while True:
+                        chunk = s.read(CHUNK)
+                        if not chunk:
+                            break
+                        f.write(chunk)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def resume_offset(dest: Path, total: int) -> int:
+    """How many bytes of ``dest`` can be kept for a resumed download of ``total`` bytes (0: start over)."""
+    try:
+        n = dest.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if n > total:
+        dest.unlink()
+        return 0
+    return n
+
+
+class Counters:
+    """Bytes and requests moved by a store, thread-safe; read by transfer results and the benchmark."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.blobs_resumed = 0
+
+    def up(self, n: int) -> None:
+        with self._lock:
+            self.bytes_up += n
+
+    def down(self, n: int) -> None:
+        with self._lock:
+            self.bytes_down += n
+
+    def resumed(self) -> None:
+        with self._lock:
+            self.blobs_resumed += 1

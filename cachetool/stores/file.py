@@ -1,0 +1,196 @@
+"""``file:///dir``: a bundle store in a local (or network-mounted) folder; the embedded default.
+
+Layout (documented in docs/stores.md; every file is written to a temp name in its folder and renamed)::
+
+    {dir}/cachetool-store.json                     {"format": "cachetool-store", "version": 1}
+    {dir}/blobs/sha256/<hex>                       zstd bytes of one blob; <hex> = sha256 of these bytes
+    {dir}/manifests/sha256/<hex>.json              bundle manifest, canonical JSON; <hex> = its sha256
+    {dir}/signatures/sha256/<hex>.dsse.json        DSSE envelope over manifest <hex>
+    {dir}/refs/<name>/<tag>.json                   ref index: one entry per platform
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+from cachetool.errors import NotFoundError, StoreError
+from cachetool.stores._common import (CHUNK, Counters, atomic_write, hexof, index_from_json, index_to_json,
+                                      resume_offset)
+from cachetool.stores.base import BlobRef, RefIndex, Store
+
+MARKER = "cachetool-store.json"
+
+
+class FileStore(Store):
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.url = f"file://{self.root}"
+        self.counters = Counters()
+
+    # paths
+    def _blob(self, blob: BlobRef) -> Path:
+        return self.root / "blobs" / "sha256" / hexof(blob.stored_digest)
+
+    def _manifest(self, digest: str) -> Path:
+        return self.root / "manifests" / "sha256" / f"{hexof(digest)}.json"
+
+    def _signature(self, digest: str) -> Path:
+        return self.root / "signatures" / "sha256" / f"{hexof(digest)}.dsse.json"
+
+    def _ref(self, name: str, tag: str) -> Path:
+        return self.root / "refs" / name / f"{tag}.json"
+
+    def _ensure(self) -> None:
+        try:
+            if not (self.root / MARKER).exists():
+                atomic_write(self.root / MARKER, json.dumps({"format": "cachetool-store", "version": 1}).encode())
+        except OSError as exc:
+            raise StoreError(f"cannot write store {self.url}: {exc.strerror or exc}") from None
+
+    def _require_root(self) -> None:
+        if not self.root.is_dir():
+            raise NotFoundError(f"store {self.url} does not exist (no such folder)")
+
+    def _write(self, path: Path, data: bytes | None = None, src: Path | None = None) -> None:
+        self._ensure()
+        try:
+            atomic_write(path, data, src=src)
+        except OSError as exc:
+            raise StoreError(f"cannot write {path} in store {self.url}: {exc.strerror or exc}") from None
+
+    # blobs
+    def has_blob(self, blob: BlobRef) -> bool:
+        p = self._blob(blob)
+        try:
+            return p.stat().st_size == blob.stored_size
+        except FileNotFoundError:
+            return False
+
+    def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
+        self._write(self._blob(blob), src=Path(stored_bytes_path))
+        self.counters.up(blob.stored_size)
+
+    def get_blob(self, blob: BlobRef, dest: Path) -> None:
+        self._require_root()
+        src = self._blob(blob)
+        dest = Path(dest)
+        offset = resume_offset(dest, blob.stored_size)
+        try:
+            with open(src, "rb") as f, open(dest, "ab" if offset else "wb") as out:
+                if offset:
+                    self.counters.resumed()
+                    f.seek(offset)
+                while True:
+                    chunk = f.read(CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    self.counters.down(len(chunk))
+        except FileNotFoundError:
+            raise NotFoundError(f"blob {blob.stored_digest[:19]} is missing from store {self.url}") from None
+
+    # manifests and signatures
+    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
+        import hashlib
+
+        digest = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+        p = self._manifest(digest)
+        if not p.exists():
+            self._write(p, manifest_bytes)
+            self.counters.up(len(manifest_bytes))
+        return digest
+
+    def get_manifest(self, manifest_digest: str) -> bytes:
+        self._require_root()
+        try:
+            data = self._manifest(manifest_digest).read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}") from None
+        self.counters.down(len(data))
+        return data
+
+    def put_signature(self, manifest_digest: str, envelope: bytes) -> None:
+        self._write(self._signature(manifest_digest), envelope)
+        self.counters.up(len(envelope))
+
+    def get_signature(self, manifest_digest: str) -> bytes | None:
+        try:
+            data = self._signature(manifest_digest).read_bytes()
+        except FileNotFoundError:
+            return None
+        self.counters.down(len(data))
+        return data
+
+    # refs
+    def put_ref(self, index: RefIndex) -> None:
+        self._write(self._ref(index.name, index.tag), index_to_json(index))
+
+    def get_ref(self, name: str, tag: str) -> RefIndex:
+        self._require_root()
+        p = self._ref(name, tag)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            known = sorted(q.stem for q in (self.root / "refs" / name).glob("*.json")) if (self.root / "refs" / name).is_dir() else []
+            hint = f" (tags: {', '.join(known[:8])})" if known else f" (no bundle named {name!r})"
+            raise NotFoundError(f"{self.url}/{name}:{tag} not found{hint}") from None
+        return index_from_json(data, f"{self.url}/{name}:{tag}")
+
+    def list_refs(self) -> Iterator[RefIndex]:
+        self._require_root()
+        refs = self.root / "refs"
+        if not refs.is_dir():
+            return
+        for d in sorted(refs.iterdir()):
+            if not d.is_dir():
+                continue
+            for p in sorted(d.glob("*.json")):
+                if p.name.startswith("."):
+                    continue
+                yield index_from_json(p.read_bytes(), f"{self.url}/{d.name}:{p.stem}")
+
+    def delete_ref(self, name: str, tag: str) -> None:
+        self._require_root()
+        p = self._ref(name, tag)
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.url}/{name}:{tag} not found") from None
+        try:
+            p.parent.rmdir()
+        except OSError:
+            pass
+
+    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+        from cachetool.stores.gc import reachable
+
+        self._require_root()
+        manifests, blobs = reachable(self)
+        cutoff = time.time() - older_than
+        out: list[str] = []
+        for kind, keep in (("blobs", blobs), ("manifests", manifests), ("signatures", manifests)):
+            folder = self.root / kind / "sha256"
+            if not folder.is_dir():
+                continue
+            for p in sorted(folder.iterdir()):
+                hexd = p.name.split(".", 1)[0]
+                stale_tmp = p.name.startswith(".") and p.name.endswith(".tmp")
+                if not stale_tmp and hexd in keep:
+                    continue
+                try:
+                    if p.stat().st_mtime > cutoff:
+                        continue
+                except FileNotFoundError:
+                    continue
+                out.append(f"{kind}/sha256/{p.name}")
+                if not dry_run:
+                    try:
+                        p.unlink()
+                    except FileNotFoundError:
+                        pass
+        return out

@@ -1,0 +1,293 @@
+"""``s3://bucket/prefix``: bundles in S3 or an S3-compatible server (Ceph RGW, MinIO).
+
+Keys under ``prefix`` mirror the file store (docs/stores.md): ``blobs/sha256/<hex>``,
+``manifests/sha256/<hex>.json``, ``signatures/sha256/<hex>.dsse.json``, ``refs/<name>/<tag>.json``.
+
+Credentials come from boto3's standard chain (environment, ``AWS_PROFILE`` / ``profile=``, config files,
+instance/role providers); ``endpoint_url`` (or ``AWS_ENDPOINT_URL``) points at an S3-compatible server.
+Uploads use boto3's managed transfer (multipart, parallel parts above ``multipart_threshold``); each blob is
+checked with HEAD before it is uploaded. Requests retry with exponential backoff (botocore "standard" mode,
+``CACHETOOL_STORE_MAX_ATTEMPTS``, default 5). Downloads stream with a ``Range`` header so a partial file resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+from cachetool.errors import NotFoundError, StoreError
+from cachetool.stores._common import CHUNK, Counters, hexof, index_from_json, index_to_json, resume_offset
+from cachetool.stores.base import BlobRef, RefIndex, Store
+
+_AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
+               "TokenRefreshRequired", "AuthorizationHeaderMalformed", "403", "Forbidden", "InvalidSecurity"}
+_NO_SIG = "\0no signature"
+MULTIPART_THRESHOLD = 32 << 20
+MULTIPART_CHUNK = 16 << 20
+
+
+class S3Store(Store):
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None, profile: str | None = None,
+                 region: str | None = None, max_attempts: int | None = None, max_concurrency: int = 8):
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self.profile = profile
+        self.region = region
+        self.max_attempts = int(max_attempts or os.environ.get("CACHETOOL_STORE_MAX_ATTEMPTS", "5"))
+        self.max_concurrency = max_concurrency
+        self.counters = Counters()
+        self._client = None
+
+    # ---------------------------------------------------------------------------------------------- plumbing
+    @property
+    def client(self):
+        if self._client is None:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError as exc:  # the GPU image may lack boto3
+                raise StoreError(f"s3:// stores need boto3 ({exc})") from None
+            import botocore.exceptions as bexc
+
+            try:
+                session = boto3.session.Session(profile_name=self.profile)
+            except bexc.ProfileNotFound:
+                raise StoreError(f"AWS profile {self.profile!r} not found") from None
+            region = self.region or session.region_name or "us-east-1"
+            cfg = Config(
+                retries={"max_attempts": self.max_attempts, "mode": "standard"},
+                connect_timeout=10, read_timeout=60, max_pool_connections=max(10, self.max_concurrency * 2),
+                s3={"addressing_style": "path" if self.endpoint_url else "auto"},
+                request_checksum_calculation="when_required", response_checksum_validation="when_required",
+            )
+            self._client = session.client("s3", endpoint_url=self.endpoint_url or None, region_name=region, config=cfg)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:
+                pass
+            self._client = None
+
+    def _key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def _blob_key(self, blob: BlobRef) -> str:
+        return self._key(f"blobs/sha256/{hexof(blob.stored_digest)}")
+
+    def _manifest_key(self, digest: str) -> str:
+        return self._key(f"manifests/sha256/{hexof(digest)}.json")
+
+    def _sig_key(self, digest: str) -> str:
+        return self._key(f"signatures/sha256/{hexof(digest)}.dsse.json")
+
+    def _ref_key(self, name: str, tag: str) -> str:
+        return self._key(f"refs/{name}/{tag}.json")
+
+    def _error(self, exc: Exception, what: str, missing: str | None = None) -> Exception:
+        """Map a boto error to a one-line cachetool error. ``missing``: message for a 404 on the object."""
+        import botocore.exceptions as bexc
+
+        where = f"{self.url} ({self.endpoint_url})" if self.endpoint_url else self.url
+        if isinstance(exc, bexc.ClientError):
+            err = exc.response.get("Error", {}) or {}
+            code = str(err.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "")
+            if code == "NoSuchBucket":
+                return NotFoundError(f"bucket {self.bucket!r} does not exist at {where}")
+            if code in ("NoSuchKey", "404", "NotFound") and missing:
+                return NotFoundError(missing)
+            if code in _AUTH_CODES:
+                return StoreError(f"{what}: access denied by {where} ({code}): check the AWS credentials/profile")
+            msg = err.get("Message") or ""
+            return StoreError(f"{what}: {where} answered {code}{': ' + msg if msg else ''}")
+        if isinstance(exc, bexc.NoCredentialsError):
+            return StoreError(f"{what}: no AWS credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                              "AWS_PROFILE or a role)")
+        if isinstance(exc, (bexc.EndpointConnectionError, bexc.ConnectionClosedError, bexc.ReadTimeoutError,
+                            bexc.ConnectTimeoutError, bexc.ResponseStreamingError)):
+            return StoreError(f"{what}: cannot reach {where} ({type(exc).__name__}) after {self.max_attempts} attempts")
+        if isinstance(exc, bexc.BotoCoreError):
+            return StoreError(f"{what}: {where}: {exc}".replace("\n", " "))
+        if isinstance(exc, (ConnectionError, OSError)):
+            return StoreError(f"{what}: connection to {where} failed ({exc})".replace("\n", " "))
+        return exc
+
+    def _call(self, what: str, fn, *args, missing: str | None = None, **kwargs):
+        import botocore.exceptions as bexc
+
+        try:
+            return fn(*args, **kwargs)
+        except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
+            raise self._error(exc, what, missing) from None
+
+    def _get_bytes(self, key: str, what: str, missing: str) -> bytes:
+        import botocore.exceptions as bexc
+
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=key)
+            data = resp["Body"].read()
+        except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
+            raise self._error(exc, what, missing) from None
+        self.counters.down(len(data))
+        return data
+
+    def _put_bytes(self, key: str, data: bytes, what: str, content_type: str = "application/json") -> None:
+        self._call(what, self.client.put_object, Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
+        self.counters.up(len(data))
+
+    def _exists(self, key: str, what: str) -> tuple[bool, int]:
+        import botocore.exceptions as bexc
+
+        try:
+            h = self.client.head_object(Bucket=self.bucket, Key=key)
+            return True, int(h.get("ContentLength", -1))
+        except bexc.ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code"))
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return False, 0
+            raise self._error(exc, what) from None
+        except (bexc.BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, what) from None
+
+    def check_bucket(self) -> None:
+        """Raise NotFoundError / StoreError when the bucket is missing or the credentials are refused."""
+        self._call(f"open {self.url}", self.client.head_bucket, Bucket=self.bucket,
+                   missing=f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS'}")
+
+    # ---------------------------------------------------------------------------------------------- blobs
+    def has_blob(self, blob: BlobRef) -> bool:
+        ok, size = self._exists(self._blob_key(blob), f"check blob {blob.stored_digest[:19]} in {self.url}")
+        return ok and size == blob.stored_size
+
+    def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
+        from boto3.s3.transfer import TransferConfig
+
+        cfg = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_CHUNK,
+                             max_concurrency=self.max_concurrency, use_threads=True)
+        self._call(f"upload blob {blob.stored_digest[:19]} to {self.url}", self.client.upload_file,
+                   str(stored_bytes_path), self.bucket, self._blob_key(blob),
+                   ExtraArgs={"ContentType": "application/zstd"}, Config=cfg)
+        self.counters.up(blob.stored_size)
+
+    def get_blob(self, blob: BlobRef, dest: Path) -> None:
+        import botocore.exceptions as bexc
+
+        dest = Path(dest)
+        what = f"download blob {blob.stored_digest[:19]} from {self.url}"
+        missing = f"blob {blob.stored_digest[:19]} is missing from store {self.url}"
+        for attempt in range(self.max_attempts):
+            offset = resume_offset(dest, blob.stored_size)
+            if offset == blob.stored_size:
+                return
+            try:
+                kw = {"Range": f"bytes={offset}-"} if offset else {}
+                resp = self.client.get_object(Bucket=self.bucket, Key=self._blob_key(blob), **kw)
+                if offset:
+                    self.counters.resumed()
+                with open(dest, "ab" if offset else "wb") as out:
+                    body = resp["Body"]
+                    for chunk in iter(lambda: body.read(CHUNK), b""):
+                        out.write(chunk)
+                        self.counters.down(len(chunk))
+                return
+            except bexc.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code"))
+                if code == "InvalidRange":  # the partial file is already whole (or longer: start over)
+                    dest.unlink(missing_ok=True)
+                    continue
+                raise self._error(exc, what, missing) from None
+            except (bexc.BotoCoreError, ConnectionError, OSError) as exc:
+                # A stream cut mid-body: keep what arrived and resume after a backoff.
+                if attempt + 1 >= self.max_attempts or isinstance(exc, (bexc.NoCredentialsError,)):
+                    raise self._error(exc, what, missing) from None
+                time.sleep(min(8.0, 0.5 * 2 ** attempt))
+        raise StoreError(f"{what}: gave up after {self.max_attempts} attempts")
+
+    # ---------------------------------------------------------------------------------------------- manifests
+    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
+        digest = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+        key = self._manifest_key(digest)
+        what = f"upload manifest {digest[:19]} to {self.url}"
+        if not self._exists(key, what)[0]:
+            self._put_bytes(key, manifest_bytes, what)
+        return digest
+
+    def get_manifest(self, manifest_digest: str) -> bytes:
+        return self._get_bytes(self._manifest_key(manifest_digest), f"download manifest from {self.url}",
+                               f"manifest {manifest_digest[:19]} is missing from store {self.url}")
+
+    def put_signature(self, manifest_digest: str, envelope: bytes) -> None:
+        self._put_bytes(self._sig_key(manifest_digest), envelope, f"upload signature to {self.url}")
+
+    def get_signature(self, manifest_digest: str) -> bytes | None:
+        try:
+            return self._get_bytes(self._sig_key(manifest_digest), f"download signature from {self.url}", _NO_SIG)
+        except NotFoundError as exc:
+            if str(exc) == _NO_SIG:
+                return None
+            raise
+
+    # ---------------------------------------------------------------------------------------------- refs
+    def put_ref(self, index: RefIndex) -> None:
+        self._put_bytes(self._ref_key(index.name, index.tag), index_to_json(index),
+                        f"write ref {index.name}:{index.tag} to {self.url}")
+
+    def get_ref(self, name: str, tag: str) -> RefIndex:
+        ref = f"{self.url}/{name}:{tag}"
+        data = self._get_bytes(self._ref_key(name, tag), f"read {ref}", f"{ref} not found (no such tag)")
+        return index_from_json(data, ref)
+
+    def _list(self, rel: str) -> Iterator[dict]:
+        import botocore.exceptions as bexc
+
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(rel))
+            for page in pages:
+                yield from page.get("Contents", [])
+        except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
+            raise self._error(exc, f"list {self.url}") from None
+
+    def list_refs(self) -> Iterator[RefIndex]:
+        base = self._key("refs/")
+        for obj in self._list("refs/"):
+            rel = obj["Key"][len(base):]
+            if rel.count("/") != 1 or not rel.endswith(".json"):
+                continue
+            name, tag = rel[:-5].split("/")
+            yield index_from_json(self._get_bytes(obj["Key"], f"read {self.url}/{name}:{tag}", "gone"),
+                                  f"{self.url}/{name}:{tag}")
+
+    def delete_ref(self, name: str, tag: str) -> None:
+        key = self._ref_key(name, tag)
+        if not self._exists(key, f"delete {self.url}/{name}:{tag}")[0]:
+            raise NotFoundError(f"{self.url}/{name}:{tag} not found")
+        self._call(f"delete {self.url}/{name}:{tag}", self.client.delete_object, Bucket=self.bucket, Key=key)
+
+    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+        from cachetool.stores.gc import reachable
+
+        self.check_bucket()
+        manifests, blobs = reachable(self)
+        cutoff = time.time() - older_than
+        doomed: list[str] = []
+        for kind, keep in (("blobs", blobs), ("manifests", manifests), ("signatures", manifests)):
+            base = self._key(f"{kind}/sha256/")
+            for obj in self._list(f"{kind}/sha256/"):
+                name = obj["Key"][len(base):]
+                if name.split(".", 1)[0] in keep or obj["LastModified"].timestamp() > cutoff:
+                    continue
+                doomed.append(obj["Key"])
+        if not dry_run:
+            for i in range(0, len(doomed), 1000):
+                batch = [{"Key": k} for k in doomed[i:i + 1000]]
+                self._call(f"gc {self.url}", self.client.delete_objects, Bucket=self.bucket,
+                           Delete={"Objects": batch, "Quiet": True})
+        n = len(self._key(""))
+        return [k[n:] for k in doomed]
