@@ -114,7 +114,7 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
             startup = runner.warmup()
             wl = runner.run_workload().as_dict() if workload else {}
     except CompileInStrictMode as exc:
-        raise CompileInStrictModeError(f"{command}: {exc}") from None
+        raise CompileInStrictModeError(f"{command}: {str(exc).splitlines()[0]}") from None
     except RuntimeError as exc:
         # Dynamo wraps backend errors; a strict-mode refusal must keep its class.
         if "strict mode" in str(exc) or "recompilation refused (strict" in str(exc):

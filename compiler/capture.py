@@ -23,6 +23,7 @@ import inspect
 import io
 import logging
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
@@ -111,10 +112,23 @@ class _Compiled:
             else:
                 torch._dynamo.mark_dynamic(t, d)
 
+    def _fresh_forward(self) -> Callable[..., Any]:
+        """``forward`` bound to this instance, on a private copy of its code object: Dynamo keeps compiled code
+        per code object, so without a copy every further instance (another runner, a test) would pile a cache
+        entry onto the same code (different backend) until the recompile limit."""
+        fn = type(self.module).forward
+        fn = getattr(fn, "__func__", fn)
+        clone = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
+                                   fn.__closure__)
+        clone.__kwdefaults__ = fn.__kwdefaults__
+        clone.__qualname__ = fn.__qualname__
+        clone.__module__ = fn.__module__
+        return types.MethodType(clone, self.module)
+
     def _build(self) -> Callable[..., Any]:
         mode = self.cfg.mode
         keep_guards = self.cfg.dynamic_shapes_config.evaluate_guards
-        forward = self.module.forward
+        forward = self._fresh_forward()
         if mode == CompilationMode.STOCK_TORCH_COMPILE:
             return torch.compile(forward, fullgraph=True)
         options = None if keep_guards else {"guard_filter_fn": _guard_filter_fn()}

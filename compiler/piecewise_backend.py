@@ -106,6 +106,7 @@ class PiecewiseBackend:
         self.split_gm: fx.GraphModule | None = None
         self.items: list[SplitItem] = []
         self._by_hash: dict[tuple[str, int | None], Callable[..., Any]] = {}
+        self._entries: dict[tuple[str, int | None], IndexEntry] = {}
         self.traced_files: list[str] = []
 
     # ------------------------------------------------------------------ Dynamo entry
@@ -193,6 +194,9 @@ class PiecewiseBackend:
         memo = (ghash, runtime_shape)
         if memo in self._by_hash:
             counters.graphs_reused += 1
+            known = self._entries.get(memo)
+            if known is not None and self.index is not None:
+                self.index.record(index, runtime_shape, known)  # identical piece: same artifact file
             return self._by_hash[memo]
         shape_txt = None if runtime_shape is None else runtime_shape
         entry = self.index.find(ghash, runtime_shape) if self.index is not None else None
@@ -213,6 +217,7 @@ class PiecewiseBackend:
                              index, shape_txt, self.adaptor.name, (ghash[:16], str(self.layout.dir / entry.artifact)),
                              time.perf_counter() - t)
                 self.index.record(index, runtime_shape, entry)
+                self._entries[memo] = entry
         if fn is None:
             check_not_strict(f"piece {index} (shape {shape_txt}, graph {ghash[:12]})")
             t = time.perf_counter()
@@ -225,9 +230,10 @@ class PiecewiseBackend:
                 path = self.layout.dir / handle[1]
                 logger.debug("store the %s-th graph for shape %s from %s via handle %s (%.2f s)",
                              index, shape_txt, self.adaptor.name, (ghash[:16], str(path)), time.perf_counter() - t)
-                self.index.record(index, runtime_shape, IndexEntry(ghash, "general" if runtime_shape is None
-                                                                   else runtime_shape, handle[1], fmt,
-                                                                   artifact_digest(path)))
+                entry = IndexEntry(ghash, "general" if runtime_shape is None else runtime_shape, handle[1], fmt,
+                                   artifact_digest(path))
+                self.index.record(index, runtime_shape, entry)
+                self._entries[memo] = entry
             else:
                 logger.debug("compiled the %s-th graph for shape %s (not saved) in %.2f s", index, shape_txt,
                              time.perf_counter() - t)

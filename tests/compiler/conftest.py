@@ -40,8 +40,11 @@ def run_json(*args: str, env: dict[str, str] | None = None) -> dict:
 
 
 @pytest.fixture(scope="session")
-def warmed_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """One cold ``cachetool warm`` of the tiny model in a fresh root (a separate process); shared."""
+def warmed_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    """One cold ``cachetool warm`` of the tiny model in a fresh root (a separate process, DEBUG logs); shared.
+    Returns (root, the --json object, stderr)."""
     root = tmp_path_factory.mktemp("warm_root")
-    result = run_json("warm", "--model", "tiny", "--cache-root", str(root))
-    return root, result
+    proc = run_cli("warm", "--model", "tiny", "--cache-root", str(root), "--json",
+                   env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root, json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr

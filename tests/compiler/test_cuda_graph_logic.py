@@ -1,0 +1,166 @@
+"""CUDA-graph logic that needs no GPU: capture sizes, padding, dispatch, mode resolution, config errors,
+attention under padding (emulated graphs on the CPU) and compile_sizes pieces saved and loaded across processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from compiler.config import CompilationConfig, CompilationMode, ConfigError, CUDAGraphMode
+from compiler.cudagraph_dispatcher import (AttentionCGSupport, BatchDescriptor, CudagraphDispatcher,
+                                           default_capture_sizes, padded_size, resolve_capture_sizes,
+                                           resolve_cudagraph_mode)
+
+# ---------------------------------------------------------------------- capture sizes
+
+
+def test_default_capture_size_rule() -> None:
+    sizes = default_capture_sizes()
+    assert sizes == [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+    assert sizes[-1] == 512 and len(sizes) == 3 + 31 + 17
+    assert default_capture_sizes(300) == [1, 2, 4] + list(range(8, 256, 8)) + [256, 272, 288]
+    assert default_capture_sizes(20) == [1, 2, 4, 8, 16]
+    assert default_capture_sizes(1) == [1]
+    assert default_capture_sizes(0) == []
+
+
+def test_resolve_capture_sizes_default_max_and_override() -> None:
+    assert resolve_capture_sizes(CompilationConfig()) == default_capture_sizes(512)
+    assert resolve_capture_sizes(CompilationConfig(max_cudagraph_capture_size=64)) == default_capture_sizes(64)
+    cfg = CompilationConfig(cudagraph_capture_sizes=[16, 3, 3, 1])
+    assert resolve_capture_sizes(cfg) == [1, 3, 16]
+    # sizes no batch can reach are not captured
+    assert resolve_capture_sizes(CompilationConfig(), max_num_tokens=64) == [1, 2, 4] + list(range(8, 65, 8))
+
+
+def test_config_capture_sizes_follow_the_rule() -> None:
+    cfg = CompilationConfig(max_cudagraph_capture_size=300)
+    assert cfg.cudagraph_capture_sizes == default_capture_sizes(300)
+    assert CompilationConfig.from_dict({"cudagraph_capture_sizes": [8, 2]}).max_cudagraph_capture_size == 8
+
+
+def test_padding_to_nearest_captured_size() -> None:
+    sizes = default_capture_sizes(512)
+    assert [padded_size(n, sizes) for n in (1, 2, 3, 4, 5, 8, 9, 255, 256, 257, 500, 512)] == \
+        [1, 2, 4, 4, 8, 8, 16, 256, 256, 272, 512, 512]
+    assert padded_size(513, sizes) is None  # larger batches run without graphs
+    assert padded_size(3, []) is None
+    with pytest.raises(ValueError):
+        padded_size(0, sizes)
+
+
+# ---------------------------------------------------------------------- dispatch
+
+
+def test_dispatch_full_and_piecewise() -> None:
+    d = CudagraphDispatcher(CUDAGraphMode.FULL_AND_PIECEWISE, [1, 2, 4, 8, 16], max_num_seqs=4)
+    assert d.dispatch(3, uniform_decode=True) == (CUDAGraphMode.FULL, BatchDescriptor(4, True))
+    # decode batch with more sequences than max_num_seqs keys: piecewise
+    assert d.dispatch(6, uniform_decode=True) == (CUDAGraphMode.PIECEWISE, BatchDescriptor(8, False))
+    assert d.dispatch(7, uniform_decode=False) == (CUDAGraphMode.PIECEWISE, BatchDescriptor(8, False))
+    assert d.dispatch(17, uniform_decode=False) == (CUDAGraphMode.NONE, BatchDescriptor(17, False))
+    keys = d.all_keys()
+    assert len(keys) == 5 + 3  # piecewise for every size, full decode for 1, 2, 4
+    assert keys[0] == (CUDAGraphMode.PIECEWISE, BatchDescriptor(16, False))  # largest first
+
+
+@pytest.mark.parametrize("mode,decode,mixed", [
+    (CUDAGraphMode.NONE, CUDAGraphMode.NONE, CUDAGraphMode.NONE),
+    (CUDAGraphMode.PIECEWISE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.PIECEWISE),
+    (CUDAGraphMode.FULL, CUDAGraphMode.FULL, CUDAGraphMode.FULL),
+    (CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL, CUDAGraphMode.NONE),
+    (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE),
+])
+def test_dispatch_per_mode(mode: CUDAGraphMode, decode: CUDAGraphMode, mixed: CUDAGraphMode) -> None:
+    d = CudagraphDispatcher(mode, [1, 2, 4, 8], max_num_seqs=8)
+    assert d.dispatch(3, uniform_decode=True)[0] == decode
+    assert d.dispatch(3, uniform_decode=False)[0] == mixed
+    assert d.dispatch(9, uniform_decode=True)[0] == CUDAGraphMode.NONE
+
+
+# ---------------------------------------------------------------------- mode resolution
+
+
+def test_cpu_resolves_every_mode_to_none_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    for mode in CUDAGraphMode:
+        cfg = CompilationConfig(cudagraph_mode=mode)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="compiler.cudagraph_dispatcher"):
+            assert resolve_cudagraph_mode(cfg, "cpu") == CUDAGraphMode.NONE
+        lines = [r for r in caplog.records if r.name == "compiler.cudagraph_dispatcher"]
+        assert len(lines) == (0 if mode == CUDAGraphMode.NONE else 1)
+        if lines:
+            assert "resolves to NONE on cpu" in lines[0].getMessage()
+
+
+def test_gpu_default_is_full_and_piecewise() -> None:
+    cfg = CompilationConfig()
+    assert cfg.cudagraph_mode is None  # unset: resolved per device
+    assert resolve_cudagraph_mode(cfg, "cuda") == CUDAGraphMode.FULL_AND_PIECEWISE
+    assert resolve_cudagraph_mode(cfg, "cpu") == CUDAGraphMode.NONE
+
+
+def test_full_only_where_attention_allows() -> None:
+    full = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL)
+    assert resolve_cudagraph_mode(full, "cuda", AttentionCGSupport.ALWAYS) == CUDAGraphMode.FULL
+    assert resolve_cudagraph_mode(full, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE) == \
+        CUDAGraphMode.FULL_AND_PIECEWISE
+    assert resolve_cudagraph_mode(full, "cuda", AttentionCGSupport.NEVER) == CUDAGraphMode.PIECEWISE
+    nosplit = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL, splitting_ops=[])
+    assert resolve_cudagraph_mode(nosplit, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE) == \
+        CUDAGraphMode.FULL_DECODE_ONLY
+    assert resolve_cudagraph_mode(nosplit, "cuda", AttentionCGSupport.NEVER) == CUDAGraphMode.NONE
+    fdo = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL_DECODE_ONLY)
+    assert resolve_cudagraph_mode(fdo, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE) == \
+        CUDAGraphMode.FULL_DECODE_ONLY
+    # no compilation: full graphs of the eager model only
+    eager = CompilationConfig(mode=CompilationMode.NONE)
+    assert resolve_cudagraph_mode(eager, "cuda") == CUDAGraphMode.FULL_DECODE_ONLY
+    from compiler.ops.static_attention import ATTENTION_CG_SUPPORT
+    assert ATTENTION_CG_SUPPORT == AttentionCGSupport.ALWAYS
+
+
+# ---------------------------------------------------------------------- config validation
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"cudagraph_mode": "SOMETIMES"}, "cudagraph_mode must be one of"),
+    ({"cudagraph_capture_sizes": [0, 2]}, "positive integers"),
+    ({"cudagraph_capture_sizes": "8"}, "positive integers"),
+    ({"cudagraph_capture_sizes": [1, 2], "max_cudagraph_capture_size": 8}, "must equal the largest"),
+    ({"max_cudagraph_capture_size": -1}, "non-negative integer"),
+    ({"max_cudagraph_capture_size": True}, "non-negative integer"),
+    ({"cudagraph_mode": "PIECEWISE", "splitting_ops": []}, "needs splitting_ops"),
+    ({"cudagraph_mode": "FULL_AND_PIECEWISE", "mode": 1}, "needs mode=3"),
+    ({"compile_sizes": [0]}, "compile_sizes entries"),
+    ({"compile_sizes": ["all"]}, "compile_sizes entries"),
+])
+def test_config_errors_are_one_line(data: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        CompilationConfig.from_dict(data)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cudagraph_mode_spellings_and_hash() -> None:
+    a = CompilationConfig.from_cli(None, ["cudagraph_mode=full_and_piecewise"])
+    assert a.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
+    assert CompilationConfig.from_json(json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"})).cudagraph_mode == \
+        CUDAGraphMode.FULL_DECODE_ONLY
+    assert a.compute_hash() != CompilationConfig().compute_hash()
+    assert CompilationConfig(cudagraph_capture_sizes=[1, 2]).compute_hash() != CompilationConfig().compute_hash()
+
+
+# ---------------------------------------------------------------------- weak references
+
+
+def test_weak_ref_tensor_aliases_memory() -> None:
+    from compiler.cuda_graph import weak_ref_tensors
+
+    t = torch.arange(12.0).view(3, 4)[1:]
+    w, = weak_ref_tensors((t,))
+    assert w.data_ptr() == t.data_ptr() and w.shape == t.shape and w.stride() == t.stride()
+    t.add_(1)
+    assert torch.equal(w, t)
