@@ -12,6 +12,7 @@ Paths are validated here, once, for everyone who reads a manifest (install, insp
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import posixpath
@@ -377,8 +378,16 @@ class Manifest:
         return m
 
     # ---- queries -------------------------------------------------------------------------------------------
+    @functools.cached_property
+    def _units_by_path(self) -> dict[str, Unit]:
+        return {u.path: u for u in self.units}
+
+    @functools.cached_property
+    def _blobs_by_digest(self) -> dict[str, BlobRef]:
+        return {b.digest: b for b in self.blobs}
+
     def unit_of(self, path: str) -> Unit | None:
-        by_path = {u.path: u for u in self.units}
+        by_path = self._units_by_path
         q = path
         while q:
             if q in by_path:
@@ -387,10 +396,7 @@ class Manifest:
         return None
 
     def blob(self, digest: str) -> BlobRef:
-        for b in self.blobs:
-            if b.digest == digest:
-                return b
-        raise KeyError(digest)
+        return self._blobs_by_digest[digest]
 
     @property
     def raw_size(self) -> int:
