@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import CacheMissError, UsageError, VerificationError
+from cachetool.errors import CacheMissError, CachetoolError, UsageError, VerificationError
 from cachetool.manifest import RESERVED_PREFIX, FileEntry, Manifest, Unit, manifest_digest
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef
@@ -61,6 +61,10 @@ class UnsafeDestinationError(VerificationError):
 
 class PreflightError(CacheMissError):
     """The bundle cannot hit on this machine: a fingerprint field or a hash factor differs."""
+
+
+class InstallIOError(CachetoolError):
+    """The filesystem refused an operation (permissions, disk full, ...)."""
 
 
 class ConflictError(UsageError):
@@ -579,12 +583,14 @@ def install_bundle(
             manifest_digest=digest, cache_root=root, units_installed=[u.path for u in todo], units_present=present,
             files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id, verified=not insecure_skip_verify,
             preflight=checked, seconds=time.monotonic() - t0)
-    except BaseException:
+    except BaseException as exc:
         if created_root is not None:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
                 staging = None
             _remove_empty_tree(created_root)
+        if isinstance(exc, OSError):
+            raise InstallIOError(f"install into {root} failed: {exc.strerror or exc} ({exc.filename or ''})") from exc
         raise
     finally:
         if staging is not None:

@@ -5,9 +5,26 @@ from __future__ import annotations
 import json
 import os
 
+import functools
+
 import click
 
 from cachetool.cli import cli
+from cachetool.errors import CachetoolError
+
+
+def _os_errors_one_line(fn):
+    """An OSError (permissions, disk full, a folder where a file was expected) becomes one ``error:`` line."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            raise CachetoolError(f"{fn.__name__.removesuffix('_cmd')}:{where}: {exc.strerror or exc}") from None
+
+    return wrapper
 
 
 def _human(n: int) -> str:
@@ -50,6 +67,7 @@ _trust_option = click.option(
 @click.option("--sign-key", type=click.Path(dir_okay=False), help="Ed25519 private key (from `cachetool keygen`).")
 @click.option("--layout", type=click.Choice(["auto", "native", "vllm", "triton"]), default="auto", show_default=True)
 @click.option("--level", type=click.IntRange(1, 22), default=3, show_default=True, help="zstd level.")
+@_os_errors_one_line
 def pack_cmd(path, output, sign_key, layout, level):
     """Pack a cache (root, hash folder or rank folder) into a signed single-file bundle."""
     from cachetool.bundle import pack, write_ctb
@@ -72,6 +90,7 @@ def pack_cmd(path, output, sign_key, layout, level):
 @cli.command("keygen")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="NAME",
               help="Writes NAME (private key, mode 0600) and NAME.pub.")
+@_os_errors_one_line
 def keygen_cmd(output):
     """Generate an Ed25519 signing key pair."""
     from cachetool.signing import generate_keypair
@@ -84,6 +103,7 @@ def keygen_cmd(output):
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--key", "key", required=True, type=click.Path(dir_okay=False), help="Ed25519 private key.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of replacing BUNDLE.")
+@_os_errors_one_line
 def sign_cmd(bundle, key, output):
     """Add (or replace) a signature on a .ctb bundle."""
     from cachetool.bundle import write_ctb
@@ -109,6 +129,7 @@ def sign_cmd(bundle, key, output):
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--files", "show_files", is_flag=True, help="List every file.")
+@_os_errors_one_line
 def inspect_cmd(bundle, as_json, show_files):
     """Show a bundle's keys, factors, fingerprint, ranks, files and sizes (nothing is verified)."""
     from cachetool.signing import envelope_key_ids
@@ -160,6 +181,7 @@ def inspect_cmd(bundle, as_json, show_files):
 @cli.command("verify")
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @_trust_option
+@_os_errors_one_line
 def verify_cmd(bundle, trust):
     """Check a bundle's signature against trusted keys and every blob against the manifest."""
     from cachetool.install import verify_bundle
@@ -179,6 +201,7 @@ def verify_cmd(bundle, trust):
 @click.option("--no-preflight", is_flag=True, help="Skip comparing factors/fingerprint with this machine.")
 @click.option("--force", is_flag=True, help="Replace install units that exist with different content.")
 @click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous).")
+@_os_errors_one_line
 def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, insecure_skip_verify):
     """Verify, preflight and atomically install a bundle into a cache root."""
     from cachetool.install import install_bundle
@@ -204,6 +227,7 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, i
 @click.option("--device", default=None, help="Device for `local` (default: cuda if available, else cpu).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--exit-code", is_flag=True, help="Exit 1 when something differs.")
+@_os_errors_one_line
 def diff_cmd(a, b, device, as_json, exit_code):
     """Name every hash factor that differs between A and B (bundles, cache folders or `local`)."""
     from cachetool.diff import diff_sources
