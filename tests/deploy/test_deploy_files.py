@@ -243,7 +243,8 @@ def test_dockerfile_structure():
 # ----------------------------------------------------------------------------------------------- Deployment
 
 
-PULL_VALUE_FLAGS = {"--cache-root", "--timeout", "--on-miss", "--trust"}
+PULL_VALUE_FLAGS = {"--cache-root", "--timeout", "--on-miss", "--trust", "--device", "--ranks", "--workers",
+                    "--profile", "--endpoint-url"}
 
 
 def test_deployment_init_container_pulls_into_the_shared_volume():
@@ -316,6 +317,10 @@ def test_deployment_server_uses_the_same_cache_root():
     argv = _argv(server)
     if argv and argv[0] == "cachetool" and "--cache-root" in " ".join(argv):
         assert _flag_value(argv, "--cache-root") == cache_root
+    # pull preflights against the device the server runs on
+    pull_argv = _argv(init)
+    if argv and argv[0] == "cachetool" and "--device" in pull_argv and "--device" in argv:
+        assert _flag_value(pull_argv, "--device") == _flag_value(argv, "--device")
 
     # the pod runs as the image's non-root user
     sc = pod.get("securityContext") or {}
