@@ -26,9 +26,9 @@ def big_bundle(tmp_path_factory, keys):
     d = tmp_path_factory.mktemp("big")
     src = make_native_tree(d / "src", ranks=RANKS, layers=6)
     rng = random.Random(0)
-    for r in RANKS:  # 3 MiB of incompressible data per rank, so an install takes a while
+    for r in RANKS:  # 2 MiB of incompressible data per rank, so an install takes a while
         p = next((src / "torch_compile_cache").iterdir()) / r / "backbone" / "inductor_cache" / "big.so"
-        p.write_bytes(rng.randbytes(3 << 20))
+        p.write_bytes(rng.randbytes(2 << 20))
     with pack(src, sign_key=keys["priv"]) as b:
         write_ctb(b, d / "big.ctb")
     return src, d / "big.ctb"

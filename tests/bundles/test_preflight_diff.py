@@ -106,7 +106,7 @@ def test_diff_missing_side(tmp_path, cli):
 
 
 @pytest.mark.slow
-def test_real_tiny_model_cache(tmp_path, keys):
+def test_real_tiny_model_cache(tmp_path, keys, cli):
     """`cachetool warm --model tiny` on the CPU → pack → install elsewhere: byte-identical, preflight passes."""
     if shutil.which("cachetool") is None:
         pytest.skip("cachetool entry point not installed")
@@ -118,14 +118,11 @@ def test_real_tiny_model_cache(tmp_path, keys):
                         "--device", "cpu"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
 
-    def ct(*args):
-        return subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True)
-
-    r = ct("pack", warm, "-o", tmp_path / "tiny.ctb", "--sign-key", keys["priv"])
-    assert r.returncode == 0 and "layout=native" in r.stdout, r.stderr
-    r = ct("install", tmp_path / "tiny.ctb", "--cache-root", tmp_path / "fresh", "--trust", keys["pub"])
-    assert r.returncode == 0, r.stderr
-    assert "preflight: fingerprint, compiler factors, env factors" in r.stdout
+    r = cli("pack", warm, "-o", tmp_path / "tiny.ctb", "--sign-key", keys["priv"])
+    assert r.rc == 0 and "layout=native" in r.out, r
+    r = cli("install", tmp_path / "tiny.ctb", "--cache-root", tmp_path / "fresh", "--trust", keys["pub"])
+    assert r.rc == 0, r
+    assert "preflight: fingerprint, compiler factors, env factors" in r.out
     assert tree_snapshot(tmp_path / "fresh") == tree_snapshot(warm)
-    r = ct("diff", tmp_path / "tiny.ctb", "local", "--device", "cpu")
-    assert "no differences" in r.stdout, r.stdout
+    r = cli("diff", tmp_path / "tiny.ctb", "local", "--device", "cpu")
+    assert "no differences" in r.out, r
