@@ -72,9 +72,12 @@ class CacheLayout:
 
 
 @contextlib.contextmanager
-def redirect_compiler_caches(layout: CacheLayout | None, *, create: bool = True) -> Iterator[None]:
+def redirect_compiler_caches(layout: CacheLayout | None, *, create: bool = True, persist: bool = False) -> Iterator[None]:
     """Point ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` into the rank folder (compile and load),
-    so that one tree holds everything a hot start needs (on the CPU, the compiled ``.so`` files)."""
+    so that one tree holds everything a hot start needs (on the CPU, the compiled ``.so`` files).
+
+    ``persist``: leave them set afterwards (vLLM does this process-wide). Used on CUDA, where Triton may still
+    compile or autotune at the first launch and Inductor's compile workers inherit the environment at spawn."""
     if layout is None:
         yield
         return
@@ -88,6 +91,8 @@ def redirect_compiler_caches(layout: CacheLayout | None, *, create: bool = True)
         yield
     finally:
         for k, v in saved.items():
+            if persist:
+                break
             if v is None:
                 os.environ.pop(k, None)
             else:

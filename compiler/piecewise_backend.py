@@ -108,6 +108,7 @@ class PiecewiseBackend:
         self._by_hash: dict[tuple[str, int | None], Callable[..., Any]] = {}
         self._entries: dict[tuple[str, int | None], IndexEntry] = {}
         self.traced_files: list[str] = []
+        self._persist_env = ctx.device.startswith("cuda")
 
     # ------------------------------------------------------------------ Dynamo entry
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -151,7 +152,7 @@ class PiecewiseBackend:
         self.index = CompileIndex.open(self.layout.index_file if self.layout else None, self.key.hash)
         compile_names = [it.submod_name for it in items if not it.is_splitting_graph]
         counters.pieces += len(compile_names)
-        with redirect_compiler_caches(self.layout):
+        with redirect_compiler_caches(self.layout, persist=self._persist_env):
             _PieceInterpreter(split_gm, compile_names, self).run(*example_inputs)
         self.index.save()
         counters.unique_pieces += len({h for (h, s) in self._by_hash if s is None})
@@ -204,7 +205,7 @@ class PiecewiseBackend:
         if entry is not None and self.layout is not None:
             t = time.perf_counter()
             try:
-                with redirect_compiler_caches(self.layout):
+                with redirect_compiler_caches(self.layout, persist=self._persist_env):
                     fn = self.adaptor.load((ghash, entry.artifact), graph, args, runtime_shape, self.layout.dir,
                                            entry.format)
             except Exception as exc:  # a corrupt or foreign artifact: fall back to compiling
@@ -223,7 +224,7 @@ class PiecewiseBackend:
             t = time.perf_counter()
             directory = self.layout.dir if self.layout is not None else None
             fmt = self.config.compile_cache_save_format
-            with redirect_compiler_caches(self.layout):
+            with redirect_compiler_caches(self.layout, persist=self._persist_env):
                 fn, handle = self.adaptor.compile(graph, args, runtime_shape, ghash, directory, fmt)
             counters.graphs_compiled += 1
             if handle is not None and self.layout is not None:

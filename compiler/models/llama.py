@@ -266,13 +266,15 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def init_random(self, seed: int = 0) -> None:
         """Deterministic random weights (same seed, same values in every process on a device type)."""
-        gen = torch.Generator(device="cpu").manual_seed(seed)
+        gens: dict[torch.device, torch.Generator] = {}
         for name, p in sorted(self.named_parameters(), key=lambda kv: kv[0]):
             if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
                 p.fill_(1.0)
-            else:
-                t = torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.02
-                p.copy_(t.to(device=p.device, dtype=p.dtype))
+                continue
+            gen = gens.get(p.device)
+            if gen is None:  # generate on the parameter's device: fast for 8B models on a GPU
+                gen = gens[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+            p.normal_(0.0, 0.02, generator=gen)
 
     @torch.no_grad()
     def load_safetensors(self, folder: Path) -> int:

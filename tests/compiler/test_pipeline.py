@@ -171,3 +171,20 @@ def test_evaluate_guards_size_oblivious_refused_at_trace(tmp_path) -> None:
     runner = ModelRunner("tiny", "cpu", cfg)
     with pytest.raises(DynamicShapeGuardError, match=r"evaluate_guards: tracing added guards on dynamic shapes: .*Ne\("):
         runner.warmup()
+
+
+def test_compile_sizes_static_pieces(tmp_path) -> None:
+    """``compile_sizes``: per-size static pieces are compiled at start-up (warmup runs each size), indexed as
+    ``i@size`` and give eager's outputs; other sizes use the general pieces."""
+    cfg = CompilationConfig.from_dict({"cache_dir": str(tmp_path), "compile_sizes": [4]})
+    before = counters.snapshot()
+    runner = ModelRunner("tiny", "cpu", cfg)
+    runner.warmup()
+    delta = counters.delta(before)
+    assert delta.graphs_compiled == 6 and delta.dynamo_compiles == 1  # 3 general + 3 for size 4
+    index = json.loads((runner.backend.layout.index_file).read_text())
+    assert sorted(k for k in index["pieces"] if "@" in k) == [f"{i}@4" for i in range(5)]
+    eager = ModelRunner("tiny", "cpu", CompilationConfig(mode=0))
+    for a, b in zip(_run_counts(runner, (4, 5)), _run_counts(eager, (4, 5))):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert counters.delta(before).graphs_compiled == 6
