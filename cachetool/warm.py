@@ -91,8 +91,10 @@ def _check_device(device: str) -> None:
 
 def _run(command: str, model: str, *, cache_root: str | Path | None, device: str, compilation_config: Any,
          rank: int, dp_rank: int, require_hit: bool, workload: bool) -> CompileRunResult:
+    from compiler.capture import RecompileError
     from compiler.config import CompilationConfig
     from compiler.counters import CompileInStrictMode, counters, strict_mode
+    from compiler.piecewise_backend import DynamicShapeGuardError
     from compiler.layout import resolve_root
     from compiler.models.llama import ModelSpecError, resolve_model
     from compiler.runner import ModelRunner
@@ -115,6 +117,11 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
             wl = runner.run_workload().as_dict() if workload else {}
     except CompileInStrictMode as exc:
         raise CompileInStrictModeError(f"{command}: {str(exc).splitlines()[0]}") from None
+    except (RecompileError, DynamicShapeGuardError) as exc:
+        if "strict mode" in str(exc):
+            raise CompileInStrictModeError(f"{command}: {str(exc).splitlines()[0]}") from None
+        # evaluate_guards refused a batch the workload needs (e.g. 1 token with backed shapes)
+        raise CompilationConfigError(f"{command}: {str(exc).splitlines()[0]}") from None
     except RuntimeError as exc:
         # Dynamo wraps backend errors; a strict-mode refusal must keep its class.
         if "strict mode" in str(exc) or "recompilation refused (strict" in str(exc):
