@@ -121,8 +121,8 @@ def _store_from(text: str, scheme: str, rest: str) -> StoreURL:
 def parse_store(text: str) -> StoreURL:
     """Parse a store URL (``file:///dir``, ``s3://bucket/prefix``, ``oci://host/repo``); no tag allowed."""
     scheme, rest = _split_scheme(text)
-    last = rest.rstrip("/").rsplit("/", 1)[-1]
-    if scheme == "oci" and ":" in last:
+    stripped = rest.rstrip("/")
+    if scheme == "oci" and "/" in stripped and ":" in stripped.rsplit("/", 1)[-1]:
         raise _bad(text, "a store URL has no tag (use oci://host/repo)")
     return _store_from(text, scheme, rest)
 

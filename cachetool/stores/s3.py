@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -24,6 +25,8 @@ from cachetool.stores.base import BlobRef, RefIndex, Store
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
                "TokenRefreshRequired", "AuthorizationHeaderMalformed", "403", "Forbidden", "InvalidSecurity"}
+_CLIENT_LOCK = threading.Lock()
+_CLIENTS: dict = {}
 _NO_SIG = "\0no signature"
 MULTIPART_THRESHOLD = 32 << 20
 MULTIPART_CHUNK = 16 << 20
@@ -47,34 +50,43 @@ class S3Store(Store):
     @property
     def client(self):
         if self._client is None:
-            try:
-                import boto3
-                from botocore.config import Config
-            except ImportError as exc:  # the GPU image may lack boto3
-                raise StoreError(f"s3:// stores need boto3 ({exc})") from None
-            import botocore.exceptions as bexc
-
-            try:
-                session = boto3.session.Session(profile_name=self.profile)
-            except bexc.ProfileNotFound:
-                raise StoreError(f"AWS profile {self.profile!r} not found") from None
-            region = self.region or session.region_name or "us-east-1"
-            cfg = Config(
-                retries={"max_attempts": self.max_attempts, "mode": "standard"},
-                connect_timeout=10, read_timeout=60, max_pool_connections=max(10, self.max_concurrency * 2),
-                s3={"addressing_style": "path" if self.endpoint_url else "auto"},
-                request_checksum_calculation="when_required", response_checksum_validation="when_required",
-            )
-            self._client = session.client("s3", endpoint_url=self.endpoint_url or None, region_name=region, config=cfg)
+            with _CLIENT_LOCK:
+                if self._client is None:
+                    self._client = self._make_client()
         return self._client
 
+    def _make_client(self):
+        key = (self.profile, self.endpoint_url, self.region, self.max_attempts, self.max_concurrency,
+               os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"),
+               os.environ.get("AWS_SESSION_TOKEN"), os.environ.get("AWS_PROFILE"),
+               os.environ.get("AWS_SHARED_CREDENTIALS_FILE"), os.environ.get("AWS_CONFIG_FILE"))
+        if key in _CLIENTS:
+            return _CLIENTS[key]
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError as exc:  # the GPU image may lack boto3
+            raise StoreError(f"s3:// stores need boto3 ({exc})") from None
+        import botocore.exceptions as bexc
+
+        try:
+            session = boto3.session.Session(profile_name=self.profile)
+        except bexc.ProfileNotFound:
+            raise StoreError(f"AWS profile {self.profile!r} not found") from None
+        region = self.region or session.region_name or "us-east-1"
+        cfg = Config(
+            retries={"max_attempts": self.max_attempts, "mode": "standard"},
+            connect_timeout=10, read_timeout=60, max_pool_connections=max(10, self.max_concurrency * 2),
+            s3={"addressing_style": "path" if self.endpoint_url else "auto"},
+            request_checksum_calculation="when_required", response_checksum_validation="when_required",
+        )
+        client = session.client("s3", endpoint_url=self.endpoint_url or None, region_name=region, config=cfg)
+        # Clients are thread-safe and costly to make (~0.2 s): one per configuration per process.
+        _CLIENTS[key] = client
+        return client
+
     def close(self) -> None:
-        if self._client is not None:
-            try:
-                self._client.close()
-            except Exception:
-                pass
-            self._client = None
+        self._client = None
 
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel

@@ -1,0 +1,215 @@
+"""``cachetool push | pull | ls | rm | gc`` (see docs/stores.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from cachetool.cli import cli
+from cachetool.errors import CacheMissError, CachetoolError, NotFoundError
+
+
+def _human(n: int) -> str:
+    f = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if f < 1024 or unit == "TiB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
+        f /= 1024
+    return f"{n} B"
+
+
+def _store_options(f):
+    f = click.option("--endpoint-url", default=None, metavar="URL",
+                     help="S3: endpoint of an S3-compatible server (default: AWS_ENDPOINT_URL).")(f)
+    f = click.option("--profile", default=None, help="S3: AWS profile (default: AWS_PROFILE / the standard chain).")(f)
+    f = click.option("--insecure", is_flag=True,
+                     help="OCI: allow plain HTTP / unverified TLS for a registry other than localhost.")(f)
+    return f
+
+
+def _opts(endpoint_url, profile, insecure) -> dict:
+    return {"endpoint_url": endpoint_url, "profile": profile, "insecure": insecure}
+
+
+def _cache_root_default() -> str:
+    try:
+        from compiler import envs
+
+        return str(envs.cache_root())
+    except (ImportError, AttributeError):
+        return os.path.expanduser(os.environ.get("CACHETOOL_CACHE_ROOT") or "~/.cache/cachetool")
+
+
+def _emit(as_json: bool, doc: dict, text: str) -> None:
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    else:
+        click.echo(text)
+
+
+def _warn(msg: str) -> None:
+    click.secho(msg, fg="red", bold=True, err=True)
+
+
+@cli.command("push")
+@click.argument("source", type=click.Path(exists=True))
+@click.argument("ref")
+@click.option("--sign-key", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Ed25519 private key: sign while packing a cache folder, or add a signature to a bundle file.")
+@click.option("--layout", type=click.Choice(["auto", "native", "vllm", "triton"]), default="auto", show_default=True,
+              help="Layout of a cache folder SOURCE.")
+@click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel uploads.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@_store_options
+def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint_url, profile, insecure):
+    """Push SOURCE (a .ctb file, or a cache folder packed on the way) to REF.
+
+    REF: file:///dir/name:tag, s3://bucket/prefix/name:tag or oci://host[:port]/repo:tag. Blobs the store
+    already has are skipped; the ref is written last.
+    """
+    from cachetool.transfer import push
+
+    r = push(source, ref, sign_key=sign_key, layout=layout, workers=workers, store_options=_opts(endpoint_url, profile, insecure),
+             progress=False if as_json else progress)
+    if not r.signed:
+        _warn(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
+    _emit(as_json, r.to_dict(),
+          f"pushed {r.ref} [{r.platform}] {r.manifest_digest}\n"
+          f"blobs: {r.blobs_uploaded} uploaded, {r.blobs_skipped} already there (of {r.blobs_total}); "
+          f"{_human(r.bytes_uploaded)} sent, {_human(r.bytes_skipped)} skipped; {r.seconds:.2f}s"
+          + ("; signed" if r.signed else "") + f"\nplatforms under the tag: {', '.join(r.platforms)}")
+
+
+@cli.command("pull")
+@click.argument("ref")
+@click.option("--cache-root", type=click.Path(file_okay=False), default=None,
+              help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
+@click.option("--trust", "trust", multiple=True, metavar="PUB",
+              help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
+                   "~/.config/cachetool/trusted_keys/*.pub.")
+@click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
+@click.option("--device", default=None, help="Device to match and preflight against (default: probe when needed).")
+@click.option("--force", is_flag=True, help="Replace install units that exist with different content.")
+@click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Bound the whole pull; past it exit 7.")
+@click.option("--on-miss", type=click.Choice(["fail", "continue"]), default="fail", show_default=True,
+              help="continue: a miss (exit 4) or a missing ref (exit 5) exits 0 so the server starts cold.")
+@click.option("--workers", type=click.IntRange(1, 64), default=None, help="Parallel downloads.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
+@_store_options
+def pull_cmd(ref, cache_root, trust, ranks, device, force, insecure_skip_verify, timeout, on_miss, workers, as_json,
+             progress, endpoint_url, profile, insecure):
+    """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched."""
+    from cachetool.transfer import pull
+
+    root = cache_root or _cache_root_default()
+    try:
+        r = pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
+                 device=device, force=force, timeout=timeout, workers=workers, warn=_warn,
+                 store_options=_opts(endpoint_url, profile, insecure), progress=False if as_json else progress)
+    except (CacheMissError, NotFoundError) as exc:
+        outcome = "miss" if isinstance(exc, CacheMissError) else "not-found"
+        click.echo(f"pull: outcome={outcome} ref={ref} exit={exc.exit_code} on_miss={on_miss} reason={exc}", err=True)
+        if on_miss == "continue":
+            if as_json:
+                click.echo(json.dumps({"ref": ref, "outcome": outcome, "reason": str(exc)}, indent=2))
+            return 0
+        raise
+    except CachetoolError as exc:
+        click.echo(f"pull: outcome=error ref={ref} exit={exc.exit_code} reason={exc}", err=True)
+        raise
+    i = r.install
+    outcome = "already-installed" if i.already_installed else "installed"
+    click.echo(f"pull: outcome={outcome} ref={r.ref} platform={r.platform} digest={r.manifest_digest} "
+               f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}", err=True)
+    doc = r.to_dict()
+    doc["outcome"] = outcome
+    _emit(as_json, doc,
+          f"{outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), {i.files} files "
+          f"({_human(i.bytes)}); {r.blobs_downloaded} blobs downloaded ({_human(r.bytes_downloaded)})"
+          + (f", {r.blobs_resumed} resumed" if r.blobs_resumed else "")
+          + (f", {r.blobs_reused} reused from an interrupted pull" if r.blobs_reused else "")
+          + f"; {r.seconds:.2f}s\n"
+          + (f"signed by trusted key {i.key_id}" if i.verified else "SIGNATURE NOT VERIFIED")
+          + (f"; preflight: {', '.join(i.preflight)}" if i.preflight else "; preflight skipped"))
+    return 0
+
+
+@cli.command("ls")
+@click.argument("store")
+@click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
+@_store_options
+def ls_cmd(store, as_json, endpoint_url, profile, insecure):
+    """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms."""
+    from cachetool.refs import parse_store_or_ref
+    from cachetool.stores import open_store
+
+    su, ref = parse_store_or_ref(store)
+    with open_store(su, **_opts(endpoint_url, profile, insecure)) as st:
+        refs = list(st.list_refs())
+    if ref is not None:
+        refs = [x for x in refs if x.name == ref.name and x.tag == ref.tag]
+    rows = []
+    for idx in refs:
+        for e in idx.entries:
+            rows.append({"ref": f"{idx.name}:{idx.tag}", "platform": e.platform, "created": e.created, "size": e.size,
+                         "manifest_digest": e.manifest_digest, "fingerprint": e.fingerprint})
+    if as_json:
+        click.echo(json.dumps({"store": su.url, "refs": rows}, indent=2, sort_keys=True))
+        return 0
+    if not rows:
+        click.echo(f"{su.url}: no refs")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=su.url, box=None)
+    for col in ("REF", "PLATFORM", "CREATED", "SIZE", "DIGEST", "GPU"):
+        t.add_column(col)
+    for row in rows:
+        t.add_row(row["ref"], row["platform"], row["created"], _human(row["size"]), row["manifest_digest"][:19],
+                  str(row["fingerprint"].get("gpu") or "-"))
+    Console(width=200).print(t)
+    return 0
+
+
+@cli.command("rm")
+@click.argument("ref")
+@click.option("--platform", default=None, help="Remove only this platform's entry of the tag.")
+@click.option("--json", "as_json", is_flag=True)
+@_store_options
+def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
+    """Remove REF (the tag; blobs stay until `cachetool gc`)."""
+    from cachetool.transfer import remove
+
+    left = remove(ref, platform=platform, store_options=_opts(endpoint_url, profile, insecure))
+    remaining = [e.platform for e in left.entries] if left else []
+    _emit(as_json, {"ref": ref, "removed": platform or "all", "remaining": remaining},
+          f"removed {ref}" + (f" [{platform}]; left: {', '.join(remaining)}" if left else ""))
+    return 0
+
+
+@cli.command("gc")
+@click.argument("store")
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@click.option("--older-than", type=click.FloatRange(min=0), default=3600.0, show_default=True, metavar="SECONDS",
+              help="Keep objects written more recently (a push in flight writes blobs before its ref).")
+@click.option("--json", "as_json", is_flag=True)
+@_store_options
+def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
+    """Delete blobs, manifests and signatures of STORE that no ref reaches."""
+    from cachetool.refs import parse_store_or_ref
+    from cachetool.transfer import gc
+
+    su, _ = parse_store_or_ref(store)
+    out = gc(su.url, dry_run=dry_run, older_than=older_than, store_options=_opts(endpoint_url, profile, insecure))
+    _emit(as_json, {"store": su.url, "dry_run": dry_run, "deleted": out},
+          f"{'would delete' if dry_run else 'deleted'} {len(out)} object(s) from {su.url}"
+          + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))
+    return 0

@@ -1,0 +1,412 @@
+"""Push and pull: moving bundles between this machine and a store.
+
+``push`` writes blobs (skipping those the store has: a re-push of unchanged content uploads nothing), then the
+manifest, then the signature, then the ref last, merging this bundle's platform into the tag's index (one tag
+holds bundles for several platforms; an entry of the same platform is replaced).
+
+``pull`` reads the ref, picks the entry whose platform is this machine's (or raises :class:`CacheMissError`
+naming what differs for each entry), and hands a :class:`StoreSource` to :func:`cachetool.install.install_bundle`,
+which verifies the signature and runs preflight before it asks for any blob. The source fetches nothing ahead.
+
+Resuming: blobs are downloaded into ``{cache_root}/.cachetool-partial/`` (same filesystem as the install staging,
+so a blob is hard-linked, not copied). An interrupted pull leaves the finished and the partial blobs there; the
+rerun keeps finished ones and resumes partial ones with a ``Range`` request. The folder is removed after a
+successful install, and after a verification failure (a corrupt blob is never kept).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cachetool.errors import CacheMissError, CachetoolError, NotFoundError, StoreError, TimeoutError_, UsageError, VerificationError
+from cachetool.refs import Ref, parse_ref
+from cachetool.source import BundleSource
+from cachetool.stores import open_store
+from cachetool.stores._common import hexof, now_iso
+from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+
+PARTIAL_DIR = ".cachetool-partial"
+
+
+# ------------------------------------------------------------------------------------------------ results
+@dataclasses.dataclass
+class PushResult:
+    ref: str
+    manifest_digest: str
+    platform: str
+    signed: bool
+    blobs_total: int
+    blobs_uploaded: int
+    blobs_skipped: int  # already in the store
+    bytes_uploaded: int  # stored (zstd) bytes of uploaded blobs + manifest + signature + ref
+    bytes_skipped: int  # stored bytes of skipped blobs
+    platforms: list[str]  # every platform under the tag after this push
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class PullResult:
+    ref: str
+    manifest_digest: str
+    platform: str
+    blobs_downloaded: int
+    blobs_resumed: int  # partial blobs completed with a Range request
+    blobs_reused: int  # finished blobs kept from an interrupted earlier pull
+    bytes_downloaded: int  # bytes received from the store (blobs, manifest, signature, ref)
+    install: object  # cachetool.install.InstallResult
+    seconds: float
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "install"}
+        r = self.install
+        d["install"] = {"cache_root": str(r.cache_root), "units_installed": r.units_installed,
+                        "units_present": r.units_present, "files": r.files, "bytes": r.bytes, "key_id": r.key_id,
+                        "verified": r.verified, "preflight": r.preflight, "already_installed": r.already_installed}
+        return d
+
+
+# ------------------------------------------------------------------------------------------------ progress
+class _Progress:
+    """rich progress bars on stderr; a no-op when disabled (``--json``, not a terminal, library use)."""
+
+    def __init__(self, enabled: bool):
+        self._p = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+
+            self._p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                               TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+
+    def __enter__(self):
+        if self._p:
+            self._p.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._p:
+            self._p.stop()
+
+    def task(self, description: str, total: int):
+        return self._p.add_task(description, total=total) if self._p else None
+
+    def advance(self, task, n: int) -> None:
+        if self._p and task is not None:
+            self._p.advance(task, n)
+
+
+def _progress_default(progress: bool | None) -> bool:
+    if progress is not None:
+        return progress
+    import sys
+
+    return sys.stderr.isatty()
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _ref_and_store(ref: str | Ref, store: Store | None, store_options: dict | None) -> tuple[Ref, Store, bool]:
+    r = ref if isinstance(ref, Ref) else parse_ref(ref)
+    if store is not None:
+        return r, store, False
+    return r, open_store(r.store, **(store_options or {})), True
+
+
+def _load_bundle(source, sign_key, layout: str):
+    """A PackedBundle from a PackedBundle, a ``.ctb`` path or a cache folder; signed with ``sign_key`` if given."""
+    from cachetool.bundle import PackedBundle, open_ctb, pack
+
+    owned = False
+    if isinstance(source, PackedBundle):
+        bundle = source
+    else:
+        p = Path(source)
+        if p.is_file():
+            bundle, owned = open_ctb(p), True
+        elif p.is_dir():
+            return pack(p, layout=layout, sign_key=sign_key), True
+        else:
+            raise UsageError(f"{p} is neither a bundle file nor a cache folder")
+    if sign_key is not None:
+        from cachetool.signing import load_private_key, sign_manifest
+
+        key = load_private_key(sign_key) if isinstance(sign_key, (str, os.PathLike)) else sign_key
+        bundle = bundle.with_signature(sign_manifest(bundle.manifest_bytes(), key, bundle.signature_bytes()))
+    return bundle, owned
+
+
+def merge_index(old: RefIndex | None, name: str, tag: str, entry: RefEntry) -> RefIndex:
+    """The tag's index with ``entry`` added, replacing an entry of the same platform."""
+    kept = [e for e in (old.entries if old else ()) if e.platform != entry.platform]
+    return RefIndex(name, tag, tuple(sorted([*kept, entry], key=lambda e: e.platform)))
+
+
+# ------------------------------------------------------------------------------------------------ push
+def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: Store | None = None,
+         store_options: dict | None = None, workers: int = 8, progress: bool | None = None) -> PushResult:
+    """Push ``source`` (a PackedBundle, a ``.ctb`` path or a cache folder, packed on the way) to ``ref``.
+
+    ``sign_key``: a private key (path or object) to sign with (a cache folder is signed while packing; a bundle
+    gets the signature added). ``store_options``: ``endpoint_url``, ``profile``, ``region``, ``insecure``.
+    """
+    t0 = time.monotonic()
+    r, st, own_store = _ref_and_store(ref, store, store_options)
+    bundle, own_bundle = _load_bundle(source, sign_key, layout)
+    try:
+        blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
+        with ThreadPoolExecutor(max(1, workers)) as ex:
+            present = list(ex.map(st.has_blob, blobs))
+        missing = [b for b, p in zip(blobs, present) if not p]
+        skipped = [b for b, p in zip(blobs, present) if p]
+        up0 = st.counters.bytes_up if hasattr(st, "counters") else 0
+        with _Progress(_progress_default(progress)) as prog:
+            task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",
+                             sum(b.stored_size for b in missing))
+
+            def up(b: BlobRef) -> None:
+                st.put_blob(b, bundle.blob_path(b))
+                prog.advance(task, b.stored_size)
+
+            with ThreadPoolExecutor(max(1, workers)) as ex:
+                for _ in ex.map(up, sorted(missing, key=lambda b: -b.stored_size)):
+                    pass
+        digest = st.put_manifest(bundle.manifest_bytes(), blobs)
+        if digest != bundle.manifest_digest:
+            raise StoreError(f"{st.url} stored the manifest as {digest}, expected {bundle.manifest_digest}")
+        sig = bundle.signature_bytes()
+        if sig is not None:
+            st.put_signature(digest, sig)
+        entry = RefEntry(manifest_digest=digest, platform=bundle.platform, fingerprint=dict(bundle.manifest.fingerprint or {}),
+                         size=bundle.stored_size, created=now_iso())
+        try:
+            old = st.get_ref(r.name, r.tag)
+        except NotFoundError:  # a new tag (or a new repository)
+            old = None
+        index = merge_index(old, r.name, r.tag, entry)
+        st.put_ref(index)
+        up1 = st.counters.bytes_up if hasattr(st, "counters") else 0
+        return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=sig is not None,
+                          blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
+                          bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
+                          platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0)
+    finally:
+        if own_bundle:
+            bundle.close()
+        if own_store:
+            st.close()
+
+
+# ------------------------------------------------------------------------------------------------ pull
+def local_platform(entries: Iterable[RefEntry], device: str | None = None) -> tuple[str, dict]:
+    """This machine's platform key and fingerprint; probes the GPU only when some entry is a CUDA bundle."""
+    from cachetool.fingerprint import local_fingerprint
+    from cachetool.manifest import platform_key
+
+    if device is None:
+        device = None if any(e.platform.startswith("cuda") for e in entries) else "cpu"
+    fp = local_fingerprint(device=device)
+    return platform_key(fp), fp
+
+
+def select_entry(index: RefIndex, ref_text: str, device: str | None = None) -> RefEntry:
+    """The entry for this machine, or a one-line CacheMissError saying why each entry does not fit."""
+    from cachetool.fingerprint import compare
+
+    if not index.entries:
+        raise CacheMissError(f"{ref_text} holds no bundles")
+    key, fp = local_platform(index.entries, device)
+    for e in index.entries:
+        if e.platform == key:
+            return e
+    reasons = []
+    for e in index.entries:
+        diffs = compare(e.fingerprint or {}, fp)
+        why = ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
+        reasons.append(f"{e.platform} ({why})")
+    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({key}): " + "; ".join(reasons))
+
+
+class StoreSource(BundleSource):
+    """A bundle in a store, read lazily: manifest and signature first, each blob only when the installer asks."""
+
+    def __init__(self, store: Store, ref: Ref, entry: RefEntry, partial_dir: Path, *,
+                 deadline: float | None = None, on_blob: Callable[[BlobRef], None] | None = None):
+        self.store = store
+        self.entry = entry
+        self.description = f"{ref.url} [{entry.platform}]"
+        self.partial_dir = Path(partial_dir)
+        self.deadline = deadline
+        self.on_blob = on_blob
+        self._manifest: bytes | None = None
+        self._signature: bytes | None = None
+        self._sig_read = False
+        self._lock = threading.Lock()
+        self.downloaded = 0
+        self.resumed = 0
+        self.reused = 0
+
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TimeoutError_(f"pull of {self.description} ran past --timeout")
+
+    def manifest_bytes(self) -> bytes:
+        if self._manifest is None:
+            self._check_deadline()
+            data = self.store.get_manifest(self.entry.manifest_digest)
+            if "sha256:" + hashlib.sha256(data).hexdigest() != self.entry.manifest_digest:
+                raise VerificationError(f"{self.description}: the manifest in the store does not match its digest")
+            self._manifest = data
+        return self._manifest
+
+    def signature_bytes(self) -> bytes | None:
+        if not self._sig_read:
+            self._check_deadline()
+            self._signature = self.store.get_signature(self.entry.manifest_digest)
+            self._sig_read = True
+        return self._signature
+
+    @staticmethod
+    def _stored_ok(path: Path, blob: BlobRef) -> bool:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return "sha256:" + h.hexdigest() == blob.stored_digest
+
+    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
+        self._check_deadline()
+        self.partial_dir.mkdir(mode=0o700, exist_ok=True)
+        part = self.partial_dir / hexof(blob.stored_digest)
+        try:
+            had = part.stat().st_size
+        except FileNotFoundError:
+            had = 0
+        if 0 < had <= blob.stored_size:
+            # Left by an interrupted pull: finish it (Range request) and check the whole; a bad one starts over.
+            if had < blob.stored_size:
+                self.store.get_blob(blob, part)
+            if part.stat().st_size == blob.stored_size and self._stored_ok(part, blob):
+                with self._lock:
+                    if had == blob.stored_size:
+                        self.reused += 1
+                    else:
+                        self.resumed += 1
+                        self.downloaded += 1
+            else:
+                part.unlink(missing_ok=True)
+                self.store.get_blob(blob, part)
+                with self._lock:
+                    self.downloaded += 1
+        else:
+            part.unlink(missing_ok=True)
+            self.store.get_blob(blob, part)
+            with self._lock:
+                self.downloaded += 1
+        try:
+            os.link(part, dest)  # the partial stays until the install succeeds (a rerun reuses it)
+        except OSError:
+            shutil.copyfile(part, dest)
+        if self.on_blob:
+            self.on_blob(blob)
+
+
+def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_skip_verify: bool = False,
+         ranks=None, device: str | None = None, force: bool = False, preflight: bool = True,
+         store: Store | None = None, store_options: dict | None = None, timeout: float | None = None,
+         progress: bool | None = None, workers: int | None = None, warn: Callable[[str], None] | None = None
+         ) -> PullResult:
+    """Resolve ``ref``, pick this machine's bundle, and install it into ``cache_root`` (see the module docstring).
+
+    ``timeout``: seconds for the whole pull (:class:`TimeoutError_` past it). Other arguments as for
+    :func:`cachetool.install.install_bundle`.
+    """
+    from cachetool.install import install_bundle
+
+    t0 = time.monotonic()
+    deadline = t0 + timeout if timeout else None
+    r, st, own_store = _ref_and_store(ref, store, store_options)
+    root = Path(cache_root).expanduser()
+    partial = root / PARTIAL_DIR
+    try:
+        down0 = st.counters.bytes_down if hasattr(st, "counters") else 0
+        index = st.get_ref(r.name, r.tag)
+        entry = select_entry(index, r.url, device)
+        with _Progress(_progress_default(progress)) as prog:
+            if prog._p is not None:
+                # Sizes are known once the manifest is read; the bar is made on the first blob.
+                holder: dict = {}
+
+                def on_blob(b: BlobRef) -> None:
+                    if "task" not in holder:
+                        holder["task"] = prog.task(f"pull {r.name}:{r.tag} [{entry.platform}]", entry.size)
+                    prog.advance(holder["task"], b.stored_size)
+            else:
+                on_blob = None
+            src = StoreSource(st, r, entry, partial, deadline=deadline, on_blob=on_blob)
+            try:
+                result = install_bundle(src, root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
+                                        preflight=preflight, device=device, force=force, warn=warn, workers=workers)
+            except VerificationError:
+                shutil.rmtree(partial, ignore_errors=True)  # never keep bytes that failed a check
+                _remove_if_empty(root)
+                raise
+            except CachetoolError:
+                _remove_if_empty(partial)
+                _remove_if_empty(root)
+                raise
+        shutil.rmtree(partial, ignore_errors=True)
+        down1 = st.counters.bytes_down if hasattr(st, "counters") else 0
+        return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
+                          blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
+                          bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0)
+    finally:
+        if own_store:
+            st.close()
+
+
+def _remove_if_empty(p: Path) -> None:
+    try:
+        p.rmdir()
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------ ls / rm / gc
+def list_refs(store_url: str, *, store_options: dict | None = None) -> list[RefIndex]:
+    with open_store(store_url, **(store_options or {})) as st:
+        return list(st.list_refs())
+
+
+def remove(ref: str | Ref, *, store_options: dict | None = None, platform: str | None = None) -> RefIndex | None:
+    """Delete the tag (or only one platform's entry of it); return the remaining index, or None if deleted."""
+    r, st, _ = _ref_and_store(ref, None, store_options)
+    with st:
+        if platform is None:
+            st.delete_ref(r.name, r.tag)
+            return None
+        index = st.get_ref(r.name, r.tag)
+        kept = tuple(e for e in index.entries if e.platform != platform)
+        if len(kept) == len(index.entries):
+            raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
+        if not kept:
+            st.delete_ref(r.name, r.tag)
+            return None
+        new = RefIndex(r.name, r.tag, kept)
+        st.put_ref(new)
+        return new
+
+
+def gc(store_url: str, *, dry_run: bool = False, older_than: float = 0.0, store_options: dict | None = None) -> list[str]:
+    with open_store(store_url, **(store_options or {})) as st:
+        return st.gc(dry_run=dry_run, older_than=older_than)

@@ -1,0 +1,132 @@
+"""Shared fixtures of the store tests: signing keys, packed bundles, a CLI runner, and one store of each kind."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from cachetool.bundle import pack
+from cachetool.cli import main
+from cachetool.fingerprint import local_fingerprint
+from cachetool.signing import generate_keypair, load_private_key
+from tests.bundles.fixtures import make_native_tree
+
+CUDA_FP = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0",
+           "triton": "3.6.0", "gpu": "NVIDIA H200", "capability": "sm90"}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    """No pinned keys or docker/AWS config leak in from the machine running the tests; fail fast on a dead server."""
+    monkeypatch.delenv("CACHETOOL_TRUSTED_KEYS", raising=False)
+    monkeypatch.setenv("CACHETOOL_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    monkeypatch.setenv("CACHETOOL_STORE_MAX_ATTEMPTS", "2")
+    for k in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    priv, pub, kid = generate_keypair(d / "signer")
+    opriv, opub, _ = generate_keypair(d / "other")
+    return {"priv": priv, "pub": pub, "id": kid, "key": load_private_key(priv), "other_pub": opub}
+
+
+@pytest.fixture(scope="session")
+def tree(tmp_path_factory):
+    """A native cache tree (2 ranks, 16 layers; identical middle layers) with this machine's factors."""
+    return make_native_tree(tmp_path_factory.mktemp("tree") / "root")
+
+
+@pytest.fixture(scope="session")
+def bundle(tree, keys):
+    b = pack(tree, sign_key=keys["key"])
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def cuda_bundle(tree, keys):
+    """The same tree packed as if on an H200: another platform for multi-platform tags."""
+    b = pack(tree, sign_key=keys["key"], fingerprint=dict(CUDA_FP))
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def local_platform():
+    from cachetool.manifest import platform_key
+
+    return platform_key(local_fingerprint(device="cpu"))
+
+
+@pytest.fixture(scope="session")
+def shared_bucket(rgw) -> str:
+    name = rgw.make_bucket("ct-stores")
+    rgw.client().put_object(Bucket=name, Key="warm", Body=b"x")
+    return name
+
+
+class CLIResult:
+    def __init__(self, rc, out, err):
+        self.rc, self.out, self.err = rc, out, err
+
+    def __repr__(self):
+        return f"rc={self.rc}\nout={self.out}\nerr={self.err}"
+
+    def error_line(self) -> str:
+        lines = [ln for ln in self.err.splitlines() if ln.startswith("error: ")]
+        assert len(lines) == 1, self
+        assert len(lines[0]) < 400, lines[0]
+        return lines[0]
+
+
+@pytest.fixture
+def cli(capsys):
+    def run(*args) -> CLIResult:
+        capsys.readouterr()
+        rc = main([str(a) for a in args])
+        c = capsys.readouterr()
+        return CLIResult(rc, c.out, c.err)
+
+    return run
+
+
+class StoreKind:
+    """One store of a kind for one test: ``store`` (URL), ``ref(tag, name)``, ``server`` (rgw/registry or None)."""
+
+    def __init__(self, kind: str, store: str, server=None):
+        self.kind, self.store, self.server = kind, store, server
+
+    def ref(self, tag: str = "v1", name: str = "llama") -> str:
+        if self.kind == "oci":
+            return f"{self.store}:{tag}"
+        return f"{self.store}/{name}:{tag}"
+
+
+@pytest.fixture(params=["file", "s3", "oci"])
+def any_store(request, tmp_path):
+    return _make_store(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=["s3", "oci"])
+def remote_store(request, tmp_path):
+    return _make_store(request.param, request, tmp_path)
+
+
+def _make_store(kind, request, tmp_path) -> StoreKind:
+    if kind == "file":
+        return StoreKind("file", f"file://{tmp_path}/store")
+    if kind == "s3":
+        rgw = request.getfixturevalue("rgw")
+        request.getfixturevalue("s3_env")
+        bucket = request.getfixturevalue("shared_bucket")  # a new bucket costs ~2 s on its first write
+        return StoreKind("s3", f"s3://{bucket}/team/{uuid.uuid4().hex[:8]}", rgw)
+    reg = request.getfixturevalue("oci_registry")
+    return StoreKind("oci", f"{reg.url}/team/llama-{uuid.uuid4().hex[:6]}", reg)
