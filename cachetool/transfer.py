@@ -252,6 +252,7 @@ class StoreSource(BundleSource):
         self._signature: bytes | None = None
         self._sig_read = False
         self._lock = threading.Lock()
+        self._failed: StoreError | None = None
         self.downloaded = 0
         self.resumed = 0
         self.reused = 0
@@ -285,7 +286,17 @@ class StoreSource(BundleSource):
         return "sha256:" + h.hexdigest() == blob.stored_digest
 
     def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
+        if self._failed is not None:
+            # The store already failed this pull (server down, credentials): don't hammer it blob by blob.
+            raise self._failed
         self._check_deadline()
+        try:
+            self._fetch(blob, dest)
+        except StoreError as exc:
+            self._failed = exc
+            raise
+
+    def _fetch(self, blob: BlobRef, dest: Path) -> None:
         self.partial_dir.mkdir(mode=0o700, exist_ok=True)
         part = self.partial_dir / hexof(blob.stored_digest)
         try:

@@ -10,6 +10,8 @@ Fixtures (session-scoped, started on first use; registered for every test by tes
 - ``oci_registry`` -> :class:`OCIRegistry`: CNCF distribution (Debian ``docker-registry``) with a small config
   (filesystem root, delete enabled, no auth). ``oci_registry.host`` (``127.0.0.1:PORT``), ``.url``
   (``oci://127.0.0.1:PORT``), ``.repo_url(name)``, ``.data_dir``, ``.stop()`` / ``.start()`` (same port, data kept).
+- ``oci_registry_auth`` -> an :class:`OCIRegistry` that requires a login (htpasswd): ``.login`` = (user, password),
+  ``.docker_config(folder, user=None, password=None)`` writes a docker ``config.json`` for ``DOCKER_CONFIG``.
 - ``s3_bucket`` (function scope): a fresh bucket name in ``rgw``; ``s3_env`` (function scope): ``rgw.env()``
   applied with monkeypatch, so library calls and ``cachetool`` subprocesses reach RGW.
 
@@ -286,7 +288,8 @@ rgw dns name = 127.0.0.1
 
 # ---------------------------------------------------------------------------------------------------- registry
 class OCIRegistry:
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, login: tuple[str, str] | None = None):
+        self.login = login  # (user, password): htpasswd (Basic) auth enforced
         self.dir = base
         self.data_dir = base / "data"
         self.port = free_port()
@@ -317,8 +320,41 @@ storage:
 http:
   addr: {self.host}
   secret: cachetool-tests-only
-""")
+""" + (f"""auth:
+  htpasswd:
+    realm: cachetool-tests
+    path: {self._htpasswd()}
+""" if self.login else ""))
         return cfg
+
+    def _htpasswd(self) -> Path:
+        user, pw = self.login
+        try:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                import crypt
+
+            h = crypt.crypt(pw, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))  # cost 4: it is checked per request
+        except (ImportError, AttributeError):
+            import bcrypt  # Python >= 3.13 has no crypt module
+
+            h = bcrypt.hashpw(pw.encode(), bcrypt.gensalt(4)).decode()
+        p = self.dir / "htpasswd"
+        p.write_text(f"{user}:{h}\n")
+        return p
+
+    def docker_config(self, folder: Path, user: str | None = None, password: str | None = None) -> Path:
+        """Write ``folder/config.json`` with a login for this registry (set DOCKER_CONFIG=folder to use it)."""
+        import base64
+        import json
+
+        u, p = (self.login or ("", ""))
+        tok = base64.b64encode(f"{user or u}:{password or p}".encode()).decode()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps({"auths": {self.host: {"auth": tok}}}))
+        return folder
 
     def start(self, ready_timeout: float = 30) -> None:
         if self.proc is not None and self.proc.alive():
@@ -370,6 +406,25 @@ def oci_registry():
     if shutil.which(REGISTRY_BINARY) is None:
         _missing_or_fail("the OCI tests (docker-registry)", [REGISTRY_BINARY])
     server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-oci-")))
+    _live.append(server)
+    try:
+        server.start()
+    except BaseException:
+        server.stop_all()
+        _live.remove(server)
+        raise
+    yield server
+    server.stop_all()
+    _live.remove(server)
+
+
+@pytest.fixture(scope="session")
+def oci_registry_auth():
+    """A second docker-registry that requires a login (htpasswd, Basic auth): ``.login`` = (user, password);
+    ``.docker_config(folder)`` writes a docker config.json with it."""
+    if shutil.which(REGISTRY_BINARY) is None:
+        _missing_or_fail("the OCI tests (docker-registry)", [REGISTRY_BINARY])
+    server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-ociauth-")), login=("cachetool", "registry-pass-1"))
     _live.append(server)
     try:
         server.start()

@@ -183,9 +183,20 @@ class S3Store(Store):
 
         cfg = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_CHUNK,
                              max_concurrency=self.max_concurrency, use_threads=True)
-        self._call(f"upload blob {blob.stored_digest[:19]} to {self.url}", self.client.upload_file,
-                   str(stored_bytes_path), self.bucket, self._blob_key(blob),
-                   ExtraArgs={"ContentType": "application/zstd"}, Config=cfg)
+        from boto3.exceptions import S3UploadFailedError
+
+        what = f"upload blob {blob.stored_digest[:19]} to {self.url}"
+        try:
+            self._call(what, self.client.upload_file, str(stored_bytes_path), self.bucket, self._blob_key(blob),
+                       ExtraArgs={"ContentType": "application/zstd"}, Config=cfg)
+        except S3UploadFailedError as exc:  # boto3 wraps the ClientError; only its text says which
+            text = str(exc)
+            if "NoSuchBucket" in text:
+                raise NotFoundError(f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS'}") from None
+            code = next((c for c in _AUTH_CODES if f"({c})" in text), None)
+            if code:
+                raise StoreError(f"{what}: access denied ({code}): check the AWS credentials/profile") from None
+            raise StoreError(f"{what}: {text.rsplit(': ', 1)[-1]}") from None
         self.counters.up(blob.stored_size)
 
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
