@@ -1,0 +1,145 @@
+"""Fast unit tests of the file store (layout, atomic writes, gc), ref-index merging, timeouts and progress."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cachetool.errors import NotFoundError, TimeoutError_
+from cachetool.stores import open_store
+from cachetool.stores._common import hexof
+from cachetool.stores.base import RefEntry, RefIndex
+from cachetool.transfer import merge_index, pull, push, remove
+
+
+def test_documented_layout_and_no_temp_files(bundle, tmp_path):
+    root = tmp_path / "store"
+    push(bundle, f"file://{root}/llama:v1")
+    assert json.loads((root / "cachetool-store.json").read_text()) == {"format": "cachetool-store", "version": 1}
+    for b in bundle.blobs:
+        p = root / "blobs" / "sha256" / hexof(b.stored_digest)
+        assert p.read_bytes() == bundle.blob_path(b).read_bytes()
+    m = hexof(bundle.manifest_digest)
+    assert (root / "manifests" / "sha256" / f"{m}.json").read_bytes() == bundle.manifest_bytes()
+    assert (root / "signatures" / "sha256" / f"{m}.dsse.json").read_bytes() == bundle.signature_bytes()
+    ref = json.loads((root / "refs" / "llama" / "v1.json").read_text())
+    assert ref["format"] == "cachetool.ref.v1" and ref["entries"][0]["manifest_digest"] == bundle.manifest_digest
+    leftovers = [p for p in root.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_a_failed_write_leaves_no_partial_object(bundle, tmp_path, monkeypatch):
+    import cachetool.stores._common as common
+
+    root = tmp_path / "store"
+
+    def boom(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(common.os, "replace", boom)
+    with pytest.raises(Exception, match="No space left"):
+        push(bundle, f"file://{root}/llama:v1")
+    monkeypatch.undo()
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert files == []  # not a single half-written blob, manifest or ref
+    with pytest.raises(NotFoundError):
+        pull(f"file://{root}/llama:v1", tmp_path / "root")
+
+
+def test_missing_store_tag_and_name(tmp_path, bundle):
+    with pytest.raises(NotFoundError, match="does not exist"):
+        pull(f"file://{tmp_path}/nowhere/llama:v1", tmp_path / "root")
+    push(bundle, f"file://{tmp_path}/store/llama:v1")
+    with pytest.raises(NotFoundError, match=r"llama:v2 not found \(tags: v1\)"):
+        pull(f"file://{tmp_path}/store/llama:v2", tmp_path / "root")
+    with pytest.raises(NotFoundError, match="no bundle named 'other'"):
+        pull(f"file://{tmp_path}/store/other:v1", tmp_path / "root")
+    assert not (tmp_path / "root").exists()
+
+
+def test_gc_keeps_reachable_and_recent_objects(bundle, cuda_bundle, tmp_path):
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    push(cuda_bundle, f"{store}/llama:gpu")
+    with open_store(store) as st:
+        assert st.gc(older_than=0) == []  # everything is reachable
+        st.delete_ref("llama", "gpu")
+        assert st.gc(older_than=3600) == []  # unreachable, but too recent: maybe a push in flight
+        doomed = st.gc(dry_run=True, older_than=0)
+        # the two bundles share every blob (same tree); only the GPU manifest and signature go
+        assert sorted(doomed) == sorted([f"manifests/sha256/{hexof(cuda_bundle.manifest_digest)}.json",
+                                         f"signatures/sha256/{hexof(cuda_bundle.manifest_digest)}.dsse.json"])
+        assert st.gc(older_than=0) == doomed
+        assert st.gc(older_than=0) == []
+    pull(f"{store}/llama:v1", tmp_path / "root", insecure_skip_verify=True)
+
+
+def test_has_blob_checks_the_size(bundle, tmp_path):
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    b = bundle.blobs[0]
+    with open_store(store) as st:
+        assert st.has_blob(b)
+        p = tmp_path / "store" / "blobs" / "sha256" / hexof(b.stored_digest)
+        p.write_bytes(p.read_bytes()[:-1])  # a truncated object is re-uploaded by the next push
+        assert not st.has_blob(b)
+    assert push(bundle, f"{store}/llama:v1").blobs_uploaded == 1
+
+
+def test_merge_index_replaces_same_platform():
+    e = lambda p, d: RefEntry("sha256:" + d * 64, p, {}, 1, "2026-01-01T00:00:00Z")  # noqa: E731
+    old = RefIndex("llama", "v1", (e("cpu-x86_64-torch2.13.0+cpu", "a"), e("cuda-sm90-torch2.11.0+cu130", "b")))
+    new = merge_index(old, "llama", "v1", e("cpu-x86_64-torch2.13.0+cpu", "c"))
+    assert [(x.platform, x.manifest_digest[7]) for x in new.entries] == [
+        ("cpu-x86_64-torch2.13.0+cpu", "c"), ("cuda-sm90-torch2.11.0+cu130", "b")]
+    assert merge_index(None, "llama", "v1", e("x", "d")).entries[0].platform == "x"
+
+
+def test_rm_one_platform(bundle, cuda_bundle, tmp_path):
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    push(cuda_bundle, f"{store}/llama:v1")
+    left = remove(f"{store}/llama:v1", platform=cuda_bundle.platform)
+    assert [e.platform for e in left.entries] == [bundle.platform]
+    with pytest.raises(NotFoundError, match="has no"):
+        remove(f"{store}/llama:v1", platform=cuda_bundle.platform)
+    assert remove(f"{store}/llama:v1", platform=bundle.platform) is None
+    with pytest.raises(NotFoundError):
+        remove(f"{store}/llama:v1")
+
+
+def test_timeout_bounds_the_pull(bundle, keys, tmp_path, cli):
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    with pytest.raises(TimeoutError_):
+        pull(f"{store}/llama:v1", tmp_path / "root", trust=[keys["pub"]], timeout=1e-9)
+    assert not (tmp_path / "root" / "torch_compile_cache").exists()
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", tmp_path / "root", "--trust", keys["pub"], "--timeout", "1e-9")
+    assert r.rc == 7, r
+
+
+def test_progress_bars_and_cli_miss_handling(bundle, cuda_bundle, keys, tmp_path, cli, capsys):
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1", progress=True)
+    pull(f"{store}/llama:v1", tmp_path / "root", trust=[keys["pub"]], progress=True)
+    err = capsys.readouterr().err
+    assert "push llama:v1" in err and "pull llama:v1" in err
+    push(cuda_bundle, f"{store}/llama:gpu")
+    r = cli("pull", f"{store}/llama:gpu", "--cache-root", tmp_path / "r2", "--trust", keys["pub"])
+    assert r.rc == 4 and "no bundle under" in r.error_line(), r
+    r = cli("pull", f"{store}/llama:gpu", "--cache-root", tmp_path / "r2", "--trust", keys["pub"], "--on-miss",
+            "continue", "--json")
+    assert r.rc == 0 and json.loads(r.out)["outcome"] == "miss" and "outcome=miss" in r.err, r
+    r = cli("push", bundle.blob_path(bundle.blobs[0]).parent, "bad:ref")
+    assert r.rc == 2, r
+
+
+def test_unsigned_push_warns_and_pull_refuses(tree, tmp_path, cli):
+    r = cli("push", tree, f"file://{tmp_path}/store/llama:v1")
+    assert r.rc == 0 and "UNSIGNED" in r.err, r
+    r = cli("pull", f"file://{tmp_path}/store/llama:v1", "--cache-root", tmp_path / "root")
+    assert r.rc == 3, r
+    assert not (tmp_path / "root" / "torch_compile_cache").exists()
+    assert os.path.isdir(tmp_path / "store" / "blobs")
