@@ -180,6 +180,9 @@ class VocabParallelEmbedding(nn.Module):
         self.vocab_end = self.vocab_start + self.per_rank
         self.weight = nn.Parameter(torch.empty(self.per_rank, embedding_dim))
         set_weight_attrs(self.weight, (num_embeddings, embedding_dim), self._shard)
+        # The rank's vocabulary range is a buffer, not a Python constant: it enters the graph as an input, so
+        # every rank traces the same graph (same artifacts, stored once in a bundle).
+        self.register_buffer("vocab_range", torch.tensor([self.vocab_start, self.vocab_end]), persistent=False)
 
     def _shard(self, full: torch.Tensor) -> torch.Tensor:
         if self.padded != self.num_embeddings:
@@ -189,8 +192,9 @@ class VocabParallelEmbedding(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.tp_size == 1:
             return F.embedding(input_ids, self.weight)
-        mask = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)
-        local = torch.where(mask, input_ids - self.vocab_start, torch.zeros_like(input_ids))
+        start, end = self.vocab_range[0], self.vocab_range[1]
+        mask = (input_ids >= start) & (input_ids < end)
+        local = torch.where(mask, input_ids - start, torch.zeros_like(input_ids))
         out = F.embedding(local, self.weight) * mask.unsqueeze(-1).to(self.weight.dtype)
         return tensor_model_parallel_all_reduce(out)
 

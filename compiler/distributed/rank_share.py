@@ -1,0 +1,90 @@
+"""Make identical tensor-parallel rank folders byte-identical, so that a bundle stores them once.
+
+Every TP rank traces the same graphs (the rank's weights and vocabulary range are graph inputs, the collectives
+carry a group name that is the same on every rank), so every rank compiles the same pieces. Inductor's saved
+artifacts are nevertheless not byte-reproducible (they embed compile timings, object addresses and the build
+folder of the ``.so`` files), so content-addressed dedupe would store each rank's copy. After a TP warm,
+:func:`share_rank_folders` checks that each rank's ``compile_index.json`` maps every piece to the same graph
+hash, shape and artifact name as the source rank's (rank 0 of the same data-parallel rank), and then replaces that
+rank's prefix folder with a byte copy of the source's (copy to a temporary sibling, then rename: never a partial
+folder). A rank whose graphs differ is left alone and reported.
+
+Loading rank 0's artifacts on another rank is what a hot start of that rank then does; the TP tests check that it
+compiles nothing and gives the TP=1 outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from compiler.layout import INDEX_FILE
+
+_RANK_DIR = re.compile(r"^rank_(\d+)_(\d+)$")
+
+
+def _index_signature(prefix_dir: Path) -> tuple[str, dict[str, tuple[Any, ...]]] | None:
+    try:
+        data = json.loads((prefix_dir / INDEX_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    pieces = {k: (v.get("graph_hash"), v.get("shape"), v.get("artifact"), v.get("format"))
+              for k, v in data.get("pieces", {}).items()}
+    return str(data.get("cache_key")), pieces
+
+
+def _replace_with_copy(src: Path, dest: Path) -> None:
+    tmp = dest.parent / f".{dest.name}.share-tmp"
+    old = dest.parent / f".{dest.name}.share-old"
+    for p in (tmp, old):
+        if p.exists():
+            shutil.rmtree(p)
+    shutil.copytree(src, tmp, symlinks=True)
+    os.replace(dest, old)
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def share_rank_folders(hash_dir: str | os.PathLike[str], *, dp_rank: int | None = None) -> dict[str, str]:
+    """For every ``rank_{r}_{dp}`` folder (``r > 0``) in ``hash_dir`` whose prefix folders compiled the same
+    pieces as ``rank_0_{dp}``'s, make them byte copies of rank 0's. Returns ``{rank folder: outcome}`` where the
+    outcome is ``"shared"``, ``"source"`` or a reason it was left alone."""
+    root = Path(hash_dir)
+    ranks: dict[tuple[int, int], Path] = {}
+    for child in sorted(root.iterdir()) if root.is_dir() else []:
+        m = _RANK_DIR.match(child.name)
+        if m and child.is_dir():
+            ranks[(int(m.group(1)), int(m.group(2)))] = child
+    report: dict[str, str] = {}
+    for (tp, dp), rank_dir in sorted(ranks.items()):
+        if dp_rank is not None and dp != dp_rank:
+            continue
+        if tp == 0:
+            report[rank_dir.name] = "source"
+            continue
+        source = ranks.get((0, dp))
+        if source is None:
+            report[rank_dir.name] = f"left alone: no rank_0_{dp}"
+            continue
+        prefixes = sorted(p.name for p in source.iterdir() if p.is_dir())
+        outcome = "shared"
+        plan: list[tuple[Path, Path]] = []
+        for prefix in prefixes:
+            src, dest = source / prefix, rank_dir / prefix
+            a, b = _index_signature(src), _index_signature(dest)
+            if a is None or b is None:
+                outcome = f"left alone: no readable {INDEX_FILE} in {prefix}"
+                break
+            if a != b:
+                outcome = f"left alone: its {prefix} pieces differ from rank_0_{dp}'s"
+                break
+            plan.append((src, dest))
+        if outcome == "shared":
+            for src, dest in plan:
+                _replace_with_copy(src, dest)
+        report[rank_dir.name] = outcome
+    return report
