@@ -96,11 +96,26 @@ def _triton_key() -> str | None:
             return None
 
 
+# Inductor settings the pipeline applies while it compiles and loads (see :func:`inductor_patches`).
+# ``cpp_cache_precompile_headers``: the precompiled header lives in Inductor's *global* default cache dir, not in
+# the redirected one, and the .so keys depend on it: a hot start on a fresh machine would run g++ again.
+PIPELINE_INDUCTOR_PATCHES: dict[str, Any] = {"cpp_cache_precompile_headers": False}
+
+
+def inductor_patches() -> dict[str, Any]:
+    """:data:`PIPELINE_INDUCTOR_PATCHES` restricted to the keys this torch version has."""
+    import torch._inductor.config as inductor_config
+
+    return {k: v for k, v in PIPELINE_INDUCTOR_PATCHES.items() if hasattr(inductor_config, k)}
+
+
 def inductor_config_values() -> dict[str, Any]:
+    """The Inductor config as the pipeline compiles with it (its patches applied)."""
     import torch._inductor.config as inductor_config
 
     try:
-        cfg = inductor_config.save_config_portable()
+        with inductor_config.patch(inductor_patches()):
+            cfg = inductor_config.save_config_portable()
     except Exception:  # pragma: no cover
         cfg = {}
     return {k: v for k, v in cfg.items() if not any(w in k for w in _INDUCTOR_CONFIG_EXCLUDE_WORDS)}

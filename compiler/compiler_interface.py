@@ -57,7 +57,8 @@ def _standalone_compile(graph: fx.GraphModule, example_inputs: list[Any], runtim
             dynamic = "from_graph"
     else:
         dynamic = "from_example_inputs"
-    return standalone_compile(graph, example_inputs, dynamic_shapes=dynamic, options={"config_patches": {}})
+    return standalone_compile(graph, example_inputs, dynamic_shapes=dynamic,
+                              options={"config_patches": cache_key.inductor_patches()})
 
 
 class InductorStandaloneAdaptor(CompilerInterface):
@@ -86,9 +87,12 @@ class InductorStandaloneAdaptor(CompilerInterface):
     def load(self, handle, graph, example_inputs, runtime_shape, directory, save_format):  # noqa: ANN001
         from torch._inductor import CompiledArtifact
 
+        import torch._inductor.config as inductor_config
+
         _, name = handle
         path = Path(directory) / name
-        return CompiledArtifact.load(path=str(path), format=save_format)
+        with inductor_config.patch(cache_key.inductor_patches()):
+            return CompiledArtifact.load(path=str(path), format=save_format)
 
 
 def artifact_digest(path: Path) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,15 +52,22 @@ def test_cold_warm_layout_and_logs(warmed_root) -> None:
         assert phrase in stderr, phrase
 
 
-def test_second_process_compiles_nothing(warmed_root) -> None:
+def test_second_process_compiles_nothing(warmed_root, tmp_path) -> None:
+    """A second process on a copy of the tree at another path (as after a pull) loads every piece, runs no
+    C++ compiler (no new .so file) and computes the same outputs."""
     root, warm, _ = warmed_root
-    proc = run_cli("check", "--model", "tiny", "--cache-root", str(root), "--require-hit", "--json",
+    moved = tmp_path / "elsewhere" / "root"
+    shutil.copytree(root, moved, symlinks=True)
+    so_before = sorted(p.relative_to(moved) for p in moved.rglob("*.so"))
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(moved), "--require-hit", "--json",
                    env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     check = json.loads(proc.stdout.strip().splitlines()[-1])
     assert check["graphs_compiled"] == 0 and check["hit"] is True
     assert check["graphs_loaded"] == 3 and check["graphs_loaded"] + check["graphs_reused"] == check["pieces"] == 5
-    assert check["cache_key"] == warm["cache_key"] and check["cache_dir"] == warm["cache_dir"]
+    assert check["cache_key"] == warm["cache_key"]
+    assert check["cache_dir"] == warm["cache_dir"].replace(str(root.resolve()), str(moved.resolve()))
+    assert sorted(p.relative_to(moved) for p in moved.rglob("*.so")) == so_before, "g++ ran on a hot start"
     assert check["workload"]["token_counts"] == warm["workload"]["token_counts"]
     assert check["workload"]["checksum"] == warm["workload"]["checksum"]
     assert "Directly load the 0-th graph for shape None from" in proc.stderr
