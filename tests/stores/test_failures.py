@@ -5,7 +5,9 @@ inside the store (detected, nothing installed); skopeo reads what we push."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -238,11 +240,12 @@ def test_blob_corrupted_in_the_store_is_detected(any_store, keys, tmp_path, cli)
     # a bundle of its own: the corruption must not reach other tests through shared blobs
     src = make_native_tree(tmp_path / "src", layers=4)
     rank = next(src.glob("torch_compile_cache/*/rank_0_0/backbone"))
-    (rank / "artifact_1").write_bytes(uuid.uuid4().bytes * 1000)  # content no other test has
+    unique = os.urandom(20000)  # content no other test has: registries share blobs across repositories
+    (rank / "artifact_1").write_bytes(unique)
     with pack(src, sign_key=keys["key"]) as b:
         ref = any_store.ref("v1")
         push(b, ref)
-        victim = max(b.blobs, key=lambda x: x.stored_size)
+        victim = next(x for x in b.blobs if x.digest == "sha256:" + hashlib.sha256(unique).hexdigest())
         _corrupt(any_store.kind, any_store.store, any_store.server, victim)
     root = tmp_path / "root"
     with pytest.raises(VerificationError) as ei:
