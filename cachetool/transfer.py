@@ -11,7 +11,8 @@ which verifies the signature and runs preflight before it asks for any blob. The
 Resuming: blobs are downloaded into ``{cache_root}/.cachetool-partial/`` (same filesystem as the install staging,
 so a blob is hard-linked, not copied). An interrupted pull leaves the finished and the partial blobs there; the
 rerun keeps finished ones and resumes partial ones with a ``Range`` request. The folder is removed after a
-successful install, and after a verification failure (a corrupt blob is never kept).
+successful install, and after a verification failure (a corrupt blob is never kept); only the files this pull
+used are deleted, so concurrent pulls of other bundles into the same root keep theirs.
 """
 
 from __future__ import annotations
@@ -253,6 +254,7 @@ class StoreSource(BundleSource):
         self._sig_read = False
         self._lock = threading.Lock()
         self._failed: StoreError | None = None
+        self.used: set[Path] = set()  # partial files this pull wrote or read
         self.downloaded = 0
         self.resumed = 0
         self.reused = 0
@@ -296,9 +298,17 @@ class StoreSource(BundleSource):
             self._failed = exc
             raise
 
+    def discard_partials(self) -> None:
+        """Delete the partial files this pull used (only those: another pull may share the folder)."""
+        for p in self.used:
+            p.unlink(missing_ok=True)
+        _remove_if_empty(self.partial_dir)
+
     def _fetch(self, blob: BlobRef, dest: Path) -> None:
         self.partial_dir.mkdir(mode=0o700, exist_ok=True)
         part = self.partial_dir / hexof(blob.stored_digest)
+        with self._lock:
+            self.used.add(part)
         try:
             had = part.stat().st_size
         except FileNotFoundError:
@@ -369,14 +379,14 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
                 result = install_bundle(src, root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
                                         preflight=preflight, device=device, force=force, warn=warn, workers=workers)
             except VerificationError:
-                shutil.rmtree(partial, ignore_errors=True)  # never keep bytes that failed a check
+                src.discard_partials()  # never keep bytes that failed a check
                 _remove_if_empty(root)
                 raise
             except CachetoolError:
                 _remove_if_empty(partial)
                 _remove_if_empty(root)
                 raise
-        shutil.rmtree(partial, ignore_errors=True)
+        src.discard_partials()
         down1 = st.counters.bytes_down if hasattr(st, "counters") else 0
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,

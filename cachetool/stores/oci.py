@@ -197,10 +197,14 @@ class OCIStore(Store):
         q = {"service": params.get("service", "")}
         scope = params.get("scope") or f"repository:{self.repo}:pull,push"
         q["scope"] = scope
-        auth = creds if creds and creds[0] != "<token>" else None
         try:
-            r = self._session.get(params["realm"] + ("&" if "?" in params["realm"] else "?") + urlencode(q),
-                                  auth=auth, timeout=self.timeout)
+            if creds and creds[0] == "<token>":
+                # docker config "identitytoken": an OAuth2 refresh token, exchanged at the realm with a POST
+                r = self._session.post(params["realm"], data={**q, "grant_type": "refresh_token", "client_id": "cachetool",
+                                                              "refresh_token": creds[1]}, timeout=self.timeout)
+            else:
+                r = self._session.get(params["realm"] + ("&" if "?" in params["realm"] else "?") + urlencode(q),
+                                      auth=creds, timeout=self.timeout)
         except requests.RequestException as exc:
             raise StoreError(f"{what}: token service {params['realm']} unreachable ({type(exc).__name__})") from None
         if r.status_code in (401, 403):
