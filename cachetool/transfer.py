@@ -190,12 +190,7 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
             st.put_signature(digest, sig)
         entry = RefEntry(manifest_digest=digest, platform=bundle.platform, fingerprint=dict(bundle.manifest.fingerprint or {}),
                          size=bundle.stored_size, created=now_iso())
-        try:
-            old = st.get_ref(r.name, r.tag)
-        except NotFoundError:  # a new tag (or a new repository)
-            old = None
-        index = merge_index(old, r.name, r.tag, entry)
-        st.put_ref(index)
+        index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
         up1 = st.counters.bytes_up if hasattr(st, "counters") else 0
         return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=sig is not None,
                           blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),

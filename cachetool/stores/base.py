@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +90,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def get_ref(self, name: str, tag: str) -> RefIndex: ...
+
+    def update_ref(self, name: str, tag: str, update: Callable[[RefIndex | None], RefIndex]) -> RefIndex:
+        """Read-modify-write of a ref (``update`` gets the current index or None). Stores that can make this
+        atomic (file: a lock; S3: conditional writes) override it; the default is get then put."""
+        from cachetool.errors import NotFoundError
+
+        try:
+            old = self.get_ref(name, tag)
+        except NotFoundError:
+            old = None
+        new = update(old)
+        self.put_ref(new)
+        return new
 
     @abc.abstractmethod
     def list_refs(self) -> Iterator[RefIndex]: ...

@@ -130,6 +130,17 @@ class FileStore(Store):
     def put_ref(self, index: RefIndex) -> None:
         self._write(self._ref(index.name, index.tag), index_to_json(index))
 
+    def update_ref(self, name, tag, update):
+        """Under an exclusive lock on ``refs/<name>/.<tag>.lock``: concurrent pushes to one tag keep every platform."""
+        import fcntl
+
+        self._ensure()
+        lock = self._ref(name, tag).with_name(f".{tag}.lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            return super().update_ref(name, tag, update)
+
     def get_ref(self, name: str, tag: str) -> RefIndex:
         self._require_root()
         p = self._ref(name, tag)
@@ -161,6 +172,7 @@ class FileStore(Store):
             p.unlink()
         except FileNotFoundError:
             raise NotFoundError(f"{self.url}/{name}:{tag} not found") from None
+        p.with_name(f".{tag}.lock").unlink(missing_ok=True)
         try:
             p.parent.rmdir()
         except OSError:

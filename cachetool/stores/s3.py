@@ -45,6 +45,7 @@ class S3Store(Store):
         self.max_concurrency = max_concurrency
         self.counters = Counters()
         self._client = None
+        self._unquoted_etags = False
 
     # ---------------------------------------------------------------------------------------------- plumbing
     @property
@@ -261,6 +262,57 @@ class S3Store(Store):
     def put_ref(self, index: RefIndex) -> None:
         self._put_bytes(self._ref_key(index.name, index.tag), index_to_json(index),
                         f"write ref {index.name}:{index.tag} to {self.url}")
+
+    def update_ref(self, name, tag, update):
+        """Optimistic concurrency: read the ref with its ETag, write with ``If-Match`` (or ``If-None-Match: *`` for a
+        new tag), and on ``412 PreconditionFailed`` read, merge and write again. Concurrent pushes of different
+        platforms to one tag therefore keep every entry. Servers without conditional writes get a plain write."""
+        import botocore.exceptions as bexc
+
+        ref = f"{self.url}/{name}:{tag}"
+        key = self._ref_key(name, tag)
+        for attempt in range(20):
+            try:
+                resp = self.client.get_object(Bucket=self.bucket, Key=key)
+                data, etag = resp["Body"].read(), resp.get("ETag")
+                old = index_from_json(data, ref)
+                self.counters.down(len(data))
+            except bexc.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code"))
+                if code not in ("NoSuchKey", "404"):
+                    raise self._error(exc, f"read {ref}", f"{ref} not found") from None
+                old, etag = None, None
+            except (bexc.BotoCoreError, ConnectionError) as exc:
+                raise self._error(exc, f"read {ref}") from None
+            new = update(old)
+            body = index_to_json(new)
+            cond = ({"IfMatch": etag if not self._unquoted_etags else etag.strip('"')} if etag
+                    else {"IfNoneMatch": "*"})
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", **cond)
+                self.counters.up(len(body))
+                return new
+            except bexc.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code"))
+                if code in ("NotImplemented", "501"):
+                    self._put_bytes(key, body, f"write {ref}")
+                    return new
+                if code not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                    raise self._error(exc, f"write {ref}") from None
+                if etag and not self._unquoted_etags:
+                    # Some servers (Ceph RGW) compare If-Match without the quotes: if the object did not change,
+                    # that was the reason; retry unquoted.
+                    try:
+                        cur = self.client.head_object(Bucket=self.bucket, Key=key).get("ETag")
+                    except bexc.ClientError:
+                        cur = None
+                    if cur == etag:
+                        self._unquoted_etags = True
+                        continue
+                time.sleep(min(1.0, 0.05 * (attempt + 1)))  # another push wrote the ref: merge again
+            except (bexc.BotoCoreError, ConnectionError) as exc:
+                raise self._error(exc, f"write {ref}") from None
+        raise StoreError(f"write {ref}: the ref kept changing under 20 attempts (concurrent pushes)")
 
     def get_ref(self, name: str, tag: str) -> RefIndex:
         ref = f"{self.url}/{name}:{tag}"

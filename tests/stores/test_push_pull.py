@@ -172,3 +172,32 @@ def test_cli_push_pull_ls_rm_gc(any_store, bundle, keys, tree, tmp_path, cli, lo
     else:
         assert len([d for d in deleted if d.startswith("blobs/")]) == len({b.stored_digest for b in bundle.blobs})
         assert any(d.startswith("manifests/") for d in deleted) and any(d.startswith("signatures/") for d in deleted)
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_concurrent_pushes_of_two_platforms_keep_both(kind, request, tmp_path, bundle, cuda_bundle):
+    """A CI matrix (GPU job, CPU job) pushing one tag at once: the ref update is atomic (file lock / S3 If-Match)."""
+    import threading
+
+    from tests.stores.conftest import _make_store
+
+    s = _make_store(kind, request, tmp_path)
+    for round_ in range(4):
+        ref = s.ref(f"race{round_}")
+        errors = []
+        barrier = threading.Barrier(2)
+
+        def go(b):
+            try:
+                barrier.wait()
+                push(b, ref)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        ts = [threading.Thread(target=go, args=(b,)) for b in (bundle, cuda_bundle)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        assert not errors, errors
+        with open_store(s.store) as st:
+            assert {e.platform for e in st.get_ref("llama", f"race{round_}").entries} == {bundle.platform,
+                                                                                          cuda_bundle.platform}
