@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.errors import StoreError, VerificationError
 from cachetool.stores import open_store
 from cachetool.stores._common import hexof
 from cachetool.transfer import PARTIAL_DIR, pull, push
