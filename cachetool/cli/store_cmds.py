@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -9,6 +10,20 @@ import click
 
 from cachetool.cli import cli
 from cachetool.errors import CacheMissError, CachetoolError, NotFoundError
+
+
+def _os_errors_one_line(fn):
+    """An OSError (disk full, permissions, a file where a folder should be) becomes one ``error:`` line."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            raise CachetoolError(f"{fn.__name__.removesuffix('_cmd')}:{where}: {exc.strerror or exc}") from None
+
+    return wrapper
 
 
 def _human(n: int) -> str:
@@ -64,6 +79,7 @@ def _warn(msg: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @_store_options
+@_os_errors_one_line
 def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint_url, profile, insecure):
     """Push SOURCE (a .ctb file, or a cache folder packed on the way) to REF.
 
@@ -102,6 +118,7 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @_store_options
+@_os_errors_one_line
 def pull_cmd(ref, cache_root, trust, ranks, device, force, insecure_skip_verify, timeout, on_miss, workers, as_json,
              progress, endpoint_url, profile, insecure):
     """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched."""
@@ -144,6 +161,7 @@ def pull_cmd(ref, cache_root, trust, ranks, device, force, insecure_skip_verify,
 @click.argument("store")
 @click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
 @_store_options
+@_os_errors_one_line
 def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms."""
     from cachetool.refs import parse_store_or_ref
@@ -183,6 +201,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 @click.option("--platform", default=None, help="Remove only this platform's entry of the tag.")
 @click.option("--json", "as_json", is_flag=True)
 @_store_options
+@_os_errors_one_line
 def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     """Remove REF (the tag; blobs stay until `cachetool gc`)."""
     from cachetool.transfer import remove
@@ -201,6 +220,7 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
               help="Keep objects written more recently (a push in flight writes blobs before its ref).")
 @click.option("--json", "as_json", is_flag=True)
 @_store_options
+@_os_errors_one_line
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
     """Delete blobs, manifests and signatures of STORE that no ref reaches."""
     from cachetool.refs import parse_store_or_ref

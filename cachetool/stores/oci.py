@@ -364,7 +364,7 @@ class OCIStore(Store):
                         out.write(chunk)
                         self.counters.down(len(chunk))
                 return
-            except (requests.RequestException, OSError) as exc:
+            except requests.RequestException as exc:  # cut mid-body: resume with a Range request after a backoff
                 if attempt + 1 >= self.max_attempts:
                     raise StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})") from None
                 time.sleep(min(8.0, 0.5 * 2 ** attempt))

@@ -210,26 +210,29 @@ class S3Store(Store):
             offset = resume_offset(dest, blob.stored_size)
             if offset == blob.stored_size:
                 return
-            try:
-                kw = {"Range": f"bytes={offset}-"} if offset else {}
+            kw = {"Range": f"bytes={offset}-"} if offset else {}
+            try:  # botocore has already retried connection errors and 5xx of the request itself
                 resp = self.client.get_object(Bucket=self.bucket, Key=self._blob_key(blob), **kw)
-                if offset:
-                    self.counters.resumed()
+            except bexc.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code"))
+                if code == "InvalidRange":  # the partial file is already whole (or longer): start over
+                    dest.unlink(missing_ok=True)
+                    continue
+                raise self._error(exc, what, missing) from None
+            except (bexc.BotoCoreError, ConnectionError) as exc:
+                raise self._error(exc, what, missing) from None
+            if offset:
+                self.counters.resumed()
+            try:
                 with open(dest, "ab" if offset else "wb") as out:
                     body = resp["Body"]
                     for chunk in iter(lambda: body.read(CHUNK), b""):
                         out.write(chunk)
                         self.counters.down(len(chunk))
                 return
-            except bexc.ClientError as exc:
-                code = str(exc.response.get("Error", {}).get("Code"))
-                if code == "InvalidRange":  # the partial file is already whole (or longer: start over)
-                    dest.unlink(missing_ok=True)
-                    continue
-                raise self._error(exc, what, missing) from None
-            except (bexc.BotoCoreError, ConnectionError, OSError) as exc:
-                # A stream cut mid-body: keep what arrived and resume after a backoff.
-                if attempt + 1 >= self.max_attempts or isinstance(exc, (bexc.NoCredentialsError,)):
+            except (bexc.BotoCoreError, ConnectionError) as exc:
+                # The body was cut mid-stream: keep what arrived and resume with a Range request after a backoff.
+                if attempt + 1 >= self.max_attempts:
                     raise self._error(exc, what, missing) from None
                 time.sleep(min(8.0, 0.5 * 2 ** attempt))
         raise StoreError(f"{what}: gave up after {self.max_attempts} attempts")
