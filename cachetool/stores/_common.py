@@ -16,6 +16,8 @@ from cachetool.stores.base import RefEntry, RefIndex
 REF_FORMAT = "cachetool.ref.v1"
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 CHUNK = 1 << 20
+# Downloads read in small pieces: a read cut mid-piece loses that piece, and what was written is resumed.
+DL_CHUNK = 64 << 10
 
 
 def hexof(digest: str) -> str:

@@ -35,7 +35,7 @@ from typing import Iterator
 from urllib.parse import urljoin, urlencode
 
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import CHUNK, Counters, hexof, now_iso, resume_offset
+from cachetool.stores._common import CHUNK, DL_CHUNK, Counters, hexof, now_iso, resume_offset
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 
 ARTIFACT_TYPE = "application/vnd.cachetool.bundle.v1+json"
@@ -360,7 +360,7 @@ class OCIStore(Store):
                 self.counters.resumed()
             try:
                 with open(dest, "ab" if resumed else "wb") as out:
-                    for chunk in r.iter_content(CHUNK):
+                    for chunk in r.iter_content(DL_CHUNK):
                         out.write(chunk)
                         self.counters.down(len(chunk))
                 return
