@@ -317,8 +317,13 @@ def build_model(spec: str, device: str | torch.device = "cpu", dtype: torch.dtyp
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    with torch.device(device):
-        model = LlamaForCausalLM(cfg, linear)
+    prev_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # build in the target dtype: no fp32 copy of an 8B model on the GPU
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg, linear)
+    finally:
+        torch.set_default_dtype(prev_dtype)
     model.to(dtype=dtype)
     # The rotary inverse frequencies stay float32 (as in HF).
     for mod in model.modules():

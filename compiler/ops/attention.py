@@ -43,17 +43,18 @@ def unified_attention_with_output(
         d = _HEAD_DIMS.get(layer_name)
         if d is None:
             raise KeyError(f"unknown attention layer {layer_name!r} (not registered with register_layer)")
-        q = query.view(num_tokens, -1, d)
-        k = key.view(num_tokens, -1, d)
-        v = value.view(num_tokens, -1, d)
-        output.view(num_tokens, -1, d).copy_(_sdpa(q, k, v, None, causal=True))
+        q = query.reshape(num_tokens, -1, d)
+        k = key.reshape(num_tokens, -1, d)
+        v = value.reshape(num_tokens, -1, d)
+        output.copy_(_sdpa(q, k, v, None, causal=True).reshape(output.shape))
         return
     hkv, d = kv_cache.shape[2], kv_cache.shape[3]
     meta = ctx.attn_metadata
-    q = query.view(num_tokens, -1, d)
-    k = key.view(num_tokens, hkv, d)
-    v = value.view(num_tokens, hkv, d)
-    out = output.view(num_tokens, -1, d)
+    # reshape, not view: the compiled graph may hand in non-contiguous strides
+    q = query.reshape(num_tokens, -1, d)
+    k = key.reshape(num_tokens, hkv, d)
+    v = value.reshape(num_tokens, hkv, d)
+    out = torch.empty_like(q)
     slots = meta.slot_mapping[:num_tokens]
     kv_cache[0].index_copy_(0, slots, k.to(kv_cache.dtype))
     kv_cache[1].index_copy_(0, slots, v.to(kv_cache.dtype))
@@ -74,6 +75,7 @@ def unified_attention_with_output(
             kpos = torch.arange(seq_len, device=query.device)[None, :]
             mask = kpos <= qpos
         out[start:end] = _sdpa(q[start:end], ks, vs, mask, causal=False).to(out.dtype)
+    output.copy_(out.reshape(output.shape))
 
 
 @unified_attention_with_output.register_fake
