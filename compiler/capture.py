@@ -71,6 +71,13 @@ def _mark_unbacked(t: torch.Tensor, dim: int) -> None:
     mark(t, dim)
 
 
+def _fail_on_recompile() -> Any:
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is not None:
+        return set_stance("fail_on_recompile")
+    return torch._dynamo.config.patch(error_on_recompile=True)  # pragma: no cover - older torch
+
+
 def _decompile(code: CodeType) -> str:
     try:
         import depyf  # type: ignore[import-not-found]
@@ -152,10 +159,11 @@ class _Compiled:
         before = counters.dynamo_compiles
         if self.cfg.dynamic_shapes_config.evaluate_guards or is_strict():
             try:
-                with torch.compiler.set_stance("fail_on_recompile"):
+                with _fail_on_recompile():
                     return self.compiled_fn(*args, **kwargs)
             except RuntimeError as exc:
-                if "fail_on_recompile" in str(exc) or "Detected recompile" in str(exc):
+                if "fail_on_recompile" in str(exc) or "ecompil" in str(exc) and "stance" in str(exc) \
+                        or "error_on_recompile" in str(exc):
                     raise RecompileError(f"recompilation refused ({'strict mode' if is_strict() else 'evaluate_guards'}): "
                                          f"{str(exc).splitlines()[0]}") from None
                 raise

@@ -33,8 +33,14 @@ from compiler.split import SplitItem, graph_hash, split_graph
 logger = logging.getLogger(__name__)
 
 
-class PieceCompileFailed(RuntimeError):
-    pass
+def _tracing_context() -> Any:
+    tc_cls = torch._guards.TracingContext
+    if hasattr(tc_cls, "try_get"):
+        return tc_cls.try_get()
+    try:  # pragma: no cover - older torch
+        return tc_cls.get()
+    except Exception:
+        return None
 
 
 def _ensure_tuple_output(gm: fx.GraphModule) -> bool:
@@ -114,7 +120,7 @@ class PiecewiseBackend:
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         t0 = time.perf_counter()
         counters.dynamo_compiles += 1
-        tc = torch._guards.TracingContext.try_get()
+        tc = _tracing_context()
         codes = list(tc.traced_code) if tc is not None else []
         self.traced_files = cache_key.traced_files(codes)
         logger.debug("Traced files (to be considered for compilation cache):\n%s", "\n".join(self.traced_files))
