@@ -91,3 +91,10 @@ def test_same_code_at_another_path_same_hash_and_edit_changes_it(tmp_path) -> No
     assert kc["hash"] != ka["hash"]
     changed = [k for k in kc["code"] if kc["code"][k] != ka["code"].get(k)]
     assert changed == ["module:compiler.models.llama"]
+
+
+def test_root_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path, base_key) -> None:
+    monkeypatch.setenv("CACHETOOL_CACHE_ROOT", str(tmp_path / "envroot"))
+    key, layout = compute_cache_key("tiny")
+    assert layout.root == (tmp_path / "envroot").resolve()
+    assert key.hash == base_key[0].hash  # the root is not part of the key
