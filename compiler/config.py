@@ -30,6 +30,12 @@ ATTENTION_OPS: tuple[str, ...] = ("cachetool.unified_attention_with_output",)
 """Default ``splitting_ops``: the attention custom op(s) registered by :mod:`compiler.ops.attention`."""
 
 
+def default_capture_sizes(max_size: int) -> list[int]:
+    """vLLM's rule: ``[1, 2, 4] + range(8, 256, 8) + range(256, max_size + 1, 16)``, cut at ``max_size``."""
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
+    return [s for s in sizes if s <= max_size]
+
+
 class ConfigError(ValueError):
     """A bad compilation config: unknown key, wrong type or value, bad JSON. The message is one line."""
 
@@ -93,7 +99,9 @@ class CompilationConfig:
     """Ops at which the graph is split (``ns.op`` names). ``None``: the attention ops. ``[]``: no split."""
     compile_sizes: list[int | str] = field(default_factory=list)
     """Extra token counts compiled for a static shape (``"cudagraph_capture_sizes"`` expands to those)."""
-    cudagraph_mode: CUDAGraphMode = CUDAGraphMode.NONE
+    cudagraph_mode: CUDAGraphMode | None = None
+    """``None`` (unset): resolved per device by :func:`compiler.cudagraph_dispatcher.resolve_cudagraph_mode`
+    (``FULL_AND_PIECEWISE`` on CUDA as in vLLM, ``NONE`` on the CPU)."""
     cudagraph_capture_sizes: list[int] | None = None
     max_cudagraph_capture_size: int | None = None
     dynamic_shapes_config: DynamicShapesConfig = field(default_factory=DynamicShapesConfig)
@@ -169,9 +177,8 @@ class CompilationConfig:
             self.cudagraph_capture_sizes = sizes
             self.max_cudagraph_capture_size = sizes[-1] if sizes else 0
         elif self.max_cudagraph_capture_size is not None:
-            m = self.max_cudagraph_capture_size
-            self.cudagraph_capture_sizes = sorted({s for s in (1, 2, 4) if s <= m} | set(range(8, m + 1, 8)))
-        if self.cudagraph_mode != CUDAGraphMode.NONE:
+            self.cudagraph_capture_sizes = default_capture_sizes(self.max_cudagraph_capture_size)
+        if self.cudagraph_mode is not None and self.cudagraph_mode != CUDAGraphMode.NONE:
             if self.mode != CompilationMode.PIECEWISE and self.cudagraph_mode.has_piecewise():
                 raise ConfigError(f"cudagraph_mode={self.cudagraph_mode.value} needs mode=3 (piecewise)")
             if self.cudagraph_mode.has_piecewise() and self.splitting_ops == []:
@@ -211,7 +218,7 @@ class CompilationConfig:
             "compile_cache_save_format": self.compile_cache_save_format,
             "splitting_ops": self.splitting_ops,
             "compile_sizes": list(self.compile_sizes),
-            "cudagraph_mode": self.cudagraph_mode.value,
+            "cudagraph_mode": self.cudagraph_mode.value if self.cudagraph_mode is not None else None,
             "cudagraph_capture_sizes": self.cudagraph_capture_sizes,
             "max_cudagraph_capture_size": self.max_cudagraph_capture_size,
             "dynamic_shapes_config": self.dynamic_shapes_config.to_dict(),
@@ -267,7 +274,7 @@ def _coerce_field(key: str, value: Any) -> Any:
     if key == "mode":
         return _enum_value(CompilationMode, key, value)
     if key == "cudagraph_mode":
-        return _enum_value(CUDAGraphMode, key, value)
+        return None if value is None else _enum_value(CUDAGraphMode, key, value)
     if key == "cache_dir":
         if not isinstance(value, str):
             raise ConfigError(f"cache_dir must be a string, got {value!r}")

@@ -74,7 +74,7 @@ class ModelRunner:
                                   rank=rank, dp_rank=dp_rank, key_only=key_only)
         self.model.model.enable_compile(self.ctx)
         cfg = self.model_cfg
-        slots = max_num_seqs * max_model_len
+        slots = max_num_seqs * max_model_len + 1  # +1: a scratch slot that CUDA-graph padding tokens write
         self.kv_caches = {
             name: torch.zeros(2, slots, cfg.num_key_value_heads, cfg.head_dim, dtype=self.dtype, device=self.device)
             for name in self.model.model.layer_names
@@ -82,6 +82,10 @@ class ModelRunner:
         self.sequences: dict[int, Sequence] = {}
         self._next_id = 0
         self.seed = seed
+        from compiler.cudagraph_runner import GraphExecutor
+
+        # Dispatch, padding and capture of CUDA graphs (mode resolved per device: NONE on the CPU).
+        self.graphs = GraphExecutor(self)
 
     # ------------------------------------------------------------------ compile state
     @property
@@ -128,13 +132,16 @@ class ModelRunner:
             qsl.append(len(ids))
             seq_lens.append(len(s.tokens))
         dev = self.device
-        input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
-        pos = torch.tensor(positions, dtype=torch.long, device=dev)
-        meta = AttentionMetadata(qsl, seq_lens, [s.slot_offset for s in seqs],
-                                 torch.tensor(slots, dtype=torch.long, device=dev))
         t0 = time.perf_counter()
-        with set_forward_context(ForwardContext(meta, self.kv_caches)):
-            hidden = self.model(input_ids, pos)
+        if self.graphs.enabled:
+            hidden = self.graphs.execute(ids, positions, slots, qsl, seq_lens, [s.slot_offset for s in seqs])
+        else:
+            input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
+            pos = torch.tensor(positions, dtype=torch.long, device=dev)
+            meta = AttentionMetadata(qsl, seq_lens, [s.slot_offset for s in seqs],
+                                     torch.tensor(slots, dtype=torch.long, device=dev))
+            with set_forward_context(ForwardContext(meta, self.kv_caches)):
+                hidden = self.model(input_ids, pos)
         last = torch.tensor([q - 1 for q in qsl[1:]], device=dev)
         logits = self.model.compute_logits(hidden[last]).float()
         if dev.type == "cuda":
@@ -146,11 +153,12 @@ class ModelRunner:
     # ------------------------------------------------------------------ start-up and workload
     def warmup(self) -> float:
         """Compile (or load) with a dummy batch of ``max_num_batched_tokens`` tokens, as a server's profile
-        run does, then run each compile size and CUDA-graph capture size once. Returns seconds."""
+        run does, run each compile size once, then capture the CUDA graphs (if any). Returns seconds."""
         t0 = time.perf_counter()
         sizes = [self.max_num_batched_tokens]
         sizes += [s for s in self.config.resolved_compile_sizes if s not in sizes]
-        sizes += [s for s in (self.config.cudagraph_capture_sizes or []) if s not in sizes]
+        if not self.graphs.enabled:  # capture runs every capture size itself
+            sizes += [s for s in (self.config.cudagraph_capture_sizes or []) if s not in sizes]
         for n in sizes:
             n = min(n, self.max_model_len)
             seq = self.add_sequence([0] * n)
@@ -158,6 +166,7 @@ class ModelRunner:
                 self.step([seq])
             finally:
                 self.free(seq)
+        self.graphs.capture()
         return time.perf_counter() - t0
 
     def _prompt(self, gen: torch.Generator, n: int) -> list[int]:
