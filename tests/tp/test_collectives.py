@@ -1,7 +1,12 @@
 """The TP=2 model on two gloo processes, traced by Dynamo in one graph (mode 2: no Inductor, fast), with each
-all-reduce implementation: outputs equal TP=1; the collective is in the graph (fullgraph, no break)."""
+all-reduce implementation: outputs equal TP=1; the collective is in the graph (fullgraph, no break). A full
+safetensors checkpoint shards into the same weights as the seeded random init."""
 
 from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +14,34 @@ import torch
 from compiler.distributed.launch import RankFailed, launch
 
 
-def _run_tp(rank: int, device: str) -> dict:
+def _write_hf_folder(folder: Path) -> None:
+    """The TP=1 tiny model (seed 0) as a Hugging Face folder: config.json + q/k/v and gate/up unstacked."""
+    from compiler.models.llama import PRESETS, build_model
+    from compiler.models.safetensors_io import save_safetensors
+
+    cfg = PRESETS["tiny"]
+    src = build_model("tiny", seed=0)
+    hf = {"vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+          "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
+          "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim, "rms_norm_eps": cfg.rms_norm_eps,
+          "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_position_embeddings,
+          "tie_word_embeddings": False}
+    (folder / "config.json").write_text(json.dumps(hf))
+    q, kv, i = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.intermediate_size
+    tensors = {}
+    for name, p in src.state_dict().items():
+        if ".qkv_proj." in name:
+            for part, (s, n) in zip("qkv", ((0, q), (q, kv), (q + kv, kv))):
+                tensors[name.replace("qkv_proj", f"{part}_proj")] = p[s : s + n]
+        elif ".gate_up_proj." in name:
+            tensors[name.replace("gate_up_proj", "gate_proj")] = p[:i]
+            tensors[name.replace("gate_up_proj", "up_proj")] = p[i:]
+        elif "inv_freq" not in name:
+            tensors[name] = p
+    save_safetensors(tensors, folder / "model.safetensors")
+
+
+def _run_tp(rank: int, device: str, hf_folder: str) -> dict:
     from compiler.config import CompilationConfig
     from compiler.counters import counters
     from compiler.distributed import parallel_state as ps
@@ -28,6 +60,13 @@ def _run_tp(rank: int, device: str) -> dict:
         out[impl] = {"sample": res.logits_sample, "sum": res.logits_sum, "counts": res.token_counts,
                      "heads": (attn.num_heads, attn.num_kv_heads), "dynamo_compiles": counters.dynamo_compiles - before,
                      "embed_rows": runner.model.model.embed_tokens.weight.shape[0]}
+    # A checkpoint of the full model loads into the same shards as the seeded random init.
+    from compiler.models.llama import build_model
+
+    random_init = build_model("tiny", seed=0).state_dict()
+    loaded = build_model(hf_folder).state_dict()
+    out["safetensors_equal"] = sorted(random_init) == sorted(loaded) and all(
+        torch.equal(random_init[k], loaded[k]) for k in random_init)
     return out
 
 
@@ -42,14 +81,17 @@ def _fail_on_rank_1(rank: int, device: str) -> None:
 IMPLS = ("functional", "custom_op")
 
 
-def test_tp2_traced_once_equals_tp1() -> None:
+def test_tp2_traced_once_equals_tp1(tmp_path: Path) -> None:
     from compiler.config import CompilationConfig
     from compiler.runner import ModelRunner
 
     ref = ModelRunner("tiny", "cpu", CompilationConfig(mode=0))
     ref.warmup()
     want = ref.run_workload()
-    results = [r[impl] for r in launch(_run_tp, 2) for impl in IMPLS]
+    _write_hf_folder(tmp_path)
+    per_rank = launch(functools.partial(_run_tp, hf_folder=str(tmp_path)), 2)
+    assert all(r["safetensors_equal"] for r in per_rank)
+    results = [r[impl] for r in per_rank for impl in IMPLS]
     for r in results:
         assert r["heads"] == (2, 1) and r["embed_rows"] == 256  # 4 heads / 2 KV heads, 512 vocab rows over 2 ranks
         assert r["dynamo_compiles"] == 1  # one graph: the collectives did not break it
