@@ -51,6 +51,9 @@ class CompileRunResult:
     compile_seconds: float       # inside the backend (split, compile or load)
     workload: dict[str, Any] = field(default_factory=dict)
     compilation_config: dict[str, Any] = field(default_factory=dict)
+    tensor_parallel_size: int = 1
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """Tensor-parallel runs: one result per rank (``graphs_*`` above are their sums; ``cache_dir`` is rank 0's)."""
 
     @property
     def hit(self) -> bool:
@@ -90,7 +93,12 @@ def _check_device(device: str) -> None:
 
 
 def _run(command: str, model: str, *, cache_root: str | Path | None, device: str, compilation_config: Any,
-         rank: int, dp_rank: int, require_hit: bool, workload: bool) -> CompileRunResult:
+         rank: int, dp_rank: int, require_hit: bool, workload: bool,
+         tensor_parallel_size: int = 1) -> CompileRunResult:
+    if tensor_parallel_size != 1:
+        return _run_parallel(command, model, cache_root=cache_root, device=device,
+                             compilation_config=compilation_config, rank=rank, dp_rank=dp_rank,
+                             require_hit=require_hit, workload=workload, tensor_parallel_size=tensor_parallel_size)
     from compiler.capture import RecompileError
     from compiler.config import CompilationConfig
     from compiler.counters import CompileInStrictMode, counters, strict_mode
@@ -143,16 +151,87 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     )
 
 
+def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: int, dp_rank: int, device: str,
+                  cache_root: str | Path | None, compilation_config: Any, share_ranks: bool = True,
+                  **kwargs: Any) -> CompileRunResult:
+    """One process per tensor-parallel rank (gloo on the CPU, NCCL on CUDA), each running :func:`_run` into
+    its own ``rank_{r}_{dp_rank}`` folder; a failure on any rank (``require_hit``) fails the run. After a warm,
+    rank folders that compiled the same pieces as rank 0 become byte copies of it (``share_ranks``), so that a
+    bundle stores them once (see :mod:`compiler.distributed.rank_share` and docs/tensor_parallel.md)."""
+    import functools
+
+    from compiler.config import CompilationConfig
+    from compiler.distributed.launch import launch
+    from compiler.models.llama import ModelSpecError, resolve_model
+
+    if tensor_parallel_size < 1:
+        raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
+    if rank != 0:
+        raise UsageError("--rank is chosen by the launcher when --tensor-parallel-size > 1")
+    _check_device(device)
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.device_count() < tensor_parallel_size:
+            raise DeviceError(f"--tensor-parallel-size {tensor_parallel_size} needs {tensor_parallel_size} GPUs, "
+                              f"{torch.cuda.device_count()} visible")
+    try:
+        resolve_model(model)
+    except ModelSpecError as exc:
+        raise ModelError(str(exc)) from None
+    cfg = compilation_config if compilation_config is not None else CompilationConfig()
+    if cache_root is not None:
+        cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
+    t0 = time.perf_counter()
+    fn = functools.partial(_run, command, model, cache_root=cache_root, compilation_config=cfg, dp_rank=dp_rank,
+                           **kwargs)
+    results: list[CompileRunResult] = launch(fn, tensor_parallel_size, device=device.split(":")[0],
+                                             dp_rank=dp_rank, log_names=("cachetool",))
+    keys = {r.cache_key for r in results}
+    if len(keys) != 1:  # pragma: no cover - every rank hashes the same factors
+        raise UsageError(f"tensor-parallel ranks disagree on the cache key: {sorted(map(str, keys))}")
+    first = results[0]
+    shared: dict[str, str] = {}
+    if share_ranks and command == "warm" and first.rank_dir:
+        from compiler.distributed.rank_share import share_rank_folders
+
+        shared = share_rank_folders(Path(first.rank_dir).parent, dp_rank=dp_rank)
+    sums = {name: sum(getattr(r, name) for r in results)
+            for name in ("graphs_compiled", "graphs_loaded", "graphs_reused", "pieces", "unique_pieces",
+                         "dynamo_compiles")}
+    return CompileRunResult(
+        command=command, model=model, device=device, cache_root=first.cache_root, cache_dir=first.cache_dir,
+        rank_dir=first.rank_dir, cache_key=first.cache_key, seconds=round(time.perf_counter() - t0, 3),
+        startup_seconds=max(r.startup_seconds for r in results),
+        compile_seconds=max(r.compile_seconds for r in results), workload=first.workload,
+        compilation_config=first.compilation_config, tensor_parallel_size=tensor_parallel_size,
+        ranks=[{"rank": i, **{k: v for k, v in r.to_json().items()
+                              if k not in ("compilation_config", "ranks", "tensor_parallel_size")},
+                **({"shared": shared.get(Path(r.rank_dir).name, "")} if r.rank_dir and shared else {})}
+               for i, r in enumerate(results)],
+        **sums,
+    )
+
+
 def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", compilation_config: Any = None,
-         rank: int = 0, dp_rank: int = 0) -> CompileRunResult:
-    """Populate the compile cache for ``model`` (compiles what is missing, loads the rest)."""
+         rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True) -> CompileRunResult:
+    """Populate the compile cache for ``model`` (compiles what is missing, loads the rest). With
+    ``tensor_parallel_size`` N > 1, N rank processes each fill their ``rank_{r}_{dp_rank}`` folder (made byte
+    copies of rank 0's where they compiled the same pieces, unless ``share_ranks`` is false)."""
+    if tensor_parallel_size != 1:
+        return _run_parallel("warm", model, cache_root=cache_root, device=device,
+                             compilation_config=compilation_config, rank=rank, dp_rank=dp_rank, require_hit=False,
+                             workload=True, tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks)
     return _run("warm", model, cache_root=cache_root, device=device, compilation_config=compilation_config,
                 rank=rank, dp_rank=dp_rank, require_hit=False, workload=True)
 
 
 def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", compilation_config: Any = None,
-          rank: int = 0, dp_rank: int = 0, require_hit: bool = False) -> CompileRunResult:
+          rank: int = 0, dp_rank: int = 0, require_hit: bool = False,
+          tensor_parallel_size: int = 1) -> CompileRunResult:
     """Start the model as a server would and report compiled vs loaded graphs; ``require_hit``: any compile
-    raises :class:`CompileInStrictModeError` (exit code 8) before it runs."""
+    raises :class:`CompileInStrictModeError` (exit code 8) before it runs. With ``tensor_parallel_size`` N > 1 it
+    runs on N ranks; ``ranks`` holds each rank's counters, and ``require_hit`` fails if any rank compiled."""
     return _run("check", model, cache_root=cache_root, device=device, compilation_config=compilation_config,
-                rank=rank, dp_rank=dp_rank, require_hit=require_hit, workload=True)
+                rank=rank, dp_rank=dp_rank, require_hit=require_hit, workload=True,
+                tensor_parallel_size=tensor_parallel_size)

@@ -76,7 +76,8 @@ class ModelRunner:
         cfg = self.model_cfg
         slots = max_num_seqs * max_model_len + 1  # +1: a scratch slot that CUDA-graph padding tokens write
         self.kv_caches = {
-            name: torch.zeros(2, slots, cfg.num_key_value_heads, cfg.head_dim, dtype=self.dtype, device=self.device)
+            name: torch.zeros(2, slots, self.model.model.layers[0].self_attn.num_kv_heads, cfg.head_dim,
+                              dtype=self.dtype, device=self.device)  # this rank's KV heads
             for name in self.model.model.layer_names
         }
         self.sequences: dict[int, Sequence] = {}

@@ -59,7 +59,11 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--compilation-config", "-cc", "compilation_config", default=None,
                      help="CompilationConfig as JSON; -cc.key.sub=value overrides single fields."),
         click.option("--rank", default=0, show_default=True, type=int, help="Tensor-parallel rank (folder name)."),
-        click.option("--dp-rank", default=0, show_default=True, type=int, help="Data-parallel rank (folder name)."),
+        click.option("--dp-rank", "--data-parallel-rank", "dp_rank", default=0, show_default=True, type=int,
+                     help="Data-parallel rank (folder name rank_{tp}_{dp})."),
+        click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", default=1, show_default=True,
+                     type=click.IntRange(min=1),
+                     help="Launch N tensor-parallel ranks (gloo on cpu, NCCL on cuda), one cache folder each."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object."),
     ]
     for opt in reversed(options):
@@ -78,6 +82,9 @@ def _print(result: CompileRunResult, as_json: bool) -> None:
     click.echo(f"  graphs         compiled {result.graphs_compiled}, loaded {result.graphs_loaded}, "
                f"reused {result.graphs_reused}")
     click.echo(f"  start-up       {result.startup_seconds:.2f} s (total {result.seconds:.2f} s)")
+    for r in result.ranks:
+        click.echo(f"  rank {r['rank']}         compiled {r['graphs_compiled']}, loaded {r['graphs_loaded']}, "
+                   f"reused {r['graphs_reused']}  {r['rank_dir']}")
     click.echo(f"  result         {'HIT: nothing compiled' if result.hit else 'compiled ' + str(result.graphs_compiled) + ' graph(s)'}")
 
 
@@ -93,12 +100,13 @@ def _setup(ctx: click.Context, compilation_config: str | None, cache_root: str |
 @_common
 @click.pass_context
 def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
-         rank: int, dp_rank: int, as_json: bool) -> None:
+         rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool) -> None:
     """Run the compile pipeline for MODEL as a server would, filling the cache root."""
     from cachetool.warm import warm as warm_api
 
     cfg = _setup(ctx, compilation_config, cache_root)
-    result = warm_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank, dp_rank=dp_rank)
+    result = warm_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank, dp_rank=dp_rank,
+                      tensor_parallel_size=tensor_parallel_size)
     _print(result, as_json)
 
 
@@ -107,11 +115,11 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
 @click.option("--require-hit", is_flag=True, help="Exit non-zero (code 8) if anything would compile.")
 @click.pass_context
 def check(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
-          rank: int, dp_rank: int, as_json: bool, require_hit: bool) -> None:
+          rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, require_hit: bool) -> None:
     """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs."""
     from cachetool.warm import check as check_api
 
     cfg = _setup(ctx, compilation_config, cache_root)
     result = check_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank,
-                       dp_rank=dp_rank, require_hit=require_hit)
+                       dp_rank=dp_rank, require_hit=require_hit, tensor_parallel_size=tensor_parallel_size)
     _print(result, as_json)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from compiler.capture import support_torch_compile
+from compiler.distributed import parallel_state as tp_state
 from compiler.ops import attention as attn_ops
 
 ATTENTION_OP = torch.ops.cachetool.unified_attention_with_output
@@ -184,6 +185,11 @@ class LlamaAttention(nn.Module):
         self.kv_size = cfg.num_key_value_heads * cfg.head_dim
         self.qkv_proj = linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False, role="qkv")
         self.o_proj = linear(self.q_size, cfg.hidden_size, bias=False, role="o")
+        # This rank's heads (all of them at TP size 1); the layers above take the full sizes.
+        from compiler.models.parallel_layers import local_heads
+
+        self.num_heads, self.num_kv_heads = local_heads(cfg)
+        self.q_size, self.kv_size = self.num_heads * cfg.head_dim, self.num_kv_heads * cfg.head_dim
         self.rotary = RotaryEmbedding(cfg)
         self.layer_name = layer_name
         attn_ops.register_layer(layer_name, cfg.head_dim)
@@ -201,7 +207,7 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     def __init__(self, cfg: LlamaConfig, linear: LinearFactory) -> None:
         super().__init__()
-        self.inter = cfg.intermediate_size
+        self.inter = cfg.intermediate_size // tp_state.get_tp_size()  # this rank's share of gate and up
         self.gate_up_proj = linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False, role="gate_up")
         self.down_proj = linear(cfg.intermediate_size, cfg.hidden_size, bias=False, role="down")
 
@@ -230,7 +236,12 @@ class LlamaModel(nn.Module):
     def __init__(self, cfg: LlamaConfig, linear: LinearFactory = default_linear) -> None:
         super().__init__()
         self.config = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        if tp_state.get_tp_size() > 1:
+            from compiler.models.parallel_layers import VocabParallelEmbedding
+
+            self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
+        else:
+            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, i, linear) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -252,7 +263,12 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = cfg
         self.model = LlamaModel(cfg, linear)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if tp_state.get_tp_size() > 1:
+            from compiler.models.parallel_layers import ParallelLMHead
+
+            self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size)  # gathers the logits of every rank
+        else:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -274,14 +290,23 @@ class LlamaForCausalLM(nn.Module):
             gen = gens.get(p.device)
             if gen is None:  # generate on the parameter's device: fast for 8B models on a GPU
                 gen = gens[p.device] = torch.Generator(device=p.device).manual_seed(seed)
-            p.normal_(0.0, 0.02, generator=gen)
+            if hasattr(p, "weight_loader"):  # tensor-parallel: draw the full (TP=1) tensor, keep this rank's shard
+                from compiler.models.parallel_layers import full_shape, load_full_weight
+
+                full = torch.empty(full_shape(p), dtype=p.dtype, device=p.device).normal_(0.0, 0.02, generator=gen)
+                load_full_weight(p, full)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
 
     @torch.no_grad()
     def load_safetensors(self, folder: Path) -> int:
         """Load HF-named weights (``q/k/v_proj`` and ``gate/up_proj`` are stacked). Returns tensors loaded."""
         from compiler.models.safetensors_io import iter_safetensors
 
+        from compiler.models.parallel_layers import full_shape, load_full_weight
+
         params = dict(self.named_parameters())
+        fulls: dict[str, torch.Tensor] = {}  # tensor-parallel parameters: the full tensors, sharded at the end
         stacked = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
                    "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
         cfg = self.config
@@ -302,12 +327,16 @@ class LlamaForCausalLM(nn.Module):
                         continue
                     raise ModelSpecError(f"unexpected weight {name} in {file.name}")
                 p = params[target]
+                if hasattr(p, "weight_loader"):
+                    p = fulls.setdefault(target, torch.zeros(full_shape(p), dtype=p.dtype))
                 if shard is None:
                     p.copy_(tensor.to(p.dtype))
                 else:
                     start, size = offsets[target.rsplit(".", 2)[-2]][shard]
                     p[start : start + size].copy_(tensor.to(p.dtype))
                 n += 1
+        for target, full in fulls.items():
+            load_full_weight(params[target], full)
         return n
 
 
@@ -315,6 +344,10 @@ def build_model(spec: str, device: str | torch.device = "cpu", dtype: torch.dtyp
                 linear: LinearFactory = default_linear) -> LlamaForCausalLM:
     cfg, folder = resolve_model(spec)
     device = torch.device(device)
+    if linear is default_linear and tp_state.get_tp_size() > 1:
+        from compiler.models.parallel_layers import tp_linear_factory
+
+        linear = tp_linear_factory(cfg)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     prev_dtype = torch.get_default_dtype()
@@ -344,4 +377,5 @@ def model_config_values(model: LlamaForCausalLM) -> dict[str, Any]:
     cfg["architecture"] = "LlamaForCausalLM"
     cfg["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
     return {f.name: cfg[f.name] for f in fields(LlamaConfig) if f.name in cfg} | {
-        "architecture": cfg["architecture"], "dtype": cfg["dtype"]}
+        "architecture": cfg["architecture"], "dtype": cfg["dtype"],
+        "parallel_config": tp_state.parallel_config_values()}
