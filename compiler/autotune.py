@@ -4,9 +4,12 @@ Each size in ``compile_sizes`` gets an extra static-shape compile of every piece
 Inductor's ``max_autotune`` (GEMM templates and pointwise configs benchmarked); Inductor's max-autotune has no
 effect worth its time on the CPU build, so on the CPU the per-size compile is plain Inductor with a static shape.
 The chosen kernels are inside the saved artifact, so a hot start loads them and benchmarks nothing: count it with
-:class:`AutotuneCounter`, which reads Inductor's ``select_algorithm_autotune`` counter (one per GEMM/template
-autotune) and counts calls of Triton's ``CachingAutotuner.benchmark_all_configs`` (runtime config benchmarking
-of a kernel with several configs) and coordinate-descent benchmarks.
+:class:`AutotuneCounter`, which counts the real calls of ``AlgorithmSelectorCache.benchmark`` (one per GEMM/template
+autotune: the choices are compiled and timed) and of Triton's ``CachingAutotuner.benchmark_all_configs`` (runtime
+benchmarking of a kernel's configs), plus Inductor's coordinate-descent counter. Inductor's own
+``counters["inductor"]["select_algorithm_autotune"]`` cannot be used: a cache hit replays the counter deltas
+recorded at compile time (``FxGraphCache``'s ``counter_deltas``), so a hot start that benchmarks nothing would
+still show the cold start's count.
 """
 
 from __future__ import annotations
@@ -49,26 +52,38 @@ def AutotuneCounter() -> Iterator[AutotuneCounts]:  # noqa: N802 (reads as a cla
     from torch._dynamo.utils import counters
 
     result = AutotuneCounts()
-    before_gemm = counters["inductor"]["select_algorithm_autotune"]
     before_cd = counters["inductor"]["coordesc_tuning_bench"]
-    patched = None
+    patches: list[tuple[Any, str, Any]] = []
+
+    def count(owner: Any, name: str, field: str) -> None:
+        raw = owner.__dict__.get(name)  # the function, staticmethod or classmethod as defined
+        if raw is None:
+            return
+        func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            setattr(result, field, getattr(result, field) + 1)
+            return func(*args, **kwargs)
+
+        wrapped = type(raw)(counting) if isinstance(raw, (staticmethod, classmethod)) else counting
+        setattr(owner, name, wrapped)
+        patches.append((owner, name, raw))
+
+    try:
+        from torch._inductor import select_algorithm as sa
+
+        count(sa.AlgorithmSelectorCache, "benchmark", "gemm_autotune")
+    except Exception:  # pragma: no cover
+        pass
     try:
         from torch._inductor.runtime import triton_heuristics as th
 
-        orig = th.CachingAutotuner.benchmark_all_configs
-
-        def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
-            result.triton_benchmark_all += 1
-            return orig(self, *args, **kwargs)
-
-        th.CachingAutotuner.benchmark_all_configs = counting  # type: ignore[method-assign]
-        patched = (th, orig)
+        count(th.CachingAutotuner, "benchmark_all_configs", "triton_benchmark_all")
     except Exception:  # pragma: no cover - Triton not installed
-        patched = None
+        pass
     try:
         yield result
     finally:
-        if patched is not None:
-            patched[0].CachingAutotuner.benchmark_all_configs = patched[1]  # type: ignore[method-assign]
-        result.gemm_autotune = counters["inductor"]["select_algorithm_autotune"] - before_gemm
+        for owner, name, orig in reversed(patches):
+            setattr(owner, name, orig)
         result.coordesc = counters["inductor"]["coordesc_tuning_bench"] - before_cd

@@ -57,8 +57,12 @@ def _standalone_compile(graph: fx.GraphModule, example_inputs: list[Any], runtim
             dynamic = "from_graph"
     else:
         dynamic = "from_example_inputs"
-    return standalone_compile(graph, example_inputs, dynamic_shapes=dynamic,
-                              options={"config_patches": cache_key.inductor_patches()})
+    patches = cache_key.inductor_patches()
+    if runtime_shape is not None:  # compile_sizes: max-autotune on CUDA (compiler.autotune)
+        from compiler.autotune import size_config_patches
+
+        patches.update(size_config_patches(example_inputs))
+    return standalone_compile(graph, example_inputs, dynamic_shapes=dynamic, options={"config_patches": patches})
 
 
 class InductorStandaloneAdaptor(CompilerInterface):

@@ -197,9 +197,21 @@ def install_piecewise_graphs(split_gm: torch.fx.GraphModule, compiled_names: lis
     wrappers = []
     for name in compiled_names:
         runnable = split_gm.__dict__.get(name)
-        if runnable is None or isinstance(runnable, CUDAGraphWrapper):
+        if runnable is None:
             continue
+        if isinstance(runnable, CUDAGraphWrapper):  # re-installing (a new pool): drop the old graphs
+            runnable = runnable.runnable
         w = CUDAGraphWrapper(runnable, CUDAGraphMode.PIECEWISE, pool, name, debug_addresses=debug_addresses)
         split_gm.__dict__[name] = w
         wrappers.append(w)
     return wrappers
+
+
+def uninstall_piecewise_graphs(split_gm: torch.fx.GraphModule) -> int:
+    """Put the plain pieces back (drops their graphs); returns how many wrappers were removed."""
+    n = 0
+    for name, value in list(split_gm.__dict__.items()):
+        if isinstance(value, CUDAGraphWrapper) and value.runtime_mode == CUDAGraphMode.PIECEWISE:
+            split_gm.__dict__[name] = value.runnable
+            n += 1
+    return n

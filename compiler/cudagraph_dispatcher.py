@@ -44,8 +44,9 @@ def default_capture_sizes(max_size: int = DEFAULT_MAX_CAPTURE_SIZE) -> list[int]
     """``[1, 2, 4] + range(8, 256, 8) + range(256, max_size + 1, 16)``, cut at ``max_size``."""
     if max_size < 0:
         raise ValueError("max_cudagraph_capture_size must be >= 0")
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
-    return [s for s in sizes if s <= max_size]
+    from compiler import config
+
+    return config.default_capture_sizes(max_size)  # one rule, shared with the config's validation
 
 
 def resolve_capture_sizes(config: CompilationConfig, max_num_tokens: int | None = None) -> list[int]:

@@ -28,7 +28,7 @@ import torch
 
 from compiler.config import CompilationMode, CUDAGraphMode
 from compiler.cuda_graph import (CUDAGraphWrapper, GraphPool, capture_phase, install_piecewise_graphs,
-                                 set_cudagraph_dispatch)
+                                 set_cudagraph_dispatch, uninstall_piecewise_graphs)
 from compiler.cudagraph_dispatcher import CudagraphDispatcher, resolve_capture_sizes, resolve_cudagraph_mode
 from compiler.forward_context import ForwardContext, set_forward_context
 from compiler.ops.static_attention import ATTENTION_CG_SUPPORT, GraphAttentionMetadata, StaticAttentionInputs
@@ -45,6 +45,8 @@ class GraphExecutor:
         self.emulate = emulate
         if mode is None:
             mode = resolve_cudagraph_mode(cfg, self.device.type, ATTENTION_CG_SUPPORT)
+            if getattr(runner.ctx, "key_only", False):
+                mode = CUDAGraphMode.NONE  # learning the cache key runs nothing that graphs would speed up
         elif self.device.type != "cuda" and not emulate:
             raise ValueError("CUDA graphs need a CUDA device (use emulate=True to test the logic on the CPU)")
         self.mode = mode
@@ -122,10 +124,12 @@ class GraphExecutor:
 
     # ------------------------------------------------------------------ start-up capture
     def _install_piecewise(self) -> None:
-        if not self.mode.has_piecewise() or self.piecewise or self.pool is None:
-            return
         backend = getattr(self.runner, "backend", None)
         split_gm = getattr(backend, "split_gm", None)
+        if not self.mode.has_piecewise() or self.pool is None:
+            if split_gm is not None:  # graphs of an earlier executor on this model must not replay
+                uninstall_piecewise_graphs(split_gm)
+            return
         if split_gm is None or self.runner.config.mode != CompilationMode.PIECEWISE:
             raise RuntimeError("piecewise CUDA graphs need the piecewise backend to have compiled the model")
         names = [it.submod_name for it in backend.items if not it.is_splitting_graph]

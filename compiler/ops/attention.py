@@ -50,6 +50,12 @@ def unified_attention_with_output(
         return
     hkv, d = kv_cache.shape[2], kv_cache.shape[3]
     meta = ctx.attn_metadata
+    static = getattr(meta, "static", None)
+    if static is not None:  # inside a FULL CUDA graph: shapes and indices in tensors only
+        from compiler.ops.static_attention import static_attention
+
+        static_attention(query, key, value, output, kv_cache, meta.slot_mapping, static)
+        return
     # reshape, not view: the compiled graph may hand in non-contiguous strides
     q = query.reshape(num_tokens, -1, d)
     k = key.reshape(num_tokens, hkv, d)

@@ -48,19 +48,20 @@ def static_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """query/output ``[T, H*D]``, key/value ``[T, Hkv*D]``, kv_cache ``[2, slots, Hkv, D]``."""
     t = query.shape[0]
     hkv, d = kv_cache.shape[2], kv_cache.shape[3]
-    k = key.view(t, hkv, d)
-    v = value.view(t, hkv, d)
+    k = key.reshape(t, hkv, d)  # reshape: a compiled piece may hand in non-contiguous strides
+    v = value.reshape(t, hkv, d)
     kv_cache[0].index_copy_(0, slot_mapping[:t], k.to(kv_cache.dtype))
     kv_cache[1].index_copy_(0, slot_mapping[:t], v.to(kv_cache.dtype))
-    q = query.view(t, -1, d)
+    q = query.reshape(t, -1, d)
     h = q.shape[1]
     j = torch.arange(static.window, device=query.device)
     idx = static.seq_offsets[:t, None] + j[None, :]                       # [T, W]
     ks = kv_cache[0][idx]                                                  # [T, W, Hkv, D]
     vs = kv_cache[1][idx]
-    if hkv != h:
-        ks = ks.repeat_interleave(h // hkv, dim=2)
-        vs = vs.repeat_interleave(h // hkv, dim=2)
+    if hkv != h:  # grouped-query heads; expand, not repeat_interleave (which syncs and breaks capture)
+        w, rep = ks.shape[1], h // hkv
+        ks = ks[:, :, :, None, :].expand(t, w, hkv, rep, d).reshape(t, w, h, d)
+        vs = vs[:, :, :, None, :].expand(t, w, hkv, rep, d).reshape(t, w, h, d)
     mask = (j[None, :] <= static.positions[:t, None])[:, None, None, :]   # [T, 1, 1, W]
     out = F.scaled_dot_product_attention(q[:, :, None, :], ks.transpose(1, 2), vs.transpose(1, 2),
                                          attn_mask=mask)                   # [T, H, 1, D]

@@ -164,3 +164,128 @@ def test_weak_ref_tensor_aliases_memory() -> None:
     assert w.data_ptr() == t.data_ptr() and w.shape == t.shape and w.stride() == t.stride()
     t.add_(1)
     assert torch.equal(w, t)
+
+
+# ---------------------------------------------------------------------- attention under padding (emulated graphs)
+
+
+def _script(runner) -> list[torch.Tensor]:  # noqa: ANN001
+    """Prefill (mixed lengths), uniform decodes of 3, 2, 1 sequences, then a mixed prefill+decode batch."""
+    a = runner.add_sequence(list(range(1, 6)))
+    b = runner.add_sequence(list(range(10, 13)))
+    c = runner.add_sequence([7])
+    outs = [runner.step([a, b, c]).logits]                  # 9 tokens -> padded to 16
+    for i, group in enumerate([[a, b, c], [a, b], [c], [a, b, c]]):
+        for s in group:
+            s.tokens.append(3 + i)
+        outs.append(runner.step(group).logits)              # uniform decode: 3 -> 4, 2, 1, 3 -> 4
+    d = runner.add_sequence([9, 8, 7])
+    a.tokens += [1, 2]
+    outs.append(runner.step([a, d]).logits)                 # mixed 5 tokens -> 8
+    return outs
+
+
+@pytest.mark.parametrize("mode", [CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL, CUDAGraphMode.FULL_DECODE_ONLY,
+                                  CUDAGraphMode.FULL_AND_PIECEWISE])
+def test_padded_batches_equal_unpadded_on_cpu(mode: CUDAGraphMode) -> None:
+    """The graph path's dispatch, padding and graph-safe attention, emulated without capture on the CPU: the
+    logits of every prefill and decode step equal those of the plain runner (mode 0: no compile, fast)."""
+    from compiler.cudagraph_runner import GraphExecutor
+    from compiler.runner import ModelRunner
+
+    cfg = {"mode": 0}
+    ref = ModelRunner("tiny", "cpu", CompilationConfig.from_dict(cfg), max_num_batched_tokens=16)
+    assert not ref.graphs.enabled  # the CPU resolves to NONE
+    base = _script(ref)
+    runner = ModelRunner("tiny", "cpu", CompilationConfig.from_dict(cfg), max_num_batched_tokens=16)
+    runner.graphs = GraphExecutor(runner, mode=mode, emulate=True)
+    runner.warmup()
+    assert runner.graphs.captured and runner.graphs.capture_sizes == [1, 2, 4, 8, 16]
+    seen = []
+    orig = runner.graphs.execute
+
+    def execute(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        out = orig(*args, **kwargs)
+        m, d = runner.graphs.last_dispatch
+        seen.append((m, d.num_tokens if d else None))
+        return out
+
+    runner.graphs.execute = execute
+    outs = _script(runner)
+    for x, y in zip(outs, base):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+    full, pw, none = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+    decode = [(full, 4), (full, 2), (full, 1), (full, 4)] if mode != pw else [(pw, 4), (pw, 2), (pw, 1), (pw, 4)]
+    mixed = {pw: [(pw, 16), (pw, 8)], full: [(full, 16), (full, 8)], CUDAGraphMode.FULL_DECODE_ONLY: [(none, None)] * 2,
+             CUDAGraphMode.FULL_AND_PIECEWISE: [(pw, 16), (pw, 8)]}[mode]
+    assert seen == [mixed[0], *decode, mixed[1]]
+
+
+def test_larger_batches_run_without_graphs_on_cpu() -> None:
+    from compiler.cudagraph_runner import GraphExecutor
+    from compiler.runner import ModelRunner
+
+    runner = ModelRunner("tiny", "cpu", CompilationConfig.from_dict({"mode": 0, "cudagraph_capture_sizes": [1, 2, 4]}),
+                         max_num_batched_tokens=16)
+    runner.graphs = GraphExecutor(runner, mode=CUDAGraphMode.FULL_AND_PIECEWISE, emulate=True)
+    runner.warmup()
+    seq = runner.add_sequence(list(range(1, 10)))
+    runner.step([seq])
+    assert runner.graphs.last_dispatch == (CUDAGraphMode.NONE, None)
+
+
+def test_graph_executor_refuses_cpu_without_emulation() -> None:
+    from compiler.cudagraph_runner import GraphExecutor
+    from compiler.runner import ModelRunner
+
+    runner = ModelRunner("tiny", "cpu", CompilationConfig.from_dict({"mode": 0, "cudagraph_mode": "FULL"}))
+    assert not runner.graphs.enabled and runner.graphs.mode == CUDAGraphMode.NONE
+    with pytest.raises(ValueError, match="need a CUDA device"):
+        GraphExecutor(runner, mode=CUDAGraphMode.FULL)
+
+
+# ---------------------------------------------------------------------- compile_sizes across processes
+
+
+def test_compile_sizes_pieces_saved_and_loaded_by_a_second_process(tmp_path) -> None:  # noqa: ANN001
+    """``compile_sizes`` adds a static-shape compile of every piece (plain Inductor on the CPU: max-autotune is
+    used on CUDA only); a second process loads those pieces too and compiles nothing."""
+    from tests.compiler.conftest import run_json
+
+    root = str(tmp_path / "root")
+    cold = run_json("warm", "--model", "tiny", "--cache-root", root, "-cc.compile_sizes=[8]")
+    # tiny: 5 pieces, 3 unique; general + size 8 -> 6 compiles
+    assert cold["graphs_compiled"] == 6, cold
+    index = json.loads(next((tmp_path / "root").rglob("compile_index.json")).read_text())
+    sized = {k: v for k, v in index["pieces"].items() if k.endswith("@8")}
+    assert len(sized) == 5 and all(v["shape"] == 8 and "_s8_" in v["artifact"] for v in sized.values())
+    hot = run_json("check", "--model", "tiny", "--cache-root", root, "-cc.compile_sizes=[8]", "--require-hit")
+    assert hot["graphs_compiled"] == 0 and hot["graphs_loaded"] == 6, hot
+
+
+# ---------------------------------------------------------------------- autotune counting
+
+
+def test_autotune_counter_counts_real_calls_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counter wraps the methods that really benchmark (a cache hit replays Inductor's own counter deltas,
+    so that counter cannot tell a hot start from a cold one)."""
+    import torch._inductor.select_algorithm as sa
+
+    from compiler.autotune import AutotuneCounter, size_config_patches
+
+    class Selector:
+        def benchmark(self, x: int) -> int:
+            return x + 1
+
+    raw = Selector.__dict__["benchmark"]
+    monkeypatch.setattr(sa, "AlgorithmSelectorCache", Selector)
+    with AutotuneCounter() as c:
+        assert Selector().benchmark(1) == 2 and Selector().benchmark(2) == 3
+    assert c.gemm_autotune == 2 and c.total == 2
+    assert Selector.__dict__["benchmark"] is raw
+    with AutotuneCounter() as c2:
+        pass
+    assert c2.total == 0
+    # max-autotune for per-size compiles on CUDA only; plain Inductor on the CPU
+    assert size_config_patches([torch.zeros(2)]) == {}
+    assert size_config_patches([torch.empty(2, device="meta")]) == {}
