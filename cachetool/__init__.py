@@ -1,3 +1,27 @@
-"""cachetool: warm, bundle, sign, push and pull torch.compile caches."""
+"""cachetool: warm, bundle, sign, push and pull torch.compile caches.
+
+The Python API (typed results, :mod:`cachetool.errors` on failure)::
+
+    cachetool.warm(model, cache_root=..., device=..., push=REF, sign_key=KEY) -> WarmSummary
+    cachetool.check(model, cache_root=..., require_hit=True)                  -> CompileRunResult
+    cachetool.push(path_or_ctb, REF, sign_key=KEY)                             -> PushResult
+    cachetool.pull(REF, cache_root, trust=[PUB], model=..., device=...)        -> PullResult
+
+Names are loaded on first use so that ``import cachetool`` stays cheap (no torch, no boto3).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_API = {"warm", "check", "push", "pull", "expected_cache_key", "compilation_config", "WarmSummary"}
+__all__ = sorted(_API) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(importlib.import_module("cachetool.api"), name)
+    raise AttributeError(f"module 'cachetool' has no attribute {name!r}")

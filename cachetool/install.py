@@ -111,11 +111,52 @@ def _short(v) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def run_preflight(manifest: Manifest, *, device: str | None = None) -> list[str]:
-    """Raise :class:`PreflightError` naming the first difference; return the list of things checked."""
+def _nested_diff(a, b, prefix: str = "") -> list[tuple[str, object, object]]:
+    """Dotted paths where two JSON values differ, with both sides (``<unset>`` where a key is missing)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            out += _nested_diff(a.get(k, "<unset>"), b.get(k, "<unset>"), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [(prefix.rstrip("."), a, b)]
+
+
+def check_expected_key(manifest: Manifest, expected: dict) -> str:
+    """Compare the bundle's cache keys with ``expected`` (``CacheKey.to_json()`` of the config the server will
+    run, from :func:`compiler.runner.compute_cache_key`). Returns the matching hash; raises
+    :class:`PreflightError` naming the first factor and field that differ when no hash folder matches."""
+    want = expected.get("hash")
+    if any(k.hash == want for k in manifest.keys):
+        return want
+    with_factors = [k for k in manifest.keys if isinstance(k.factors, dict)]
+    if not with_factors:
+        raise PreflightError(f"preflight: bundle cannot hit here: it holds cache(s) "
+                             f"{', '.join(k.hash for k in manifest.keys) or '(none)'}, this config needs {want}")
+    k = with_factors[0]
+    for name in ("config", "code", "env", "compiler"):
+        got, exp = _factor_values(k.factors, name), _factor_values(expected.get("factors"), name)
+        if got is None or exp is None:
+            continue
+        diffs = _nested_diff(got, exp)
+        if diffs:
+            field, b, e = diffs[0]
+            more = f" (also: {', '.join(d[0] for d in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
+                if len(diffs) > 1 else ""
+            raise PreflightError(
+                f"preflight: bundle cannot hit here: {name} factor field {field!r} differs: bundle {_short(b)}, "
+                f"this config {_short(e)}{more} (cache {k.hash} vs {want})")
+    raise PreflightError(f"preflight: bundle cannot hit here: cache {k.hash} differs from this config's {want}")
+
+
+def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key: dict | None = None) -> list[str]:
+    """Raise :class:`PreflightError` naming the first difference; return the list of things checked.
+    ``expected_key``: the cache key the server's model/config will use; checked first (config and code factors
+    can only be checked with it)."""
     from cachetool.fingerprint import compare, local_fingerprint
 
     checked = []
+    if expected_key is not None:
+        checked.append(f"cache key {check_expected_key(manifest, expected_key)}")
     bundle_fp = manifest.fingerprint or {}
     dev = device or bundle_fp.get("device") or "cpu"
     local_fp = local_fingerprint(device=dev)
@@ -423,6 +464,7 @@ def install_bundle(
     ranks: str | Iterable | None = None,
     preflight: bool = True,
     device: str | None = None,
+    expected_key: dict | None = None,
     force: bool = False,
     warn: Callable[[str], None] | None = None,
     workers: int | None = None,
@@ -431,7 +473,8 @@ def install_bundle(
 
     ``trust``: public key paths / :class:`cachetool.signing.PublicKey` objects; None = the pinned keys
     (:func:`cachetool.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
-    preflight compares against (default: the bundle's). ``force``: replace units that exist with other content.
+    preflight compares against (default: the bundle's). ``expected_key``: the key the server's config needs
+    (see :func:`check_expected_key`). ``force``: replace units that exist with other content.
     """
     t0 = time.monotonic()
     mbytes = source.manifest_bytes()
@@ -447,7 +490,7 @@ def install_bundle(
         key_id = k.keyid
     manifest = Manifest.from_bytes(mbytes)
     units = _select_units(manifest, parse_ranks(ranks))
-    checked = run_preflight(manifest, device=device) if preflight else []
+    checked = run_preflight(manifest, device=device, expected_key=expected_key) if preflight else []
 
     root = Path(cache_root).expanduser()
     created_root = None

@@ -338,7 +338,8 @@ class StoreSource(BundleSource):
 
 
 def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_skip_verify: bool = False,
-         ranks=None, device: str | None = None, force: bool = False, preflight: bool = True,
+         ranks=None, device: str | None = None, expected_key: dict | None = None, force: bool = False,
+         preflight: bool = True,
          store: Store | None = None, store_options: dict | None = None, timeout: float | None = None,
          progress: bool | None = None, workers: int | None = None, warn: Callable[[str], None] | None = None
          ) -> PullResult:
@@ -372,7 +373,8 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
             src = StoreSource(st, r, entry, partial, deadline=deadline, on_blob=on_blob)
             try:
                 result = install_bundle(src, root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
-                                        preflight=preflight, device=device, force=force, warn=warn, workers=workers)
+                                        preflight=preflight, device=device, expected_key=expected_key, force=force,
+                                        warn=warn, workers=workers)
             except VerificationError:
                 src.discard_partials()  # never keep bytes that failed a check
                 _remove_if_empty(root)

@@ -1,4 +1,4 @@
-"""``cachetool warm`` and ``cachetool check``: thin click commands over :mod:`cachetool.warm`.
+"""``cachetool warm`` and ``cachetool check``: thin click commands over :mod:`cachetool.warmup`.
 
 Both take ``--model M --cache-root DIR [--device cpu|cuda] [--compilation-config JSON] [-cc.k=v ...] [--json]``;
 ``-cc.dynamic_shapes_config.type=unbacked`` style overrides are collected from the extra arguments.
@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from cachetool.cli import cli
-from cachetool.warm import CompilationConfigError, CompileRunResult, parse_compilation_config
+from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 _OVERRIDE_PREFIXES = ("-cc.", "--cc.", "--compilation-config.")
@@ -102,7 +102,7 @@ def _setup(ctx: click.Context, compilation_config: str | None, cache_root: str |
 def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
          rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool) -> None:
     """Run the compile pipeline for MODEL as a server would, filling the cache root."""
-    from cachetool.warm import warm as warm_api
+    from cachetool.warmup import warm as warm_api
 
     cfg = _setup(ctx, compilation_config, cache_root)
     result = warm_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank, dp_rank=dp_rank,
@@ -117,7 +117,7 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
 def check(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
           rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, require_hit: bool) -> None:
     """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs."""
-    from cachetool.warm import check as check_api
+    from cachetool.warmup import check as check_api
 
     cfg = _setup(ctx, compilation_config, cache_root)
     result = check_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank,

@@ -1,0 +1,167 @@
+"""The Python API: the operations of the CLI as functions returning typed results.
+
+For servers and pipelines that embed cachetool instead of shelling out::
+
+    import cachetool
+    summary = cachetool.warm("llama-3.2-1b", device="cuda", cache_root="/cache",
+                             push="s3://bucket/bundles/llama:main", sign_key="/keys/signing.key")
+    result = cachetool.pull("s3://bucket/bundles/llama:main", "/cache", trust=["/keys/signing.pub"],
+                            model="llama-3.2-1b", device="cuda")
+
+Every failure raises a :class:`cachetool.errors.CachetoolError` subclass; the CLI maps each to its exit code.
+torch is imported only by the calls that compile or compute a cache key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cachetool.errors import UsageError
+
+__all__ = ["WarmSummary", "warm", "check", "push", "pull", "expected_cache_key", "compilation_config"]
+
+
+def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...] = (),
+                       cache_root: str | Path | None = None) -> Any:
+    """A ``compiler.config.CompilationConfig`` from an instance, a dict, a JSON string or None (the default),
+    plus ``-cc``-style ``overrides`` (``"dynamic_shapes_config.type=unbacked"``)."""
+    from cachetool.warmup import parse_compilation_config
+    from compiler.config import CompilationConfig
+
+    if isinstance(config, CompilationConfig):
+        if overrides:
+            config = json.dumps(config.to_dict())
+        else:
+            if cache_root is not None:
+                config.cache_dir = str(Path(cache_root).expanduser().resolve())
+            return config
+    if isinstance(config, dict):
+        config = json.dumps(config)
+    overrides = [o if o.startswith("-") else f"-cc.{o}" for o in overrides]
+    return parse_compilation_config(config, overrides, cache_root)
+
+
+@dataclass
+class WarmSummary:
+    """``warm`` with an optional push: what compiled, what was packed, where it went, and how long each took."""
+
+    compile: Any  # cachetool.warmup.CompileRunResult
+    push: Any = None  # cachetool.transfer.PushResult, when pushed
+    bytes_raw: int | None = None  # files in the pushed cache folder
+    bytes_unique: int | None = None  # after deduplicating identical files
+    bytes_compressed: int | None = None  # zstd blobs + manifest, what a store holds
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: compile, pack, push
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "compile": self.compile.to_json(),
+            "push": self.push.to_dict() if self.push is not None else None,
+            "bytes": {"raw": self.bytes_raw, "unique": self.bytes_unique, "compressed": self.bytes_compressed},
+            "phases": self.phases,
+            # the fields CI scripts read most, at the top level too
+            "graphs_compiled": self.compile.graphs_compiled,
+            "graphs_loaded": self.compile.graphs_loaded,
+            "cache_dir": self.compile.cache_dir,
+            "seconds": round(sum(self.phases.values()), 3),
+            "ref": self.push.ref if self.push is not None else None,
+            "manifest_digest": self.push.manifest_digest if self.push is not None else None,
+        }
+
+
+def _hash_folder(result: Any) -> Path:
+    """The ``torch_compile_cache/{hash10}`` folder a warm wrote (all its ranks)."""
+    if not result.rank_dir:
+        raise UsageError("nothing to push: the compile cache is disabled or the mode does not use it")
+    return Path(result.rank_dir).parent
+
+
+def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Any = None,
+         overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: Any = None,
+         store_options: dict | None = None, progress: bool | None = False, **run_options: Any) -> WarmSummary:
+    """Compile ``model`` as a server would, filling ``cache_root``; with ``push``, pack the cache folder (signed
+    with ``sign_key``) and push it to that ref. ``run_options`` go to :func:`cachetool.warmup.warm`
+    (``rank``, ``dp_rank``, ...)."""
+    from cachetool import warmup
+
+    if push is not None:
+        from cachetool.refs import parse_ref
+
+        parse_ref(push)  # a bad ref fails before minutes of compiling, not after
+        if sign_key is None:
+            raise UsageError("--push needs --sign-key: pulls verify signatures by default")
+    cfg = compilation_config(config, overrides, cache_root)
+    t0 = time.perf_counter()
+    result = warmup.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, **run_options)
+    summary = WarmSummary(compile=result, phases={"compile": round(time.perf_counter() - t0, 3)})
+    if push is None:
+        return summary
+
+    from cachetool.bundle import pack
+    from cachetool.transfer import push as push_bundle
+
+    t1 = time.perf_counter()
+    with pack(_hash_folder(result), sign_key=sign_key) as bundle:
+        summary.phases["pack"] = round(time.perf_counter() - t1, 3)
+        summary.bytes_raw = bundle.manifest.raw_size
+        summary.bytes_unique = bundle.manifest.unique_size
+        summary.bytes_compressed = bundle.stored_size
+        t2 = time.perf_counter()
+        summary.push = push_bundle(bundle, push, store_options=store_options, progress=progress)
+        summary.phases["push"] = round(time.perf_counter() - t2, 3)
+    return summary
+
+
+def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Any = None,
+          overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, **run_options: Any) -> Any:
+    """Start ``model`` as a server would and report compiled vs loaded graphs (``CompileRunResult``);
+    ``require_hit``: raise :class:`cachetool.errors.CompileInStrictModeError` before anything compiles."""
+    from cachetool import warmup
+
+    cfg = compilation_config(config, overrides, cache_root)
+    return warmup.check(model, cache_root=cache_root, device=device, compilation_config=cfg,
+                        require_hit=require_hit, **run_options)
+
+
+def expected_cache_key(model: str, *, device: str = "cpu", config: Any = None,
+                       overrides: list[str] | tuple[str, ...] = (), rank: int = 0, dp_rank: int = 0) -> dict:
+    """The cache key (``{"hash", "factors"}``) a server running ``model`` with this config will look up, computed
+    by a Dynamo trace without compiling or writing anything. Pull uses it to refuse, before any download, a bundle
+    whose config or code factors differ, naming the field."""
+    from cachetool.warmup import ModelError
+    from compiler.models.llama import ModelSpecError, resolve_model
+    from compiler.runner import compute_cache_key
+
+    try:
+        resolve_model(model)
+    except ModelSpecError as exc:
+        raise ModelError(str(exc)) from None
+    cfg = compilation_config(config, overrides)
+    key, _layout = compute_cache_key(model, device, cfg, rank=rank, dp_rank=dp_rank)
+    return {"hash": key.hash, "factors": key.factors}
+
+
+def push(source: Any, ref: str, *, sign_key: Any = None, **options: Any) -> Any:
+    """Push a ``.ctb`` file, a packed bundle or a cache folder (packed and signed on the way) to ``ref``;
+    returns :class:`cachetool.transfer.PushResult` (blobs uploaded vs already in the store)."""
+    from cachetool.transfer import push as push_bundle
+
+    return push_bundle(source, ref, sign_key=sign_key, **options)
+
+
+def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | None = None, config: Any = None,
+         overrides: list[str] | tuple[str, ...] = (), device: str | None = None, **options: Any) -> Any:
+    """Pull ``ref`` into ``cache_root``: signature checked against the pinned keys, then preflight, then blobs,
+    each verified, installed atomically. With ``model`` (and ``config``), preflight also compares the cache key
+    this server will need, naming a differing config field or traced file. Returns
+    :class:`cachetool.transfer.PullResult`."""
+    from cachetool.transfer import pull as pull_bundle
+
+    expected = None
+    if model is not None:
+        expected = expected_cache_key(model, device=device or "cpu", config=config, overrides=overrides,
+                                      rank=options.pop("rank", 0), dp_rank=options.pop("dp_rank", 0))
+    return pull_bundle(ref, cache_root, trust=trust, device=device, expected_key=expected, **options)
