@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from cachetool.cli import cli
+from cachetool.cli.store_options import store_options as _store_options
 from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -98,16 +99,38 @@ def _setup(ctx: click.Context, compilation_config: str | None, cache_root: str |
 
 @cli.command(cls=CompileCommand, context_settings=_CONTEXT)
 @_common
+@click.option("--push", "push_ref", default=None, metavar="REF",
+              help="After compiling, pack the cache folder, sign it and push it to REF "
+                   "(file:///dir/name:tag, s3://bucket/prefix/name:tag, oci://host/repo:tag).")
+@click.option("--sign-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Ed25519 private key (cachetool keygen) that signs the pushed bundle; required with --push.")
+@_store_options
 @click.pass_context
 def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
-         rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool) -> None:
-    """Run the compile pipeline for MODEL as a server would, filling the cache root."""
-    from cachetool.warmup import warm as warm_api
+         rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, push_ref: str | None,
+         sign_key: str | None, endpoint_url: str | None, profile: str | None, insecure: bool) -> None:
+    """Run the compile pipeline for MODEL as a server would, filling the cache root; with --push, also pack,
+    sign and push the result."""
+    from cachetool.api import warm as warm_api
 
     cfg = _setup(ctx, compilation_config, cache_root)
-    result = warm_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank, dp_rank=dp_rank,
-                      tensor_parallel_size=tensor_parallel_size)
-    _print(result, as_json)
+    summary = warm_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
+                       tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
+                       store_options={"endpoint_url": endpoint_url, "profile": profile, "insecure": insecure})
+    if summary.push is None:
+        _print(summary.compile, as_json)
+        return
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), sort_keys=True, default=str))
+        return
+    _print(summary.compile, False)
+    p = summary.push
+    click.echo(f"  bytes          {summary.bytes_raw} raw, {summary.bytes_unique} unique, "
+               f"{summary.bytes_compressed} compressed")
+    click.echo(f"  pushed         {p.ref} [{p.platform}] {p.manifest_digest}")
+    click.echo(f"  blobs          {p.blobs_uploaded} uploaded, {p.blobs_skipped} already there; "
+               f"{'signed' if p.signed else 'UNSIGNED'}")
+    click.echo("  phases         " + ", ".join(f"{k} {v:.2f} s" for k, v in summary.phases.items()))
 
 
 @cli.command(cls=CompileCommand, context_settings=_CONTEXT)

@@ -9,7 +9,9 @@ import os
 import click
 
 from cachetool.cli import cli
-from cachetool.errors import CacheMissError, CachetoolError, NotFoundError
+from cachetool.cli.store_options import options_dict, store_options
+from cachetool.cli.compile_cmds import CompileCommand
+from cachetool.errors import CacheMissError, CachetoolError, NotFoundError, UsageError
 
 
 def _os_errors_one_line(fn):
@@ -33,19 +35,6 @@ def _human(n: int) -> str:
             return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
         f /= 1024
     return f"{n} B"
-
-
-def _store_options(f):
-    f = click.option("--endpoint-url", default=None, metavar="URL",
-                     help="S3: endpoint of an S3-compatible server (default: AWS_ENDPOINT_URL).")(f)
-    f = click.option("--profile", default=None, help="S3: AWS profile (default: AWS_PROFILE / the standard chain).")(f)
-    f = click.option("--insecure", is_flag=True,
-                     help="OCI: allow plain HTTP / unverified TLS for a registry other than localhost.")(f)
-    return f
-
-
-def _opts(endpoint_url, profile, insecure) -> dict:
-    return {"endpoint_url": endpoint_url, "profile": profile, "insecure": insecure}
 
 
 def _cache_root_default() -> str:
@@ -78,7 +67,7 @@ def _warn(msg: str) -> None:
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel uploads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
-@_store_options
+@store_options
 @_os_errors_one_line
 def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint_url, profile, insecure):
     """Push SOURCE (a .ctb file, or a cache folder packed on the way) to REF.
@@ -88,7 +77,7 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
     """
     from cachetool.transfer import push
 
-    r = push(source, ref, sign_key=sign_key, layout=layout, workers=workers, store_options=_opts(endpoint_url, profile, insecure),
+    r = push(source, ref, sign_key=sign_key, layout=layout, workers=workers, store_options=options_dict(endpoint_url, profile, insecure),
              progress=False if as_json else progress)
     if not r.signed:
         _warn(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
@@ -99,7 +88,7 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
           + ("; signed" if r.signed else "") + f"\nplatforms under the tag: {', '.join(r.platforms)}")
 
 
-@cli.command("pull")
+@cli.command("pull", cls=CompileCommand)
 @click.argument("ref")
 @click.option("--cache-root", type=click.Path(file_okay=False), default=None,
               help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
@@ -117,22 +106,34 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Parallel downloads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
-@_store_options
+@click.option("--model", "-m", default=None,
+              help="The server's model: preflight then also checks the cache key this model/config needs "
+                   "(config fields, traced files), before any blob is fetched.")
+@click.option("--compilation-config", "-cc", "compilation_config", default=None,
+              help="The server's CompilationConfig (JSON; -cc.key=value overrides), with --model.")
+@store_options
 @_os_errors_one_line
-def pull_cmd(ref, cache_root, trust, ranks, device, force, insecure_skip_verify, timeout, on_miss, workers, as_json,
-             progress, endpoint_url, profile, insecure):
+@click.pass_context
+def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, insecure_skip_verify, timeout, on_miss, workers,
+             as_json, progress, model, compilation_config, endpoint_url, profile, insecure):
     """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched."""
-    from cachetool.transfer import pull
+    from cachetool.api import pull
 
     root = cache_root or _cache_root_default()
+    overrides = ctx.meta.get("cc_overrides", [])
+    if (compilation_config or overrides) and model is None:
+        raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
     try:
         r = pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
+                 model=model, config=compilation_config, overrides=overrides,
                  device=device, force=force, timeout=timeout, workers=workers, warn=_warn,
-                 store_options=_opts(endpoint_url, profile, insecure), progress=False if as_json else progress)
+                 store_options=options_dict(endpoint_url, profile, insecure), progress=False if as_json else progress)
     except (CacheMissError, NotFoundError) as exc:
         outcome = "miss" if isinstance(exc, CacheMissError) else "not-found"
         click.echo(f"pull: outcome={outcome} ref={ref} exit={exc.exit_code} on_miss={on_miss} reason={exc}", err=True)
         if on_miss == "continue":
+            click.echo(f"pull: no usable bundle ({outcome}); continuing without it (--on-miss continue): "
+                       "the server will compile", err=True)
             if as_json:
                 click.echo(json.dumps({"ref": ref, "outcome": outcome, "reason": str(exc)}, indent=2))
             return 0
@@ -160,7 +161,7 @@ def pull_cmd(ref, cache_root, trust, ranks, device, force, insecure_skip_verify,
 @cli.command("ls")
 @click.argument("store")
 @click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
-@_store_options
+@store_options
 @_os_errors_one_line
 def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms."""
@@ -168,7 +169,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     from cachetool.stores import open_store
 
     su, ref = parse_store_or_ref(store)
-    with open_store(su, **_opts(endpoint_url, profile, insecure)) as st:
+    with open_store(su, **options_dict(endpoint_url, profile, insecure)) as st:
         refs = list(st.list_refs())
     if ref is not None:
         refs = [x for x in refs if x.name == ref.name and x.tag == ref.tag]
@@ -200,13 +201,13 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 @click.argument("ref")
 @click.option("--platform", default=None, help="Remove only this platform's entry of the tag.")
 @click.option("--json", "as_json", is_flag=True)
-@_store_options
+@store_options
 @_os_errors_one_line
 def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     """Remove REF (the tag; blobs stay until `cachetool gc`)."""
     from cachetool.transfer import remove
 
-    left = remove(ref, platform=platform, store_options=_opts(endpoint_url, profile, insecure))
+    left = remove(ref, platform=platform, store_options=options_dict(endpoint_url, profile, insecure))
     remaining = [e.platform for e in left.entries] if left else []
     _emit(as_json, {"ref": ref, "removed": platform or "all", "remaining": remaining},
           f"removed {ref}" + (f" [{platform}]; left: {', '.join(remaining)}" if left else ""))
@@ -219,7 +220,7 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
 @click.option("--older-than", type=click.FloatRange(min=0), default=3600.0, show_default=True, metavar="SECONDS",
               help="Keep objects written more recently (a push in flight writes blobs before its ref).")
 @click.option("--json", "as_json", is_flag=True)
-@_store_options
+@store_options
 @_os_errors_one_line
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
     """Delete blobs, manifests and signatures of STORE that no ref reaches."""
@@ -227,7 +228,7 @@ def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure)
     from cachetool.transfer import gc
 
     su, _ = parse_store_or_ref(store)
-    out = gc(su.url, dry_run=dry_run, older_than=older_than, store_options=_opts(endpoint_url, profile, insecure))
+    out = gc(su.url, dry_run=dry_run, older_than=older_than, store_options=options_dict(endpoint_url, profile, insecure))
     _emit(as_json, {"store": su.url, "dry_run": dry_run, "deleted": out},
           f"{'would delete' if dry_run else 'deleted'} {len(out)} object(s) from {su.url}"
           + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))
