@@ -37,7 +37,8 @@ def worker(args: argparse.Namespace) -> None:
     from compiler.counters import counters
     from compiler.runner import ModelRunner
 
-    cfg = CompilationConfig.from_dict({"mode": args.mode, "cache_dir": args.root})
+    cfg = CompilationConfig.from_dict({**json.loads(args.compilation_config), "mode": args.mode,
+                                       "cache_dir": args.root})
     t0 = time.perf_counter()
     runner = ModelRunner(args.model, args.device, cfg, max_num_batched_tokens=args.max_tokens,
                          max_model_len=max(256, args.max_tokens), max_num_seqs=4)
@@ -75,7 +76,7 @@ def run_variant(name: str, mode: int, root: Path, inductor_dir: Path, args: argp
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--mode", str(mode), "--root", str(root),
            "--model", args.model, "--device", args.device, "--max-tokens", str(args.max_tokens),
-           "--decode-steps", str(args.decode_steps)]
+           "--decode-steps", str(args.decode_steps), "--compilation-config", args.compilation_config]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(REPO))
     wall = time.perf_counter() - t0
@@ -98,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default=None, help="work folder (default: a temporary one, removed afterwards)")
     p.add_argument("--vec-isa-check", action="store_true", help="do not set TORCHINDUCTOR_VEC_ISA_OK=1")
     p.add_argument("--json", action="store_true", help="also print the results as JSON")
+    p.add_argument("--compilation-config", default="{}",
+                   help='extra CompilationConfig fields for every variant, e.g. \'{"cudagraph_mode": "NONE"}\' '
+                        "(a like-for-like compile comparison without CUDA graph capture)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--mode", type=int, default=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
