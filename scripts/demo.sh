@@ -13,8 +13,8 @@ echo "== demo folder: $work"
 [ -f "$work/signing.key" ] || cachetool keygen -o "$work/signing.key"
 echo "== warm: compile the tiny model on the CPU, then pack, sign and push to $ref"
 cachetool warm --model tiny --device cpu --cache-root "$work/ci-root" --push "$ref" --sign-key "$work/signing.key"
-echo "== pull into a fresh cache root, verifying the signature against the pinned public key"
+echo "== pull into a fresh cache root: signature (pinned key) and the cache key this model/config needs are checked before any blob"
 rm -rf "$work/server-root"
-cachetool pull "$ref" --cache-root "$work/server-root" --trust "$work/signing.key.pub"
+cachetool pull "$ref" --cache-root "$work/server-root" --trust "$work/signing.key.pub" --model tiny --device cpu
 echo "== check: start as a server would; --require-hit fails if anything compiles"
 cachetool check --model tiny --device cpu --cache-root "$work/server-root" --require-hit
