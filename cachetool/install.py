@@ -494,19 +494,25 @@ def install_bundle(
 
     root = Path(cache_root).expanduser()
     created_root = None
-    if not root.exists():
-        # Create missing ancestors; remember the topmost one we created, to remove it again on failure.
-        p = root
-        while not p.exists():
-            created_root = p
-            p = p.parent
-        root.mkdir(parents=True, exist_ok=True)
-    root = root.resolve()
-    if not root.is_dir():
-        raise UsageError(f"cache root {root} is not a folder")
+    try:
+        if not root.exists():
+            # Create missing ancestors; remember the topmost one we created, to remove it again on failure.
+            p = root
+            while not p.exists():
+                created_root = p
+                p = p.parent
+            root.mkdir(parents=True, exist_ok=True)
+        root = root.resolve()
+        if not root.is_dir():
+            raise UsageError(f"cache root {root} is not a folder")
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if created_root is not None:
+            _remove_empty_tree(created_root)
+        why = "a dangling symlink" if root.is_symlink() and not root.exists() else (exc.strerror or str(exc))
+        raise InstallIOError(f"cannot use cache root {root}: {why}") from None
 
     staging: Path | None = None
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
         fcntl.flock(root_fd, fcntl.LOCK_EX)
         # We hold the lock: any staging folder is left over from a killed install.

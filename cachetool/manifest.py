@@ -121,6 +121,24 @@ def _check_size(s: Any, what: str) -> int:
     return s
 
 
+def _check_fingerprint(fp: Any) -> dict:
+    # Flat: field name -> string or null. Preflight, platform keys and messages rely on it (a list as the
+    # device must be a format error, not a crash).
+    if not isinstance(fp, dict):
+        raise ManifestError("manifest fingerprint is not an object")
+    for k, v in fp.items():
+        if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", k):
+            raise ManifestError(f"manifest fingerprint field {k[:64]!r} is not a plain name")
+        if v is not None and (not isinstance(v, str) or len(v) > 256 or any(ord(c) < 32 for c in v)):
+            raise ManifestError(f"manifest fingerprint {k!r} is {_short_repr(v)}: expected a short string or null")
+    return fp
+
+
+def _short_repr(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
 @dataclasses.dataclass(frozen=True)
 class FileEntry:
     path: str  # relative POSIX path under the cache root
@@ -231,6 +249,8 @@ class Manifest:
             raise
         except (UnicodeDecodeError, ValueError) as exc:
             raise ManifestError(f"manifest is not valid ASCII JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
+        except RecursionError:
+            raise ManifestError("manifest JSON is nested too deeply") from None
         if not isinstance(obj, dict):
             raise ManifestError("manifest is not a JSON object")
         schema = obj.get("schema")
@@ -250,8 +270,7 @@ class Manifest:
             raise ManifestError(f"manifest layout {obj['layout']!r} is not one of {', '.join(LAYOUTS)}")
         if obj["save_format"] not in (None, "binary", "unpacked", "mixed"):
             raise ManifestError(f"manifest save_format {obj['save_format']!r} is unknown")
-        if not isinstance(obj["fingerprint"], dict):
-            raise ManifestError("manifest fingerprint is not an object")
+        _check_fingerprint(obj["fingerprint"])
         for name in ("keys", "ranks", "units", "dirs", "files", "blobs"):
             if not isinstance(obj[name], list):
                 raise ManifestError(f"manifest {name!r} is not a list")

@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -163,22 +164,41 @@ def sign_manifest(manifest_bytes: bytes, private_key, existing_envelope: bytes |
     })
 
 
+_ENVELOPE_FIELDS = {"payload", "payloadType", "signatures"}
+_SIGNATURE_FIELDS = {"keyid", "sig"}
+_KEYID_RE = re.compile(r"^[\x21-\x7e]{0,128}$")
+
+
 def parse_envelope(envelope: bytes) -> dict:
+    """Parse a DSSE envelope strictly: exactly payload, payloadType and signatures (each exactly keyid and sig)."""
     if len(envelope) > 1 << 30:
         raise SignatureError("signature envelope is larger than 1 GiB")
     try:
         env = json.loads(envelope)
     except (UnicodeDecodeError, ValueError):
         raise SignatureError("signature envelope is not valid JSON") from None
+    except RecursionError:
+        raise SignatureError("signature envelope JSON is nested too deeply") from None
     if (not isinstance(env, dict) or not isinstance(env.get("payload"), str)
             or not isinstance(env.get("payloadType"), str) or not isinstance(env.get("signatures"), list)):
         raise SignatureError("signature envelope is not a DSSE envelope (payload, payloadType, signatures)")
+    if set(env) != _ENVELOPE_FIELDS:
+        raise SignatureError(f"signature envelope has unknown field(s) {_names(set(env) - _ENVELOPE_FIELDS)}")
+    for s in env["signatures"]:
+        if (not isinstance(s, dict) or set(s) != _SIGNATURE_FIELDS or not all(isinstance(v, str) for v in s.values())
+                or not _KEYID_RE.match(s["keyid"])):
+            raise SignatureError("signature entry is malformed (each needs exactly 'keyid' and 'sig', both strings; "
+                                 "a key id is at most 128 printable ASCII characters)")
     return env
+
+
+def _names(names) -> str:
+    return repr(sorted(str(n)[:40] for n in names)[:5])
 
 
 def envelope_key_ids(envelope: bytes) -> list[str]:
     env = parse_envelope(envelope)
-    return [s.get("keyid") for s in env["signatures"] if isinstance(s, dict) and isinstance(s.get("keyid"), str)]
+    return [s["keyid"] for s in env["signatures"]]
 
 
 def verify_envelope(envelope: bytes | None, manifest_bytes: bytes, trusted: Iterable[PublicKey]) -> PublicKey:
@@ -208,11 +228,10 @@ def verify_envelope(envelope: bytes | None, manifest_bytes: bytes, trusted: Iter
             "no trusted keys configured (use --trust PUB, CACHETOOL_TRUSTED_KEYS or ~/.config/cachetool/trusted_keys/)")
     by_id = {k.keyid: k for k in trusted}
     message = pae(PAYLOAD_TYPE, manifest_bytes)
-    seen_ids = []
+    verified = None
+    # Every signature that claims a trusted key must verify, wherever it stands in the list: the answer does not
+    # depend on the order of the entries.
     for s in env["signatures"]:
-        if not isinstance(s, dict) or not isinstance(s.get("keyid"), str) or not isinstance(s.get("sig"), str):
-            raise SignatureError("signature entry is malformed")
-        seen_ids.append(s["keyid"])
         k = by_id.get(s["keyid"])
         if k is None:
             continue
@@ -221,7 +240,10 @@ def verify_envelope(envelope: bytes | None, manifest_bytes: bytes, trusted: Iter
             k.key.verify(sig, message)
         except (ValueError, InvalidSignature):
             raise BadSignatureError(f"signature by trusted key {k.keyid[:16]} does not verify") from None
-        return k
+        verified = verified or k
+    if verified is not None:
+        return verified
+    seen_ids = [s["keyid"] for s in env["signatures"]]
     raise UntrustedKeyError(
-        f"bundle is signed by untrusted key(s) {', '.join(i[:16] for i in seen_ids)}; trusted: "
+        f"bundle is signed by untrusted key(s) {', '.join(i[:16] for i in seen_ids[:8])}; trusted: "
         f"{', '.join(k.keyid[:16] for k in trusted)}")

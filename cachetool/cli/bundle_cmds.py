@@ -10,7 +10,18 @@ import functools
 import click
 
 from cachetool.cli import cli
-from cachetool.errors import CachetoolError
+from cachetool.errors import CachetoolError, UsageError
+
+
+class OneLineCommand(click.Command):
+    """A bad flag, a missing argument or a bad value is one ``error:`` line and exit 2, like every other bad
+    input (click's own report is three lines, with ``Usage:`` and ``Error:``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise UsageError(f"{exc.format_message()} (see `cachetool {self.name} --help`)") from None
 
 
 def _os_errors_one_line(fn):
@@ -29,8 +40,8 @@ def _os_errors_one_line(fn):
 
 def _human(n: int) -> str:
     f = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if f < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if f < 1024 or unit == "TiB":
             return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
         f /= 1024
     return f"{n} B"
@@ -51,7 +62,7 @@ def _cache_root_default() -> str:
         from compiler import envs
 
         return str(envs.cache_root())
-    except ImportError:
+    except (ImportError, AttributeError):
         return os.path.expanduser(os.environ.get("CACHETOOL_CACHE_ROOT") or "~/.cache/cachetool")
 
 
@@ -61,7 +72,7 @@ _trust_option = click.option(
          "~/.config/cachetool/trusted_keys/*.pub.")
 
 
-@cli.command("pack")
+@cli.command("pack", cls=OneLineCommand)
 @click.argument("path", type=click.Path(file_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .ctb file to write.")
 @click.option("--sign-key", type=click.Path(dir_okay=False), help="Ed25519 private key (from `cachetool keygen`).")
@@ -87,7 +98,7 @@ def pack_cmd(path, output, sign_key, layout, level):
             click.echo(f"signed by {', '.join(envelope_key_ids(b.signature_bytes()))}")
 
 
-@cli.command("keygen")
+@cli.command("keygen", cls=OneLineCommand)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="NAME",
               help="Writes NAME (private key, mode 0600) and NAME.pub.")
 @_os_errors_one_line
@@ -99,7 +110,7 @@ def keygen_cmd(output):
     click.echo(f"private key {priv} (keep secret)\npublic key  {pub}\nkey id      {kid}")
 
 
-@cli.command("sign")
+@cli.command("sign", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--key", "key", required=True, type=click.Path(dir_okay=False), help="Ed25519 private key.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of replacing BUNDLE.")
@@ -125,7 +136,7 @@ def sign_cmd(bundle, key, output):
     click.echo(f"signed {out} with key {key_id(k.public_key())}")
 
 
-@cli.command("inspect")
+@cli.command("inspect", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--files", "show_files", is_flag=True, help="List every file.")
@@ -178,7 +189,7 @@ def inspect_cmd(bundle, as_json, show_files):
             click.echo(f"  {f.mode:04o} {f.size:>12} {f.digest[7:19]} {f.path}")
 
 
-@cli.command("verify")
+@cli.command("verify", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @_trust_option
 @_os_errors_one_line
@@ -191,7 +202,7 @@ def verify_cmd(bundle, trust):
     click.echo(f"OK {bundle}: signed by trusted key {kid}; {len(m.blobs)} blobs, {len(m.files)} files verified")
 
 
-@cli.command("install")
+@cli.command("install", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--cache-root", type=click.Path(file_okay=False), default=None,
               help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
@@ -221,7 +232,7 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, i
                + (f"; preflight: {', '.join(r.preflight)}" if r.preflight else "; preflight skipped"))
 
 
-@cli.command("diff")
+@cli.command("diff", cls=OneLineCommand)
 @click.argument("a")
 @click.argument("b")
 @click.option("--device", default=None, help="Device for `local` (default: cuda if available, else cpu).")

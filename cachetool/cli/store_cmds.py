@@ -2,48 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 
 import click
 
 from cachetool.cli import cli
+from cachetool.cli.bundle_cmds import OneLineCommand, _cache_root_default, _human, _os_errors_one_line
+from cachetool.cli.bundle_cmds import _warn_loud as _warn
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
 from cachetool.errors import CacheMissError, CachetoolError, NotFoundError, UsageError
-
-
-def _os_errors_one_line(fn):
-    """An OSError (disk full, permissions, a file where a folder should be) becomes one ``error:`` line."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except OSError as exc:
-            where = f" {exc.filename}" if exc.filename else ""
-            raise CachetoolError(f"{fn.__name__.removesuffix('_cmd')}:{where}: {exc.strerror or exc}") from None
-
-    return wrapper
-
-
-def _human(n: int) -> str:
-    f = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if f < 1024 or unit == "TiB":
-            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
-        f /= 1024
-    return f"{n} B"
-
-
-def _cache_root_default() -> str:
-    try:
-        from compiler import envs
-
-        return str(envs.cache_root())
-    except (ImportError, AttributeError):
-        return os.path.expanduser(os.environ.get("CACHETOOL_CACHE_ROOT") or "~/.cache/cachetool")
 
 
 def _emit(as_json: bool, doc: dict, text: str) -> None:
@@ -53,11 +21,7 @@ def _emit(as_json: bool, doc: dict, text: str) -> None:
         click.echo(text)
 
 
-def _warn(msg: str) -> None:
-    click.secho(msg, fg="red", bold=True, err=True)
-
-
-@cli.command("push")
+@cli.command("push", cls=OneLineCommand)
 @click.argument("source", type=click.Path(exists=True))
 @click.argument("ref")
 @click.option("--sign-key", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -158,7 +122,7 @@ def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, insecure_skip_ve
     return 0
 
 
-@cli.command("ls")
+@cli.command("ls", cls=OneLineCommand)
 @click.argument("store")
 @click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
 @store_options
@@ -197,7 +161,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     return 0
 
 
-@cli.command("rm")
+@cli.command("rm", cls=OneLineCommand)
 @click.argument("ref")
 @click.option("--platform", default=None, help="Remove only this platform's entry of the tag.")
 @click.option("--json", "as_json", is_flag=True)
@@ -214,7 +178,7 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     return 0
 
 
-@cli.command("gc")
+@cli.command("gc", cls=OneLineCommand)
 @click.argument("store")
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
 @click.option("--older-than", type=click.FloatRange(min=0), default=3600.0, show_default=True, metavar="SECONDS",
