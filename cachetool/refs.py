@@ -110,6 +110,9 @@ def _store_from(text: str, scheme: str, rest: str) -> StoreURL:
     host, _, repo = rest.partition("/")
     if not host or not _HOST_RE.match(host):
         raise _bad(text, f"registry host {host!r} is not valid")
+    port = host.rsplit("]", 1)[-1].rpartition(":")[2] if ":" in host.rsplit("]", 1)[-1] else ""
+    if port and not 0 < int(port) < 65536:
+        raise _bad(text, f"port {port} is not in 1..65535")
     repo = repo.strip("/")
     if not repo:
         raise _bad(text, "an OCI store needs a repository (oci://host/repo)")

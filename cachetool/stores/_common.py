@@ -9,6 +9,7 @@ import re
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable, Iterable
 
 from cachetool.errors import StoreError, VerificationError
 from cachetool.stores.base import RefEntry, RefIndex
@@ -58,6 +59,8 @@ def index_from_json(data: bytes, where: str) -> RefIndex:
         return RefIndex(str(doc["name"]), str(doc["tag"]), tuple(entries))
     except (ValueError, KeyError, TypeError, AttributeError, VerificationError) as exc:
         raise StoreError(f"{where} is not a cachetool ref ({exc})") from None
+    except RecursionError:
+        raise StoreError(f"{where} is not a cachetool ref (JSON nested too deeply)") from None
 
 
 def atomic_write(path: Path, data: bytes | None = None, *, src: Path | None = None, fsync: bool = True) -> None:
@@ -86,6 +89,21 @@ def atomic_write(path: Path, data: bytes | None = None, *, src: Path | None = No
         except FileNotFoundError:
             pass
         raise
+
+
+class OversizeBlobError(VerificationError):
+    """A store sent more bytes for a blob than the manifest declares (a hostile or broken store)."""
+
+
+def write_bounded(chunks: Iterable[bytes], out, room: int, what: str, count: Callable[[int], None]) -> None:
+    """Write ``chunks`` to ``out``, refusing to go past ``room`` bytes: a store can't fill the disk with a blob
+    larger than the (signed) manifest says. ``count`` receives each piece's length as it is written."""
+    for chunk in chunks:
+        if len(chunk) > room:
+            raise OversizeBlobError(f"{what}: the store sends more bytes than the manifest declares")
+        out.write(chunk)
+        room -= len(chunk)
+        count(len(chunk))
 
 
 def resume_offset(dest: Path, total: int) -> int:

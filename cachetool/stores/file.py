@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Iterator
 
-from cachetool.errors import NotFoundError, StoreError
+from cachetool.errors import NotFoundError, StoreError, VerificationError
 from cachetool.stores._common import (CHUNK, Counters, atomic_write, hexof, index_from_json, index_to_json,
-                                      resume_offset)
+                                      resume_offset, write_bounded)
 from cachetool.stores.base import BlobRef, RefIndex, Store
 
 MARKER = "cachetool-store.json"
+MAX_MANIFEST = 512 << 20  # as manifest.py
+MAX_SIGNATURE = 1 << 30  # as signing.parse_envelope
+MAX_REF = 16 << 20
 
 
 class FileStore(Store):
@@ -55,6 +59,30 @@ class FileStore(Store):
         if not self.root.is_dir():
             raise NotFoundError(f"store {self.url} does not exist (no such folder)")
 
+    def _open_read(self, path: Path):
+        """Open ``path`` for reading only if it is a regular file that lies inside the store once links are
+        resolved: an object planted as a symlink to /etc/shadow or /dev/zero, or a fifo, is refused, not read.
+        Raises FileNotFoundError when it is missing."""
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(path)
+        rel = os.path.relpath(path, self.root)
+        if os.path.commonpath([root, real]) != root:
+            raise VerificationError(f"{rel} in store {self.url} points outside the store; refusing to read it")
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        f = os.fdopen(fd, "rb")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            f.close()
+            raise VerificationError(f"{rel} in store {self.url} is not a regular file; refusing to read it")
+        return f
+
+    def _read(self, path: Path, limit: int) -> bytes:
+        with self._open_read(path) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise VerificationError(f"{os.path.relpath(path, self.root)} in store {self.url} is larger than "
+                                    f"{limit >> 20} MiB")
+        return data
+
     def _write(self, path: Path, data: bytes | None = None, src: Path | None = None) -> None:
         self._ensure()
         try:
@@ -80,16 +108,12 @@ class FileStore(Store):
         dest = Path(dest)
         offset = resume_offset(dest, blob.stored_size)
         try:
-            with open(src, "rb") as f, open(dest, "ab" if offset else "wb") as out:
+            with self._open_read(src) as f, open(dest, "ab" if offset else "wb") as out:
                 if offset:
                     self.counters.resumed()
                     f.seek(offset)
-                while True:
-                    chunk = f.read(CHUNK)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    self.counters.down(len(chunk))
+                write_bounded(iter(lambda: f.read(CHUNK), b""), out, blob.stored_size - offset,
+                              f"blob {blob.stored_digest[:19]} in store {self.url}", self.counters.down)
         except FileNotFoundError:
             raise NotFoundError(f"blob {blob.stored_digest[:19]} is missing from store {self.url}") from None
 
@@ -107,7 +131,7 @@ class FileStore(Store):
     def get_manifest(self, manifest_digest: str) -> bytes:
         self._require_root()
         try:
-            data = self._manifest(manifest_digest).read_bytes()
+            data = self._read(self._manifest(manifest_digest), MAX_MANIFEST)
         except FileNotFoundError:
             raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}") from None
         self.counters.down(len(data))
@@ -119,7 +143,7 @@ class FileStore(Store):
 
     def get_signature(self, manifest_digest: str) -> bytes | None:
         try:
-            data = self._signature(manifest_digest).read_bytes()
+            data = self._read(self._signature(manifest_digest), MAX_SIGNATURE)
         except FileNotFoundError:
             return None
         self.counters.down(len(data))
@@ -144,7 +168,7 @@ class FileStore(Store):
         self._require_root()
         p = self._ref(name, tag)
         try:
-            data = p.read_bytes()
+            data = self._read(p, MAX_REF)
         except FileNotFoundError:
             known = sorted(q.stem for q in (self.root / "refs" / name).glob("*.json")) if (self.root / "refs" / name).is_dir() else []
             hint = f" (tags: {', '.join(known[:8])})" if known else f" (no bundle named {name!r})"
@@ -162,7 +186,7 @@ class FileStore(Store):
             for p in sorted(d.glob("*.json")):
                 if p.name.startswith("."):
                     continue
-                yield index_from_json(p.read_bytes(), f"{self.url}/{d.name}:{p.stem}")
+                yield index_from_json(self._read(p, MAX_REF), f"{self.url}/{d.name}:{p.stem}")
 
     def delete_ref(self, name: str, tag: str) -> None:
         self._require_root()

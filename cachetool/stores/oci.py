@@ -35,7 +35,7 @@ from typing import Iterator
 from urllib.parse import urljoin, urlencode
 
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import CHUNK, DL_CHUNK, Counters, hexof, now_iso, resume_offset
+from cachetool.stores._common import CHUNK, DL_CHUNK, Counters, hexof, now_iso, resume_offset, write_bounded
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 
 ARTIFACT_TYPE = "application/vnd.cachetool.bundle.v1+json"
@@ -265,10 +265,10 @@ class OCIStore(Store):
         codes = []
         msg = ""
         try:
-            errs = r.json().get("errors") or []
-            codes = [e.get("code") for e in errs]
-            msg = errs[0].get("message", "") if errs else ""
-        except (ValueError, AttributeError):
+            errs = [e for e in r.json().get("errors") or [] if isinstance(e, dict)]
+            codes = ["".join(str(e.get("code")).split())[:40] for e in errs]
+            msg = " ".join(str(errs[0].get("message", "")).split())[:200] if errs else ""  # one line
+        except (ValueError, AttributeError, TypeError, RecursionError):
             pass
         if r.status_code in (401, 403):
             return StoreError(f"{what}: access denied by registry {self.host} ({r.status_code}{' ' + codes[0] if codes else ''}): "
@@ -290,7 +290,10 @@ class OCIStore(Store):
         r = self._request("HEAD", self._v2(f"blobs/{digest}"), f"check blob {digest[:19]} in {self.url}", ok=(200, 404))
         if r.status_code == 404:
             return None
-        return int(r.headers.get("Content-Length", -1))
+        try:
+            return int(r.headers.get("Content-Length", -1))
+        except ValueError:
+            return -1
 
     def has_blob(self, blob: BlobRef) -> bool:
         size = self._head_blob(blob.stored_digest)
@@ -360,9 +363,8 @@ class OCIStore(Store):
                 self.counters.resumed()
             try:
                 with open(dest, "ab" if resumed else "wb") as out:
-                    for chunk in r.iter_content(DL_CHUNK):
-                        out.write(chunk)
-                        self.counters.down(len(chunk))
+                    write_bounded(r.iter_content(DL_CHUNK), out, blob.stored_size - (offset if resumed else 0), what,
+                                  self.counters.down)
                 return
             except requests.RequestException as exc:  # cut mid-body: resume with a Range request after a backoff
                 if attempt + 1 >= self.max_attempts:
@@ -383,7 +385,7 @@ class OCIStore(Store):
             codes = []
             try:
                 codes = [e.get("code") for e in r.json().get("errors") or []]
-            except ValueError:
+            except (ValueError, AttributeError, RecursionError):
                 pass
             if "NAME_UNKNOWN" in codes or not self._repo_exists():
                 raise NotFoundError(f"repository {self.repo!r} not found on {self.host}")
@@ -466,8 +468,8 @@ class OCIStore(Store):
             if layer.get("mediaType") != DSSE_MEDIA_TYPE:
                 raise ValueError(layer.get("mediaType"))
             digest = layer["digest"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise VerificationError(f"{what}: malformed signature artifact ({exc})") from None
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
+            raise VerificationError(f"{what}: malformed signature artifact ({type(exc).__name__})") from None
         return self._get_blob_bytes(digest, what, limit=1 << 20)
 
     # -------------------------------------------------------------------------------------------- refs
@@ -500,8 +502,10 @@ class OCIStore(Store):
         body, mt, _ = self._get_manifest(tag, f"read {ref}", f"{OCI_INDEX}, {OCI_MANIFEST}")
         try:
             doc = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise StoreError(f"{ref} is not JSON") from None
+        if not isinstance(doc, dict):
+            raise StoreError(f"{ref} is not a cachetool bundle (not a JSON object)")
         if doc.get("mediaType", mt) != OCI_INDEX or doc.get("artifactType") != ARTIFACT_TYPE:
             raise StoreError(f"{ref} is not a cachetool bundle (artifactType {doc.get('artifactType')!r})")
         entries = []
@@ -514,8 +518,8 @@ class OCIStore(Store):
                 self._oci[md] = (m["digest"], int(m["size"]))
                 entries.append(RefEntry(md, ann[A + "platform"], json.loads(ann.get(A + "fingerprint") or "{}"),
                                         int(ann.get(A + "size") or 0), ann.get("org.opencontainers.image.created", "")))
-        except (KeyError, ValueError, TypeError, VerificationError) as exc:
-            raise StoreError(f"{ref}: malformed cachetool index ({exc})") from None
+        except (KeyError, ValueError, TypeError, AttributeError, RecursionError, VerificationError) as exc:
+            raise StoreError(f"{ref}: malformed cachetool index ({type(exc).__name__}: {str(exc)[:80]})") from None
         return RefIndex(name, tag, tuple(entries))
 
     def tags(self) -> list[str]:
@@ -523,7 +527,11 @@ class OCIStore(Store):
         url = self._v2("tags/list?n=1000")
         while url:
             r = self._request("GET", url, f"list tags of {self.url}")
-            out += r.json().get("tags") or []
+            try:
+                tags = r.json().get("tags") or []
+                out += [t for t in tags if isinstance(t, str)]
+            except (ValueError, AttributeError, TypeError, RecursionError):
+                raise StoreError(f"list tags of {self.url}: the registry's answer is not a tag list") from None
             link = r.headers.get("Link", "")
             m = re.match(r'<([^>]+)>', link)
             url = urljoin(self.base + "/", m.group(1)) if m else None

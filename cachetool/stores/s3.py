@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Iterator
 
 from cachetool.errors import NotFoundError, StoreError
-from cachetool.stores._common import CHUNK, DL_CHUNK, Counters, hexof, index_from_json, index_to_json, resume_offset
+from cachetool.stores._common import (CHUNK, DL_CHUNK, Counters, hexof, index_from_json, index_to_json, resume_offset,
+                                      write_bounded)
 from cachetool.stores.base import BlobRef, RefIndex, Store
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
@@ -226,9 +227,8 @@ class S3Store(Store):
             try:
                 with open(dest, "ab" if offset else "wb") as out:
                     body = resp["Body"]
-                    for chunk in iter(lambda: body.read(DL_CHUNK), b""):
-                        out.write(chunk)
-                        self.counters.down(len(chunk))
+                    write_bounded(iter(lambda: body.read(DL_CHUNK), b""), out, blob.stored_size - offset, what,
+                                  self.counters.down)
                 return
             except (bexc.BotoCoreError, ConnectionError) as exc:
                 # The body was cut mid-stream: keep what arrived and resume with a Range request after a backoff.
