@@ -1,0 +1,108 @@
+"""A hostile file store: objects planted as symlinks or special files, oversized blobs, a ref that is not JSON.
+The store must never read outside its folder nor more than the manifest declares; each case is one error line
+with nothing in the cache root. Plus ref strings found by review."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from cachetool.errors import UsageError, VerificationError
+from cachetool.refs import parse_ref
+from cachetool.stores import open_store
+from cachetool.stores._common import hexof
+from cachetool.transfer import push
+
+
+def _one_line(r):
+    lines = [ln for ln in r.err.strip().splitlines() if not ln.startswith("pull: outcome=")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r
+    return lines[0]
+
+
+def _nothing_in(root):
+    return not root.exists() or not any(root.rglob("*"))
+
+
+@pytest.fixture
+def store(bundle, tmp_path):
+    root = tmp_path / "store"
+    push(bundle, f"file://{root}/llama:v1")
+    return root
+
+
+def _pull(cli, keys, store, root):
+    return cli("pull", f"file://{store}/llama:v1", "--cache-root", root, "--trust", keys["pub"])
+
+
+def _blob_path(store, bundle):
+    b = max(bundle.blobs, key=lambda b: b.stored_size)
+    return store / "blobs" / "sha256" / hexof(b.stored_digest), b
+
+
+@pytest.mark.parametrize("what", ["blob", "manifest", "ref"])
+def test_object_symlinked_outside_the_store_is_not_read(bundle, keys, cli, store, tmp_path, what):
+    # Before: the store followed the link and read whatever it named (here a correct copy, so the pull succeeded).
+    if what == "blob":
+        p, _ = _blob_path(store, bundle)
+    elif what == "manifest":
+        p = store / "manifests" / "sha256" / f"{hexof(bundle.manifest_digest)}.json"
+    else:
+        p = store / "refs" / "llama" / "v1.json"
+    outside = tmp_path / "outside"
+    shutil.move(p, outside)
+    os.symlink(outside, p)
+    root = tmp_path / "root"
+    r = _pull(cli, keys, store, root)
+    assert r.rc in (3, 6), r
+    assert "outside the store" in _one_line(r)
+    assert _nothing_in(root)
+
+
+def test_symlink_inside_the_store_is_fine(bundle, keys, cli, store, tmp_path):
+    p, _ = _blob_path(store, bundle)
+    shutil.move(p, store / "moved")
+    os.symlink("../../moved", p)
+    r = _pull(cli, keys, store, tmp_path / "root")
+    assert r.rc == 0, r
+
+
+def test_blob_larger_than_declared_is_cut_at_the_declared_size(bundle, store, tmp_path):
+    # Before: get_blob copied the whole object (a link to /dev/zero filled the disk under .cachetool-partial).
+    p, blob = _blob_path(store, bundle)
+    with open(p, "ab") as f:
+        f.write(b"\0" * (1 << 20))
+    dest = tmp_path / "dest"
+    with pytest.raises(VerificationError, match="more bytes than the manifest declares"):
+        open_store(f"file://{store}").get_blob(blob, dest)
+    assert dest.stat().st_size <= blob.stored_size
+
+
+def test_blob_that_is_a_fifo_is_refused_without_blocking(bundle, keys, cli, store, tmp_path):
+    p, _ = _blob_path(store, bundle)
+    p.unlink()
+    os.mkfifo(p)
+    root = tmp_path / "root"
+    r = _pull(cli, keys, store, root)
+    assert r.rc == 3, r
+    assert "not a regular file" in _one_line(r)
+    assert _nothing_in(root)
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000, b"\xff\xfe", b"[1, 2]", b'{"format": "cachetool.ref.v1", "entries": 5}'],
+                         ids=["deeply-nested", "not-utf8", "a-list", "entries-not-a-list"])
+def test_ref_that_is_not_a_ref_is_one_line(keys, cli, store, tmp_path, body):
+    (store / "refs" / "llama" / "v1.json").write_bytes(body)
+    root = tmp_path / "root"
+    for r in (_pull(cli, keys, store, root), cli("ls", f"file://{store}"), cli("gc", f"file://{store}", "--dry-run")):
+        assert r.rc == 6, r
+        assert "not a cachetool ref" in _one_line(r)
+    assert _nothing_in(root)
+
+
+@pytest.mark.parametrize("text", ["oci://host:99999/llama:v1", "oci://host:0/llama:v1"])
+def test_oci_port_out_of_range(text):
+    with pytest.raises(UsageError, match="port"):
+        parse_ref(text)
