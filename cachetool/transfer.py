@@ -147,6 +147,36 @@ def _load_bundle(source, sign_key, layout: str):
     return bundle, owned
 
 
+def _check_stored_bytes(bundle, blob: BlobRef) -> None:
+    p = bundle.blob_path(blob)
+    h = hashlib.sha256()
+    n = 0
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+            n += len(chunk)
+    if n != blob.stored_size or "sha256:" + h.hexdigest() != blob.stored_digest:
+        raise VerificationError(f"{bundle.description}: blob {blob.digest[:19]} does not match the manifest "
+                                "(tampered or truncated); nothing pushed")
+
+
+def _check_envelope(bundle) -> None:
+    import base64
+
+    from cachetool.signing import parse_envelope
+
+    sig = bundle.signature_bytes()
+    if sig is None:
+        return
+    env = parse_envelope(sig)
+    try:
+        payload = base64.b64decode(env["payload"], validate=True)
+    except ValueError:
+        payload = None
+    if payload != bundle.manifest_bytes():
+        raise VerificationError(f"{bundle.description}: the signature is for a different manifest; nothing pushed")
+
+
 def merge_index(old: RefIndex | None, name: str, tag: str, entry: RefEntry) -> RefIndex:
     """The tag's index with ``entry`` added, replacing an entry of the same platform."""
     kept = [e for e in (old.entries if old else ()) if e.platform != entry.platform]
@@ -170,6 +200,11 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
             present = list(ex.map(st.has_blob, blobs))
         missing = [b for b, p in zip(blobs, present) if not p]
         skipped = [b for b, p in zip(blobs, present) if p]
+        # A store is content-addressed and skips what it has: bytes written under a digest they don't match would
+        # poison it for every later push and pull. Check everything before the first write.
+        with ThreadPoolExecutor(max(1, workers)) as ex:
+            list(ex.map(lambda b: _check_stored_bytes(bundle, b), missing))
+        _check_envelope(bundle)
         up0 = st.counters.bytes_up if hasattr(st, "counters") else 0
         with _Progress(_progress_default(progress)) as prog:
             task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",

@@ -106,3 +106,36 @@ def test_ref_that_is_not_a_ref_is_one_line(keys, cli, store, tmp_path, body):
 def test_oci_port_out_of_range(text):
     with pytest.raises(UsageError, match="port"):
         parse_ref(text)
+
+
+def test_push_of_a_tampered_bundle_writes_nothing(bundle, keys, cli, tmp_path):
+    # Before: the bad bytes were stored under the blob's digest; the next push of the good bundle skipped that blob
+    # (the store "had" it), so every pull failed from then on.
+    import tarfile
+
+    from cachetool.bundle import write_ctb
+
+    good = write_ctb(bundle, tmp_path / "good.ctb")
+    data = bytearray(good.read_bytes())
+    with tarfile.open(good) as tf:
+        m = max((m for m in tf.getmembers() if m.name.startswith("blobs/")), key=lambda m: m.size)
+    data[m.offset_data + m.size // 2] ^= 0xFF
+    (tmp_path / "bad.ctb").write_bytes(data)
+    store = tmp_path / "store"
+    r = cli("push", tmp_path / "bad.ctb", f"file://{store}/llama:v1")
+    assert r.rc == 3, r
+    assert "does not match the manifest" in _one_line(r)
+    assert not store.exists()
+    assert cli("push", good, f"file://{store}/llama:v1").rc == 0
+    assert _pull(cli, keys, store, tmp_path / "root").rc == 0
+
+
+def test_push_with_a_signature_over_another_manifest_writes_nothing(bundle, tmp_path):
+    import base64
+    import json
+
+    env = json.dumps({"payload": base64.b64encode(b"{}").decode(), "payloadType": "x", "signatures": []}).encode()
+    store = tmp_path / "store"
+    with pytest.raises(VerificationError, match="different manifest"):
+        push(bundle.with_signature(env), f"file://{store}/llama:v1")
+    assert not store.exists()
