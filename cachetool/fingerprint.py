@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
+import re
+
+from cachetool.errors import UsageError
 
 FIELDS = ("os", "arch", "device", "torch", "cuda", "triton", "gpu", "capability")
 # Fields preflight compares (a difference means the cache cannot hit). "gpu" is covered by "capability".
@@ -25,6 +28,13 @@ def _dist_version(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def check_device(device: str | None) -> str | None:
+    """A device the user names (``--device``): ``cpu``, ``cuda`` or ``cuda:N``; anything else is a UsageError."""
+    if device is None or device == "cpu" or re.fullmatch(r"cuda(:[0-9]{1,3})?", device):
+        return device
+    raise UsageError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N")
 
 
 def local_fingerprint(device: str | None = None) -> dict:

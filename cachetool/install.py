@@ -173,14 +173,21 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
                     or _factor_values(k.factors, "env") is not None]
     if not with_factors:
         return checked
+    # The device this machine really has (asked for cuda on a machine without a GPU: the cpu); a bundle's own
+    # fingerprint may name any device string, and only a real one reaches torch.
+    local_dev = dev if local_fp["device"] == "cuda" and dev.startswith("cuda") else local_fp["device"]
     try:
         from compiler import cache_key as ck  # lazy: cachetool works without compiler (e.g. Triton bundles)
 
-        local_compiler = ck.local_compiler_factors(dev)
+        local_compiler = ck.local_compiler_factors(local_dev)
         local_env = ck.local_env_factors()
     except ImportError as exc:
         log.warning("preflight: compiler.cache_key is not importable (%s); factors not checked", exc)
         return checked
+    except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise PreflightError(f"preflight: cannot compute this machine's compiler factors for {local_dev!r}: "
+                             f"{first}") from None
     for k in with_factors:
         comp = _factor_values(k.factors, "compiler")
         if comp is not None:
@@ -222,6 +229,8 @@ def parse_ranks(spec: str | Iterable | None) -> set[str] | None:
         if not all(p.isdigit() for p in parts) or len(parts) not in (1, 2):
             raise UsageError(f"bad rank {it!r}: use 0, 0_1 or rank_0_1")
         out.add(name)
+    if not out:
+        raise UsageError(f"--ranks {spec!r} names no rank: use 0, 0_1 or rank_0_1 (comma-separated)")
     return out
 
 
@@ -476,7 +485,10 @@ def install_bundle(
     preflight compares against (default: the bundle's). ``expected_key``: the key the server's config needs
     (see :func:`check_expected_key`). ``force``: replace units that exist with other content.
     """
+    from cachetool.fingerprint import check_device
+
     t0 = time.monotonic()
+    device = check_device(device)
     mbytes = source.manifest_bytes()
     digest = manifest_digest(mbytes)
     key_id = None

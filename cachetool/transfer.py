@@ -385,8 +385,11 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     """
     from cachetool.install import install_bundle
 
+    from cachetool.fingerprint import check_device
+
     t0 = time.monotonic()
     deadline = t0 + timeout if timeout else None
+    device = check_device(device)
     r, st, own_store = _ref_and_store(ref, store, store_options)
     root = Path(cache_root).expanduser()
     partial = root / PARTIAL_DIR

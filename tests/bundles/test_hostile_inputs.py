@@ -146,3 +146,29 @@ def test_unusable_cache_root_is_a_cachetool_error(tmp_path, keys, signed, where)
         install_bundle(b, root, trust=[keys["pub"]])
     assert "cache root" in str(ei.value) and "\n" not in str(ei.value)
     assert (tmp_path / "afile").read_text() == "x" and not (tmp_path / "missing").exists()
+
+
+def test_ranks_that_name_no_rank(tmp_path, keys, cli, signed):
+    # "--ranks ,,," selected nothing and reported "already installed: 0 unit(s)" with exit 0.
+    mb, env, stored = signed
+    root = tmp_path / "root"
+    _refused(_install(cli, keys, _ctb(tmp_path, mb, env, stored), root, "--ranks", ",,,"), root, 2, "names no rank")
+
+
+@pytest.mark.parametrize("device", ["weird", "cuda:x", "cuda"])
+def test_device_flag(tmp_path, keys, cli, device):
+    # A bundle whose compiler factors preflight compares: torch raised "Invalid device string" (and, for cuda on a
+    # machine without CUDA, "Torch not compiled with CUDA enabled") as tracebacks.
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    obj, stored = manifest_obj([FILE], keys=[{"hash": "h", "kind": "piecewise",
+                                              "factors": {"compiler": {"values": {"torch": "0.0"}}}}])
+    mb = canonical_json(obj)
+    root = tmp_path / "root"
+    r = _install(cli, keys, _ctb(tmp_path, mb, sign_bytes(mb, keys["key"]), stored), root, "--device", device)
+    if device == "cuda":  # asked about CUDA on a CPU machine: preflight compares with what is here
+        _refused(r, root, 4, "preflight")
+    else:
+        _refused(r, root, 2, "--device")
