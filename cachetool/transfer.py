@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -334,9 +335,29 @@ class StoreSource(BundleSource):
             p.unlink(missing_ok=True)
         _remove_if_empty(self.partial_dir)
 
-    def _fetch(self, blob: BlobRef, dest: Path) -> None:
-        self.partial_dir.mkdir(mode=0o700, exist_ok=True)
+    def _partial(self, blob: BlobRef) -> Path:
+        """The partial file of ``blob``, never through a link: the folder must be a real folder, and a partial that
+        is a symlink, a hard link or not a regular file is removed (a download appends to it)."""
+        from cachetool.install import UnsafeDestinationError
+
+        try:
+            self.partial_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        if not stat.S_ISDIR(os.lstat(self.partial_dir).st_mode):
+            raise UnsafeDestinationError(
+                f"{self.partial_dir} is a symlink or not a folder; refusing to download through it")
         part = self.partial_dir / hexof(blob.stored_digest)
+        try:
+            st = os.lstat(part)
+        except FileNotFoundError:
+            return part
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            part.unlink()
+        return part
+
+    def _fetch(self, blob: BlobRef, dest: Path) -> None:
+        part = self._partial(blob)
         with self._lock:
             self.used.add(part)
         try:

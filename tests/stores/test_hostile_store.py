@@ -139,3 +139,31 @@ def test_push_with_a_signature_over_another_manifest_writes_nothing(bundle, tmp_
     with pytest.raises(VerificationError, match="different manifest"):
         push(bundle.with_signature(env), f"file://{store}/llama:v1")
     assert not store.exists()
+
+
+def test_partial_folder_planted_as_a_symlink_is_not_written_through(bundle, keys, cli, store, tmp_path):
+    # Before: blobs were downloaded into the link's target, outside the cache root.
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / ".cachetool-partial").symlink_to(outside)
+    r = _pull(cli, keys, store, root)
+    assert r.rc == 3, r
+    assert "symlink" in _one_line(r)
+    assert not any(outside.iterdir())
+    assert [p.name for p in root.iterdir()] == [".cachetool-partial"]
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_partial_file_planted_as_a_link_is_not_appended_to(bundle, keys, cli, store, tmp_path, link):
+    # Before: the "resumed" download appended blob bytes to the file the link named, outside the cache root.
+    root, victim = tmp_path / "root", tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    (root / ".cachetool-partial").mkdir(parents=True)
+    for b in bundle.blobs:
+        p = root / ".cachetool-partial" / hexof(b.stored_digest)
+        p.symlink_to(victim) if link == "symlink" else os.link(victim, p)
+    r = _pull(cli, keys, store, root)
+    assert r.rc == 0, r
+    assert victim.read_bytes() == b"precious\n"
+    assert not (root / ".cachetool-partial").exists()
