@@ -34,6 +34,7 @@ from cachetool.errors import NotFoundError, UsageError, VerificationError
 from cachetool.layouts import scan as scan_layout
 from cachetool.manifest import CacheKey, DirEntry, FileEntry, Manifest, manifest_digest, platform_key
 from cachetool.source import BundleSource
+from cachetool.stores._common import atomic_file
 from cachetool.stores.base import BlobRef
 
 CTB_MANIFEST = "manifest.json"
@@ -367,29 +368,16 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
 def write_ctb(bundle: PackedBundle, out_path: str | os.PathLike) -> Path:
     """Write the single-file form of ``bundle`` to ``out_path`` (temp file + rename: never a half file)."""
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with tarfile.open(fileobj=f, mode="w:", format=tarfile.USTAR_FORMAT) as tf:
-                m = bundle.manifest_bytes()
-                tf.addfile(_tarinfo(CTB_MANIFEST, len(m)), io.BytesIO(m))
-                s = bundle.signature_bytes()
-                if s is not None:
-                    tf.addfile(_tarinfo(CTB_SIGNATURE, len(s)), io.BytesIO(s))
-                for b in sorted(bundle.blobs, key=lambda b: b.digest):
-                    p = bundle.blob_path(b)
-                    size = p.stat().st_size
-                    with open(p, "rb") as bf:
-                        tf.addfile(_tarinfo(f"blobs/sha256/{b.digest.split(':', 1)[1]}.zst", size), bf)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_file(out) as f:
+        with tarfile.open(fileobj=f, mode="w:", format=tarfile.USTAR_FORMAT) as tf:
+            m = bundle.manifest_bytes()
+            tf.addfile(_tarinfo(CTB_MANIFEST, len(m)), io.BytesIO(m))
+            s = bundle.signature_bytes()
+            if s is not None:
+                tf.addfile(_tarinfo(CTB_SIGNATURE, len(s)), io.BytesIO(s))
+            for b in sorted(bundle.blobs, key=lambda b: b.digest):
+                p = bundle.blob_path(b)
+                size = p.stat().st_size
+                with open(p, "rb") as bf:
+                    tf.addfile(_tarinfo(f"blobs/sha256/{b.digest.split(':', 1)[1]}.zst", size), bf)
     return out

@@ -189,24 +189,15 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
         raise PreflightError(f"preflight: cannot compute this machine's compiler factors for {local_dev!r}: "
                              f"{first}") from None
     for k in with_factors:
-        comp = _factor_values(k.factors, "compiler")
-        if comp is not None:
-            diff = _dict_diff(comp, local_compiler)
+        for name, local in (("compiler", local_compiler), ("env", local_env)):
+            values = _factor_values(k.factors, name)
+            diff = _dict_diff(values, local) if values is not None else []
             if diff:
                 f0 = diff[0]
                 more = f" (also: {', '.join(diff[1:6])}{', ...' if len(diff) > 6 else ''})" if len(diff) > 1 else ""
                 raise PreflightError(
-                    f"preflight: bundle cannot hit here: compiler factor {f0!r} of cache {k.hash} differs: bundle "
-                    f"{_short(comp.get(f0, '<unset>'))}, this machine {_short(local_compiler.get(f0, '<unset>'))}{more}")
-        env = _factor_values(k.factors, "env")
-        if env is not None:
-            diff = _dict_diff(env, local_env)
-            if diff:
-                f0 = diff[0]
-                more = f" (also: {', '.join(diff[1:6])})" if len(diff) > 1 else ""
-                raise PreflightError(
-                    f"preflight: bundle cannot hit here: env factor {f0!r} of cache {k.hash} differs: bundle "
-                    f"{_short(env.get(f0, '<unset>'))}, this machine {_short(local_env.get(f0, '<unset>'))}{more}")
+                    f"preflight: bundle cannot hit here: {name} factor {f0!r} of cache {k.hash} differs: bundle "
+                    f"{_short(values.get(f0, '<unset>'))}, this machine {_short(local.get(f0, '<unset>'))}{more}")
     checked += ["compiler factors", "env factors"]
     return checked
 

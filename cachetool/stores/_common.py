@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from cachetool.errors import StoreError, VerificationError
 from cachetool.stores.base import RefEntry, RefIndex
@@ -63,21 +65,15 @@ def index_from_json(data: bytes, where: str) -> RefIndex:
         raise StoreError(f"{where} is not a cachetool ref (JSON nested too deeply)") from None
 
 
-def atomic_write(path: Path, data: bytes | None = None, *, src: Path | None = None, fsync: bool = True) -> None:
-    """Write ``data`` (or copy ``src``) to ``path`` through a temp file in the same folder and a rename."""
+@contextlib.contextmanager
+def atomic_file(path: Path, *, fsync: bool = True) -> Iterator:
+    """A binary file object that becomes ``path`` (mode 0644) only when the block ends without an error: written
+    to a temp name in the same folder, fsynced, renamed. On an error the temp file is removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            if data is not None:
-                f.write(data)
-            else:
-                with open(src, "rb") as s:
-                    while True:
-                        chunk = s.read(CHUNK)
-                        if not chunk:
-                            break
-                        f.write(chunk)
+            yield f
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
@@ -89,6 +85,16 @@ def atomic_write(path: Path, data: bytes | None = None, *, src: Path | None = No
         except FileNotFoundError:
             pass
         raise
+
+
+def atomic_write(path: Path, data: bytes | None = None, *, src: Path | None = None, fsync: bool = True) -> None:
+    """Write ``data`` (or copy ``src``) to ``path`` through a temp file in the same folder and a rename."""
+    with atomic_file(path, fsync=fsync) as f:
+        if data is not None:
+            f.write(data)
+        else:
+            with open(src, "rb") as s:
+                shutil.copyfileobj(s, f, CHUNK)
 
 
 class OversizeBlobError(VerificationError):
