@@ -48,6 +48,28 @@ def index_to_json(index: RefIndex) -> bytes:
     return json.dumps(doc, sort_keys=True, indent=1).encode() + b"\n"
 
 
+_PLATFORM_RE = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable, no spaces: it is printed and matched
+_TEXT_RE = re.compile(r"^[\x20-\x7e]{0,256}$")
+
+
+def ref_entry(manifest_digest, platform, fingerprint, size, created) -> RefEntry:
+    """A :class:`RefEntry` from what a store returned, checked: what a ref says is printed (``ls``, the reasons a
+    pull misses), so a hostile ref must not bring newlines or terminal escapes into one-line messages. Raises
+    ValueError / TypeError / VerificationError."""
+    hexof(manifest_digest)
+    if not isinstance(platform, str) or not _PLATFORM_RE.match(platform):
+        raise ValueError(f"platform {str(platform)[:40]!r} is not printable text without spaces")
+    if not isinstance(fingerprint, dict) or not all(
+            isinstance(k, str) and _TEXT_RE.match(k) and (v is None or isinstance(v, str) and _TEXT_RE.match(v))
+            for k, v in fingerprint.items()):
+        raise ValueError("fingerprint is not an object of printable strings")
+    if not isinstance(created, str) or not _TEXT_RE.match(created):
+        raise ValueError(f"created {str(created)[:40]!r} is not printable text")
+    if isinstance(size, bool) or int(size) < 0:
+        raise ValueError(f"size {size!r} is not a size")
+    return RefEntry(manifest_digest, platform, dict(fingerprint), int(size), created)
+
+
 def index_from_json(data: bytes, where: str) -> RefIndex:
     try:
         doc = json.loads(data)
@@ -55,9 +77,8 @@ def index_from_json(data: bytes, where: str) -> RefIndex:
             raise ValueError(f"format {doc.get('format')!r}")
         entries = []
         for e in doc["entries"]:
-            hexof(e["manifest_digest"])
-            entries.append(RefEntry(e["manifest_digest"], str(e["platform"]), dict(e.get("fingerprint") or {}),
-                                    int(e.get("size") or 0), str(e.get("created") or "")))
+            entries.append(ref_entry(e["manifest_digest"], e["platform"], e.get("fingerprint") or {},
+                                     e.get("size") or 0, e.get("created") or ""))
         return RefIndex(str(doc["name"]), str(doc["tag"]), tuple(entries))
     except (ValueError, KeyError, TypeError, AttributeError, VerificationError) as exc:
         raise StoreError(f"{where} is not a cachetool ref ({exc})") from None

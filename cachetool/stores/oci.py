@@ -35,8 +35,9 @@ from typing import Iterator
 from urllib.parse import urljoin, urlencode
 
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import CHUNK, DL_CHUNK, Counters, hexof, now_iso, resume_offset, write_bounded
-from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores._common import (CHUNK, DL_CHUNK, Counters, hexof, now_iso, ref_entry, resume_offset,
+                                      write_bounded)
+from cachetool.stores.base import BlobRef, RefIndex, Store
 
 ARTIFACT_TYPE = "application/vnd.cachetool.bundle.v1+json"
 SIGNATURE_ARTIFACT_TYPE = "application/vnd.cachetool.signature.v1+json"
@@ -516,8 +517,8 @@ class OCIStore(Store):
                 hexof(md)
                 hexof(m["digest"])
                 self._oci[md] = (m["digest"], int(m["size"]))
-                entries.append(RefEntry(md, ann[A + "platform"], json.loads(ann.get(A + "fingerprint") or "{}"),
-                                        int(ann.get(A + "size") or 0), ann.get("org.opencontainers.image.created", "")))
+                entries.append(ref_entry(md, ann[A + "platform"], json.loads(ann.get(A + "fingerprint") or "{}"),
+                                         ann.get(A + "size") or 0, ann.get("org.opencontainers.image.created", "")))
         except (KeyError, ValueError, TypeError, AttributeError, RecursionError, VerificationError) as exc:
             raise StoreError(f"{ref}: malformed cachetool index ({type(exc).__name__}: {str(exc)[:80]})") from None
         return RefIndex(name, tag, tuple(entries))

@@ -167,3 +167,20 @@ def test_partial_file_planted_as_a_link_is_not_appended_to(bundle, keys, cli, st
     assert r.rc == 0, r
     assert victim.read_bytes() == b"precious\n"
     assert not (root / ".cachetool-partial").exists()
+
+
+@pytest.mark.parametrize("field,value", [("platform", "cuda-x\nerror: all fine"), ("created", "\x1b[31mred"),
+                                         ("fingerprint", {"gpu": "H200\nerror: forged"}), ("size", -1)])
+def test_ref_entries_cannot_forge_output_lines(keys, cli, store, tmp_path, field, value):
+    # Before: the platform went verbatim into the one-line miss message and into `ls` (a forged "error:" line).
+    import json
+
+    p = store / "refs" / "llama" / "v1.json"
+    doc = json.loads(p.read_text())
+    doc["entries"][0][field] = value
+    p.write_text(json.dumps(doc))
+    root = tmp_path / "root"
+    for r in (_pull(cli, keys, store, root), cli("ls", f"file://{store}")):
+        assert r.rc == 6, r
+        assert "not a cachetool ref" in _one_line(r)
+    assert _nothing_in(root)
