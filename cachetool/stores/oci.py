@@ -471,7 +471,8 @@ class OCIStore(Store):
             digest = layer["digest"]
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
             raise VerificationError(f"{what}: malformed signature artifact ({type(exc).__name__})") from None
-        return self._get_blob_bytes(digest, what, limit=1 << 20)
+        # The envelope holds the manifest (base64, up to 64 MiB here) and every signature.
+        return self._get_blob_bytes(digest, what, limit=128 << 20)
 
     # -------------------------------------------------------------------------------------------- refs
     def put_ref(self, index: RefIndex) -> None:

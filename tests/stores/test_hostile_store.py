@@ -184,3 +184,25 @@ def test_ref_entries_cannot_forge_output_lines(keys, cli, store, tmp_path, field
         assert r.rc == 6, r
         assert "not a cachetool ref" in _one_line(r)
     assert _nothing_in(root)
+
+
+@pytest.fixture
+def oci_store(request, tmp_path):
+    from tests.stores.conftest import _make_store
+
+    return _make_store("oci", request, tmp_path)
+
+
+def test_signature_envelope_over_1_mib_round_trips_through_oci(bundle, keys, cli, oci_store, tmp_path):
+    # The envelope carries the manifest (base64) and every signature: a bundle of a few thousand files, or one
+    # signed by many keys, passes 1 MiB. OCI pull refused any envelope above 1 MiB ("larger than 1048576 bytes").
+    import json
+
+    env = json.loads(bundle.signature_bytes())
+    others = [{"keyid": f"{i:064x}", "sig": "A" * 88} for i in range(8000)]
+    env["signatures"] = sorted(env["signatures"] + others, key=lambda s: s["keyid"])
+    big = json.dumps(env).encode()
+    assert len(big) > 1 << 20
+    push(bundle.with_signature(big), oci_store.ref())
+    r = cli("pull", oci_store.ref(), "--cache-root", tmp_path / "root", "--trust", keys["pub"])
+    assert r.rc == 0, r
