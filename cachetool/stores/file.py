@@ -59,15 +59,22 @@ class FileStore(Store):
         if not self.root.is_dir():
             raise NotFoundError(f"store {self.url} does not exist (no such folder)")
 
+    def _inside(self, path: Path, doing: str) -> str:
+        """``path`` with links resolved, if that lies inside the store; else a VerificationError. Reads, writes and
+        deletes go through this: a folder or object planted as a link never makes the store touch other files."""
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(path)
+        if os.path.commonpath([root, real]) != root:
+            raise VerificationError(f"{os.path.relpath(path, self.root)} in store {self.url} points outside the store; "
+                                    f"refusing to {doing} it")
+        return real
+
     def _open_read(self, path: Path):
         """Open ``path`` for reading only if it is a regular file that lies inside the store once links are
         resolved: an object planted as a symlink to /etc/shadow or /dev/zero, or a fifo, is refused, not read.
         Raises FileNotFoundError when it is missing."""
-        root = os.path.realpath(self.root)
-        real = os.path.realpath(path)
+        real = self._inside(path, "read")
         rel = os.path.relpath(path, self.root)
-        if os.path.commonpath([root, real]) != root:
-            raise VerificationError(f"{rel} in store {self.url} points outside the store; refusing to read it")
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         f = os.fdopen(fd, "rb")
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -85,6 +92,7 @@ class FileStore(Store):
 
     def _write(self, path: Path, data: bytes | None = None, src: Path | None = None) -> None:
         self._ensure()
+        self._inside(path, "write")
         try:
             atomic_write(path, data, src=src)
         except OSError as exc:
@@ -159,6 +167,7 @@ class FileStore(Store):
 
         self._ensure()
         lock = self._ref(name, tag).with_name(f".{tag}.lock")
+        self._inside(lock, "write")
         lock.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "a") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
@@ -191,6 +200,7 @@ class FileStore(Store):
     def delete_ref(self, name: str, tag: str) -> None:
         self._require_root()
         p = self._ref(name, tag)
+        self._inside(p, "delete")
         try:
             p.unlink()
         except FileNotFoundError:
@@ -212,6 +222,7 @@ class FileStore(Store):
             folder = self.root / kind / "sha256"
             if not folder.is_dir():
                 continue
+            self._inside(folder, "collect")
             for p in sorted(folder.iterdir()):
                 hexd = p.name.split(".", 1)[0]
                 stale_tmp = p.name.startswith(".") and p.name.endswith(".tmp")

@@ -206,3 +206,30 @@ def test_signature_envelope_over_1_mib_round_trips_through_oci(bundle, keys, cli
     push(bundle.with_signature(big), oci_store.ref())
     r = cli("pull", oci_store.ref(), "--cache-root", tmp_path / "root", "--trust", keys["pub"])
     assert r.rc == 0, r
+
+
+def test_gc_does_not_delete_through_a_planted_folder_link(cli, store, tmp_path):
+    # Before: gc listed the link's target and deleted every file in it that no ref reaches.
+    outside = tmp_path / "important"
+    outside.mkdir()
+    (outside / "thesis.tex").write_text("years of work")
+    os.utime(outside / "thesis.tex", (0, 0))
+    shutil.rmtree(store / "signatures" / "sha256")
+    (store / "signatures" / "sha256").symlink_to(outside)
+    r = cli("gc", f"file://{store}", "--older-than", "0")
+    assert r.rc == 3, r
+    assert "outside the store" in _one_line(r)
+    assert (outside / "thesis.tex").read_text() == "years of work"
+
+
+def test_push_and_rm_do_not_write_through_a_planted_folder_link(bundle, cli, store, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "v1.json").write_text("keep")
+    (store / "refs" / "evil").symlink_to(outside)
+    with pytest.raises(VerificationError, match="outside the store"):
+        push(bundle, f"file://{store}/evil:v2")
+    r = cli("rm", f"file://{store}/evil:v1")
+    assert r.rc == 3, r
+    assert "outside the store" in _one_line(r)
+    assert sorted(p.name for p in outside.iterdir()) == ["v1.json"] and (outside / "v1.json").read_text() == "keep"
