@@ -92,7 +92,7 @@ class FileStore(Store):
 
     def _write(self, path: Path, data: bytes | None = None, src: Path | None = None) -> None:
         self._ensure()
-        self._inside(path, "write")
+        self._inside(path.parent, "write")  # the object itself is replaced by a rename, never followed
         try:
             atomic_write(path, data, src=src)
         except OSError as exc:
@@ -100,11 +100,12 @@ class FileStore(Store):
 
     # blobs
     def has_blob(self, blob: BlobRef) -> bool:
-        p = self._blob(blob)
         try:
-            return p.stat().st_size == blob.stored_size
+            st = os.lstat(self._blob(blob))
         except FileNotFoundError:
             return False
+        # A link or special file planted in place of a blob is not "there": the upload replaces it.
+        return stat.S_ISREG(st.st_mode) and st.st_size == blob.stored_size
 
     def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
         self._write(self._blob(blob), src=Path(stored_bytes_path))

@@ -233,3 +233,14 @@ def test_push_and_rm_do_not_write_through_a_planted_folder_link(bundle, cli, sto
     assert r.rc == 3, r
     assert "outside the store" in _one_line(r)
     assert sorted(p.name for p in outside.iterdir()) == ["v1.json"] and (outside / "v1.json").read_text() == "keep"
+
+
+def test_push_replaces_a_blob_planted_as_a_link(bundle, keys, cli, store, tmp_path):
+    # Before: has_blob followed the link, saw the right size and skipped the upload; every pull then failed.
+    p, _ = _blob_path(store, bundle)
+    outside = tmp_path / "outside"
+    shutil.move(p, outside)
+    os.symlink(outside, p)
+    push(bundle, f"file://{store}/llama:v1")
+    assert not p.is_symlink() and p.read_bytes() == outside.read_bytes()
+    assert _pull(cli, keys, store, tmp_path / "root").rc == 0
