@@ -19,6 +19,11 @@ from cachetool.stores.base import RefEntry, RefIndex
 REF_FORMAT = "cachetool.ref.v1"
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 CHUNK = 1 << 20
+# Bounds on what a store may hand back for one object (manifest.py and signing.py refuse larger ones anyway; this
+# keeps a hostile store from filling memory first).
+MAX_MANIFEST = 512 << 20
+MAX_SIGNATURE = 1 << 30
+MAX_REF = 16 << 20
 # Downloads read in small pieces: a read cut mid-piece loses that piece, and what was written is resumed.
 DL_CHUNK = 64 << 10
 

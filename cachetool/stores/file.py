@@ -19,14 +19,11 @@ from pathlib import Path
 from typing import Iterator
 
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import (CHUNK, Counters, atomic_write, hexof, index_from_json, index_to_json,
-                                      resume_offset, write_bounded)
+from cachetool.stores._common import (CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, atomic_write, hexof,
+                                      index_from_json, index_to_json, resume_offset, write_bounded)
 from cachetool.stores.base import BlobRef, RefIndex, Store
 
 MARKER = "cachetool-store.json"
-MAX_MANIFEST = 512 << 20  # as manifest.py
-MAX_SIGNATURE = 1 << 30  # as signing.parse_envelope
-MAX_REF = 16 << 20
 
 
 class FileStore(Store):

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from cachetool.errors import NotFoundError, StoreError
-from cachetool.stores._common import (CHUNK, DL_CHUNK, Counters, hexof, index_from_json, index_to_json, resume_offset,
-                                      write_bounded)
+from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.stores._common import (DL_CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, hexof, index_from_json,
+                                      index_to_json, resume_offset, write_bounded)
 from cachetool.stores.base import BlobRef, RefIndex, Store
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
@@ -31,6 +31,16 @@ _CLIENTS: dict = {}
 _NO_SIG = "\0no signature"
 MULTIPART_THRESHOLD = 32 << 20
 MULTIPART_CHUNK = 16 << 20
+
+
+def _read_bounded(resp: dict, limit: int, what: str) -> bytes:
+    """The body of a get_object response, refusing one larger than ``limit`` before reading it into memory."""
+    if int(resp.get("ContentLength") or 0) > limit:
+        raise VerificationError(f"{what}: the object is larger than {limit >> 20} MiB")
+    data = resp["Body"].read(limit + 1)
+    if len(data) > limit:
+        raise VerificationError(f"{what}: the object is larger than {limit >> 20} MiB")
+    return data
 
 
 class S3Store(Store):
@@ -141,12 +151,12 @@ class S3Store(Store):
         except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
             raise self._error(exc, what, missing) from None
 
-    def _get_bytes(self, key: str, what: str, missing: str) -> bytes:
+    def _get_bytes(self, key: str, what: str, missing: str, limit: int = MAX_SIGNATURE) -> bytes:
         import botocore.exceptions as bexc
 
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=key)
-            data = resp["Body"].read()
+            data = _read_bounded(resp, limit, what)
         except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
             raise self._error(exc, what, missing) from None
         self.counters.down(len(data))
@@ -248,7 +258,7 @@ class S3Store(Store):
 
     def get_manifest(self, manifest_digest: str) -> bytes:
         return self._get_bytes(self._manifest_key(manifest_digest), f"download manifest from {self.url}",
-                               f"manifest {manifest_digest[:19]} is missing from store {self.url}")
+                               f"manifest {manifest_digest[:19]} is missing from store {self.url}", MAX_MANIFEST)
 
     def put_signature(self, manifest_digest: str, envelope: bytes) -> None:
         self._put_bytes(self._sig_key(manifest_digest), envelope, f"upload signature to {self.url}")
@@ -277,7 +287,7 @@ class S3Store(Store):
         for attempt in range(20):
             try:
                 resp = self.client.get_object(Bucket=self.bucket, Key=key)
-                data, etag = resp["Body"].read(), resp.get("ETag")
+                data, etag = _read_bounded(resp, MAX_REF, f"read {ref}"), resp.get("ETag")
                 old = index_from_json(data, ref)
                 self.counters.down(len(data))
             except bexc.ClientError as exc:
@@ -319,7 +329,7 @@ class S3Store(Store):
 
     def get_ref(self, name: str, tag: str) -> RefIndex:
         ref = f"{self.url}/{name}:{tag}"
-        data = self._get_bytes(self._ref_key(name, tag), f"read {ref}", f"{ref} not found (no such tag)")
+        data = self._get_bytes(self._ref_key(name, tag), f"read {ref}", f"{ref} not found (no such tag)", MAX_REF)
         return index_from_json(data, ref)
 
     def _list(self, rel: str) -> Iterator[dict]:

@@ -244,3 +244,36 @@ def test_push_replaces_a_blob_planted_as_a_link(bundle, keys, cli, store, tmp_pa
     push(bundle, f"file://{store}/llama:v1")
     assert not p.is_symlink() and p.read_bytes() == outside.read_bytes()
     assert _pull(cli, keys, store, tmp_path / "root").rc == 0
+
+
+def test_s3_objects_larger_than_their_bound_are_not_read_into_memory():
+    # Before: get_object's whole body was read (a 100 GiB "ref" would be loaded into memory).
+    import io
+
+    from cachetool.stores.s3 import S3Store
+
+    class Body(io.BytesIO):
+        asked: list = []
+
+        def read(self, n=-1):
+            Body.asked.append(n)
+            return super().read(n if n is not None and n >= 0 else 64 << 20)
+
+    class Client:
+        def __init__(self, length):
+            self.length = length
+
+        def get_object(self, **kw):
+            return {"Body": Body(b"[" * (17 << 20)), "ContentLength": self.length, "ETag": '"x"'}
+
+    st = S3Store.__new__(S3Store)
+    st.bucket, st.url = "b", "s3://b/p"
+    st.prefix = "p"
+    from cachetool.stores._common import Counters
+
+    st.counters = Counters()
+    for length in (100 << 30, 0):  # a declared size, and a server that declares none
+        st._client = Client(length)
+        with pytest.raises(VerificationError, match="larger than 16 MiB"):
+            st.get_ref("llama", "v1")
+    assert all(n is not None and 0 <= n <= (16 << 20) + 1 for n in Body.asked)
