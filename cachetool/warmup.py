@@ -65,10 +65,6 @@ class CompileRunResult:
         return d
 
 
-WarmResult = CompileRunResult
-CheckResult = CompileRunResult
-
-
 def parse_compilation_config(json_text: str | None = None, overrides: list[str] | tuple[str, ...] = (),
                              cache_root: str | Path | None = None) -> Any:
     """``--compilation-config`` JSON plus ``-cc.k=v`` overrides → ``CompilationConfig`` (UsageError on error)."""
@@ -80,6 +76,32 @@ def parse_compilation_config(json_text: str | None = None, overrides: list[str] 
         raise CompilationConfigError(str(exc)) from None
     if cache_root is not None:
         cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
+    return cfg
+
+
+def check_model(model: str) -> None:
+    """``model`` is a preset, a Llama ``config.json`` or a folder with one (and readable safetensors headers);
+    else :class:`ModelError`. Reads no weights."""
+    from compiler.models.llama import ModelSpecError, resolve_model
+
+    try:
+        resolve_model(model)
+    except ModelSpecError as exc:
+        raise ModelError(str(exc)) from None
+
+
+def _preflight(model: str, device: str, compilation_config: Any, cache_root: str | Path | None) -> Any:
+    """Check the arguments before anything is built or written; returns the config to run: a copy of
+    ``compilation_config`` (the caller's is left as it is) with ``cache_root`` applied."""
+    import copy
+
+    from compiler.config import CompilationConfig
+
+    cfg = copy.deepcopy(compilation_config) if compilation_config is not None else CompilationConfig()
+    if cache_root is not None:
+        cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
+    _check_device(device)
+    check_model(model)
     return cfg
 
 
@@ -100,21 +122,13 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
                              compilation_config=compilation_config, rank=rank, dp_rank=dp_rank,
                              require_hit=require_hit, workload=workload, tensor_parallel_size=tensor_parallel_size)
     from compiler.capture import RecompileError
-    from compiler.config import CompilationConfig
     from compiler.counters import CompileInStrictMode, counters, strict_mode
-    from compiler.piecewise_backend import DynamicShapeGuardError
     from compiler.layout import resolve_root
-    from compiler.models.llama import ModelSpecError, resolve_model
+    from compiler.models.llama import ModelSpecError
+    from compiler.piecewise_backend import DynamicShapeGuardError
     from compiler.runner import ModelRunner
 
-    cfg = compilation_config if compilation_config is not None else CompilationConfig()
-    if cache_root is not None:
-        cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
-    _check_device(device)
-    try:
-        resolve_model(model)
-    except ModelSpecError as exc:
-        raise ModelError(str(exc)) from None
+    cfg = _preflight(model, device, compilation_config, cache_root)
     t0 = time.perf_counter()
     before = counters.snapshot()
     guard = strict_mode(True) if require_hit else contextlib.nullcontext()
@@ -123,6 +137,8 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
             runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank)
             startup = runner.warmup()
             wl = runner.run_workload().as_dict() if workload else {}
+    except ModelSpecError as exc:  # weights that do not fit the config (caught before anything is written)
+        raise ModelError(str(exc)) from None
     except CompileInStrictMode as exc:
         raise CompileInStrictModeError(f"{command}: {str(exc).splitlines()[0]}") from None
     except (RecompileError, DynamicShapeGuardError) as exc:
@@ -160,28 +176,19 @@ def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: 
     bundle stores them once (see :mod:`compiler.distributed.rank_share` and docs/tensor_parallel.md)."""
     import functools
 
-    from compiler.config import CompilationConfig
     from compiler.distributed.launch import launch
-    from compiler.models.llama import ModelSpecError, resolve_model
 
     if tensor_parallel_size < 1:
         raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
     if rank != 0:
         raise UsageError("--rank is chosen by the launcher when --tensor-parallel-size > 1")
-    _check_device(device)
+    cfg = _preflight(model, device, compilation_config, cache_root)
     if device.startswith("cuda"):
         import torch
 
         if torch.cuda.device_count() < tensor_parallel_size:
             raise DeviceError(f"--tensor-parallel-size {tensor_parallel_size} needs {tensor_parallel_size} GPUs, "
                               f"{torch.cuda.device_count()} visible")
-    try:
-        resolve_model(model)
-    except ModelSpecError as exc:
-        raise ModelError(str(exc)) from None
-    cfg = compilation_config if compilation_config is not None else CompilationConfig()
-    if cache_root is not None:
-        cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
     t0 = time.perf_counter()
     fn = functools.partial(_run, command, model, cache_root=cache_root, compilation_config=cfg, dp_rank=dp_rank,
                            **kwargs)

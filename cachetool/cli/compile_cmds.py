@@ -14,6 +14,7 @@ import click
 
 from cachetool.cli import cli
 from cachetool.cli.store_options import store_options as _store_options
+from cachetool.errors import UsageError
 from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -44,7 +45,10 @@ class CompileCommand(click.Command):
                 keep.append(a)
             i += 1
         ctx.meta["cc_overrides"] = overrides
-        return super().parse_args(ctx, keep)
+        try:
+            return super().parse_args(ctx, keep)
+        except click.UsageError as exc:  # a bad flag or value: one `error:` line like every other bad input
+            raise UsageError(exc.format_message()) from None
 
 
 def _overrides(ctx: click.Context) -> list[str]:
@@ -59,8 +63,9 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--device", default="cpu", show_default=True, help="cpu or cuda (bf16 on cuda, fp32 on cpu)."),
         click.option("--compilation-config", "-cc", "compilation_config", default=None,
                      help="CompilationConfig as JSON; -cc.key.sub=value overrides single fields."),
-        click.option("--rank", default=0, show_default=True, type=int, help="Tensor-parallel rank (folder name)."),
-        click.option("--dp-rank", "--data-parallel-rank", "dp_rank", default=0, show_default=True, type=int,
+        click.option("--rank", default=0, show_default=True, type=click.IntRange(min=0), help="Tensor-parallel rank (folder name)."),
+        click.option("--dp-rank", "--data-parallel-rank", "dp_rank", default=0, show_default=True,
+                     type=click.IntRange(min=0),
                      help="Data-parallel rank (folder name rank_{tp}_{dp})."),
         click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", default=1, show_default=True,
                      type=click.IntRange(min=1),
@@ -140,9 +145,9 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
 def check(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
           rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, require_hit: bool) -> None:
     """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs."""
-    from cachetool.warmup import check as check_api
+    from cachetool.api import check as check_api
 
     cfg = _setup(ctx, compilation_config, cache_root)
-    result = check_api(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank,
-                       dp_rank=dp_rank, require_hit=require_hit, tensor_parallel_size=tensor_parallel_size)
+    result = check_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
+                       require_hit=require_hit, tensor_parallel_size=tensor_parallel_size)
     _print(result, as_json)

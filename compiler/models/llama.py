@@ -22,6 +22,7 @@ from torch import nn
 
 from compiler.capture import support_torch_compile
 from compiler.distributed import parallel_state as tp_state
+from compiler.models.safetensors_io import check_safetensors
 from compiler.ops import attention as attn_ops
 
 ATTENTION_OP = torch.ops.cachetool.unified_attention_with_output
@@ -107,12 +108,57 @@ def resolve_model(spec: str) -> tuple[LlamaConfig, Path | None]:
         raise ModelSpecError(f"unknown model {spec!r}: not a preset ({', '.join(PRESETS)}) nor a config.json or folder")
     try:
         data = json.loads(cfg_file.read_text())
-        cfg = LlamaConfig.from_hf_dict(data, name=data.get("_name_or_path") or path.name)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelSpecError(f"cannot read model config {cfg_file}: {exc}") from None
-    if folder is not None and not any(folder.glob("*.safetensors")):
-        folder = None
+    _check_llama_config(data, cfg_file)
+    try:
+        cfg = LlamaConfig.from_hf_dict(data, name=data.get("_name_or_path") or path.name)
+    except (TypeError, ValueError) as exc:
+        raise ModelSpecError(f"bad value in model config {cfg_file}: {exc}") from None
+    _check_dims(cfg, cfg_file)
+    if folder is not None:
+        weights = sorted(folder.glob("*.safetensors"))
+        for file in weights:  # headers only: a corrupt file fails here, before anything is built or written
+            try:
+                check_safetensors(file)
+            except (OSError, ValueError) as exc:
+                raise ModelSpecError(f"cannot read weights {file}: {exc}") from None
+        if not weights:
+            folder = None
     return cfg, folder
+
+
+LLAMA_ARCHITECTURES = ("LlamaForCausalLM",)
+_REQUIRED_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
+def _check_llama_config(data: Any, cfg_file: Path) -> None:
+    """A Hugging Face config of the Llama family: refuse other architectures and missing dimensions."""
+    if not isinstance(data, dict):
+        raise ModelSpecError(f"model config {cfg_file} is not a JSON object")
+    archs = data.get("architectures") or []
+    archs = [archs] if isinstance(archs, str) else list(archs) if isinstance(archs, list) else [str(archs)]
+    model_type = data.get("model_type")
+    if (archs and not any(a in LLAMA_ARCHITECTURES for a in archs)) or model_type not in (None, "llama"):
+        what = ", ".join(map(str, archs)) or f"model_type {model_type!r}"
+        raise ModelSpecError(f"model config {cfg_file} is not a Llama config ({what}); supported: "
+                             f"{', '.join(LLAMA_ARCHITECTURES)}")
+    missing = [k for k in _REQUIRED_KEYS if k not in data]
+    if missing:
+        raise ModelSpecError(f"model config {cfg_file} lacks {', '.join(missing)} (a Llama config needs "
+                             f"{', '.join(_REQUIRED_KEYS)})")
+
+
+def _check_dims(cfg: LlamaConfig, cfg_file: Path) -> None:
+    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "head_dim"):
+        if getattr(cfg, name) <= 0:
+            raise ModelSpecError(f"bad value in model config {cfg_file}: {name} must be positive, "
+                                 f"got {getattr(cfg, name)}")
+    if cfg.num_attention_heads % cfg.num_key_value_heads:
+        raise ModelSpecError(f"bad value in model config {cfg_file}: num_attention_heads "
+                             f"{cfg.num_attention_heads} is not a multiple of num_key_value_heads "
+                             f"{cfg.num_key_value_heads}")
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -313,31 +359,54 @@ class LlamaForCausalLM(nn.Module):
         q, kv, inter = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.intermediate_size
         offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
         n = 0
+        loaded: set[tuple[str, int | None]] = set()
         for file in sorted(folder.glob("*.safetensors")):
-            for name, tensor in iter_safetensors(file):
-                if "rotary_emb.inv_freq" in name:
-                    continue
-                target, shard = name, None
-                for src, (dst, idx) in stacked.items():
-                    if f".{src}." in name:
-                        target, shard = name.replace(f".{src}.", f".{dst}."), idx
-                        break
-                if target not in params:
-                    if target == "lm_head.weight" and cfg.tie_word_embeddings:
+            try:
+                for name, tensor in iter_safetensors(file):
+                    if "rotary_emb.inv_freq" in name:
                         continue
-                    raise ModelSpecError(f"unexpected weight {name} in {file.name}")
-                p = params[target]
-                if hasattr(p, "weight_loader"):
-                    p = fulls.setdefault(target, torch.zeros(full_shape(p), dtype=p.dtype))
-                if shard is None:
+                    target, shard = name, None
+                    for src, (dst, idx) in stacked.items():
+                        if f".{src}." in name:
+                            target, shard = name.replace(f".{src}.", f".{dst}."), idx
+                            break
+                    if target not in params:
+                        if target == "lm_head.weight" and cfg.tie_word_embeddings:
+                            continue
+                        raise ModelSpecError(f"unexpected weight {name} in {file.name}")
+                    p = params[target]
+                    if hasattr(p, "weight_loader"):
+                        p = fulls.setdefault(target, torch.zeros(full_shape(p), dtype=p.dtype))
+                    if shard is not None:
+                        start, size = offsets[target.rsplit(".", 2)[-2]][shard]
+                        p = p[start : start + size]
+                    if tuple(tensor.shape) != tuple(p.shape):
+                        raise ModelSpecError(f"weight {name} in {file.name} has shape {tuple(tensor.shape)}; "
+                                             f"the model config needs {tuple(p.shape)}")
                     p.copy_(tensor.to(p.dtype))
-                else:
-                    start, size = offsets[target.rsplit(".", 2)[-2]][shard]
-                    p[start : start + size].copy_(tensor.to(p.dtype))
-                n += 1
+                    loaded.add((target, shard))
+                    n += 1
+            except (OSError, ValueError, RuntimeError) as exc:
+                if isinstance(exc, ModelSpecError):
+                    raise
+                raise ModelSpecError(f"cannot read weights {file}: {exc}") from None
+        missing = [name for name in params
+                   if not all((name, s) in loaded for s in _shards(name))]
+        if missing:
+            raise ModelSpecError(f"weights missing in {folder}: {', '.join(missing[:3])}"
+                                 + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
         for target, full in fulls.items():
             load_full_weight(params[target], full)
         return n
+
+
+def _shards(param_name: str) -> tuple[int | None, ...]:
+    """The checkpoint tensors a parameter is stacked from: q/k/v into ``qkv_proj``, gate/up into ``gate_up_proj``."""
+    if ".qkv_proj." in param_name:
+        return (0, 1, 2)
+    if ".gate_up_proj." in param_name:
+        return (0, 1)
+    return (None,)
 
 
 def build_model(spec: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int = 0,

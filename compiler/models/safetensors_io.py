@@ -19,6 +19,52 @@ _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
+_ITEMSIZE = {**{name: torch.empty(0, dtype=dt).element_size() for name, dt in _DTYPES.items()},
+             "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}  # readable by the safetensors package
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+def check_safetensors(path: Path) -> tuple[dict[str, dict], int]:
+    """Read and check the header of a ``.safetensors`` file without reading its data: JSON object, known dtypes,
+    offsets inside the file that match each shape. Returns ``(header, data start)``; raises ``ValueError`` with
+    a one-line reason for a corrupt or truncated file (``OSError`` when it cannot be read)."""
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"not a safetensors file ({size} bytes)")
+        (n,) = struct.unpack("<Q", head)
+        if n > min(size - 8, _MAX_HEADER):
+            raise ValueError(f"not a safetensors file (header length {n} in a file of {size} bytes)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError("not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise ValueError("not a safetensors file (its header is not a JSON object)")
+    data_size = size - 8 - n
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (start, end) = info["dtype"], info["shape"], info["data_offsets"]
+            numel = 1
+            for d in shape:
+                numel *= int(d)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"tensor {name!r}: bad header entry") from None
+        if dtype not in _ITEMSIZE:
+            raise ValueError(f"tensor {name!r}: unsupported dtype {dtype!r}")
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= data_size):
+            raise ValueError(f"tensor {name!r}: data {start}..{end} outside the file's {data_size} data bytes "
+                             "(truncated?)")
+        if end - start != numel * _ITEMSIZE[dtype]:
+            raise ValueError(f"tensor {name!r}: {end - start} bytes for shape {shape} of {dtype}")
+    return header, 8 + n
+
+
 def iter_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
     try:
         from safetensors.torch import safe_open  # type: ignore[import-not-found]
@@ -29,13 +75,13 @@ def iter_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
             for name in f.keys():
                 yield name, f.get_tensor(name)
         return
+    header, base = check_safetensors(path)
     data = Path(path).read_bytes()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    base = 8 + n
     for name, info in header.items():
         if name == "__metadata__":
             continue
+        if info["dtype"] not in _DTYPES:
+            raise ValueError(f"tensor {name!r}: dtype {info['dtype']} needs the safetensors package")
         start, end = info["data_offsets"]
         buf = bytearray(data[base + start : base + end])
         t = torch.frombuffer(buf, dtype=_DTYPES[info["dtype"]]) if buf else torch.empty(0, dtype=_DTYPES[info["dtype"]])

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from compiler.config import CompilationConfig
 from compiler.forward_context import AttentionMetadata, ForwardContext, set_forward_context
 from compiler.models.llama import PRESETS, build_model, resolve_model
-from compiler.models.safetensors_io import save_safetensors
 from compiler.runner import ModelRunner
+from tests.compiler.conftest import write_hf_folder
 
 
 def test_presets_shapes() -> None:
@@ -48,30 +46,9 @@ def test_mixed_batch_equals_separate() -> None:
 
 
 def test_hf_folder_with_safetensors(tmp_path) -> None:
-    src = build_model("tiny", seed=7)
-    cfg = PRESETS["tiny"]
-    hf = {"architectures": ["LlamaForCausalLM"], "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
-          "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_hidden_layers,
-          "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
-          "head_dim": cfg.head_dim, "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta,
-          "max_position_embeddings": cfg.max_position_embeddings, "tie_word_embeddings": False}
-    (tmp_path / "config.json").write_text(json.dumps(hf))
-    q = cfg.num_attention_heads * cfg.head_dim
-    kv = cfg.num_key_value_heads * cfg.head_dim
-    tensors = {}
-    for name, p in src.state_dict().items():
-        if ".qkv_proj." in name:
-            for part, (s, n) in zip(("q", "k", "v"), ((0, q), (q, kv), (q + kv, kv))):
-                tensors[name.replace("qkv_proj", f"{part}_proj")] = p[s : s + n]
-        elif ".gate_up_proj." in name:
-            i = cfg.intermediate_size
-            tensors[name.replace("gate_up_proj", "gate_proj")] = p[:i]
-            tensors[name.replace("gate_up_proj", "up_proj")] = p[i:]
-        elif "inv_freq" not in name:
-            tensors[name] = p
-    save_safetensors(tensors, tmp_path / "model.safetensors")
+    src = write_hf_folder(tmp_path, seed=7)
     parsed, folder = resolve_model(str(tmp_path))
-    assert folder == tmp_path and parsed.hidden_size == cfg.hidden_size
+    assert folder == tmp_path and parsed.hidden_size == PRESETS["tiny"].hidden_size
     loaded = build_model(str(tmp_path))
     ids, pos = torch.tensor([1, 2, 3]), torch.arange(3)
     with torch.no_grad():

@@ -5,40 +5,13 @@ safetensors checkpoint shards into the same weights as the seeded random init.""
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from compiler.distributed.launch import RankFailed, launch
-
-
-def _write_hf_folder(folder: Path) -> None:
-    """The TP=1 tiny model (seed 0) as a Hugging Face folder: config.json + q/k/v and gate/up unstacked."""
-    from compiler.models.llama import PRESETS, build_model
-    from compiler.models.safetensors_io import save_safetensors
-
-    cfg = PRESETS["tiny"]
-    src = build_model("tiny", seed=0)
-    hf = {"vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
-          "num_hidden_layers": cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
-          "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim, "rms_norm_eps": cfg.rms_norm_eps,
-          "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_position_embeddings,
-          "tie_word_embeddings": False}
-    (folder / "config.json").write_text(json.dumps(hf))
-    q, kv, i = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.intermediate_size
-    tensors = {}
-    for name, p in src.state_dict().items():
-        if ".qkv_proj." in name:
-            for part, (s, n) in zip("qkv", ((0, q), (q, kv), (q + kv, kv))):
-                tensors[name.replace("qkv_proj", f"{part}_proj")] = p[s : s + n]
-        elif ".gate_up_proj." in name:
-            tensors[name.replace("gate_up_proj", "gate_proj")] = p[:i]
-            tensors[name.replace("gate_up_proj", "up_proj")] = p[i:]
-        elif "inv_freq" not in name:
-            tensors[name] = p
-    save_safetensors(tensors, folder / "model.safetensors")
+from tests.compiler.conftest import write_hf_folder
 
 
 def _run_tp(rank: int, device: str, hf_folder: str) -> dict:
@@ -88,7 +61,7 @@ def test_tp2_traced_once_equals_tp1(tmp_path: Path) -> None:
     ref = ModelRunner("tiny", "cpu", CompilationConfig(mode=0))
     ref.warmup()
     want = ref.run_workload()
-    _write_hf_folder(tmp_path)
+    write_hf_folder(tmp_path, seed=0)
     per_rank = launch(functools.partial(_run_tp, hf_folder=str(tmp_path)), 2)
     assert all(r["safetensors_equal"] for r in per_rank)
     results = [r[impl] for r in per_rank for impl in IMPLS]
