@@ -27,20 +27,32 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "expected_cache_key",
 
 def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...] = (),
                        cache_root: str | Path | None = None) -> Any:
-    """A ``compiler.config.CompilationConfig`` from an instance, a dict, a JSON string or None (the default),
-    plus ``-cc``-style ``overrides`` (``"dynamic_shapes_config.type=unbacked"``)."""
-    from cachetool.warmup import parse_compilation_config
+    """A ``compiler.config.CompilationConfig`` from an instance (copied: the caller's is left as it is), a dict,
+    a JSON string or None (the default), plus ``-cc``-style ``overrides`` (``"dynamic_shapes_config.type=unbacked"``
+    or ``"-cc.mode=2"``); ``cache_root`` sets ``cache_dir``. A bad key, value or JSON raises
+    :class:`cachetool.warmup.CompilationConfigError` (a :class:`~cachetool.errors.UsageError`)."""
+    import enum
+
+    from cachetool.warmup import CompilationConfigError, parse_compilation_config
     from compiler.config import CompilationConfig
 
+    def plain(o: Any) -> Any:  # enum members and nested config objects inside a dict
+        if isinstance(o, enum.Enum):
+            return o.value
+        if hasattr(o, "to_dict"):
+            return o.to_dict()
+        raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
     if isinstance(config, CompilationConfig):
-        if overrides:
-            config = json.dumps(config.to_dict())
-        else:
-            if cache_root is not None:
-                config.cache_dir = str(Path(cache_root).expanduser().resolve())
-            return config
+        config = config.to_dict()
     if isinstance(config, dict):
-        config = json.dumps(config)
+        try:
+            config = json.dumps(config, default=plain)
+        except (TypeError, ValueError) as exc:
+            raise CompilationConfigError(f"compilation config: {exc}") from None
+    elif config is not None and not isinstance(config, str):
+        raise CompilationConfigError("compilation config must be a CompilationConfig, a dict, a JSON string or "
+                                     f"None, got {type(config).__name__}")
     overrides = [o if o.startswith("-") else f"-cc.{o}" for o in overrides]
     return parse_compilation_config(config, overrides, cache_root)
 
@@ -131,16 +143,16 @@ def expected_cache_key(model: str, *, device: str = "cpu", config: Any = None,
     """The cache key (``{"hash", "factors"}``) a server running ``model`` with this config will look up, computed
     by a Dynamo trace without compiling or writing anything. Pull uses it to refuse, before any download, a bundle
     whose config or code factors differ, naming the field."""
-    from cachetool.warmup import ModelError
-    from compiler.models.llama import ModelSpecError, resolve_model
+    from cachetool.warmup import ModelError, check_model
+    from compiler.models.llama import ModelSpecError
     from compiler.runner import compute_cache_key
 
-    try:
-        resolve_model(model)
-    except ModelSpecError as exc:
-        raise ModelError(str(exc)) from None
+    check_model(model)
     cfg = compilation_config(config, overrides)
-    key, _layout = compute_cache_key(model, device, cfg, rank=rank, dp_rank=dp_rank)
+    try:
+        key, _layout = compute_cache_key(model, device, cfg, rank=rank, dp_rank=dp_rank)
+    except ModelSpecError as exc:  # weights that do not fit the config
+        raise ModelError(str(exc)) from None
     return {"hash": key.hash, "factors": key.factors}
 
 

@@ -30,8 +30,15 @@ ATTENTION_OPS: tuple[str, ...] = ("cachetool.unified_attention_with_output",)
 """Default ``splitting_ops``: the attention custom op(s) registered by :mod:`compiler.ops.attention`."""
 
 
-def default_capture_sizes(max_size: int) -> list[int]:
-    """vLLM's rule: ``[1, 2, 4] + range(8, 256, 8) + range(256, max_size + 1, 16)``, cut at ``max_size``."""
+DEFAULT_MAX_CAPTURE_SIZE = 512
+"""``max_cudagraph_capture_size`` when neither it nor ``cudagraph_capture_sizes`` is given (vLLM's default)."""
+
+
+def default_capture_sizes(max_size: int = DEFAULT_MAX_CAPTURE_SIZE) -> list[int]:
+    """vLLM's capture-size rule: ``[1, 2, 4] + range(8, 256, 8) + range(256, max_size + 1, 16)``, cut at
+    ``max_size``. The one definition of the rule: config validation and the CUDA-graph dispatcher use it."""
+    if max_size < 0:
+        raise ConfigError(f"max_cudagraph_capture_size must be a non-negative integer, got {max_size!r}")
     sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
     return [s for s in sizes if s <= max_size]
 
@@ -130,13 +137,7 @@ class CompilationConfig:
 
     @classmethod
     def from_json(cls, text: str | None) -> CompilationConfig:
-        if text is None or not text.strip():
-            return cls()
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"compilation config is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-        return cls.from_dict(data)
+        return cls.from_cli(text)
 
     @classmethod
     def from_cli(cls, json_text: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> CompilationConfig:
@@ -151,8 +152,7 @@ class CompilationConfig:
                 ) from None
             if not isinstance(data, dict):
                 raise ConfigError(f"compilation config must be a JSON object, got {type(data).__name__}")
-        data = apply_overrides(data, overrides)
-        return cls.from_dict(data)
+        return cls.from_dict(apply_overrides(data, overrides))
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
@@ -163,9 +163,8 @@ class CompilationConfig:
         if self.splitting_ops is not None:
             if not isinstance(self.splitting_ops, list) or not all(isinstance(s, str) and s for s in self.splitting_ops):
                 raise ConfigError("splitting_ops must be a list of op names such as 'ns.op'")
-        if self.max_cudagraph_capture_size is not None and self.max_cudagraph_capture_size < 0:
-            raise ConfigError("max_cudagraph_capture_size must be >= 0")
-        # Resolve capture sizes the way vLLM does.
+        # Resolve capture sizes the way vLLM does: explicit sizes win (the max must agree), else the rule up to
+        # the max; either way the max becomes the largest size, so that to_dict() round-trips.
         if self.cudagraph_capture_sizes is not None:
             sizes = sorted(set(self.cudagraph_capture_sizes))
             if self.max_cudagraph_capture_size is not None:
@@ -178,6 +177,7 @@ class CompilationConfig:
             self.max_cudagraph_capture_size = sizes[-1] if sizes else 0
         elif self.max_cudagraph_capture_size is not None:
             self.cudagraph_capture_sizes = default_capture_sizes(self.max_cudagraph_capture_size)
+            self.max_cudagraph_capture_size = self.cudagraph_capture_sizes[-1] if self.cudagraph_capture_sizes else 0
         if self.cudagraph_mode is not None and self.cudagraph_mode != CUDAGraphMode.NONE:
             if self.mode != CompilationMode.PIECEWISE and self.cudagraph_mode.has_piecewise():
                 raise ConfigError(f"cudagraph_mode={self.cudagraph_mode.value} needs mode=3 (piecewise)")
@@ -200,6 +200,15 @@ class CompilationConfig:
     @property
     def resolved_splitting_ops(self) -> list[str]:
         return list(ATTENTION_OPS) if self.splitting_ops is None else list(self.splitting_ops)
+
+    @property
+    def resolved_capture_sizes(self) -> list[int]:
+        """The CUDA-graph capture sizes, ascending: ``cudagraph_capture_sizes``, else the rule with
+        ``max_cudagraph_capture_size`` (default :data:`DEFAULT_MAX_CAPTURE_SIZE`)."""
+        if self.cudagraph_capture_sizes is not None:
+            return sorted(set(self.cudagraph_capture_sizes))
+        m = self.max_cudagraph_capture_size
+        return default_capture_sizes(DEFAULT_MAX_CAPTURE_SIZE if m is None else m)
 
     @property
     def resolved_compile_sizes(self) -> list[int]:

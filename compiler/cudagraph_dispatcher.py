@@ -2,9 +2,9 @@
 
 Everything here is plain Python (no GPU needed), so CI tests it on the CPU:
 
-- :func:`default_capture_sizes`: the capture-size rule ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``
-  with ``max_cudagraph_capture_size`` (default 512); :func:`resolve_capture_sizes` applies
-  ``cudagraph_capture_sizes`` when given and drops sizes a batch can never reach (``max_num_tokens``).
+- :func:`resolve_capture_sizes`: ``cudagraph_capture_sizes`` when given, else the capture-size rule
+  ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)`` with ``max_cudagraph_capture_size`` (default 512;
+  the rule is :func:`compiler.config.default_capture_sizes`), without sizes a batch can never reach.
 - :func:`padded_size`: a batch is padded up to the nearest captured size; larger batches get ``None`` (no graph).
 - :func:`resolve_cudagraph_mode`: the mode that will really run. On the CPU every mode resolves to ``NONE``
   with one log line; unset means ``FULL_AND_PIECEWISE`` on the GPU; full graphs only where the attention
@@ -24,8 +24,6 @@ from compiler.config import CompilationConfig, CompilationMode, CUDAGraphMode
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_CAPTURE_SIZE = 512
-
 
 class AttentionCGSupport(enum.IntEnum):
     """How much of a forward the attention implementation lets a full CUDA graph hold (vLLM's enum)."""
@@ -40,24 +38,11 @@ class AttentionCGSupport(enum.IntEnum):
 
 # ---------------------------------------------------------------------- capture sizes
 
-def default_capture_sizes(max_size: int = DEFAULT_MAX_CAPTURE_SIZE) -> list[int]:
-    """``[1, 2, 4] + range(8, 256, 8) + range(256, max_size + 1, 16)``, cut at ``max_size``."""
-    if max_size < 0:
-        raise ValueError("max_cudagraph_capture_size must be >= 0")
-    from compiler import config
-
-    return config.default_capture_sizes(max_size)  # one rule, shared with the config's validation
-
-
 def resolve_capture_sizes(config: CompilationConfig, max_num_tokens: int | None = None) -> list[int]:
-    """The sizes to capture, ascending: ``cudagraph_capture_sizes`` if set, else the rule with
-    ``max_cudagraph_capture_size`` (default 512). Sizes above ``max_num_tokens`` (the largest batch the server
-    will run) are dropped, as vLLM drops sizes above ``max_num_batched_tokens``."""
-    if config.cudagraph_capture_sizes is not None:
-        sizes = sorted(set(config.cudagraph_capture_sizes))
-    else:
-        m = config.max_cudagraph_capture_size
-        sizes = default_capture_sizes(DEFAULT_MAX_CAPTURE_SIZE if m is None else m)
+    """The sizes to capture, ascending: :attr:`CompilationConfig.resolved_capture_sizes` (the rule of
+    :func:`compiler.config.default_capture_sizes`), without the sizes above ``max_num_tokens`` (the largest batch
+    the server will run), as vLLM drops sizes above ``max_num_batched_tokens``."""
+    sizes = config.resolved_capture_sizes
     if max_num_tokens is not None:
         kept = [s for s in sizes if s <= max_num_tokens]
         if len(kept) != len(sizes):
@@ -137,10 +122,6 @@ class BatchDescriptor:
 
     num_tokens: int
     uniform_decode: bool = False
-
-    @property
-    def non_uniform(self) -> BatchDescriptor:
-        return BatchDescriptor(self.num_tokens, False)
 
 
 class CudagraphDispatcher:

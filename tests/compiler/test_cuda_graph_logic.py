@@ -9,10 +9,9 @@ import logging
 import pytest
 import torch
 
-from compiler.config import CompilationConfig, CompilationMode, ConfigError, CUDAGraphMode
-from compiler.cudagraph_dispatcher import (AttentionCGSupport, BatchDescriptor, CudagraphDispatcher,
-                                           default_capture_sizes, padded_size, resolve_capture_sizes,
-                                           resolve_cudagraph_mode)
+from compiler.config import CompilationConfig, CompilationMode, ConfigError, CUDAGraphMode, default_capture_sizes
+from compiler.cudagraph_dispatcher import (AttentionCGSupport, BatchDescriptor, CudagraphDispatcher, padded_size,
+                                           resolve_capture_sizes, resolve_cudagraph_mode)
 
 # ---------------------------------------------------------------------- capture sizes
 
