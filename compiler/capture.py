@@ -101,9 +101,7 @@ class _Compiled:
         self.sig = inspect.signature(type(module).forward)
         self.compiled_fn: Callable[..., Any] | None = None
         self.backend: Any = None
-        self.calls = 0
         self.first_compile_seconds: float | None = None
-        self._dynamo_compiles_after_first = 0
 
     # ---------------------------------------------------------------- dynamic dims
     def _mark(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -153,7 +151,6 @@ class _Compiled:
 
     # ---------------------------------------------------------------- calls
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
         if self.compiled_fn is None:
             return self._first_call(args, kwargs)
         before = counters.dynamo_compiles
@@ -169,7 +166,6 @@ class _Compiled:
                 raise
         out = self.compiled_fn(*args, **kwargs)
         if counters.dynamo_compiles != before:
-            self._dynamo_compiles_after_first += counters.dynamo_compiles - before
             logger.warning("Dynamo recompiled %s after the first compile", type(self.module).__name__)
         return out
 
@@ -243,7 +239,6 @@ def support_torch_compile(cls: T | None = None, *, dynamic_arg_dims: dict[str, i
         klass.enable_compile = enable_compile  # type: ignore[attr-defined]
         klass.compile_state = property(compile_state)  # type: ignore[attr-defined]
         klass.__call__ = __call__  # type: ignore[method-assign]
-        klass._dynamic_arg_dims = dims  # type: ignore[attr-defined]
         return klass
 
     if cls is not None:

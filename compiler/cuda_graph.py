@@ -43,10 +43,6 @@ class _DispatchState:
 _STATE = _DispatchState()
 
 
-def current_dispatch() -> _DispatchState:
-    return _STATE
-
-
 @contextlib.contextmanager
 def set_cudagraph_dispatch(runtime_mode: CUDAGraphMode, descriptor: BatchDescriptor | None) -> Iterator[None]:
     """Within, wrappers of ``runtime_mode`` replay (or, in the capture phase, capture) the graph of ``descriptor``."""

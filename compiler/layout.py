@@ -22,7 +22,6 @@ TRANSFORMED_CODE = "transformed_code.py"
 INDEX_FILE = "compile_index.json"
 INDUCTOR_CACHE = "inductor_cache"
 TRITON_CACHE = "triton_cache"
-ARTIFACT_PREFIX = "artifact_"
 
 
 def resolve_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -63,9 +62,6 @@ class CacheLayout:
     @property
     def triton_cache(self) -> Path:
         return self.dir / TRITON_CACHE
-
-    def artifact_path(self, name: str) -> Path:
-        return self.dir / name
 
     def ensure(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
