@@ -382,16 +382,11 @@ http:
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="session")
-def rgw():
-    missing = [b for b in CEPH_BINARIES if shutil.which(b) is None]
-    if missing:
-        _missing_or_fail("the S3 tests (Ceph RGW)", missing)
-    server = CephRGW(Path(tempfile.mkdtemp(prefix="ct-rgw-")))
+def _serve(server, start):
+    """Run ``start()``, yield the server for the session, and stop it by pid however the session ends."""
     _live.append(server)
     try:
-        server.start_cluster()
-        server.make_bucket("ct-warmup")  # create the lazy pools once, here
+        start()
     except BaseException:
         server.stop_all()
         _live.remove(server)
@@ -399,42 +394,40 @@ def rgw():
     yield server
     server.stop_all()
     _live.remove(server)
+
+
+def _require(what: str, binaries) -> None:
+    missing = [b for b in binaries if shutil.which(b) is None]
+    if missing:
+        _missing_or_fail(what, missing)
+
+
+@pytest.fixture(scope="session")
+def rgw():
+    _require("the S3 tests (Ceph RGW)", CEPH_BINARIES)
+    server = CephRGW(Path(tempfile.mkdtemp(prefix="ct-rgw-")))
+
+    def start():
+        server.start_cluster()
+        server.make_bucket("ct-warmup")  # create the lazy pools once, here
+
+    yield from _serve(server, start)
 
 
 @pytest.fixture(scope="session")
 def oci_registry():
-    if shutil.which(REGISTRY_BINARY) is None:
-        _missing_or_fail("the OCI tests (docker-registry)", [REGISTRY_BINARY])
+    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
     server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-oci-")))
-    _live.append(server)
-    try:
-        server.start()
-    except BaseException:
-        server.stop_all()
-        _live.remove(server)
-        raise
-    yield server
-    server.stop_all()
-    _live.remove(server)
+    yield from _serve(server, server.start)
 
 
 @pytest.fixture(scope="session")
 def oci_registry_auth():
     """A second docker-registry that requires a login (htpasswd, Basic auth): ``.login`` = (user, password);
     ``.docker_config(folder)`` writes a docker config.json with it."""
-    if shutil.which(REGISTRY_BINARY) is None:
-        _missing_or_fail("the OCI tests (docker-registry)", [REGISTRY_BINARY])
+    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
     server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-ociauth-")), login=("cachetool", "registry-pass-1"))
-    _live.append(server)
-    try:
-        server.start()
-    except BaseException:
-        server.stop_all()
-        _live.remove(server)
-        raise
-    yield server
-    server.stop_all()
-    _live.remove(server)
+    yield from _serve(server, server.start)
 
 
 @pytest.fixture
