@@ -14,16 +14,17 @@ import click
 
 from cachetool.cli import cli
 from cachetool.cli.store_options import store_options as _store_options
-from cachetool.errors import UsageError
+from cachetool.cli.bundle_cmds import OneLineCommand
 from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 _OVERRIDE_PREFIXES = ("-cc.", "--cc.", "--compilation-config.")
 
 
-class CompileCommand(click.Command):
+class CompileCommand(OneLineCommand):
     """Collects ``-cc.key=value`` / ``-cc.key value`` overrides before click parses (click would read
-    ``-cc.x`` as the short flag ``-c``); they land in ``ctx.meta["cc_overrides"]`` in order."""
+    ``-cc.x`` as the short flag ``-c``); they land in ``ctx.meta["cc_overrides"]`` in order. A bad flag or value
+    is one ``error:`` line, as in the other commands."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         keep: list[str] = []
@@ -45,10 +46,7 @@ class CompileCommand(click.Command):
                 keep.append(a)
             i += 1
         ctx.meta["cc_overrides"] = overrides
-        try:
-            return super().parse_args(ctx, keep)
-        except click.UsageError as exc:  # a bad flag or value: one `error:` line like every other bad input
-            raise UsageError(exc.format_message()) from None
+        return super().parse_args(ctx, keep)
 
 
 def _overrides(ctx: click.Context) -> list[str]:
