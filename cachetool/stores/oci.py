@@ -329,13 +329,26 @@ class OCIStore(Store):
         self._upload_retrying(blob.stored_digest, blob.stored_size, f"upload blob {blob.stored_digest[:19]} to {self.url}",
                               path=Path(stored_bytes_path))
 
+    def _read_body(self, r, limit: int, what: str) -> bytes:
+        """A streamed response's body, at most ``limit`` bytes (VerificationError past it); a body cut mid-way is
+        a StoreError, like any other transfer failure."""
+        import requests
+
+        data = bytearray()
+        try:
+            for chunk in r.iter_content(CHUNK):
+                data += chunk
+                if len(data) > limit:
+                    raise VerificationError(f"{what}: larger than {limit} bytes")
+        except requests.RequestException as exc:
+            raise StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})") from None
+        finally:
+            r.close()
+        return bytes(data)
+
     def _get_blob_bytes(self, digest: str, what: str, limit: int = 64 << 20) -> bytes:
         r = self._request("GET", self._v2(f"blobs/{digest}"), what, stream=True)
-        data = bytearray()
-        for chunk in r.iter_content(CHUNK):
-            data += chunk
-            if len(data) > limit:
-                raise VerificationError(f"{what}: larger than {limit} bytes")
+        data = self._read_body(r, limit, what)
         self.counters.down(len(data))
         if _sha(bytes(data)) != digest:
             raise VerificationError(f"{what}: content does not match digest {digest[:19]}")
@@ -381,20 +394,19 @@ class OCIStore(Store):
 
     def _get_manifest(self, ref: str, what: str, accept: str) -> tuple[bytes, str, str]:
         """(body, media type, digest) of a manifest by tag or digest; NotFoundError names tag vs repository."""
-        r = self._request("GET", self._v2(f"manifests/{ref}"), what, ok=(200, 404), headers={"Accept": accept})
+        r = self._request("GET", self._v2(f"manifests/{ref}"), what, ok=(200, 404), headers={"Accept": accept},
+                          stream=True)
         if r.status_code == 404:
             codes = []
             try:
-                codes = [e.get("code") for e in r.json().get("errors") or []]
-            except (ValueError, AttributeError, RecursionError):
+                codes = [e.get("code") for e in json.loads(self._read_body(r, 1 << 20, what)).get("errors") or []]
+            except (ValueError, AttributeError, RecursionError, StoreError, VerificationError):
                 pass
             if "NAME_UNKNOWN" in codes or not self._repo_exists():
                 raise NotFoundError(f"repository {self.repo!r} not found on {self.host}")
             raise NotFoundError(f"{what}: not found (no such tag)" if not ref.startswith("sha256") else
                                 f"{what}: manifest {ref[:19]} not found")
-        body = r.content
-        if len(body) > 16 << 20:
-            raise StoreError(f"{what}: manifest larger than 16 MiB")
+        body = self._read_body(r, 16 << 20, what)
         self.counters.down(len(body))
         digest = _sha(body)
         if ref.startswith("sha256:") and digest != ref:

@@ -277,3 +277,63 @@ def test_s3_objects_larger_than_their_bound_are_not_read_into_memory():
         with pytest.raises(VerificationError, match="larger than 16 MiB"):
             st.get_ref("llama", "v1")
     assert all(n is not None and 0 <= n <= (16 << 20) + 1 for n in Body.asked)
+
+
+class _HostileRegistry:
+    """An in-process 'registry': the tag's manifest is endless, every blob body is cut half-way."""
+
+    def __enter__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if "/manifests/" in self.path:  # claims and sends far more than any manifest may be
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/vnd.oci.image.index.v1+json")
+                    self.send_header("Content-Length", str(1 << 30))
+                    self.end_headers()
+                    try:
+                        for _ in range(64):
+                            self.wfile.write(b" " * (1 << 20))
+                        self.connection.shutdown(2)
+                    except OSError:
+                        pass
+                    self.close_connection = True
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.write(b"x" * 10)
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        return f"127.0.0.1:{self.srv.server_address[1]}"
+
+    def __exit__(self, *exc):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_hostile_registry_gives_one_line_errors(keys, cli, tmp_path):
+    # Before: a manifest body was read whole into memory (r.content), and a manifest/signature body cut mid-way
+    # escaped as a requests exception (a traceback).
+    from cachetool.errors import StoreError
+    from cachetool.stores.oci import OCIStore
+
+    with _HostileRegistry() as host:
+        r = cli("pull", f"oci://{host}/team/llama:v1", "--cache-root", tmp_path / "root", "--trust", keys["pub"])
+        assert r.rc == 3, r
+        assert "larger than" in _one_line(r)
+        st = OCIStore(host, "team/llama", max_attempts=1)
+        with pytest.raises(StoreError, match="cut"):
+            st.get_manifest("sha256:" + "0" * 64)
+    assert not (tmp_path / "root").exists()
