@@ -48,8 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return 1
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `cachetool`: show the help, as click does
+            exc.show()
+            return exc.exit_code
+        # Click's own report is three lines (Usage, Try, Error); bad input here is always one line.
+        click.echo(f"error: {exc.format_message()} (see `cachetool --help`)", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)
         return exc.exit_code
     # With standalone_mode=False click returns ctx.exit()'s code, or the command's return value.
     return rv if isinstance(rv, int) else 0
