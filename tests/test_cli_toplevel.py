@@ -1,0 +1,34 @@
+"""The top-level command: bad input is one `error:` line and exit 2; --version and --help work."""
+
+import subprocess
+import sys
+
+import pytest
+
+from cachetool import __version__
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "cachetool", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["no-such-command"], "No such command 'no-such-command'"),
+    (["--no-such-flag"], "No such option '--no-such-flag'"),
+    (["pull"], "Missing argument 'REF'"),
+    (["warm", "--model", "tiny", "--bogus"], "No such option '--bogus'"),
+])
+def test_usage_errors_are_one_line(args, words):
+    r = run(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], r.stderr
+    assert r.stdout == ""
+
+
+def test_version_and_help():
+    assert run("--version").stdout.strip().endswith(__version__)
+    h = run("--help")
+    assert h.returncode == 0
+    for cmd in ("warm", "check", "pack", "install", "push", "pull", "ls", "rm", "gc", "diff", "keygen", "verify"):
+        assert f"  {cmd} " in h.stdout
