@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 
-from cachetool.cli import main
 from cachetool.signing import generate_keypair, load_private_key
 
 
@@ -21,25 +20,6 @@ def keys(tmp_path_factory):
     opriv, opub, okid = generate_keypair(d / "other")
     return {"priv": priv, "pub": pub, "id": kid, "key": load_private_key(priv),
             "other_priv": opriv, "other_pub": opub, "other_key": load_private_key(opriv)}
-
-
-class CLIResult:
-    def __init__(self, rc, out, err):
-        self.rc, self.out, self.err = rc, out, err
-
-    def __repr__(self):
-        return f"rc={self.rc}\nout={self.out}\nerr={self.err}"
-
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args) -> CLIResult:
-        capsys.readouterr()
-        rc = main([str(a) for a in args])
-        c = capsys.readouterr()
-        return CLIResult(rc, c.out, c.err)
-
-    return run
 
 
 def one_error_line(err: str) -> str:

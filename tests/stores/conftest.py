@@ -7,7 +7,6 @@ import uuid
 import pytest
 
 from cachetool.bundle import pack
-from cachetool.cli import main
 from cachetool.fingerprint import local_fingerprint
 from cachetool.signing import generate_keypair, load_private_key
 from tests.bundles.fixtures import make_native_tree
@@ -71,31 +70,6 @@ def shared_bucket(rgw) -> str:
     name = rgw.make_bucket("ct-stores")
     rgw.client().put_object(Bucket=name, Key="warm", Body=b"x")
     return name
-
-
-class CLIResult:
-    def __init__(self, rc, out, err):
-        self.rc, self.out, self.err = rc, out, err
-
-    def __repr__(self):
-        return f"rc={self.rc}\nout={self.out}\nerr={self.err}"
-
-    def error_line(self) -> str:
-        lines = [ln for ln in self.err.splitlines() if ln.startswith("error: ")]
-        assert len(lines) == 1, self
-        assert len(lines[0]) < 400, lines[0]
-        return lines[0]
-
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args) -> CLIResult:
-        capsys.readouterr()
-        rc = main([str(a) for a in args])
-        c = capsys.readouterr()
-        return CLIResult(rc, c.out, c.err)
-
-    return run
 
 
 class StoreKind:
