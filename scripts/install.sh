@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs cachetool and what it needs on a fresh machine (Debian, Python 3.10+).
+# Installs cachetool and what it needs on a fresh machine (Debian, Python 3.11+).
 #   scripts/install.sh           the tool itself (torch CPU build, then the project)
 #   scripts/install.sh --test    also the test extras and the real servers the tests start
 #                                (Ceph RGW for S3, docker-registry for OCI, skopeo for interop checks)
