@@ -96,17 +96,22 @@ def generate_keypair(out: str | os.PathLike) -> tuple[Path, Path, str]:
     return priv_path, pub_path, key_id(key.public_key())
 
 
+def _read_key_file(p: Path, what: str) -> bytes:
+    """A key file's bytes; a missing or unreadable file is a one-line error naming it."""
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise NotFoundError(f"{what} {p} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {p}: {exc.strerror}") from None
+
+
 def load_private_key(path: str | os.PathLike):
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise NotFoundError(f"signing key {p} does not exist") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read signing key {p}: {exc.strerror}") from None
+    data = _read_key_file(p, "signing key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
@@ -121,12 +126,7 @@ def load_public_key(path: str | os.PathLike) -> PublicKey:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise NotFoundError(f"trusted key {p} does not exist") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read trusted key {p}: {exc.strerror}") from None
+    data = _read_key_file(p, "trusted key")
     key = None
     try:
         if data.lstrip().startswith(b"ssh-ed25519"):
