@@ -10,6 +10,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -148,6 +149,39 @@ def resume_offset(dest: Path, total: int) -> int:
         dest.unlink()
         return 0
     return n
+
+
+def download_resumable(dest: Path, size: int, what: str, open_from: Callable[[int], tuple[Iterable[bytes], int] | None],
+                       cut_errors: tuple[type[BaseException], ...], cut_error: Callable[[BaseException], Exception],
+                       counters: "Counters", max_attempts: int) -> None:
+    """Download a blob of ``size`` stored bytes to ``dest``, keeping what a cut transfer left and resuming it.
+
+    ``open_from(offset)`` asks the store for the bytes from ``offset`` on and returns ``(chunks, start)``, where
+    ``start`` is where the body really begins (0 when the server ignored the Range), or None when the store
+    refuses the range (the partial file is already whole or longer: start over). A body cut mid-stream raises one
+    of ``cut_errors``: after a backoff the next attempt resumes with a Range request; the last attempt raises
+    ``cut_error(exc)``. Never more than ``size`` bytes are written (:func:`write_bounded`).
+    """
+    for attempt in range(max_attempts):
+        offset = resume_offset(dest, size)
+        if offset == size:
+            return
+        opened = open_from(offset)
+        if opened is None:
+            dest.unlink(missing_ok=True)
+            continue
+        chunks, start = opened
+        if start:
+            counters.resumed()
+        try:
+            with open(dest, "ab" if start else "wb") as out:
+                write_bounded(chunks, out, size - start, what, counters.down)
+            return
+        except cut_errors as exc:
+            if attempt + 1 >= max_attempts:
+                raise cut_error(exc) from None
+            time.sleep(min(8.0, 0.5 * 2 ** attempt))
+    raise StoreError(f"{what}: gave up after {max_attempts} attempts")
 
 
 class Counters:

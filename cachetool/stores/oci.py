@@ -35,8 +35,8 @@ from typing import Iterator
 from urllib.parse import urljoin, urlencode
 
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import (CHUNK, DL_CHUNK, Counters, hexof, now_iso, ref_entry, resume_offset,
-                                      write_bounded)
+from cachetool.stores._common import (CHUNK, DL_CHUNK, Counters, download_resumable, hexof, now_iso,
+                                      ref_entry)
 from cachetool.stores.base import BlobRef, RefIndex, Store
 
 ARTIFACT_TYPE = "application/vnd.cachetool.bundle.v1+json"
@@ -357,12 +357,9 @@ class OCIStore(Store):
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
         import requests
 
-        dest = Path(dest)
         what = f"download blob {blob.stored_digest[:19]} from {self.url}"
-        for attempt in range(self.max_attempts):
-            offset = resume_offset(dest, blob.stored_size)
-            if offset == blob.stored_size:
-                return
+
+        def open_from(offset: int):
             headers = {"Range": f"bytes={offset}-"} if offset else {}
             try:
                 r = self._request("GET", self._v2(f"blobs/{blob.stored_digest}"), what, ok=(200, 206, 416),
@@ -370,21 +367,13 @@ class OCIStore(Store):
             except NotFoundError:
                 raise NotFoundError(f"blob {blob.stored_digest[:19]} is missing from store {self.url}") from None
             if r.status_code == 416:
-                dest.unlink(missing_ok=True)
-                continue
-            resumed = offset and r.status_code == 206
-            if resumed:
-                self.counters.resumed()
-            try:
-                with open(dest, "ab" if resumed else "wb") as out:
-                    write_bounded(r.iter_content(DL_CHUNK), out, blob.stored_size - (offset if resumed else 0), what,
-                                  self.counters.down)
-                return
-            except requests.RequestException as exc:  # cut mid-body: resume with a Range request after a backoff
-                if attempt + 1 >= self.max_attempts:
-                    raise StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})") from None
-                time.sleep(min(8.0, 0.5 * 2 ** attempt))
-        raise StoreError(f"{what}: gave up after {self.max_attempts} attempts")
+                return None
+            # a registry may ignore the Range and send the whole blob (200)
+            return r.iter_content(DL_CHUNK), (offset if offset and r.status_code == 206 else 0)
+
+        download_resumable(Path(dest), blob.stored_size, what, open_from, (requests.RequestException,),
+                           lambda exc: StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})"),
+                           self.counters, self.max_attempts)
 
     # -------------------------------------------------------------------------------------------- manifests
     def _put_manifest(self, ref: str, body: bytes, media_type: str, what: str) -> None:

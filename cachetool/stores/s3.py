@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Iterator
 
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import (DL_CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, hexof, index_from_json,
-                                      index_to_json, resume_offset, write_bounded)
+from cachetool.stores._common import (DL_CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, download_resumable,
+                                      hexof, index_from_json, index_to_json)
 from cachetool.stores.base import BlobRef, RefIndex, Store
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
@@ -214,38 +214,24 @@ class S3Store(Store):
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
         import botocore.exceptions as bexc
 
-        dest = Path(dest)
         what = f"download blob {blob.stored_digest[:19]} from {self.url}"
         missing = f"blob {blob.stored_digest[:19]} is missing from store {self.url}"
-        for attempt in range(self.max_attempts):
-            offset = resume_offset(dest, blob.stored_size)
-            if offset == blob.stored_size:
-                return
+
+        def open_from(offset: int):
             kw = {"Range": f"bytes={offset}-"} if offset else {}
             try:  # botocore has already retried connection errors and 5xx of the request itself
                 resp = self.client.get_object(Bucket=self.bucket, Key=self._blob_key(blob), **kw)
             except bexc.ClientError as exc:
-                code = str(exc.response.get("Error", {}).get("Code"))
-                if code == "InvalidRange":  # the partial file is already whole (or longer): start over
-                    dest.unlink(missing_ok=True)
-                    continue
+                if str(exc.response.get("Error", {}).get("Code")) == "InvalidRange":
+                    return None  # the partial file is already whole (or longer): start over
                 raise self._error(exc, what, missing) from None
             except (bexc.BotoCoreError, ConnectionError) as exc:
                 raise self._error(exc, what, missing) from None
-            if offset:
-                self.counters.resumed()
-            try:
-                with open(dest, "ab" if offset else "wb") as out:
-                    body = resp["Body"]
-                    write_bounded(iter(lambda: body.read(DL_CHUNK), b""), out, blob.stored_size - offset, what,
-                                  self.counters.down)
-                return
-            except (bexc.BotoCoreError, ConnectionError) as exc:
-                # The body was cut mid-stream: keep what arrived and resume with a Range request after a backoff.
-                if attempt + 1 >= self.max_attempts:
-                    raise self._error(exc, what, missing) from None
-                time.sleep(min(8.0, 0.5 * 2 ** attempt))
-        raise StoreError(f"{what}: gave up after {self.max_attempts} attempts")
+            body = resp["Body"]
+            return iter(lambda: body.read(DL_CHUNK), b""), offset
+
+        download_resumable(Path(dest), blob.stored_size, what, open_from, (bexc.BotoCoreError, ConnectionError),
+                           lambda exc: self._error(exc, what, missing), self.counters, self.max_attempts)
 
     # ---------------------------------------------------------------------------------------------- manifests
     def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
