@@ -50,6 +50,13 @@ class CompileRunResult:
     startup_seconds: float       # compile or load on the dummy batch (what a server waits for)
     compile_seconds: float       # inside the backend (split, compile or load)
     workload: dict[str, Any] = field(default_factory=dict)
+    dynamo_traces: int = 0       # frames Dynamo traced in this process (0 on the AOT hot path)
+    hot_path: str | None = None  # "aot" (the AOT entry loaded, no trace) or "dynamo" (traced; compiled or loaded)
+    aot_fallback_reason: str | None = None  # why the AOT entry was not used (None on the AOT path)
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds: ``import`` (process start → run), ``build`` (model), ``key`` (predicting the cache key),
+    ``load`` (AOT entry and artifacts; on the Dynamo path the trace and every compile/load), ``cudagraph_capture``,
+    ``first_forward`` (the warm-up batches themselves)."""
     compilation_config: dict[str, Any] = field(default_factory=dict)
     tensor_parallel_size: int = 1
     ranks: list[dict[str, Any]] = field(default_factory=list)
@@ -130,11 +137,14 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
 
     cfg = _preflight(model, device, compilation_config, cache_root)
     t0 = time.perf_counter()
+    imported = process_age_seconds()
     before = counters.snapshot()
     guard = strict_mode(True) if require_hit else contextlib.nullcontext()
     try:
         with guard:
-            runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank)
+            runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank,
+                                 save_aot_entry=True if command == "warm" else None)
+            built = time.perf_counter() - t0
             startup = runner.warmup()
             wl = runner.run_workload().as_dict() if workload else {}
     except ModelSpecError as exc:  # weights that do not fit the config (caught before anything is written)
@@ -155,6 +165,8 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     backend = runner.backend
     layout = getattr(backend, "layout", None)
     key = getattr(backend, "key", None)
+    state = runner.compile_state
+    phases = startup_phases(imported, built, startup, state, runner.graphs.capture_seconds)
     return CompileRunResult(
         command=command, model=model, device=str(runner.device), cache_root=str(resolve_root(cfg.cache_dir)),
         cache_dir=str(layout.dir) if layout is not None else None,
@@ -162,9 +174,39 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
         cache_key=key.hash if key is not None else None,
         graphs_compiled=delta.graphs_compiled, graphs_loaded=delta.graphs_loaded, graphs_reused=delta.graphs_reused,
         pieces=delta.pieces, unique_pieces=delta.unique_pieces, dynamo_compiles=delta.dynamo_compiles,
+        dynamo_traces=delta.dynamo_traces,
         seconds=round(time.perf_counter() - t0, 3), startup_seconds=round(startup, 3),
         compile_seconds=round(delta.compile_seconds, 3), workload=wl, compilation_config=cfg.to_dict(),
+        hot_path=getattr(state, "hot_path", None), aot_fallback_reason=getattr(state, "aot_fallback_reason", None),
+        phases=phases,
     )
+
+
+def process_age_seconds() -> float | None:
+    """Seconds since this process started (Linux ``/proc/self/stat``), or ``None`` elsewhere."""
+    import os
+
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of stat(5), counted after the command name
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def startup_phases(imported: float | None, built: float, startup: float, state: Any,
+                   capture: float) -> dict[str, float]:
+    """The phases of a start (see :attr:`CompileRunResult.phases`); the warm-up batches are what remains of
+    ``startup`` once key, load and capture are taken out."""
+    first = getattr(state, "phases", None)
+    key = first.key if first is not None else 0.0
+    load = first.load if first is not None else 0.0
+    phases = {"import": imported, "build": built, "key": key, "load": load, "cudagraph_capture": capture,
+              "first_forward": max(0.0, startup - key - load - capture)}
+    return {k: round(v, 3) for k, v in phases.items() if v is not None}
 
 
 def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: int, dp_rank: int, device: str,
@@ -205,13 +247,16 @@ def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: 
         shared = share_rank_folders(Path(first.rank_dir).parent, dp_rank=dp_rank)
     sums = {name: sum(getattr(r, name) for r in results)
             for name in ("graphs_compiled", "graphs_loaded", "graphs_reused", "pieces", "unique_pieces",
-                         "dynamo_compiles")}
+                         "dynamo_compiles", "dynamo_traces")}
     return CompileRunResult(
         command=command, model=model, device=device, cache_root=first.cache_root, cache_dir=first.cache_dir,
         rank_dir=first.rank_dir, cache_key=first.cache_key, seconds=round(time.perf_counter() - t0, 3),
         startup_seconds=max(r.startup_seconds for r in results),
         compile_seconds=max(r.compile_seconds for r in results), workload=first.workload,
         compilation_config=first.compilation_config, tensor_parallel_size=tensor_parallel_size,
+        hot_path=first.hot_path if len({r.hot_path for r in results}) == 1 else "mixed",
+        aot_fallback_reason=next((r.aot_fallback_reason for r in results if r.aot_fallback_reason), None),
+        phases={k: max(r.phases.get(k, 0.0) for r in results) for k in first.phases},
         ranks=[{"rank": i, **{k: v for k, v in r.to_json().items()
                               if k not in ("compilation_config", "ranks", "tensor_parallel_size")},
                 **({"shared": shared.get(Path(r.rank_dir).name, "")} if r.rank_dir and shared else {})}

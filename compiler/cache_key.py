@@ -214,6 +214,16 @@ class CacheKey:
         os.replace(tmp, path)
         return path
 
+    def write_if_changed(self, directory: Path) -> Path | None:
+        """:meth:`write`, unless the folder already holds these factors: a hot start writes nothing."""
+        path = Path(directory) / FACTORS_FILE
+        try:
+            if json.loads(path.read_text()) == json.loads(json.dumps(self.to_json(), default=repr)):
+                return None
+        except (OSError, ValueError):
+            pass
+        return self.write(directory)
+
     @classmethod
     def read(cls, path: Path) -> CacheKey:
         data = json.loads(Path(path).read_text())

@@ -17,7 +17,7 @@ With ``evaluate_guards`` the guards are kept and evaluated, a recompile becomes 
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import dis
 import inspect
 import io
@@ -26,12 +26,14 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
+from dataclasses import dataclass
 from types import CodeType
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
+from compiler import envs, torch_compat
 from compiler.compile_context import CompileContext
 from compiler.config import CompilationMode, DynamicShapesType
 from compiler.counters import CompileInStrictMode, counters, is_strict
@@ -46,38 +48,6 @@ class RecompileError(RuntimeError):
     """A call would have recompiled although guards are evaluated (``evaluate_guards``) or strict mode is on."""
 
 
-def _skip_all_guards(entries: Any) -> list[bool]:
-    return [False for _ in entries]
-
-
-def _guard_filter_fn() -> Callable[..., Any]:
-    fn = getattr(torch.compiler, "skip_all_guards_unsafe", None)
-    return fn if fn is not None else _skip_all_guards
-
-
-@contextlib.contextmanager
-def _size_oblivious(enabled: bool):  # noqa: ANN202
-    if not enabled:
-        yield
-        return
-    import torch.fx.experimental._config as fx_config
-
-    with fx_config.patch(backed_size_oblivious=True):
-        yield
-
-
-def _mark_unbacked(t: torch.Tensor, dim: int) -> None:
-    mark = getattr(torch._dynamo.decorators, "mark_unbacked", None) or torch._dynamo.mark_unbacked  # type: ignore[attr-defined]
-    mark(t, dim)
-
-
-def _fail_on_recompile() -> Any:
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    if set_stance is not None:
-        return set_stance("fail_on_recompile")
-    return torch._dynamo.config.patch(error_on_recompile=True)  # pragma: no cover - older torch
-
-
 def _decompile(code: CodeType) -> str:
     try:
         import depyf  # type: ignore[import-not-found]
@@ -88,6 +58,20 @@ def _decompile(code: CodeType) -> str:
         dis.dis(code, file=buf)
         return '"""Disassembly (install depyf to get decompiled Python)."""\n' + "\n".join(
             "# " + line for line in buf.getvalue().splitlines())
+
+
+@dataclass
+class StartupPhases:
+    """Seconds of the first call, by phase. ``key``: predicting the cache key without a trace (AOT path);
+    ``load``: loading the AOT entry and its artifacts, or (Dynamo path) the trace plus compile/load of every
+    piece; ``first_forward``: running the first batch once it is loaded."""
+
+    key: float = 0.0
+    load: float = 0.0
+    first_forward: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in dataclasses.asdict(self).items()}
 
 
 class _Compiled:
@@ -102,6 +86,12 @@ class _Compiled:
         self.compiled_fn: Callable[..., Any] | None = None
         self.backend: Any = None
         self.first_compile_seconds: float | None = None
+        self.hot_path: str | None = None          # "aot" or "dynamo" once the first call ran
+        self.aot_fallback_reason: str | None = None
+        self.phases = StartupPhases()
+        self._compiled_here = 0
+        if self._aot_usable():
+            torch_compat.prefetch_artifact_loader()  # overlaps the loader's imports with the model build
 
     # ---------------------------------------------------------------- dynamic dims
     def _mark(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -113,9 +103,9 @@ class _Compiled:
                 continue
             d = dim if dim >= 0 else t.ndim + dim
             if dyn == DynamicShapesType.UNBACKED:
-                _mark_unbacked(t, d)
+                torch_compat.mark_unbacked(t, d)
             else:
-                torch._dynamo.mark_dynamic(t, d)
+                torch_compat.mark_dynamic(t, d)
 
     def _fresh_forward(self) -> Callable[..., Any]:
         """``forward`` bound to this instance, on a private copy of its code object: Dynamo keeps compiled code
@@ -136,10 +126,11 @@ class _Compiled:
         forward = self._fresh_forward()
         if mode == CompilationMode.STOCK_TORCH_COMPILE:
             return torch.compile(forward, fullgraph=True)
-        options = None if keep_guards else {"guard_filter_fn": _guard_filter_fn()}
+        options = None if keep_guards else {"guard_filter_fn": torch_compat.skip_all_guards()}
         if mode == CompilationMode.DYNAMO_TRACE_ONCE:
             def eager_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
                 counters.dynamo_compiles += 1
+                counters.dynamo_traces += 1
                 return gm.forward
 
             self.backend = eager_backend
@@ -156,11 +147,10 @@ class _Compiled:
         before = counters.dynamo_compiles
         if self.cfg.dynamic_shapes_config.evaluate_guards or is_strict():
             try:
-                with _fail_on_recompile():
+                with torch_compat.fail_on_recompile():
                     return self.compiled_fn(*args, **kwargs)
             except RuntimeError as exc:
-                if "fail_on_recompile" in str(exc) or "ecompil" in str(exc) and "stance" in str(exc) \
-                        or "error_on_recompile" in str(exc):
+                if torch_compat.is_recompile_refusal(exc):
                     raise RecompileError(f"recompilation refused ({'strict mode' if is_strict() else 'evaluate_guards'}): "
                                          f"{str(exc).splitlines()[0]}") from None
                 raise
@@ -170,44 +160,121 @@ class _Compiled:
         return out
 
     def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._aot_usable():
+            out = self._try_aot_start(args, kwargs)
+            if out is not _NO_ENTRY:
+                return out
+        try:
+            return self._compile_first_call(args, kwargs)
+        except BaseException:
+            # A half-built state would skip the dynamic marks on a retry and compile a static shape that
+            # dropped guards then reuse for every size.
+            self.compiled_fn = None
+            self.backend = None
+            raise
+
+    # ---------------------------------------------------------------- the AOT entry
+    def _aot_usable(self) -> bool:
+        """The AOT entry serves piecewise mode with dropped guards and a cache that is read."""
+        return (self.cfg.mode == CompilationMode.PIECEWISE and not self.ctx.key_only
+                and not self.cfg.dynamic_shapes_config.evaluate_guards and not envs.disable_compile_cache()
+                and torch_compat.aot_supported())
+
+    def _try_aot_start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Hot start: predict the key, load the entry, run. ``_NO_ENTRY`` (and one log line why) if it can't."""
+        from compiler.aot_entry import AotEntryError
+        from compiler.key_prediction import KeyMiss, LocalFactors, predict_layout
+        from compiler.layout import resolve_root
+        from compiler.piecewise_backend import HotStartBackend
+
+        t0 = time.perf_counter()
+        try:
+            local = LocalFactors.compute(self.cfg, self.ctx.model_config, self.ctx.device)
+            key, layout = predict_layout(resolve_root(self.cfg.cache_dir), local, rank=self.ctx.rank,
+                                         dp_rank=self.ctx.dp_rank, prefix=self.ctx.prefix)
+            t_key = time.perf_counter()
+            backend = HotStartBackend(self.ctx, layout, key)
+            fn, _ = backend.load()
+        except (KeyMiss, AotEntryError, OSError) as exc:
+            self.aot_fallback_reason = getattr(exc, "reason", None) or str(exc)
+            logger.info("No AOT hot start (%s); tracing with Dynamo", self.aot_fallback_reason)
+            return _NO_ENTRY
+        t_load = time.perf_counter()
+        module = self.module
+        self.compiled_fn = lambda *a, **k: fn(module, *a, **k)
+        self.backend = backend
+        self.hot_path = "aot"
+        logger.info("Loaded the AOT-compiled forward from %s (%d artifacts) in %.2f s; no Dynamo trace",
+                    layout.dir, backend.graphs_loaded, t_load - t0)
+        out = self.compiled_fn(*args, **kwargs)
+        self.phases = StartupPhases(key=t_key - t0, load=t_load - t_key, first_forward=time.perf_counter() - t_load)
+        self.first_compile_seconds = t_load - t0
+        return out
+
+    def _write_aot_entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """After a compiling first call: capture ``forward`` once more with Dynamo's AOT API, serving every piece
+        from what was just compiled, and save it beside the artifacts. A failure costs only the entry."""
+        from compiler.aot_entry import write_entry
+        from compiler.piecewise_backend import entry_backend
+
+        layout = getattr(self.backend, "layout", None)
+        wanted = self.ctx.save_aot_entry if self.ctx.save_aot_entry is not None else self._compiled_here > 0
+        if layout is None or not wanted or not self._aot_usable():
+            return
+        t0 = time.perf_counter()
+        fn = type(self.module).forward
+        try:
+            with torch_compat.size_oblivious(self._size_oblivious()):
+                compiled = torch_compat.aot_compile_fullgraph(getattr(fn, "__func__", fn), (self.module, *args),
+                                                              kwargs, entry_backend(self.backend))
+            path = write_entry(layout.dir, compiled)
+        except Exception as exc:  # the Dynamo path still serves; the next start traces
+            logger.warning("AOT entry not written (%s: %s); hot starts will trace with Dynamo",
+                           type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            return
+        logger.info("AOT entry saved to %s (%.2f s)", path, time.perf_counter() - t0)
+
+    def _size_oblivious(self) -> bool:
+        return self.cfg.dynamic_shapes_config.type == DynamicShapesType.BACKED_SIZE_OBLIVIOUS
+
+    # ---------------------------------------------------------------- the Dynamo path
+    def _compile_first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         code = type(self.module).forward.__code__
         logger.info("Start compiling function %s", code)
         t0 = time.perf_counter()
+        compiled_before = counters.graphs_compiled
         self._mark(args, kwargs)
         self.compiled_fn = self._build()
         hooks: list[tuple[CodeType, CodeType]] = []
-        handle = None
+        handle = torch_compat.register_bytecode_hook(lambda old, new: hooks.append((old, new)))
         try:
-            from torch._dynamo.convert_frame import register_bytecode_hook
-
-            handle = register_bytecode_hook(lambda old, new: hooks.append((old, new)))
-        except Exception:  # pragma: no cover
-            handle = None
-        size_oblivious = self.cfg.dynamic_shapes_config.type == DynamicShapesType.BACKED_SIZE_OBLIVIOUS
-        try:
-            with _size_oblivious(size_oblivious):
+            with torch_compat.size_oblivious(self._size_oblivious()):
                 out = self.compiled_fn(*args, **kwargs)
-        except torch._dynamo.exc.BackendCompilerFailed as exc:
-            self.compiled_fn = None
+        except torch_compat.BackendCompilerFailed as exc:
             inner = getattr(exc, "inner_exception", None)
             if isinstance(inner, (CompileInStrictMode, RuntimeError, ValueError)):
                 raise inner from None
-            raise
-        except CompileInStrictMode:
-            self.compiled_fn = None
             raise
         finally:
             if handle is not None:
                 handle.remove()
         self.first_compile_seconds = time.perf_counter() - t0
+        self.hot_path = "dynamo"
+        self.phases = StartupPhases(load=self.first_compile_seconds)
+        self._compiled_here = counters.graphs_compiled - compiled_before
         layout = getattr(self.backend, "layout", None)
-        if layout is not None and hooks and not self.ctx.key_only and Path(layout.dir).is_dir():
+        if layout is not None and hooks and not self.ctx.key_only and Path(layout.dir).is_dir() \
+                and not (Path(layout.dir) / TRANSFORMED_CODE).exists():
             path = Path(layout.dir) / TRANSFORMED_CODE
             path.write_text("\n\n".join(f"# transformed code of {old.co_name} ({old.co_filename}:{old.co_firstlineno})\n"
                                         + _decompile(new) for old, new in hooks) + "\n")
             logger.debug("Transformed code saved to %s", path)
         logger.info("torch.compile takes %.2f s in total", self.first_compile_seconds)
+        self._write_aot_entry(args, kwargs)
         return out
+
+
+_NO_ENTRY = object()
 
 
 def support_torch_compile(cls: T | None = None, *, dynamic_arg_dims: dict[str, int] | None = None) -> Any:

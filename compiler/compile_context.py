@@ -21,3 +21,6 @@ class CompileContext:
     key_only: bool = False
     """Compute the cache key but compile nothing, write nothing and run the graph eagerly: a fast way to
     learn the key and the cache folder (tests, preflight, ``diff``)."""
+    save_aot_entry: bool | None = None
+    """Write the AOT entry after the first call: ``True`` always (a warm), ``False`` never, ``None`` (default) when
+    this process compiled something (a start that only loaded writes nothing into the cache)."""

@@ -16,6 +16,7 @@ class CompileInStrictMode(RuntimeError):
 @dataclass
 class CompileCounters:
     dynamo_compiles: int = 0        # times our backend was entered (one per Dynamo graph)
+    dynamo_traces: int = 0          # Dynamo captures of a frame (torch.compile's and the AOT capture of a warm)
     pieces: int = 0                 # compiled pieces in the split graph (attention pieces excluded)
     unique_pieces: int = 0          # structurally distinct pieces
     graphs_compiled: int = 0        # Inductor compilations actually run

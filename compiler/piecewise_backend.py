@@ -9,37 +9,34 @@ Flow inside :class:`PiecewiseBackend` (called by Dynamo once per captured graph)
    ``compile_index.json``: load the artifact if present, else compile it with the adaptor
    (:mod:`compiler.compiler_interface`) and save it; identical pieces are compiled/loaded once per process;
 4. replace each piece by a :class:`PiecewiseRunnable`, the seam for CUDA graphs and per-size compiles.
+
+A warm also saves the AOT entry (:mod:`compiler.aot_entry`): :meth:`PiecewiseBackend.entry_backend` is the backend
+of a second, AOT capture that reuses the pieces compiled in this process. A hot start loads that entry with
+:func:`load_hot_start`, which loads each distinct artifact once and skips Dynamo, the split and the fake-tensor
+pass. Neither path writes into a cache folder that already holds what it would write.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-from compiler import cache_key, envs
+from compiler import aot_entry, cache_key, envs, torch_compat
 from compiler.artifacts import CompileIndex, IndexEntry
 from compiler.compile_context import CompileContext
 from compiler.compiler_interface import CompilerInterface, InductorStandaloneAdaptor, artifact_digest
-from compiler.counters import check_not_strict, counters
-from compiler.layout import COMPUTATION_GRAPH, CacheLayout, redirect_compiler_caches, resolve_root
+from compiler.counters import check_not_strict, counters, strict_mode
+from compiler.layout import (COMPUTATION_GRAPH, CacheLayout, read_only_compiler_caches, redirect_compiler_caches,
+                             resolve_root)
 from compiler.split import SplitItem, graph_hash, split_graph
 
 logger = logging.getLogger(__name__)
-
-
-def _tracing_context() -> Any:
-    tc_cls = torch._guards.TracingContext
-    if hasattr(tc_cls, "try_get"):
-        return tc_cls.try_get()
-    try:  # pragma: no cover - older torch
-        return tc_cls.get()
-    except Exception:
-        return None
 
 
 def _ensure_tuple_output(gm: fx.GraphModule) -> bool:
@@ -60,9 +57,10 @@ class PiecewiseRunnable:
     ``runtime_shape`` (the token count, read from the SymInt argument at ``sym_shape_indices[0]``).
     """
 
-    def __init__(self, index: int, submod_name: str, graph: fx.GraphModule, returns_tuple: bool,
+    def __init__(self, index: int, submod_name: str, graph: fx.GraphModule | None, returns_tuple: bool,
                  general: Callable[..., Any], sym_shape_indices: list[int], graph_hash: str,
-                 backend: PiecewiseBackend, compile_sizes: list[int]) -> None:
+                 backend: PiecewiseBackend | None, compile_sizes: list[int],
+                 sized: dict[int, Callable[..., Any]] | None = None) -> None:
         self.index = index
         self.submod_name = submod_name
         self.graph = graph
@@ -72,7 +70,7 @@ class PiecewiseRunnable:
         self.graph_hash = graph_hash
         self.backend = backend
         self.compile_sizes = set(compile_sizes)
-        self.sized: dict[int, Callable[..., Any]] = {}
+        self.sized: dict[int, Callable[..., Any]] = dict(sized or {})
 
     def runtime_shape(self, args: tuple[Any, ...]) -> int | None:
         if not self.sym_shape_indices:
@@ -85,10 +83,11 @@ class PiecewiseRunnable:
             shape = self.runtime_shape(args)
             if shape in self.compile_sizes:
                 fn = self.sized.get(shape)
-                if fn is None:
+                if fn is None and self.backend is not None and self.graph is not None:
                     fn = self.sized[shape] = self.backend.compile_or_load(
                         self.index, self.graph, list(args), shape, self.graph_hash + f"@{shape}")
-                return fn
+                if fn is not None:
+                    return fn
         return self.general
 
     def __call__(self, *args: Any) -> Any:
@@ -112,6 +111,7 @@ class PiecewiseBackend:
         self.items: list[SplitItem] = []
         self._by_hash: dict[tuple[str, int | None], Callable[..., Any]] = {}
         self._entries: dict[tuple[str, int | None], IndexEntry] = {}
+        self.pieces_info: dict[str, PieceInfo] = {}
         self.traced_files: list[str] = []
         self._persist_env = ctx.device.startswith("cuda")
 
@@ -119,9 +119,8 @@ class PiecewiseBackend:
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         t0 = time.perf_counter()
         counters.dynamo_compiles += 1
-        tc = _tracing_context()
-        codes = list(tc.traced_code) if tc is not None else []
-        self.traced_files = cache_key.traced_files(codes)
+        counters.dynamo_traces += 1
+        self.traced_files = cache_key.traced_files(torch_compat.traced_code())
         logger.debug("Traced files (to be considered for compilation cache):\n%s", "\n".join(self.traced_files))
         self.key = cache_key.CacheKey.from_values(
             env=cache_key.local_env_factors(),
@@ -142,13 +141,13 @@ class PiecewiseBackend:
             self.layout = CacheLayout(resolve_root(self.config.cache_dir), self.key.hash, self.ctx.rank,
                                       self.ctx.dp_rank, self.ctx.prefix)
             self.layout.ensure()
-            self.key.write(self.layout.dir)
+            self.key.write_if_changed(self.layout.dir)  # a hit writes nothing (read-only volumes)
             logger.info("Using cache directory: %s for cachetool's torch.compile", self.layout.dir)
         self._check_guards(example_inputs)
 
         split_gm, items = split_graph(gm, self.config.resolved_splitting_ops)
         self.split_gm, self.items = split_gm, items
-        if self.layout is not None:
+        if self.layout is not None and not (self.layout.dir / COMPUTATION_GRAPH).exists():
             path = self.layout.dir / COMPUTATION_GRAPH
             path.write_text("# Dynamo graph split at " + ", ".join(self.config.resolved_splitting_ops) + "\n"
                             + split_gm.print_readable(print_output=False) + "\n\n# original graph\n"
@@ -172,9 +171,7 @@ class PiecewiseBackend:
         """``evaluate_guards``: a guard added while tracing on the dynamic token dim is a failure."""
         if not self.config.dynamic_shapes_config.evaluate_guards:
             return
-        from torch._guards import detect_fake_mode
-
-        fake_mode = detect_fake_mode(example_inputs)
+        fake_mode = torch_compat.detect_fake_mode(example_inputs)
         shape_env = getattr(fake_mode, "shape_env", None)
         if shape_env is None:
             return
@@ -210,7 +207,7 @@ class PiecewiseBackend:
         if entry is not None and self.layout is not None:
             t = time.perf_counter()
             try:
-                with redirect_compiler_caches(self.layout, persist=self._persist_env):
+                with read_only_compiler_caches(self.layout):  # a load writes nothing into the rank folder
                     fn = self.adaptor.load((ghash, entry.artifact), graph, args, runtime_shape, self.layout.dir,
                                            entry.format)
             except Exception as exc:  # a corrupt or foreign artifact: fall back to compiling
@@ -260,21 +257,14 @@ class _PieceInterpreter(fx.Interpreter):
         super().__init__(module)
         self.compile_names = compile_names
         self.backend = backend
-        from torch._guards import detect_fake_mode
-
-        self.fake_mode = detect_fake_mode()
+        self.fake_mode = torch_compat.detect_fake_mode()
 
     def run(self, *args: Any) -> Any:  # type: ignore[override]
-        from torch._dynamo.utils import detect_fake_mode
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        fake_mode = self.fake_mode or detect_fake_mode(args)
+        fake_mode = self.fake_mode or torch_compat.detect_fake_mode(args)
         self.fake_mode = fake_mode
-        fake_args = [a if not isinstance(a, torch.Tensor) or isinstance(a, FakeTensor) else fake_mode.from_tensor(a)
+        fake_args = [a if not isinstance(a, torch.Tensor) or torch_compat.is_fake_tensor(a) else fake_mode.from_tensor(a)
                      for a in args]
-        from torch._dispatch.python import enable_python_dispatcher
-
-        with fake_mode, enable_python_dispatcher():
+        with fake_mode, torch_compat.python_dispatcher():
             return super().run(*fake_args)
 
     def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -286,7 +276,118 @@ class _PieceInterpreter(fx.Interpreter):
             returns_tuple = _ensure_tuple_output(submod)
             sym_shape_indices = [i for i, a in enumerate(args) if isinstance(a, torch.SymInt)]
             fn = self.backend.compile_or_load(index, submod, list(args), None, ghash)
+            self.backend.pieces_info[target] = PieceInfo(index, ghash, returns_tuple, sym_shape_indices)
             runnable = PiecewiseRunnable(index, target, submod, returns_tuple, fn, sym_shape_indices, ghash,
                                          self.backend, self.backend.config.resolved_compile_sizes)
             self.module.__dict__[target] = runnable
         return output
+
+
+@dataclass(frozen=True)
+class PieceInfo:
+    """What the AOT entry records of a compiled piece besides its artifact."""
+
+    index: int
+    graph_hash: str
+    returns_tuple: bool
+    sym_shape_indices: list[int]
+
+
+# ---------------------------------------------------------------------- the AOT entry: write (warm)
+
+def entry_backend(backend: PiecewiseBackend) -> Callable[[fx.GraphModule, list[Any]], Any]:
+    """The backend of the AOT capture that a warm runs after its first compile: split the graph as
+    ``backend`` did and serve every piece from what ``backend`` compiled or loaded in this process (strict: a
+    piece it does not know fails the capture instead of compiling). Returns a
+    :class:`~compiler.aot_entry.SplitGraphFunction` whose pieces refer to their artifacts."""
+
+    def compile_entry(gm: fx.GraphModule, example_inputs: list[Any]) -> aot_entry.SplitGraphFunction:
+        split_gm, items = split_graph(gm, backend.config.resolved_splitting_ops)
+        names = [it.submod_name for it in items if not it.is_splitting_graph]
+        saved_counters = counters.snapshot()
+        previous = backend.pieces_info
+        backend.pieces_info = {}
+        try:
+            with strict_mode(True), redirect_compiler_caches(backend.layout, persist=backend._persist_env):
+                _PieceInterpreter(split_gm, names, backend).run(*example_inputs)
+            infos = backend.pieces_info
+        finally:
+            backend.pieces_info = previous
+            counters.__dict__.update(saved_counters.__dict__)
+            counters.dynamo_traces += 1
+        refs = {}
+        for name in names:
+            info = infos[name]
+            entry = backend._entries.get((info.graph_hash, None))
+            if entry is None:
+                raise aot_entry.AotEntryError(f"piece {info.index} has no saved artifact")
+            refs[name] = aot_entry.PieceRef(info.index, info.graph_hash, info.returns_tuple, info.sym_shape_indices,
+                                            aot_entry.ArtifactRef.of(entry))
+        return aot_entry.SplitGraphFunction(split_gm, aot_entry.portable_split_graph(split_gm, refs), names)
+
+    return compile_entry
+
+
+# ---------------------------------------------------------------------- the AOT entry: load (hot start)
+
+class HotStartBackend:
+    """Stands where :class:`PiecewiseBackend` stands after a compile (``layout``, ``key``, ``split_gm``,
+    ``items``), for a model whose forward was loaded from its AOT entry."""
+
+    def __init__(self, ctx: CompileContext, layout: CacheLayout, key: cache_key.CacheKey,
+                 adaptor: CompilerInterface | None = None) -> None:
+        self.ctx = ctx
+        self.config = ctx.compilation_config
+        self.layout = layout
+        self.key = key
+        self.adaptor = adaptor or InductorStandaloneAdaptor()
+        self.split_gm: fx.GraphModule | None = None
+        self.items: list[SplitItem] = []
+        self._loaded: dict[str, Callable[..., Any]] = {}
+        self.graphs_loaded = 0
+        self.pieces_reused = 0
+
+    def _load_artifact(self, ref: aot_entry.ArtifactRef, index: int, shape: int | None,
+                       ghash: str) -> Callable[..., Any]:
+        fn = self._loaded.get(ref.name)
+        if fn is not None:
+            self.pieces_reused += shape is None  # an identical piece served by one loaded artifact
+            return fn
+        path = aot_entry.check_artifact(self.layout.dir, ref)
+        t = time.perf_counter()
+        fn = self.adaptor.load((ghash, ref.name), None, [], shape, self.layout.dir, ref.format)
+        logger.debug("Directly load the %s-th graph for shape %s from %s via handle %s (%.2f s)", index, shape,
+                     self.adaptor.name, (ghash[:16], str(path)), time.perf_counter() - t)
+        self._loaded[ref.name] = fn
+        self.graphs_loaded += 1
+        return fn
+
+    def _runnable(self, index: CompileIndex, name: str, ref: aot_entry.PieceRef) -> PiecewiseRunnable:
+        general = self._load_artifact(ref.general, ref.index, None, ref.graph_hash)
+        sizes = self.config.resolved_compile_sizes
+        sized = {}
+        for size in sizes:
+            entry = index.pieces.get(f"{ref.index}@{size}")
+            if entry is None or entry.graph_hash != ref.graph_hash + f"@{size}":
+                raise aot_entry.AotEntryError(f"piece {ref.index} has no artifact for compile size {size}")
+            sized[size] = self._load_artifact(aot_entry.ArtifactRef.of(entry), ref.index, size, entry.graph_hash)
+        return PiecewiseRunnable(ref.index, name, None, ref.returns_tuple, general, ref.sym_shape_indices,
+                                 ref.graph_hash, None, sizes, sized=sized)
+
+    def load(self) -> tuple[Callable[..., Any], float]:
+        """Load the entry and its artifacts; returns ``(fn, seconds)``, ``fn(module, *args)``."""
+        index = CompileIndex.open(self.layout.index_file, self.key.hash)
+        with read_only_compiler_caches(self.layout, persist=self.ctx.device.startswith("cuda")):
+            fn, split_fn, seconds = aot_entry.load_entry(self.layout.dir,
+                                                         lambda name, ref: self._runnable(index, name, ref))
+        self.split_gm = split_fn.split_gm
+        compiled = set(split_fn.compiled_names)
+        self.items = [SplitItem(name, int(name.replace("submod_", "")), name not in compiled, module)
+                      for name, module in self.split_gm.named_children()]
+        self.items.sort(key=lambda it: it.graph_id)
+        counters.pieces += len(compiled)
+        counters.unique_pieces += len({r.graph_hash for r in self.split_gm.children()
+                                       if isinstance(r, aot_entry.PieceRef)})
+        counters.graphs_loaded += self.graphs_loaded
+        counters.graphs_reused += self.pieces_reused
+        return fn, seconds

@@ -59,7 +59,7 @@ class ModelRunner:
     def __init__(self, model: str, device: str = "cpu", compilation_config: CompilationConfig | None = None, *,
                  max_num_seqs: int = 4, max_model_len: int = 256, max_num_batched_tokens: int = 64,
                  seed: int = 0, rank: int = 0, dp_rank: int = 0, dtype: torch.dtype | None = None,
-                 key_only: bool = False) -> None:
+                 key_only: bool = False, save_aot_entry: bool | None = None) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -71,7 +71,7 @@ class ModelRunner:
         self.max_model_len = max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens
         self.ctx = CompileContext(self.config, model_config_values(self.model), device=self.device.type,
-                                  rank=rank, dp_rank=dp_rank, key_only=key_only)
+                                  rank=rank, dp_rank=dp_rank, key_only=key_only, save_aot_entry=save_aot_entry)
         self.model.model.enable_compile(self.ctx)
         cfg = self.model_cfg
         slots = max_num_seqs * max_model_len + 1  # +1: a scratch slot that CUDA-graph padding tokens write

@@ -86,6 +86,11 @@ def _print(result: CompileRunResult, as_json: bool) -> None:
     click.echo(f"  graphs         compiled {result.graphs_compiled}, loaded {result.graphs_loaded}, "
                f"reused {result.graphs_reused}")
     click.echo(f"  start-up       {result.startup_seconds:.2f} s (total {result.seconds:.2f} s)")
+    path = result.hot_path or "-"
+    if result.aot_fallback_reason and result.hot_path != "aot":
+        path += f" (no AOT entry used: {result.aot_fallback_reason})"
+    click.echo(f"  hot path       {path}, Dynamo traces {result.dynamo_traces}; "
+               + ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items()))
     for r in result.ranks:
         click.echo(f"  rank {r['rank']}         compiled {r['graphs_compiled']}, loaded {r['graphs_loaded']}, "
                    f"reused {r['graphs_reused']}  {r['rank_dir']}")

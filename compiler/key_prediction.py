@@ -1,0 +1,173 @@
+"""Predict the cache key without a Dynamo trace.
+
+Three of the four factors (env, config, compiler) are known before anything runs. The fourth, ``code``, hashes
+the files Dynamo traced, which only a trace reveals. But a cache written for this model lists them in its
+``cache_key_factors.json`` (by path-independent id): re-hashing *those* files on this machine gives the code
+factor this machine would compute, as long as the model traces the same files, which holds while the traced
+code is unchanged (an edited traced file changes its hash: a miss, never a wrong hit).
+
+Used by the hot start (:mod:`compiler.capture`), which looks for a matching folder under the cache root, and by
+``cachetool pull --model``, which checks the bundle's factors before downloading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compiler import cache_key
+from compiler.layout import CACHE_SUBDIR, CacheLayout
+
+logger = logging.getLogger(__name__)
+
+
+class KeyMiss(LookupError):
+    """No candidate key fits this machine and model; ``reason`` names the closest candidate's first difference."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class LocalFactors:
+    """The env, config and compiler factor values of this machine, model and config."""
+
+    env: dict[str, Any]
+    config: dict[str, Any]
+    compiler: dict[str, Any]
+
+    @classmethod
+    def compute(cls, compilation_config: Any, model_config: dict[str, Any], device: str) -> LocalFactors:
+        return cls(env=cache_key.local_env_factors(),
+                   config=cache_key.config_factors(compilation_config, model_config),
+                   compiler=cache_key.local_compiler_factors(device))
+
+    def values(self, name: str) -> dict[str, Any]:
+        return getattr(self, name)
+
+
+# ---------------------------------------------------------------------- traced files by id
+
+def resolve_file_id(file_id: str) -> Path | None:
+    """This machine's file for a path-independent id (:func:`compiler.cache_key.file_id`), or ``None``."""
+    kind, _, name = file_id.partition(":")
+    if kind == "module":
+        mod = sys.modules.get(name)
+        origin = getattr(mod, "__file__", None) if mod is not None else None
+        if origin is None:
+            try:
+                spec = importlib.util.find_spec(name)
+            except (ImportError, ValueError):
+                spec = None
+            origin = spec.origin if spec is not None else None
+        return Path(origin) if origin and os.path.isfile(origin) else None
+    if kind == "path":
+        for root in sys.path:
+            candidate = Path(root or ".") / name
+            if candidate.is_file():
+                return candidate
+        return None
+    if kind == "file":  # a file outside every import root: known by its absolute path only
+        return Path(name) if os.path.isabs(name) and os.path.isfile(name) else None
+    return None
+
+
+def rehash_code_factor(listed: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``(values, problems)``: the sha256 of this machine's file for each listed id, and one line for each id
+    that is missing here or whose content differs."""
+    values: dict[str, str] = {}
+    problems: list[str] = []
+    for fid, digest in sorted(listed.items()):
+        path = resolve_file_id(fid)
+        if path is None:
+            problems.append(f"traced file {fid} is not on this machine")
+            continue
+        values[fid] = hashlib.sha256(path.read_bytes()).hexdigest()
+        if values[fid] != digest:
+            problems.append(f"traced file {fid} differs ({path})")
+    return values, problems
+
+
+# ---------------------------------------------------------------------- candidates
+
+def first_difference(name: str, theirs: dict[str, Any], ours: dict[str, Any]) -> str:
+    keys = sorted(set(theirs) | set(ours))
+    for k in keys:
+        if theirs.get(k) != ours.get(k):
+            return f"{name} factor differs at {k!r}"
+    return f"{name} factor differs"
+
+
+def match_candidate(candidate: cache_key.CacheKey, local: LocalFactors) -> cache_key.CacheKey:
+    """The key this machine computes for ``candidate``'s traced files; :class:`KeyMiss` naming the first
+    differing factor if it is not ``candidate``."""
+    for name in ("env", "config", "compiler"):
+        theirs = candidate.factors.get(name, {})
+        ours = local.values(name)
+        if theirs.get("hash") != cache_key.factor_hash(ours):
+            raise KeyMiss(first_difference(name, theirs.get("values", {}) or {}, ours))
+    listed = (candidate.factors.get("code") or {}).get("values") or {}
+    code, problems = rehash_code_factor(listed)
+    if problems:
+        raise KeyMiss(problems[0])
+    key = cache_key.CacheKey.from_values(env=local.env, config=local.config, code=code, compiler=local.compiler)
+    if key.hash != candidate.hash:
+        raise KeyMiss(f"cache key {key.hash} is not the candidate's {candidate.hash}")
+    return key
+
+
+def predict(candidates: Iterable[cache_key.CacheKey], local: LocalFactors) -> cache_key.CacheKey:
+    """The first candidate this machine would compute exactly; else :class:`KeyMiss` with each one's reason."""
+    reasons = []
+    for candidate in candidates:
+        try:
+            return match_candidate(candidate, local)
+        except KeyMiss as miss:
+            reasons.append(f"{candidate.hash}: {miss.reason}")
+    if not reasons:
+        raise KeyMiss("no cache folder for this rank")
+    raise KeyMiss("; ".join(reasons))
+
+
+def candidates_on_disk(root: Path, rank: int, dp_rank: int, prefix: str) -> list[cache_key.CacheKey]:
+    """The keys of the cache folders under ``root`` for this rank, read-only; unreadable folders are skipped."""
+    base = Path(root) / CACHE_SUBDIR
+    found = []
+    try:
+        folders = sorted(p for p in base.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for folder in folders:
+        path = CacheLayout(Path(root), folder.name, rank, dp_rank, prefix).dir / cache_key.FACTORS_FILE
+        try:
+            key = cache_key.CacheKey.read(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if key.hash == folder.name:
+            found.append(key)
+    return found
+
+
+def predict_layout(root: Path, local: LocalFactors, *, rank: int = 0, dp_rank: int = 0,
+                   prefix: str) -> tuple[cache_key.CacheKey, CacheLayout]:
+    """The key and folder a trace would choose under ``root``, if one is there; else :class:`KeyMiss`."""
+    key = predict(candidates_on_disk(root, rank, dp_rank, prefix), local)
+    return key, CacheLayout(Path(root), key.hash, rank, dp_rank, prefix)
+
+
+def key_from_json(data: dict[str, Any]) -> cache_key.CacheKey:
+    """A :class:`~compiler.cache_key.CacheKey` from the JSON of a ``cache_key_factors.json``."""
+    return cache_key.CacheKey(hash=data["hash"], factors=data["factors"])
+
+
+def load_key(text: str) -> cache_key.CacheKey:
+    return key_from_json(json.loads(text))

@@ -1,0 +1,218 @@
+"""Issue 11: the hot start loads the AOT entry (no Dynamo trace), is guarded by the cache key, writes nothing.
+
+Each test starts real processes on the CPU with the tiny model: a warm (compiles, writes the entry) and a check
+(the hot start). The workload's checksum covers prefill and decode batches of 7, 64, 2 and 1 tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from compiler.aot_entry import ENTRY_FILE
+from tests.compiler.conftest import REPO, cli_env, run_cli
+
+pytestmark = pytest.mark.slow
+
+MODES = ("backed", "unbacked", "backed_size_oblivious")
+
+
+def _json(proc: subprocess.CompletedProcess[str]) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _tree_state(root: Path) -> dict[str, str]:
+    """Every entry under ``root`` with its content digest (files), link target or 'dir', and mtime."""
+    state = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            state[rel] = "link:" + os.readlink(p)
+        elif p.is_dir():
+            state[rel] = f"dir:{p.stat().st_mtime_ns}"
+        else:
+            state[rel] = hashlib.sha256(p.read_bytes()).hexdigest() + f":{p.stat().st_mtime_ns}"
+    return state
+
+
+@pytest.fixture(scope="module")
+def warmed_modes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:
+    """One warm per dynamic-shapes mode (the backed one at DEBUG level)."""
+    out = {}
+    for mode in MODES:
+        root = tmp_path_factory.mktemp(f"aot_{mode}")
+        warm = _json(run_cli("warm", "--model", "tiny", "--cache-root", str(root), "--json",
+                             f"-cc.dynamic_shapes_config.type={mode}"))
+        assert warm["graphs_compiled"] == 3 and warm["hot_path"] == "dynamo"
+        assert (Path(warm["cache_dir"]) / ENTRY_FILE).is_file(), "warm writes the AOT entry"
+        out[mode] = (root, warm)
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_second_process_takes_the_aot_path(warmed_modes, mode: str) -> None:
+    root, warm = warmed_modes[mode]
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(root), "--require-hit", "--json",
+                   f"-cc.dynamic_shapes_config.type={mode}", env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"))
+    check = _json(proc)
+    assert check["hot_path"] == "aot" and check["dynamo_traces"] == 0
+    assert check["graphs_compiled"] == 0 and check["graphs_loaded"] == 3 and check["graphs_reused"] == 2
+    assert check["cache_key"] == warm["cache_key"]
+    assert check["workload"]["token_counts"] == warm["workload"]["token_counts"]
+    assert {1, 2, 7, 64} <= set(check["workload"]["token_counts"])
+    assert check["workload"]["checksum"] == warm["workload"]["checksum"]
+    assert "Start compiling function" not in proc.stderr
+    assert set(check["phases"]) == {"import", "build", "key", "load", "cudagraph_capture", "first_forward"}
+    assert check["phases"]["load"] > 0
+
+
+def test_human_output_reports_the_hot_path(warmed_modes) -> None:
+    root, _ = warmed_modes["backed"]
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(root))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if "hot path" in ln)
+    assert "aot, Dynamo traces 0" in line and "load" in line and "first_forward" in line
+
+
+def test_without_the_entry_the_dynamo_path_serves(warmed_modes, tmp_path: Path) -> None:
+    root, warm = warmed_modes["backed"]
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy, symlinks=True)
+    (Path(warm["cache_dir"].replace(str(root.resolve()), str(copy.resolve()))) / ENTRY_FILE).unlink()
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit", "--json")
+    check = _json(proc)
+    assert check["hot_path"] == "dynamo" and check["dynamo_traces"] == 1 and check["graphs_compiled"] == 0
+    assert check["workload"]["checksum"] == warm["workload"]["checksum"]
+    reasons = [ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln]
+    assert len(reasons) == 1 and f"no AOT entry ({ENTRY_FILE})" in reasons[0], proc.stderr[-2000:]
+    assert not list(copy.rglob(ENTRY_FILE)), "a start that compiled nothing writes no entry"
+
+
+def test_a_corrupt_entry_falls_back_with_one_line(warmed_modes, tmp_path: Path) -> None:
+    root, warm = warmed_modes["backed"]
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy, symlinks=True)
+    entry = next(copy.rglob(ENTRY_FILE))
+    entry.write_bytes(entry.read_bytes()[:100])
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit", "--json")
+    check = _json(proc)
+    assert check["hot_path"] == "dynamo" and check["graphs_compiled"] == 0
+    assert check["workload"]["checksum"] == warm["workload"]["checksum"]
+    reasons = [ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln]
+    assert len(reasons) == 1 and "does not load here" in reasons[0], proc.stderr[-2000:]
+
+
+def test_an_altered_artifact_is_not_loaded_by_the_entry(warmed_modes, tmp_path: Path) -> None:
+    root, _ = warmed_modes["backed"]
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy, symlinks=True)
+    artifact = sorted(copy.rglob("artifact_general_*"))[0]
+    artifact.write_bytes(artifact.read_bytes() + b"x")
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--json")
+    reasons = [ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln]
+    assert len(reasons) == 1 and f"artifact {artifact.name} does not match" in reasons[0], proc.stderr[-2000:]
+
+
+def _repo_copy_with_edited_model(dest: Path) -> Path:
+    """The project's packages copied to ``dest``, with a comment appended to the traced model file."""
+    for pkg in ("compiler", "cachetool"):
+        shutil.copytree(REPO / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    llama = dest / "compiler" / "models" / "llama.py"
+    llama.write_text(llama.read_text() + "\n# edited after the warm\n")
+    return dest
+
+
+def test_an_edited_traced_file_is_a_miss(warmed_modes, tmp_path: Path) -> None:
+    root, _ = warmed_modes["backed"]
+    src = _repo_copy_with_edited_model(tmp_path / "src")
+    env = cli_env(PYTHONPATH=str(src))
+    proc = subprocess.run([os.sys.executable, "-m", "cachetool", "check", "--model", "tiny", "--cache-root",
+                           str(root), "--require-hit"], capture_output=True, text=True, env=env, cwd=str(src),
+                          timeout=300)
+    assert proc.returncode == 8, proc.stderr[-2000:]  # the Dynamo path then needs a compile: refused
+    reason = next(ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln)
+    assert "traced file module:compiler.models.llama differs" in reason
+    assert "Loaded the AOT-compiled forward" not in proc.stderr
+
+
+def test_another_config_is_a_miss_naming_the_field(warmed_modes) -> None:
+    root, _ = warmed_modes["backed"]
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(root), "--require-hit",
+                   "-cc.compile_sizes=[4]")
+    assert proc.returncode == 8, proc.stderr[-2000:]
+    reason = next(ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln)
+    assert "config factor differs at 'compilation_config'" in reason
+
+
+def _read_only_check(root: Path) -> subprocess.CompletedProcess[str]:
+    """``check --require-hit`` with ``root`` made read-only: a read-only bind mount in a private mount namespace
+    where the kernel allows one (as root, a chmod alone would not stop a write), else ``chmod -R a-w``."""
+    args = [os.sys.executable, "-m", "cachetool", "check", "--model", "tiny", "--cache-root", str(root),
+            "--require-hit", "--json"]
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {root} {root}"],
+                           capture_output=True, text=True) if shutil.which("unshare") else None
+    if probe is not None and probe.returncode == 0:
+        script = f'mount --bind -o ro "$0" "$0" && touch "$0/.probe" 2>/dev/null && exit 97; exec "$@"'
+        return subprocess.run(["unshare", "-m", "sh", "-c", script, str(root), *args], capture_output=True,
+                              text=True, env=cli_env(), cwd=str(REPO), timeout=300)
+    subprocess.run(["chmod", "-R", "a-w", str(root)], check=True)
+    try:
+        return subprocess.run(args, capture_output=True, text=True, env=cli_env(), cwd=str(REPO), timeout=300)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(root)], check=True)
+
+
+def test_a_read_only_root_hits_and_nothing_is_written(warmed_modes, tmp_path: Path) -> None:
+    root, warm = warmed_modes["backed"]
+    copy = tmp_path / "ro"
+    shutil.copytree(root, copy, symlinks=True)
+    before = _tree_state(copy)
+    check = _json(_read_only_check(copy))
+    assert check["hot_path"] == "aot" and check["graphs_compiled"] == 0
+    assert check["workload"]["checksum"] == warm["workload"]["checksum"]
+    assert _tree_state(copy) == before
+
+
+def test_a_loading_start_on_a_writable_root_writes_nothing(warmed_modes, tmp_path: Path) -> None:
+    """Also the Dynamo path (entry removed): a start that compiles nothing leaves the tree as it was."""
+    root, _ = warmed_modes["unbacked"]
+    copy = tmp_path / "rw"
+    shutil.copytree(root, copy, symlinks=True)
+    before = _tree_state(copy)
+    _json(run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit", "--json",
+                  "-cc.dynamic_shapes_config.type=unbacked"))
+    assert _tree_state(copy) == before
+    next(copy.rglob(ENTRY_FILE)).unlink()
+    before = _tree_state(copy)
+    dyn = _json(run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit", "--json",
+                        "-cc.dynamic_shapes_config.type=unbacked"))
+    assert dyn["hot_path"] == "dynamo"
+    assert _tree_state(copy) == before
+
+
+def test_the_entry_is_signed_with_the_bundle(warmed_modes, tmp_path: Path) -> None:
+    """pack (signed) → install into a fresh root → the hot start takes the AOT path; the manifest lists the
+    entry with its digest, so the signature covers it."""
+    root, warm = warmed_modes["backed"]
+    key = tmp_path / "k.key"
+    assert run_cli("keygen", "-o", str(key)).returncode == 0
+    ctb = tmp_path / "b.ctb"
+    proc = run_cli("pack", str(root), "-o", str(ctb), "--sign-key", str(key))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    inspect = run_cli("inspect", str(ctb), "--json", "--files")
+    assert inspect.returncode == 0, inspect.stderr[-2000:]
+    entry = Path(warm["cache_dir"]) / ENTRY_FILE
+    digest = hashlib.sha256(entry.read_bytes()).hexdigest()
+    assert ENTRY_FILE in inspect.stdout and digest in inspect.stdout
+    fresh = tmp_path / "fresh"
+    proc = run_cli("install", str(ctb), "--cache-root", str(fresh), "--trust", str(key) + ".pub")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    check = _json(run_cli("check", "--model", "tiny", "--cache-root", str(fresh), "--require-hit", "--json"))
+    assert check["hot_path"] == "aot" and check["workload"]["checksum"] == warm["workload"]["checksum"]
