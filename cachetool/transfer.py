@@ -466,22 +466,26 @@ def list_refs(store_url: str, *, store_options: dict | None = None) -> list[RefI
 
 
 def remove(ref: str | Ref, *, store_options: dict | None = None, platform: str | None = None) -> RefIndex | None:
-    """Delete the tag (or only one platform's entry of it); return the remaining index, or None if deleted."""
+    """Delete the tag (or only one platform's entry of it); return the remaining index, or None if deleted.
+
+    Removing one platform is a read-modify-write of the tag, so it goes through ``Store.update_ref`` (locked or
+    conditional): a platform pushed to the same tag at the same moment is kept."""
     r, st, _ = _ref_and_store(ref, None, store_options)
     with st:
         if platform is None:
             st.delete_ref(r.name, r.tag)
             return None
-        index = st.get_ref(r.name, r.tag)
-        kept = tuple(e for e in index.entries if e.platform != platform)
-        if len(kept) == len(index.entries):
-            raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
-        if not kept:
-            st.delete_ref(r.name, r.tag)
-            return None
-        new = RefIndex(r.name, r.tag, kept)
-        st.put_ref(new)
-        return new
+        return st.update_ref(r.name, r.tag, lambda old: without_platform(old, r, platform))
+
+
+def without_platform(index: RefIndex | None, r: Ref, platform: str) -> RefIndex | None:
+    """``index`` less ``platform``'s entry (None when nothing is left); NotFoundError when it has no such entry."""
+    if index is None:
+        raise NotFoundError(f"{r.url} not found")
+    kept = tuple(e for e in index.entries if e.platform != platform)
+    if len(kept) == len(index.entries):
+        raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
+    return RefIndex(r.name, r.tag, kept) if kept else None
 
 
 def gc(store_url: str, *, dry_run: bool = False, older_than: float = 0.0, store_options: dict | None = None) -> list[str]:

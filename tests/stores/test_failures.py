@@ -264,3 +264,86 @@ def _ctb(bundle, tmp_path):
     if not p.exists():
         write_ctb(bundle, p)
     return p
+
+
+# ------------------------------------------------------------------------------------------- ref races
+@pytest.fixture(params=["file", "s3"])
+def file_or_s3(request, tmp_path):
+    from tests.stores.conftest import StoreKind
+
+    if request.param == "file":
+        return StoreKind("file", f"file://{tmp_path}/store")
+    rgw = request.getfixturevalue("rgw")
+    request.getfixturevalue("s3_env")
+    return StoreKind("s3", f"s3://{request.getfixturevalue('shared_bucket')}/race-{uuid.uuid4().hex[:8]}", rgw)
+
+
+def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bundle, cuda_bundle, monkeypatch):
+    """``rm --platform`` read the ref and wrote it back outside update_ref: a push landing between its read and its
+    write was dropped. Here the push of platform Y runs exactly when the removal of Z writes the ref."""
+    import cachetool.transfer as transfer
+    from cachetool.stores.base import RefEntry
+    from cachetool.transfer import merge_index, remove
+
+    ref = file_or_s3.ref("v1")
+    push(bundle, ref)
+    push(cuda_bundle, ref)  # X = the CPU platform, Z = the CUDA one
+    y = RefEntry(cuda_bundle.manifest_digest, "cuda-sm100-torch2.11.0+cu130", {}, 1, "2026-01-01T00:00:00Z")
+
+    def push_y() -> None:
+        with open_store(file_or_s3.store) as other:
+            other.update_ref("llama", "v1", lambda old: merge_index(old, "llama", "v1", y))
+
+    remover = open_store(file_or_s3.store)
+    fired = []
+    main = threading.current_thread()
+
+    def race() -> None:
+        if not fired and threading.current_thread() is main:
+            fired.append(1)
+            t = threading.Thread(target=push_y)
+            t.start()
+            t.join(timeout=2)  # the file store's lock makes the push wait for the removal; S3 lets it land
+            fired.append(t)
+
+    if file_or_s3.kind == "file":
+        orig = remover.put_ref
+
+        def put_ref(index):
+            race()
+            return orig(index)
+
+        remover.put_ref = put_ref
+    else:
+        client = remover.client
+        orig = client.put_object
+
+        def put_object(**kw):
+            if kw["Key"].endswith("/refs/llama/v1.json"):
+                race()
+            return orig(**kw)
+
+        monkeypatch.setattr(client, "put_object", put_object)
+    monkeypatch.setattr(transfer, "open_store", lambda url, **kw: remover)
+    left = remove(ref, platform=cuda_bundle.platform)
+    fired[-1].join()
+    assert fired, "the removal never wrote the ref"
+    with open_store(file_or_s3.store) as st:
+        final = sorted(e.platform for e in st.get_ref("llama", "v1").entries)
+    assert final == sorted([bundle.platform, y.platform])
+    assert cuda_bundle.platform not in [e.platform for e in left.entries]
+
+
+def test_s3_rm_of_the_last_platform_leaves_a_tag_that_reads_as_missing(rgw, s3_env, shared_bucket, bundle, keys,
+                                                                      tmp_path, cli):
+    from cachetool.transfer import remove
+
+    store = f"s3://{shared_bucket}/tomb-{uuid.uuid4().hex[:8]}"
+    push(bundle, f"{store}/llama:v1")
+    assert remove(f"{store}/llama:v1", platform=bundle.platform) is None
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", tmp_path / "r", "--trust", keys["pub"])
+    assert r.rc == 5 and "not found" in r.error_line(), r
+    assert cli("ls", store, "--json").rc == 0 and json.loads(cli("ls", store, "--json").out)["refs"] == []
+    assert cli("rm", f"{store}/llama:v1").rc == 5
+    push(bundle, f"{store}/llama:v1")  # a push after the removal writes over the empty index
+    assert [e.platform for e in open_store(store).get_ref("llama", "v1").entries] == [bundle.platform]

@@ -143,3 +143,43 @@ def test_unsigned_push_warns_and_pull_refuses(tree, tmp_path, cli):
     assert r.rc == 3, r
     assert not (tmp_path / "root" / "torch_compile_cache").exists()
     assert os.path.isdir(tmp_path / "store" / "blobs")
+
+
+def test_delete_ref_keeps_the_lock_so_a_ref_update_stays_exclusive(bundle, tmp_path):
+    """Before: delete_ref unlinked ``.v1.lock``; the next update locked a new file while one was still running."""
+    import fcntl
+    import threading
+
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    lock = tmp_path / "store" / "refs" / "llama" / ".v1.lock"
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(old):
+        entered.set()
+        release.wait()
+        return old
+
+    with open_store(store) as st:
+        a = threading.Thread(target=st.update_ref, args=("llama", "v1", slow))
+        a.start()
+        d = threading.Thread(target=lambda: open_store(store).delete_ref("llama", "v1"))
+        try:
+            entered.wait()
+            d.start()
+            d.join(timeout=1)  # the delete waits for the update (new) or has unlinked the lock (old)
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+            try:
+                with pytest.raises(BlockingIOError):  # the update in flight still holds the tag's lock
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+        finally:
+            release.set()
+            a.join()
+            if d.is_alive() or d.ident:
+                d.join()
+    assert lock.exists()
+    with pytest.raises(NotFoundError):
+        open_store(store).get_ref("llama", "v1")
