@@ -228,7 +228,9 @@ class S3Store(Store):
             except (bexc.BotoCoreError, ConnectionError) as exc:
                 raise self._error(exc, what, missing) from None
             body = resp["Body"]
-            return iter(lambda: body.read(DL_CHUNK), b""), offset
+            meta = resp.get("ResponseMetadata") or {}
+            return (iter(lambda: body.read(DL_CHUNK), b""), int(meta.get("HTTPStatusCode") or 200),
+                    resp.get("ContentRange"))
 
         download_resumable(Path(dest), blob.stored_size, what, open_from, (bexc.BotoCoreError, ConnectionError),
                            lambda exc: self._error(exc, what, missing), self.counters, self.max_attempts)

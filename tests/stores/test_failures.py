@@ -347,3 +347,27 @@ def test_s3_rm_of_the_last_platform_leaves_a_tag_that_reads_as_missing(rgw, s3_e
     assert cli("rm", f"{store}/llama:v1").rc == 5
     push(bundle, f"{store}/llama:v1")  # a push after the removal writes over the empty index
     assert [e.platform for e in open_store(store).get_ref("llama", "v1").entries] == [bundle.platform]
+
+
+# ------------------------------------------------------------------------------------------- resume replies
+def test_s3_reply_200_to_a_range_request_restarts_the_blob(rgw, s3_env, shared_bucket, bundle, tmp_path, monkeypatch):
+    """Before: a server that ignores ``Range`` (200, whole body) had the whole body appended to the partial file,
+    and the pull ended as OversizeBlobError (exit 3) instead of a restart."""
+    store = f"s3://{shared_bucket}/range200-{uuid.uuid4().hex[:8]}"
+    push(bundle, f"{store}/llama:v1")
+    blob = max(bundle.blobs, key=lambda b: b.stored_size)
+    data = bundle.blob_path(blob).read_bytes()
+    with open_store(store) as st:
+        orig = st.client.get_object
+        asked = []
+
+        def ignoring_range(**kw):  # the real server, asked without the Range: a 200 with the whole body
+            asked.append(kw.pop("Range", None))
+            return orig(**kw)
+
+        monkeypatch.setattr(st.client, "get_object", ignoring_range)
+        dest = tmp_path / "partial"
+        dest.write_bytes(data[:len(data) // 2])
+        st.get_blob(blob, dest)
+    assert asked[0] == f"bytes={len(data) // 2}-"
+    assert dest.read_bytes() == data and st.counters.blobs_resumed == 0
