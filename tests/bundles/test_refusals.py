@@ -330,3 +330,16 @@ def test_names_longer_than_the_file_system_allows(tmp_path, keys, cli, root):
     obj, stored = manifest_obj([(long, b"data")])
     line = _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root), root, 3, "255")
     assert len(line) < 300 and "n" * 100 not in line
+
+
+def test_path_too_long_for_the_cache_roots_file_system(tmp_path, keys, cli):
+    """Every name fits, but the staged path passes PATH_MAX under a deep cache root: refused before any fetch
+    (exit 3, short message) instead of exit 1 with the whole path."""
+    deep = "/".join(["d" * 250] * 15)
+    obj, stored = manifest_obj([(f"torch_compile_cache/h/rank_0_0/{deep}/f", b"data")])
+    root = tmp_path / ("r" * 200) / ("r" * 200)
+    r = _install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root)
+    assert r.rc == 3, r
+    line = one_error_line(r.err)
+    assert "too long to install" in line and "d" * 100 not in line, line
+    assert not (tmp_path / ("r" * 200)).exists()

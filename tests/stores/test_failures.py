@@ -371,3 +371,101 @@ def test_s3_reply_200_to_a_range_request_restarts_the_blob(rgw, s3_env, shared_b
         st.get_blob(blob, dest)
     assert asked[0] == f"bytes={len(data) // 2}-"
     assert dest.read_bytes() == data and st.counters.blobs_resumed == 0
+
+
+# ------------------------------------------------------------------------------------------- partial files
+def _big_bundle(tmp_path, keys, store):
+    """A bundle of about 3 MiB stored (random bytes do not compress), pushed to ``store``."""
+    from cachetool.bundle import pack
+    from tests.bundles.fixtures import make_native_tree
+
+    src = make_native_tree(tmp_path / "src", layers=2)
+    rank = next(src.glob("torch_compile_cache/*/rank_0_0/backbone"))
+    for i in range(3):
+        (rank / f"random_{i}").write_bytes(os.urandom(1 << 20))
+    with pack(src, sign_key=keys["key"]) as b:
+        push(b, f"{store}/llama:v1")
+        return list(b.blobs)
+
+
+def test_blob_missing_from_the_store_leaves_no_partial_files(bundle, keys, tmp_path, cli):
+    """Before: a blob that can never be fetched (exit 5) left the blobs fetched so far in the partial folder."""
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    victim = max(bundle.blobs, key=lambda b: b.digest)  # fetched last: the others arrive first
+    (tmp_path / "store" / "blobs" / "sha256" / hexof(victim.stored_digest)).unlink()
+    root = tmp_path / "root"
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", root, "--trust", keys["pub"], "--workers", "1")
+    assert r.rc == 5 and "missing from store" in r.error_line(), r
+    assert not root.exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB file system (tmpfs); skipped where mounting is not allowed."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if p.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()[:100]}")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_pull_into_a_full_disk(keys, tmp_path, cli, small_disk):
+    """Before: exit 1 ("unexpected failure") with 2 MB left in the partial folder. Now exit 9, one line, and
+    nothing of the pull is left on the full file system."""
+    store = f"file://{tmp_path}/store"
+    _big_bundle(tmp_path, keys, store)
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", small_disk / "root", "--trust", keys["pub"])
+    assert r.rc == 9, r
+    line = r.error_line()
+    assert "is full" in line and str(small_disk / "root") in line, line
+    assert list(small_disk.iterdir()) == []
+
+
+def test_disk_full_while_expanding_removes_the_partial_files(bundle, keys, tmp_path, cli, monkeypatch):
+    """The same refusal where no file system can be mounted: ENOSPC injected where the installer writes a file."""
+    import errno
+
+    import cachetool.install as install
+
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    calls = []
+
+    def full(blob, zst, dest, mode):
+        calls.append(blob)
+        raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+
+    monkeypatch.setattr(install, "_verify_and_expand", full)
+    root = tmp_path / "root"
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", root, "--trust", keys["pub"])
+    assert r.rc == 9 and "is full" in r.error_line() and calls, r
+    assert not root.exists()
+
+
+def test_partial_files_kept_for_a_retry_are_bounded(bundle, keys, tmp_path, monkeypatch):
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    root = tmp_path / "root"
+    (root / PARTIAL_DIR).mkdir(parents=True)
+    stale = root / PARTIAL_DIR / ("e" * 64)  # left by a failed pull of another bundle, long ago
+    stale.write_bytes(b"s" * 200_000)
+    os.utime(stale, (1, 1))
+    monkeypatch.setenv("CACHETOOL_PARTIAL_MAX_BYTES", "100000")
+    st = open_store(store)
+    orig, calls = st.get_blob, []
+
+    def flaky(blob, dest):
+        calls.append(blob)
+        if len(calls) == 4:
+            raise StoreError("store went away")
+        return orig(blob, dest)
+
+    st.get_blob = flaky
+    with pytest.raises(StoreError):
+        pull(f"{store}/llama:v1", root, trust=[keys["pub"]], store=st, workers=1)
+    kept = list((root / PARTIAL_DIR).iterdir())
+    assert not stale.exists() and 1 <= len(kept) <= 3
+    assert sum(p.stat().st_size for p in kept) <= 100_000

@@ -183,3 +183,29 @@ def test_delete_ref_keeps_the_lock_so_a_ref_update_stays_exclusive(bundle, tmp_p
     assert lock.exists()
     with pytest.raises(NotFoundError):
         open_store(store).get_ref("llama", "v1")
+
+
+@pytest.mark.parametrize("swap", ["exchange", "two renames"])
+def test_repull_over_a_changed_unit_replaces_it(bundle, keys, tree, tmp_path, cli, monkeypatch, swap):
+    """Before: exit 2 "already exists with different content", also under --on-miss continue."""
+    from tests.bundles.fixtures import tree_snapshot
+
+    if swap == "two renames":  # a kernel or file system without renameat2(RENAME_EXCHANGE)
+        import cachetool.install as install
+
+        monkeypatch.setattr(install, "_exchange", lambda *a: False)
+    ref = f"file://{tmp_path}/store/llama:v1"
+    push(bundle, ref)
+    root = tmp_path / "root"
+    pull(ref, root, trust=[keys["pub"]])
+    victim = next(root.rglob("rank_1_0/backbone/compile_index.json"))
+    victim.write_bytes(b"{}")  # what a hot start that rewrote a file leaves
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--keep-changed", "--on-miss", "continue")
+    assert r.rc == 0 and "outcome=miss" in r.err and victim.read_bytes() == b"{}", r
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--keep-changed")
+    assert r.rc == 4 and "differ from the bundle" in r.error_line(), r
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--json")
+    assert r.rc == 0, r
+    assert json.loads(r.out)["install"]["units_replaced"] == [str(victim.parent.parent.relative_to(root))]
+    assert tree_snapshot(root) == tree_snapshot(tree)
+    assert sorted(p.name for p in root.iterdir()) == ["torch_compile_cache"]
