@@ -7,15 +7,21 @@ The order is the safety contract (see :mod:`cachetool.source`):
 2. preflight: the bundle's fingerprint and compiler/env factors against this machine, naming what differs;
    nothing is downloaded and nothing is written before this passes;
 3. take an exclusive ``fcntl.flock`` on the cache root folder itself (no lock file is left behind); remove
-   stale staging folders of killed installs; units already present with the same content are skipped;
+   stale staging folders of killed installs; plan: units already present with the same content are skipped,
+   units whose files differ are replaced (``keep_changed``: refused as a miss), paths the root's file system
+   cannot hold are refused;
 4. fetch each needed blob into a staging folder ``{root}/.cachetool-staging-*`` (same filesystem), check its
    stored size and sha256, decompress it with output bounded by the declared size, check the content sha256,
    and write the files (``O_EXCL|O_NOFOLLOW``) with their modes;
-5. rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders opened
-   with ``O_NOFOLLOW`` (a symlink planted in the destination is refused, never followed).
+5. commit: rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders
+   opened with ``O_NOFOLLOW`` (a symlink planted in the destination is refused, never followed); a unit being
+   replaced is swapped in with ``renameat2(RENAME_EXCHANGE)``.
 
-A failure at any step removes the staging folder, and a cache root this call created is removed again if
-empty. A kill -9 leaves at most a stale staging folder (never a partial unit); the next install removes it.
+The code follows these phases: :func:`verified_manifest` (shared with :func:`verify_bundle`), :func:`_open_root`
+and the lock, :func:`_plan`, :func:`_stage`, :func:`_commit`. A failure at any step removes the staging folder,
+the source settles its downloads under the lock (:meth:`BundleSource.settle`), and a cache root this call
+created is removed again if empty; a full disk is :class:`DiskFullError` (exit 9).
+A kill -9 leaves at most a stale staging folder (never a partial unit); the next install removes it.
 """
 
 from __future__ import annotations
@@ -753,9 +759,11 @@ def install_bundle(
             units_present=plan.present, files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id,
             verified=not insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
             units_replaced=sorted(plan.replace))
-    except BaseException:
+    except BaseException as exc:
         if created_root is not None:
             _remove_empty_tree(created_root)
+        if isinstance(exc, OSError):
+            raise _fs_error(exc, root, f"install into {root} failed") from exc
         raise
     finally:
         os.close(root_fd)  # releases the lock

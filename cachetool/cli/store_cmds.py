@@ -80,8 +80,8 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
 @store_options
 @_os_errors_one_line
 @click.pass_context
-def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, on_miss, workers,
-             as_json, progress, model, compilation_config, endpoint_url, profile, insecure):
+def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, on_miss,
+             workers, as_json, progress, model, compilation_config, endpoint_url, profile, insecure):
     """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched."""
     from cachetool.api import pull
 
