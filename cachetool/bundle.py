@@ -32,7 +32,8 @@ from pathlib import Path
 
 from cachetool.errors import NotFoundError, UsageError, VerificationError
 from cachetool.layouts import scan as scan_layout
-from cachetool.manifest import CacheKey, DirEntry, FileEntry, Manifest, manifest_digest, platform_key
+from cachetool.manifest import (CacheKey, DirEntry, FileEntry, Manifest, UnsafePathError, manifest_digest, platform_key,
+                                validate_relpath)
 from cachetool.source import BundleSource
 from cachetool.stores._common import atomic_file
 from cachetool.stores.base import BlobRef
@@ -286,6 +287,16 @@ def _compress(src: Path, size: int, dest: Path, level: int) -> tuple[str, int]:
     return "sha256:" + h.hexdigest(), n
 
 
+def _check_paths(scan) -> None:
+    """Refuse, before hashing anything, a tree whose paths a manifest may not hold (control characters, names too
+    long): the installer would refuse the bundle anyway, and such a name is a terminal escape in ``inspect``."""
+    for rel in [f.rel for f in scan.files] + [d for d, _ in scan.dirs]:
+        try:
+            validate_relpath(rel)
+        except UnsafePathError as exc:
+            raise UnsafePathError(f"cannot pack: {exc}") from None
+
+
 def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, workdir: str | os.PathLike | None = None,
          level: int = 3, fingerprint: dict | None = None) -> DirPackedBundle:
     """Pack the cache at ``cache_path`` (a root, one hash folder or one rank folder).
@@ -296,6 +307,7 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
     from cachetool.fingerprint import fingerprint_from_factors, local_fingerprint
 
     scan = scan_layout(cache_path, layout)
+    _check_paths(scan)
     if workdir is None:
         owned = Path(tempfile.mkdtemp(prefix="cachetool-pack-"))
         blob_dir = owned / "blobs"

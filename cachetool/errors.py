@@ -56,3 +56,9 @@ class CompileInStrictModeError(CachetoolError):
     """Something compiled although the run required a pure cache hit (``--require-hit`` / strict mode)."""
 
     exit_code = 8
+
+
+class DiskFullError(CachetoolError):
+    """The file system of the cache root (or a store folder) is full: ENOSPC or a quota (EDQUOT)."""
+
+    exit_code = 9

@@ -7,15 +7,21 @@ The order is the safety contract (see :mod:`cachetool.source`):
 2. preflight: the bundle's fingerprint and compiler/env factors against this machine, naming what differs;
    nothing is downloaded and nothing is written before this passes;
 3. take an exclusive ``fcntl.flock`` on the cache root folder itself (no lock file is left behind); remove
-   stale staging folders of killed installs; units already present with the same content are skipped;
+   stale staging folders of killed installs; plan: units already present with the same content are skipped,
+   units whose files differ are replaced (``keep_changed``: refused as a miss), paths the root's file system
+   cannot hold are refused;
 4. fetch each needed blob into a staging folder ``{root}/.cachetool-staging-*`` (same filesystem), check its
    stored size and sha256, decompress it with output bounded by the declared size, check the content sha256,
    and write the files (``O_EXCL|O_NOFOLLOW``) with their modes;
-5. rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders opened
-   with ``O_NOFOLLOW`` (a symlink planted in the destination is refused, never followed).
+5. commit: rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders
+   opened with ``O_NOFOLLOW`` (a symlink planted in the destination is refused, never followed); a unit being
+   replaced is swapped in with ``renameat2(RENAME_EXCHANGE)``.
 
-A failure at any step removes the staging folder, and a cache root this call created is removed again if
-empty. A kill -9 leaves at most a stale staging folder (never a partial unit); the next install removes it.
+The code follows these phases: :func:`verified_manifest` (shared with :func:`verify_bundle`), :func:`_open_root`
+and the lock, :func:`_plan`, :func:`_stage`, :func:`_commit`. A failure at any step removes the staging folder,
+the source settles its downloads under the lock (:meth:`BundleSource.settle`), and a cache root this call
+created is removed again if empty; a full disk is :class:`DiskFullError` (exit 9).
+A kill -9 leaves at most a stale staging folder (never a partial unit); the next install removes it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -35,8 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import CacheMissError, CachetoolError, UsageError, VerificationError
-from cachetool.manifest import RESERVED_PREFIX, FileEntry, Manifest, Unit, manifest_digest
+from cachetool.errors import CacheMissError, CachetoolError, DiskFullError, UsageError, VerificationError
+from cachetool.manifest import RESERVED_PREFIX, FileEntry, Manifest, Unit, manifest_digest, short_path
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef
 
@@ -64,11 +71,20 @@ class PreflightError(CacheMissError):
 
 
 class InstallIOError(CachetoolError):
-    """The filesystem refused an operation (permissions, disk full, ...)."""
+    """The filesystem refused an operation (permissions, a read-only mount, ...)."""
 
 
 class ConflictError(UsageError):
-    """An install unit already exists in the cache root with different content."""
+    """An install unit appeared in the cache root while this install held its lock (a writer that takes no lock)."""
+
+
+class UnitChangedError(CacheMissError):
+    """An install unit exists with files that differ from the bundle, and the caller asked to keep it
+    (``keep_changed``). A miss: the server runs with what is there (``pull --on-miss continue`` covers it)."""
+
+
+class PathTooLongError(VerificationError):
+    """A bundle path is longer than the cache root's file system allows (a name or the whole path)."""
 
 
 @dataclasses.dataclass
@@ -84,6 +100,7 @@ class InstallResult:
     verified: bool
     preflight: list[str]  # what preflight checked ("fingerprint", "compiler factors", ...)
     seconds: float = 0.0
+    units_replaced: list[str] = dataclasses.field(default_factory=list)  # in units_installed: they had other files
 
     @property
     def already_installed(self) -> bool:
@@ -399,12 +416,10 @@ def _verify_and_expand(blob: BlobRef, zst: Path, dest: Path, mode: int) -> None:
         os.fchmod(out.fileno(), mode)
 
 
-def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
-                  warn: Callable[[str], None] | None = None) -> tuple[Manifest, str | None]:
-    """Verify the signature (unless skipped) and every blob of ``source``, writing nothing but temp files.
-
-    Returns (manifest, key id of the verifying key or None).
-    """
+def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
+                      warn: Callable[[str], None] | None = None) -> tuple[bytes, Manifest, str | None]:
+    """Phase 1 of verify and install: the manifest's bytes, checked against the signature and the pinned keys
+    (unless ``insecure_skip_verify``, which warns), then parsed and validated. Returns (bytes, manifest, key id)."""
     mbytes = source.manifest_bytes()
     key_id = None
     if insecure_skip_verify:
@@ -414,7 +429,16 @@ def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecu
         from cachetool.trust import load_trusted_keys
 
         key_id = verify_envelope(source.signature_bytes(), mbytes, load_trusted_keys(trust)).keyid
-    manifest = Manifest.from_bytes(mbytes)
+    return mbytes, Manifest.from_bytes(mbytes), key_id
+
+
+def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
+                  warn: Callable[[str], None] | None = None) -> tuple[Manifest, str | None]:
+    """Verify the signature (unless skipped) and every blob of ``source``, writing nothing but temp files.
+
+    Returns (manifest, key id of the verifying key or None).
+    """
+    _, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify, warn=warn)
     with tempfile.TemporaryDirectory(prefix="cachetool-verify-") as tmp:
         for blob in manifest.blobs:
             zst = Path(tmp) / "blob.zst"
@@ -454,6 +478,241 @@ def _copy_file(src: Path, dest: Path, mode: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------
+# install, in phases: verified manifest -> locked root -> plan -> stage -> commit
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# mkdtemp's random part, then the tree folder: staged files live at {root}/{STAGING_PREFIX}XXXXXXXX/tree/{path}
+_STAGED_PREFIX_LEN = len(STAGING_PREFIX) + 8 + len("/tree/")
+_RENAME_EXCHANGE = 2
+
+
+@dataclasses.dataclass
+class _Plan:
+    units: list[Unit]  # to install: absent, or present with other files (then in ``replace``)
+    replace: set[str]
+    present: list[str]  # present with the bundle's files: skipped
+    files: dict[str, list[FileEntry]]  # unit path -> the bundle's files in it
+
+
+def _fs_error(exc: OSError, root: Path, doing: str) -> CachetoolError:
+    """An OSError as one short line: a full disk and a name too long get their own classes (and exit codes)."""
+    where = short_path(os.fsdecode(exc.filename)) if exc.filename else ""
+    if exc.errno in _DISK_FULL:
+        return DiskFullError(f"{doing}: the file system of {root} is full ({exc.strerror}); nothing was installed: "
+                             "free space or use another cache root")
+    if exc.errno == errno.ENAMETOOLONG:
+        return PathTooLongError(f"{doing}: a path is too long for the file system of {root} ({where})")
+    return InstallIOError(f"{doing}: {exc.strerror or exc}" + (f" ({where})" if where else ""))
+
+
+def _open_root(root: Path) -> tuple[Path, int, Path | None]:
+    """Create the cache root if missing, resolve and open it. Returns (root, fd, topmost folder this call created,
+    to remove again on failure, or None)."""
+    created = None
+    try:
+        if not root.exists():
+            p = root
+            while not p.exists():
+                created = p
+                p = p.parent
+            root.mkdir(parents=True, exist_ok=True)
+        root = root.resolve()
+        if not root.is_dir():
+            raise UsageError(f"cache root {root} is not a folder")
+        return root, os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)), created
+    except OSError as exc:
+        if created is not None:
+            _remove_empty_tree(created)
+        if exc.errno in _DISK_FULL or exc.errno == errno.ENAMETOOLONG:
+            raise _fs_error(exc, root, "cannot use cache root") from None
+        why = "a dangling symlink" if root.is_symlink() and not root.exists() else (exc.strerror or str(exc))
+        raise InstallIOError(f"cannot use cache root {root}: {why}") from None
+
+
+def _remove_stale_staging(root: Path) -> None:
+    # Called with the root lock held: any staging folder is left over from a killed install.
+    for e in os.scandir(root):
+        if e.name.startswith(STAGING_PREFIX) and e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path, ignore_errors=True)
+
+
+def _plan(manifest: Manifest, units: list[Unit], root_fd: int, root: Path, keep_changed: bool) -> _Plan:
+    """Which units to install. A unit whose files all match is skipped (extra files a server added are fine); one
+    whose files differ is replaced (``keep_changed``: refused with :class:`UnitChangedError`)."""
+    files: dict[str, list[FileEntry]] = {u.path: [] for u in units}
+    for f in manifest.files:
+        u = manifest.unit_of(f.path)
+        if u is not None and u.path in files:
+            files[u.path].append(f)
+    plan = _Plan([], set(), [], files)
+    for u in units:
+        ufd = _open_dir_chain(root_fd, u.path, False, {})
+        if ufd is None:
+            plan.units.append(u)
+            continue
+        os.close(ufd)
+        if _unit_matches(root_fd, u, files[u.path]):
+            plan.present.append(u.path)
+        elif keep_changed:
+            raise UnitChangedError(f"{u.path} in {root} has files that differ from the bundle; kept as it is "
+                                   "(--keep-changed): nothing installed")
+        else:
+            plan.units.append(u)
+            plan.replace.add(u.path)
+    _check_lengths(plan, manifest, root, root_fd)
+    return plan
+
+
+def _check_lengths(plan: _Plan, manifest: Manifest, root: Path, root_fd: int) -> None:
+    """Refuse, before anything is fetched, a path the cache root's file system cannot hold (one name over its
+    NAME_MAX, or the staged path over its PATH_MAX)."""
+    try:
+        name_max, path_max = os.fpathconf(root_fd, "PC_NAME_MAX"), os.fpathconf(root_fd, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    base = len(os.fsencode(str(root))) + 1 + _STAGED_PREFIX_LEN
+    for u in plan.units:
+        for rel in [u.path, *(f.path for f in plan.files[u.path])]:
+            b = rel.encode("utf-8")
+            longest = max(len(part) for part in b.split(b"/"))
+            if longest > name_max:
+                raise PathTooLongError(f"manifest path {short_path(rel)} has a name of {longest} bytes; the file "
+                                       f"system of {root} allows {name_max}")
+            if base + len(b) >= path_max:
+                raise PathTooLongError(f"manifest path {short_path(rel)} is too long to install under {root} "
+                                       f"({base + len(b)} bytes staged; the file system allows {path_max - 1})")
+
+
+def _all(ex: ThreadPoolExecutor, fn: Callable, items: Iterable) -> list:
+    """``fn`` over ``items`` in ``ex``; on the first failure the tasks not yet started are cancelled (a missing
+    blob must not be followed by downloads of all the others)."""
+    futures = [ex.submit(fn, x) for x in items]
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+
+
+def _stage(source: BundleSource, manifest: Manifest, plan: _Plan, staging: Path,
+           workers: int | None) -> tuple[int, int, int]:
+    """Fetch, verify and expand every needed blob into ``staging/tree``; returns (bytes, files, blobs fetched)."""
+    blob_dir = staging / "blobs"
+    blob_dir.mkdir()
+    tree = staging / "tree"
+    tree.mkdir()
+    dir_modes = {d.path: d.mode for d in manifest.dirs}
+    # folders of the units, parents first
+    need_dirs = set()
+    wanted: list[FileEntry] = []
+    for u in plan.units:
+        need_dirs.add(u.path)
+        for f in plan.files[u.path]:
+            wanted.append(f)
+            d = posixpath.dirname(f.path)
+            while d and d not in need_dirs and d != posixpath.dirname(u.path):
+                need_dirs.add(d)
+                d = posixpath.dirname(d)
+        for d in dir_modes:
+            if d == u.path or d.startswith(u.path + "/"):
+                need_dirs.add(d)
+    for d in sorted(need_dirs, key=lambda p: p.count("/")):
+        (tree / d).mkdir(parents=True, exist_ok=True)
+    by_digest: dict[str, list[FileEntry]] = {}
+    for f in wanted:
+        by_digest.setdefault(f.digest, []).append(f)
+
+    def one(digest_: str) -> int:
+        blob = manifest.blob(digest_)
+        zst = blob_dir / (digest_.split(":", 1)[1] + ".zst")
+        source.fetch_blob(blob, zst)
+        group = by_digest[digest_]
+        _verify_and_expand(blob, zst, tree / group[0].path, group[0].mode)
+        zst.unlink()
+        return blob.size
+
+    def copy(pair: tuple[FileEntry, FileEntry]) -> int:
+        first, other = pair
+        _copy_file(tree / first.path, tree / other.path, other.mode)
+        return other.size
+
+    with ThreadPoolExecutor(workers or max(2, min(8, (os.cpu_count() or 1) * 2))) as ex:
+        # every unique blob once (fetch, verify, expand), then the duplicates as local copies
+        sizes = _all(ex, one, sorted(by_digest))
+        copies = [(g[0], o) for g in by_digest.values() for o in g[1:]]
+        nbytes = sum(sizes) + sum(_all(ex, copy, copies))
+    # folder modes, deepest first (a read-only folder is fine once its content is written)
+    for d in sorted(need_dirs, key=lambda p: -p.count("/")):
+        os.chmod(tree / d, dir_modes.get(d, 0o755))
+    return nbytes, len(wanted), len(sizes)
+
+
+@functools.lru_cache(maxsize=1)
+def _renameat2():
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _exchange(src_fd: int, dst_fd: int, name: str) -> bool:
+    """Swap ``name`` under ``src_fd`` with ``name`` under ``dst_fd`` in one step (``renameat2(RENAME_EXCHANGE)``);
+    False where the kernel or the file system cannot."""
+    import ctypes
+
+    fn = _renameat2()
+    if fn is None:
+        return False
+    b = os.fsencode(name)
+    if fn(src_fd, b, dst_fd, b, _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), name)
+
+
+def _commit(plan: _Plan, manifest: Manifest, staging: Path, root_fd: int, root: Path) -> None:
+    """Rename each staged unit into place, relative to parent folders opened with O_NOFOLLOW. A unit being replaced
+    is swapped with the staged one atomically (readers see the old files or the new, never a mix) and the old one
+    is deleted with the staging folder; where the swap is not available it is moved aside first."""
+    dir_modes = {d.path: d.mode for d in manifest.dirs}
+    tree_fd = os.open(staging / "tree", _DIR_FLAGS)
+    aside = staging / "replaced"
+    aside.mkdir()
+    aside_fd = os.open(aside, _DIR_FLAGS)
+    try:
+        for i, u in enumerate(sorted(plan.units, key=lambda u: u.path)):
+            parent, name = posixpath.split(u.path)
+            src_fd = _open_dir_chain(tree_fd, parent, False, {})
+            dst_fd = _open_dir_chain(root_fd, parent, True, dir_modes)
+            try:
+                try:
+                    st = os.lstat(name, dir_fd=dst_fd)
+                except FileNotFoundError:
+                    st = None
+                if st is not None and (stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode)):
+                    raise UnsafeDestinationError(f"{u.path!r} in the cache root is a symlink or file")
+                if st is not None and u.path not in plan.replace:
+                    raise ConflictError(f"{u.path} appeared in {root} during the install; rerun")
+                if st is not None and _exchange(src_fd, dst_fd, name):
+                    continue
+                if st is not None:
+                    os.rename(name, f"old-{i}", src_dir_fd=dst_fd, dst_dir_fd=aside_fd)
+                os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            finally:
+                os.close(src_fd)
+                os.close(dst_fd)
+    finally:
+        os.close(tree_fd)
+        os.close(aside_fd)
+
 
 def install_bundle(
     source: BundleSource,
@@ -466,6 +725,7 @@ def install_bundle(
     device: str | None = None,
     expected_key: dict | None = None,
     force: bool = False,
+    keep_changed: bool = False,
     warn: Callable[[str], None] | None = None,
     workers: int | None = None,
 ) -> InstallResult:
@@ -474,180 +734,69 @@ def install_bundle(
     ``trust``: public key paths / :class:`cachetool.signing.PublicKey` objects; None = the pinned keys
     (:func:`cachetool.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
     preflight compares against (default: the bundle's). ``expected_key``: the key the server's config needs
-    (see :func:`check_expected_key`). ``force``: replace units that exist with other content.
+    (see :func:`check_expected_key`). A unit present with files that differ from the bundle is replaced (one
+    ``warn`` line each); ``keep_changed``: refuse instead (:class:`UnitChangedError`, a miss). ``force``: replace
+    even with ``keep_changed`` (replacing is the default; the flag stays for old callers).
     """
     from cachetool.fingerprint import check_device
 
     t0 = time.monotonic()
     device = check_device(device)
-    mbytes = source.manifest_bytes()
-    digest = manifest_digest(mbytes)
-    key_id = None
-    if insecure_skip_verify:
-        (warn or log.warning)(INSECURE_WARNING)
-    else:
-        from cachetool.signing import verify_envelope
-        from cachetool.trust import load_trusted_keys
-
-        k = verify_envelope(source.signature_bytes(), mbytes, load_trusted_keys(trust))
-        key_id = k.keyid
-    manifest = Manifest.from_bytes(mbytes)
+    mbytes, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify,
+                                                 warn=warn)
     units = _select_units(manifest, parse_ranks(ranks))
     checked = run_preflight(manifest, device=device, expected_key=expected_key) if preflight else []
 
-    root = Path(cache_root).expanduser()
-    created_root = None
-    try:
-        if not root.exists():
-            # Create missing ancestors; remember the topmost one we created, to remove it again on failure.
-            p = root
-            while not p.exists():
-                created_root = p
-                p = p.parent
-            root.mkdir(parents=True, exist_ok=True)
-        root = root.resolve()
-        if not root.is_dir():
-            raise UsageError(f"cache root {root} is not a folder")
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        if created_root is not None:
-            _remove_empty_tree(created_root)
-        why = "a dangling symlink" if root.is_symlink() and not root.exists() else (exc.strerror or str(exc))
-        raise InstallIOError(f"cannot use cache root {root}: {why}") from None
-
-    staging: Path | None = None
+    root, root_fd, created_root = _open_root(Path(cache_root).expanduser())
     try:
         fcntl.flock(root_fd, fcntl.LOCK_EX)
-        # We hold the lock: any staging folder is left over from a killed install.
-        for e in os.scandir(root):
-            if e.name.startswith(STAGING_PREFIX) and e.is_dir(follow_symlinks=False):
-                shutil.rmtree(e.path, ignore_errors=True)
-
-        files_by_unit: dict[str, list[FileEntry]] = {u.path: [] for u in units}
-        for f in manifest.files:
-            u = manifest.unit_of(f.path)
-            if u is not None and u.path in files_by_unit:
-                files_by_unit[u.path].append(f)
-        todo: list[Unit] = []
-        present: list[str] = []
-        for u in units:
-            ufd = _open_dir_chain(root_fd, u.path, False, {})
-            if ufd is None:
-                todo.append(u)
-                continue
-            os.close(ufd)
-            if _unit_matches(root_fd, u, files_by_unit[u.path]):
-                present.append(u.path)
-            elif force:
-                todo.append(u)
-            else:
-                raise ConflictError(
-                    f"{u.path} already exists in {root} with different content; remove it or pass --force")
-        nbytes = nfiles = 0
-        fetched = 0
-        if todo:
-            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
-            blob_dir = staging / "blobs"
-            blob_dir.mkdir()
-            tree = staging / "tree"
-            tree.mkdir()
-            dir_modes = {d.path: d.mode for d in manifest.dirs}
-            # folders of the units, parents first
-            need_dirs = set()
-            wanted: list[FileEntry] = []
-            for u in todo:
-                need_dirs.add(u.path)
-                for f in files_by_unit[u.path]:
-                    wanted.append(f)
-                    d = posixpath.dirname(f.path)
-                    while d and d not in need_dirs and d != posixpath.dirname(u.path):
-                        need_dirs.add(d)
-                        d = posixpath.dirname(d)
-                for d in dir_modes:
-                    if d == u.path or d.startswith(u.path + "/"):
-                        need_dirs.add(d)
-            for d in sorted(need_dirs, key=lambda p: p.count("/")):
-                (tree / d).mkdir(parents=True, exist_ok=True)
-            by_digest: dict[str, list[FileEntry]] = {}
-            for f in wanted:
-                by_digest.setdefault(f.digest, []).append(f)
-
-            def one(digest_: str) -> int:
-                blob = manifest.blob(digest_)
-                zst = blob_dir / (digest_.split(":", 1)[1] + ".zst")
-                source.fetch_blob(blob, zst)
-                group = by_digest[digest_]
-                _verify_and_expand(blob, zst, tree / group[0].path, group[0].mode)
-                zst.unlink()
-                return blob.size
-
-            def copy(pair: tuple[FileEntry, FileEntry]) -> int:
-                first, other = pair
-                _copy_file(tree / first.path, tree / other.path, other.mode)
-                return other.size
-
-            with ThreadPoolExecutor(workers or max(2, min(8, (os.cpu_count() or 1) * 2))) as ex:
-                # every unique blob once (fetch, verify, expand), then the duplicates as local copies
-                for n in ex.map(one, sorted(by_digest)):
-                    nbytes += n
-                    fetched += 1
-                copies = [(g[0], o) for g in by_digest.values() for o in g[1:]]
-                for n in ex.map(copy, copies):
-                    nbytes += n
-            nfiles = len(wanted)
-            # folder modes, deepest first (a read-only folder is fine once its content is written)
-            for d in sorted(need_dirs, key=lambda p: -p.count("/")):
-                os.chmod(tree / d, dir_modes.get(d, 0o755))
-
-            # rename units into place
-            tree_fd = os.open(tree, _DIR_FLAGS)
-            old = staging / "replaced"
-            old.mkdir()
-            old_fd = os.open(old, _DIR_FLAGS)
-            try:
-                for u in sorted(todo, key=lambda u: u.path):
-                    parent, name = posixpath.split(u.path)
-                    src_fd = _open_dir_chain(tree_fd, parent, False, {})
-                    dst_fd = _open_dir_chain(root_fd, parent, True, dir_modes)
-                    try:
-                        if force:
-                            # Move the differing unit aside into staging (deleted with it), then put ours in.
-                            try:
-                                os.rename(name, f"old-{len(os.listdir(old))}", src_dir_fd=dst_fd, dst_dir_fd=old_fd)
-                            except FileNotFoundError:
-                                pass
-                        try:
-                            st = os.lstat(name, dir_fd=dst_fd)
-                        except FileNotFoundError:
-                            st = None
-                        if st is not None:
-                            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-                                raise UnsafeDestinationError(f"{u.path!r} in the cache root is a symlink or file")
-                            raise ConflictError(f"{u.path} appeared in {root} during the install; rerun")
-                        os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
-                    finally:
-                        os.close(src_fd)
-                        os.close(dst_fd)
-            finally:
-                os.close(tree_fd)
-                os.close(old_fd)
+        plan, nbytes, nfiles, fetched = _install_locked(source, manifest, units, root, root_fd,
+                                                        keep_changed and not force, workers)
+        for path in sorted(plan.replace):
+            (warn or log.warning)(f"replaced {path} in {root}: its files differed from the bundle")
         return InstallResult(
-            manifest_digest=digest, cache_root=root, units_installed=[u.path for u in todo], units_present=present,
-            files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id, verified=not insecure_skip_verify,
-            preflight=checked, seconds=time.monotonic() - t0)
+            manifest_digest=manifest_digest(mbytes), cache_root=root, units_installed=[u.path for u in plan.units],
+            units_present=plan.present, files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id,
+            verified=not insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
+            units_replaced=sorted(plan.replace))
     except BaseException as exc:
         if created_root is not None:
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
-                staging = None
             _remove_empty_tree(created_root)
         if isinstance(exc, OSError):
-            raise InstallIOError(f"install into {root} failed: {exc.strerror or exc} ({exc.filename or ''})") from exc
+            raise _fs_error(exc, root, f"install into {root} failed") from exc
+        raise
+    finally:
+        os.close(root_fd)  # releases the lock
+
+
+def _install_locked(source: BundleSource, manifest: Manifest, units: list[Unit], root: Path, root_fd: int,
+                    keep_changed: bool, workers: int | None) -> tuple[_Plan, int, int, int]:
+    """Plan, stage and commit with the root lock held; the staging folder is always removed, and the source
+    settles (its partial downloads) still under the lock, told how the install ended."""
+    staging: Path | None = None
+    error: BaseException | None = None
+    try:
+        _remove_stale_staging(root)
+        plan = _plan(manifest, units, root_fd, root, keep_changed)
+        nbytes = nfiles = fetched = 0
+        if plan.units:
+            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
+            nbytes, nfiles, fetched = _stage(source, manifest, plan, staging, workers)
+            _commit(plan, manifest, staging, root_fd, root)
+        return plan, nbytes, nfiles, fetched
+    except OSError as exc:
+        error = _fs_error(exc, root, f"install into {root} failed")
+        raise error from exc
+    except BaseException as exc:
+        error = exc
         raise
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        os.close(root_fd)  # releases the lock
+        try:
+            source.settle(error)
+        except OSError as exc:  # cleaning up must not hide what happened
+            log.warning("could not clean up after the install: %s", exc)
 
 
 def _remove_empty_tree(top: Path) -> None:

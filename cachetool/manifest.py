@@ -17,6 +17,7 @@ import hashlib
 import json
 import posixpath
 import re
+import unicodedata
 from typing import Any
 
 from cachetool import __version__
@@ -80,23 +81,51 @@ def platform_key(fingerprint: dict) -> str:
     return head
 
 
+# Characters no path may hold: every Unicode control (Cc: C0, DEL, C1 such as NEL U+0085 and CSI U+009B, which
+# terminals act on), surrogates (Cs: a file name that is not valid UTF-8), line and paragraph separators, and the
+# bidirectional formatting controls (Cf) that make a printed path read differently from what it is.
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
+MAX_NAME_BYTES = 255  # NAME_MAX of Linux file systems: one path component, in UTF-8 bytes
+
+
+def unsafe_char(path: str) -> str | None:
+    """The first character of ``path`` that no bundle path may hold (see above), or None."""
+    for c in path:
+        if c in _BIDI_CONTROLS or c == "\\" or unicodedata.category(c) in _REFUSED_CATEGORIES:
+            return c
+    return None
+
+
+def short_path(path: str, limit: int = 80) -> str:
+    """``repr`` of a path for one-line messages, cut in the middle when long (escapes stay escaped)."""
+    r = ascii(path)
+    return r if len(r) <= limit else f"{r[:limit // 2]}...{r[-(limit // 2 - 3):]} ({len(path)} characters)"
+
+
 def validate_relpath(path: Any, what: str = "path") -> str:
     """Return ``path`` if it is a safe, normalised, relative POSIX path; raise :class:`UnsafePathError`."""
     if not isinstance(path, str) or not path:
-        raise UnsafePathError(f"manifest {what} {path!r} is not a non-empty string")
+        raise UnsafePathError(f"manifest {what} {_short_repr(path)} is not a non-empty string")
     if len(path) > MAX_PATH_LEN:
-        raise UnsafePathError(f"manifest {what} is longer than {MAX_PATH_LEN} characters")
-    if "\x00" in path or "\\" in path or any(ord(c) < 32 for c in path):
-        raise UnsafePathError(f"manifest {what} {path!r} contains a control character or backslash")
+        raise UnsafePathError(f"manifest {what} {short_path(path)} is longer than {MAX_PATH_LEN} characters")
+    bad = unsafe_char(path)
+    if bad is not None:
+        kind = "a backslash" if bad == "\\" else f"the control character U+{ord(bad):04X}"
+        raise UnsafePathError(f"manifest {what} {short_path(path)} contains {kind}")
     if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
-        raise UnsafePathError(f"manifest {what} {path!r} is absolute")
+        raise UnsafePathError(f"manifest {what} {short_path(path)} is absolute")
     parts = path.split("/")
     if any(p in ("", ".", "..") for p in parts):
-        raise UnsafePathError(f"manifest {what} {path!r} has an empty, '.' or '..' component")
+        raise UnsafePathError(f"manifest {what} {short_path(path)} has an empty, '.' or '..' component")
     if posixpath.normpath(path) != path:
-        raise UnsafePathError(f"manifest {what} {path!r} is not normalised")
+        raise UnsafePathError(f"manifest {what} {short_path(path)} is not normalised")
     if parts[0].startswith(RESERVED_PREFIX):
-        raise UnsafePathError(f"manifest {what} {path!r} uses the reserved prefix {RESERVED_PREFIX!r}")
+        raise UnsafePathError(f"manifest {what} {short_path(path)} uses the reserved prefix {RESERVED_PREFIX!r}")
+    long = next((p for p in parts if len(p.encode("utf-8")) > MAX_NAME_BYTES), None)
+    if long is not None:
+        raise UnsafePathError(f"manifest {what} {short_path(path)} has a name of {len(long.encode('utf-8'))} bytes; "
+                              f"file systems allow {MAX_NAME_BYTES}")
     return path
 
 

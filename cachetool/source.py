@@ -28,3 +28,8 @@ class BundleSource(abc.ABC):
     @abc.abstractmethod
     def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
         """Write the blob's stored (zstd) bytes to ``dest``. The caller verifies and decompresses."""
+
+    def settle(self, error: BaseException | None) -> None:
+        """Called once by the installer when an install that got the cache root's lock ends, still under the lock:
+        ``error`` is None on success, else the error it ends with. A source that keeps downloads for a retry
+        decides here what to keep."""

@@ -10,9 +10,12 @@ which verifies the signature and runs preflight before it asks for any blob. The
 
 Resuming: blobs are downloaded into ``{cache_root}/.cachetool-partial/`` (same filesystem as the install staging,
 so a blob is hard-linked, not copied). An interrupted pull leaves the finished and the partial blobs there; the
-rerun keeps finished ones and resumes partial ones with a ``Range`` request. The folder is removed after a
-successful install, and after a verification failure (a corrupt blob is never kept); only the files this pull
-used are deleted, so concurrent pulls of other bundles into the same root keep theirs.
+rerun keeps finished ones and resumes partial ones with a ``Range`` request. Partial files are kept only where a
+rerun can use them: after the store failed (exit 6) or ``--timeout`` ran out (exit 7). After a success, and after a
+failure no rerun can mend (a blob missing from the store, bytes that fail a check, a full disk), this pull's files
+are deleted (only those: other pulls into the same root keep theirs). Either way the folder is then cut to
+``CACHETOOL_PARTIAL_MAX_BYTES`` (default 4 GiB), oldest files first. All of this happens under the cache root's
+lock (:meth:`StoreSource.settle`), so no other pull is writing there.
 """
 
 from __future__ import annotations
@@ -36,6 +39,34 @@ from cachetool.stores._common import hexof, now_iso
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 
 PARTIAL_DIR = ".cachetool-partial"
+PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)
+RETRYABLE = (StoreError, TimeoutError_, KeyboardInterrupt)  # failures after which a rerun uses the partial files
+
+
+def partial_cap() -> int:
+    text = os.environ.get("CACHETOOL_PARTIAL_MAX_BYTES", "")
+    try:
+        return max(0, int(text)) if text.strip() else PARTIAL_MAX_BYTES
+    except ValueError:
+        raise UsageError(f"CACHETOOL_PARTIAL_MAX_BYTES={text[:40]!r} is not a number of bytes") from None
+
+
+def trim_partials(folder: Path, cap: int) -> None:
+    """Delete the oldest files of the partial folder until it holds at most ``cap`` bytes. Callers hold the cache
+    root's lock, so no pull is writing there."""
+    try:
+        entries = [(e.stat(follow_symlinks=False), e) for e in os.scandir(folder) if not e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    total = sum(st.st_size for st, _ in entries)
+    for st, e in sorted(entries, key=lambda x: x[0].st_mtime):
+        if total <= cap:
+            break
+        try:
+            os.unlink(e.path)
+        except FileNotFoundError:
+            pass
+        total -= st.st_size
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -74,7 +105,8 @@ class PullResult:
         r = self.install
         d["install"] = {"cache_root": str(r.cache_root), "units_installed": r.units_installed,
                         "units_present": r.units_present, "files": r.files, "bytes": r.bytes, "key_id": r.key_id,
-                        "verified": r.verified, "preflight": r.preflight, "already_installed": r.already_installed}
+                        "verified": r.verified, "preflight": r.preflight, "already_installed": r.already_installed,
+                        "units_replaced": r.units_replaced}
         return d
 
 
@@ -335,6 +367,15 @@ class StoreSource(BundleSource):
             p.unlink(missing_ok=True)
         _remove_if_empty(self.partial_dir)
 
+    def settle(self, error: BaseException | None) -> None:
+        """Under the cache root's lock, as the install ends: keep this pull's partial files only when a rerun can
+        use them (the store failed or the time ran out), else delete them (installed; a blob missing from the
+        store or failing its check; a full disk). Then bound the whole folder (:func:`trim_partials`)."""
+        if not isinstance(error, RETRYABLE):
+            self.discard_partials()
+        trim_partials(self.partial_dir, partial_cap())
+        _remove_if_empty(self.partial_dir)
+
     def _partial(self, blob: BlobRef) -> Path:
         """The partial file of ``blob``, never through a link: the folder must be a real folder, and a partial that
         is a symlink, a hard link or not a regular file is removed (a download appends to it)."""
@@ -395,6 +436,7 @@ class StoreSource(BundleSource):
 
 def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_skip_verify: bool = False,
          ranks=None, device: str | None = None, expected_key: dict | None = None, force: bool = False,
+         keep_changed: bool = False,
          preflight: bool = True,
          store: Store | None = None, store_options: dict | None = None, timeout: float | None = None,
          progress: bool | None = None, workers: int | None = None, warn: Callable[[str], None] | None = None
@@ -433,16 +475,12 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
             try:
                 result = install_bundle(src, root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
                                         preflight=preflight, device=device, expected_key=expected_key, force=force,
+                                        keep_changed=keep_changed,
                                         warn=warn, workers=workers)
-            except VerificationError:
-                src.discard_partials()  # never keep bytes that failed a check
-                _remove_if_empty(root)
-                raise
-            except CachetoolError:
+            except CachetoolError:  # the partial files were settled under the root lock (StoreSource.settle)
                 _remove_if_empty(partial)
                 _remove_if_empty(root)
                 raise
-        src.discard_partials()
         down1 = st.counters.bytes_down if hasattr(st, "counters") else 0
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
@@ -466,22 +504,26 @@ def list_refs(store_url: str, *, store_options: dict | None = None) -> list[RefI
 
 
 def remove(ref: str | Ref, *, store_options: dict | None = None, platform: str | None = None) -> RefIndex | None:
-    """Delete the tag (or only one platform's entry of it); return the remaining index, or None if deleted."""
+    """Delete the tag (or only one platform's entry of it); return the remaining index, or None if deleted.
+
+    Removing one platform is a read-modify-write of the tag, so it goes through ``Store.update_ref`` (locked or
+    conditional): a platform pushed to the same tag at the same moment is kept."""
     r, st, _ = _ref_and_store(ref, None, store_options)
     with st:
         if platform is None:
             st.delete_ref(r.name, r.tag)
             return None
-        index = st.get_ref(r.name, r.tag)
-        kept = tuple(e for e in index.entries if e.platform != platform)
-        if len(kept) == len(index.entries):
-            raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
-        if not kept:
-            st.delete_ref(r.name, r.tag)
-            return None
-        new = RefIndex(r.name, r.tag, kept)
-        st.put_ref(new)
-        return new
+        return st.update_ref(r.name, r.tag, lambda old: without_platform(old, r, platform))
+
+
+def without_platform(index: RefIndex | None, r: Ref, platform: str) -> RefIndex | None:
+    """``index`` less ``platform``'s entry (None when nothing is left); NotFoundError when it has no such entry."""
+    if index is None:
+        raise NotFoundError(f"{r.url} not found")
+    kept = tuple(e for e in index.entries if e.platform != platform)
+    if len(kept) == len(index.entries):
+        raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
+    return RefIndex(r.name, r.tag, kept) if kept else None
 
 
 def gc(store_url: str, *, dry_run: bool = False, older_than: float = 0.0, store_options: dict | None = None) -> list[str]:

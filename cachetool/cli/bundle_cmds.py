@@ -210,17 +210,20 @@ def verify_cmd(bundle, trust):
 @click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
 @click.option("--device", default=None, help="Device preflight compares against (default: the bundle's).")
 @click.option("--no-preflight", is_flag=True, help="Skip comparing factors/fingerprint with this machine.")
-@click.option("--force", is_flag=True, help="Replace install units that exist with different content.")
+@click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
+              "overrides --keep-changed).")
+@click.option("--keep-changed", is_flag=True, help="Refuse (exit 4) instead of replacing a unit whose files differ.")
 @click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous).")
 @_os_errors_one_line
-def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, insecure_skip_verify):
+def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, keep_changed, insecure_skip_verify):
     """Verify, preflight and atomically install a bundle into a cache root."""
     from cachetool.install import install_bundle
 
     root = cache_root or _cache_root_default()
     with _open_bundle(bundle) as b:
         r = install_bundle(b, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify,
-                           ranks=ranks, preflight=not no_preflight, device=device, force=force, warn=_warn_loud)
+                           ranks=ranks, preflight=not no_preflight, device=device, force=force,
+                           keep_changed=keep_changed, warn=_warn_loud)
     if r.units_installed:
         click.echo(f"installed {len(r.units_installed)} unit(s), {r.files} files ({_human(r.bytes)}) into "
                    f"{r.cache_root} in {r.seconds:.2f}s"

@@ -61,7 +61,9 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
                    "~/.config/cachetool/trusted_keys/*.pub.")
 @click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
 @click.option("--device", default=None, help="Device to match and preflight against (default: probe when needed).")
-@click.option("--force", is_flag=True, help="Replace install units that exist with different content.")
+@click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
+              "overrides --keep-changed).")
+@click.option("--keep-changed", is_flag=True, help="Refuse (exit 4) instead of replacing a unit whose files differ.")
 @click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the whole pull; past it exit 7.")
@@ -78,8 +80,8 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
 @store_options
 @_os_errors_one_line
 @click.pass_context
-def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, insecure_skip_verify, timeout, on_miss, workers,
-             as_json, progress, model, compilation_config, endpoint_url, profile, insecure):
+def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, on_miss,
+             workers, as_json, progress, model, compilation_config, endpoint_url, profile, insecure):
     """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched."""
     from cachetool.api import pull
 
@@ -90,7 +92,7 @@ def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, insecure_skip_ve
     try:
         r = pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
                  model=model, config=compilation_config, overrides=overrides,
-                 device=device, force=force, timeout=timeout, workers=workers, warn=_warn,
+                 device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers, warn=_warn,
                  store_options=options_dict(endpoint_url, profile, insecure), progress=False if as_json else progress)
     except (CacheMissError, NotFoundError) as exc:
         outcome = "miss" if isinstance(exc, CacheMissError) else "not-found"

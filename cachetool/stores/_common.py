@@ -151,26 +151,49 @@ def resume_offset(dest: Path, total: int) -> int:
     return n
 
 
-def download_resumable(dest: Path, size: int, what: str, open_from: Callable[[int], tuple[Iterable[bytes], int] | None],
+_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+def body_start(offset: int, status: int, content_range: str | None) -> int | None:
+    """Where the body of a reply to ``GET`` (with ``Range: bytes=<offset>-`` when ``offset``) begins in the blob:
+    0 for a 200 (the server ignored the Range and sends everything), ``offset`` for a 206 whose Content-Range
+    starts there, None for anything else (a 206 for other bytes cannot be appended: start over)."""
+    if status == 200:
+        return 0
+    if status == 206 and offset:
+        m = _CONTENT_RANGE_RE.match((content_range or "").strip())
+        if m and int(m.group(1)) == offset:
+            return offset
+    return None
+
+
+def download_resumable(dest: Path, size: int, what: str,
+                       open_from: Callable[[int], tuple[Iterable[bytes], int, str | None] | None],
                        cut_errors: tuple[type[BaseException], ...], cut_error: Callable[[BaseException], Exception],
                        counters: "Counters", max_attempts: int) -> None:
     """Download a blob of ``size`` stored bytes to ``dest``, keeping what a cut transfer left and resuming it.
 
-    ``open_from(offset)`` asks the store for the bytes from ``offset`` on and returns ``(chunks, start)``, where
-    ``start`` is where the body really begins (0 when the server ignored the Range), or None when the store
-    refuses the range (the partial file is already whole or longer: start over). A body cut mid-stream raises one
-    of ``cut_errors``: after a backoff the next attempt resumes with a Range request; the last attempt raises
-    ``cut_error(exc)``. Never more than ``size`` bytes are written (:func:`write_bounded`).
+    ``open_from(offset)`` asks the store for the bytes from ``offset`` on and returns ``(chunks, status,
+    content_range)``: the body, the HTTP status and the Content-Range header of the reply; or None when the store
+    refuses the range (416: the partial file is already whole or longer: start over). The reply decides where the
+    body goes (:func:`body_start`): a 206 for ``offset`` is appended, a 200 replaces the partial file, anything
+    else starts over. A body cut mid-stream raises one of ``cut_errors``: after a backoff the next attempt resumes
+    with a Range request; the last attempt raises ``cut_error(exc)``. Never more than ``size`` bytes are written
+    (:func:`write_bounded`).
     """
     for attempt in range(max_attempts):
         offset = resume_offset(dest, size)
         if offset == size:
             return
         opened = open_from(offset)
-        if opened is None:
+        start = None if opened is None else body_start(offset, opened[1], opened[2])
+        if start is None:
+            close = getattr(opened[0], "close", None) if opened is not None else None
+            if close:
+                close()
             dest.unlink(missing_ok=True)
             continue
-        chunks, start = opened
+        chunks = opened[0]
         if start:
             counters.resumed()
         try:

@@ -91,9 +91,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def get_ref(self, name: str, tag: str) -> RefIndex: ...
 
-    def update_ref(self, name: str, tag: str, update: Callable[[RefIndex | None], RefIndex]) -> RefIndex:
-        """Read-modify-write of a ref (``update`` gets the current index or None). Stores that can make this
-        atomic (file: a lock; S3: conditional writes) override it; the default is get then put."""
+    def update_ref(self, name: str, tag: str,
+                   update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
+        """The one way to change a ref: read-modify-write of the tag's index. ``update`` gets the current index
+        (None when the tag does not exist) and returns the new one; None, or an index without entries, removes the
+        tag. ``update`` may raise to change nothing. Returns what the tag holds afterwards (None: removed).
+
+        Every ref change (push merging its platform, ``rm --platform``) goes through here so that two writers of
+        one tag never lose each other's entries: the file store holds a lock around it, S3 writes conditionally
+        and retries. This default (get, then put or delete) is atomic only for a single writer."""
         from cachetool.errors import NotFoundError
 
         try:
@@ -101,6 +107,10 @@ class Store(abc.ABC):
         except NotFoundError:
             old = None
         new = update(old)
+        if new is None or not new.entries:
+            if old is not None:
+                self.delete_ref(name, tag)
+            return None
         self.put_ref(new)
         return new
 

@@ -7,10 +7,12 @@ Layout (documented in docs/stores.md; every file is written to a temp name in it
     {dir}/manifests/sha256/<hex>.json              bundle manifest, canonical JSON; <hex> = its sha256
     {dir}/signatures/sha256/<hex>.dsse.json        DSSE envelope over manifest <hex>
     {dir}/refs/<name>/<tag>.json                   ref index: one entry per platform
+    {dir}/refs/<name>/.<tag>.lock                  flock'ed around every change of the ref; never deleted
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -159,17 +161,39 @@ class FileStore(Store):
     def put_ref(self, index: RefIndex) -> None:
         self._write(self._ref(index.name, index.tag), index_to_json(index))
 
-    def update_ref(self, name, tag, update):
-        """Under an exclusive lock on ``refs/<name>/.<tag>.lock``: concurrent pushes to one tag keep every platform."""
+    @contextlib.contextmanager
+    def _ref_lock(self, name: str, tag: str):
+        """An exclusive ``flock`` on ``refs/<name>/.<tag>.lock``, around every change of the ref. The lock file is
+        never deleted: a writer that unlinked it would let the next one lock a new file while a third still holds
+        the old one, and two updates would run at once."""
         import fcntl
 
         self._ensure()
         lock = self._ref(name, tag).with_name(f".{tag}.lock")
-        self._inside(lock, "write")
+        self._inside(lock.parent.parent, "write")
         lock.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock, "a") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            return super().update_ref(name, tag, update)
+        self._inside(lock, "write")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def update_ref(self, name, tag, update):
+        """Read-modify-write under the tag's lock: concurrent pushes and removals never drop each other's entries."""
+        with self._ref_lock(name, tag):
+            try:
+                old = self.get_ref(name, tag)
+            except NotFoundError:
+                old = None
+            new = update(old)
+            if new is None or not new.entries:
+                if old is not None:
+                    self._unlink_ref(name, tag)
+                return None
+            self.put_ref(new)
+            return new
 
     def get_ref(self, name: str, tag: str) -> RefIndex:
         self._require_root()
@@ -197,17 +221,18 @@ class FileStore(Store):
 
     def delete_ref(self, name: str, tag: str) -> None:
         self._require_root()
+        if not os.path.lexists(self._ref(name, tag)):  # no lock file for a tag that never existed
+            raise NotFoundError(f"{self.url}/{name}:{tag} not found")
+        with self._ref_lock(name, tag):
+            self._unlink_ref(name, tag)
+
+    def _unlink_ref(self, name: str, tag: str) -> None:
         p = self._ref(name, tag)
         self._inside(p, "delete")
         try:
             p.unlink()
         except FileNotFoundError:
             raise NotFoundError(f"{self.url}/{name}:{tag} not found") from None
-        p.with_name(f".{tag}.lock").unlink(missing_ok=True)
-        try:
-            p.parent.rmdir()
-        except OSError:
-            pass
 
     def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
         from cachetool.stores.gc import reachable

@@ -368,8 +368,7 @@ class OCIStore(Store):
                 raise NotFoundError(f"blob {blob.stored_digest[:19]} is missing from store {self.url}") from None
             if r.status_code == 416:
                 return None
-            # a registry may ignore the Range and send the whole blob (200)
-            return r.iter_content(DL_CHUNK), (offset if offset and r.status_code == 206 else 0)
+            return r.iter_content(DL_CHUNK), r.status_code, r.headers.get("Content-Range")
 
         download_resumable(Path(dest), blob.stored_size, what, open_from, (requests.RequestException,),
                            lambda exc: StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})"),

@@ -228,7 +228,9 @@ class S3Store(Store):
             except (bexc.BotoCoreError, ConnectionError) as exc:
                 raise self._error(exc, what, missing) from None
             body = resp["Body"]
-            return iter(lambda: body.read(DL_CHUNK), b""), offset
+            meta = resp.get("ResponseMetadata") or {}
+            return (iter(lambda: body.read(DL_CHUNK), b""), int(meta.get("HTTPStatusCode") or 200),
+                    resp.get("ContentRange"))
 
         download_resumable(Path(dest), blob.stored_size, what, open_from, (bexc.BotoCoreError, ConnectionError),
                            lambda exc: self._error(exc, what, missing), self.counters, self.max_attempts)
@@ -264,8 +266,13 @@ class S3Store(Store):
 
     def update_ref(self, name, tag, update):
         """Optimistic concurrency: read the ref with its ETag, write with ``If-Match`` (or ``If-None-Match: *`` for a
-        new tag), and on ``412 PreconditionFailed`` read, merge and write again. Concurrent pushes of different
-        platforms to one tag therefore keep every entry. Servers without conditional writes get a plain write."""
+        new tag), and on ``412 PreconditionFailed`` read, update and write again. Concurrent pushes of different
+        platforms to one tag, and ``rm --platform`` next to a push, therefore keep every entry. Servers without
+        conditional writes get a plain write.
+
+        Removing the last entry writes an *empty* index conditionally (a tombstone that reads as "not found"):
+        S3 has no delete that servers reliably make conditional (Ceph RGW ignores ``If-Match`` on DELETE), and an
+        unconditional delete could drop a platform pushed between the read and the delete."""
         import botocore.exceptions as bexc
 
         ref = f"{self.url}/{name}:{tag}"
@@ -284,18 +291,22 @@ class S3Store(Store):
             except (bexc.BotoCoreError, ConnectionError) as exc:
                 raise self._error(exc, f"read {ref}") from None
             new = update(old)
+            if new is None or not new.entries:
+                if old is None:
+                    return None
+                new = RefIndex(name, tag, ())
             body = index_to_json(new)
             cond = ({"IfMatch": etag if not self._unquoted_etags else etag.strip('"')} if etag
                     else {"IfNoneMatch": "*"})
             try:
                 self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", **cond)
                 self.counters.up(len(body))
-                return new
+                return new if new.entries else None
             except bexc.ClientError as exc:
                 code = str(exc.response.get("Error", {}).get("Code"))
                 if code in ("NotImplemented", "501"):
                     self._put_bytes(key, body, f"write {ref}")
-                    return new
+                    return new if new.entries else None
                 if code not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
                     raise self._error(exc, f"write {ref}") from None
                 if etag and not self._unquoted_etags:
@@ -316,7 +327,10 @@ class S3Store(Store):
     def get_ref(self, name: str, tag: str) -> RefIndex:
         ref = f"{self.url}/{name}:{tag}"
         data = self._get_bytes(self._ref_key(name, tag), f"read {ref}", f"{ref} not found (no such tag)", MAX_REF)
-        return index_from_json(data, ref)
+        index = index_from_json(data, ref)
+        if not index.entries:  # the tombstone of a removed tag (see update_ref)
+            raise NotFoundError(f"{ref} not found (no such tag; removed)")
+        return index
 
     def _list(self, rel: str) -> Iterator[dict]:
         import botocore.exceptions as bexc
@@ -335,13 +349,17 @@ class S3Store(Store):
             if rel.count("/") != 1 or not rel.endswith(".json"):
                 continue
             name, tag = rel[:-5].split("/")
-            yield index_from_json(self._get_bytes(obj["Key"], f"read {self.url}/{name}:{tag}", "gone"),
-                                  f"{self.url}/{name}:{tag}")
+            index = index_from_json(self._get_bytes(obj["Key"], f"read {self.url}/{name}:{tag}", "gone"),
+                                    f"{self.url}/{name}:{tag}")
+            if index.entries:  # an empty index is a removed tag
+                yield index
 
     def delete_ref(self, name: str, tag: str) -> None:
         key = self._ref_key(name, tag)
-        if not self._exists(key, f"delete {self.url}/{name}:{tag}")[0]:
-            raise NotFoundError(f"{self.url}/{name}:{tag} not found")
+        try:
+            self.get_ref(name, tag)  # a tombstone counts as missing
+        except NotFoundError:
+            raise NotFoundError(f"{self.url}/{name}:{tag} not found") from None
         self._call(f"delete {self.url}/{name}:{tag}", self.client.delete_object, Bucket=self.bucket, Key=key)
 
     def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:

@@ -11,6 +11,15 @@ folder). A rank whose graphs differ is left alone and reported.
 
 Loading rank 0's artifacts on another rank is what a hot start of that rank then does; the TP tests check that it
 compiles nothing and gives the TP=1 outputs.
+
+On CUDA, same graphs are not the same code: Inductor writes the device index into the generated GPU code
+(``torch.cuda._DeviceGuard(1)``, ``set_device(1)``, ``device='cuda:1'``), and the launcher gives rank ``r`` the
+device ``cuda:{r}``. A byte copy of rank 0's folder would make rank ``r`` run its kernels on GPU 0. So ranks whose
+compiler factors say ``device_type == "cuda"`` are shared only when the caller states ``device_index_free=True``:
+every rank process saw its own GPU as ``cuda:0`` (``CUDA_VISIBLE_DEVICES`` set per process, as process-per-GPU
+launchers do), so every rank compiled for ``cuda:0``. A rank whose compiler factors differ from rank 0's (another
+GPU model, another build), or whose factors cannot be read, is left alone too: only what is provably the same
+code is shared.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from compiler.cache_key import FACTORS_FILE
 from compiler.layout import INDEX_FILE
 
 _RANK_DIR = re.compile(r"^rank_(\d+)_(\d+)$")
@@ -37,6 +47,29 @@ def _index_signature(prefix_dir: Path) -> tuple[str, dict[str, tuple[Any, ...]]]
     return str(data.get("cache_key")), pieces
 
 
+def _compiler_factors(prefix_dir: Path) -> dict[str, Any] | None:
+    """The ``compiler`` factor values of a prefix folder (device type, device name, torch/triton builds), or None."""
+    try:
+        data = json.loads((prefix_dir / FACTORS_FILE).read_text())
+        values = data["factors"]["compiler"]["values"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return values if isinstance(values, dict) else None
+
+
+def _same_code(src: Path, dest: Path, device_index_free: bool) -> str | None:
+    """None when ``dest`` may become a copy of ``src``; else why not."""
+    a, b = _compiler_factors(src), _compiler_factors(dest)
+    if a is None or b is None:
+        return f"no readable compiler factors in {FACTORS_FILE}"
+    if a != b:
+        return "its compiler factors (device, builds) differ"
+    if a.get("device_type") != "cpu" and not device_index_free:
+        return (f"{a.get('device_type')} code names the rank's device index; shared only when every rank ran with "
+                "its GPU as cuda:0")
+    return None
+
+
 def _replace_with_copy(src: Path, dest: Path) -> None:
     tmp = dest.parent / f".{dest.name}.share-tmp"
     old = dest.parent / f".{dest.name}.share-old"
@@ -49,9 +82,11 @@ def _replace_with_copy(src: Path, dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def share_rank_folders(hash_dir: str | os.PathLike[str], *, dp_rank: int | None = None) -> dict[str, str]:
+def share_rank_folders(hash_dir: str | os.PathLike[str], *, dp_rank: int | None = None,
+                       device_index_free: bool = False) -> dict[str, str]:
     """For every ``rank_{r}_{dp}`` folder (``r > 0``) in ``hash_dir`` whose prefix folders compiled the same
-    pieces as ``rank_0_{dp}``'s, make them byte copies of rank 0's. Returns ``{rank folder: outcome}`` where the
+    pieces as ``rank_0_{dp}``'s, for the same device (see the module docstring: GPU ranks only with
+    ``device_index_free``), make them byte copies of rank 0's. Returns ``{rank folder: outcome}`` where the
     outcome is ``"shared"``, ``"source"`` or a reason it was left alone."""
     root = Path(hash_dir)
     ranks: dict[tuple[int, int], Path] = {}
@@ -81,6 +116,10 @@ def share_rank_folders(hash_dir: str | os.PathLike[str], *, dp_rank: int | None 
                 break
             if a != b:
                 outcome = f"left alone: its {prefix} pieces differ from rank_0_{dp}'s"
+                break
+            why = _same_code(src, dest, device_index_free)
+            if why is not None:
+                outcome = f"left alone: {why}"
                 break
             plan.append((src, dest))
         if outcome == "shared":

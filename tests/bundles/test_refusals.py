@@ -298,3 +298,48 @@ def test_symlink_in_destination_not_followed(good_ctb, tmp_path, keys, cli, wher
     assert "symlink" in one_error_line(r.err)
     assert not any(outside.iterdir())
     assert not [p for p in root.iterdir() if p.name.startswith(".cachetool")]
+
+
+# ---------------------------------------------------------------------------------------------- names
+@pytest.mark.parametrize("char", ["\x7f", "\x85", "\x9b", "\x1b", "\u202e", "\u2066", "\u2028", "\udc80"])
+def test_control_characters_in_paths(tmp_path, keys, cli, root, char):
+    """Before: DEL, NEL and the 8-bit CSI (and the bidi overrides) passed the check, so a signed bundle with such
+    a file name installed with exit 0 and put a terminal escape into ``inspect`` and ``diff`` output."""
+    obj, stored = manifest_obj([(f"torch_compile_cache/h/rank_0_0/a{char}[31mb", b"data")])
+    bundle = _signed_ctb(tmp_path, keys, obj, stored)
+    line = _refused(_install(cli, keys, bundle, root), root, 3, "control character", f"U+{ord(char):04X}")
+    assert char not in line
+    r = cli("inspect", bundle)
+    assert r.rc == 3 and char not in r.out + r.err, r
+
+
+@pytest.mark.parametrize("char", ["\x7f", "\x85", "\x9b", "\u202e"])
+def test_pack_refuses_control_characters_in_names(tmp_path, keys, cli, char):
+    src = make_native_tree(tmp_path / "src", layers=2)
+    rank = next(src.glob("torch_compile_cache/*/rank_0_0/backbone"))
+    (rank / f"evil{char}name").write_bytes(b"x")
+    r = cli("pack", src, "-o", tmp_path / "b.ctb", "--sign-key", keys["priv"])
+    assert r.rc == 3 and "cannot pack" in one_error_line(r.err) and f"U+{ord(char):04X}" in r.err, r
+    assert char not in r.err and not (tmp_path / "b.ctb").exists()
+
+
+def test_names_longer_than_the_file_system_allows(tmp_path, keys, cli, root):
+    """Before: a 4,000-character name reached the file system: exit 1 "unexpected" with the whole path in the
+    message. Now it is a verification refusal (exit 3) with the path cut short, before anything is fetched."""
+    long = "torch_compile_cache/h/rank_0_0/" + "n" * 3900
+    obj, stored = manifest_obj([(long, b"data")])
+    line = _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root), root, 3, "255")
+    assert len(line) < 300 and "n" * 100 not in line
+
+
+def test_path_too_long_for_the_cache_roots_file_system(tmp_path, keys, cli):
+    """Every name fits, but the staged path passes PATH_MAX under a deep cache root: refused before any fetch
+    (exit 3, short message) instead of exit 1 with the whole path."""
+    deep = "/".join(["d" * 250] * 15)
+    obj, stored = manifest_obj([(f"torch_compile_cache/h/rank_0_0/{deep}/f", b"data")])
+    root = tmp_path / ("r" * 200) / ("r" * 200)
+    r = _install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root)
+    assert r.rc == 3, r
+    line = one_error_line(r.err)
+    assert "too long to install" in line and "d" * 100 not in line, line
+    assert not (tmp_path / ("r" * 200)).exists()

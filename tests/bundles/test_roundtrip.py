@@ -93,7 +93,9 @@ def test_ranks_selection(tmp_path, keys, cli):
     assert not (tmp_path / "e").exists()
 
 
-def test_idempotent_conflict_and_force(tmp_path, keys, cli):
+def test_idempotent_and_a_changed_unit_is_replaced(tmp_path, keys, cli):
+    """Before: a unit whose files a process changed (any hot start did) made a re-install exit 2 "already exists
+    with different content; remove it or pass --force". Now it is verified and swapped in, one line each."""
     src = make_native_tree(tmp_path / "src")
     b = tmp_path / "b.ctb"
     cli("pack", src, "-o", b, "--sign-key", keys["priv"])
@@ -102,16 +104,22 @@ def test_idempotent_conflict_and_force(tmp_path, keys, cli):
     r = cli("install", b, "--cache-root", dst, "--trust", keys["pub"])
     assert r.rc == 0 and "already installed" in r.out
     # a server compiled extra files into a unit: still "present" (superset)
-    victim = next(dst.rglob("computation_graph.py"))
+    victim = next(dst.rglob("rank_0_0/backbone/computation_graph.py"))
     (victim.parent / "extra.bin").write_bytes(b"x")
     assert "already installed" in cli("install", b, "--cache-root", dst, "--trust", keys["pub"]).out
     victim.write_bytes(b"changed")
+    r = cli("install", b, "--cache-root", dst, "--trust", keys["pub"], "--keep-changed")
+    assert r.rc == 4 and "--keep-changed" in one_error_line(r.err), r
+    assert victim.read_bytes() == b"changed"
     r = cli("install", b, "--cache-root", dst, "--trust", keys["pub"])
-    assert r.rc == 2 and "--force" in one_error_line(r.err)
-    r = cli("install", b, "--cache-root", dst, "--trust", keys["pub"], "--force")
     assert r.rc == 0, r
-    assert tree_snapshot(dst) == tree_snapshot(src)
+    replaced = [ln for ln in r.err.splitlines() if ln.startswith("replaced ")]
+    assert len(replaced) == 1 and "rank_0_0" in replaced[0], r.err
+    assert tree_snapshot(dst) == tree_snapshot(src)  # the extra file went with the old unit
     assert not [p for p in dst.iterdir() if p.name.startswith(".cachetool")]
+    victim.write_bytes(b"changed again")
+    assert cli("install", b, "--cache-root", dst, "--trust", keys["pub"], "--keep-changed", "--force").rc == 0
+    assert tree_snapshot(dst) == tree_snapshot(src)
 
 
 def test_packed_bundle_api_for_push(tmp_path, keys):

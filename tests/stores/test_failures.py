@@ -264,3 +264,208 @@ def _ctb(bundle, tmp_path):
     if not p.exists():
         write_ctb(bundle, p)
     return p
+
+
+# ------------------------------------------------------------------------------------------- ref races
+@pytest.fixture(params=["file", "s3"])
+def file_or_s3(request, tmp_path):
+    from tests.stores.conftest import StoreKind
+
+    if request.param == "file":
+        return StoreKind("file", f"file://{tmp_path}/store")
+    rgw = request.getfixturevalue("rgw")
+    request.getfixturevalue("s3_env")
+    return StoreKind("s3", f"s3://{request.getfixturevalue('shared_bucket')}/race-{uuid.uuid4().hex[:8]}", rgw)
+
+
+def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bundle, cuda_bundle, monkeypatch):
+    """``rm --platform`` read the ref and wrote it back outside update_ref: a push landing between its read and its
+    write was dropped. Here the push of platform Y runs exactly when the removal of Z writes the ref."""
+    import cachetool.transfer as transfer
+    from cachetool.stores.base import RefEntry
+    from cachetool.transfer import merge_index, remove
+
+    ref = file_or_s3.ref("v1")
+    push(bundle, ref)
+    push(cuda_bundle, ref)  # X = the CPU platform, Z = the CUDA one
+    y = RefEntry(cuda_bundle.manifest_digest, "cuda-sm100-torch2.11.0+cu130", {}, 1, "2026-01-01T00:00:00Z")
+
+    def push_y() -> None:
+        with open_store(file_or_s3.store) as other:
+            other.update_ref("llama", "v1", lambda old: merge_index(old, "llama", "v1", y))
+
+    remover = open_store(file_or_s3.store)
+    fired = []
+    main = threading.current_thread()
+
+    def race() -> None:
+        if not fired and threading.current_thread() is main:
+            fired.append(1)
+            t = threading.Thread(target=push_y)
+            t.start()
+            t.join(timeout=2)  # the file store's lock makes the push wait for the removal; S3 lets it land
+            fired.append(t)
+
+    if file_or_s3.kind == "file":
+        orig = remover.put_ref
+
+        def put_ref(index):
+            race()
+            return orig(index)
+
+        remover.put_ref = put_ref
+    else:
+        client = remover.client
+        orig = client.put_object
+
+        def put_object(**kw):
+            if kw["Key"].endswith("/refs/llama/v1.json"):
+                race()
+            return orig(**kw)
+
+        monkeypatch.setattr(client, "put_object", put_object)
+    monkeypatch.setattr(transfer, "open_store", lambda url, **kw: remover)
+    left = remove(ref, platform=cuda_bundle.platform)
+    fired[-1].join()
+    assert fired, "the removal never wrote the ref"
+    with open_store(file_or_s3.store) as st:
+        final = sorted(e.platform for e in st.get_ref("llama", "v1").entries)
+    assert final == sorted([bundle.platform, y.platform])
+    assert cuda_bundle.platform not in [e.platform for e in left.entries]
+
+
+def test_s3_rm_of_the_last_platform_leaves_a_tag_that_reads_as_missing(rgw, s3_env, shared_bucket, bundle, keys,
+                                                                      tmp_path, cli):
+    from cachetool.transfer import remove
+
+    store = f"s3://{shared_bucket}/tomb-{uuid.uuid4().hex[:8]}"
+    push(bundle, f"{store}/llama:v1")
+    assert remove(f"{store}/llama:v1", platform=bundle.platform) is None
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", tmp_path / "r", "--trust", keys["pub"])
+    assert r.rc == 5 and "not found" in r.error_line(), r
+    assert cli("ls", store, "--json").rc == 0 and json.loads(cli("ls", store, "--json").out)["refs"] == []
+    assert cli("rm", f"{store}/llama:v1").rc == 5
+    push(bundle, f"{store}/llama:v1")  # a push after the removal writes over the empty index
+    assert [e.platform for e in open_store(store).get_ref("llama", "v1").entries] == [bundle.platform]
+
+
+# ------------------------------------------------------------------------------------------- resume replies
+def test_s3_reply_200_to_a_range_request_restarts_the_blob(rgw, s3_env, shared_bucket, bundle, tmp_path, monkeypatch):
+    """Before: a server that ignores ``Range`` (200, whole body) had the whole body appended to the partial file,
+    and the pull ended as OversizeBlobError (exit 3) instead of a restart."""
+    store = f"s3://{shared_bucket}/range200-{uuid.uuid4().hex[:8]}"
+    push(bundle, f"{store}/llama:v1")
+    blob = max(bundle.blobs, key=lambda b: b.stored_size)
+    data = bundle.blob_path(blob).read_bytes()
+    with open_store(store) as st:
+        orig = st.client.get_object
+        asked = []
+
+        def ignoring_range(**kw):  # the real server, asked without the Range: a 200 with the whole body
+            asked.append(kw.pop("Range", None))
+            return orig(**kw)
+
+        monkeypatch.setattr(st.client, "get_object", ignoring_range)
+        dest = tmp_path / "partial"
+        dest.write_bytes(data[:len(data) // 2])
+        st.get_blob(blob, dest)
+    assert asked[0] == f"bytes={len(data) // 2}-"
+    assert dest.read_bytes() == data and st.counters.blobs_resumed == 0
+
+
+# ------------------------------------------------------------------------------------------- partial files
+def _big_bundle(tmp_path, keys, store):
+    """A bundle of about 3 MiB stored (random bytes do not compress), pushed to ``store``."""
+    from cachetool.bundle import pack
+    from tests.bundles.fixtures import make_native_tree
+
+    src = make_native_tree(tmp_path / "src", layers=2)
+    rank = next(src.glob("torch_compile_cache/*/rank_0_0/backbone"))
+    for i in range(3):
+        (rank / f"random_{i}").write_bytes(os.urandom(1 << 20))
+    with pack(src, sign_key=keys["key"]) as b:
+        push(b, f"{store}/llama:v1")
+        return list(b.blobs)
+
+
+def test_blob_missing_from_the_store_leaves_no_partial_files(bundle, keys, tmp_path, cli):
+    """Before: a blob that can never be fetched (exit 5) left the blobs fetched so far in the partial folder."""
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    victim = max(bundle.blobs, key=lambda b: b.digest)  # fetched last: the others arrive first
+    (tmp_path / "store" / "blobs" / "sha256" / hexof(victim.stored_digest)).unlink()
+    root = tmp_path / "root"
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", root, "--trust", keys["pub"], "--workers", "1")
+    assert r.rc == 5 and "missing from store" in r.error_line(), r
+    assert not root.exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB file system (tmpfs); skipped where mounting is not allowed."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if p.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()[:100]}")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_pull_into_a_full_disk(keys, tmp_path, cli, small_disk):
+    """Before: exit 1 ("unexpected failure") with 2 MB left in the partial folder. Now exit 9, one line, and
+    nothing of the pull is left on the full file system."""
+    store = f"file://{tmp_path}/store"
+    _big_bundle(tmp_path, keys, store)
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", small_disk / "root", "--trust", keys["pub"])
+    assert r.rc == 9, r
+    line = r.error_line()
+    assert "is full" in line and str(small_disk / "root") in line, line
+    assert list(small_disk.iterdir()) == []
+
+
+def test_disk_full_while_expanding_removes_the_partial_files(bundle, keys, tmp_path, cli, monkeypatch):
+    """The same refusal where no file system can be mounted: ENOSPC injected where the installer writes a file."""
+    import errno
+
+    import cachetool.install as install
+
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    calls = []
+
+    def full(blob, zst, dest, mode):
+        calls.append(blob)
+        raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+
+    monkeypatch.setattr(install, "_verify_and_expand", full)
+    root = tmp_path / "root"
+    r = cli("pull", f"{store}/llama:v1", "--cache-root", root, "--trust", keys["pub"])
+    assert r.rc == 9 and "is full" in r.error_line() and calls, r
+    assert not root.exists()
+
+
+def test_partial_files_kept_for_a_retry_are_bounded(bundle, keys, tmp_path, monkeypatch):
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    root = tmp_path / "root"
+    (root / PARTIAL_DIR).mkdir(parents=True)
+    stale = root / PARTIAL_DIR / ("e" * 64)  # left by a failed pull of another bundle, long ago
+    stale.write_bytes(b"s" * 200_000)
+    os.utime(stale, (1, 1))
+    monkeypatch.setenv("CACHETOOL_PARTIAL_MAX_BYTES", "100000")
+    st = open_store(store)
+    orig, calls = st.get_blob, []
+
+    def flaky(blob, dest):
+        calls.append(blob)
+        if len(calls) == 4:
+            raise StoreError("store went away")
+        return orig(blob, dest)
+
+    st.get_blob = flaky
+    with pytest.raises(StoreError):
+        pull(f"{store}/llama:v1", root, trust=[keys["pub"]], store=st, workers=1)
+    kept = list((root / PARTIAL_DIR).iterdir())
+    assert not stale.exists() and 1 <= len(kept) <= 3
+    assert sum(p.stat().st_size for p in kept) <= 100_000

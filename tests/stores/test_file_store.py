@@ -143,3 +143,69 @@ def test_unsigned_push_warns_and_pull_refuses(tree, tmp_path, cli):
     assert r.rc == 3, r
     assert not (tmp_path / "root" / "torch_compile_cache").exists()
     assert os.path.isdir(tmp_path / "store" / "blobs")
+
+
+def test_delete_ref_keeps_the_lock_so_a_ref_update_stays_exclusive(bundle, tmp_path):
+    """Before: delete_ref unlinked ``.v1.lock``; the next update locked a new file while one was still running."""
+    import fcntl
+    import threading
+
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    lock = tmp_path / "store" / "refs" / "llama" / ".v1.lock"
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(old):
+        entered.set()
+        release.wait()
+        return old
+
+    with open_store(store) as st:
+        a = threading.Thread(target=st.update_ref, args=("llama", "v1", slow))
+        a.start()
+        d = threading.Thread(target=lambda: open_store(store).delete_ref("llama", "v1"))
+        try:
+            entered.wait()
+            d.start()
+            d.join(timeout=1)  # the delete waits for the update (new) or has unlinked the lock (old)
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+            try:
+                with pytest.raises(BlockingIOError):  # the update in flight still holds the tag's lock
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+        finally:
+            release.set()
+            a.join()
+            if d.is_alive() or d.ident:
+                d.join()
+    assert lock.exists()
+    with pytest.raises(NotFoundError):
+        open_store(store).get_ref("llama", "v1")
+
+
+@pytest.mark.parametrize("swap", ["exchange", "two renames"])
+def test_repull_over_a_changed_unit_replaces_it(bundle, keys, tree, tmp_path, cli, monkeypatch, swap):
+    """Before: exit 2 "already exists with different content", also under --on-miss continue."""
+    from tests.bundles.fixtures import tree_snapshot
+
+    if swap == "two renames":  # a kernel or file system without renameat2(RENAME_EXCHANGE)
+        import cachetool.install as install
+
+        monkeypatch.setattr(install, "_exchange", lambda *a: False)
+    ref = f"file://{tmp_path}/store/llama:v1"
+    push(bundle, ref)
+    root = tmp_path / "root"
+    pull(ref, root, trust=[keys["pub"]])
+    victim = next(root.rglob("rank_1_0/backbone/compile_index.json"))
+    victim.write_bytes(b"{}")  # what a hot start that rewrote a file leaves
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--keep-changed", "--on-miss", "continue")
+    assert r.rc == 0 and "outcome=miss" in r.err and victim.read_bytes() == b"{}", r
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--keep-changed")
+    assert r.rc == 4 and "differ from the bundle" in r.error_line(), r
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--json")
+    assert r.rc == 0, r
+    assert json.loads(r.out)["install"]["units_replaced"] == [str(victim.parent.parent.relative_to(root))]
+    assert tree_snapshot(root) == tree_snapshot(tree)
+    assert sorted(p.name for p in root.iterdir()) == ["torch_compile_cache"]

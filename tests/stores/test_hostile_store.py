@@ -337,3 +337,31 @@ def test_hostile_registry_gives_one_line_errors(keys, cli, tmp_path):
         with pytest.raises(StoreError, match="cut"):
             st.get_manifest("sha256:" + "0" * 64)
     assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("status,content_range,kept", [
+    (206, "bytes 4-9/10", True),  # the range asked for: appended
+    (206, "bytes 0-9/10", False),  # a 206 for other bytes: start over, never appended
+    (206, None, False),
+    (200, None, False),  # the Range ignored: the body replaces the partial file
+])
+def test_resume_follows_the_status_and_content_range(tmp_path, status, content_range, kept):
+    from cachetool.stores._common import Counters, download_resumable
+
+    data = b"0123456789"
+    dest = tmp_path / "part"
+    dest.write_bytes(data[:4])
+    asked = []
+
+    def open_from(offset):
+        asked.append(offset)
+        if offset and len(asked) == 1:
+            start = int(content_range.split()[1].split("-")[0]) if content_range else 0
+            return iter([data[start if status == 206 else 0:]]), status, content_range
+        return iter([data[offset:]]), 206 if offset else 200, f"bytes {offset}-9/10" if offset else None
+
+    c = Counters()
+    download_resumable(dest, len(data), "blob x", open_from, (ConnectionError,), RuntimeError, c, 3)
+    assert dest.read_bytes() == data
+    assert c.blobs_resumed == (1 if kept else 0)
+    assert asked == ([4] if kept or status == 200 else [4, 0])
