@@ -102,4 +102,7 @@ def test_plain_http_only_for_localhost():
     assert OCIStore("127.0.0.1:5000", "x").base == "http://127.0.0.1:5000"
     assert OCIStore("localhost", "x").base == "http://localhost"
     assert OCIStore("registry.example", "x").base == "https://registry.example"
-    assert OCIStore("registry.example:5000", "x", insecure=True).base == "http://registry.example:5000"
+    # --insecure is what its help says (unverified TLS); plain HTTP is its own switch
+    st = OCIStore("registry.example:5000", "x", insecure=True)
+    assert st.base == "https://registry.example:5000" and st.client.tls.verify is False
+    assert OCIStore("registry.example:5000", "x", plain_http=True).base == "http://registry.example:5000"
