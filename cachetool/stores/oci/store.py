@@ -381,7 +381,11 @@ class OCIStore(Store):
             return None, None
         try:
             doc = json.loads(body)
-            descs = [d for d in doc.get("manifests") or [] if isinstance(d, dict)]
+            if media.is_index(doc):
+                descs = [d for d in doc.get("manifests") or [] if isinstance(d, dict)]
+            else:  # a copy without --all leaves the tag on the one referrer itself
+                descs = [{"mediaType": media.OCI_MANIFEST, "digest": digest, "size": len(body),
+                          "artifactType": doc.get("artifactType"), "annotations": doc.get("annotations") or {}}]
         except (ValueError, AttributeError, RecursionError):
             raise StoreError(f"{self.url}:{tag} is not a referrers index") from None
         return descs, digest
@@ -407,13 +411,19 @@ class OCIStore(Store):
     def get_signature(self, manifest_digest: str) -> bytes | None:
         what = f"download signature of {manifest_digest[:19]} from {self.url}"
         oci, _ = self._oci_of(manifest_digest)
-        sigs = [d for d in self._referrers(oci) if d.get("artifactType") == media.SIGNATURE_ARTIFACT_TYPE]
+        # a copy may drop the descriptors' artifactType: then the manifest itself says what it is
+        sigs = [d for d in self._referrers(oci) if d.get("artifactType") in (None, media.SIGNATURE_ARTIFACT_TYPE)]
         sigs.sort(key=lambda d: str((d.get("annotations") or {}).get(CREATED, "")))
         for d in reversed(sigs):
             try:
                 body, _, _ = self._get_manifest(str(d.get("digest")), what, media.OCI_MANIFEST)
             except NotFoundError:
                 continue  # listed but gone (a registry GC): try the next one
+            try:
+                if not media.is_signature_manifest(json.loads(body)):
+                    continue
+            except (ValueError, RecursionError):
+                continue
             return self._envelope_of(body, oci, what)
         try:  # cachetool before referrers: the signature manifest under sha256-<hex>.sig
             body, _, _ = self._get_manifest(media.legacy_signature_tag(oci), what, media.OCI_MANIFEST)
@@ -688,7 +698,8 @@ class OCIStore(Store):
             if subject in live:
                 continue
             descs, _ = self._read_referrers_tag(subject)
-            ours = [d for d in descs or [] if d.get("artifactType") == media.SIGNATURE_ARTIFACT_TYPE]
+            ours = [d for d in descs or [] if d.get("artifactType") == media.SIGNATURE_ARTIFACT_TYPE
+                    or d.get("artifactType") is None and str((d.get("annotations") or {}).get(A + "manifest.digest", ""))]
             if len(ours) != len(descs or []):
                 continue  # referrers of other tools: not ours to delete
             if any(_age_seconds(str((d.get("annotations") or {}).get(CREATED, ""))) < older_than for d in ours):
