@@ -175,9 +175,10 @@ def test_cli_push_pull_ls_rm_gc(any_store, bundle, keys, tree, tmp_path, cli, lo
         assert any(d.startswith("manifests/") for d in deleted) and any(d.startswith("signatures/") for d in deleted)
 
 
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", "s3", "oci"])
 def test_concurrent_pushes_of_two_platforms_keep_both(kind, request, tmp_path, bundle, cuda_bundle):
-    """A CI matrix (GPU job, CPU job) pushing one tag at once: the ref update is atomic (file lock / S3 If-Match)."""
+    """A CI matrix (GPU job, CPU job) pushing one tag at once: the ref update is atomic (file lock / S3 If-Match /
+    OCI read-check-write-verify)."""
     import threading
 
     from tests.stores.conftest import _make_store
