@@ -45,8 +45,9 @@ def auth_files() -> list[Path]:
 
 
 def where_logins_are() -> str:
-    """For messages: the files looked in."""
-    return ", ".join(str(p) for p in auth_files())
+    """For messages: the credential files that exist, or where they would be."""
+    found = [str(p) for p in auth_files() if p.is_file()]
+    return ", ".join(found)[:160] if found else "no REGISTRY_AUTH_FILE, containers auth.json or docker config.json"
 
 
 def _cred_helper(helper: str, host: str) -> tuple[str, str] | None:
