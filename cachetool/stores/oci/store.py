@@ -309,7 +309,8 @@ class OCIStore(Store):
         size = man.stored_size + len(manifest_bytes)
         body = media.compose_bundle_manifest(manifest_bytes, layers, man.platform, dict(man.fingerprint or {}), size)
         oci = media.sha(body)
-        self._put_manifest(oci, body, media.OCI_MANIFEST, what)
+        if self._tag_digest(oci) != oci:  # a re-push of the same bundle sends no manifest again
+            self._put_manifest(oci, body, media.OCI_MANIFEST, what)
         self._remember(digest, oci, len(body), layers)
         return digest
 
