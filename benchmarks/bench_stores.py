@@ -13,6 +13,7 @@ artifacts; the 14 middle layers are identical and the same on both ranks (a real
 unique); each artifact is half random bytes, half repetitive code-like text (zstd ~2x). Run::
 
     python benchmarks/bench_stores.py [--size-mib 1024] [--endpoint-url URL --bucket B]  # default: starts RGW
+    python benchmarks/bench_stores.py --oci-files 100000 --size-mib 32   # OCI packs through docker-registry
 
 Starting RGW needs the Debian ceph packages (see tests/servers.py). One run; it takes a few minutes.
 """
@@ -147,13 +148,72 @@ def cachetool_push_pull(tree: Path, work: Path, ref: str, key_path: Path, pub: P
     return out
 
 
+def add_small_files(tree: Path, n: int) -> None:
+    """``n`` small files (Triton/Inductor cache entries, ~200 bytes each) in rank 0's Inductor cache."""
+    rank = next(tree.glob("torch_compile_cache/*/rank_0_0/backbone"))
+    for i in range(n):
+        f = rank / "inductor_cache" / f"k{i // 1000:03d}" / f"kernel_{i}.json"
+        if i % 1000 == 0:
+            f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"kernel": i, "grid": [i % 7, 1, 1], "num_warps": 4, "shared": i % 4096}))
+
+
+def oci_packs(work: Path, n_files: int, size_mib: int) -> dict:
+    """A bundle of ``n_files`` small files plus the artifacts through docker-registry (packs): push, re-push,
+    one artifact changed, one small file changed, pull."""
+    from cachetool.signing import generate_keypair
+    from tests.servers import OCIRegistry
+
+    reg = OCIRegistry(work / "registry")
+    (work / "registry").mkdir()
+    reg.start()
+    try:
+        tree = work / "tree"
+        make_tree(tree, size_mib)
+        add_small_files(tree, n_files)
+        priv, pub, _ = generate_keypair(work / "signer")
+        out = cachetool_push_pull(tree, work, f"{reg.url}/ct/llama:bench", priv, pub)
+        from cachetool.bundle import pack
+        from cachetool.transfer import push
+
+        f = next(tree.glob("torch_compile_cache/*/rank_0_0/backbone/inductor_cache/k000/kernel_7.json"))
+        f.write_text("changed")
+        with pack(tree, sign_key=priv) as b:
+            r = push(b, f"{reg.url}/ct/llama:bench", progress=False)
+            out["small1_bytes"] = r.bytes_uploaded
+            out["small1_blobs"] = r.blobs_uploaded
+            out["manifest_and_signature_bytes"] = len(b.manifest_bytes()) + len(b.signature_bytes() or b"")
+        out["files"] = n_files
+        return out
+    finally:
+        reg.stop_all()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--endpoint-url", default=None, help="Use this S3 server instead of starting Ceph RGW.")
     ap.add_argument("--bucket", default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--oci-files", type=int, default=0, metavar="N",
+                    help="Instead: N small files + the artifacts through docker-registry (OCI packs); prints the "
+                         "re-push and changed-artifact byte counts.")
     args = ap.parse_args()
+    if args.oci_files:
+        work = Path(tempfile.mkdtemp(prefix="ct-bench-oci-"))
+        try:
+            o = oci_packs(work, args.oci_files, args.size_mib)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if args.json:
+            print(json.dumps(o, indent=2))
+            return 0
+        print(f"OCI (docker-registry on 127.0.0.1), {o['files']} small files + artifacts, {o['unique_blobs']} unique blobs")
+        for k in ("pack_s", "push_s", "up_bytes", "repush_s", "repush_bytes", "change1_s", "change1_bytes",
+                  "change1_blobs", "small1_bytes", "small1_blobs", "manifest_and_signature_bytes", "pull_s",
+                  "down_bytes"):
+            print(f"  {k:30} {o[k]:.2f}" if isinstance(o[k], float) else f"  {k:30} {o[k]}")
+        return 0
 
     from cachetool.signing import generate_keypair
 

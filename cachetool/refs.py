@@ -6,7 +6,10 @@ A *store* is where bundles live; a *ref* names one tag of one bundle name in a s
     s3://BUCKET/PREFIX/NAME:TAG         store s3://BUCKET/PREFIX       (PREFIX may be empty or nested)
     oci://HOST[:PORT]/REPO/PATH:TAG     store oci://HOST[:PORT]/REPO/PATH (one OCI repository; NAME = its last part)
 
-``:TAG`` defaults to ``latest``. Anything else is a one-line :class:`cachetool.errors.UsageError`.
+``:TAG`` defaults to ``latest``. A *digest pin* names one bundle exactly instead of a tag (``…/NAME@sha256:HEX``,
+or ``…/NAME:TAG@sha256:HEX``, where the tag is only a label): on file and S3 stores the digest is the bundle
+manifest's, on OCI the OCI manifest's or index's (what ``skopeo inspect`` and Kubernetes show); ``push`` prints it.
+Anything else is a one-line :class:`cachetool.errors.UsageError`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _HOST_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
                       r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 _PREFIX_PART_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_PIN_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +54,17 @@ class Ref:
     store: StoreURL
     name: str
     tag: str
+    digest: str | None = None  # a pin: "sha256:<hex>"
 
     @property
     def url(self) -> str:
+        at = f"@{self.digest}" if self.digest else f":{self.tag}"
         if self.store.scheme == "oci":
-            return f"{self.store.url}:{self.tag}"
-        return f"{self.store.url.rstrip('/')}/{self.name}:{self.tag}"
+            return f"{self.store.url}{at}"
+        return f"{self.store.url.rstrip('/')}/{self.name}{at}"
+
+    def pinned(self, digest: str) -> "Ref":
+        return dataclasses.replace(self, digest=digest)
 
     def __str__(self) -> str:
         return self.url
@@ -138,8 +147,11 @@ def parse_ref(text: str) -> Ref:
     head, _, last = rest.rpartition("/")
     if not head:
         raise _bad(text, "no store before the bundle name")
+    digest = None
     if "@" in last:
-        raise _bad(text, "digest refs (@sha256:...) are not supported; use a tag")
+        last, _, digest = last.partition("@")
+        if not _PIN_RE.match(digest):
+            raise _bad(text, f"digest {digest[:80]!r} is not sha256:<64 lowercase hex>")
     if last.count(":") > 1:
         raise _bad(text, "more than one ':' in the last part")
     name, sep, tag = last.partition(":")
@@ -147,14 +159,20 @@ def parse_ref(text: str) -> Ref:
     _check_name(text, name)
     if scheme == "oci":
         store = _store_from(text, scheme, f"{head}/{name}")
-        return Ref(store, name, tag)
+        return Ref(store, name, tag, digest)
     store = _store_from(text, scheme, head if scheme == "s3" else head or "/")
-    return Ref(store, name, tag)
+    return Ref(store, name, tag, digest)
 
 
 def parse_store_or_ref(text: str) -> tuple[StoreURL, Ref | None]:
-    """For ``ls``/``gc``: a store URL, or a ref (``...:tag``) whose store is meant."""
+    """For ``ls``/``gc``: a store URL, or a ref (``...:tag``) whose store is meant. ``oci://host`` (a whole
+    registry) is a store URL here with an empty repository: ``ls`` lists every repository."""
     scheme, rest = _split_scheme(text)
+    if scheme == "oci" and "/" not in rest.strip("/"):
+        host = rest.strip("/")
+        if not host or not _HOST_RE.match(host):
+            raise _bad(text, f"registry host {host!r} is not valid")
+        return StoreURL("oci", host.lower(), ""), None
     last = rest.rstrip("/").rsplit("/", 1)[-1]
     if ":" in last and not (scheme == "oci" and "/" not in rest.rstrip("/")):
         ref = parse_ref(text)

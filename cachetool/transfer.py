@@ -83,6 +83,7 @@ class PushResult:
     bytes_skipped: int  # stored bytes of skipped blobs
     platforms: list[str]  # every platform under the tag after this push
     seconds: float
+    pinned: str = ""  # the ref pinned to this bundle's digest (ref@sha256:...)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -225,10 +226,13 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
     gets the signature added). ``store_options``: ``endpoint_url``, ``profile``, ``region``, ``insecure``.
     """
     t0 = time.monotonic()
+    if (ref.digest if isinstance(ref, Ref) else parse_ref(ref).digest):
+        raise UsageError(f"{ref}: push writes a tag; a digest pin (@sha256:...) can only be pulled")
     r, st, own_store = _ref_and_store(ref, store, store_options)
     bundle, own_bundle = _load_bundle(source, sign_key, layout)
     try:
         blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
+        st.prepare_push(blobs, bundle.blob_path)
         with ThreadPoolExecutor(max(1, workers)) as ex:
             present = list(ex.map(st.has_blob, blobs))
         missing = [b for b, p in zip(blobs, present) if not p]
@@ -263,7 +267,8 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
         return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=sig is not None,
                           blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
                           bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
-                          platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0)
+                          platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0,
+                          pinned=r.pinned(st.pinned_digest(digest)).url)
     finally:
         if own_bundle:
             bundle.close()
@@ -458,7 +463,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     partial = root / PARTIAL_DIR
     try:
         down0 = st.counters.bytes_down if hasattr(st, "counters") else 0
-        index = st.get_ref(r.name, r.tag)
+        index = st.get_ref(r.name, r.tag) if r.digest is None else st.get_pinned(r.name, r.digest)
         entry = select_entry(index, r.url, device)
         with _Progress(_progress_default(progress)) as prog:
             if prog._p is not None:
@@ -509,20 +514,23 @@ def remove(ref: str | Ref, *, store_options: dict | None = None, platform: str |
     Removing one platform is a read-modify-write of the tag, so it goes through ``Store.update_ref`` (locked or
     conditional): a platform pushed to the same tag at the same moment is kept."""
     r, st, _ = _ref_and_store(ref, None, store_options)
+    if r.digest:
+        st.close()
+        raise UsageError(f"{r.url}: rm removes a tag; a digest pin names no tag")
     with st:
         if platform is None:
             st.delete_ref(r.name, r.tag)
             return None
+        index = st.get_ref(r.name, r.tag)
+        if not any(e.platform == platform for e in index.entries):
+            raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
         return st.update_ref(r.name, r.tag, lambda old: without_platform(old, r, platform))
 
 
 def without_platform(index: RefIndex | None, r: Ref, platform: str) -> RefIndex | None:
-    """``index`` less ``platform``'s entry (None when nothing is left); NotFoundError when it has no such entry."""
-    if index is None:
-        raise NotFoundError(f"{r.url} not found")
-    kept = tuple(e for e in index.entries if e.platform != platform)
-    if len(kept) == len(index.entries):
-        raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
+    """``index`` less ``platform``'s entry; None when nothing is left (the tag is then removed). Idempotent, as
+    a store that re-reads and merges again (OCI) needs."""
+    kept = tuple(e for e in (index.entries if index else ()) if e.platform != platform)
     return RefIndex(r.name, r.tag, kept) if kept else None
 
 

@@ -12,6 +12,8 @@ Fixtures (session-scoped, started on first use; registered for every test by tes
   (``oci://127.0.0.1:PORT``), ``.repo_url(name)``, ``.data_dir``, ``.stop()`` / ``.start()`` (same port, data kept).
 - ``oci_registry_auth`` -> an :class:`OCIRegistry` that requires a login (htpasswd): ``.login`` = (user, password),
   ``.docker_config(folder, user=None, password=None)`` writes a docker ``config.json`` for ``DOCKER_CONFIG``.
+- ``oci_mirror`` -> a second plain :class:`OCIRegistry` (the target of ``skopeo copy``); ``oci_registry_tls`` ->
+  one serving HTTPS with a certificate from a private CA made here (``.ca_cert``, ``.certs_d(folder)``).
 - ``s3_bucket`` (function scope): a fresh bucket name in ``rgw``; ``s3_env`` (function scope): ``rgw.env()``
   applied with monkeypatch, so library calls and ``cachetool`` subprocesses reach RGW.
 
@@ -288,8 +290,10 @@ rgw dns name = 127.0.0.1
 
 # ---------------------------------------------------------------------------------------------------- registry
 class OCIRegistry:
-    def __init__(self, base: Path, login: tuple[str, str] | None = None):
+    def __init__(self, base: Path, login: tuple[str, str] | None = None, tls: bool = False):
         self.login = login  # (user, password): htpasswd (Basic) auth enforced
+        self.tls = tls  # serve HTTPS with a certificate from a private CA (``.ca_cert``)
+        self.ca_cert: Path | None = None
         self.dir = base
         self.data_dir = base / "data"
         self.port = free_port()
@@ -320,7 +324,10 @@ storage:
 http:
   addr: {self.host}
   secret: cachetool-tests-only
-""" + (f"""auth:
+""" + (f"""  tls:
+    certificate: {self.dir / 'server.crt'}
+    key: {self.dir / 'server.key'}
+""" if self.tls else "") + (f"""auth:
   htpasswd:
     realm: cachetool-tests
     path: {self._htpasswd()}
@@ -356,15 +363,70 @@ http:
         (folder / "config.json").write_text(json.dumps({"auths": {self.host: {"auth": tok}}}))
         return folder
 
+    def _make_certs(self) -> None:
+        """A private CA and a server certificate for 127.0.0.1, made with ``cryptography``."""
+        import datetime
+        import ipaddress
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        now = datetime.datetime.now(datetime.timezone.utc)
+
+        def cert(subject, issuer, pub, key, *, ca: bool):
+            b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(pub)
+                 .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+                 .not_valid_after(now + datetime.timedelta(days=2))
+                 .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+            if not ca:
+                b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                    critical=False)
+            return b.sign(key, hashes.SHA256())
+
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cachetool test CA")])
+        ca = cert(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
+        key = ec.generate_private_key(ec.SECP256R1())
+        srv = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), ca_name, key.public_key(),
+                   ca_key, ca=False)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.ca_cert = self.dir / "ca.crt"
+        self.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+        (self.dir / "server.crt").write_bytes(srv.public_bytes(serialization.Encoding.PEM))
+        (self.dir / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                                serialization.PrivateFormat.PKCS8,
+                                                                serialization.NoEncryption()))
+
+    def certs_d(self, folder: Path) -> Path:
+        """A certs.d folder with this registry's CA (``CACHETOOL_CERTS_D=folder``)."""
+        d = folder / self.host
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.ca_cert, d / "ca.crt")
+        return folder
+
+    def _up(self) -> bool:
+        if not self.tls:
+            return _http_up(f"http://{self.host}/v2/")
+        import requests
+
+        try:
+            return requests.get(f"https://{self.host}/v2/", timeout=1.0, verify=str(self.ca_cert)).status_code < 500
+        except requests.RequestException:
+            return False
+
     def start(self, ready_timeout: float = 30) -> None:
         if self.proc is not None and self.proc.alive():
             return
+        if self.tls and self.ca_cert is None:
+            self._make_certs()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = _Proc("registry", [REGISTRY_BINARY, "serve", str(self._config())], self.dir / "registry.log",
                           env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
         self.proc.start()
         deadline = time.monotonic() + ready_timeout
-        while not _http_up(f"http://{self.host}/v2/"):
+        while not self._up():
             if not self.proc.alive():
                 raise RuntimeError(f"docker-registry exited:\n{_tail(self.proc.log)}")
             if time.monotonic() > deadline:
@@ -427,6 +489,22 @@ def oci_registry_auth():
     ``.docker_config(folder)`` writes a docker config.json with it."""
     _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
     server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-ociauth-")), login=("cachetool", "registry-pass-1"))
+    yield from _serve(server, server.start)
+
+
+@pytest.fixture(scope="session")
+def oci_mirror():
+    """A second plain docker-registry: the target of ``skopeo copy`` (mirrors, the air-gap hop)."""
+    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
+    server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-ocimirror-")))
+    yield from _serve(server, server.start)
+
+
+@pytest.fixture(scope="session")
+def oci_registry_tls():
+    """A docker-registry serving HTTPS with a certificate from a private CA: ``.ca_cert``, ``.certs_d(folder)``."""
+    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
+    server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-ocitls-")), tls=True)
     yield from _serve(server, server.start)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from cachetool.cli import cli
-from cachetool.cli.store_options import store_options as _store_options
+from cachetool.cli.store_options import options_dict, store_options as _store_options
 from cachetool.cli.bundle_cmds import OneLineCommand
 from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
 
@@ -124,7 +124,7 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
     cfg = _setup(ctx, compilation_config, cache_root)
     summary = warm_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
                        tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
-                       store_options={"endpoint_url": endpoint_url, "profile": profile, "insecure": insecure})
+                       store_options=options_dict(endpoint_url, profile, insecure))
     if summary.push is None:
         _print(summary.compile, as_json)
         return
@@ -136,6 +136,7 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
     click.echo(f"  bytes          {summary.bytes_raw} raw, {summary.bytes_unique} unique, "
                f"{summary.bytes_compressed} compressed")
     click.echo(f"  pushed         {p.ref} [{p.platform}] {p.manifest_digest}")
+    click.echo(f"  pinned         {p.pinned}")
     click.echo(f"  blobs          {p.blobs_uploaded} uploaded, {p.blobs_skipped} already there; "
                f"{'signed' if p.signed else 'UNSIGNED'}")
     click.echo("  phases         " + ", ".join(f"{k} {v:.2f} s" for k, v in summary.phases.items()))

@@ -49,7 +49,8 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
           f"pushed {r.ref} [{r.platform}] {r.manifest_digest}\n"
           f"blobs: {r.blobs_uploaded} uploaded, {r.blobs_skipped} already there (of {r.blobs_total}); "
           f"{_human(r.bytes_uploaded)} sent, {_human(r.bytes_skipped)} skipped; {r.seconds:.2f}s"
-          + ("; signed" if r.signed else "") + f"\nplatforms under the tag: {', '.join(r.platforms)}")
+          + ("; signed" if r.signed else "") + f"\nplatforms under the tag: {', '.join(r.platforms)}"
+          + f"\npinned: {r.pinned}")
 
 
 @cli.command("pull", cls=CompileCommand)

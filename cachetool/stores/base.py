@@ -114,6 +114,23 @@ class Store(abc.ABC):
         self.put_ref(new)
         return new
 
+    def get_pinned(self, name: str, digest: str) -> RefIndex:
+        """A digest pin (``name@sha256:...``): exactly the bundle manifest with that digest, as a one-entry index.
+        The OCI store overrides it (there a pin is an OCI manifest or index digest)."""
+        from cachetool.manifest import Manifest
+
+        data = self.get_manifest(digest)
+        man = Manifest.from_bytes(data)
+        entry = RefEntry(digest, man.platform, dict(man.fingerprint or {}), man.stored_size + len(data), "")
+        return RefIndex(name, digest, (entry,))
+
+    def pinned_digest(self, manifest_digest: str) -> str:
+        """The digest a pin of this bundle names in this store (the bundle manifest's, except on OCI)."""
+        return manifest_digest
+
+    def prepare_push(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> None:
+        """Called by push before has_blob/put_blob with every blob and where its bytes are (OCI packs them)."""
+
     @abc.abstractmethod
     def list_refs(self) -> Iterator[RefIndex]: ...
 

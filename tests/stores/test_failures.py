@@ -131,7 +131,10 @@ def test_skopeo_reads_the_pushed_artifact(oci_registry, bundle, cuda_bundle):
         assert l["mediaType"] == "application/vnd.cachetool.blob.v1+zstd" and l["size"] == b.stored_size
         assert l["annotations"]["dev.cachetool.content.digest"] == b.digest
 
-    sig = raw(f"{repo}:sha256-{hexof(entry['digest'])}.sig")
+    # the signature is an OCI 1.1 referrer, listed under the referrers tag schema's tag (no referrers API here)
+    referrers = raw(f"{repo}:sha256-{hexof(entry['digest'])}")
+    assert [m["artifactType"] for m in referrers["manifests"]] == ["application/vnd.cachetool.signature.v1+json"]
+    sig = raw(f"{repo}@{referrers['manifests'][0]['digest']}")
     assert sig["subject"]["digest"] == entry["digest"]
     assert sig["layers"][0]["mediaType"] == "application/vnd.dsse.envelope.v1+json"
 

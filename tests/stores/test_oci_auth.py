@@ -102,4 +102,69 @@ def test_plain_http_only_for_localhost():
     assert OCIStore("127.0.0.1:5000", "x").base == "http://127.0.0.1:5000"
     assert OCIStore("localhost", "x").base == "http://localhost"
     assert OCIStore("registry.example", "x").base == "https://registry.example"
-    assert OCIStore("registry.example:5000", "x", insecure=True).base == "http://registry.example:5000"
+    # --insecure is what its help says (unverified TLS); plain HTTP is its own switch
+    st = OCIStore("registry.example:5000", "x", insecure=True)
+    assert st.base == "https://registry.example:5000" and st.client.tls.verify is False
+    assert OCIStore("registry.example:5000", "x", plain_http=True).base == "http://registry.example:5000"
+
+
+# ------------------------------------------------------------------------------------------- the containers tools
+@pytest.fixture
+def no_logins(tmp_path, monkeypatch):
+    """No credential file of this machine leaks in: every place :mod:`auth` looks is under tmp_path."""
+    monkeypatch.delenv("REGISTRY_AUTH_FILE", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    return tmp_path
+
+
+def _skopeo_login(reg, authfile, password=None):
+    import shutil
+    import subprocess
+
+    if shutil.which("skopeo") is None:
+        pytest.skip("skopeo is not installed")
+    user, pw = reg.login
+    p = subprocess.run(["skopeo", "login", "--tls-verify=false", "--authfile", str(authfile), "-u", user,
+                        "--password-stdin", reg.host], input=password or pw, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert reg.host in json.loads(authfile.read_text())["auths"]
+
+
+def test_a_login_written_by_skopeo_login_works(oci_registry_auth, bundle, keys, cli, no_logins, monkeypatch):
+    # Before: only the docker config.json was read; REGISTRY_AUTH_FILE and containers' auth.json were ignored.
+    from cachetool.bundle import write_ctb
+
+    reg, tmp = oci_registry_auth, no_logins
+    ctb = write_ctb(bundle, tmp / "b.ctb")
+    ref = f"{reg.url}/team/skopeo-login:v1"
+    authfile = tmp / "elsewhere" / "auth.json"
+    authfile.parent.mkdir()
+    _skopeo_login(reg, authfile)
+    r = cli("push", ctb, ref)
+    assert r.rc == 6 and "wants a login" in r.error_line(), r
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(authfile))
+    r = cli("push", ctb, ref)
+    assert r.rc == 0, r
+    # skopeo login's default place: $XDG_RUNTIME_DIR/containers/auth.json
+    monkeypatch.delenv("REGISTRY_AUTH_FILE")
+    default = tmp / "run" / "containers" / "auth.json"
+    default.parent.mkdir(parents=True)
+    _skopeo_login(reg, default)
+    r = cli("pull", ref, "--cache-root", tmp / "root", "--trust", keys["pub"])
+    assert r.rc == 0, r
+
+
+def test_auth_json_keys_per_namespace(no_logins, monkeypatch):
+    from cachetool.stores.oci import registry_credentials
+
+    f = no_logins / "auth.json"
+    tok = lambda u: base64.b64encode(f"{u}:pw".encode()).decode()  # noqa: E731
+    f.write_text(json.dumps({"auths": {"reg.example": {"auth": tok("host")},
+                                       "reg.example/team": {"auth": tok("team")},
+                                       "reg.example/team/llama": {"auth": tok("repo")}}}))
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(f))
+    assert registry_credentials("reg.example", "team/llama")[0] == "repo"
+    assert registry_credentials("reg.example", "team/other")[0] == "team"
+    assert registry_credentials("reg.example", "solo")[0] == "host"

@@ -40,7 +40,8 @@ def test_parse_ref(text, scheme, location, path, name, tag, url):
     ("s3://bucket/llama:-x", "tag"),
     ("s3://bucket/llama:a:b", "more than one"),
     ("oci://host:5000/Repo:v1", "name"),
-    ("oci://host:5000/llama@sha256:" + "0" * 64, "digest refs"),
+    ("oci://host:5000/llama@sha256:" + "0" * 63, "is not sha256:<64 lowercase hex>"),
+    ("file:///srv/llama@md5:abc", "is not sha256"),
     ("oci://bad host/llama:v1", "whitespace"),
     ("oci://-host/llama:v1", "registry host"),
     ("s3://bucket/llama:v 1", "whitespace"),
@@ -65,3 +66,29 @@ def test_store_urls():
     assert su.url == "s3://bucket/p" and ref.tag == "v1"
     su, ref = parse_store_or_ref("oci://localhost:5000/llama")
     assert su.url == "oci://localhost:5000/llama" and ref is None
+
+
+H = "ab" * 32
+
+
+@pytest.mark.parametrize("text,store,name,tag,digest,url", [
+    (f"oci://127.0.0.1:5000/ml/tiny@sha256:{H}", "oci://127.0.0.1:5000/ml/tiny", "tiny", "latest", f"sha256:{H}",
+     f"oci://127.0.0.1:5000/ml/tiny@sha256:{H}"),
+    (f"oci://reg.example/ml/tiny:v1@sha256:{H}", "oci://reg.example/ml/tiny", "tiny", "v1", f"sha256:{H}",
+     f"oci://reg.example/ml/tiny@sha256:{H}"),
+    (f"file:///srv/caches/tiny@sha256:{H}", "file:///srv/caches", "tiny", "latest", f"sha256:{H}",
+     f"file:///srv/caches/tiny@sha256:{H}"),
+    (f"s3://bucket/team/tiny@sha256:{H}", "s3://bucket/team", "tiny", "latest", f"sha256:{H}",
+     f"s3://bucket/team/tiny@sha256:{H}"),
+])
+def test_digest_pins(text, store, name, tag, digest, url):
+    r = parse_ref(text)
+    assert (r.store.url, r.name, r.tag, r.digest, r.url) == (store, name, tag, digest, url)
+    assert parse_ref(r.url).digest == digest
+
+
+def test_ls_of_a_whole_registry_or_namespace():
+    su, ref = parse_store_or_ref("oci://127.0.0.1:5000")
+    assert (su.location, su.path, ref) == ("127.0.0.1:5000", "", None)
+    su, ref = parse_store_or_ref("oci://127.0.0.1:5000/ml")
+    assert (su.path, ref) == ("ml", None)
