@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import click
 
@@ -170,6 +175,41 @@ def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
     return 0
 
 
+@contextlib.contextmanager
+def _temp_dir_for(root: Path):
+    """A usable temporary folder for this pull. Importing torch's compiler asks :mod:`tempfile` for one (Inductor's
+    default cache folder); with a read-only root filesystem and no writable /tmp there is none, and torch's key
+    could not be computed (a false *miss*). Then a private folder inside the cache root serves, removed at the
+    end, so the pull writes nothing outside the root; if the root cannot be written either, one line says what
+    the pull needs."""
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError:
+        pass
+    else:
+        yield
+        return
+    created = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".cachetool-tmp-", dir=root)
+    except OSError as exc:
+        raise CachetoolError(
+            f"pull needs a writable folder: no temporary folder is writable (TMPDIR, /tmp, /var/tmp) and the cache "
+            f"root {root} cannot be written ({exc.strerror or exc}); mount an emptyDir at /tmp, or make the cache "
+            "root writable") from None
+    saved = tempfile.tempdir
+    tempfile.tempdir = tmp
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(root)  # a failed pull leaves no empty root behind
+
+
 def _pull(ctx, ref, cache_root, trust, ranks, device, force, insecure_skip_verify, timeout, workers, progress,
           model, compilation_config, endpoint_url, profile, insecure):
     from cachetool.api import pull
@@ -179,10 +219,12 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, insecure_skip_verif
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
     quiet = ctx.params.get("as_json")
-    return pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
-                model=model, config=compilation_config, overrides=overrides,
-                device=device, force=force, timeout=timeout, workers=workers, warn=_warn,
-                store_options=options_dict(endpoint_url, profile, insecure), progress=False if quiet else progress)
+    with _temp_dir_for(Path(root).expanduser()):
+        return pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
+                    model=model, config=compilation_config, overrides=overrides,
+                    device=device, force=force, timeout=timeout, workers=workers, warn=_warn,
+                    store_options=options_dict(endpoint_url, profile, insecure),
+                    progress=False if quiet else progress)
 
 
 @cli.command("ls", cls=OneLineCommand)
