@@ -7,6 +7,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$REPO"
+step "install the tool into $VENV (scripts/install.sh)"
 scripts/install.sh
 CT=$VENV/bin/cachetool
 work=${DEMO_DIR:-$(mktemp -d -t cachetool-demo.XXXXXX)}
