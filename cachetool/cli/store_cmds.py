@@ -6,12 +6,14 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import click
 
-from cachetool.cli import cli
+from cachetool.cli import EXIT_WITHOUT_JOINING, cli
 from cachetool.cli.bundle_cmds import OneLineCommand, _cache_root_default, _human, _os_errors_one_line
 from cachetool.cli.bundle_cmds import _warn_loud as _warn
 from cachetool.cli.store_options import options_dict, store_options
@@ -210,6 +212,34 @@ def _temp_dir_for(root: Path):
                 os.rmdir(root)  # a failed pull leaves no empty root behind
 
 
+# The hard bound fires this long after --timeout: the pull's own deadline checks (between requests and blobs)
+# normally end it first and clean up; the alarm only ends a request that blocks.
+_HARD_TIMEOUT_GRACE = 2.0
+
+
+@contextlib.contextmanager
+def _hard_timeout(seconds: float | None):
+    """Bound the pull by --timeout even when a store stops answering in the middle of a request (a socket read
+    waits for the store's own read timeout and retries, minutes, and the init-container would hang): SIGALRM
+    raises :class:`TimeoutError_` in the main thread. Worker threads still blocked in a read are abandoned: the
+    process exits without joining them (:data:`cachetool.cli.EXIT_WITHOUT_JOINING`)."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum, frame):
+        EXIT_WITHOUT_JOINING.set()
+        raise TimeoutError_(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds + _HARD_TIMEOUT_GRACE)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _pull(ctx, ref, cache_root, trust, ranks, device, force, insecure_skip_verify, timeout, workers, progress,
           model, compilation_config, endpoint_url, profile, insecure):
     from cachetool.api import pull
@@ -219,7 +249,7 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, insecure_skip_verif
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
     quiet = ctx.params.get("as_json")
-    with _temp_dir_for(Path(root).expanduser()):
+    with _hard_timeout(timeout), _temp_dir_for(Path(root).expanduser()):
         return pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
                     model=model, config=compilation_config, overrides=overrides,
                     device=device, force=force, timeout=timeout, workers=workers, warn=_warn,

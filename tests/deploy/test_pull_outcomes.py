@@ -149,3 +149,29 @@ def test_a_local_fault_still_fails_with_on_miss_continue(store, tmp_path, cli):
     assert r.error_line()
     doc = _one_json(r.out)
     assert doc["outcome"] == "error" and doc["exit_code"] == 1 and doc["continued"] is False, doc
+
+
+def test_timeout_bounds_a_store_that_stops_answering(tmp_path):
+    """A registry that accepts the connection and never answers: --timeout still ends the pull (the store's own
+    read timeout and retries would take minutes), and with --on-miss continue the pod starts cold."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), CACHETOOL_CONFIG_DIR=str(tmp_path / "config"),
+               DOCKER_CONFIG=str(tmp_path / "docker"))
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections are accepted by the kernel; nothing ever reads or answers
+        ref = f"oci://127.0.0.1:{silent.getsockname()[1]}/ml/llama:v1"
+        r = subprocess.run([sys.executable, "-m", "cachetool", "pull", ref, "--cache-root", str(tmp_path / "root"),
+                            "--timeout", "1", "--on-miss", "continue", "--json"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r
+    doc = _one_json(r.stdout)
+    assert doc["outcome"] == "timeout" and doc["error_exit_code"] == 7 and doc["continued"] is True, doc
+    assert "outcome=timeout " in _outcome_line(r.stderr)
+    assert _nothing_installed(tmp_path)
