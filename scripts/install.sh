@@ -47,13 +47,13 @@ fi
 # torch first, pinned to the CPU build: a bare `torch` requirement would pull a multi-GB CUDA build.
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
   step "install torch ${TORCH_VERSION:-2.13.0} into $VENV"
-  "$VPY" -m pip install -q --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}"
+  "$VPY" -m pip install -qq --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}"
 fi
 if [ "$with_test" = 1 ]; then
   step "install cachetool and its test extras into $VENV"
-  "$VPY" -m pip install -q --disable-pip-version-check -e ".[test]"
+  "$VPY" -m pip install -qq --disable-pip-version-check -e ".[test]"
 else
   step "install cachetool into $VENV"
-  "$VPY" -m pip install -q --disable-pip-version-check -e .
+  "$VPY" -m pip install -qq --disable-pip-version-check -e .
 fi
 echo "== $(basename "$0"): done: $VENV/bin/cachetool ($("$VPY" -c 'import torch; print("torch", torch.__version__)'))"

@@ -11,6 +11,8 @@ cd "$REPO"
 step "install the tool, test extras and servers (scripts/install.sh --test)"
 scripts/install.sh --test
 step "run the tests (pytest, $VENV)"
+# As `. .venv/bin/activate` would: tests that run the `cachetool` entry point by name find the venv's.
+export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH
 start=$(date +%s)
 rc=0
 "$VPY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@" || rc=$?

@@ -35,6 +35,7 @@ case "$*" in
   *"pip install"*"torch=="*) touch "$here/../torch" ;;
   *"print(f"*) echo 3.11 ;;
   *"torch.__version__"*) echo "torch 2.13.0+cpu" ;;
+  "-m pytest"*) echo "PATH=$PATH" >> "$LOG" ;;
 esac
 exit 0
 """
@@ -111,3 +112,6 @@ def test_test_sh_runs_pytest_from_the_venv_with_durations(fake):
     runs = [c for c in fake.log.read_text().splitlines() if " -m pytest " in c]
     assert runs == [f"{fake.venv}/bin/python -m pytest -n 2 --dist loadfile tests/deploy"], runs
     assert "the suite took" in r.stdout
+    # tests that run `cachetool` by name find the venv's first (Debian's PATH has none), as activation does
+    paths = [c for c in fake.log.read_text().splitlines() if c.startswith("PATH=")]
+    assert paths and paths[0].split("=", 1)[1].split(":")[0] == f"{fake.venv}/bin", paths
