@@ -205,7 +205,10 @@ def test_dockerfile_structure():
     assert set(names) <= known, f"unknown instructions: {set(names) - known}"
 
     froms = [a for i, a in ins if i == "FROM"]
-    assert froms and re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", froms[0].split()[0]), froms
+    # the base is a build argument whose default is the pinned official image
+    base_args = dict(a.split("=", 1) for i, a in ins[:names.index("FROM")] if i == "ARG" and "=" in a)
+    base = re.sub(r"\$\{(\w+)\}", lambda m: base_args.get(m.group(1), m.group(0)), froms[0].split()[0]) if froms else ""
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base), froms
 
     args = {a.split("=", 1)[0] for i, a in ins if i == "ARG"}
     assert {"TORCH_INDEX_URL", "TORCH_VERSION"} <= args
