@@ -105,6 +105,10 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
         parse_ref(push)  # a bad ref fails before minutes of compiling, not after
         if sign_key is None:
             raise UsageError("--push needs --sign-key: pulls verify signatures by default")
+        if isinstance(sign_key, (str, Path)):
+            from cachetool.signing import load_private_key
+
+            sign_key = load_private_key(sign_key)  # a missing or bad key fails now, not after the compile
     cfg = compilation_config(config, overrides, cache_root)
     t0 = time.perf_counter()
     result = warmup.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, **run_options)

@@ -1,34 +1,59 @@
 #!/usr/bin/env bash
-# Installs cachetool and what it needs on a fresh machine (Debian, Python 3.11+).
+# Installs cachetool and what it needs on a fresh machine (Debian, Python 3.11+), in a virtual environment:
+# .venv/ in the repository by default (CACHETOOL_VENV=/path elsewhere). Nothing goes into the system Python.
 #   scripts/install.sh           the tool itself (torch CPU build, then the project)
 #   scripts/install.sh --test    also the test extras and the real servers the tests start
 #                                (Ceph RGW for S3, docker-registry for OCI, skopeo for interop checks)
-# Idempotent: what is already there is not fetched again.
+# Idempotent: what is already there is not fetched again. Use the tool with .venv/bin/cachetool (or
+# `. .venv/bin/activate`). PYTHON=/path/to/python3.11+ picks the interpreter the venv is made from.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
+cd "$REPO"
 PY=${PYTHON:-python3}
 with_test=0
 [ "${1:-}" = "--test" ] && with_test=1
 
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+apt_install() {
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "$@"
+}
+
+step "check Python ($PY) is 3.11 or newer"
+command -v "$PY" >/dev/null || { echo "no $PY on PATH: install Python 3.11+ (apt-get install python3)" >&2; false; }
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || { echo "$("$PY" --version 2>&1) is too old: cachetool needs Python 3.11+" >&2; false; }
+
 if [ "$with_test" = 1 ]; then
+  step "install the test servers (apt: radosgw ceph-mon ceph-osd ceph-mgr docker-registry skopeo)"
   missing=0
   for bin in radosgw ceph-mon ceph-osd ceph-mgr radosgw-admin docker-registry skopeo; do
     command -v "$bin" >/dev/null 2>&1 || missing=1
   done
-  if [ "$missing" = 1 ]; then
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-    $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
-      radosgw ceph-mon ceph-osd ceph-mgr docker-registry skopeo
+  [ "$missing" = 0 ] || apt_install radosgw ceph-mon ceph-osd ceph-mgr docker-registry skopeo
+fi
+
+if [ ! -x "$VPY" ]; then
+  step "create the virtual environment $VENV"
+  # Debian's python3 ships venv without ensurepip unless python3-venv is installed.
+  if ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    ver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    apt_install "python${ver}-venv"
   fi
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
 fi
 
 # torch first, pinned to the CPU build: a bare `torch` requirement would pull a multi-GB CUDA build.
-if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-  "$PY" -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
+  step "install torch ${TORCH_VERSION:-2.13.0} into $VENV"
+  "$VPY" -m pip install -qq --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}"
 fi
 if [ "$with_test" = 1 ]; then
-  "$PY" -m pip install -q -e ".[test]"
+  step "install cachetool and its test extras into $VENV"
+  "$VPY" -m pip install -qq --disable-pip-version-check -e ".[test]"
 else
-  "$PY" -m pip install -q -e .
+  step "install cachetool into $VENV"
+  "$VPY" -m pip install -qq --disable-pip-version-check -e .
 fi
+echo "== $(basename "$0"): done: $VENV/bin/cachetool ($("$VPY" -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
-# The test command: installs everything (tool, test extras, the S3 and OCI servers) and runs the suite.
-# The servers are started by the test setup on 127.0.0.1 and stopped by pid (tests/servers.py).
+# The test command: installs everything (tool, test extras, the S3 and OCI servers) into .venv/ (see
+# scripts/install.sh) and runs the suite (pyproject's testpaths) in PYTEST_WORKERS (default 2) parallel workers,
+# one test file per worker at a time (--dist loadfile: a file's module and session fixtures, e.g. a compiled
+# root, are built once), with the 15 slowest tests and the suite's time at the end. Each worker starts its own S3
+# and OCI servers on 127.0.0.1 (tests/servers.py stops them by pid).
+# Extra arguments go to pytest (e.g. `scripts/test.sh tests/stores -x`; `-n 0` runs in one process).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
+cd "$REPO"
+step "install the tool, test extras and servers (scripts/install.sh --test)"
 scripts/install.sh --test
-exec "${PYTHON:-python3}" -m pytest tests "$@"
+step "run the tests (pytest, $VENV)"
+# As `. .venv/bin/activate` would: tests that run the `cachetool` entry point by name find the venv's.
+export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH
+start=$(date +%s)
+rc=0
+"$VPY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@" || rc=$?
+echo "== test.sh: the suite took $(( $(date +%s) - start )) s (exit $rc)"
+STEP="run the tests: pytest failed"
+[ "$rc" = 0 ]

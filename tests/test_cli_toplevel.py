@@ -32,3 +32,14 @@ def test_version_and_help():
     assert h.returncode == 0
     for cmd in ("warm", "check", "pack", "install", "push", "pull", "ls", "rm", "gc", "diff", "keygen", "verify"):
         assert f"  {cmd} " in h.stdout
+
+
+def test_api_warm_refuses_a_missing_sign_key_before_compiling(tmp_path):
+    """README's snippet once failed only after the compile: the key is read before anything is compiled."""
+    import cachetool
+    from cachetool.errors import NotFoundError
+
+    with pytest.raises(NotFoundError, match="signing key .*missing.key does not exist"):
+        cachetool.warm("tiny", cache_root=tmp_path / "root", push=f"file://{tmp_path}/store/tiny:v1",
+                       sign_key=str(tmp_path / "missing.key"))
+    assert not (tmp_path / "root").exists(), "warm compiled before checking the key"

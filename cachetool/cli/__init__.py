@@ -7,12 +7,18 @@ Each command group lives in its own module and registers itself on :data:`cli`. 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import threading
 
 import click
 
 from cachetool import __version__
 from cachetool.errors import CachetoolError
+
+# Set by a command that abandoned worker threads blocked in I/O (pull past its hard --timeout): the process then
+# exits at once with its code instead of joining threads stuck in a socket read for minutes.
+EXIT_WITHOUT_JOINING = threading.Event()
 
 # Modules that add commands to `cli`; each imports `cli` from here and decorates its commands.
 _COMMAND_MODULES = (
@@ -63,4 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    rc = main()
+    if EXIT_WITHOUT_JOINING.is_set():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)

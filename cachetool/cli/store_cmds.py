@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
 
 import click
 
-from cachetool.cli import cli
+from cachetool.cli import EXIT_WITHOUT_JOINING, cli
 from cachetool.cli.bundle_cmds import OneLineCommand, _cache_root_default, _human, _os_errors_one_line
 from cachetool.cli.bundle_cmds import _warn_loud as _warn
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
-from cachetool.errors import CacheMissError, CachetoolError, NotFoundError, UsageError
+from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, TimeoutError_, UsageError,
+                              VerificationError)
 
 
 def _emit(as_json: bool, doc: dict, text: str) -> None:
@@ -53,7 +61,55 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
           + f"\npinned: {r.pinned}")
 
 
-@cli.command("pull", cls=CompileCommand)
+# What a failed pull is called in its outcome line and its JSON, and whether `--on-miss continue` turns it into
+# exit 0. Covered: everything that leaves the cache root as it was because the cache is unavailable or unusable
+# (a pod must then start cold, never crash-loop). Not covered: a wrong flag or ref (2) and a local fault such as
+# an unwritable cache root (1): those are deployment bugs that a restart will not fix and that must be seen.
+_PULL_FAILURES: tuple[tuple[type[CachetoolError], str, bool], ...] = (
+    (CacheMissError, "miss", True),
+    (NotFoundError, "not-found", True),
+    (StoreError, "store-error", True),
+    (TimeoutError_, "timeout", True),
+    (VerificationError, "refused", True),
+    (UsageError, "usage-error", False),
+)
+
+
+def pull_failure(exc: BaseException) -> tuple[str, int, bool]:
+    """(outcome, exit code without --on-miss continue, whether continue covers it) of a failed pull."""
+    for cls, outcome, continuable in _PULL_FAILURES:
+        if isinstance(exc, cls):
+            return outcome, exc.exit_code, continuable
+    return "error", getattr(exc, "exit_code", 1), False
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, CachetoolError):
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"pull:{where}: {exc.strerror or exc}"
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _failure_doc(ref: str, on_miss: str, outcome: str, code: int, exit_code: int, message: str) -> dict:
+    return {"ref": ref, "outcome": outcome, "exit_code": exit_code, "error_exit_code": code, "message": message,
+            "on_miss": on_miss, "installed": False, "continued": exit_code == 0}
+
+
+class PullCommand(CompileCommand):
+    """``pull --json`` prints one JSON object whatever happens, a bad flag included (parsed before the body)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except CachetoolError as exc:
+            if "--json" in args:
+                ref = next((a for a in args if "://" in a), None)
+                click.echo(json.dumps(_failure_doc(ref, "fail", "usage-error", exc.exit_code, exc.exit_code,
+                                                   _one_line(exc)), indent=2, sort_keys=True))
+            raise
+
+
+@cli.command("pull", cls=PullCommand)
 @click.argument("ref")
 @click.option("--cache-root", type=click.Path(file_okay=False), default=None,
               help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
@@ -69,9 +125,12 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the whole pull; past it exit 7.")
 @click.option("--on-miss", type=click.Choice(["fail", "continue"]), default="fail", show_default=True,
-              help="continue: a miss (exit 4) or a missing ref (exit 5) exits 0 so the server starts cold.")
+              help="continue: exit 0 when nothing could be installed because the cache is unavailable or "
+                   "unusable (miss 4, not found 5, store error 6, timeout 7, verification refused 3), so the "
+                   "server starts cold; a usage error (2) or a local fault (1) still fails.")
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Parallel downloads.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object on stdout for every outcome, failures included.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--model", "-m", default=None,
               help="The server's model: preflight then also checks the cache key this model/config needs "
@@ -79,41 +138,37 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
 @click.option("--compilation-config", "-cc", "compilation_config", default=None,
               help="The server's CompilationConfig (JSON; -cc.key=value overrides), with --model.")
 @store_options
-@_os_errors_one_line
 @click.pass_context
-def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, on_miss,
-             workers, as_json, progress, model, compilation_config, endpoint_url, profile, insecure):
-    """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched."""
-    from cachetool.api import pull
+def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
+    """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched.
 
-    root = cache_root or _cache_root_default()
-    overrides = ctx.meta.get("cc_overrides", [])
-    if (compilation_config or overrides) and model is None:
-        raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
+    Each outcome is one `pull: outcome=...` line on stderr: installed, already-installed, miss, not-found,
+    store-error, timeout, refused, usage-error or error.
+    """
     try:
-        r = pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
-                 model=model, config=compilation_config, overrides=overrides,
-                 device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers, warn=_warn,
-                 store_options=options_dict(endpoint_url, profile, insecure), progress=False if as_json else progress)
-    except (CacheMissError, NotFoundError) as exc:
-        outcome = "miss" if isinstance(exc, CacheMissError) else "not-found"
-        click.echo(f"pull: outcome={outcome} ref={ref} exit={exc.exit_code} on_miss={on_miss} reason={exc}", err=True)
-        if on_miss == "continue":
+        r = _pull(ctx, ref, **kwargs)
+    except Exception as exc:  # every failure gets its outcome line (and JSON); the CLI then reports it as usual
+        outcome, code, continuable = pull_failure(exc)
+        carry_on = continuable and on_miss == "continue"
+        exit_code = 0 if carry_on else code
+        message = _one_line(exc)
+        click.echo(f"pull: outcome={outcome} ref={ref} exit={exit_code} code={code} on_miss={on_miss} "
+                   f"reason={message}", err=True)
+        if as_json:
+            click.echo(json.dumps(_failure_doc(ref, on_miss, outcome, code, exit_code, message), indent=2, sort_keys=True))
+        if carry_on:
             click.echo(f"pull: no usable bundle ({outcome}); continuing without it (--on-miss continue): "
                        "the server will compile", err=True)
-            if as_json:
-                click.echo(json.dumps({"ref": ref, "outcome": outcome, "reason": str(exc)}, indent=2))
             return 0
-        raise
-    except CachetoolError as exc:
-        click.echo(f"pull: outcome=error ref={ref} exit={exc.exit_code} reason={exc}", err=True)
+        if isinstance(exc, OSError):
+            raise CachetoolError(message) from None
         raise
     i = r.install
     outcome = "already-installed" if i.already_installed else "installed"
-    click.echo(f"pull: outcome={outcome} ref={r.ref} platform={r.platform} digest={r.manifest_digest} "
+    click.echo(f"pull: outcome={outcome} ref={r.ref} exit=0 platform={r.platform} digest={r.manifest_digest} "
                f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}", err=True)
     doc = r.to_dict()
-    doc["outcome"] = outcome
+    doc.update(outcome=outcome, exit_code=0, on_miss=on_miss, installed=True)
     _emit(as_json, doc,
           f"{outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), {i.files} files "
           f"({_human(i.bytes)}); {r.blobs_downloaded} blobs downloaded ({_human(r.bytes_downloaded)})"
@@ -123,6 +178,86 @@ def pull_cmd(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, in
           + (f"signed by trusted key {i.key_id}" if i.verified else "SIGNATURE NOT VERIFIED")
           + (f"; preflight: {', '.join(i.preflight)}" if i.preflight else "; preflight skipped"))
     return 0
+
+
+@contextlib.contextmanager
+def _temp_dir_for(root: Path):
+    """A usable temporary folder for this pull. Importing torch's compiler asks :mod:`tempfile` for one (Inductor's
+    default cache folder); with a read-only root filesystem and no writable /tmp there is none, and torch's key
+    could not be computed (a false *miss*). Then a private folder inside the cache root serves, removed at the
+    end, so the pull writes nothing outside the root; if the root cannot be written either, one line says what
+    the pull needs."""
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError:
+        pass
+    else:
+        yield
+        return
+    created = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".cachetool-tmp-", dir=root)
+    except OSError as exc:
+        raise CachetoolError(
+            f"pull needs a writable folder: no temporary folder is writable (TMPDIR, /tmp, /var/tmp) and the cache "
+            f"root {root} cannot be written ({exc.strerror or exc}); mount an emptyDir at /tmp, or make the cache "
+            "root writable") from None
+    saved = tempfile.tempdir
+    tempfile.tempdir = tmp
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(root)  # a failed pull leaves no empty root behind
+
+
+# The hard bound fires this long after --timeout: the pull's own deadline checks (between requests and blobs)
+# normally end it first and clean up; the alarm only ends a request that blocks.
+_HARD_TIMEOUT_GRACE = 2.0
+
+
+@contextlib.contextmanager
+def _hard_timeout(seconds: float | None):
+    """Bound the pull by --timeout even when a store stops answering in the middle of a request (a socket read
+    waits for the store's own read timeout and retries, minutes, and the init-container would hang): SIGALRM
+    raises :class:`TimeoutError_` in the main thread. Worker threads still blocked in a read are abandoned: the
+    process exits without joining them (:data:`cachetool.cli.EXIT_WITHOUT_JOINING`)."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum, frame):
+        EXIT_WITHOUT_JOINING.set()
+        raise TimeoutError_(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds + _HARD_TIMEOUT_GRACE)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, workers,
+          progress, model, compilation_config, endpoint_url, profile, insecure):
+    from cachetool.api import pull
+
+    root = cache_root or _cache_root_default()
+    overrides = ctx.meta.get("cc_overrides", [])
+    if (compilation_config or overrides) and model is None:
+        raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
+    quiet = ctx.params.get("as_json")
+    with _hard_timeout(timeout), _temp_dir_for(Path(root).expanduser()):
+        return pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
+                    model=model, config=compilation_config, overrides=overrides,
+                    device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
+                    warn=_warn, store_options=options_dict(endpoint_url, profile, insecure),
+                    progress=False if quiet else progress)
 
 
 @cli.command("ls", cls=OneLineCommand)

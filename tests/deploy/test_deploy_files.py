@@ -1,11 +1,12 @@
 """The deployment files under ci/ parse and hold what they must.
 
-- ci/Dockerfile: python:3.11-slim, torch from a build-arg index before `pip install .`, non-root, /cache volume,
-  ENTRYPOINT ["cachetool"].
+- ci/Dockerfile: python:3.11.x-slim-bookworm (pinned), torch from a build-arg index before `pip install .`,
+  non-root, /cache volume, ENTRYPOINT ["cachetool"].
 - ci/k8s/deployment.yaml: an initContainer running `cachetool pull` into a volume that the server container
   mounts at the same path, with CACHETOOL_CACHE_ROOT set to it; the trusted key and AWS credentials wired in.
 - ci/k8s/warm-job.yaml: a Job running `cachetool warm --push ... --sign-key <file from a Secret>`.
-- ci/github/warm-cache.yml: on push to main, on a GPU runner, `cachetool warm --push ... --sign-key`.
+- ci/github/warm-cache.yml: on push to main, on a GPU runner, in the servers' image, a pinned cachetool
+  installed (never the serving repo), `cachetool warm --push ... --sign-key`.
 - Every `cachetool <subcommand>` and `--flag` used in these files exists in the CLI (`cachetool <cmd> --help`).
 """
 
@@ -204,7 +205,10 @@ def test_dockerfile_structure():
     assert set(names) <= known, f"unknown instructions: {set(names) - known}"
 
     froms = [a for i, a in ins if i == "FROM"]
-    assert froms and froms[0].split()[0] == "python:3.11-slim"
+    # the base is a build argument whose default is the pinned official image
+    base_args = dict(a.split("=", 1) for i, a in ins[:names.index("FROM")] if i == "ARG" and "=" in a)
+    base = re.sub(r"\$\{(\w+)\}", lambda m: base_args.get(m.group(1), m.group(0)), froms[0].split()[0]) if froms else ""
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base), froms
 
     args = {a.split("=", 1)[0] for i, a in ins if i == "ARG"}
     assert {"TORCH_INDEX_URL", "TORCH_VERSION"} <= args
@@ -406,11 +410,19 @@ def test_workflow_warms_on_gpu_and_pushes_on_merge():
     runs_on = [runs_on] if isinstance(runs_on, str) else runs_on
     assert "self-hosted" in runs_on and "gpu" in runs_on
 
+    # it runs in the servers' image (a pinned tool image), not on the runner's own Python
+    container = job.get("container") or {}
+    image = container.get("image", "") if isinstance(container, dict) else container
+    default_image = re.findall(r"'([^']+)'", image) or [image]
+    assert _is_tool_image(default_image[-1]) and not default_image[-1].endswith(":latest"), image
+    dep_img = _one(DEPLOYMENT, "Deployment")["spec"]["template"]["spec"]["initContainers"][0]["image"]
+    assert default_image[-1] == dep_img, "the workflow warms in another image than the servers run"
+
     steps = job["steps"]
     uses = [s.get("uses", "").split("@")[0] for s in steps]
     assert "actions/checkout" in uses
-    assert "actions/setup-python" in uses
     assert "actions/upload-artifact" in uses
+    assert "actions/setup-python" not in uses, "a runner Python would not have the servers' torch build"
 
     warm_steps = [(n, cmd) for n, s in enumerate(steps) for cmd in _shell_commands(s.get("run", ""))
                   if cmd[:2] == ["cachetool", "warm"]]
@@ -429,11 +441,13 @@ def test_workflow_warms_on_gpu_and_pushes_on_merge():
     assert _flag_value(warm, "--device") == "cuda"
     assert "--json" in warm
 
-    # torch is installed from the pinned index before the project
+    # cachetool itself is installed (pinned), never `pip install .` (that would be the serving repo)
     install = [(n, s["run"]) for n, s in enumerate(steps) if "pip install" in s.get("run", "")]
     assert install and n_warm > install[0][0]
     script = install[0][1]
-    assert script.index("torch==") < script.index("pip install .")
+    assert not re.search(r"pip install (\S+ )*\.(\s|$)", script), "`pip install .` installs the serving repo"
+    spec = wf["env"]["CACHETOOL_PIP_SPEC"]
+    assert "$CACHETOOL_PIP_SPEC" in script and re.search(r"cachetool( @ \S+@v?[\d.]+|==[\d.]+)", spec), spec
 
     # the signing key comes from secrets, is written to a file, and that file is what --sign-key names
     sign_key = _flag_value(warm, "--sign-key")

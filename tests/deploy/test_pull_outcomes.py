@@ -1,0 +1,177 @@
+"""`cachetool pull` as an init-container meets it: every outcome has its exit code, its `outcome=` line on stderr
+and exactly one JSON object on stdout with --json; with --on-miss continue every outcome that leaves nothing
+installed because the cache is unavailable or unusable exits 0, so a pod never crash-loops on the cache."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from cachetool.bundle import pack
+from cachetool.signing import generate_keypair, load_private_key
+from cachetool.transfer import push
+from tests.bundles.fixtures import make_native_tree
+from tests.servers import free_port
+
+CUDA_FP = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0",
+           "triton": "3.6.0", "gpu": "NVIDIA H200", "capability": "sm90"}
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    """No keys, AWS or docker configuration of the machine leaks in; a dead store fails after one attempt."""
+    monkeypatch.delenv("CACHETOOL_TRUSTED_KEYS", raising=False)
+    monkeypatch.setenv("CACHETOOL_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    monkeypatch.setenv("CACHETOOL_STORE_MAX_ATTEMPTS", "1")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A folder store with `llama:v1` (this machine's platform, signed) and `llama:gpu` (an H200 bundle only),
+    and the signer's public key plus an unrelated one."""
+    d = tmp_path_factory.mktemp("outcomes")
+    priv, pub, _ = generate_keypair(d / "signer")
+    _, other_pub, _ = generate_keypair(d / "other")
+    tree = make_native_tree(d / "tree", ranks=("rank_0_0",), layers=3)
+    url = f"file://{d}/store"
+    key = load_private_key(priv)
+    with pack(tree, sign_key=key) as b:
+        push(b, f"{url}/llama:v1")
+    with pack(tree, sign_key=key, fingerprint=dict(CUDA_FP)) as b:
+        push(b, f"{url}/llama:gpu")
+    return {"url": url, "pub": str(pub), "other_pub": str(other_pub)}
+
+
+def _dead_oci_ref() -> str:
+    return f"oci://127.0.0.1:{free_port()}/ml/llama:v1"  # nothing listens there: connection refused
+
+
+# name -> (ref, extra args, outcome, exit code without --on-miss continue)
+CASES = {
+    "miss": (lambda s: f"{s['url']}/llama:gpu", [], "miss", 4),
+    "not-found": (lambda s: f"{s['url']}/llama:nope", [], "not-found", 5),
+    "store-unreachable": (lambda s: _dead_oci_ref(), [], "store-error", 6),
+    "timeout": (lambda s: f"{s['url']}/llama:v1", ["--timeout", "1e-9"], "timeout", 7),
+    "verification-refused": (lambda s: f"{s['url']}/llama:v1", ["--trust", "OTHER"], "refused", 3),
+}
+
+
+def _args(store, case, tmp_path, on_miss):
+    ref_of, extra, _, _ = CASES[case]
+    trust = ["--trust", store["pub"]] if "--trust" not in extra else []
+    extra = [store["other_pub"] if a == "OTHER" else a for a in extra]
+    return ["pull", ref_of(store), "--cache-root", tmp_path / "root", *trust, *extra, "--on-miss", on_miss, "--json"]
+
+
+def _one_json(out: str) -> dict:
+    """stdout is exactly one JSON object (json.loads refuses trailing text)."""
+    return json.loads(out)
+
+
+def _outcome_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("pull: outcome=")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def _nothing_installed(tmp_path) -> bool:
+    root = tmp_path / "root"
+    return not root.exists() or not any(p.name == "torch_compile_cache" for p in root.iterdir())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_on_miss_continue_exits_zero_with_its_outcome_and_json(case, store, tmp_path, cli):
+    _, _, outcome, code = CASES[case]
+    r = cli(*_args(store, case, tmp_path, "continue"))
+    assert r.rc == 0, r
+    line = _outcome_line(r.err)
+    assert f"outcome={outcome} " in line and f"code={code} " in line and "exit=0 " in line, line
+    assert re.search(r"reason=\S", line), line
+    doc = _one_json(r.out)
+    assert doc["outcome"] == outcome and doc["exit_code"] == 0 and doc["error_exit_code"] == code, doc
+    assert doc["continued"] is True and doc["installed"] is False and doc["message"], doc
+    assert "the server will compile" in r.err
+    assert _nothing_installed(tmp_path)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_on_miss_fail_exits_with_the_code_and_still_prints_json(case, store, tmp_path, cli):
+    _, _, outcome, code = CASES[case]
+    r = cli(*_args(store, case, tmp_path, "fail"))
+    assert r.rc == code, r
+    assert r.error_line()
+    assert f"outcome={outcome} " in _outcome_line(r.err)
+    doc = _one_json(r.out)
+    assert doc["outcome"] == outcome and doc["exit_code"] == code and doc["continued"] is False, doc
+    assert doc["message"] in r.error_line(), (doc, r.err)
+    assert _nothing_installed(tmp_path)
+
+
+def test_installed_and_already_installed_are_outcomes_too(store, tmp_path, cli):
+    args = ["pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--trust", store["pub"],
+            "--on-miss", "continue", "--json"]
+    first, second = cli(*args), cli(*args)
+    assert first.rc == 0 and _one_json(first.out)["outcome"] == "installed", first
+    assert second.rc == 0 and _one_json(second.out)["outcome"] == "already-installed", second
+    for r in (first, second):
+        doc = _one_json(r.out)
+        assert doc["exit_code"] == 0 and doc["installed"] is True
+        assert "exit=0 " in _outcome_line(r.err)
+
+
+def test_a_usage_error_still_fails_with_on_miss_continue(store, tmp_path, cli):
+    """A wrong ref is a deployment bug that no restart fixes: exit 2, said in the JSON too."""
+    r = cli("pull", "not-a-ref", "--cache-root", tmp_path / "root", "--on-miss", "continue", "--json")
+    assert r.rc == 2, r
+    doc = _one_json(r.out)
+    assert doc["outcome"] == "usage-error" and doc["exit_code"] == 2 and doc["continued"] is False, doc
+    assert "outcome=usage-error " in _outcome_line(r.err)
+
+
+def test_a_bad_flag_with_json_prints_json(store, tmp_path, cli):
+    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--on-miss", "sometimes",
+            "--json")
+    assert r.rc == 2, r
+    doc = _one_json(r.out)
+    assert doc["outcome"] == "usage-error" and doc["exit_code"] == 2 and "sometimes" in doc["message"], doc
+    assert doc["ref"] == f"{store['url']}/llama:v1"
+
+
+def test_a_local_fault_still_fails_with_on_miss_continue(store, tmp_path, cli):
+    """A cache root that cannot be a folder (a file is in the way) is the pod's bug: exit 1, one line, JSON."""
+    (tmp_path / "file").write_text("x")
+    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "file" / "root", "--trust",
+            store["pub"], "--on-miss", "continue", "--json")
+    assert r.rc == 1, r
+    assert r.error_line()
+    doc = _one_json(r.out)
+    assert doc["outcome"] == "error" and doc["exit_code"] == 1 and doc["continued"] is False, doc
+
+
+def test_timeout_bounds_a_store_that_stops_answering(tmp_path):
+    """A registry that accepts the connection and never answers: --timeout still ends the pull (the store's own
+    read timeout and retries would take minutes), and with --on-miss continue the pod starts cold."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), CACHETOOL_CONFIG_DIR=str(tmp_path / "config"),
+               DOCKER_CONFIG=str(tmp_path / "docker"))
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections are accepted by the kernel; nothing ever reads or answers
+        ref = f"oci://127.0.0.1:{silent.getsockname()[1]}/ml/llama:v1"
+        r = subprocess.run([sys.executable, "-m", "cachetool", "pull", ref, "--cache-root", str(tmp_path / "root"),
+                            "--timeout", "1", "--on-miss", "continue", "--json"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r
+    doc = _one_json(r.stdout)
+    assert doc["outcome"] == "timeout" and doc["error_exit_code"] == 7 and doc["continued"] is True, doc
+    assert "outcome=timeout " in _outcome_line(r.stderr)
+    assert _nothing_installed(tmp_path)

@@ -1,0 +1,117 @@
+"""scripts/*.sh: they install into a virtual environment (never the system Python, which Debian marks externally
+managed), run everything from it, and name the step that failed.
+
+The real install (venv, torch, the project) is what scripts/demo.sh and CI run; here the interpreters are stand-ins
+that log their calls, so the wiring is checked in milliseconds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A stand-in for a Python >= 3.11 whose every call is logged; `-m venv DIR` makes a stand-in venv in DIR.
+FAKE_PYTHON = """#!/bin/bash
+echo "$0 $*" >> "$LOG"
+if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
+  [ -n "$FAIL_VENV" ] && exit 1
+  mkdir -p "$3/bin"
+  cp "$0" "$3/bin/python"
+  printf '#!/bin/bash\\necho "$0 $*" >> "$LOG"\\n[ "$1" = "$FAIL_CT" ] && exit 3\\nexit 0\\n' > "$3/bin/cachetool"
+  chmod +x "$3/bin/cachetool"
+  exit 0
+fi
+if [ "$1" = "-m" ] && [ "$2" = "pip" ] && [ "$(basename "$(dirname "$(dirname "$0")")")" != "venv" ]; then
+  echo "pip outside the venv" >&2; exit 9
+fi
+here=$(dirname "$0")
+case "$*" in
+  "-c import torch") [ -f "$here/../torch" ] || exit 1 ;;  # torch is there once pip installed it
+  *"pip install"*"torch=="*) touch "$here/../torch" ;;
+  *"print(f"*) echo 3.11 ;;
+  *"torch.__version__"*) echo "torch 2.13.0+cpu" ;;
+  "-m pytest"*) echo "PATH=$PATH" >> "$LOG" ;;
+esac
+exit 0
+"""
+
+
+@pytest.fixture
+def fake(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    py = bindir / "python3"
+    py.write_text(FAKE_PYTHON)
+    py.chmod(0o755)
+    log = tmp_path / "log"
+    log.touch()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LOG": str(log), "PYTHON": str(py),
+           "CACHETOOL_VENV": str(tmp_path / "venv"), "DEMO_DIR": str(tmp_path / "demo")}
+
+    def run(script: str, *args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
+                              env={**env, **extra}, timeout=120, cwd=tmp_path)
+
+    run.log = log
+    run.venv = tmp_path / "venv"
+    return run
+
+
+def test_demo_installs_into_the_venv_and_runs_the_tool_from_it(fake):
+    r = fake("demo.sh")
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = fake.log.read_text().splitlines()
+    venv = str(fake.venv)
+    assert any(c.endswith(f"-m venv {venv}") for c in calls), calls
+    pip = [c for c in calls if " -m pip install" in c]
+    assert pip and all(c.startswith(f"{venv}/bin/python ") for c in pip), pip
+    assert any("torch==2.13.0" in c for c in pip) and any(c.endswith("-e .") for c in pip), pip
+    tool = [c.split()[1] for c in calls if c.startswith(f"{venv}/bin/cachetool ")]
+    assert tool == ["keygen", "warm", "pull", "check"], calls
+    assert "demo.sh: passed" in r.stdout
+
+
+def test_the_venv_is_reused(fake):
+    assert fake("demo.sh").returncode == 0
+    fake.log.write_text("")
+    assert fake("demo.sh").returncode == 0
+    assert not any(" -m venv " in c for c in fake.log.read_text().splitlines())
+
+
+@pytest.mark.parametrize("env, step", [
+    ({"PYTHON": "/nonexistent/python3"}, "check Python (/nonexistent/python3) is 3.11 or newer"),
+    ({"FAIL_VENV": "1"}, "create the virtual environment"),
+    ({"FAIL_CT": "warm"}, "warm: compile the tiny model"),
+])
+def test_a_failing_step_is_named(fake, env, step):
+    r = fake("demo.sh", **env)
+    assert r.returncode != 0
+    failed = [ln for ln in r.stderr.splitlines() if "FAILED at step: " in ln]
+    assert failed and step in failed[0], r.stderr  # the innermost script names its step first
+
+
+def test_an_old_python_is_refused_by_name(fake, tmp_path):
+    old = tmp_path / "python3.9"
+    old.write_text("#!/bin/bash\ncase \"$*\" in *version_info*'< (3, 11)'*) exit 1;; --version) echo Python 3.9.2;; esac\n")
+    old.chmod(0o755)
+    r = fake("install.sh", PYTHON=str(old))
+    assert r.returncode != 0 and "Python 3.9.2 is too old" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not all(shutil.which(b) for b in ("radosgw", "ceph-mon", "ceph-osd", "ceph-mgr", "radosgw-admin",
+                                                      "docker-registry", "skopeo")),
+                    reason="the test servers are not installed (install.sh --test would apt-get them)")
+def test_test_sh_runs_pytest_from_the_venv_with_durations(fake):
+    r = fake("test.sh", "tests/deploy")
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [c for c in fake.log.read_text().splitlines() if " -m pytest " in c]
+    assert runs == [f"{fake.venv}/bin/python -m pytest -n 2 --dist loadfile tests/deploy"], runs
+    assert "the suite took" in r.stdout
+    # tests that run `cachetool` by name find the venv's first (Debian's PATH has none), as activation does
+    paths = [c for c in fake.log.read_text().splitlines() if c.startswith("PATH=")]
+    assert paths and paths[0].split("=", 1)[1].split(":")[0] == f"{fake.venv}/bin", paths
