@@ -169,15 +169,39 @@ def push(source: Any, ref: str, *, sign_key: Any = None, **options: Any) -> Any:
 
 
 def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | None = None, config: Any = None,
-         overrides: list[str] | tuple[str, ...] = (), device: str | None = None, **options: Any) -> Any:
+         overrides: list[str] | tuple[str, ...] = (), device: str | None = None, tensor_parallel_size: int = 1,
+         **options: Any) -> Any:
     """Pull ``ref`` into ``cache_root``: signature checked against the pinned keys, then preflight, then blobs,
-    each verified, installed atomically. With ``model`` (and ``config``), preflight also compares the cache key
-    this server will need, naming a differing config field or traced file. Returns
+    each verified, installed atomically. With ``model`` (and ``config``, ``tensor_parallel_size``), preflight also
+    compares the cache key this server will need — predicted from the bundle's own factors without a trace,
+    re-hashing here the traced files it lists — naming a differing config field or traced file. Returns
     :class:`cachetool.transfer.PullResult`."""
     from cachetool.transfer import pull as pull_bundle
 
-    expected = None
-    if model is not None:
-        expected = expected_cache_key(model, device=device or "cpu", config=config, overrides=overrides,
-                                      rank=options.pop("rank", 0), dp_rank=options.pop("dp_rank", 0))
-    return pull_bundle(ref, cache_root, trust=trust, device=device, expected_key=expected, **options)
+    options.pop("rank", None), options.pop("dp_rank", None)  # every rank of a server computes one key
+    return pull_bundle(ref, cache_root, trust=trust, device=device, **options,
+                       expected_key=server_key_predictor(model, config=config, overrides=overrides,
+                                                         device=device or "cpu",
+                                                         tensor_parallel_size=tensor_parallel_size))
+
+
+def server_key_predictor(model: str | None, *, config: Any = None, overrides: list[str] | tuple[str, ...] = (),
+                         device: str = "cpu", tensor_parallel_size: int = 1) -> Any:
+    """What pull's preflight asks for the key of a server running ``model`` (None without a model); the model
+    argument and config are checked here, before anything is fetched."""
+    if model is None:
+        if config is not None or overrides:
+            raise UsageError("a compilation config on pull needs the server's model")
+        return None
+    from cachetool.warmup import ModelError
+    from compiler.key_prediction import ServerKeyPredictor
+    from compiler.models.llama_config import ModelSpecError, read_config
+
+    if tensor_parallel_size < 1:
+        raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
+    try:
+        read_config(model)
+    except ModelSpecError as exc:
+        raise ModelError(str(exc)) from None
+    return ServerKeyPredictor(model, compilation_config(config, overrides), device.split(":")[0],
+                              tensor_parallel_size)

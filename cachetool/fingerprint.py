@@ -7,7 +7,7 @@ A fingerprint is a flat dict::
 
 It is what a store shows per platform (``manifest.platform_key``) and what preflight compares before any download;
 the finer truth is the compiler hash factors (``cache_key_factors.json``), which preflight compares too.
-Collecting it imports torch only when the device must be probed (``device=None`` or ``"cuda"``).
+Collecting it imports no torch (versions from files, the GPU from NVML; torch only where NVML cannot answer).
 """
 
 from __future__ import annotations
@@ -38,39 +38,45 @@ def check_device(device: str | None) -> str | None:
 
 
 def local_fingerprint(device: str | None = None) -> dict:
-    """This machine's fingerprint. ``device``: ``"cpu"`` (no probe, no torch import), ``"cuda"`` or None (probe).
+    """This machine's fingerprint. ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or None (probe for a GPU).
 
-    Probing reports what is there: ``device="cuda"`` on a machine without a usable GPU gives ``"cpu"``.
+    Read without importing torch (:mod:`compiler.build_identity`): the torch version from ``torch/version.py``
+    (the same value as ``torch.__version__``, which a bundle's compiler factors record; package metadata may
+    lack the ``+cu130`` suffix), the GPU from NVML. Only where NVML cannot answer is torch asked. Probing
+    reports what is there: ``device="cuda"`` on a machine without a usable GPU gives ``"cpu"``.
     """
+    from compiler import build_identity
+
+    build = build_identity.torch_build() or {}
     fp = {
         "os": platform.system().lower(),
         "arch": platform.machine(),
-        "device": device,
-        "torch": _dist_version("torch"),
+        "device": "cpu",
+        "torch": build.get("torch") or _dist_version("torch"),
         "cuda": None,
-        "triton": _dist_version("triton") or _dist_version("pytorch-triton"),
+        "triton": build_identity.triton_version(),
         "gpu": None,
         "capability": None,
     }
     if device in (None, "cuda") or (device or "").startswith("cuda"):
-        try:
-            import torch
-
-            fp["torch"] = torch.__version__
-            fp["cuda"] = torch.version.cuda
-            if torch.cuda.is_available():
-                fp["device"] = "cuda"
-                fp["gpu"] = torch.cuda.get_device_name(0)
-                major, minor = torch.cuda.get_device_capability(0)
-                fp["capability"] = f"sm{major}{minor}"
-            else:
-                fp["device"] = "cpu"  # asked about CUDA on a machine without a usable GPU: report the truth
-        except ImportError:
-            fp["device"] = "cpu"
-    if fp["device"] != "cuda":
-        fp["device"] = "cpu"
-        fp["cuda"] = None
+        index = int(device.split(":")[1]) if device and ":" in device else 0
+        gpu = build_identity.cuda_device(index) or _torch_cuda_device(index)
+        if gpu is not None:
+            fp.update(device="cuda", cuda=build.get("cuda"), gpu=gpu["device"],
+                      capability="sm" + gpu["capability"].replace(".", ""))
     return fp
+
+
+def _torch_cuda_device(index: int) -> dict | None:
+    """The GPU as torch sees it, where NVML could not tell (imports torch: seconds)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        return None
+    major, minor = torch.cuda.get_device_capability(index)
+    return {"device": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"}
 
 
 def fingerprint_from_factors(compiler_values: dict | None, fallback: dict) -> dict:

@@ -42,7 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import CacheMissError, CachetoolError, DiskFullError, UsageError, VerificationError
+from cachetool.errors import (CacheMissError, CachetoolError, DiskFullError, TimeoutError_, UsageError,
+                              VerificationError)
 from cachetool.manifest import RESERVED_PREFIX, FileEntry, Manifest, Unit, manifest_digest, short_path
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef
@@ -165,15 +166,19 @@ def check_expected_key(manifest: Manifest, expected: dict) -> str:
     raise PreflightError(f"preflight: bundle cannot hit here: cache {k.hash} differs from this config's {want}")
 
 
-def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key: dict | None = None) -> list[str]:
+def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key=None) -> list[str]:
     """Raise :class:`PreflightError` naming the first difference; return the list of things checked.
-    ``expected_key``: the cache key the server's model/config will use; checked first (config and code factors
-    can only be checked with it)."""
+
+    ``expected_key``: the cache key the server's model/config will use, as a dict (``CacheKey.to_json()``) or a
+    :class:`compiler.key_prediction.ServerKeyPredictor` (predicted from the bundle's own factors, no trace);
+    checked first (config and code factors can only be checked with it). Compiler factors are taken without
+    importing torch where the bundle's evidence matches this machine (:func:`compiler.cache_key.cheap_compiler_factors`);
+    only a difference is confirmed with the exact values, so a message names a real difference."""
     from cachetool.fingerprint import compare, local_fingerprint
 
     checked = []
     if expected_key is not None:
-        checked.append(f"cache key {check_expected_key(manifest, expected_key)}")
+        checked.append(f"cache key {check_expected_key(manifest, _expected(manifest, expected_key))}")
     bundle_fp = manifest.fingerprint or {}
     dev = device or bundle_fp.get("device") or "cpu"
     local_fp = local_fingerprint(device=dev)
@@ -195,18 +200,12 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     local_dev = dev if local_fp["device"] == "cuda" and dev.startswith("cuda") else local_fp["device"]
     try:
         from compiler import cache_key as ck  # lazy: cachetool works without compiler (e.g. Triton bundles)
-
-        local_compiler = ck.local_compiler_factors(local_dev)
-        local_env = ck.local_env_factors()
     except ImportError as exc:
         log.warning("preflight: compiler.cache_key is not importable (%s); factors not checked", exc)
         return checked
-    except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
-        raise PreflightError(f"preflight: cannot compute this machine's compiler factors for {local_dev!r}: "
-                             f"{first}") from None
+    local_env = ck.local_env_factors()
     for k in with_factors:
-        for name, local in (("compiler", local_compiler), ("env", local_env)):
+        for name, local in (("compiler", _local_compiler_values(ck, local_dev, k.factors)), ("env", local_env)):
             values = _factor_values(k.factors, name)
             diff = _dict_diff(values, local) if values is not None else []
             if diff:
@@ -217,6 +216,64 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
                     f"{_short(values.get(f0, '<unset>'))}, this machine {_short(local.get(f0, '<unset>'))}{more}")
     checked += ["compiler factors", "env factors"]
     return checked
+
+
+def _expected(manifest: Manifest, expected_key) -> dict:
+    """A predictor's key for this bundle (``{"hash", "factors"}``), or the dict given."""
+    predict = getattr(expected_key, "predict", None)
+    if predict is None:
+        return expected_key
+    from compiler.cache_key import CacheKey as CompilerKey
+    from compiler.key_prediction import KeyMiss
+    from compiler.models.llama_config import ModelSpecError
+
+    candidates = [CompilerKey(k.hash, k.factors) for k in manifest.keys if isinstance(k.factors, dict)]
+    if not candidates:
+        raise PreflightError(f"preflight: bundle cannot hit here: it records no hash factors for "
+                             f"{', '.join(k.hash for k in manifest.keys) or 'its caches'}")
+    try:
+        key = predict(candidates)
+    except KeyMiss as miss:
+        raise PreflightError(f"preflight: bundle cannot hit here: {miss.reason}") from None
+    except ModelSpecError as exc:
+        raise UsageError(str(exc)) from None
+    except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
+        raise _factors_unavailable(getattr(expected_key, "device", "?"), exc) from None
+    return {"hash": key.hash, "factors": key.factors}
+
+
+def _local_compiler_values(ck, device: str, factors: dict) -> dict:
+    """This machine's compiler factor values for a bundle key: from the bundle's evidence when it matches (no
+    torch import), else computed (and then also when the cheap values differ, to name a real difference)."""
+    recorded = factors.get("compiler") if isinstance(factors, dict) else None
+    cheap = ck.cheap_compiler_factors(device, recorded) if isinstance(recorded, dict) else None
+    if cheap is not None and cheap == recorded.get("values"):
+        return cheap
+    try:
+        return ck.local_compiler_factors(device)
+    except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
+        raise _factors_unavailable(device, exc) from None
+
+
+def _lock_root(root_fd: int, root: Path, deadline: float | None) -> None:
+    """The exclusive lock on the cache root; with a ``deadline``, polled so that the wait ends with it."""
+    if deadline is None:
+        fcntl.flock(root_fd, fcntl.LOCK_EX)
+        return
+    while True:
+        try:
+            fcntl.flock(root_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError_(f"timed out waiting for the install lock on {root} (another install holds it)") \
+                    from None
+            time.sleep(0.05)
+
+
+def _factors_unavailable(device: str, exc: BaseException) -> PreflightError:
+    first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+    return PreflightError(f"preflight: cannot compute this machine's compiler factors for {device!r}: {first}")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -728,6 +785,7 @@ def install_bundle(
     keep_changed: bool = False,
     warn: Callable[[str], None] | None = None,
     workers: int | None = None,
+    deadline: float | None = None,
 ) -> InstallResult:
     """Install ``source`` into ``cache_root``; see the module docstring. Returns an :class:`InstallResult`.
 
@@ -736,7 +794,8 @@ def install_bundle(
     preflight compares against (default: the bundle's). ``expected_key``: the key the server's config needs
     (see :func:`check_expected_key`). A unit present with files that differ from the bundle is replaced (one
     ``warn`` line each); ``keep_changed``: refuse instead (:class:`UnitChangedError`, a miss). ``force``: replace
-    even with ``keep_changed`` (replacing is the default; the flag stays for old callers).
+    even with ``keep_changed`` (replacing is the default; the flag stays for old callers). ``deadline``
+    (``time.monotonic()``): waiting for the root's lock past it raises :class:`TimeoutError_` (exit 7).
     """
     from cachetool.fingerprint import check_device
 
@@ -749,7 +808,7 @@ def install_bundle(
 
     root, root_fd, created_root = _open_root(Path(cache_root).expanduser())
     try:
-        fcntl.flock(root_fd, fcntl.LOCK_EX)
+        _lock_root(root_fd, root, deadline)
         plan, nbytes, nfiles, fetched = _install_locked(source, manifest, units, root, root_fd,
                                                         keep_changed and not force, workers)
         for path in sorted(plan.replace):

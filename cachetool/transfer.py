@@ -481,7 +481,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
                 result = install_bundle(src, root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
                                         preflight=preflight, device=device, expected_key=expected_key, force=force,
                                         keep_changed=keep_changed,
-                                        warn=warn, workers=workers)
+                                        warn=warn, workers=workers, deadline=deadline)
             except CachetoolError:  # the partial files were settled under the root lock (StoreSource.settle)
                 _remove_if_empty(partial)
                 _remove_if_empty(root)

@@ -148,14 +148,6 @@ def write_entry(directory: Path, compiled: Any) -> Path:
 
 # ---------------------------------------------------------------------- load (hot start)
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_artifact(directory: Path, ref: ArtifactRef) -> Path:
     """The artifact's path, after checking that it is there with the digest the entry recorded."""
     from compiler.compiler_interface import artifact_digest
@@ -164,7 +156,7 @@ def check_artifact(directory: Path, ref: ArtifactRef) -> Path:
     if not path.exists():
         raise AotEntryError(f"artifact {ref.name} named by the AOT entry is missing")
     if ref.sha256 and artifact_digest(path) != ref.sha256:
-        raise AotEntryError(f"artifact {ref.name} does not match the digest the AOT entry recorded")
+        raise AotEntryError(f"artifact {ref.name} does not match its recorded digest")
     return path
 
 

@@ -10,6 +10,7 @@ Identical pieces share one artifact file; lookups go by ``(graph_hash, shape)``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
@@ -72,13 +73,24 @@ class CompileIndex:
             self.dirty = True
 
     def save(self) -> None:
+        """Write the index, merged with what another process wrote meanwhile (a concurrent warm of the same rank
+        folder): under an exclusive lock on the folder, re-read, add our entries, write through a private
+        temporary file, rename."""
         if self.path is None or not self.dirty:
             return
-        data = {"schema": INDEX_SCHEMA, "cache_key": self.cache_key,
-                "pieces": {k: v.to_json() for k, v in sorted(self.pieces.items(), key=lambda kv: _sort_key(kv[0]))}}
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, self.path)
+        from compiler.cache_key import write_atomic
+
+        fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            on_disk = CompileIndex.open(self.path, self.cache_key)
+            merged = {**on_disk.pieces, **self.pieces}
+            data = {"schema": INDEX_SCHEMA, "cache_key": self.cache_key,
+                    "pieces": {k: v.to_json() for k, v in sorted(merged.items(), key=lambda kv: _sort_key(kv[0]))}}
+            write_atomic(self.path, json.dumps(data, indent=2) + "\n")
+            self.pieces = merged
+        finally:
+            os.close(fd)  # releases the lock
         self.dirty = False
 
 

@@ -10,21 +10,24 @@ Public API used by ``cachetool`` (preflight, diff): :func:`local_env_factors`,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import logging
 import os
 import platform
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
-import torch
+from compiler import build_identity, envs
 
-from compiler import envs
+logger = logging.getLogger(__name__)
 
 SCHEMA = 1
 FACTOR_NAMES = ("env", "config", "code", "compiler")
@@ -61,39 +64,31 @@ def local_env_factors() -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- compiler
 
+# A factor value that could not be computed: visible in cache_key_factors.json and in a preflight's message, and
+# never equal to a real value (two caches built where the same value failed still share it: logged each time).
+UNKNOWN = "<unknown: {}>"
+
+
+def _unknown(what: str, exc: BaseException) -> str:
+    logger.warning("cache key: %s could not be computed (%s: %s); recorded as a sentinel", what,
+                   type(exc).__name__, exc)
+    return UNKNOWN.format(f"{what}: {type(exc).__name__}")
+
+
 @functools.lru_cache(maxsize=1)
 def _torch_key() -> str:
+    from compiler import torch_compat
+
     try:
-        from torch._inductor.codecache import torch_key
-
-        key = torch_key()
-        return key.hex() if isinstance(key, bytes) else str(key)
-    except Exception:  # pragma: no cover - older/newer torch
-        return f"{torch.__version__}+{torch.version.git_version}"
-
-
-@functools.lru_cache(maxsize=1)
-def _triton_version() -> str | None:
-    try:
-        import triton  # type: ignore[import-not-found]
-
-        return str(triton.__version__)
-    except Exception:
-        return None
+        return torch_compat.compute_torch_key()
+    except Exception as exc:  # pragma: no cover - a torch without Inductor's build key
+        return _unknown("torch_key", exc)
 
 
 def _triton_key() -> str | None:
-    try:
-        from torch._inductor.runtime.triton_compat import triton_key  # type: ignore[attr-defined]
+    from compiler import torch_compat
 
-        return str(triton_key())
-    except Exception:
-        try:
-            from triton.compiler.compiler import triton_key  # type: ignore[import-not-found]
-
-            return str(triton_key())
-        except Exception:
-            return None
+    return torch_compat.triton_key()
 
 
 # Inductor settings the pipeline applies while it compiles and loads (see :func:`inductor_patches`).
@@ -104,25 +99,32 @@ PIPELINE_INDUCTOR_PATCHES: dict[str, Any] = {"cpp_cache_precompile_headers": Fal
 
 def inductor_patches() -> dict[str, Any]:
     """:data:`PIPELINE_INDUCTOR_PATCHES` restricted to the keys this torch version has."""
-    import torch._inductor.config as inductor_config
+    from compiler import torch_compat
 
-    return {k: v for k, v in PIPELINE_INDUCTOR_PATCHES.items() if hasattr(inductor_config, k)}
+    config = torch_compat.inductor_config()
+    return {k: v for k, v in PIPELINE_INDUCTOR_PATCHES.items() if hasattr(config, k)}
 
 
 def inductor_config_values() -> dict[str, Any]:
     """The Inductor config as the pipeline compiles with it (its patches applied)."""
-    import torch._inductor.config as inductor_config
+    from compiler import torch_compat
 
-    try:
-        with inductor_config.patch(inductor_patches()):
-            cfg = inductor_config.save_config_portable()
-    except Exception:  # pragma: no cover
-        cfg = {}
+    cfg = torch_compat.inductor_config_portable(inductor_patches())
     return {k: v for k, v in cfg.items() if not any(w in k for w in _INDUCTOR_CONFIG_EXCLUDE_WORDS)}
 
 
+def _inductor_config_hash() -> str:
+    try:
+        return factor_hash(inductor_config_values())
+    except Exception as exc:  # pragma: no cover - a torch whose config cannot be saved
+        return _unknown("inductor_config", exc)
+
+
 def local_compiler_factors(device: str) -> dict[str, Any]:
-    """Torch build key, Triton, device name/capability, CUDA version and Inductor config for ``device``."""
+    """Torch build key, Triton, device name/capability, CUDA version and Inductor config for ``device``
+    (imports torch and Inductor: seconds; see :func:`cheap_compiler_factors`)."""
+    import torch
+
     dev = torch.device(device)
     values: dict[str, Any] = {
         "torch": torch.__version__,
@@ -135,13 +137,44 @@ def local_compiler_factors(device: str) -> dict[str, Any]:
         values["device"] = torch.cuda.get_device_name(idx)
         values["capability"] = ".".join(map(str, torch.cuda.get_device_capability(idx)))
         values["cuda"] = torch.version.cuda
-        values["triton"] = _triton_version()
+        values["triton"] = build_identity.triton_version()
         values["triton_key"] = _triton_key()
     else:
         values["device"] = f"cpu-{platform.machine()}"
         values["capability"] = torch.backends.cpu.get_cpu_capability()
-    values["inductor_config"] = factor_hash(inductor_config_values())
+    values["inductor_config"] = _inductor_config_hash()
     return values
+
+
+# Compiler factor values that follow from the installed files and Inductor's settings (the evidence).
+_FROM_EVIDENCE = ("torch_key", "triton_key", "inductor_config")
+
+
+def cheap_compiler_factors(device: str, recorded: dict[str, Any]) -> dict[str, Any] | None:
+    """This machine's compiler factor values without importing torch, given a recorded compiler factor entry
+    (``{"values", "evidence"}`` of a ``cache_key_factors.json``) — or ``None`` when they cannot be had so.
+
+    Versions and devices are read here (:mod:`compiler.build_identity`); the values that only torch can compute
+    are taken from ``recorded`` when its evidence equals this machine's (same installed torch and Triton files,
+    same Inductor settings, same Python: the same values by construction). A ``None`` means: compute them with
+    :func:`local_compiler_factors`."""
+    theirs = recorded.get("values") if isinstance(recorded, dict) else None
+    if not isinstance(theirs, dict) or recorded.get("evidence") != build_identity.evidence():
+        return None
+    build = build_identity.torch_build()
+    kind = device.split(":")[0]
+    if build is None or kind not in ("cpu", "cuda"):
+        return None
+    values: dict[str, Any] = {"torch": build["torch"], "torch_git": build["torch_git"], "device_type": kind}
+    if kind == "cuda":
+        found = build_identity.cuda_device(int(device.split(":")[1]) if ":" in device else 0)
+        if found is None:
+            return None
+        values.update(found, cuda=build["cuda"], triton=build_identity.triton_version())
+    else:
+        values.update(build_identity.cpu_device())
+    values.update({k: theirs[k] for k in _FROM_EVIDENCE if k in theirs})
+    return values if set(values) == set(theirs) else None
 
 
 # ---------------------------------------------------------------------- code
@@ -153,7 +186,8 @@ def _site_roots() -> list[str]:
 
 def file_id(path: str) -> str | None:
     """A path-independent identity for a traced file: its module name where one is loaded from it,
-    else the path relative to the ``sys.path`` entry that holds it, else its base name. ``None`` for
+    else the path relative to the ``sys.path`` entry that holds it, else (a file outside every import root)
+    its absolute path, which names it uniquely (two such files may share a base name). ``None`` for
     pseudo-files (``<eval_with_key>``, ``<string>``)."""
     if not path or path.startswith("<") or not os.path.isfile(path):
         return None
@@ -165,7 +199,7 @@ def file_id(path: str) -> str | None:
     for root in _site_roots():
         if real.startswith(root + os.sep):
             return "path:" + os.path.relpath(real, root).replace(os.sep, "/")
-    return "file:" + os.path.basename(real)
+    return "file:" + real
 
 
 def traced_files(codes: Iterable[CodeType]) -> list[str]:
@@ -192,6 +226,20 @@ def config_factors(compilation_config: Any, model_config: dict[str, Any]) -> dic
 
 # ---------------------------------------------------------------------- the key
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file of its own in the same folder, then rename: two
+    processes writing the same file never share a temporary name."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 @dataclass(frozen=True)
 class CacheKey:
     hash: str
@@ -199,9 +247,14 @@ class CacheKey:
 
     @classmethod
     def from_values(cls, *, env: dict[str, Any], config: dict[str, Any], code: dict[str, Any],
-                    compiler: dict[str, Any]) -> CacheKey:
-        factors = {name: {"hash": factor_hash(values), "values": values}
-                   for name, values in (("env", env), ("config", config), ("code", code), ("compiler", compiler))}
+                    compiler: dict[str, Any], evidence: dict[str, Any] | None = None) -> CacheKey:
+        """``evidence`` (:func:`compiler.build_identity.evidence`) is written beside the compiler factor, not
+        hashed: what lets a preflight reuse the recorded compiler values (:func:`cheap_compiler_factors`)."""
+        factors: dict[str, dict[str, Any]] = {
+            name: {"hash": factor_hash(values), "values": values}
+            for name, values in (("env", env), ("config", config), ("code", code), ("compiler", compiler))}
+        if evidence is not None:
+            factors["compiler"]["evidence"] = evidence
         return cls(hash=combine({n: f["hash"] for n, f in factors.items()}), factors=factors)
 
     def to_json(self) -> dict[str, Any]:
@@ -209,9 +262,7 @@ class CacheKey:
 
     def write(self, directory: Path) -> Path:
         path = Path(directory) / FACTORS_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True, default=repr) + "\n")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(self.to_json(), indent=2, sort_keys=True, default=repr) + "\n")
         return path
 
     def write_if_changed(self, directory: Path) -> Path | None:

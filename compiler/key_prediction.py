@@ -13,7 +13,6 @@ Used by the hot start (:mod:`compiler.capture`), which looks for a matching fold
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compiler import cache_key
+from compiler import build_identity, cache_key
 from compiler.layout import CACHE_SUBDIR, CacheLayout
 
 logger = logging.getLogger(__name__)
@@ -63,13 +62,9 @@ def resolve_file_id(file_id: str) -> Path | None:
     if kind == "module":
         mod = sys.modules.get(name)
         origin = getattr(mod, "__file__", None) if mod is not None else None
-        if origin is None:
-            try:
-                spec = importlib.util.find_spec(name)
-            except (ImportError, ValueError):
-                spec = None
-            origin = spec.origin if spec is not None else None
-        return Path(origin) if origin and os.path.isfile(origin) else None
+        if origin and os.path.isfile(origin):
+            return Path(origin)
+        return build_identity.module_file(name)  # by path: resolving must not import (torch, in a preflight)
     if kind == "path":
         for root in sys.path:
             candidate = Path(root or ".") / name
@@ -99,12 +94,22 @@ def rehash_code_factor(listed: dict[str, str]) -> tuple[dict[str, str], list[str
 
 # ---------------------------------------------------------------------- candidates
 
-def first_difference(name: str, theirs: dict[str, Any], ours: dict[str, Any]) -> str:
-    keys = sorted(set(theirs) | set(ours))
-    for k in keys:
-        if theirs.get(k) != ours.get(k):
-            return f"{name} factor differs at {k!r}"
-    return f"{name} factor differs"
+def first_difference(name: str, theirs: Any, ours: Any, path: str = "") -> str:
+    """``<name> factor field 'a.b' differs: cache X, here Y`` for the first dotted path where two values differ."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        for k in sorted(set(theirs) | set(ours), key=str):
+            if theirs.get(k, _UNSET) != ours.get(k, _UNSET):
+                return first_difference(name, theirs.get(k, _UNSET), ours.get(k, _UNSET), f"{path}{k}.")
+    field = path.rstrip(".") or "(all)"
+    return f"{name} factor field {field!r} differs: cache {_short(theirs)}, here {_short(ours)}"
+
+
+_UNSET = "<unset>"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def match_candidate(candidate: cache_key.CacheKey, local: LocalFactors) -> cache_key.CacheKey:
@@ -162,6 +167,51 @@ def predict_layout(root: Path, local: LocalFactors, *, rank: int = 0, dp_rank: i
     """The key and folder a trace would choose under ``root``, if one is there; else :class:`KeyMiss`."""
     key = predict(candidates_on_disk(root, rank, dp_rank, prefix), local)
     return key, CacheLayout(Path(root), key.hash, rank, dp_rank, prefix)
+
+
+# ---------------------------------------------------------------------- a server's key, before it starts
+
+def parallel_config_values(tensor_parallel_size: int) -> dict[str, Any]:
+    """:func:`compiler.distributed.parallel_state.parallel_config_values` as a server with this TP size and the
+    default all-reduce will record it (that module imports torch.distributed)."""
+    return {"tensor_parallel_size": tensor_parallel_size,
+            "all_reduce": "functional" if tensor_parallel_size > 1 else None}
+
+
+@dataclass(frozen=True)
+class ServerKeyPredictor:
+    """The cache key a server will compute for ``model`` (preset, ``config.json`` or folder) with this compilation
+    config, device and tensor-parallel size, predicted without torch where the candidates' evidence allows
+    (:func:`compiler.cache_key.cheap_compiler_factors`), else with it."""
+
+    model: str
+    compilation_config: Any
+    device: str = "cpu"
+    tensor_parallel_size: int = 1
+
+    def model_config(self) -> dict[str, Any]:
+        from compiler.models.llama_config import config_values, default_dtype, read_config
+
+        cfg, _ = read_config(self.model)
+        return config_values(cfg, default_dtype(self.device), parallel_config_values(self.tensor_parallel_size))
+
+    def local_factors(self, candidate: cache_key.CacheKey) -> LocalFactors:
+        compiler = cache_key.cheap_compiler_factors(self.device, candidate.factors.get("compiler") or {})
+        if compiler is None or compiler != (candidate.factors.get("compiler") or {}).get("values"):
+            compiler = cache_key.local_compiler_factors(self.device)  # the exact values name a real difference
+        return LocalFactors(env=cache_key.local_env_factors(),
+                            config=cache_key.config_factors(self.compilation_config, self.model_config()),
+                            compiler=compiler)
+
+    def predict(self, candidates: list[cache_key.CacheKey]) -> cache_key.CacheKey:
+        """The candidate this server would compute exactly; :class:`KeyMiss` naming why not."""
+        reasons = []
+        for candidate in candidates:
+            try:
+                return match_candidate(candidate, self.local_factors(candidate))
+            except KeyMiss as miss:
+                reasons.append(miss.reason if len(candidates) == 1 else f"{candidate.hash}: {miss.reason}")
+        raise KeyMiss("; ".join(reasons) or "the bundle holds no cache key")
 
 
 def key_from_json(data: dict[str, Any]) -> cache_key.CacheKey:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from compiler import aot_entry, cache_key, envs, torch_compat
+from compiler import aot_entry, build_identity, cache_key, envs, torch_compat
 from compiler.artifacts import CompileIndex, IndexEntry
 from compiler.compile_context import CompileContext
 from compiler.compiler_interface import CompilerInterface, InductorStandaloneAdaptor, artifact_digest
@@ -127,6 +127,7 @@ class PiecewiseBackend:
             config=cache_key.config_factors(self.config, self.ctx.model_config),
             code=cache_key.code_factors(self.traced_files),
             compiler=cache_key.local_compiler_factors(self.ctx.device),
+            evidence=build_identity.evidence(),
         )
         if self.ctx.key_only:
             # Learn the key (and where the cache would be) without compiling or writing anything.
@@ -140,6 +141,9 @@ class PiecewiseBackend:
         else:
             self.layout = CacheLayout(resolve_root(self.config.cache_dir), self.key.hash, self.ctx.rank,
                                       self.ctx.dp_rank, self.ctx.prefix)
+            if not self.layout.index_file.exists():  # nothing compiled for this key here: a hit-only start
+                # stops before anything is written
+                check_not_strict(f"piece 0 (nothing is compiled for cache {self.key.hash} in {self.layout.dir})")
             self.layout.ensure()
             self.key.write_if_changed(self.layout.dir)  # a hit writes nothing (read-only volumes)
             logger.info("Using cache directory: %s for cachetool's torch.compile", self.layout.dir)
@@ -207,6 +211,7 @@ class PiecewiseBackend:
         if entry is not None and self.layout is not None:
             t = time.perf_counter()
             try:
+                aot_entry.check_artifact(self.layout.dir, aot_entry.ArtifactRef.of(entry))  # the recorded digest
                 with read_only_compiler_caches(self.layout):  # a load writes nothing into the rank folder
                     fn = self.adaptor.load((ghash, entry.artifact), graph, args, runtime_shape, self.layout.dir,
                                            entry.format)

@@ -137,6 +137,8 @@ class PullCommand(CompileCommand):
                    "(config fields, traced files), before any blob is fetched.")
 @click.option("--compilation-config", "-cc", "compilation_config", default=None,
               help="The server's CompilationConfig (JSON; -cc.key=value overrides), with --model.")
+@click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", type=click.IntRange(min=1), default=1,
+              show_default=True, help="The server's tensor-parallel size, with --model.")
 @store_options
 @click.pass_context
 def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
@@ -244,7 +246,7 @@ def _hard_timeout(seconds: float | None):
 
 
 def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, workers,
-          progress, model, compilation_config, endpoint_url, profile, insecure):
+          progress, model, compilation_config, tensor_parallel_size, endpoint_url, profile, insecure):
     from cachetool.api import pull
 
     root = cache_root or _cache_root_default()
@@ -255,6 +257,7 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insec
     with _hard_timeout(timeout), _temp_dir_for(Path(root).expanduser()):
         return pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
                     model=model, config=compilation_config, overrides=overrides,
+                    tensor_parallel_size=tensor_parallel_size,
                     device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
                     warn=_warn, store_options=options_dict(endpoint_url, profile, insecure),
                     progress=False if quiet else progress)

@@ -23,9 +23,10 @@ def _w(path: Path, data: bytes, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-def local_factors(**overrides) -> dict:
+def local_factors(*, evidence: bool = False, **overrides) -> dict:
     """cache_key_factors.json content with this machine's env/compiler factors (from compiler.cache_key when
-    importable, else a hand-built stand-in in the documented format)."""
+    importable, else a hand-built stand-in in the documented format). ``evidence``: also this machine's build
+    evidence beside the compiler factor, as a warm writes it (overridable as ``evidence.<field>``)."""
     try:
         from compiler import cache_key as ck
 
@@ -45,6 +46,14 @@ def local_factors(**overrides) -> dict:
               "model_config": {"hidden_size": 64, "num_hidden_layers": 16}}
     code = {"compiler/models/llama.py": "a" * 64, "torch/nn/modules/linear.py": "b" * 64}
     values = {"env": env, "config": config, "code": code, "compiler": comp}
+    extra = {}
+    if evidence:
+        from compiler import build_identity
+
+        extra = build_identity.evidence()
+    for path, v in list(overrides.items()):
+        if path.startswith("evidence."):
+            extra[path.partition(".")[2]] = overrides.pop(path)
     for path, v in overrides.items():  # "compiler.torch_key" -> value
         name, _, field = path.partition(".")
         d = values[name]
@@ -53,6 +62,8 @@ def local_factors(**overrides) -> dict:
             d = d[p]
         d[last] = v
     factors = {n: {"hash": fh(v), "values": v} for n, v in values.items()}
+    if extra:
+        factors["compiler"]["evidence"] = extra
     h = hashlib.sha256("".join(factors[n]["hash"] for n in ("env", "config", "code", "compiler")).encode()).hexdigest()
     return {"schema": 1, "hash": h[:10], "factors": factors}
 

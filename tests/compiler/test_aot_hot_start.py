@@ -148,7 +148,7 @@ def test_another_config_is_a_miss_naming_the_field(warmed_modes) -> None:
                    "-cc.compile_sizes=[4]")
     assert proc.returncode == 8, proc.stderr[-2000:]
     reason = next(ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln)
-    assert "config factor differs at 'compilation_config'" in reason
+    assert "config factor field 'compilation_config.compile_sizes' differs: cache [], here [4]" in reason
 
 
 def _read_only_check(root: Path) -> subprocess.CompletedProcess[str]:
@@ -216,3 +216,72 @@ def test_the_entry_is_signed_with_the_bundle(warmed_modes, tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr[-2000:]
     check = _json(run_cli("check", "--model", "tiny", "--cache-root", str(fresh), "--require-hit", "--json"))
     assert check["hot_path"] == "aot" and check["workload"]["checksum"] == warm["workload"]["checksum"]
+
+
+# ---------------------------------------------------------------------- issue 12: pull --model predicts the key
+
+def _pushed(root: Path, tmp_path: Path) -> tuple[str, Path]:
+    """``root`` pushed (signed) to a file store; returns (ref, public key)."""
+    key = tmp_path / "k.key"
+    assert run_cli("keygen", "-o", str(key)).returncode == 0
+    ref = f"file://{tmp_path / 'store'}/tiny:v1"
+    proc = run_cli("push", str(root), ref, "--sign-key", str(key))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return ref, Path(str(key) + ".pub")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pull_model_predicts_the_key_that_check_uses(warmed_modes, tmp_path: Path, mode: str) -> None:
+    root, warm = warmed_modes[mode]
+    ref, pub = _pushed(root, tmp_path)
+    fresh = tmp_path / "fresh"
+    proc = run_cli("pull", ref, "--cache-root", str(fresh), "--trust", str(pub), "--model", "tiny",
+                   f"-cc.dynamic_shapes_config.type={mode}", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pull = json.loads(proc.stdout)  # pull --json prints one (indented) object
+    assert f"cache key {warm['cache_key']}" in pull["install"]["preflight"]
+    check = _json(run_cli("check", "--model", "tiny", "--cache-root", str(fresh), "--require-hit", "--json",
+                          f"-cc.dynamic_shapes_config.type={mode}"))
+    assert check["cache_key"] == warm["cache_key"] and check["hot_path"] == "aot"
+
+
+def test_pull_model_refuses_another_config_field_before_any_blob(warmed_modes, tmp_path: Path) -> None:
+    root, _ = warmed_modes["backed"]
+    ref, pub = _pushed(root, tmp_path)
+    fresh = tmp_path / "fresh"
+    proc = run_cli("pull", ref, "--cache-root", str(fresh), "--trust", str(pub), "--model", "tiny",
+                   "-cc.compile_sizes=[4]")
+    assert proc.returncode == 4, proc.stderr[-2000:]
+    assert "config factor field 'compilation_config.compile_sizes' differs" in proc.stderr
+    assert not fresh.exists() or not any(fresh.rglob("*"))
+
+
+def test_pull_model_refuses_an_edited_traced_file(warmed_modes, tmp_path: Path) -> None:
+    root, _ = warmed_modes["backed"]
+    ref, pub = _pushed(root, tmp_path)
+    src = _repo_copy_with_edited_model(tmp_path / "src")
+    fresh = tmp_path / "fresh"
+    proc = subprocess.run([os.sys.executable, "-m", "cachetool", "pull", ref, "--cache-root", str(fresh), "--trust",
+                           str(pub), "--model", "tiny"], capture_output=True, text=True,
+                          env=cli_env(PYTHONPATH=str(src)), cwd=str(src), timeout=300)
+    assert proc.returncode == 4, proc.stderr[-2000:]
+    assert "traced file module:compiler.models.llama differs" in proc.stderr
+    assert not fresh.exists() or not any(fresh.rglob("*"))
+
+
+def test_pull_waits_for_a_held_install_lock_no_longer_than_its_timeout(warmed_modes, tmp_path: Path) -> None:
+    import fcntl
+
+    root, _ = warmed_modes["backed"]
+    ref, pub = _pushed(root, tmp_path)
+    fresh = tmp_path / "locked"
+    fresh.mkdir()
+    fd = os.open(fresh, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another install holds the root
+        proc = run_cli("pull", ref, "--cache-root", str(fresh), "--trust", str(pub), "--timeout", "1.5")
+    finally:
+        os.close(fd)
+    assert proc.returncode == 7, proc.stderr[-2000:]
+    assert "install lock" in proc.stderr.strip().splitlines()[-1]
+    assert not any(fresh.rglob("*"))

@@ -125,3 +125,19 @@ def test_pack_stores_ranks_once_and_install_picks_ranks(tp_warm, tmp_path: Path)
     assert res.units_installed
     ranks = sorted(p.name for p in (dest / "torch_compile_cache" / warm["cache_key"]).iterdir())
     assert ranks == ["rank_1_0"]
+
+
+def test_pull_model_predicts_the_tensor_parallel_key(tp_warm, tmp_path: Path) -> None:
+    """Issue 12: ``pull --model --tensor-parallel-size 2`` predicts the TP=2 key (the TP=1 prediction misses)."""
+    root, warm = tp_warm
+    key = tmp_path / "k.key"
+    assert run_cli("keygen", "-o", str(key)).returncode == 0
+    ref = f"file://{tmp_path / 'store'}/tiny:tp2"
+    assert run_cli("push", str(root), ref, "--sign-key", str(key)).returncode == 0
+    fresh = tmp_path / "fresh"
+    args = ("pull", ref, "--cache-root", str(fresh), "--trust", str(key) + ".pub", "--model", "tiny")
+    tp1 = run_cli(*args)
+    assert tp1.returncode == 4 and "'model_config.parallel_config." in tp1.stderr, tp1.stderr[-2000:]
+    tp2 = run_cli(*args, "--tensor-parallel-size", "2", "--json")
+    assert tp2.returncode == 0, tp2.stderr[-2000:]
+    assert f"cache key {warm['cache_key']}" in json.loads(tp2.stdout)["install"]["preflight"]
