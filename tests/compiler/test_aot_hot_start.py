@@ -285,3 +285,17 @@ def test_pull_waits_for_a_held_install_lock_no_longer_than_its_timeout(warmed_mo
     assert proc.returncode == 7, proc.stderr[-2000:]
     assert "install lock" in proc.stderr.strip().splitlines()[-1]
     assert not any(fresh.rglob("*"))
+
+
+def test_the_dynamo_path_checks_the_recorded_artifact_digest(warmed_modes, tmp_path: Path) -> None:
+    """Issue 13 item 10: compile_index.json's sha256 is checked before a load (not only by the AOT entry)."""
+    root, _ = warmed_modes["backed"]
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy, symlinks=True)
+    next(copy.rglob(ENTRY_FILE)).unlink()
+    artifact = sorted(copy.rglob("artifact_general_*"))[0]
+    artifact.write_bytes(artifact.read_bytes() + b"x")
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit")
+    assert proc.returncode == 8, proc.stderr[-2000:]
+    assert f"Could not load {artifact.name} (AotEntryError: artifact {artifact.name} does not match its recorded " \
+           "digest)" in proc.stderr
