@@ -102,6 +102,7 @@ class InstallResult:
     preflight: list[str]  # what preflight checked ("fingerprint", "compiler factors", ...)
     seconds: float = 0.0
     units_replaced: list[str] = dataclasses.field(default_factory=list)  # in units_installed: they had other files
+    preflight_seconds: float = 0.0  # of ``seconds``: the preflight (fingerprint, factors, the server's key)
 
     @property
     def already_installed(self) -> bool:
@@ -804,7 +805,9 @@ def install_bundle(
     mbytes, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify,
                                                  warn=warn)
     units = _select_units(manifest, parse_ranks(ranks))
+    t_pre = time.monotonic()
     checked = run_preflight(manifest, device=device, expected_key=expected_key) if preflight else []
+    preflight_seconds = time.monotonic() - t_pre
 
     root, root_fd, created_root = _open_root(Path(cache_root).expanduser())
     try:
@@ -817,7 +820,7 @@ def install_bundle(
             manifest_digest=manifest_digest(mbytes), cache_root=root, units_installed=[u.path for u in plan.units],
             units_present=plan.present, files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id,
             verified=not insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
-            units_replaced=sorted(plan.replace))
+            units_replaced=sorted(plan.replace), preflight_seconds=preflight_seconds)
     except BaseException as exc:
         if created_root is not None:
             _remove_empty_tree(created_root)

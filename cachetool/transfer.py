@@ -107,7 +107,8 @@ class PullResult:
         d["install"] = {"cache_root": str(r.cache_root), "units_installed": r.units_installed,
                         "units_present": r.units_present, "files": r.files, "bytes": r.bytes, "key_id": r.key_id,
                         "verified": r.verified, "preflight": r.preflight, "already_installed": r.already_installed,
-                        "units_replaced": r.units_replaced}
+                        "units_replaced": r.units_replaced, "seconds": r.seconds,
+                        "preflight_seconds": r.preflight_seconds}
         return d
 
 
