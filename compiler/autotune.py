@@ -49,8 +49,9 @@ class AutotuneCounts:
 @contextlib.contextmanager
 def AutotuneCounter() -> Iterator[AutotuneCounts]:  # noqa: N802 (reads as a class at the call site)
     """``with AutotuneCounter() as c: ...`` then ``c.total`` is the number of autotune runs inside."""
-    from torch._dynamo.utils import counters
+    from compiler import torch_compat
 
+    counters = torch_compat.dynamo_counters()
     result = AutotuneCounts()
     before_cd = counters["inductor"]["coordesc_tuning_bench"]
     patches: list[tuple[Any, str, Any]] = []
@@ -70,16 +71,11 @@ def AutotuneCounter() -> Iterator[AutotuneCounts]:  # noqa: N802 (reads as a cla
         patches.append((owner, name, raw))
 
     try:
-        from torch._inductor import select_algorithm as sa
-
+        sa, th = torch_compat.autotune_hooks()
         count(sa.AlgorithmSelectorCache, "benchmark", "gemm_autotune")
+        if th is not None:
+            count(th.CachingAutotuner, "benchmark_all_configs", "triton_benchmark_all")
     except Exception:  # pragma: no cover
-        pass
-    try:
-        from torch._inductor.runtime import triton_heuristics as th
-
-        count(th.CachingAutotuner, "benchmark_all_configs", "triton_benchmark_all")
-    except Exception:  # pragma: no cover - Triton not installed
         pass
     try:
         yield result

@@ -64,7 +64,8 @@ def _decompile(code: CodeType) -> str:
 class StartupPhases:
     """Seconds of the first call, by phase. ``key``: predicting the cache key without a trace (AOT path);
     ``load``: loading the AOT entry and its artifacts, or (Dynamo path) the trace plus compile/load of every
-    piece; ``first_forward``: running the first batch once it is loaded."""
+    piece, with any wait for the loader's imports started in the background; ``first_forward``: running the
+    first batch once it is loaded."""
 
     key: float = 0.0
     load: float = 0.0
@@ -90,6 +91,7 @@ class _Compiled:
         self.aot_fallback_reason: str | None = None
         self.phases = StartupPhases()
         self._compiled_here = 0
+        self._import_wait = 0.0
         if self._aot_usable():
             torch_compat.prefetch_artifact_loader()  # overlaps the loader's imports with the model build
 
@@ -160,11 +162,14 @@ class _Compiled:
         return out
 
     def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self._aot_usable():
-            out = self._try_aot_start(args, kwargs)
-            if out is not _NO_ENTRY:
-                return out
+        t0 = time.perf_counter()
+        torch_compat.wait_for_prefetch()  # Inductor's modules are then imported by one thread only
+        self._import_wait = time.perf_counter() - t0  # counted in the load phase: the loader's imports
         try:
+            if self._aot_usable():
+                out = self._try_aot_start(args, kwargs)
+                if out is not _NO_ENTRY:
+                    return out
             return self._compile_first_call(args, kwargs)
         except BaseException:
             # A half-built state would skip the dynamic marks on a retry and compile a static shape that
@@ -207,7 +212,8 @@ class _Compiled:
         logger.info("Loaded the AOT-compiled forward from %s (%d artifacts) in %.2f s; no Dynamo trace",
                     layout.dir, backend.graphs_loaded, t_load - t0)
         out = self.compiled_fn(*args, **kwargs)
-        self.phases = StartupPhases(key=t_key - t0, load=t_load - t_key, first_forward=time.perf_counter() - t_load)
+        self.phases = StartupPhases(key=t_key - t0, load=t_load - t_key + self._import_wait,
+                                    first_forward=time.perf_counter() - t_load)
         self.first_compile_seconds = t_load - t0
         return out
 
@@ -260,7 +266,7 @@ class _Compiled:
                 handle.remove()
         self.first_compile_seconds = time.perf_counter() - t0
         self.hot_path = "dynamo"
-        self.phases = StartupPhases(load=self.first_compile_seconds)
+        self.phases = StartupPhases(load=self.first_compile_seconds + self._import_wait)
         self._compiled_here = counters.graphs_compiled - compiled_before
         layout = getattr(self.backend, "layout", None)
         if layout is not None and hooks and not self.ctx.key_only and Path(layout.dir).is_dir() \

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from compiler import cache_key
+from compiler import cache_key, torch_compat
 
 
 class CompilerInterface:
@@ -47,14 +47,8 @@ class EagerAdaptor(CompilerInterface):
 
 
 def _standalone_compile(graph: fx.GraphModule, example_inputs: list[Any], runtime_shape: int | None) -> Any:
-    from torch._inductor import standalone_compile
-
     if runtime_shape is None:
-        dynamic = "from_tracing_context"
-        try:
-            torch._guards.TracingContext.get()
-        except Exception:
-            dynamic = "from_graph"
+        dynamic = "from_tracing_context" if torch_compat.tracing_context() is not None else "from_graph"
     else:
         dynamic = "from_example_inputs"
     patches = cache_key.inductor_patches()
@@ -62,7 +56,7 @@ def _standalone_compile(graph: fx.GraphModule, example_inputs: list[Any], runtim
         from compiler.autotune import size_config_patches
 
         patches.update(size_config_patches(example_inputs))
-    return standalone_compile(graph, example_inputs, dynamic_shapes=dynamic, options={"config_patches": patches})
+    return torch_compat.standalone_compile(graph, example_inputs, dynamic_shapes=dynamic, config_patches=patches)
 
 
 class InductorStandaloneAdaptor(CompilerInterface):
@@ -89,14 +83,10 @@ class InductorStandaloneAdaptor(CompilerInterface):
         return artifact, (key, name)
 
     def load(self, handle, graph, example_inputs, runtime_shape, directory, save_format):  # noqa: ANN001
-        from torch._inductor import CompiledArtifact
-
-        import torch._inductor.config as inductor_config
-
         _, name = handle
         path = Path(directory) / name
-        with inductor_config.patch(cache_key.inductor_patches()):
-            return CompiledArtifact.load(path=str(path), format=save_format)
+        with torch_compat.inductor_config().patch(cache_key.inductor_patches()):
+            return torch_compat.load_compiled_artifact(str(path), save_format)
 
 
 def artifact_digest(path: Path) -> str:

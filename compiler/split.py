@@ -15,6 +15,8 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.split_module import split_module
 
+from compiler import torch_compat
+
 
 @dataclass
 class SplitItem:
@@ -26,9 +28,9 @@ class SplitItem:
 
 def op_name(target: Any) -> str | None:
     """``ns.op`` for an OpOverloadPacket or an overload (``ns.op.default`` → ``ns.op``)."""
-    if isinstance(target, torch._ops.OpOverloadPacket):
+    if torch_compat.is_op_overload_packet(target):
         return str(target)
-    if isinstance(target, torch._ops.OpOverload):
+    if torch_compat.is_op_overload(target):
         name = str(target)
         return name.rsplit(".", 1)[0] if name.count(".") >= 2 else name
     return None
@@ -111,7 +113,7 @@ def canonical_graph_text(gm: fx.GraphModule, example_inputs: list[Any] | None = 
             target = "attr"  # attribute names differ per layer; constants are lifted by Dynamo
         elif node.op in ("call_function",):
             target = getattr(node.target, "__module__", "") + "." + getattr(node.target, "__qualname__", str(node.target)) \
-                if callable(node.target) and not isinstance(node.target, torch._ops.OpOverload) else str(node.target)
+                if callable(node.target) and not torch_compat.is_op_overload(node.target) else str(node.target)
         else:
             target = str(node.target)
         lines.append(f"{names[node]}={node.op} {target} {fmt(node.args)} {fmt(node.kwargs)}")

@@ -78,13 +78,6 @@ def register_bytecode_hook(hook: Callable[[Any, Any], None]) -> Any:
     return register(hook)
 
 
-def dynamo_frames_traced() -> int:
-    """Frames Dynamo has converted in this process (``torch._dynamo.utils.counters["frames"]["total"]``)."""
-    from torch._dynamo.utils import counters as dynamo_counters
-
-    return int(dynamo_counters["frames"].get("total", 0))
-
-
 def tracing_context() -> Any:
     """The active ``torch._guards.TracingContext`` or ``None``."""
     tc_cls = torch._guards.TracingContext
@@ -163,17 +156,16 @@ def aot_compile_fullgraph(fn: Callable[..., Any], args: tuple[Any, ...], kwargs:
     return capture(fn, (args, kwargs), hooks=hooks, backend=backend)
 
 
-_prefetch_started = False
+_prefetch: Any = None  # the thread, once started
 
 
 def prefetch_artifact_loader() -> None:
     """Import, in a background thread, the Inductor modules that loading an artifact needs (about a second of
     imports: AOTAutograd's cache, ``compile_fx``) and compute ``torch_key``, so that a hot start overlaps them
     with what the server does meanwhile (weights, CUDA context). Once per process; errors are left to the load."""
-    global _prefetch_started
-    if _prefetch_started:
+    global _prefetch
+    if _prefetch is not None:
         return
-    _prefetch_started = True
 
     def run() -> None:
         try:
@@ -189,7 +181,15 @@ def prefetch_artifact_loader() -> None:
 
     import threading
 
-    threading.Thread(target=run, name="cachetool-prefetch", daemon=True).start()
+    _prefetch = threading.Thread(target=run, name="cachetool-prefetch", daemon=True)
+    _prefetch.start()
+
+
+def wait_for_prefetch() -> None:
+    """Block until :func:`prefetch_artifact_loader`'s imports are done (no-op if it never started): two threads
+    importing Inductor's circularly dependent modules at once could deadlock the import system."""
+    if _prefetch is not None:
+        _prefetch.join()
 
 
 def load_compiled_function(data: bytes) -> Any:
@@ -276,10 +276,13 @@ def triton_key() -> str | None:
 
 
 def autotune_hooks() -> tuple[Any, Any]:
-    """``(select_algorithm module, triton_heuristics module)`` for counting real autotune runs."""
+    """``(select_algorithm module, triton_heuristics module or None)`` for counting real autotune runs."""
     from torch._inductor import select_algorithm
-    from torch._inductor.runtime import triton_heuristics
 
+    try:
+        from torch._inductor.runtime import triton_heuristics
+    except Exception:  # pragma: no cover - Triton not installed
+        triton_heuristics = None
     return select_algorithm, triton_heuristics
 
 
