@@ -42,7 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import CacheMissError, CachetoolError, DiskFullError, UsageError, VerificationError
+from cachetool.errors import (BlobVerificationError, CacheMissError, CachetoolError, ConflictError, DiskFullError,  # noqa: F401
+                              InstallIOError, PathTooLongError, PreflightError, UnitChangedError, UnsafeDestinationError,
+                              UsageError, VerificationError)
 from cachetool.manifest import RESERVED_PREFIX, FileEntry, Manifest, Unit, manifest_digest, short_path
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef
@@ -57,34 +59,6 @@ INSECURE_WARNING = (
     "anyone who could write this bundle can run code on every server that loads it."
 )
 
-
-class BlobVerificationError(VerificationError):
-    """A blob's bytes do not match the manifest (tampered, truncated, size lie, decompression bomb)."""
-
-
-class UnsafeDestinationError(VerificationError):
-    """The destination holds a symlink or non-folder where the bundle needs a folder."""
-
-
-class PreflightError(CacheMissError):
-    """The bundle cannot hit on this machine: a fingerprint field or a hash factor differs."""
-
-
-class InstallIOError(CachetoolError):
-    """The filesystem refused an operation (permissions, a read-only mount, ...)."""
-
-
-class ConflictError(UsageError):
-    """An install unit appeared in the cache root while this install held its lock (a writer that takes no lock)."""
-
-
-class UnitChangedError(CacheMissError):
-    """An install unit exists with files that differ from the bundle, and the caller asked to keep it
-    (``keep_changed``). A miss: the server runs with what is there (``pull --on-miss continue`` covers it)."""
-
-
-class PathTooLongError(VerificationError):
-    """A bundle path is longer than the cache root's file system allows (a name or the whole path)."""
 
 
 @dataclasses.dataclass

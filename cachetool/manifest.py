@@ -21,8 +21,8 @@ import unicodedata
 from typing import Any
 
 from cachetool import __version__
-from cachetool.errors import VerificationError
-from cachetool.stores.base import BlobRef
+from cachetool.errors import ManifestError, UnsafePathError, UnsupportedSchemaError, VerificationError  # noqa: F401
+from cachetool.digests import BlobRef, is_digest
 
 SCHEMA_VERSION = 1
 MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
@@ -33,19 +33,6 @@ MAX_FILES = 1_000_000
 MAX_PATH_LEN = 4096
 RESERVED_PREFIX = ".cachetool"  # staging folders in the cache root; no bundle may write there
 
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-class ManifestError(VerificationError):
-    """The manifest is malformed, non-canonical or unsafe."""
-
-
-class UnsupportedSchemaError(ManifestError):
-    """The manifest's schema version is not one this cachetool reads."""
-
-
-class UnsafePathError(ManifestError):
-    """A path would escape the cache root or is otherwise not a plain relative path."""
 
 
 def sha256_hex(data: bytes) -> str:
@@ -139,7 +126,7 @@ def _check_mode(mode: Any, path: str, directory: bool) -> int:
 
 
 def _check_digest(d: Any, what: str) -> str:
-    if not isinstance(d, str) or not _DIGEST_RE.match(d):
+    if not is_digest(d):
         raise ManifestError(f"manifest {what} {d!r} is not 'sha256:<64 hex>'")
     return d
 

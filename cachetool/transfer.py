@@ -21,7 +21,6 @@ lock (:meth:`StoreSource.settle`), so no other pull is writing there.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 import stat
@@ -31,16 +30,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import CacheMissError, CachetoolError, NotFoundError, StoreError, TimeoutError_, UsageError, VerificationError
+from cachetool.errors import CacheMissError, CachetoolError, NotFoundError, StoreError, WaitTimeoutError, UsageError, VerificationError
 from cachetool.refs import Ref, parse_ref
 from cachetool.source import BundleSource
 from cachetool.stores import open_store
-from cachetool.stores._common import hexof, now_iso
+from cachetool.digests import hexof, sha256_bytes, sha256_file
+from cachetool.stores.common import now_iso
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 
 PARTIAL_DIR = ".cachetool-partial"
 PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)
-RETRYABLE = (StoreError, TimeoutError_, KeyboardInterrupt)  # failures after which a rerun uses the partial files
+RETRYABLE = (StoreError, WaitTimeoutError, KeyboardInterrupt)  # failures after which a rerun uses the partial files
 
 
 def partial_cap() -> int:
@@ -182,14 +182,8 @@ def _load_bundle(source, sign_key, layout: str):
 
 
 def _check_stored_bytes(bundle, blob: BlobRef) -> None:
-    p = bundle.blob_path(blob)
-    h = hashlib.sha256()
-    n = 0
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-            n += len(chunk)
-    if n != blob.stored_size or "sha256:" + h.hexdigest() != blob.stored_digest:
+    digest, n = sha256_file(bundle.blob_path(blob))
+    if n != blob.stored_size or digest != blob.stored_digest:
         raise VerificationError(f"{bundle.description}: blob {blob.digest[:19]} does not match the manifest "
                                 "(tampered or truncated); nothing pushed")
 
@@ -329,13 +323,13 @@ class StoreSource(BundleSource):
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise TimeoutError_(f"pull of {self.description} ran past --timeout")
+            raise WaitTimeoutError(f"pull of {self.description} ran past --timeout")
 
     def manifest_bytes(self) -> bytes:
         if self._manifest is None:
             self._check_deadline()
             data = self.store.get_manifest(self.entry.manifest_digest)
-            if "sha256:" + hashlib.sha256(data).hexdigest() != self.entry.manifest_digest:
+            if sha256_bytes(data) != self.entry.manifest_digest:
                 raise VerificationError(f"{self.description}: the manifest in the store does not match its digest")
             self._manifest = data
         return self._manifest
@@ -349,11 +343,7 @@ class StoreSource(BundleSource):
 
     @staticmethod
     def _stored_ok(path: Path, blob: BlobRef) -> bool:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return "sha256:" + h.hexdigest() == blob.stored_digest
+        return sha256_file(path)[0] == blob.stored_digest
 
     def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
         if self._failed is not None:
@@ -384,7 +374,7 @@ class StoreSource(BundleSource):
     def _partial(self, blob: BlobRef) -> Path:
         """The partial file of ``blob``, never through a link: the folder must be a real folder, and a partial that
         is a symlink, a hard link or not a regular file is removed (a download appends to it)."""
-        from cachetool.install import UnsafeDestinationError
+        from cachetool.errors import UnsafeDestinationError
 
         try:
             self.partial_dir.mkdir(mode=0o700)
@@ -448,7 +438,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
          ) -> PullResult:
     """Resolve ``ref``, pick this machine's bundle, and install it into ``cache_root`` (see the module docstring).
 
-    ``timeout``: seconds for the whole pull (:class:`TimeoutError_` past it). Other arguments as for
+    ``timeout``: seconds for the whole pull (:class:`WaitTimeoutError` past it). Other arguments as for
     :func:`cachetool.install.install_bundle`.
     """
     from cachetool.install import install_bundle

@@ -18,7 +18,7 @@ from cachetool.cli.bundle_cmds import OneLineCommand, _cache_root_default, _huma
 from cachetool.cli.bundle_cmds import _warn_loud as _warn
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
-from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, TimeoutError_, UsageError,
+from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, WaitTimeoutError, UsageError,
                               VerificationError)
 
 
@@ -69,7 +69,7 @@ _PULL_FAILURES: tuple[tuple[type[CachetoolError], str, bool], ...] = (
     (CacheMissError, "miss", True),
     (NotFoundError, "not-found", True),
     (StoreError, "store-error", True),
-    (TimeoutError_, "timeout", True),
+    (WaitTimeoutError, "timeout", True),
     (VerificationError, "refused", True),
     (UsageError, "usage-error", False),
 )
@@ -224,7 +224,7 @@ _HARD_TIMEOUT_GRACE = 2.0
 def _hard_timeout(seconds: float | None):
     """Bound the pull by --timeout even when a store stops answering in the middle of a request (a socket read
     waits for the store's own read timeout and retries, minutes, and the init-container would hang): SIGALRM
-    raises :class:`TimeoutError_` in the main thread. Worker threads still blocked in a read are abandoned: the
+    raises :class:`WaitTimeoutError` in the main thread. Worker threads still blocked in a read are abandoned: the
     process exits without joining them (:data:`cachetool.cli.EXIT_WITHOUT_JOINING`)."""
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield
@@ -232,7 +232,7 @@ def _hard_timeout(seconds: float | None):
 
     def fire(signum, frame):
         EXIT_WITHOUT_JOINING.set()
-        raise TimeoutError_(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
+        raise WaitTimeoutError(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
 
     previous = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds + _HARD_TIMEOUT_GRACE)

@@ -22,15 +22,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Iterator
 
-
-@dataclasses.dataclass(frozen=True)
-class BlobRef:
-    """A blob: ``digest``/``size`` of the uncompressed content, ``stored_*`` of the zstd bytes in the store."""
-
-    digest: str  # "sha256:<hex>" of the uncompressed content
-    size: int
-    stored_digest: str  # "sha256:<hex>" of the zstd-compressed bytes
-    stored_size: int
+from cachetool.digests import BlobRef  # noqa: F401  (part of the store interface)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -86,15 +86,15 @@ class StoreKind:
 
 @pytest.fixture(params=["file", "s3", "oci"])
 def any_store(request, tmp_path):
-    return _make_store(request.param, request, tmp_path)
+    return make_store(request.param, request, tmp_path)
 
 
 @pytest.fixture(params=["s3", "oci"])
 def remote_store(request, tmp_path):
-    return _make_store(request.param, request, tmp_path)
+    return make_store(request.param, request, tmp_path)
 
 
-def _make_store(kind, request, tmp_path) -> StoreKind:
+def make_store(kind, request, tmp_path) -> StoreKind:
     if kind == "file":
         return StoreKind("file", f"file://{tmp_path}/store")
     if kind == "s3":

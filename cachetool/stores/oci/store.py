@@ -25,8 +25,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from cachetool.digests import hexof, sha256_file
 from cachetool.errors import NotFoundError, StoreError, UsageError, VerificationError
-from cachetool.stores._common import DL_CHUNK, Counters, download_resumable, hexof, now_iso, ref_entry
+from cachetool.retry import log as retry_log, pause
+from cachetool.stores.common import DL_CHUNK, Counters, download_resumable, now_iso, ref_entry
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.oci import media, packs
 from cachetool.stores.oci.client import RegistryClient
@@ -131,7 +133,7 @@ class OCIStore(Store):
             path = scratch / f"pack-{len(layers)}.tar"
             with open(path, "wb") as f:
                 packs.write_pack(members, blob_path, f)
-            digest, size = _file_digest(path)
+            digest, size = sha256_file(path)
             final = scratch / (hexof(digest) + ".tar")
             path.replace(final)
             for b in members:
@@ -173,7 +175,7 @@ class OCIStore(Store):
             except StoreError:
                 if attempt + 1 >= self.max_attempts:
                     raise
-                time.sleep(min(8.0, 0.5 * 2 ** attempt))
+                pause(what, attempt, "upload failed; new upload session")
 
     def _lock_for(self, key: str) -> threading.Lock:
         with self._lock:
@@ -233,7 +235,7 @@ class OCIStore(Store):
             if not member.exists():
                 tmp = scratch / f"{hexof(pack.digest)}.tar"
                 self._download(pack.digest, pack.size, tmp, what)
-                if _file_digest(tmp)[0] != pack.digest:
+                if sha256_file(tmp)[0] != pack.digest:
                     tmp.unlink(missing_ok=True)
                     raise VerificationError(f"{what}: content does not match digest {pack.digest[:19]}")
                 try:
@@ -569,6 +571,7 @@ class OCIStore(Store):
             if old is not None and new == old:
                 return new
             if self._tag_digest(tag) != digest:
+                retry_log.info("%s: %s:%s changed since it was read; merging again", what, self.url, tag)
                 continue
             write(new)
             time.sleep(self.settle_s * (1 + random.random()))
@@ -721,15 +724,3 @@ class OCIStore(Store):
 
 def _has_entries(x) -> bool:
     return bool(getattr(x, "entries", x))
-
-
-def _file_digest(path: Path) -> tuple[str, int]:
-    import hashlib
-
-    h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            n += len(chunk)
-    return "sha256:" + h.hexdigest(), n
