@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 
 from cachetool.cli import EXIT_WITHOUT_JOINING, cli
-from cachetool.cli.bundle_cmds import OneLineCommand, _cache_root_default, _human, _os_errors_one_line
-from cachetool.cli.bundle_cmds import _warn_loud as _warn
+from cachetool.cli.common import (OneLineCommand, cache_root_default, human_size, layout_option, os_errors_one_line,
+                                  warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
 from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, WaitTimeoutError, UsageError,
@@ -34,13 +34,12 @@ def _emit(as_json: bool, doc: dict, text: str) -> None:
 @click.argument("ref")
 @click.option("--sign-key", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Ed25519 private key: sign while packing a cache folder, or add a signature to a bundle file.")
-@click.option("--layout", type=click.Choice(["auto", "native", "vllm", "triton"]), default="auto", show_default=True,
-              help="Layout of a cache folder SOURCE.")
+@layout_option(help="Layout of a cache folder SOURCE.")
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel uploads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @store_options
-@_os_errors_one_line
+@os_errors_one_line
 def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint_url, profile, insecure):
     """Push SOURCE (a .ctb file, or a cache folder packed on the way) to REF.
 
@@ -52,11 +51,11 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
     r = push(source, ref, sign_key=sign_key, layout=layout, workers=workers, store_options=options_dict(endpoint_url, profile, insecure),
              progress=False if as_json else progress)
     if not r.signed:
-        _warn(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
+        warn_loud(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
     _emit(as_json, r.to_dict(),
           f"pushed {r.ref} [{r.platform}] {r.manifest_digest}\n"
           f"blobs: {r.blobs_uploaded} uploaded, {r.blobs_skipped} already there (of {r.blobs_total}); "
-          f"{_human(r.bytes_uploaded)} sent, {_human(r.bytes_skipped)} skipped; {r.seconds:.2f}s"
+          f"{human_size(r.bytes_uploaded)} sent, {human_size(r.bytes_skipped)} skipped; {r.seconds:.2f}s"
           + ("; signed" if r.signed else "") + f"\nplatforms under the tag: {', '.join(r.platforms)}"
           + f"\npinned: {r.pinned}")
 
@@ -171,7 +170,7 @@ def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
     doc.update(outcome=outcome, exit_code=0, on_miss=on_miss, installed=True)
     _emit(as_json, doc,
           f"{outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), {i.files} files "
-          f"({_human(i.bytes)}); {r.blobs_downloaded} blobs downloaded ({_human(r.bytes_downloaded)})"
+          f"({human_size(i.bytes)}); {r.blobs_downloaded} blobs downloaded ({human_size(r.bytes_downloaded)})"
           + (f", {r.blobs_resumed} resumed" if r.blobs_resumed else "")
           + (f", {r.blobs_reused} reused from an interrupted pull" if r.blobs_reused else "")
           + f"; {r.seconds:.2f}s\n"
@@ -247,7 +246,7 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insec
           progress, model, compilation_config, endpoint_url, profile, insecure):
     from cachetool.api import pull
 
-    root = cache_root or _cache_root_default()
+    root = cache_root or cache_root_default()
     overrides = ctx.meta.get("cc_overrides", [])
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
@@ -256,7 +255,7 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insec
         return pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
                     model=model, config=compilation_config, overrides=overrides,
                     device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
-                    warn=_warn, store_options=options_dict(endpoint_url, profile, insecure),
+                    warn=warn_loud, store_options=options_dict(endpoint_url, profile, insecure),
                     progress=False if quiet else progress)
 
 
@@ -264,7 +263,7 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insec
 @click.argument("store")
 @click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
 @store_options
-@_os_errors_one_line
+@os_errors_one_line
 def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms."""
     from cachetool.refs import parse_store_or_ref
@@ -293,7 +292,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     for col in ("REF", "PLATFORM", "CREATED", "SIZE", "DIGEST", "GPU"):
         t.add_column(col)
     for row in rows:
-        t.add_row(row["ref"], row["platform"], row["created"], _human(row["size"]), row["manifest_digest"][:19],
+        t.add_row(row["ref"], row["platform"], row["created"], human_size(row["size"]), row["manifest_digest"][:19],
                   str(row["fingerprint"].get("gpu") or "-"))
     Console(width=200).print(t)
     return 0
@@ -304,7 +303,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 @click.option("--platform", default=None, help="Remove only this platform's entry of the tag.")
 @click.option("--json", "as_json", is_flag=True)
 @store_options
-@_os_errors_one_line
+@os_errors_one_line
 def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     """Remove REF (the tag; blobs stay until `cachetool gc`)."""
     from cachetool.transfer import remove
@@ -323,7 +322,7 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
               help="Keep objects written more recently (a push in flight writes blobs before its ref).")
 @click.option("--json", "as_json", is_flag=True)
 @store_options
-@_os_errors_one_line
+@os_errors_one_line
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
     """Delete blobs, manifests and signatures of STORE that no ref reaches."""
     from cachetool.refs import parse_store_or_ref
