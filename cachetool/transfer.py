@@ -125,6 +125,10 @@ class _Progress:
             self._p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                                TimeRemainingColumn(), console=Console(stderr=True), transient=False)
 
+    @property
+    def enabled(self) -> bool:
+        return self._p is not None
+
     def __enter__(self):
         if self._p:
             self._p.start()
@@ -456,7 +460,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
         index = st.get_ref(r.name, r.tag) if r.digest is None else st.get_pinned(r.name, r.digest)
         entry = select_entry(index, r.url, device)
         with _Progress(_progress_default(progress)) as prog:
-            if prog._p is not None:
+            if prog.enabled:
                 # Sizes are known once the manifest is read; the bar is made on the first blob.
                 holder: dict = {}
 

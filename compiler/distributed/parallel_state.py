@@ -164,13 +164,3 @@ def destroy_distributed_environment() -> None:
         dist.destroy_process_group()
     _STATE = ParallelState()
     _DP_RANK_OVERRIDE = None
-
-
-def parallel_config_values() -> dict[str, Any]:
-    """What of the parallel setup changes compiled code: hashed into the ``config`` factor. The data-parallel
-    rank and size are not here (they change no compiled code); the TP rank is not either (every rank compiles
-    the same graphs; each has its own folder)."""
-    from compiler.distributed.communication_op import all_reduce_impl
-
-    tp = get_tp_size()
-    return {"tensor_parallel_size": tp, "all_reduce": all_reduce_impl() if tp > 1 else None}

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from compiler.distributed import parallel_state as ps
+from compiler.distributed import parallel_config, parallel_state as ps
 from compiler.models.parallel_layers import (
     ColumnParallelLinear,
     ParallelLMHead,
@@ -93,4 +93,4 @@ def test_vocab_parallel_embedding_and_lm_head(tp: int) -> None:
 
 def test_single_process_state_is_tp1() -> None:
     assert ps.get_tp_size() == 1 and ps.get_tp_rank() == 0 and ps.get_dp_rank() == 0
-    assert ps.parallel_config_values() == {"tensor_parallel_size": 1, "all_reduce": None}
+    assert parallel_config.parallel_config_values() == {"tensor_parallel_size": 1, "all_reduce": None}
