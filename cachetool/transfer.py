@@ -36,7 +36,7 @@ from cachetool.source import BundleSource
 from cachetool.stores import open_store
 from cachetool.digests import hexof, sha256_bytes, sha256_file
 from cachetool.stores.common import now_iso
-from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, RefEntry, RefIndex, Store
 
 PARTIAL_DIR = ".cachetool-partial"
 PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)
@@ -240,7 +240,7 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
         with ThreadPoolExecutor(max(1, workers)) as ex:
             list(ex.map(lambda b: _check_stored_bytes(bundle, b), missing))
         _check_envelope(bundle)
-        up0 = st.counters.bytes_up if hasattr(st, "counters") else 0
+        up0 = st.counters.bytes_up
         with _Progress(_progress_default(progress)) as prog:
             task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",
                              sum(b.stored_size for b in missing))
@@ -261,7 +261,7 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
         entry = RefEntry(manifest_digest=digest, platform=bundle.platform, fingerprint=dict(bundle.manifest.fingerprint or {}),
                          size=bundle.stored_size, created=now_iso())
         index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
-        up1 = st.counters.bytes_up if hasattr(st, "counters") else 0
+        up1 = st.counters.bytes_up
         return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=sig is not None,
                           blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
                           bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
@@ -456,7 +456,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     root = Path(cache_root).expanduser()
     partial = root / PARTIAL_DIR
     try:
-        down0 = st.counters.bytes_down if hasattr(st, "counters") else 0
+        down0 = st.counters.bytes_down
         index = st.get_ref(r.name, r.tag) if r.digest is None else st.get_pinned(r.name, r.digest)
         entry = select_entry(index, r.url, device)
         with _Progress(_progress_default(progress)) as prog:
@@ -480,7 +480,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
                 _remove_if_empty(partial)
                 _remove_if_empty(root)
                 raise
-        down1 = st.counters.bytes_down if hasattr(st, "counters") else 0
+        down1 = st.counters.bytes_down
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
                           bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0)
@@ -528,6 +528,7 @@ def without_platform(index: RefIndex | None, r: Ref, platform: str) -> RefIndex 
     return RefIndex(r.name, r.tag, kept) if kept else None
 
 
-def gc(store_url: str, *, dry_run: bool = False, older_than: float = 0.0, store_options: dict | None = None) -> list[str]:
+def gc(store_url: str, *, dry_run: bool = False, older_than: float = GC_MIN_AGE_S,
+       store_options: dict | None = None) -> list[str]:
     with open_store(store_url, **(store_options or {})) as st:
         return st.gc(dry_run=dry_run, older_than=older_than)

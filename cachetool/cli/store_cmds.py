@@ -18,6 +18,7 @@ from cachetool.cli.common import (OneLineCommand, cache_root_default, human_size
                                   warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
+from cachetool.stores.base import GC_MIN_AGE_S
 from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, WaitTimeoutError, UsageError,
                               VerificationError)
 
@@ -318,13 +319,14 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
 @cli.command("gc", cls=OneLineCommand)
 @click.argument("store")
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-@click.option("--older-than", type=click.FloatRange(min=0), default=3600.0, show_default=True, metavar="SECONDS",
+@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=True, metavar="SECONDS",
               help="Keep objects written more recently (a push in flight writes blobs before its ref).")
 @click.option("--json", "as_json", is_flag=True)
 @store_options
 @os_errors_one_line
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
-    """Delete blobs, manifests and signatures of STORE that no ref reaches."""
+    """Delete blobs, manifests and signatures of STORE that no ref reaches (on a registry: signatures; its own
+    garbage collection reclaims blobs and untagged manifests)."""
     from cachetool.refs import parse_store_or_ref
     from cachetool.transfer import gc
 

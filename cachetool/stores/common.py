@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
-import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -16,7 +15,9 @@ from cachetool.atomic import atomic_file, atomic_write  # noqa: F401
 from cachetool.digests import CHUNK, hexof  # noqa: F401
 from cachetool.errors import OversizeBlobError, StoreError, VerificationError  # noqa: F401
 from cachetool.retry import pause
-from cachetool.stores.base import RefEntry, RefIndex
+from cachetool.stores.base import RefEntry, RefIndex, TransferCounters
+
+Counters = TransferCounters  # the name the stores construct
 
 REF_FORMAT = "cachetool.ref.v1"
 # Bounds on what a store may hand back for one object (manifest.py and signing.py refuse larger ones anyway; this
@@ -126,7 +127,7 @@ def body_start(offset: int, status: int, content_range: str | None) -> int | Non
 def download_resumable(dest: Path, size: int, what: str,
                        open_from: Callable[[int], tuple[Iterable[bytes], int, str | None] | None],
                        cut_errors: tuple[type[BaseException], ...], cut_error: Callable[[BaseException], Exception],
-                       counters: "Counters", max_attempts: int) -> None:
+                       counters: TransferCounters, max_attempts: int) -> None:
     """Download a blob of ``size`` stored bytes to ``dest``, keeping what a cut transfer left and resuming it.
 
     ``open_from(offset)`` asks the store for the bytes from ``offset`` on and returns ``(chunks, status,
@@ -161,25 +162,3 @@ def download_resumable(dest: Path, size: int, what: str,
                 raise cut_error(exc) from None
             pause(what, attempt, f"transfer cut ({type(exc).__name__}); resuming")
     raise StoreError(f"{what}: gave up after {max_attempts} attempts")
-
-
-class Counters:
-    """Bytes and requests moved by a store, thread-safe; read by transfer results and the benchmark."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.bytes_up = 0
-        self.bytes_down = 0
-        self.blobs_resumed = 0
-
-    def up(self, n: int) -> None:
-        with self._lock:
-            self.bytes_up += n
-
-    def down(self, n: int) -> None:
-        with self._lock:
-            self.bytes_down += n
-
-    def resumed(self) -> None:
-        with self._lock:
-            self.blobs_resumed += 1

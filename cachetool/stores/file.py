@@ -25,12 +25,14 @@ from cachetool.digests import CHUNK, hexof, sha256_bytes
 from cachetool.errors import NotFoundError, StoreError, VerificationError
 from cachetool.stores.common import (MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, index_from_json, index_to_json,
                                       resume_offset, write_bounded)
-from cachetool.stores.base import BlobRef, RefIndex, Store
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefIndex, Store
 
 MARKER = "cachetool-store.json"
 
 
 class FileStore(Store):
+    capabilities = Capabilities(frozenset({"blobs", "manifests", "signatures"}), "lock")
+
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self.url = f"file://{self.root}"
@@ -236,7 +238,7 @@ class FileStore(Store):
         except FileNotFoundError:
             raise NotFoundError(f"{self.url}/{name}:{tag} not found", store=self.url, ref=f"{name}:{tag}") from None
 
-    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
         from cachetool.stores.gc import reachable
 
         self._require_root()

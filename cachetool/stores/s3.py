@@ -23,7 +23,7 @@ from cachetool.errors import NotFoundError, StoreError, VerificationError
 from cachetool.retry import pause
 from cachetool.stores.common import (DL_CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, download_resumable,
                                       index_from_json, index_to_json)
-from cachetool.stores.base import BlobRef, RefIndex, Store
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefIndex, Store
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
                "TokenRefreshRequired", "AuthorizationHeaderMalformed", "403", "Forbidden", "InvalidSecurity"}
@@ -44,6 +44,8 @@ def _read_bounded(resp: dict, limit: int, what: str) -> bytes:
 
 
 class S3Store(Store):
+    capabilities = Capabilities(frozenset({"blobs", "manifests", "signatures"}), "conditional")
+
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None, profile: str | None = None,
                  region: str | None = None, max_attempts: int | None = None, max_concurrency: int = 8):
         self.bucket = bucket
@@ -371,7 +373,7 @@ class S3Store(Store):
             raise NotFoundError(f"{self.url}/{name}:{tag} not found") from None
         self._call(f"delete {self.url}/{name}:{tag}", self.client.delete_object, Bucket=self.bucket, Key=key)
 
-    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
         from cachetool.stores.gc import reachable
 
         self.check_bucket()

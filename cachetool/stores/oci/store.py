@@ -29,7 +29,7 @@ from cachetool.digests import hexof, sha256_file
 from cachetool.errors import NotFoundError, StoreError, UsageError, VerificationError
 from cachetool.retry import log as retry_log, pause
 from cachetool.stores.common import DL_CHUNK, Counters, download_resumable, now_iso, ref_entry
-from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefEntry, RefIndex, Store
 from cachetool.stores.oci import media, packs
 from cachetool.stores.oci.client import RegistryClient
 from cachetool.stores.oci.media import A, CREATED
@@ -51,6 +51,7 @@ def _age_seconds(created: str) -> float:
 
 
 class OCIStore(Store):
+    capabilities = Capabilities(frozenset({"signatures"}), "converge")  # the registry collects blobs
     # Ref updates: how long a writer waits before it re-reads the tag to see that its write stuck.
     settle_s = 0.25
     update_attempts = 10
@@ -671,7 +672,7 @@ class OCIStore(Store):
                 yield from (RefIndex(sub, i.tag, i.entries) for i in child._refs_of_repo(sub))
 
     # -------------------------------------------------------------------------------------------- gc
-    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
         """Delete signatures whose bundle no tag reaches, written at least ``older_than`` seconds ago.
 
         Every tag is read first; a tag that cannot be read (a transient error) stops the collection before
