@@ -30,13 +30,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import CacheMissError, CachetoolError, NotFoundError, StoreError, WaitTimeoutError, UsageError, VerificationError
+from cachetool.digests import hexof, sha256_bytes, sha256_file
+from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, UnsafeDestinationError, UsageError,
+                              VerificationError, WaitTimeoutError)
 from cachetool.refs import Ref, parse_ref
 from cachetool.source import BundleSource
 from cachetool.stores import open_store
-from cachetool.digests import hexof, sha256_bytes, sha256_file
-from cachetool.stores.common import now_iso
 from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.common import now_iso
+from compiler import envs
 
 PARTIAL_DIR = ".cachetool-partial"
 PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)
@@ -44,7 +46,7 @@ RETRYABLE = (StoreError, WaitTimeoutError, KeyboardInterrupt)  # failures after 
 
 
 def partial_cap() -> int:
-    text = os.environ.get("CACHETOOL_PARTIAL_MAX_BYTES", "")
+    text = envs.get("CACHETOOL_PARTIAL_MAX_BYTES")
     try:
         return max(0, int(text)) if text.strip() else PARTIAL_MAX_BYTES
     except ValueError:
@@ -378,8 +380,6 @@ class StoreSource(BundleSource):
     def _partial(self, blob: BlobRef) -> Path:
         """The partial file of ``blob``, never through a link: the folder must be a real folder, and a partial that
         is a symlink, a hard link or not a regular file is removed (a download appends to it)."""
-        from cachetool.errors import UnsafeDestinationError
-
         try:
             self.partial_dir.mkdir(mode=0o700)
         except FileExistsError:

@@ -12,13 +12,13 @@ checked with HEAD before it is uploaded. Requests retry with exponential backoff
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 from cachetool.digests import hexof, sha256_bytes
+from compiler import envs
 from cachetool.errors import NotFoundError, StoreError, VerificationError
 from cachetool.retry import pause
 from cachetool.stores.common import (DL_CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, download_resumable,
@@ -27,6 +27,8 @@ from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefIndex,
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
                "TokenRefreshRequired", "AuthorizationHeaderMalformed", "403", "Forbidden", "InvalidSecurity"}
+_CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                    "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")  # a client per set of these (boto3 reads them)
 _CLIENT_LOCK = threading.Lock()
 _CLIENTS: dict = {}
 MULTIPART_THRESHOLD = 32 << 20
@@ -51,10 +53,10 @@ class S3Store(Store):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self.endpoint_url = endpoint_url or envs.get("AWS_ENDPOINT_URL_S3") or envs.get("AWS_ENDPOINT_URL")
         self.profile = profile
         self.region = region
-        self.max_attempts = int(max_attempts or os.environ.get("CACHETOOL_STORE_MAX_ATTEMPTS", "5"))
+        self.max_attempts = int(max_attempts or envs.store_max_attempts())
         self.max_concurrency = max_concurrency
         self.counters = Counters()
         self._client = None
@@ -71,9 +73,7 @@ class S3Store(Store):
 
     def _make_client(self):
         key = (self.profile, self.endpoint_url, self.region, self.max_attempts, self.max_concurrency,
-               os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"),
-               os.environ.get("AWS_SESSION_TOKEN"), os.environ.get("AWS_PROFILE"),
-               os.environ.get("AWS_SHARED_CREDENTIALS_FILE"), os.environ.get("AWS_CONFIG_FILE"))
+               *(envs.raw(v) for v in _CREDENTIAL_VARS))
         if key in _CLIENTS:
             return _CLIENTS[key]
         try:

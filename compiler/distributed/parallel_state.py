@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from compiler import envs
+
 DEFAULT_TIMEOUT_S = 600.0
 """Collective timeout: a rank that fails (strict mode, a bad cache) must not leave the others waiting for
 gloo's default 30 minutes."""
@@ -114,7 +116,7 @@ def init_distributed_environment(rank: int, world_size: int, *, tensor_parallel_
         if master_port is not None:
             os.environ["MASTER_PORT"] = str(master_port)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in os.environ:
+        if envs.raw("MASTER_PORT") is None:
             raise ParallelStateError("MASTER_PORT is not set (use compiler.distributed.launch or torchrun)")
         if backend == "nccl":
             os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -145,9 +147,9 @@ def init_from_env(*, tensor_parallel_size: int | None = None, device: str | torc
                   backend: str | None = None, dp_rank: int | None = None) -> ParallelState:
     """Initialise from ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (+ ``MASTER_ADDR``/``MASTER_PORT``), as torchrun sets
     them. Without ``WORLD_SIZE`` this is a single process (TP size 1)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    world = int(envs.get("WORLD_SIZE"))
+    rank = int(envs.get("RANK"))
+    local = int(envs.get("LOCAL_RANK") or rank)
     return init_distributed_environment(rank, world, tensor_parallel_size=tensor_parallel_size, backend=backend,
                                         device=device, local_rank=local, dp_rank=dp_rank)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import os
 import re
 import threading
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -21,6 +20,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 from cachetool.errors import NotFoundError, StoreError, VerificationError
 from cachetool.retry import pause
 from cachetool.digests import CHUNK
+from compiler import envs
 from cachetool.stores.oci.auth import TOKEN_USER, parse_challenge, registry_credentials, where_logins_are
 from cachetool.stores.oci.tls import TLSConfig, describe_tls_error
 
@@ -47,7 +47,7 @@ class RegistryClient:
         self.repo = repo
         self.plain_http = plain_http
         self.tls = TLSConfig(host, verify=verify)
-        self.max_attempts = int(max_attempts or os.environ.get("CACHETOOL_STORE_MAX_ATTEMPTS", "5"))
+        self.max_attempts = int(max_attempts or envs.store_max_attempts())
         self.timeout = timeout
         self._session = requests.Session()
         self._session.headers["User-Agent"] = "cachetool"
