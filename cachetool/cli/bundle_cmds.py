@@ -7,20 +7,14 @@ import json
 import click
 
 from cachetool.cli import cli
-from cachetool.cli.common import (OneLineCommand, cache_root_default, human_size, layout_option, os_errors_one_line,
-                                  warn_loud)
+from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, layout_option,
+                                  os_errors_one_line, ranks_option, replace_options, trust_option, warn_loud)
 
 
 def _open_bundle(path: str):
     from cachetool.bundle import open_ctb
 
     return open_ctb(path)
-
-
-_trust_option = click.option(
-    "--trust", "trust", multiple=True, metavar="PUB",
-    help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
-         "~/.config/cachetool/trusted_keys/*.pub.")
 
 
 @cli.command("pack", cls=OneLineCommand)
@@ -142,7 +136,7 @@ def inspect_cmd(bundle, as_json, show_files):
 
 @cli.command("verify", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
-@_trust_option
+@trust_option
 @os_errors_one_line
 def verify_cmd(bundle, trust):
     """Check a bundle's signature against trusted keys and every blob against the manifest."""
@@ -155,16 +149,12 @@ def verify_cmd(bundle, trust):
 
 @cli.command("install", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
-@click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-              help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
-@_trust_option
-@click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
+@cache_root_option
+@trust_option
+@ranks_option
 @click.option("--device", default=None, help="Device preflight compares against (default: the bundle's).")
 @click.option("--no-preflight", is_flag=True, help="Skip comparing factors/fingerprint with this machine.")
-@click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
-              "overrides --keep-changed).")
-@click.option("--keep-changed", is_flag=True, help="Refuse (exit 4) instead of replacing a unit whose files differ.")
-@click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous).")
+@replace_options
 @os_errors_one_line
 def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, keep_changed, insecure_skip_verify):
     """Verify, preflight and atomically install a bundle into a cache root."""

@@ -62,3 +62,27 @@ def layout_option(help: str | None = None):
     from cachetool.layouts import CHOICES
 
     return click.option("--layout", type=click.Choice(list(CHOICES)), default="auto", show_default=True, help=help)
+
+
+trust_option = click.option(
+    "--trust", "trust", multiple=True, metavar="PUB",
+    help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
+         "~/.config/cachetool/trusted_keys/*.pub.")
+
+cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
+                                 help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
+
+ranks_option = click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
+
+
+def replace_options(f):
+    """The flags of ``install`` and ``pull`` that say what happens to units that differ, and to the signature."""
+    for opt in reversed([
+        click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
+                     "overrides --keep-changed)."),
+        click.option("--keep-changed", is_flag=True,
+                     help="Refuse (exit 4) instead of replacing a unit whose files differ."),
+        click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous)."),
+    ]):
+        f = opt(f)
+    return f

@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 
 from cachetool.cli import EXIT_WITHOUT_JOINING, cli
-from cachetool.cli.common import (OneLineCommand, cache_root_default, human_size, layout_option, os_errors_one_line,
-                                  warn_loud)
+from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, layout_option,
+                                  os_errors_one_line, ranks_option, replace_options, trust_option, warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
 from cachetool.stores.base import GC_MIN_AGE_S
@@ -111,17 +111,11 @@ class PullCommand(CompileCommand):
 
 @cli.command("pull", cls=PullCommand)
 @click.argument("ref")
-@click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-              help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
-@click.option("--trust", "trust", multiple=True, metavar="PUB",
-              help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
-                   "~/.config/cachetool/trusted_keys/*.pub.")
-@click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
+@cache_root_option
+@trust_option
+@ranks_option
 @click.option("--device", default=None, help="Device to match and preflight against (default: probe when needed).")
-@click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
-              "overrides --keep-changed).")
-@click.option("--keep-changed", is_flag=True, help="Refuse (exit 4) instead of replacing a unit whose files differ.")
-@click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous).")
+@replace_options
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the whole pull; past it exit 7.")
 @click.option("--on-miss", type=click.Choice(["fail", "continue"]), default="fail", show_default=True,

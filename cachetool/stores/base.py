@@ -139,6 +139,12 @@ class Store(abc.ABC):
         Every ref change (push merging its platform, ``rm --platform``) goes through here so that two writers of
         one tag never lose each other's entries: the file store holds a lock around it, S3 writes conditionally
         and retries. This default (get, then put or delete) is atomic only for a single writer."""
+        return self.read_modify_write_ref(name, tag, update, self.delete_ref)
+
+    def read_modify_write_ref(self, name: str, tag: str, update: Callable[[RefIndex | None], RefIndex | None],
+                              remove: Callable[[str, str], None]) -> RefIndex | None:
+        """One unguarded round of :meth:`update_ref`: get, update, then put (or ``remove`` an emptied tag). A store
+        runs it as its update_ref, or under its own lock."""
         from cachetool.errors import NotFoundError
 
         try:
@@ -148,7 +154,7 @@ class Store(abc.ABC):
         new = update(old)
         if new is None or not new.entries:
             if old is not None:
-                self.delete_ref(name, tag)
+                remove(name, tag)
             return None
         self.put_ref(new)
         return new

@@ -187,17 +187,7 @@ class FileStore(Store):
     def update_ref(self, name, tag, update):
         """Read-modify-write under the tag's lock: concurrent pushes and removals never drop each other's entries."""
         with self._ref_lock(name, tag):
-            try:
-                old = self.get_ref(name, tag)
-            except NotFoundError:
-                old = None
-            new = update(old)
-            if new is None or not new.entries:
-                if old is not None:
-                    self._unlink_ref(name, tag)
-                return None
-            self.put_ref(new)
-            return new
+            return self.read_modify_write_ref(name, tag, update, self._unlink_ref)
 
     def get_ref(self, name: str, tag: str) -> RefIndex:
         self._require_root()
