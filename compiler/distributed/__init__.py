@@ -24,5 +24,6 @@ from compiler.distributed.parallel_state import (  # noqa: F401
     get_tp_size,
     init_distributed_environment,
     init_from_env,
+    parallel_config_values,
 )
-from compiler.distributed.parallel_config import all_reduce_impl, parallel_config_values, set_all_reduce_impl  # noqa: F401
+from compiler.distributed.parallel_config import all_reduce_impl, set_all_reduce_impl  # noqa: F401

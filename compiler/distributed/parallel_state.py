@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from compiler import envs
+from compiler.distributed import parallel_config
 
 DEFAULT_TIMEOUT_S = 600.0
 """Collective timeout: a rank that fails (strict mode, a bad cache) must not leave the others waiting for
@@ -166,3 +167,9 @@ def destroy_distributed_environment() -> None:
         dist.destroy_process_group()
     _STATE = ParallelState()
     _DP_RANK_OVERRIDE = None
+
+
+def parallel_config_values() -> dict[str, Any]:
+    """This process's :func:`compiler.distributed.parallel_config.parallel_config_values` (hashed into the
+    ``config`` factor)."""
+    return parallel_config.parallel_config_values(get_tp_size())

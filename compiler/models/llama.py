@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from compiler.capture import support_torch_compile
-from compiler.distributed import parallel_config, parallel_state as tp_state
+from compiler.distributed import parallel_state as tp_state
 from compiler.models.safetensors_io import check_safetensors
 from compiler.ops import attention as attn_ops
 
@@ -447,4 +447,4 @@ def model_config_values(model: LlamaForCausalLM) -> dict[str, Any]:
     cfg["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
     return {f.name: cfg[f.name] for f in fields(LlamaConfig) if f.name in cfg} | {
         "architecture": cfg["architecture"], "dtype": cfg["dtype"],
-        "parallel_config": parallel_config.parallel_config_values()}
+        "parallel_config": tp_state.parallel_config_values()}
