@@ -30,22 +30,18 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cachetool.errors import NotFoundError, UsageError, VerificationError
+from cachetool.errors import BundleFormatError, NotFoundError, UsageError
 from cachetool.layouts import scan as scan_layout
 from cachetool.manifest import (CacheKey, DirEntry, FileEntry, Manifest, UnsafePathError, manifest_digest, platform_key,
                                 validate_relpath)
 from cachetool.source import BundleSource
-from cachetool.stores._common import atomic_file
-from cachetool.stores.base import BlobRef
+from cachetool.atomic import atomic_file
+from cachetool.digests import CHUNK as _CHUNK, BlobRef, sha256_file
 
 CTB_MANIFEST = "manifest.json"
 CTB_SIGNATURE = "signature.dsse.json"
 CTB_BLOB_RE = re.compile(r"^blobs/sha256/([0-9a-f]{64})\.zst$")
-_CHUNK = 1 << 20
 
-
-class BundleFormatError(VerificationError):
-    """A ``.ctb`` file is truncated, not a tar, or holds unexpected members."""
 
 
 def _workers() -> int:
@@ -248,18 +244,10 @@ def open_ctb(path: str | os.PathLike) -> CtbBundle:
 
 # ---------------------------------------------------------------------------------------------------------------
 def _hash_file(path: Path, expect_size: int) -> str:
-    h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(_CHUNK)
-            if not chunk:
-                break
-            h.update(chunk)
-            n += len(chunk)
+    digest, n = sha256_file(path)
     if n != expect_size:
         raise UsageError(f"{path} changed while packing ({expect_size} bytes listed, {n} read)")
-    return "sha256:" + h.hexdigest()
+    return digest
 
 
 def _compress(src: Path, size: int, dest: Path, level: int) -> tuple[str, int]:

@@ -1,22 +1,42 @@
-"""Error classes shared by the library and the CLI.
+"""Every error class of cachetool, in one place.
 
 Every failure a user can cause (bad input, a hostile bundle, a missing ref, a store that is down) raises a
 subclass of :class:`CachetoolError`. The CLI prints ``error: <message>`` on one line and exits with the
-class's ``exit_code``; these codes are documented in README.md ("Exit codes") so that CI jobs and
-Kubernetes init-containers can act on them. Modules define their precise subclasses next to the code that
-raises them, deriving from one of the categories below.
+category's ``exit_code``; these codes are documented in README.md ("Exit codes") so that CI jobs and
+Kubernetes init-containers can act on them.
+
+The categories (one exit code each) come first, then the precise classes the modules raise, grouped by the
+module that raises them (they stay importable from there too). Errors carry optional fields besides the
+message, so that callers branch on data, not on message text: ``store`` (the store URL), ``ref`` (the
+``name:tag`` or full ref), ``key`` (the object in the store: a key, a path, a digest) and ``status`` (the HTTP
+status or S3 error code of the failed request). A builtin base is added where every catcher of that builtin
+would handle the error the same way (``ValueError`` for bad input, ``LookupError`` for a missing thing); not
+``OSError``, which the installer catches to map file-system failures.
+
+(``cachetool/warmup.py`` keeps its three :class:`UsageError` subclasses next to the model and config parsing:
+``CompilationConfigError``, ``ModelError``, ``DeviceError``.)
 """
 
 from __future__ import annotations
 
 
 class CachetoolError(Exception):
-    """Base class: a failure with a one-line, user-facing message."""
+    """Base class: a failure with a one-line, user-facing message and optional fields (see the module doc)."""
 
     exit_code = 1
 
+    def __init__(self, message: str = "", *, store: str | None = None, ref: str | None = None,
+                 key: str | None = None, status: int | str | None = None):
+        super().__init__(message)
+        self.store, self.ref, self.key, self.status = store, ref, key, status
 
-class UsageError(CachetoolError):
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# ------------------------------------------------------------------------------------------------ categories
+class UsageError(CachetoolError, ValueError):
     """A wrong flag, value or combination of options."""
 
     exit_code = 2
@@ -34,7 +54,7 @@ class CacheMissError(CachetoolError):
     exit_code = 4
 
 
-class NotFoundError(CachetoolError):
+class NotFoundError(CachetoolError, LookupError):
     """A ref, tag, bucket, repository, bundle file or key that does not exist."""
 
     exit_code = 5
@@ -46,10 +66,13 @@ class StoreError(CachetoolError):
     exit_code = 6
 
 
-class TimeoutError_(CachetoolError):
-    """A bounded wait (``pull --timeout``) ran out."""
+class WaitTimeoutError(CachetoolError):
+    """A bounded wait (``pull --timeout``) ran out. (Not a builtin ``TimeoutError``: that is an ``OSError``.)"""
 
     exit_code = 7
+
+
+TimeoutError_ = WaitTimeoutError  # the old name
 
 
 class CompileInStrictModeError(CachetoolError):
@@ -62,3 +85,73 @@ class DiskFullError(CachetoolError):
     """The file system of the cache root (or a store folder) is full: ENOSPC or a quota (EDQUOT)."""
 
     exit_code = 9
+
+
+# ------------------------------------------------------------------------------------------------ manifest.py
+class ManifestError(VerificationError):
+    """The manifest is malformed, non-canonical or unsafe."""
+
+
+class UnsupportedSchemaError(ManifestError):
+    """The manifest's schema version is not one this cachetool reads."""
+
+
+class UnsafePathError(ManifestError):
+    """A path would escape the cache root or is otherwise not a plain relative path."""
+
+
+# ------------------------------------------------------------------------------------------------ signing.py
+class SignatureError(VerificationError):
+    """The signature envelope is missing, malformed, untrusted or does not verify."""
+
+
+class UnsignedError(SignatureError):
+    """The bundle carries no signature and verification was asked for."""
+
+
+class UntrustedKeyError(SignatureError):
+    """The signature is by a key no trust source lists."""
+
+
+class BadSignatureError(SignatureError):
+    """The signature does not verify over the manifest."""
+
+
+# ------------------------------------------------------------------------------------------------ bundle.py
+class BundleFormatError(VerificationError):
+    """A ``.ctb`` file is truncated, not a tar, or holds unexpected members."""
+
+
+# ------------------------------------------------------------------------------------------------ stores
+class OversizeBlobError(VerificationError):
+    """A store sent more bytes for a blob than the manifest declares (a hostile or broken store)."""
+
+
+# ------------------------------------------------------------------------------------------------ install.py
+class BlobVerificationError(VerificationError):
+    """A blob's bytes do not match the manifest (tampered, truncated, size lie, decompression bomb)."""
+
+
+class UnsafeDestinationError(VerificationError):
+    """The destination holds a symlink or non-folder where the bundle needs a folder."""
+
+
+class PreflightError(CacheMissError):
+    """The bundle cannot hit on this machine: a fingerprint field or a hash factor differs."""
+
+
+class InstallIOError(CachetoolError):
+    """The filesystem refused an operation (permissions, a read-only mount, ...)."""
+
+
+class ConflictError(UsageError):
+    """An install unit appeared in the cache root while this install held its lock (a writer that takes no lock)."""
+
+
+class UnitChangedError(CacheMissError):
+    """An install unit exists with files that differ from the bundle, and the caller asked to keep it
+    (``keep_changed``). A miss: the server runs with what is there (``pull --on-miss continue`` covers it)."""
+
+
+class PathTooLongError(VerificationError):
+    """A bundle path is longer than the cache root's file system allows (a name or the whole path)."""

@@ -42,8 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import (CacheMissError, CachetoolError, DiskFullError, TimeoutError_, UsageError,
-                              VerificationError)
+from cachetool.errors import (BlobVerificationError, CacheMissError, CachetoolError, ConflictError, DiskFullError,  # noqa: F401
+                              InstallIOError, PathTooLongError, PreflightError, UnitChangedError, UnsafeDestinationError,
+                              UsageError, VerificationError, WaitTimeoutError)
 from cachetool.manifest import RESERVED_PREFIX, FileEntry, Manifest, Unit, manifest_digest, short_path
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef
@@ -58,34 +59,6 @@ INSECURE_WARNING = (
     "anyone who could write this bundle can run code on every server that loads it."
 )
 
-
-class BlobVerificationError(VerificationError):
-    """A blob's bytes do not match the manifest (tampered, truncated, size lie, decompression bomb)."""
-
-
-class UnsafeDestinationError(VerificationError):
-    """The destination holds a symlink or non-folder where the bundle needs a folder."""
-
-
-class PreflightError(CacheMissError):
-    """The bundle cannot hit on this machine: a fingerprint field or a hash factor differs."""
-
-
-class InstallIOError(CachetoolError):
-    """The filesystem refused an operation (permissions, a read-only mount, ...)."""
-
-
-class ConflictError(UsageError):
-    """An install unit appeared in the cache root while this install held its lock (a writer that takes no lock)."""
-
-
-class UnitChangedError(CacheMissError):
-    """An install unit exists with files that differ from the bundle, and the caller asked to keep it
-    (``keep_changed``). A miss: the server runs with what is there (``pull --on-miss continue`` covers it)."""
-
-
-class PathTooLongError(VerificationError):
-    """A bundle path is longer than the cache root's file system allows (a name or the whole path)."""
 
 
 @dataclasses.dataclass
@@ -267,7 +240,7 @@ def _lock_root(root_fd: int, root: Path, deadline: float | None) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise TimeoutError_(f"timed out waiting for the install lock on {root} (another install holds it)") \
+                raise WaitTimeoutError(f"timed out waiting for the install lock on {root} (another install holds it)") \
                     from None
             time.sleep(0.05)
 
@@ -796,7 +769,7 @@ def install_bundle(
     (see :func:`check_expected_key`). A unit present with files that differ from the bundle is replaced (one
     ``warn`` line each); ``keep_changed``: refuse instead (:class:`UnitChangedError`, a miss). ``force``: replace
     even with ``keep_changed`` (replacing is the default; the flag stays for old callers). ``deadline``
-    (``time.monotonic()``): waiting for the root's lock past it raises :class:`TimeoutError_` (exit 7).
+    (``time.monotonic()``): waiting for the root's lock past it raises :class:`WaitTimeoutError` (exit 7).
     """
     from cachetool.fingerprint import check_device
 

@@ -21,8 +21,8 @@ import unicodedata
 from typing import Any
 
 from cachetool import __version__
-from cachetool.errors import VerificationError
-from cachetool.stores.base import BlobRef
+from cachetool.errors import ManifestError, UnsafePathError, UnsupportedSchemaError, VerificationError  # noqa: F401
+from cachetool.digests import BlobRef, is_digest
 
 SCHEMA_VERSION = 1
 MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
@@ -33,19 +33,6 @@ MAX_FILES = 1_000_000
 MAX_PATH_LEN = 4096
 RESERVED_PREFIX = ".cachetool"  # staging folders in the cache root; no bundle may write there
 
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-class ManifestError(VerificationError):
-    """The manifest is malformed, non-canonical or unsafe."""
-
-
-class UnsupportedSchemaError(ManifestError):
-    """The manifest's schema version is not one this cachetool reads."""
-
-
-class UnsafePathError(ManifestError):
-    """A path would escape the cache root or is otherwise not a plain relative path."""
 
 
 def sha256_hex(data: bytes) -> str:
@@ -139,7 +126,7 @@ def _check_mode(mode: Any, path: str, directory: bool) -> int:
 
 
 def _check_digest(d: Any, what: str) -> str:
-    if not isinstance(d, str) or not _DIGEST_RE.match(d):
+    if not is_digest(d):
         raise ManifestError(f"manifest {what} {d!r} is not 'sha256:<64 hex>'")
     return d
 
@@ -258,168 +245,24 @@ class Manifest:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Manifest":
-        """Parse and validate; raise :class:`ManifestError` (a VerificationError) on anything unexpected."""
-        if not isinstance(data, (bytes, bytearray)):
-            raise ManifestError("manifest is not bytes")
-        if len(data) > 512 << 20:
-            raise ManifestError("manifest is larger than 512 MiB")
+        """Parse and validate; raise :class:`ManifestError` (a VerificationError) on anything unexpected.
 
-        def no_dupes(pairs):
-            d = {}
-            for k, v in pairs:
-                if k in d:
-                    raise ManifestError(f"manifest has the JSON key {k!r} twice")
-                d[k] = v
-            return d
-
-        try:
-            obj = json.loads(bytes(data).decode("ascii"), object_pairs_hook=no_dupes)
-        except ManifestError:
-            raise
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ManifestError(f"manifest is not valid ASCII JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
-        except RecursionError:
-            raise ManifestError("manifest JSON is nested too deeply") from None
-        if not isinstance(obj, dict):
-            raise ManifestError("manifest is not a JSON object")
-        schema = obj.get("schema")
-        if schema != SCHEMA_VERSION:
-            raise UnsupportedSchemaError(
-                f"unknown manifest schema version {schema!r} (this cachetool {__version__} reads {SCHEMA_VERSION})"
-            )
-        if set(obj) != _TOP_KEYS:
-            extra, missing = sorted(set(obj) - _TOP_KEYS), sorted(_TOP_KEYS - set(obj))
-            raise ManifestError(f"manifest fields differ from schema {SCHEMA_VERSION}: unknown {extra}, missing {missing}")
-        if obj["media_type"] != MEDIA_TYPE:
-            raise ManifestError(f"manifest media_type {obj['media_type']!r} is not {MEDIA_TYPE}")
-        tool = obj["tool"]
-        if not isinstance(tool, dict) or set(tool) != {"name", "version"} or not isinstance(tool["version"], str):
-            raise ManifestError("manifest 'tool' must be {name, version}")
-        if obj["layout"] not in LAYOUTS:
-            raise ManifestError(f"manifest layout {obj['layout']!r} is not one of {', '.join(LAYOUTS)}")
-        if obj["save_format"] not in (None, "binary", "unpacked", "mixed"):
-            raise ManifestError(f"manifest save_format {obj['save_format']!r} is unknown")
-        _check_fingerprint(obj["fingerprint"])
-        for name in ("keys", "ranks", "units", "dirs", "files", "blobs"):
-            if not isinstance(obj[name], list):
-                raise ManifestError(f"manifest {name!r} is not a list")
-        if len(obj["files"]) > MAX_FILES:
-            raise ManifestError(f"manifest lists more than {MAX_FILES} files")
-
-        def exact(entry: Any, keys: set, what: str) -> dict:
-            if not isinstance(entry, dict) or set(entry) != keys:
-                got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-                raise ManifestError(f"manifest {what} entry has fields {got}, expected {sorted(keys)}")
-            return entry
-
-        keys = []
-        for k in obj["keys"]:
-            k = exact(k, {"hash", "kind", "factors"}, "key")
-            if not isinstance(k["hash"], str) or not re.match(r"^[A-Za-z0-9_.-]{1,128}$", k["hash"]):
-                raise ManifestError(f"manifest cache key {k['hash']!r} is not a plain name")
-            if k["kind"] not in ("piecewise", "aot"):
-                raise ManifestError(f"manifest cache key kind {k['kind']!r} is unknown")
-            if k["factors"] is not None and not isinstance(k["factors"], dict):
-                raise ManifestError("manifest cache key factors are not an object")
-            keys.append(CacheKey(k["hash"], k["kind"], k["factors"]))
-
-        ranks = []
-        for r in obj["ranks"]:
-            if not isinstance(r, str) or not re.match(r"^rank_\d+_\d+$", r):
-                raise ManifestError(f"manifest rank {r!r} is not 'rank_<r>_<dp>'")
-            ranks.append(r)
-
-        units = []
-        for u in obj["units"]:
-            u = exact(u, {"path", "key", "rank"}, "unit")
-            validate_relpath(u["path"], "unit path")
-            if u["rank"] is not None and u["rank"] not in ranks:
-                raise ManifestError(f"manifest unit {u['path']!r} names rank {u['rank']!r} not in ranks")
-            if u["key"] is not None and not isinstance(u["key"], str):
-                raise ManifestError(f"manifest unit {u['path']!r} has a bad key")
-            units.append(Unit(u["path"], u["key"], u["rank"]))
-        unit_paths = sorted(u.path for u in units)
-        if len(set(unit_paths)) != len(unit_paths):
-            raise ManifestError("manifest lists an install unit twice")
-        for a, b in zip(unit_paths, unit_paths[1:]):
-            if b.startswith(a + "/"):
-                raise ManifestError(f"manifest install units {a!r} and {b!r} are nested")
-
-        blobs = {}
-        for b in obj["blobs"]:
-            b = exact(b, {"digest", "size", "stored_digest", "stored_size"}, "blob")
-            ref = BlobRef(
-                _check_digest(b["digest"], "blob digest"),
-                _check_size(b["size"], "blob size"),
-                _check_digest(b["stored_digest"], "blob stored digest"),
-                _check_size(b["stored_size"], "blob stored size"),
-            )
-            if ref.digest in blobs:
-                raise ManifestError(f"manifest lists blob {ref.digest} twice")
-            blobs[ref.digest] = ref
-
-        seen: set[str] = set()
-        dirs = []
-        for d in obj["dirs"]:
-            d = exact(d, {"path", "mode"}, "folder")
-            p = validate_relpath(d["path"], "folder path")
-            if p in seen:
-                raise ManifestError(f"manifest lists the path {p!r} twice")
-            seen.add(p)
-            dirs.append(DirEntry(p, _check_mode(d["mode"], p, True)))
-        dir_set = set(seen)
-
-        files = []
-        used = set()
-        for f in obj["files"]:
-            f = exact(f, {"path", "mode", "size", "digest"}, "file")
-            p = validate_relpath(f["path"], "file path")
-            if p in seen:
-                raise ManifestError(f"manifest lists the path {p!r} twice")
-            seen.add(p)
-            fe = FileEntry(p, _check_mode(f["mode"], p, False), _check_size(f["size"], f"size of {p!r}"),
-                           _check_digest(f["digest"], f"digest of {p!r}"))
-            blob = blobs.get(fe.digest)
-            if blob is None:
-                raise ManifestError(f"manifest file {p!r} names blob {fe.digest} missing from the blob table")
-            if blob.size != fe.size:
-                raise ManifestError(f"manifest file {p!r} declares {fe.size} bytes but its blob declares {blob.size}")
-            used.add(fe.digest)
-            files.append(fe)
-        unused = set(blobs) - used
-        if unused:
-            raise ManifestError(f"manifest blob table has {len(unused)} blob(s) no file uses")
-        file_set = {f.path for f in files}
-        for p in seen:
-            parent = posixpath.dirname(p)
-            while parent:
-                if parent in file_set:
-                    raise ManifestError(f"manifest path {p!r} lies under the file {parent!r}")
-                parent = posixpath.dirname(parent)
-        # Every file and folder lies inside exactly one unit (units are not nested, so at most one).
-        unit_set = set(unit_paths)
-
-        def unit_of(p: str) -> str | None:
-            q = p
-            while q:
-                if q in unit_set:
-                    return q
-                q = posixpath.dirname(q)
-            return None
-
-        for p in sorted(file_set):
-            if unit_of(p) is None:
-                raise ManifestError(f"manifest file {p!r} lies in no install unit")
-        for p in sorted(dir_set):
-            if unit_of(p) is None and not any(u.startswith(p + "/") for u in unit_set):
-                raise ManifestError(f"manifest folder {p!r} lies in no install unit")
-        if unit_set & file_set:
-            raise ManifestError("manifest install unit is a file")
-
+        One section at a time (header, keys, ranks, units, blobs, folders, files), then the one check of the
+        tree as a whole (:func:`_check_tree`), then that the bytes are the canonical form of what was read."""
+        obj = _load_json(data)
+        _check_header(obj)
+        keys = _parse_keys(obj["keys"])
+        ranks = _parse_ranks(obj["ranks"])
+        units = _parse_units(obj["units"], ranks)
+        blobs = _parse_blobs(obj["blobs"])
+        seen: set[str] = set()  # every path, folders and files: none may appear twice
+        dirs = _parse_dirs(obj["dirs"], seen)
+        files = _parse_files(obj["files"], blobs, seen)
+        _check_tree(units, dirs, files)
         m = cls(
             layout=obj["layout"], files=tuple(files), blobs=tuple(blobs.values()), units=tuple(units),
             dirs=tuple(dirs), keys=tuple(keys), fingerprint=obj["fingerprint"], ranks=tuple(ranks),
-            save_format=obj["save_format"], tool_version=tool["version"], schema=schema,
+            save_format=obj["save_format"], tool_version=obj["tool"]["version"], schema=obj["schema"],
         )
         if canonical_json(m.to_json()) != bytes(data):
             raise ManifestError("manifest bytes are not canonical JSON (sorted keys, no spaces, sorted lists)")
@@ -461,3 +304,195 @@ class Manifest:
     @property
     def platform(self) -> str:
         return platform_key(self.fingerprint)
+
+
+# ---- parsing, one section at a time (Manifest.from_bytes) ------------------------------------------------------
+def _no_dupes(pairs) -> dict:
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise ManifestError(f"manifest has the JSON key {k!r} twice")
+        d[k] = v
+    return d
+
+
+def _load_json(data: bytes) -> dict:
+    """The manifest's JSON object: ASCII, at most 512 MiB, no key twice, not nested too deeply."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise ManifestError("manifest is not bytes")
+    if len(data) > 512 << 20:
+        raise ManifestError("manifest is larger than 512 MiB")
+    try:
+        obj = json.loads(bytes(data).decode("ascii"), object_pairs_hook=_no_dupes)
+    except ManifestError:
+        raise
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ManifestError(f"manifest is not valid ASCII JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
+    except RecursionError:
+        raise ManifestError("manifest JSON is nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise ManifestError("manifest is not a JSON object")
+    return obj
+
+
+def _check_header(obj: dict) -> None:
+    """Schema version, exactly the known top-level fields, media type, tool, layout, save format, fingerprint,
+    and that every table is a list (the file table within :data:`MAX_FILES`)."""
+    schema = obj.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise UnsupportedSchemaError(
+            f"unknown manifest schema version {schema!r} (this cachetool {__version__} reads {SCHEMA_VERSION})"
+        )
+    if set(obj) != _TOP_KEYS:
+        extra, missing = sorted(set(obj) - _TOP_KEYS), sorted(_TOP_KEYS - set(obj))
+        raise ManifestError(f"manifest fields differ from schema {SCHEMA_VERSION}: unknown {extra}, missing {missing}")
+    if obj["media_type"] != MEDIA_TYPE:
+        raise ManifestError(f"manifest media_type {obj['media_type']!r} is not {MEDIA_TYPE}")
+    tool = obj["tool"]
+    if not isinstance(tool, dict) or set(tool) != {"name", "version"} or not isinstance(tool["version"], str):
+        raise ManifestError("manifest 'tool' must be {name, version}")
+    if obj["layout"] not in LAYOUTS:
+        raise ManifestError(f"manifest layout {obj['layout']!r} is not one of {', '.join(LAYOUTS)}")
+    if obj["save_format"] not in (None, "binary", "unpacked", "mixed"):
+        raise ManifestError(f"manifest save_format {obj['save_format']!r} is unknown")
+    _check_fingerprint(obj["fingerprint"])
+    for name in ("keys", "ranks", "units", "dirs", "files", "blobs"):
+        if not isinstance(obj[name], list):
+            raise ManifestError(f"manifest {name!r} is not a list")
+    if len(obj["files"]) > MAX_FILES:
+        raise ManifestError(f"manifest lists more than {MAX_FILES} files")
+
+
+def _exact(entry: Any, keys: set, what: str) -> dict:
+    """``entry`` as an object with exactly the fields ``keys``."""
+    if not isinstance(entry, dict) or set(entry) != keys:
+        got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        raise ManifestError(f"manifest {what} entry has fields {got}, expected {sorted(keys)}")
+    return entry
+
+
+def _parse_keys(entries: list) -> list[CacheKey]:
+    keys = []
+    for k in entries:
+        k = _exact(k, {"hash", "kind", "factors"}, "key")
+        if not isinstance(k["hash"], str) or not re.match(r"^[A-Za-z0-9_.-]{1,128}$", k["hash"]):
+            raise ManifestError(f"manifest cache key {k['hash']!r} is not a plain name")
+        if k["kind"] not in ("piecewise", "aot"):
+            raise ManifestError(f"manifest cache key kind {k['kind']!r} is unknown")
+        if k["factors"] is not None and not isinstance(k["factors"], dict):
+            raise ManifestError("manifest cache key factors are not an object")
+        keys.append(CacheKey(k["hash"], k["kind"], k["factors"]))
+    return keys
+
+
+def _parse_ranks(entries: list) -> list[str]:
+    for r in entries:
+        if not isinstance(r, str) or not re.match(r"^rank_\d+_\d+$", r):
+            raise ManifestError(f"manifest rank {r!r} is not 'rank_<r>_<dp>'")
+    return list(entries)
+
+
+def _parse_units(entries: list, ranks: list[str]) -> list[Unit]:
+    """The install units: safe paths, known ranks, none twice, none inside another."""
+    units = []
+    for u in entries:
+        u = _exact(u, {"path", "key", "rank"}, "unit")
+        validate_relpath(u["path"], "unit path")
+        if u["rank"] is not None and u["rank"] not in ranks:
+            raise ManifestError(f"manifest unit {u['path']!r} names rank {u['rank']!r} not in ranks")
+        if u["key"] is not None and not isinstance(u["key"], str):
+            raise ManifestError(f"manifest unit {u['path']!r} has a bad key")
+        units.append(Unit(u["path"], u["key"], u["rank"]))
+    unit_paths = sorted(u.path for u in units)
+    if len(set(unit_paths)) != len(unit_paths):
+        raise ManifestError("manifest lists an install unit twice")
+    for a, b in zip(unit_paths, unit_paths[1:]):
+        if b.startswith(a + "/"):
+            raise ManifestError(f"manifest install units {a!r} and {b!r} are nested")
+    return units
+
+
+def _parse_blobs(entries: list) -> dict[str, BlobRef]:
+    """The blob table by content digest (each content once)."""
+    blobs: dict[str, BlobRef] = {}
+    for b in entries:
+        b = _exact(b, {"digest", "size", "stored_digest", "stored_size"}, "blob")
+        ref = BlobRef(
+            _check_digest(b["digest"], "blob digest"),
+            _check_size(b["size"], "blob size"),
+            _check_digest(b["stored_digest"], "blob stored digest"),
+            _check_size(b["stored_size"], "blob stored size"),
+        )
+        if ref.digest in blobs:
+            raise ManifestError(f"manifest lists blob {ref.digest} twice")
+        blobs[ref.digest] = ref
+    return blobs
+
+
+def _new_path(p: str, seen: set[str]) -> str:
+    if p in seen:
+        raise ManifestError(f"manifest lists the path {p!r} twice")
+    seen.add(p)
+    return p
+
+
+def _parse_dirs(entries: list, seen: set[str]) -> list[DirEntry]:
+    dirs = []
+    for d in entries:
+        d = _exact(d, {"path", "mode"}, "folder")
+        p = _new_path(validate_relpath(d["path"], "folder path"), seen)
+        dirs.append(DirEntry(p, _check_mode(d["mode"], p, True)))
+    return dirs
+
+
+def _parse_files(entries: list, blobs: dict[str, BlobRef], seen: set[str]) -> list[FileEntry]:
+    """The files, each naming a blob of its size; every blob used by some file."""
+    files = []
+    used = set()
+    for f in entries:
+        f = _exact(f, {"path", "mode", "size", "digest"}, "file")
+        p = _new_path(validate_relpath(f["path"], "file path"), seen)
+        fe = FileEntry(p, _check_mode(f["mode"], p, False), _check_size(f["size"], f"size of {p!r}"),
+                       _check_digest(f["digest"], f"digest of {p!r}"))
+        blob = blobs.get(fe.digest)
+        if blob is None:
+            raise ManifestError(f"manifest file {p!r} names blob {fe.digest} missing from the blob table")
+        if blob.size != fe.size:
+            raise ManifestError(f"manifest file {p!r} declares {fe.size} bytes but its blob declares {blob.size}")
+        used.add(fe.digest)
+        files.append(fe)
+    unused = set(blobs) - used
+    if unused:
+        raise ManifestError(f"manifest blob table has {len(unused)} blob(s) no file uses")
+    return files
+
+
+def _check_tree(units: list[Unit], dirs: list[DirEntry], files: list[FileEntry]) -> None:
+    """The invariant of the tree as a whole: no path lies under a file, and every file and folder lies inside
+    exactly one install unit (units are not nested, so at most one), and no unit is a file."""
+    file_set = {f.path for f in files}
+    dir_set = {d.path for d in dirs}
+    for p in file_set | dir_set:
+        parent = posixpath.dirname(p)
+        while parent:
+            if parent in file_set:
+                raise ManifestError(f"manifest path {p!r} lies under the file {parent!r}")
+            parent = posixpath.dirname(parent)
+    unit_set = {u.path for u in units}
+
+    def unit_of(p: str) -> str | None:
+        q = p
+        while q:
+            if q in unit_set:
+                return q
+            q = posixpath.dirname(q)
+        return None
+
+    for p in sorted(file_set):
+        if unit_of(p) is None:
+            raise ManifestError(f"manifest file {p!r} lies in no install unit")
+    for p in sorted(dir_set):
+        if unit_of(p) is None and not any(u.startswith(p + "/") for u in unit_set):
+            raise ManifestError(f"manifest folder {p!r} lies in no install unit")
+    if unit_set & file_set:
+        raise ManifestError("manifest install unit is a file")

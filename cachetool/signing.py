@@ -24,26 +24,12 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from cachetool.errors import NotFoundError, UsageError, VerificationError
+from cachetool.errors import (BadSignatureError, NotFoundError, SignatureError, UnsignedError,  # noqa: F401
+                              UntrustedKeyError, UsageError, VerificationError)
 from cachetool.manifest import MEDIA_TYPE, canonical_json
 
 PAYLOAD_TYPE = MEDIA_TYPE
 
-
-class SignatureError(VerificationError):
-    """The signature envelope is missing, malformed, untrusted or does not verify."""
-
-
-class UnsignedError(SignatureError):
-    pass
-
-
-class UntrustedKeyError(SignatureError):
-    pass
-
-
-class BadSignatureError(SignatureError):
-    pass
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:

@@ -21,7 +21,6 @@ lock (:meth:`StoreSource.settle`), so no other pull is writing there.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 import stat
@@ -31,20 +30,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import CacheMissError, CachetoolError, NotFoundError, StoreError, TimeoutError_, UsageError, VerificationError
+from cachetool.digests import hexof, sha256_bytes, sha256_file
+from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, UnsafeDestinationError, UsageError,
+                              VerificationError, WaitTimeoutError)
 from cachetool.refs import Ref, parse_ref
 from cachetool.source import BundleSource
 from cachetool.stores import open_store
-from cachetool.stores._common import hexof, now_iso
-from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.common import now_iso
+from compiler import envs
 
 PARTIAL_DIR = ".cachetool-partial"
 PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)
-RETRYABLE = (StoreError, TimeoutError_, KeyboardInterrupt)  # failures after which a rerun uses the partial files
+RETRYABLE = (StoreError, WaitTimeoutError, KeyboardInterrupt)  # failures after which a rerun uses the partial files
 
 
 def partial_cap() -> int:
-    text = os.environ.get("CACHETOOL_PARTIAL_MAX_BYTES", "")
+    text = envs.get("CACHETOOL_PARTIAL_MAX_BYTES")
     try:
         return max(0, int(text)) if text.strip() else PARTIAL_MAX_BYTES
     except ValueError:
@@ -126,6 +128,10 @@ class _Progress:
             self._p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                                TimeRemainingColumn(), console=Console(stderr=True), transient=False)
 
+    @property
+    def enabled(self) -> bool:
+        return self._p is not None
+
     def __enter__(self):
         if self._p:
             self._p.start()
@@ -183,14 +189,8 @@ def _load_bundle(source, sign_key, layout: str):
 
 
 def _check_stored_bytes(bundle, blob: BlobRef) -> None:
-    p = bundle.blob_path(blob)
-    h = hashlib.sha256()
-    n = 0
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-            n += len(chunk)
-    if n != blob.stored_size or "sha256:" + h.hexdigest() != blob.stored_digest:
+    digest, n = sha256_file(bundle.blob_path(blob))
+    if n != blob.stored_size or digest != blob.stored_digest:
         raise VerificationError(f"{bundle.description}: blob {blob.digest[:19]} does not match the manifest "
                                 "(tampered or truncated); nothing pushed")
 
@@ -243,7 +243,7 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
         with ThreadPoolExecutor(max(1, workers)) as ex:
             list(ex.map(lambda b: _check_stored_bytes(bundle, b), missing))
         _check_envelope(bundle)
-        up0 = st.counters.bytes_up if hasattr(st, "counters") else 0
+        up0 = st.counters.bytes_up
         with _Progress(_progress_default(progress)) as prog:
             task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",
                              sum(b.stored_size for b in missing))
@@ -264,7 +264,7 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
         entry = RefEntry(manifest_digest=digest, platform=bundle.platform, fingerprint=dict(bundle.manifest.fingerprint or {}),
                          size=bundle.stored_size, created=now_iso())
         index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
-        up1 = st.counters.bytes_up if hasattr(st, "counters") else 0
+        up1 = st.counters.bytes_up
         return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=sig is not None,
                           blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
                           bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
@@ -330,13 +330,13 @@ class StoreSource(BundleSource):
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise TimeoutError_(f"pull of {self.description} ran past --timeout")
+            raise WaitTimeoutError(f"pull of {self.description} ran past --timeout")
 
     def manifest_bytes(self) -> bytes:
         if self._manifest is None:
             self._check_deadline()
             data = self.store.get_manifest(self.entry.manifest_digest)
-            if "sha256:" + hashlib.sha256(data).hexdigest() != self.entry.manifest_digest:
+            if sha256_bytes(data) != self.entry.manifest_digest:
                 raise VerificationError(f"{self.description}: the manifest in the store does not match its digest")
             self._manifest = data
         return self._manifest
@@ -350,11 +350,7 @@ class StoreSource(BundleSource):
 
     @staticmethod
     def _stored_ok(path: Path, blob: BlobRef) -> bool:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return "sha256:" + h.hexdigest() == blob.stored_digest
+        return sha256_file(path)[0] == blob.stored_digest
 
     def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
         if self._failed is not None:
@@ -385,8 +381,6 @@ class StoreSource(BundleSource):
     def _partial(self, blob: BlobRef) -> Path:
         """The partial file of ``blob``, never through a link: the folder must be a real folder, and a partial that
         is a symlink, a hard link or not a regular file is removed (a download appends to it)."""
-        from cachetool.install import UnsafeDestinationError
-
         try:
             self.partial_dir.mkdir(mode=0o700)
         except FileExistsError:
@@ -449,7 +443,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
          ) -> PullResult:
     """Resolve ``ref``, pick this machine's bundle, and install it into ``cache_root`` (see the module docstring).
 
-    ``timeout``: seconds for the whole pull (:class:`TimeoutError_` past it). Other arguments as for
+    ``timeout``: seconds for the whole pull (:class:`WaitTimeoutError` past it). Other arguments as for
     :func:`cachetool.install.install_bundle`.
     """
     from cachetool.install import install_bundle
@@ -463,11 +457,11 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     root = Path(cache_root).expanduser()
     partial = root / PARTIAL_DIR
     try:
-        down0 = st.counters.bytes_down if hasattr(st, "counters") else 0
+        down0 = st.counters.bytes_down
         index = st.get_ref(r.name, r.tag) if r.digest is None else st.get_pinned(r.name, r.digest)
         entry = select_entry(index, r.url, device)
         with _Progress(_progress_default(progress)) as prog:
-            if prog._p is not None:
+            if prog.enabled:
                 # Sizes are known once the manifest is read; the bar is made on the first blob.
                 holder: dict = {}
 
@@ -487,7 +481,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
                 _remove_if_empty(partial)
                 _remove_if_empty(root)
                 raise
-        down1 = st.counters.bytes_down if hasattr(st, "counters") else 0
+        down1 = st.counters.bytes_down
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
                           bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0)
@@ -535,6 +529,7 @@ def without_platform(index: RefIndex | None, r: Ref, platform: str) -> RefIndex 
     return RefIndex(r.name, r.tag, kept) if kept else None
 
 
-def gc(store_url: str, *, dry_run: bool = False, older_than: float = 0.0, store_options: dict | None = None) -> list[str]:
+def gc(store_url: str, *, dry_run: bool = False, older_than: float = GC_MIN_AGE_S,
+       store_options: dict | None = None) -> list[str]:
     with open_store(store_url, **(store_options or {})) as st:
         return st.gc(dry_run=dry_run, older_than=older_than)

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Iterable
 
 from cachetool.errors import NotFoundError
+from compiler import envs
 from cachetool.signing import PublicKey, load_public_key
 
 ENV_VAR = "CACHETOOL_TRUSTED_KEYS"
 
 
 def config_dir() -> Path:
-    if os.environ.get("CACHETOOL_CONFIG_DIR"):
-        return Path(os.environ["CACHETOOL_CONFIG_DIR"])
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "cachetool"
+    if envs.get("CACHETOOL_CONFIG_DIR"):
+        return Path(envs.get("CACHETOOL_CONFIG_DIR"))
+    return envs.config_home() / "cachetool"
 
 
 def trusted_keys_dir() -> Path:
@@ -62,12 +62,7 @@ def load_trusted_keys(explicit: Iterable[str | os.PathLike | PublicKey] | None =
             else:
                 paths.extend(_expand(e, strict=True))
         return out + _load(paths)
-    try:  # compiler/envs.py is the one place that reads environment variables
-        from compiler import envs
-
-        env = ":".join(envs.trusted_keys())
-    except ImportError:
-        env = os.environ.get(ENV_VAR, "")
+    env = ":".join(envs.trusted_keys())
     if env.strip():
         paths = []
         for part in env.split(":"):

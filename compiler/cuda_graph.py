@@ -114,6 +114,10 @@ class GraphPool:
         self.stats = CaptureStats()
         self._pending: list[_Entry] = []
 
+    def captured(self, entry: "_Entry") -> None:
+        """Record a graph captured in the current forward; :meth:`end_forward` weakens its output."""
+        self._pending.append(entry)
+
     def end_forward(self) -> None:
         """The forward being captured is complete: its graphs' outputs may now be reused by other sizes."""
         for entry in self._pending:
@@ -177,7 +181,7 @@ class CUDAGraphWrapper:
             output = self.runnable(*args, **kwargs)
         entry = _Entry(desc, graph, output, _tensor_addresses(args))
         self.entries[desc] = entry
-        self.pool._pending.append(entry)
+        self.pool.captured(entry)
         stats = self.pool.stats
         stats.graphs += 1
         stats.seconds += time.perf_counter() - t0

@@ -3,52 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-
-import functools
 
 import click
 
 from cachetool.cli import cli
-from cachetool.errors import CachetoolError, UsageError
-
-
-class OneLineCommand(click.Command):
-    """A bad flag, a missing argument or a bad value is one ``error:`` line and exit 2, like every other bad
-    input (click's own report is three lines, with ``Usage:`` and ``Error:``)."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            raise UsageError(f"{exc.format_message()} (see `cachetool {self.name} --help`)") from None
-
-
-def _os_errors_one_line(fn):
-    """An OSError (permissions, disk full, a folder where a file was expected) becomes one ``error:`` line."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except OSError as exc:
-            where = f" {exc.filename}" if exc.filename else ""
-            raise CachetoolError(f"{fn.__name__.removesuffix('_cmd')}:{where}: {exc.strerror or exc}") from None
-
-    return wrapper
-
-
-def _human(n: int) -> str:
-    f = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if f < 1024 or unit == "TiB":
-            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
-        f /= 1024
-    return f"{n} B"
-
-
-def _warn_loud(msg: str) -> None:
-    click.secho(msg, fg="red", bold=True, err=True)
+from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, layout_option,
+                                  os_errors_one_line, ranks_option, replace_options, trust_option, warn_loud)
 
 
 def _open_bundle(path: str):
@@ -57,28 +17,13 @@ def _open_bundle(path: str):
     return open_ctb(path)
 
 
-def _cache_root_default() -> str:
-    try:
-        from compiler import envs
-
-        return str(envs.cache_root())
-    except (ImportError, AttributeError):
-        return os.path.expanduser(os.environ.get("CACHETOOL_CACHE_ROOT") or "~/.cache/cachetool")
-
-
-_trust_option = click.option(
-    "--trust", "trust", multiple=True, metavar="PUB",
-    help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
-         "~/.config/cachetool/trusted_keys/*.pub.")
-
-
 @cli.command("pack", cls=OneLineCommand)
 @click.argument("path", type=click.Path(file_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .ctb file to write.")
 @click.option("--sign-key", type=click.Path(dir_okay=False), help="Ed25519 private key (from `cachetool keygen`).")
-@click.option("--layout", type=click.Choice(["auto", "native", "vllm", "triton"]), default="auto", show_default=True)
+@layout_option()
 @click.option("--level", type=click.IntRange(1, 22), default=3, show_default=True, help="zstd level.")
-@_os_errors_one_line
+@os_errors_one_line
 def pack_cmd(path, output, sign_key, layout, level):
     """Pack a cache (root, hash folder or rank folder) into a signed single-file bundle."""
     from cachetool.bundle import pack, write_ctb
@@ -87,8 +32,8 @@ def pack_cmd(path, output, sign_key, layout, level):
         out = write_ctb(b, output)
         m = b.manifest
         click.echo(
-            f"packed {len(m.files)} files ({_human(m.raw_size)}; {len(m.blobs)} unique, {_human(m.unique_size)}; "
-            f"{_human(m.stored_size)} compressed) layout={m.layout} ranks={','.join(m.ranks) or '-'} -> {out}")
+            f"packed {len(m.files)} files ({human_size(m.raw_size)}; {len(m.blobs)} unique, {human_size(m.unique_size)}; "
+            f"{human_size(m.stored_size)} compressed) layout={m.layout} ranks={','.join(m.ranks) or '-'} -> {out}")
         click.echo(f"manifest {b.manifest_digest}  platform {b.platform}")
         if b.signature_bytes() is None:
             click.echo("unsigned: `cachetool sign` it before others can install it", err=True)
@@ -101,7 +46,7 @@ def pack_cmd(path, output, sign_key, layout, level):
 @cli.command("keygen", cls=OneLineCommand)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="NAME",
               help="Writes NAME (private key, mode 0600) and NAME.pub.")
-@_os_errors_one_line
+@os_errors_one_line
 def keygen_cmd(output):
     """Generate an Ed25519 signing key pair."""
     from cachetool.signing import generate_keypair
@@ -114,7 +59,7 @@ def keygen_cmd(output):
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--key", "key", required=True, type=click.Path(dir_okay=False), help="Ed25519 private key.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of replacing BUNDLE.")
-@_os_errors_one_line
+@os_errors_one_line
 def sign_cmd(bundle, key, output):
     """Add (or replace) a signature on a .ctb bundle."""
     from cachetool.bundle import write_ctb
@@ -140,7 +85,7 @@ def sign_cmd(bundle, key, output):
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--files", "show_files", is_flag=True, help="List every file.")
-@_os_errors_one_line
+@os_errors_one_line
 def inspect_cmd(bundle, as_json, show_files):
     """Show a bundle's keys, factors, fingerprint, ranks, files and sizes (nothing is verified)."""
     from cachetool.signing import envelope_key_ids
@@ -182,8 +127,8 @@ def inspect_cmd(bundle, as_json, show_files):
     click.echo(f"ranks     {', '.join(m.ranks) or '-'}  ({len(m.units)} install units)")
     dedupe = (m.raw_size / m.unique_size) if m.unique_size else 1.0
     click.echo(f"files     {len(m.files)} files, {len(m.blobs)} unique")
-    click.echo(f"bytes     raw {m.raw_size} ({_human(m.raw_size)}), unique {m.unique_size} ({_human(m.unique_size)}, "
-               f"dedupe x{dedupe:.2f}), compressed {m.stored_size} ({_human(m.stored_size)})")
+    click.echo(f"bytes     raw {m.raw_size} ({human_size(m.raw_size)}), unique {m.unique_size} ({human_size(m.unique_size)}, "
+               f"dedupe x{dedupe:.2f}), compressed {m.stored_size} ({human_size(m.stored_size)})")
     if show_files:
         for f in m.files:
             click.echo(f"  {f.mode:04o} {f.size:>12} {f.digest[7:19]} {f.path}")
@@ -191,8 +136,8 @@ def inspect_cmd(bundle, as_json, show_files):
 
 @cli.command("verify", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
-@_trust_option
-@_os_errors_one_line
+@trust_option
+@os_errors_one_line
 def verify_cmd(bundle, trust):
     """Check a bundle's signature against trusted keys and every blob against the manifest."""
     from cachetool.install import verify_bundle
@@ -204,28 +149,24 @@ def verify_cmd(bundle, trust):
 
 @cli.command("install", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
-@click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-              help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
-@_trust_option
-@click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
+@cache_root_option
+@trust_option
+@ranks_option
 @click.option("--device", default=None, help="Device preflight compares against (default: the bundle's).")
 @click.option("--no-preflight", is_flag=True, help="Skip comparing factors/fingerprint with this machine.")
-@click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
-              "overrides --keep-changed).")
-@click.option("--keep-changed", is_flag=True, help="Refuse (exit 4) instead of replacing a unit whose files differ.")
-@click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous).")
-@_os_errors_one_line
+@replace_options
+@os_errors_one_line
 def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, keep_changed, insecure_skip_verify):
     """Verify, preflight and atomically install a bundle into a cache root."""
     from cachetool.install import install_bundle
 
-    root = cache_root or _cache_root_default()
+    root = cache_root or cache_root_default()
     with _open_bundle(bundle) as b:
         r = install_bundle(b, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify,
                            ranks=ranks, preflight=not no_preflight, device=device, force=force,
-                           keep_changed=keep_changed, warn=_warn_loud)
+                           keep_changed=keep_changed, warn=warn_loud)
     if r.units_installed:
-        click.echo(f"installed {len(r.units_installed)} unit(s), {r.files} files ({_human(r.bytes)}) into "
+        click.echo(f"installed {len(r.units_installed)} unit(s), {r.files} files ({human_size(r.bytes)}) into "
                    f"{r.cache_root} in {r.seconds:.2f}s"
                    + (f"; {len(r.units_present)} already present" if r.units_present else ""))
     else:
@@ -241,7 +182,7 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, k
 @click.option("--device", default=None, help="Device for `local` (default: cuda if available, else cpu).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--exit-code", is_flag=True, help="Exit 1 when something differs.")
-@_os_errors_one_line
+@os_errors_one_line
 def diff_cmd(a, b, device, as_json, exit_code):
     """Name every hash factor that differs between A and B (bundles, cache folders or `local`)."""
     from cachetool.diff import diff_sources

@@ -14,7 +14,7 @@ import click
 
 from cachetool.cli import cli
 from cachetool.cli.store_options import options_dict, store_options as _store_options
-from cachetool.cli.bundle_cmds import OneLineCommand
+from cachetool.cli.common import OneLineCommand
 from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}

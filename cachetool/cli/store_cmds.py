@@ -14,11 +14,12 @@ from pathlib import Path
 import click
 
 from cachetool.cli import EXIT_WITHOUT_JOINING, cli
-from cachetool.cli.bundle_cmds import OneLineCommand, _cache_root_default, _human, _os_errors_one_line
-from cachetool.cli.bundle_cmds import _warn_loud as _warn
+from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, layout_option,
+                                  os_errors_one_line, ranks_option, replace_options, trust_option, warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
-from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, TimeoutError_, UsageError,
+from cachetool.stores.base import GC_MIN_AGE_S
+from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, WaitTimeoutError, UsageError,
                               VerificationError)
 
 
@@ -34,13 +35,12 @@ def _emit(as_json: bool, doc: dict, text: str) -> None:
 @click.argument("ref")
 @click.option("--sign-key", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Ed25519 private key: sign while packing a cache folder, or add a signature to a bundle file.")
-@click.option("--layout", type=click.Choice(["auto", "native", "vllm", "triton"]), default="auto", show_default=True,
-              help="Layout of a cache folder SOURCE.")
+@layout_option(help="Layout of a cache folder SOURCE.")
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel uploads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @store_options
-@_os_errors_one_line
+@os_errors_one_line
 def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint_url, profile, insecure):
     """Push SOURCE (a .ctb file, or a cache folder packed on the way) to REF.
 
@@ -52,11 +52,11 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
     r = push(source, ref, sign_key=sign_key, layout=layout, workers=workers, store_options=options_dict(endpoint_url, profile, insecure),
              progress=False if as_json else progress)
     if not r.signed:
-        _warn(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
+        warn_loud(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
     _emit(as_json, r.to_dict(),
           f"pushed {r.ref} [{r.platform}] {r.manifest_digest}\n"
           f"blobs: {r.blobs_uploaded} uploaded, {r.blobs_skipped} already there (of {r.blobs_total}); "
-          f"{_human(r.bytes_uploaded)} sent, {_human(r.bytes_skipped)} skipped; {r.seconds:.2f}s"
+          f"{human_size(r.bytes_uploaded)} sent, {human_size(r.bytes_skipped)} skipped; {r.seconds:.2f}s"
           + ("; signed" if r.signed else "") + f"\nplatforms under the tag: {', '.join(r.platforms)}"
           + f"\npinned: {r.pinned}")
 
@@ -69,7 +69,7 @@ _PULL_FAILURES: tuple[tuple[type[CachetoolError], str, bool], ...] = (
     (CacheMissError, "miss", True),
     (NotFoundError, "not-found", True),
     (StoreError, "store-error", True),
-    (TimeoutError_, "timeout", True),
+    (WaitTimeoutError, "timeout", True),
     (VerificationError, "refused", True),
     (UsageError, "usage-error", False),
 )
@@ -111,17 +111,11 @@ class PullCommand(CompileCommand):
 
 @cli.command("pull", cls=PullCommand)
 @click.argument("ref")
-@click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-              help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
-@click.option("--trust", "trust", multiple=True, metavar="PUB",
-              help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
-                   "~/.config/cachetool/trusted_keys/*.pub.")
-@click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
+@cache_root_option
+@trust_option
+@ranks_option
 @click.option("--device", default=None, help="Device to match and preflight against (default: probe when needed).")
-@click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
-              "overrides --keep-changed).")
-@click.option("--keep-changed", is_flag=True, help="Refuse (exit 4) instead of replacing a unit whose files differ.")
-@click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous).")
+@replace_options
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the whole pull; past it exit 7.")
 @click.option("--on-miss", type=click.Choice(["fail", "continue"]), default="fail", show_default=True,
@@ -173,7 +167,7 @@ def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
     doc.update(outcome=outcome, exit_code=0, on_miss=on_miss, installed=True)
     _emit(as_json, doc,
           f"{outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), {i.files} files "
-          f"({_human(i.bytes)}); {r.blobs_downloaded} blobs downloaded ({_human(r.bytes_downloaded)})"
+          f"({human_size(i.bytes)}); {r.blobs_downloaded} blobs downloaded ({human_size(r.bytes_downloaded)})"
           + (f", {r.blobs_resumed} resumed" if r.blobs_resumed else "")
           + (f", {r.blobs_reused} reused from an interrupted pull" if r.blobs_reused else "")
           + f"; {r.seconds:.2f}s\n"
@@ -226,7 +220,7 @@ _HARD_TIMEOUT_GRACE = 2.0
 def _hard_timeout(seconds: float | None):
     """Bound the pull by --timeout even when a store stops answering in the middle of a request (a socket read
     waits for the store's own read timeout and retries, minutes, and the init-container would hang): SIGALRM
-    raises :class:`TimeoutError_` in the main thread. Worker threads still blocked in a read are abandoned: the
+    raises :class:`WaitTimeoutError` in the main thread. Worker threads still blocked in a read are abandoned: the
     process exits without joining them (:data:`cachetool.cli.EXIT_WITHOUT_JOINING`)."""
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield
@@ -234,7 +228,7 @@ def _hard_timeout(seconds: float | None):
 
     def fire(signum, frame):
         EXIT_WITHOUT_JOINING.set()
-        raise TimeoutError_(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
+        raise WaitTimeoutError(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
 
     previous = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds + _HARD_TIMEOUT_GRACE)
@@ -249,7 +243,7 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insec
           progress, model, compilation_config, tensor_parallel_size, endpoint_url, profile, insecure):
     from cachetool.api import pull
 
-    root = cache_root or _cache_root_default()
+    root = cache_root or cache_root_default()
     overrides = ctx.meta.get("cc_overrides", [])
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
@@ -259,7 +253,7 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insec
                     model=model, config=compilation_config, overrides=overrides,
                     tensor_parallel_size=tensor_parallel_size,
                     device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
-                    warn=_warn, store_options=options_dict(endpoint_url, profile, insecure),
+                    warn=warn_loud, store_options=options_dict(endpoint_url, profile, insecure),
                     progress=False if quiet else progress)
 
 
@@ -267,7 +261,7 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insec
 @click.argument("store")
 @click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
 @store_options
-@_os_errors_one_line
+@os_errors_one_line
 def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms."""
     from cachetool.refs import parse_store_or_ref
@@ -296,7 +290,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     for col in ("REF", "PLATFORM", "CREATED", "SIZE", "DIGEST", "GPU"):
         t.add_column(col)
     for row in rows:
-        t.add_row(row["ref"], row["platform"], row["created"], _human(row["size"]), row["manifest_digest"][:19],
+        t.add_row(row["ref"], row["platform"], row["created"], human_size(row["size"]), row["manifest_digest"][:19],
                   str(row["fingerprint"].get("gpu") or "-"))
     Console(width=200).print(t)
     return 0
@@ -307,7 +301,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 @click.option("--platform", default=None, help="Remove only this platform's entry of the tag.")
 @click.option("--json", "as_json", is_flag=True)
 @store_options
-@_os_errors_one_line
+@os_errors_one_line
 def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     """Remove REF (the tag; blobs stay until `cachetool gc`)."""
     from cachetool.transfer import remove
@@ -322,13 +316,14 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
 @cli.command("gc", cls=OneLineCommand)
 @click.argument("store")
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-@click.option("--older-than", type=click.FloatRange(min=0), default=3600.0, show_default=True, metavar="SECONDS",
+@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=True, metavar="SECONDS",
               help="Keep objects written more recently (a push in flight writes blobs before its ref).")
 @click.option("--json", "as_json", is_flag=True)
 @store_options
-@_os_errors_one_line
+@os_errors_one_line
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
-    """Delete blobs, manifests and signatures of STORE that no ref reaches."""
+    """Delete blobs, manifests and signatures of STORE that no ref reaches (on a registry: signatures; its own
+    garbage collection reclaims blobs and untagged manifests)."""
     from cachetool.refs import parse_store_or_ref
     from cachetool.transfer import gc
 

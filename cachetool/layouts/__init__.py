@@ -11,20 +11,26 @@ A layout is a small plug-in with ``detect(path) -> bool`` and ``scan(path) -> La
 ``<path>`` may be the whole root, one hash folder or one rank folder: manifest paths stay relative to the cache
 root (``torch_compile_cache/...``) so an install recreates the same place. :func:`scan` picks the layout
 (``"auto"`` tries vllm, native, triton in that order).
+
+This is the registry: the names a manifest may carry are :data:`cachetool.manifest.LAYOUTS` (the schema, the
+one list of names), each served by the module ``cachetool/layouts/<name>.py``; :data:`CHOICES` is what the CLI's
+``--layout`` accepts. A new layout is a module here plus its name in that tuple.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
+from cachetool import manifest
 from cachetool.errors import NotFoundError, UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile
-from cachetool.layouts import native, triton, vllm
 
-LAYOUTS = {"native": native, "vllm": vllm, "triton": triton}
-AUTO_ORDER = ("vllm", "native", "triton")
+LAYOUTS = {name: importlib.import_module(f"cachetool.layouts.{name}") for name in manifest.LAYOUTS}
+AUTO_ORDER = ("vllm", "native", "triton")  # the most specific first: a vLLM root also looks native
+CHOICES = ("auto", *LAYOUTS)  # the CLI's --layout
 
-__all__ = ["LAYOUTS", "LayoutScan", "ScannedFile", "detect", "scan"]
+__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "scan"]
 
 
 def detect(path: str | Path) -> str:
@@ -32,7 +38,8 @@ def detect(path: str | Path) -> str:
     for name in AUTO_ORDER:
         if LAYOUTS[name].detect(p):
             return name
-    raise UsageError(f"{p} is not a recognised cache (native, vllm or triton); pass --layout")
+    *head, last = LAYOUTS
+    raise UsageError(f"{p} is not a recognised cache ({', '.join(head)} or {last}); pass --layout")
 
 
 def scan(path: str | Path, layout: str = "auto") -> LayoutScan:

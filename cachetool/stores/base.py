@@ -12,25 +12,62 @@ A store holds bundles in their *store form*, content-addressed:
 Write order on push is blobs → manifest → signature → ref, so a reader that sees a ref can always
 fetch everything it names. Implementations raise subclasses of :mod:`cachetool.errors`
 (``NotFoundError`` for a missing ref/bucket/repository/blob, ``StoreError`` for transport failures and
-bad credentials), each with a one-line message naming the store URL and the object.
+bad credentials), each with a one-line message naming the store URL and the object, and the ``store`` /
+``key`` / ``status`` fields where known.
+
+What is the same on every backend (tests/stores/test_store_interface.py runs it over all three):
+
+- ``counters``: a :class:`TransferCounters` of the bytes moved, which push/pull results report;
+- resume: ``get_blob`` into a partial ``dest`` keeps its bytes and asks for the rest (``blobs_resumed``);
+- gc: deletes what no ref reaches and was written at least ``older_than`` seconds ago (default
+  :data:`GC_MIN_AGE_S` in the library and the CLI alike), stops before deleting anything when a ref cannot be
+  read, and is idempotent. ``capabilities.gc_deletes`` says which kinds of object that covers: a registry keeps
+  blobs and untagged manifests to its own garbage collection.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
+from cachetool.digests import BlobRef  # noqa: F401  (part of the store interface)
+
+
+GC_MIN_AGE_S = 3600.0  # gc spares objects younger than this: a push in flight writes blobs before its ref
+
 
 @dataclasses.dataclass(frozen=True)
-class BlobRef:
-    """A blob: ``digest``/``size`` of the uncompressed content, ``stored_*`` of the zstd bytes in the store."""
+class Capabilities:
+    """What a backend does natively (declared by each store, so callers need not probe with ``hasattr``)."""
 
-    digest: str  # "sha256:<hex>" of the uncompressed content
-    size: int
-    stored_digest: str  # "sha256:<hex>" of the zstd-compressed bytes
-    stored_size: int
+    gc_deletes: frozenset  # kinds gc deletes: "blobs", "manifests", "signatures"
+    ref_update: str  # how update_ref keeps concurrent writers' entries: "lock", "conditional" or "converge"
+    resumable_downloads: bool = True  # get_blob continues a partial dest
+
+
+class TransferCounters:
+    """Bytes moved by a store and blobs resumed, thread-safe; read by transfer results and the benchmark."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.blobs_resumed = 0
+
+    def up(self, n: int) -> None:
+        with self._lock:
+            self.bytes_up += n
+
+    def down(self, n: int) -> None:
+        with self._lock:
+            self.bytes_down += n
+
+    def resumed(self) -> None:
+        with self._lock:
+            self.blobs_resumed += 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +92,8 @@ class Store(abc.ABC):
     """A place bundles live. Construct through :func:`cachetool.stores.open_store`."""
 
     url: str
+    counters: TransferCounters  # set by each store's constructor
+    capabilities: Capabilities  # declared by each store class
 
     # blobs
     @abc.abstractmethod
@@ -100,6 +139,12 @@ class Store(abc.ABC):
         Every ref change (push merging its platform, ``rm --platform``) goes through here so that two writers of
         one tag never lose each other's entries: the file store holds a lock around it, S3 writes conditionally
         and retries. This default (get, then put or delete) is atomic only for a single writer."""
+        return self.read_modify_write_ref(name, tag, update, self.delete_ref)
+
+    def read_modify_write_ref(self, name: str, tag: str, update: Callable[[RefIndex | None], RefIndex | None],
+                              remove: Callable[[str, str], None]) -> RefIndex | None:
+        """One unguarded round of :meth:`update_ref`: get, update, then put (or ``remove`` an emptied tag). A store
+        runs it as its update_ref, or under its own lock."""
         from cachetool.errors import NotFoundError
 
         try:
@@ -109,7 +154,7 @@ class Store(abc.ABC):
         new = update(old)
         if new is None or not new.entries:
             if old is not None:
-                self.delete_ref(name, tag)
+                remove(name, tag)
             return None
         self.put_ref(new)
         return new
@@ -138,8 +183,9 @@ class Store(abc.ABC):
     def delete_ref(self, name: str, tag: str) -> None: ...
 
     @abc.abstractmethod
-    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
-        """Delete blobs/manifests no ref reaches; return what was (or would be) deleted.
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
+        """Delete the objects of the kinds in ``capabilities.gc_deletes`` that no ref reaches; return what was (or
+        would be) deleted. A ref that cannot be read stops the collection before anything is deleted.
 
         ``older_than``: only objects last written at least this many seconds ago, so that a push in flight
         (blobs written, ref not yet) is not collected under it."""

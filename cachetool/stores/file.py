@@ -20,15 +20,19 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from cachetool.atomic import atomic_write
+from cachetool.digests import CHUNK, hexof, sha256_bytes
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import (CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, atomic_write, hexof,
-                                      index_from_json, index_to_json, resume_offset, write_bounded)
-from cachetool.stores.base import BlobRef, RefIndex, Store
+from cachetool.stores.common import (MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, index_from_json, index_to_json,
+                                      resume_offset, write_bounded)
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefIndex, Store
 
 MARKER = "cachetool-store.json"
 
 
 class FileStore(Store):
+    capabilities = Capabilities(frozenset({"blobs", "manifests", "signatures"}), "lock")
+
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self.url = f"file://{self.root}"
@@ -123,13 +127,12 @@ class FileStore(Store):
                 write_bounded(iter(lambda: f.read(CHUNK), b""), out, blob.stored_size - offset,
                               f"blob {blob.stored_digest[:19]} in store {self.url}", self.counters.down)
         except FileNotFoundError:
-            raise NotFoundError(f"blob {blob.stored_digest[:19]} is missing from store {self.url}") from None
+            raise NotFoundError(f"blob {blob.stored_digest[:19]} is missing from store {self.url}", store=self.url,
+                                key=blob.stored_digest) from None
 
     # manifests and signatures
     def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
-        import hashlib
-
-        digest = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+        digest = sha256_bytes(manifest_bytes)
         p = self._manifest(digest)
         if not p.exists():
             self._write(p, manifest_bytes)
@@ -141,7 +144,8 @@ class FileStore(Store):
         try:
             data = self._read(self._manifest(manifest_digest), MAX_MANIFEST)
         except FileNotFoundError:
-            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}") from None
+            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}", store=self.url,
+                                key=manifest_digest) from None
         self.counters.down(len(data))
         return data
 
@@ -183,17 +187,7 @@ class FileStore(Store):
     def update_ref(self, name, tag, update):
         """Read-modify-write under the tag's lock: concurrent pushes and removals never drop each other's entries."""
         with self._ref_lock(name, tag):
-            try:
-                old = self.get_ref(name, tag)
-            except NotFoundError:
-                old = None
-            new = update(old)
-            if new is None or not new.entries:
-                if old is not None:
-                    self._unlink_ref(name, tag)
-                return None
-            self.put_ref(new)
-            return new
+            return self.read_modify_write_ref(name, tag, update, self._unlink_ref)
 
     def get_ref(self, name: str, tag: str) -> RefIndex:
         self._require_root()
@@ -203,7 +197,7 @@ class FileStore(Store):
         except FileNotFoundError:
             known = sorted(q.stem for q in (self.root / "refs" / name).glob("*.json")) if (self.root / "refs" / name).is_dir() else []
             hint = f" (tags: {', '.join(known[:8])})" if known else f" (no bundle named {name!r})"
-            raise NotFoundError(f"{self.url}/{name}:{tag} not found{hint}") from None
+            raise NotFoundError(f"{self.url}/{name}:{tag} not found{hint}", store=self.url, ref=f"{name}:{tag}") from None
         return index_from_json(data, f"{self.url}/{name}:{tag}")
 
     def list_refs(self) -> Iterator[RefIndex]:
@@ -222,7 +216,7 @@ class FileStore(Store):
     def delete_ref(self, name: str, tag: str) -> None:
         self._require_root()
         if not os.path.lexists(self._ref(name, tag)):  # no lock file for a tag that never existed
-            raise NotFoundError(f"{self.url}/{name}:{tag} not found")
+            raise NotFoundError(f"{self.url}/{name}:{tag} not found", store=self.url, ref=f"{name}:{tag}")
         with self._ref_lock(name, tag):
             self._unlink_ref(name, tag)
 
@@ -232,9 +226,9 @@ class FileStore(Store):
         try:
             p.unlink()
         except FileNotFoundError:
-            raise NotFoundError(f"{self.url}/{name}:{tag} not found") from None
+            raise NotFoundError(f"{self.url}/{name}:{tag} not found", store=self.url, ref=f"{name}:{tag}") from None
 
-    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
         from cachetool.stores.gc import reachable
 
         self._require_root()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cachetool.errors import NotFoundError
-from cachetool.stores._common import hexof
+from cachetool.digests import hexof
 
 
 def reachable(store) -> tuple[set[str], set[str]]:

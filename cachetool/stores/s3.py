@@ -12,23 +12,25 @@ checked with HEAD before it is uploaded. Requests retry with exponential backoff
 
 from __future__ import annotations
 
-import hashlib
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
+from cachetool.digests import hexof, sha256_bytes
+from compiler import envs
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import (DL_CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, download_resumable,
-                                      hexof, index_from_json, index_to_json)
-from cachetool.stores.base import BlobRef, RefIndex, Store
+from cachetool.retry import pause
+from cachetool.stores.common import (DL_CHUNK, MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, download_resumable,
+                                      index_from_json, index_to_json)
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefIndex, Store
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
                "TokenRefreshRequired", "AuthorizationHeaderMalformed", "403", "Forbidden", "InvalidSecurity"}
+_CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                    "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")  # a client per set of these (boto3 reads them)
 _CLIENT_LOCK = threading.Lock()
 _CLIENTS: dict = {}
-_NO_SIG = "\0no signature"
 MULTIPART_THRESHOLD = 32 << 20
 MULTIPART_CHUNK = 16 << 20
 
@@ -44,15 +46,17 @@ def _read_bounded(resp: dict, limit: int, what: str) -> bytes:
 
 
 class S3Store(Store):
+    capabilities = Capabilities(frozenset({"blobs", "manifests", "signatures"}), "conditional")
+
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None, profile: str | None = None,
                  region: str | None = None, max_attempts: int | None = None, max_concurrency: int = 8):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self.endpoint_url = endpoint_url or envs.get("AWS_ENDPOINT_URL_S3") or envs.get("AWS_ENDPOINT_URL")
         self.profile = profile
         self.region = region
-        self.max_attempts = int(max_attempts or os.environ.get("CACHETOOL_STORE_MAX_ATTEMPTS", "5"))
+        self.max_attempts = int(max_attempts or envs.store_max_attempts())
         self.max_concurrency = max_concurrency
         self.counters = Counters()
         self._client = None
@@ -69,9 +73,7 @@ class S3Store(Store):
 
     def _make_client(self):
         key = (self.profile, self.endpoint_url, self.region, self.max_attempts, self.max_concurrency,
-               os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"),
-               os.environ.get("AWS_SESSION_TOKEN"), os.environ.get("AWS_PROFILE"),
-               os.environ.get("AWS_SHARED_CREDENTIALS_FILE"), os.environ.get("AWS_CONFIG_FILE"))
+               *(envs.raw(v) for v in _CREDENTIAL_VARS))
         if key in _CLIENTS:
             return _CLIENTS[key]
         try:
@@ -115,32 +117,37 @@ class S3Store(Store):
     def _ref_key(self, name: str, tag: str) -> str:
         return self._key(f"refs/{name}/{tag}.json")
 
-    def _error(self, exc: Exception, what: str, missing: str | None = None) -> Exception:
-        """Map a boto error to a one-line cachetool error. ``missing``: message for a 404 on the object."""
+    def _error(self, exc: Exception, what: str, missing: str | None = None, key: str | None = None) -> Exception:
+        """Map a boto error to a one-line cachetool error carrying ``store``, ``key`` and the S3 error code as
+        ``status``. ``missing``: message for a 404 on the object ``key`` (a missing bucket has ``key`` None)."""
         import botocore.exceptions as bexc
 
         where = f"{self.url} ({self.endpoint_url})" if self.endpoint_url else self.url
+        fields = {"store": self.url, "key": key}
         if isinstance(exc, bexc.ClientError):
             err = exc.response.get("Error", {}) or {}
             code = str(err.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "")
+            fields["status"] = code
             if code == "NoSuchBucket":
-                return NotFoundError(f"bucket {self.bucket!r} does not exist at {where}")
+                return NotFoundError(f"bucket {self.bucket!r} does not exist at {where}", store=self.url, status=code)
             if code in ("NoSuchKey", "404", "NotFound") and missing:
-                return NotFoundError(missing)
+                return NotFoundError(missing, **fields)
             if code in _AUTH_CODES:
-                return StoreError(f"{what}: access denied by {where} ({code}): check the AWS credentials/profile")
+                return StoreError(f"{what}: access denied by {where} ({code}): check the AWS credentials/profile",
+                                  **fields)
             msg = err.get("Message") or ""
-            return StoreError(f"{what}: {where} answered {code}{': ' + msg if msg else ''}")
+            return StoreError(f"{what}: {where} answered {code}{': ' + msg if msg else ''}", **fields)
         if isinstance(exc, bexc.NoCredentialsError):
             return StoreError(f"{what}: no AWS credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                              "AWS_PROFILE or a role)")
+                              "AWS_PROFILE or a role)", **fields)
         if isinstance(exc, (bexc.EndpointConnectionError, bexc.ConnectionClosedError, bexc.ReadTimeoutError,
                             bexc.ConnectTimeoutError, bexc.ResponseStreamingError)):
-            return StoreError(f"{what}: cannot reach {where} ({type(exc).__name__}) after {self.max_attempts} attempts")
+            return StoreError(f"{what}: cannot reach {where} ({type(exc).__name__}) after {self.max_attempts} attempts",
+                              **fields)
         if isinstance(exc, bexc.BotoCoreError):
-            return StoreError(f"{what}: {where}: {exc}".replace("\n", " "))
+            return StoreError(f"{what}: {where}: {exc}".replace("\n", " "), **fields)
         if isinstance(exc, (ConnectionError, OSError)):
-            return StoreError(f"{what}: connection to {where} failed ({exc})".replace("\n", " "))
+            return StoreError(f"{what}: connection to {where} failed ({exc})".replace("\n", " "), **fields)
         return exc
 
     def _call(self, what: str, fn, *args, missing: str | None = None, **kwargs):
@@ -149,7 +156,7 @@ class S3Store(Store):
         try:
             return fn(*args, **kwargs)
         except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
-            raise self._error(exc, what, missing) from None
+            raise self._error(exc, what, missing, kwargs.get("Key")) from None
 
     def _get_bytes(self, key: str, what: str, missing: str, limit: int = MAX_SIGNATURE) -> bytes:
         import botocore.exceptions as bexc
@@ -158,7 +165,7 @@ class S3Store(Store):
             resp = self.client.get_object(Bucket=self.bucket, Key=key)
             data = _read_bounded(resp, limit, what)
         except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
-            raise self._error(exc, what, missing) from None
+            raise self._error(exc, what, missing, key) from None
         self.counters.down(len(data))
         return data
 
@@ -224,20 +231,21 @@ class S3Store(Store):
             except bexc.ClientError as exc:
                 if str(exc.response.get("Error", {}).get("Code")) == "InvalidRange":
                     return None  # the partial file is already whole (or longer): start over
-                raise self._error(exc, what, missing) from None
+                raise self._error(exc, what, missing, self._blob_key(blob)) from None
             except (bexc.BotoCoreError, ConnectionError) as exc:
-                raise self._error(exc, what, missing) from None
+                raise self._error(exc, what, missing, self._blob_key(blob)) from None
             body = resp["Body"]
             meta = resp.get("ResponseMetadata") or {}
             return (iter(lambda: body.read(DL_CHUNK), b""), int(meta.get("HTTPStatusCode") or 200),
                     resp.get("ContentRange"))
 
         download_resumable(Path(dest), blob.stored_size, what, open_from, (bexc.BotoCoreError, ConnectionError),
-                           lambda exc: self._error(exc, what, missing), self.counters, self.max_attempts)
+                           lambda exc: self._error(exc, what, missing, self._blob_key(blob)), self.counters,
+                           self.max_attempts)
 
     # ---------------------------------------------------------------------------------------------- manifests
     def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
-        digest = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+        digest = sha256_bytes(manifest_bytes)
         key = self._manifest_key(digest)
         what = f"upload manifest {digest[:19]} to {self.url}"
         if not self._exists(key, what)[0]:
@@ -252,10 +260,12 @@ class S3Store(Store):
         self._put_bytes(self._sig_key(manifest_digest), envelope, f"upload signature to {self.url}")
 
     def get_signature(self, manifest_digest: str) -> bytes | None:
+        key = self._sig_key(manifest_digest)
         try:
-            return self._get_bytes(self._sig_key(manifest_digest), f"download signature from {self.url}", _NO_SIG)
+            return self._get_bytes(key, f"download signature from {self.url}",
+                                   f"signature of {manifest_digest[:19]} is missing from store {self.url}")
         except NotFoundError as exc:
-            if str(exc) == _NO_SIG:
+            if exc.key == key:  # the signature object is missing: unsigned (a missing bucket has no key)
                 return None
             raise
 
@@ -286,10 +296,10 @@ class S3Store(Store):
             except bexc.ClientError as exc:
                 code = str(exc.response.get("Error", {}).get("Code"))
                 if code not in ("NoSuchKey", "404"):
-                    raise self._error(exc, f"read {ref}", f"{ref} not found") from None
+                    raise self._error(exc, f"read {ref}", f"{ref} not found", key) from None
                 old, etag = None, None
             except (bexc.BotoCoreError, ConnectionError) as exc:
-                raise self._error(exc, f"read {ref}") from None
+                raise self._error(exc, f"read {ref}", key=key) from None
             new = update(old)
             if new is None or not new.entries:
                 if old is None:
@@ -308,7 +318,7 @@ class S3Store(Store):
                     self._put_bytes(key, body, f"write {ref}")
                     return new if new.entries else None
                 if code not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-                    raise self._error(exc, f"write {ref}") from None
+                    raise self._error(exc, f"write {ref}", key=key) from None
                 if etag and not self._unquoted_etags:
                     # Some servers (Ceph RGW) compare If-Match without the quotes: if the object did not change,
                     # that was the reason; retry unquoted.
@@ -319,9 +329,10 @@ class S3Store(Store):
                     if cur == etag:
                         self._unquoted_etags = True
                         continue
-                time.sleep(min(1.0, 0.05 * (attempt + 1)))  # another push wrote the ref: merge again
+                # another push wrote the ref: merge again
+                pause(f"write {ref}", attempt, "the ref changed under us", seconds=min(1.0, 0.05 * (attempt + 1)))
             except (bexc.BotoCoreError, ConnectionError) as exc:
-                raise self._error(exc, f"write {ref}") from None
+                raise self._error(exc, f"write {ref}", key=key) from None
         raise StoreError(f"write {ref}: the ref kept changing under 20 attempts (concurrent pushes)")
 
     def get_ref(self, name: str, tag: str) -> RefIndex:
@@ -362,7 +373,7 @@ class S3Store(Store):
             raise NotFoundError(f"{self.url}/{name}:{tag} not found") from None
         self._call(f"delete {self.url}/{name}:{tag}", self.client.delete_object, Bucket=self.bucket, Key=key)
 
-    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
         from cachetool.stores.gc import reachable
 
         self.check_bucket()

@@ -8,7 +8,7 @@
   process); on CUDA it is the NCCL path that torch's own tensor-parallel code compiles.
 - ``custom_op``: ``torch.ops.cachetool.tp_all_reduce``, a registered custom op wrapping
   ``dist.all_reduce`` (opaque to Inductor, no graph break): the fallback should a torch build not lower
-  functional collectives for a backend. Chosen with :func:`set_all_reduce_impl`; hashed (config factor).
+  functional collectives for a backend. Chosen with :func:`compiler.distributed.parallel_config.set_all_reduce_impl`; hashed (config factor).
 
 Both carry the group name as a graph constant; it is the same on every rank, so every rank compiles the same
 graphs (and the bundle stores their artifacts once).
@@ -20,20 +20,7 @@ import torch
 import torch.distributed as dist
 
 from compiler.distributed import parallel_state as ps
-
-ALL_REDUCE_IMPLS = ("functional", "custom_op")
-_IMPL = "functional"
-
-
-def set_all_reduce_impl(name: str) -> None:
-    global _IMPL
-    if name not in ALL_REDUCE_IMPLS:
-        raise ValueError(f"all-reduce implementation must be one of {', '.join(ALL_REDUCE_IMPLS)}, got {name!r}")
-    _IMPL = name
-
-
-def all_reduce_impl() -> str:
-    return _IMPL
+from compiler.distributed.parallel_config import ALL_REDUCE_IMPLS, all_reduce_impl, set_all_reduce_impl  # noqa: F401
 
 
 def _group_name(group: object) -> str:
@@ -65,7 +52,7 @@ def tensor_model_parallel_all_reduce(x: torch.Tensor) -> torch.Tensor:
     if ps.get_tp_size() == 1:
         return x
     group = ps.get_tp_group()
-    if _IMPL == "custom_op":
+    if all_reduce_impl() == "custom_op":
         return torch.ops.cachetool.tp_all_reduce(x, _group_name(group))
     import torch.distributed._functional_collectives as funcol
 

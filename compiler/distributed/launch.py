@@ -35,7 +35,7 @@ def _worker(index: int, fn: Callable[..., Any], world: int, port: int, device: s
             dp_rank: int | None, queue: Any, log_names: tuple[str, ...], env: dict[str, str],
             all_reduce: str) -> None:
     os.environ.update(env)
-    from compiler.distributed.communication_op import set_all_reduce_impl
+    from compiler.distributed.parallel_config import set_all_reduce_impl
 
     set_all_reduce_impl(all_reduce)
     os.environ.update({"RANK": str(index), "WORLD_SIZE": str(world), "LOCAL_RANK": str(index),
@@ -70,7 +70,7 @@ def launch(fn: Callable[..., Any], tensor_parallel_size: int, *, device: str = "
     """Run ``fn(rank=r, device=d)`` in ``tensor_parallel_size`` processes; returns their results in rank order."""
     import torch.multiprocessing as mp
 
-    from compiler.distributed.communication_op import all_reduce_impl
+    from compiler.distributed.parallel_config import all_reduce_impl
 
     n = int(tensor_parallel_size)
     if n < 1:

@@ -24,6 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from compiler import envs
+from compiler.distributed import parallel_config
+
 DEFAULT_TIMEOUT_S = 600.0
 """Collective timeout: a rank that fails (strict mode, a bad cache) must not leave the others waiting for
 gloo's default 30 minutes."""
@@ -114,7 +117,7 @@ def init_distributed_environment(rank: int, world_size: int, *, tensor_parallel_
         if master_port is not None:
             os.environ["MASTER_PORT"] = str(master_port)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in os.environ:
+        if envs.raw("MASTER_PORT") is None:
             raise ParallelStateError("MASTER_PORT is not set (use compiler.distributed.launch or torchrun)")
         if backend == "nccl":
             os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -145,9 +148,9 @@ def init_from_env(*, tensor_parallel_size: int | None = None, device: str | torc
                   backend: str | None = None, dp_rank: int | None = None) -> ParallelState:
     """Initialise from ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (+ ``MASTER_ADDR``/``MASTER_PORT``), as torchrun sets
     them. Without ``WORLD_SIZE`` this is a single process (TP size 1)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    world = int(envs.get("WORLD_SIZE"))
+    rank = int(envs.get("RANK"))
+    local = int(envs.get("LOCAL_RANK") or rank)
     return init_distributed_environment(rank, world, tensor_parallel_size=tensor_parallel_size, backend=backend,
                                         device=device, local_rank=local, dp_rank=dp_rank)
 
@@ -167,10 +170,6 @@ def destroy_distributed_environment() -> None:
 
 
 def parallel_config_values() -> dict[str, Any]:
-    """What of the parallel setup changes compiled code: hashed into the ``config`` factor. The data-parallel
-    rank and size are not here (they change no compiled code); the TP rank is not either (every rank compiles
-    the same graphs; each has its own folder)."""
-    from compiler.distributed.communication_op import all_reduce_impl
-
-    tp = get_tp_size()
-    return {"tensor_parallel_size": tp, "all_reduce": all_reduce_impl() if tp > 1 else None}
+    """This process's :func:`compiler.distributed.parallel_config.parallel_config_values` (hashed into the
+    ``config`` factor)."""
+    return parallel_config.parallel_config_values(get_tp_size())

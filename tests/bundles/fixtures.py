@@ -216,3 +216,17 @@ def write_raw_ctb(path: Path, manifest_bytes: bytes, signature: bytes | None, bl
         for ti in extra:
             tf.addfile(ti, io.BytesIO(b"x" * ti.size) if ti.isreg() else None)
     return path
+
+
+# A fingerprint as an H200 would report it: another platform for multi-platform tags and "no bundle fits" cases.
+CUDA_FP = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0",
+           "triton": "3.6.0", "gpu": "NVIDIA H200", "capability": "sm90"}
+
+
+def isolate_environment(monkeypatch, tmp_path, store_attempts: int) -> None:
+    """No pinned keys or docker configuration of the machine running the tests leaks in; a dead store fails after
+    ``store_attempts`` attempts."""
+    monkeypatch.delenv("CACHETOOL_TRUSTED_KEYS", raising=False)
+    monkeypatch.setenv("CACHETOOL_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    monkeypatch.setenv("CACHETOOL_STORE_MAX_ATTEMPTS", str(store_attempts))

@@ -12,20 +12,14 @@ import pytest
 from cachetool.bundle import pack
 from cachetool.signing import generate_keypair, load_private_key
 from cachetool.transfer import push
-from tests.bundles.fixtures import make_native_tree
+from tests.bundles.fixtures import CUDA_FP, isolate_environment, make_native_tree
 from tests.servers import free_port
-
-CUDA_FP = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0",
-           "triton": "3.6.0", "gpu": "NVIDIA H200", "capability": "sm90"}
 
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch, tmp_path):
     """No keys, AWS or docker configuration of the machine leaks in; a dead store fails after one attempt."""
-    monkeypatch.delenv("CACHETOOL_TRUSTED_KEYS", raising=False)
-    monkeypatch.setenv("CACHETOOL_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
-    monkeypatch.setenv("CACHETOOL_STORE_MAX_ATTEMPTS", "1")
+    isolate_environment(monkeypatch, tmp_path, store_attempts=1)
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,13 @@ import pytest
 from cachetool.bundle import pack
 from cachetool.fingerprint import local_fingerprint
 from cachetool.signing import generate_keypair, load_private_key
-from tests.bundles.fixtures import make_native_tree
-
-CUDA_FP = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0",
-           "triton": "3.6.0", "gpu": "NVIDIA H200", "capability": "sm90"}
+from tests.bundles.fixtures import CUDA_FP, isolate_environment, make_native_tree
 
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch, tmp_path):
     """No pinned keys or docker/AWS config leak in from the machine running the tests; fail fast on a dead server."""
-    monkeypatch.delenv("CACHETOOL_TRUSTED_KEYS", raising=False)
-    monkeypatch.setenv("CACHETOOL_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
-    monkeypatch.setenv("CACHETOOL_STORE_MAX_ATTEMPTS", "2")
+    isolate_environment(monkeypatch, tmp_path, store_attempts=2)
     for k in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
@@ -86,15 +80,15 @@ class StoreKind:
 
 @pytest.fixture(params=["file", "s3", "oci"])
 def any_store(request, tmp_path):
-    return _make_store(request.param, request, tmp_path)
+    return make_store(request.param, request, tmp_path)
 
 
 @pytest.fixture(params=["s3", "oci"])
 def remote_store(request, tmp_path):
-    return _make_store(request.param, request, tmp_path)
+    return make_store(request.param, request, tmp_path)
 
 
-def _make_store(kind, request, tmp_path) -> StoreKind:
+def make_store(kind, request, tmp_path) -> StoreKind:
     if kind == "file":
         return StoreKind("file", f"file://{tmp_path}/store")
     if kind == "s3":

@@ -17,7 +17,7 @@ import pytest
 
 from cachetool.errors import StoreError, VerificationError
 from cachetool.stores import open_store
-from cachetool.stores._common import hexof
+from cachetool.digests import hexof
 from cachetool.transfer import PARTIAL_DIR, pull, push
 from tests.bundles.fixtures import tree_snapshot
 

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from cachetool.errors import NotFoundError, TimeoutError_
+from cachetool.errors import NotFoundError, WaitTimeoutError
 from cachetool.stores import open_store
-from cachetool.stores._common import hexof
+from cachetool.digests import hexof
 from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.transfer import merge_index, pull, push, remove
 
@@ -31,14 +31,14 @@ def test_documented_layout_and_no_temp_files(bundle, tmp_path):
 
 
 def test_a_failed_write_leaves_no_partial_object(bundle, tmp_path, monkeypatch):
-    import cachetool.stores._common as common
+    import cachetool.atomic as atomic
 
     root = tmp_path / "store"
 
     def boom(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(common.os, "replace", boom)
+    monkeypatch.setattr(atomic.os, "replace", boom)
     with pytest.raises(Exception, match="No space left"):
         push(bundle, f"file://{root}/llama:v1")
     monkeypatch.undo()
@@ -113,7 +113,7 @@ def test_rm_one_platform(bundle, cuda_bundle, tmp_path):
 def test_timeout_bounds_the_pull(bundle, keys, tmp_path, cli):
     store = f"file://{tmp_path}/store"
     push(bundle, f"{store}/llama:v1")
-    with pytest.raises(TimeoutError_):
+    with pytest.raises(WaitTimeoutError):
         pull(f"{store}/llama:v1", tmp_path / "root", trust=[keys["pub"]], timeout=1e-9)
     assert not (tmp_path / "root" / "torch_compile_cache").exists()
     r = cli("pull", f"{store}/llama:v1", "--cache-root", tmp_path / "root", "--trust", keys["pub"], "--timeout", "1e-9")

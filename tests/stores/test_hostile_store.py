@@ -12,7 +12,7 @@ import pytest
 from cachetool.errors import UsageError, VerificationError
 from cachetool.refs import parse_ref
 from cachetool.stores import open_store
-from cachetool.stores._common import hexof
+from cachetool.digests import hexof
 from cachetool.transfer import push
 
 
@@ -188,9 +188,9 @@ def test_ref_entries_cannot_forge_output_lines(keys, cli, store, tmp_path, field
 
 @pytest.fixture
 def oci_store(request, tmp_path):
-    from tests.stores.conftest import _make_store
+    from tests.stores.conftest import make_store
 
-    return _make_store("oci", request, tmp_path)
+    return make_store("oci", request, tmp_path)
 
 
 def test_signature_envelope_over_1_mib_round_trips_through_oci(bundle, keys, cli, oci_store, tmp_path):
@@ -269,7 +269,7 @@ def test_s3_objects_larger_than_their_bound_are_not_read_into_memory():
     st = S3Store.__new__(S3Store)
     st.bucket, st.url = "b", "s3://b/p"
     st.prefix = "p"
-    from cachetool.stores._common import Counters
+    from cachetool.stores.common import Counters
 
     st.counters = Counters()
     for length in (100 << 30, 0):  # a declared size, and a server that declares none
@@ -346,7 +346,7 @@ def test_hostile_registry_gives_one_line_errors(keys, cli, tmp_path):
     (200, None, False),  # the Range ignored: the body replaces the partial file
 ])
 def test_resume_follows_the_status_and_content_range(tmp_path, status, content_range, kept):
-    from cachetool.stores._common import Counters, download_resumable
+    from cachetool.stores.common import Counters, download_resumable
 
     data = b"0123456789"
     dest = tmp_path / "part"

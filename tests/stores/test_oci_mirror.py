@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from cachetool.stores._common import hexof
+from cachetool.digests import hexof
 from cachetool.transfer import push
 from tests.bundles.fixtures import tree_snapshot
 

@@ -181,9 +181,9 @@ def test_concurrent_pushes_of_two_platforms_keep_both(kind, request, tmp_path, b
     OCI read-check-write-verify)."""
     import threading
 
-    from tests.stores.conftest import _make_store
+    from tests.stores.conftest import make_store
 
-    s = _make_store(kind, request, tmp_path)
+    s = make_store(kind, request, tmp_path)
     for round_ in range(4):
         ref = s.ref(f"race{round_}")
         errors = []

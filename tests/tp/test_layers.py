@@ -94,3 +94,19 @@ def test_vocab_parallel_embedding_and_lm_head(tp: int) -> None:
 def test_single_process_state_is_tp1() -> None:
     assert ps.get_tp_size() == 1 and ps.get_tp_rank() == 0 and ps.get_dp_rank() == 0
     assert ps.parallel_config_values() == {"tensor_parallel_size": 1, "all_reduce": None}
+
+
+def test_parallel_config_is_one_module_that_imports_no_process_state() -> None:
+    """parallel_state and communication_op both read the hashed parallel configuration from parallel_config, which
+    imports neither of them (the import cycle they had is gone) nor torch."""
+    import ast
+    from pathlib import Path
+
+    from compiler.distributed import parallel_config
+
+    tree = ast.parse(Path(parallel_config.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert imported <= {"__future__", "typing"}
+    assert ps.parallel_config_values() == parallel_config.parallel_config_values(1)
+    assert parallel_config.parallel_config_values(2) == {"tensor_parallel_size": 2, "all_reduce": "functional"}

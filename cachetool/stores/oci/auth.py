@@ -16,30 +16,29 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
 from cachetool.errors import StoreError
+from compiler import envs
 
 TOKEN_USER = "<token>"  # docker's marker for an identity (refresh) token
 
 
 def docker_config_path() -> Path:
-    d = os.environ.get("DOCKER_CONFIG")
+    d = envs.get("DOCKER_CONFIG")
     return Path(d) / "config.json" if d else Path.home() / ".docker" / "config.json"
 
 
 def auth_files() -> list[Path]:
     """The credential files in the order they are consulted."""
     out = []
-    if os.environ.get("REGISTRY_AUTH_FILE"):
-        out.append(Path(os.environ["REGISTRY_AUTH_FILE"]))
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        out.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "containers" / "auth.json")
-    cfg_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    out.append(Path(cfg_home) / "containers" / "auth.json")
+    if envs.get("REGISTRY_AUTH_FILE"):
+        out.append(Path(envs.get("REGISTRY_AUTH_FILE")))
+    if envs.get("XDG_RUNTIME_DIR"):
+        out.append(Path(envs.get("XDG_RUNTIME_DIR")) / "containers" / "auth.json")
+    out.append(envs.config_home() / "containers" / "auth.json")
     out.append(docker_config_path())
     return out
 

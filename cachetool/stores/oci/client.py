@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import os
 import re
 import threading
-import time
-from urllib.parse import urlencode, urljoin
+from urllib.parse import urlencode, urljoin, urlsplit
 
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores._common import CHUNK
+from cachetool.retry import pause
+from cachetool.digests import CHUNK
+from compiler import envs
 from cachetool.stores.oci.auth import TOKEN_USER, parse_challenge, registry_credentials, where_logins_are
 from cachetool.stores.oci.tls import TLSConfig, describe_tls_error
 
@@ -47,7 +47,7 @@ class RegistryClient:
         self.repo = repo
         self.plain_http = plain_http
         self.tls = TLSConfig(host, verify=verify)
-        self.max_attempts = int(max_attempts or os.environ.get("CACHETOOL_STORE_MAX_ATTEMPTS", "5"))
+        self.max_attempts = int(max_attempts or envs.store_max_attempts())
         self.timeout = timeout
         self._session = requests.Session()
         self._session.headers["User-Agent"] = "cachetool"
@@ -182,8 +182,8 @@ class RegistryClient:
                 attempt += 1
                 if not retry or attempt >= self.max_attempts:
                     raise StoreError(f"{what}: cannot reach registry {self.host} ({type(exc).__name__}) after "
-                                     f"{attempt} attempt{'s' if attempt > 1 else ''}") from None
-                time.sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
+                                     f"{attempt} attempt{'s' if attempt > 1 else ''}", store=self.base) from None
+                pause(what, attempt - 1, f"cannot reach {self.host} ({type(exc).__name__})")
                 continue
             if r.status_code == 401 and not authed_once and "WWW-Authenticate" in r.headers:
                 authed_once = True
@@ -192,7 +192,7 @@ class RegistryClient:
                 continue
             if (r.status_code == 429 or r.status_code >= 500) and retry and attempt + 1 < self.max_attempts:
                 attempt += 1
-                time.sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
+                pause(what, attempt - 1, f"{self.host} answered {r.status_code}")
                 continue
             if r.status_code in ok:
                 return r
@@ -209,19 +209,20 @@ class RegistryClient:
 
     def http_error(self, r, what: str) -> Exception:
         codes, msg = self.error_codes(r)
+        fields = {"store": self.base, "key": urlsplit(getattr(r, "url", "") or "").path or None, "status": r.status_code}
         if r.status_code in (401, 403):
             return StoreError(f"{what}: access denied by registry {self.host} ({r.status_code}{' ' + codes[0] if codes else ''}): "
-                              f"check the login ({where_logins_are()})")
+                              f"check the login ({where_logins_are()})", **fields)
         if "NAME_UNKNOWN" in codes:
-            return NotFoundError(f"repository {self.repo!r} not found on {self.host}")
+            return NotFoundError(f"repository {self.repo!r} not found on {self.host}", **fields)
         if r.status_code == 404:
-            return NotFoundError(f"{what}: not found on {self.host}{' (' + codes[0] + ')' if codes else ''}")
+            return NotFoundError(f"{what}: not found on {self.host}{' (' + codes[0] + ')' if codes else ''}", **fields)
         if r.status_code == 405 and r.request.method == "DELETE":
-            return StoreError(f"{what}: registry {self.host} has deletes disabled")
+            return StoreError(f"{what}: registry {self.host} has deletes disabled", **fields)
         if r.status_code == 413 or "SIZE_INVALID" in codes and "manifest" in what:
-            return StoreError(f"{what}: registry {self.host} refused it as too large ({r.status_code})")
+            return StoreError(f"{what}: registry {self.host} refused it as too large ({r.status_code})", **fields)
         detail = f" {codes[0]}: {msg}" if codes else ""
-        return StoreError(f"{what}: registry {self.host} answered {r.status_code}{detail}".strip())
+        return StoreError(f"{what}: registry {self.host} answered {r.status_code}{detail}".strip(), **fields)
 
     def read_body(self, r, limit: int, what: str) -> bytes:
         """A streamed body, at most ``limit`` bytes (VerificationError past it); cut mid-way: StoreError."""

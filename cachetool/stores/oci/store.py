@@ -25,9 +25,11 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from cachetool.digests import hexof, sha256_file
 from cachetool.errors import NotFoundError, StoreError, UsageError, VerificationError
-from cachetool.stores._common import DL_CHUNK, Counters, download_resumable, hexof, now_iso, ref_entry
-from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.retry import log as retry_log, pause
+from cachetool.stores.common import DL_CHUNK, Counters, download_resumable, now_iso, ref_entry
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefEntry, RefIndex, Store
 from cachetool.stores.oci import media, packs
 from cachetool.stores.oci.client import RegistryClient
 from cachetool.stores.oci.media import A, CREATED
@@ -49,6 +51,7 @@ def _age_seconds(created: str) -> float:
 
 
 class OCIStore(Store):
+    capabilities = Capabilities(frozenset({"signatures"}), "converge")  # the registry collects blobs
     # Ref updates: how long a writer waits before it re-reads the tag to see that its write stuck.
     settle_s = 0.25
     update_attempts = 10
@@ -131,7 +134,7 @@ class OCIStore(Store):
             path = scratch / f"pack-{len(layers)}.tar"
             with open(path, "wb") as f:
                 packs.write_pack(members, blob_path, f)
-            digest, size = _file_digest(path)
+            digest, size = sha256_file(path)
             final = scratch / (hexof(digest) + ".tar")
             path.replace(final)
             for b in members:
@@ -173,7 +176,7 @@ class OCIStore(Store):
             except StoreError:
                 if attempt + 1 >= self.max_attempts:
                     raise
-                time.sleep(min(8.0, 0.5 * 2 ** attempt))
+                pause(what, attempt, "upload failed; new upload session")
 
     def _lock_for(self, key: str) -> threading.Lock:
         with self._lock:
@@ -233,7 +236,7 @@ class OCIStore(Store):
             if not member.exists():
                 tmp = scratch / f"{hexof(pack.digest)}.tar"
                 self._download(pack.digest, pack.size, tmp, what)
-                if _file_digest(tmp)[0] != pack.digest:
+                if sha256_file(tmp)[0] != pack.digest:
                     tmp.unlink(missing_ok=True)
                     raise VerificationError(f"{what}: content does not match digest {pack.digest[:19]}")
                 try:
@@ -569,6 +572,7 @@ class OCIStore(Store):
             if old is not None and new == old:
                 return new
             if self._tag_digest(tag) != digest:
+                retry_log.info("%s: %s:%s changed since it was read; merging again", what, self.url, tag)
                 continue
             write(new)
             time.sleep(self.settle_s * (1 + random.random()))
@@ -668,7 +672,7 @@ class OCIStore(Store):
                 yield from (RefIndex(sub, i.tag, i.entries) for i in child._refs_of_repo(sub))
 
     # -------------------------------------------------------------------------------------------- gc
-    def gc(self, dry_run: bool = False, older_than: float = 0.0) -> list[str]:
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
         """Delete signatures whose bundle no tag reaches, written at least ``older_than`` seconds ago.
 
         Every tag is read first; a tag that cannot be read (a transient error) stops the collection before
@@ -721,15 +725,3 @@ class OCIStore(Store):
 
 def _has_entries(x) -> bool:
     return bool(getattr(x, "entries", x))
-
-
-def _file_digest(path: Path) -> tuple[str, int]:
-    import hashlib
-
-    h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            n += len(chunk)
-    return "sha256:" + h.hexdigest(), n

@@ -15,13 +15,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from compiler import envs
+
 
 def certs_d_roots() -> list[Path]:
-    env = os.environ.get("CACHETOOL_CERTS_D")
+    env = envs.get("CACHETOOL_CERTS_D")
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
-    cfg_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return [Path(cfg_home) / "containers" / "certs.d", Path("/etc/containers/certs.d"), Path("/etc/docker/certs.d")]
+    return [envs.config_home() / "containers" / "certs.d", Path("/etc/containers/certs.d"), Path("/etc/docker/certs.d")]
 
 
 def host_certs_dir(host: str) -> Path | None:
@@ -34,7 +35,7 @@ def host_certs_dir(host: str) -> Path | None:
 
 
 def default_ca_bundle() -> str | None:
-    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or None
+    return envs.get("REQUESTS_CA_BUNDLE") or envs.get("CURL_CA_BUNDLE") or None
 
 
 class TLSConfig:

@@ -1,25 +1,25 @@
-"""Helpers shared by the store implementations: ref-index JSON, digests, atomic files, transfer counters."""
+"""What the store implementations share: ref-index JSON, size bounds, resumable downloads, transfer counters.
+
+Digests and blob refs live in :mod:`cachetool.digests`, atomic writes in :mod:`cachetool.atomic`; both are
+re-exported here for the stores (``CHUNK``, ``hexof``, ``atomic_write``)."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
-import os
 import re
-import shutil
-import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
-from cachetool.errors import StoreError, VerificationError
-from cachetool.stores.base import RefEntry, RefIndex
+from cachetool.atomic import atomic_file, atomic_write  # noqa: F401
+from cachetool.digests import CHUNK, hexof  # noqa: F401
+from cachetool.errors import OversizeBlobError, StoreError, VerificationError  # noqa: F401
+from cachetool.retry import pause
+from cachetool.stores.base import RefEntry, RefIndex, TransferCounters
+
+Counters = TransferCounters  # the name the stores construct
 
 REF_FORMAT = "cachetool.ref.v1"
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-CHUNK = 1 << 20
 # Bounds on what a store may hand back for one object (manifest.py and signing.py refuse larger ones anyway; this
 # keeps a hostile store from filling memory first).
 MAX_MANIFEST = 512 << 20
@@ -27,13 +27,6 @@ MAX_SIGNATURE = 1 << 30
 MAX_REF = 16 << 20
 # Downloads read in small pieces: a read cut mid-piece loses that piece, and what was written is resumed.
 DL_CHUNK = 64 << 10
-
-
-def hexof(digest: str) -> str:
-    """``sha256:<hex>`` → ``<hex>``, refusing anything else (a digest becomes a file or key name)."""
-    if not isinstance(digest, str) or not _DIGEST_RE.match(digest):
-        raise VerificationError(f"not a sha256 digest: {digest!r}")
-    return digest[7:]
 
 
 def now_iso() -> str:
@@ -92,42 +85,6 @@ def index_from_json(data: bytes, where: str) -> RefIndex:
         raise StoreError(f"{where} is not a cachetool ref (JSON nested too deeply)") from None
 
 
-@contextlib.contextmanager
-def atomic_file(path: Path, *, fsync: bool = True) -> Iterator:
-    """A binary file object that becomes ``path`` (mode 0644) only when the block ends without an error: written
-    to a temp name in the same folder, fsynced, renamed. On an error the temp file is removed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write(path: Path, data: bytes | None = None, *, src: Path | None = None, fsync: bool = True) -> None:
-    """Write ``data`` (or copy ``src``) to ``path`` through a temp file in the same folder and a rename."""
-    with atomic_file(path, fsync=fsync) as f:
-        if data is not None:
-            f.write(data)
-        else:
-            with open(src, "rb") as s:
-                shutil.copyfileobj(s, f, CHUNK)
-
-
-class OversizeBlobError(VerificationError):
-    """A store sent more bytes for a blob than the manifest declares (a hostile or broken store)."""
-
-
 def write_bounded(chunks: Iterable[bytes], out, room: int, what: str, count: Callable[[int], None]) -> None:
     """Write ``chunks`` to ``out``, refusing to go past ``room`` bytes: a store can't fill the disk with a blob
     larger than the (signed) manifest says. ``count`` receives each piece's length as it is written."""
@@ -170,7 +127,7 @@ def body_start(offset: int, status: int, content_range: str | None) -> int | Non
 def download_resumable(dest: Path, size: int, what: str,
                        open_from: Callable[[int], tuple[Iterable[bytes], int, str | None] | None],
                        cut_errors: tuple[type[BaseException], ...], cut_error: Callable[[BaseException], Exception],
-                       counters: "Counters", max_attempts: int) -> None:
+                       counters: TransferCounters, max_attempts: int) -> None:
     """Download a blob of ``size`` stored bytes to ``dest``, keeping what a cut transfer left and resuming it.
 
     ``open_from(offset)`` asks the store for the bytes from ``offset`` on and returns ``(chunks, status,
@@ -203,27 +160,5 @@ def download_resumable(dest: Path, size: int, what: str,
         except cut_errors as exc:
             if attempt + 1 >= max_attempts:
                 raise cut_error(exc) from None
-            time.sleep(min(8.0, 0.5 * 2 ** attempt))
+            pause(what, attempt, f"transfer cut ({type(exc).__name__}); resuming")
     raise StoreError(f"{what}: gave up after {max_attempts} attempts")
-
-
-class Counters:
-    """Bytes and requests moved by a store, thread-safe; read by transfer results and the benchmark."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.bytes_up = 0
-        self.bytes_down = 0
-        self.blobs_resumed = 0
-
-    def up(self, n: int) -> None:
-        with self._lock:
-            self.bytes_up += n
-
-    def down(self, n: int) -> None:
-        with self._lock:
-            self.bytes_down += n
-
-    def resumed(self) -> None:
-        with self._lock:
-            self.blobs_resumed += 1

@@ -1,0 +1,88 @@
+"""What every CLI command module shares: the one-line error command class, the OSError wrapper, byte sizes, loud
+warnings, the cache-root default and the ``--layout`` option (its choices come from the layout registry)."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+from cachetool.errors import CachetoolError, UsageError
+
+
+class OneLineCommand(click.Command):
+    """A bad flag, a missing argument or a bad value is one ``error:`` line and exit 2, like every other bad
+    input (click's own report is three lines, with ``Usage:`` and ``Error:``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise UsageError(f"{exc.format_message()} (see `cachetool {self.name} --help`)") from None
+
+
+def os_errors_one_line(fn):
+    """An OSError (permissions, disk full, a folder where a file was expected) becomes one ``error:`` line."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            raise CachetoolError(f"{fn.__name__.removesuffix('_cmd')}:{where}: {exc.strerror or exc}") from None
+
+    return wrapper
+
+
+def human_size(n: int) -> str:
+    """``1536`` → ``1.5 KiB``."""
+    f = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if f < 1024 or unit == "TiB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
+        f /= 1024
+    return f"{n} B"
+
+
+def warn_loud(msg: str) -> None:
+    """A warning the user must not miss (unsigned, unverified): red and bold on stderr."""
+    click.secho(msg, fg="red", bold=True, err=True)
+
+
+def cache_root_default() -> str:
+    """``CACHETOOL_CACHE_ROOT`` or ``~/.cache/cachetool`` (read through the environment registry)."""
+    from compiler import envs
+
+    return str(envs.cache_root())
+
+
+def layout_option(help: str | None = None):
+    """``--layout`` with the registry's choices (``auto`` and every layout in :mod:`cachetool.layouts`)."""
+    from cachetool.layouts import CHOICES
+
+    return click.option("--layout", type=click.Choice(list(CHOICES)), default="auto", show_default=True, help=help)
+
+
+trust_option = click.option(
+    "--trust", "trust", multiple=True, metavar="PUB",
+    help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
+         "~/.config/cachetool/trusted_keys/*.pub.")
+
+cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
+                                 help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
+
+ranks_option = click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
+
+
+def replace_options(f):
+    """The flags of ``install`` and ``pull`` that say what happens to units that differ, and to the signature."""
+    for opt in reversed([
+        click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
+                     "overrides --keep-changed)."),
+        click.option("--keep-changed", is_flag=True,
+                     help="Refuse (exit 4) instead of replacing a unit whose files differ."),
+        click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous)."),
+    ]):
+        f = opt(f)
+    return f

@@ -1,0 +1,63 @@
+"""The error module: one home for every class, fields on the errors, builtin bases, logged retries."""
+
+import logging
+
+
+from cachetool import errors
+
+
+def test_every_error_class_lives_in_errors_and_keeps_its_old_import_path():
+    from cachetool import bundle, install, manifest, signing
+    from cachetool.stores import common
+
+    for mod, names in [(install, ["BlobVerificationError", "UnsafeDestinationError", "PreflightError",
+                                  "InstallIOError", "ConflictError", "UnitChangedError", "PathTooLongError"]),
+                       (signing, ["SignatureError", "UnsignedError", "UntrustedKeyError", "BadSignatureError"]),
+                       (manifest, ["ManifestError", "UnsupportedSchemaError", "UnsafePathError"]),
+                       (bundle, ["BundleFormatError"]), (common, ["OversizeBlobError"])]:
+        for name in names:
+            assert getattr(mod, name) is getattr(errors, name), name
+            assert getattr(errors, name).__module__ == "cachetool.errors"
+
+
+def test_fields_and_message():
+    e = errors.NotFoundError("gone", store="s3://b", ref="m:v1", key="refs/m/v1.json", status="NoSuchKey")
+    assert (str(e), e.message, e.store, e.ref, e.key, e.status) == ("gone", "gone", "s3://b", "m:v1",
+                                                                      "refs/m/v1.json", "NoSuchKey")
+    plain = errors.StoreError("down")
+    assert (plain.store, plain.ref, plain.key, plain.status) == (None, None, None, None)
+
+
+def test_builtin_bases_and_exit_codes():
+    assert issubclass(errors.UsageError, ValueError) and issubclass(errors.NotFoundError, LookupError)
+    assert not issubclass(errors.WaitTimeoutError, OSError)  # the installer maps OSError; a timeout is not one
+    assert errors.TimeoutError_ is errors.WaitTimeoutError and errors.WaitTimeoutError.exit_code == 7
+    assert [c.exit_code for c in (errors.UsageError, errors.VerificationError, errors.CacheMissError,
+                                  errors.NotFoundError, errors.StoreError, errors.WaitTimeoutError,
+                                  errors.CompileInStrictModeError, errors.DiskFullError)] == list(range(2, 10))
+
+
+def test_a_cut_download_retry_is_logged(tmp_path, monkeypatch, caplog):
+    from cachetool import retry
+    from cachetool.stores.common import Counters, download_resumable
+
+    monkeypatch.setattr(retry.time, "sleep", lambda s: None)
+    data = b"x" * 100
+    calls = []
+
+    def open_from(offset):
+        calls.append(offset)
+
+        def body():
+            yield data[offset:offset + 40]
+            if not calls[1:]:
+                raise ConnectionError("cut")
+            yield data[offset + 40:]
+        return body(), 206 if offset else 200, f"bytes {offset}-99/100" if offset else None
+
+    with caplog.at_level(logging.INFO, logger="cachetool.retry"):
+        download_resumable(tmp_path / "b", 100, "download blob x", open_from, (ConnectionError,),
+                           lambda exc: errors.StoreError(str(exc)), Counters(), 3)
+    assert (tmp_path / "b").read_bytes() == data and calls == [0, 40]
+    [rec] = [r for r in caplog.records if r.name == "cachetool.retry"]
+    assert "download blob x" in rec.getMessage() and "attempt 1 failed" in rec.getMessage()
