@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from compiler import envs
+
 INDUCTOR_ENV_PREFIXES = ("TORCHINDUCTOR_", "TRITON_", "TORCH_COMPILE_", "PYTORCH_")
 # Settings that change no generated code (where caches go, logging): not evidence.
 _NOT_EVIDENCE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK", "TRITON_HOME",
@@ -128,7 +130,7 @@ def triton_version() -> str | None:
 def cpu_capability() -> str:
     """The vector ISA ATen dispatches to (``torch.backends.cpu.get_cpu_capability()``), from
     ``ATEN_CPU_CAPABILITY`` or the CPU flags in ``/proc/cpuinfo``."""
-    forced = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().upper()
+    forced = (envs.hashed("ATEN_CPU_CAPABILITY") or "").strip().upper()
     flags: set[str] = set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -149,7 +151,7 @@ def cpu_capability() -> str:
 
 def _visible_index(index: int) -> int | str:
     """The NVML index (or UUID) of CUDA device ``index`` as ``CUDA_VISIBLE_DEVICES`` maps it."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = envs.raw("CUDA_VISIBLE_DEVICES")
     if visible is None or visible.strip() == "":
         return index
     items = [v.strip() for v in visible.split(",") if v.strip()]
@@ -190,8 +192,7 @@ def cpu_device() -> dict[str, str]:
 
 def inductor_env() -> dict[str, str]:
     """The environment variables Inductor and Triton read settings from (where caches go excluded)."""
-    return {k: v for k, v in sorted(os.environ.items())
-            if k.startswith(INDUCTOR_ENV_PREFIXES) and k not in _NOT_EVIDENCE}
+    return {k: v for k, v in envs.by_prefix(INDUCTOR_ENV_PREFIXES).items() if k not in _NOT_EVIDENCE}
 
 
 def evidence() -> dict[str, Any]:

@@ -52,6 +52,7 @@ VARIABLES: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("RANK", "0", "torch.distributed: this rank (init_from_env)", True),
     EnvVar("LOCAL_RANK", None, "torch.distributed: this rank on its host; default RANK", True),
     EnvVar("MASTER_PORT", None, "torch.distributed rendezvous port; a free one when unset", True),
+    EnvVar("CUDA_VISIBLE_DEVICES", None, "which GPUs a process sees; maps a CUDA index to NVML's (preflight)", True),
 )}
 
 
@@ -124,3 +125,16 @@ def trusted_keys() -> list[str]:
 def env_factor_values() -> dict[str, str]:
     """The environment variables that change compiled code, as set in this process (unset ones omitted)."""
     return {name: os.environ[name] for name in ENV_FACTOR_VARS if name in os.environ}
+
+
+def by_prefix(prefixes: tuple[str, ...]) -> dict[str, str]:
+    """Every variable set whose name starts with one of ``prefixes`` (another tool's settings, e.g. Inductor's
+    ``TORCHINDUCTOR_*``, recorded as evidence rather than read as ours), sorted by name."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+
+def hashed(name: str) -> str | None:
+    """A variable of :data:`ENV_FACTOR_VARS` (hashed into the env factor) as set, or None."""
+    if name not in ENV_FACTOR_VARS:
+        raise KeyError(name)
+    return os.environ.get(name)

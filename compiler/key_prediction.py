@@ -171,13 +171,6 @@ def predict_layout(root: Path, local: LocalFactors, *, rank: int = 0, dp_rank: i
 
 # ---------------------------------------------------------------------- a server's key, before it starts
 
-def parallel_config_values(tensor_parallel_size: int) -> dict[str, Any]:
-    """:func:`compiler.distributed.parallel_state.parallel_config_values` as a server with this TP size and the
-    default all-reduce will record it (that module imports torch.distributed)."""
-    return {"tensor_parallel_size": tensor_parallel_size,
-            "all_reduce": "functional" if tensor_parallel_size > 1 else None}
-
-
 @dataclass(frozen=True)
 class ServerKeyPredictor:
     """The cache key a server will compute for ``model`` (preset, ``config.json`` or folder) with this compilation
@@ -190,10 +183,12 @@ class ServerKeyPredictor:
     tensor_parallel_size: int = 1
 
     def model_config(self) -> dict[str, Any]:
+        from compiler.distributed.parallel_config import DEFAULT_ALL_REDUCE, parallel_config_values
         from compiler.models.llama_config import config_values, default_dtype, read_config
 
         cfg, _ = read_config(self.model)
-        return config_values(cfg, default_dtype(self.device), parallel_config_values(self.tensor_parallel_size))
+        parallel = parallel_config_values(self.tensor_parallel_size, DEFAULT_ALL_REDUCE)  # a server's default
+        return config_values(cfg, default_dtype(self.device), parallel)
 
     def local_factors(self, candidate: cache_key.CacheKey) -> LocalFactors:
         compiler = cache_key.cheap_compiler_factors(self.device, candidate.factors.get("compiler") or {})

@@ -299,3 +299,16 @@ def test_the_dynamo_path_checks_the_recorded_artifact_digest(warmed_modes, tmp_p
     assert proc.returncode == 8, proc.stderr[-2000:]
     assert f"Could not load {artifact.name} (AotEntryError: artifact {artifact.name} does not match its recorded " \
            "digest)" in proc.stderr
+
+
+def test_pull_model_imports_no_torch(warmed_modes, tmp_path: Path) -> None:
+    """The init-container's pull, --model included, answers from files: torch is never imported."""
+    root, warm = warmed_modes["backed"]
+    ref, pub = _pushed(root, tmp_path)
+    script = ("import json, sys\nfrom cachetool.cli import main\n"
+              f"rc = main(['pull', {ref!r}, '--cache-root', {str(tmp_path / 'fresh')!r}, '--trust', {str(pub)!r}, "
+              "'--model', 'tiny'])\nprint(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))\n")
+    proc = subprocess.run([os.sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(),
+                          cwd=str(REPO), timeout=120)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"rc": 0, "torch": False}, proc.stderr[-2000:]
+    assert f"cache key {warm['cache_key']}" in proc.stdout + proc.stderr
