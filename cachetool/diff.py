@@ -14,37 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import NotFoundError, UsageError
-
-FACTORS = ("env", "config", "code", "compiler")
-_UNSET = "<unset>"
-
-
-@dataclasses.dataclass(frozen=True)
-class Difference:
-    category: str  # "env" | "config" | "code" | "compiler" | "fingerprint" | "factors" | "keys"
-    name: str  # the variable, dotted config field, traced file id, compiler key or fingerprint field
-    a: Any
-    b: Any
-    cache: str = ""  # "hashA vs hashB" when several caches are compared
-
-    def line(self) -> str:
-        where = f" [{self.cache}]" if self.cache else ""
-        if self.category == "code":
-            if self.a == _UNSET:
-                return f"code: traced file {self.name!r} only in B{where}"
-            if self.b == _UNSET:
-                return f"code: traced file {self.name!r} only in A{where}"
-            return f"code: traced file {self.name!r} differs ({str(self.a)[:12]} vs {str(self.b)[:12]}){where}"
-        return f"{self.category}: {self.name}: {_fmt(self.a)} vs {_fmt(self.b)}{where}"
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def _fmt(v: Any) -> str:
-    s = v if v == _UNSET else repr(v)
-    return s if len(s) <= 80 else s[:77] + "..."
-
+from cachetool.factors import FACTORS, UNSET, Difference, compare_factors, flatten  # noqa: F401 - re-exported
 
 @dataclasses.dataclass
 class Side:
@@ -52,17 +22,6 @@ class Side:
     keys: list[tuple[str, dict | None]]  # (cache hash, factors)
     fingerprint: dict
     partial: bool = False  # True for "local": only env + compiler known
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        if not value and prefix:
-            out[prefix] = {}
-        for k, v in value.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
 
 
 def load_side(spec: str, *, device: str | None = None) -> Side:
@@ -102,48 +61,6 @@ def load_side(spec: str, *, device: str | None = None) -> Side:
     return Side(str(p), [(k.hash, k.factors) for k in s.keys], fingerprint_from_factors(comp, fp))
 
 
-def _values(factors: dict | None, name: str) -> tuple[str | None, dict | None]:
-    if not isinstance(factors, dict):
-        return None, None
-    f = factors.get(name)
-    if isinstance(f, dict) and "values" in f:
-        return f.get("hash"), f["values"] if isinstance(f["values"], dict) else {"value": f["values"]}
-    return None, None
-
-
-def compare_factors(fa: dict | None, fb: dict | None, *, only: tuple[str, ...] = FACTORS, cache: str = "") -> list[Difference]:
-    out: list[Difference] = []
-    structured = any(_values(fa, n)[1] is not None for n in FACTORS) and any(_values(fb, n)[1] is not None for n in FACTORS)
-    if not structured:
-        # Unknown (e.g. vLLM's own) factor files: compare them field by field.
-        def raw(f):
-            return f["raw"] if isinstance(f, dict) and set(f) == {"raw"} else (f or {})
-
-        a, b = flatten(raw(fa)), flatten(raw(fb))
-        for k in sorted(set(a) | set(b)):
-            if a.get(k, _UNSET) != b.get(k, _UNSET):
-                out.append(Difference("factors", k, a.get(k, _UNSET), b.get(k, _UNSET), cache))
-        return out
-    for name in only:
-        ha, va = _values(fa, name)
-        hb, vb = _values(fb, name)
-        if va is None and vb is None:
-            continue
-        if ha is not None and ha == hb:
-            continue
-        a = flatten(va or {}) if name in ("config",) else (va or {})
-        b = flatten(vb or {}) if name in ("config",) else (vb or {})
-        names = sorted(set(a) | set(b), key=str)
-        found = False
-        for k in names:
-            if a.get(k, _UNSET) != b.get(k, _UNSET):
-                out.append(Difference(name, str(k), a.get(k, _UNSET), b.get(k, _UNSET), cache))
-                found = True
-        if not found and ha != hb:
-            out.append(Difference(name, "<hash>", ha, hb, cache))
-    return out
-
-
 def diff_sides(a: Side, b: Side) -> list[Difference]:
     from cachetool.fingerprint import FIELDS
 
@@ -155,7 +72,7 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
     only = ("env", "compiler") if (a.partial or b.partial) else FACTORS
     if not a.keys or not b.keys:
         if a.keys or b.keys:
-            out.append(Difference("keys", "caches", [h for h, _ in a.keys] or _UNSET, [h for h, _ in b.keys] or _UNSET))
+            out.append(Difference("keys", "caches", [h for h, _ in a.keys] or UNSET, [h for h, _ in b.keys] or UNSET))
         return out
     pairs: list[tuple[tuple, tuple]] = []
     if a.partial or b.partial:
@@ -167,9 +84,9 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
         pairs = [((h, f), bh[h]) for h, f in a.keys if h in bh]
         pairs += list(zip(rest_a, rest_b))
         for h, _ in rest_a[len(rest_b):]:
-            out.append(Difference("keys", h, "present", _UNSET))
+            out.append(Difference("keys", h, "present", UNSET))
         for h, _ in rest_b[len(rest_a):]:
-            out.append(Difference("keys", h, _UNSET, "present"))
+            out.append(Difference("keys", h, UNSET, "present"))
     multi = len(pairs) > 1
     for (ha, fa), (hb, fb) in pairs:
         out += compare_factors(fa, fb, only=only, cache=f"{ha} vs {hb}" if multi else "")

@@ -45,6 +45,7 @@ from typing import Callable, Iterable
 from cachetool.errors import (BlobVerificationError, CacheMissError, CachetoolError, ConflictError, DiskFullError,  # noqa: F401
                               InstallIOError, PathTooLongError, PreflightError, UnitChangedError, UnsafeDestinationError,
                               UsageError, VerificationError, WaitTimeoutError)
+from cachetool.factors import compare_factors, short_repr
 from cachetool.manifest import RESERVED_PREFIX, FileEntry, Manifest, Unit, manifest_digest, short_path
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef
@@ -94,25 +95,6 @@ def _factor_values(key_factors: dict | None, name: str) -> dict | None:
     return None
 
 
-def _dict_diff(a: dict, b: dict) -> list[str]:
-    return sorted(k for k in set(a) | set(b) if a.get(k, "<unset>") != b.get(k, "<unset>"))
-
-
-def _short(v) -> str:
-    s = repr(v)
-    return s if len(s) <= 60 else s[:57] + "..."
-
-
-def _nested_diff(a, b, prefix: str = "") -> list[tuple[str, object, object]]:
-    """Dotted paths where two JSON values differ, with both sides (``<unset>`` where a key is missing)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b), key=str):
-            out += _nested_diff(a.get(k, "<unset>"), b.get(k, "<unset>"), f"{prefix}{k}.")
-        return out
-    return [] if a == b else [(prefix.rstrip("."), a, b)]
-
-
 def check_expected_key(manifest: Manifest, expected: dict) -> str:
     """Compare the bundle's cache keys with ``expected`` (``CacheKey.to_json()`` of the config the server will
     run, from :func:`compiler.runner.compute_cache_key`). Returns the matching hash; raises
@@ -125,18 +107,18 @@ def check_expected_key(manifest: Manifest, expected: dict) -> str:
         raise PreflightError(f"preflight: bundle cannot hit here: it holds cache(s) "
                              f"{', '.join(k.hash for k in manifest.keys) or '(none)'}, this config needs {want}")
     k = with_factors[0]
-    for name in ("config", "code", "env", "compiler"):
-        got, exp = _factor_values(k.factors, name), _factor_values(expected.get("factors"), name)
-        if got is None or exp is None:
+    ours = expected.get("factors") or {}
+    for name in ("config", "code", "env", "compiler"):  # the first factor present on both sides that differs
+        if _factor_values(k.factors, name) is None or _factor_values(ours, name) is None:
             continue
-        diffs = _nested_diff(got, exp)
+        diffs = compare_factors(k.factors, ours, only=(name,))
         if diffs:
-            field, b, e = diffs[0]
-            more = f" (also: {', '.join(d[0] for d in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
+            d = diffs[0]
+            more = f" (also: {', '.join(x.name for x in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
                 if len(diffs) > 1 else ""
             raise PreflightError(
-                f"preflight: bundle cannot hit here: {name} factor field {field!r} differs: bundle {_short(b)}, "
-                f"this config {_short(e)}{more} (cache {k.hash} vs {want})")
+                f"preflight: bundle cannot hit here: {name} factor field {d.name!r} differs: bundle "
+                f"{short_repr(d.a)}, this config {short_repr(d.b)}{more} (cache {k.hash} vs {want})")
     raise PreflightError(f"preflight: bundle cannot hit here: cache {k.hash} differs from this config's {want}")
 
 
@@ -161,8 +143,8 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
         field, b, l = diffs[0]
         more = f" (also: {', '.join(d[0] for d in diffs[1:])})" if len(diffs) > 1 else ""
         raise PreflightError(
-            f"preflight: bundle cannot hit here: fingerprint {field!r} differs: bundle {_short(b)}, "
-            f"this machine {_short(l)}{more}")
+            f"preflight: bundle cannot hit here: fingerprint {field!r} differs: bundle {short_repr(b)}, "
+            f"this machine {short_repr(l)}{more}")
     checked.append("fingerprint")
 
     with_factors = [k for k in manifest.keys if _factor_values(k.factors, "compiler") is not None
@@ -181,13 +163,15 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     for k in with_factors:
         for name, local in (("compiler", _local_compiler_values(ck, local_dev, k.factors)), ("env", local_env)):
             values = _factor_values(k.factors, name)
-            diff = _dict_diff(values, local) if values is not None else []
+            diff = compare_factors({name: {"values": values}}, {name: {"values": local}}, only=(name,)) \
+                if values is not None else []
             if diff:
-                f0 = diff[0]
-                more = f" (also: {', '.join(diff[1:6])}{', ...' if len(diff) > 6 else ''})" if len(diff) > 1 else ""
+                d = diff[0]
+                more = f" (also: {', '.join(x.name for x in diff[1:6])}{', ...' if len(diff) > 6 else ''})" \
+                    if len(diff) > 1 else ""
                 raise PreflightError(
-                    f"preflight: bundle cannot hit here: {name} factor {f0!r} of cache {k.hash} differs: bundle "
-                    f"{_short(values.get(f0, '<unset>'))}, this machine {_short(local.get(f0, '<unset>'))}{more}")
+                    f"preflight: bundle cannot hit here: {name} factor {d.name!r} of cache {k.hash} differs: bundle "
+                    f"{short_repr(d.a)}, this machine {short_repr(d.b)}{more}")
     checked += ["compiler factors", "env factors"]
     return checked
 

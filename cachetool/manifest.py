@@ -21,6 +21,7 @@ import unicodedata
 from typing import Any
 
 from cachetool import __version__
+from cachetool.factors import short_repr
 from cachetool.errors import ManifestError, UnsafePathError, UnsupportedSchemaError, VerificationError  # noqa: F401
 from cachetool.digests import BlobRef, is_digest
 
@@ -93,7 +94,7 @@ def short_path(path: str, limit: int = 80) -> str:
 def validate_relpath(path: Any, what: str = "path") -> str:
     """Return ``path`` if it is a safe, normalised, relative POSIX path; raise :class:`UnsafePathError`."""
     if not isinstance(path, str) or not path:
-        raise UnsafePathError(f"manifest {what} {_short_repr(path)} is not a non-empty string")
+        raise UnsafePathError(f"manifest {what} {short_repr(path)} is not a non-empty string")
     if len(path) > MAX_PATH_LEN:
         raise UnsafePathError(f"manifest {what} {short_path(path)} is longer than {MAX_PATH_LEN} characters")
     bad = unsafe_char(path)
@@ -146,13 +147,8 @@ def _check_fingerprint(fp: Any) -> dict:
         if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", k):
             raise ManifestError(f"manifest fingerprint field {k[:64]!r} is not a plain name")
         if v is not None and (not isinstance(v, str) or len(v) > 256 or any(ord(c) < 32 for c in v)):
-            raise ManifestError(f"manifest fingerprint {k!r} is {_short_repr(v)}: expected a short string or null")
+            raise ManifestError(f"manifest fingerprint {k!r} is {short_repr(v)}: expected a short string or null")
     return fp
-
-
-def _short_repr(v: Any) -> str:
-    s = repr(v)
-    return s if len(s) <= 60 else s[:57] + "..."
 
 
 @dataclasses.dataclass(frozen=True)
