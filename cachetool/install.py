@@ -95,6 +95,15 @@ def _factor_values(key_factors: dict | None, name: str) -> dict | None:
     return None
 
 
+def _factor_refusal(diffs: list, what: str, ours: str, suffix: str, also: int, of: str = "") -> PreflightError:
+    """The one-line refusal naming the first of ``diffs`` (then up to ``also`` more field names)."""
+    d = diffs[0]
+    more = f" (also: {', '.join(x.name for x in diffs[1:1 + also])}{', ...' if len(diffs) > 1 + also else ''})" \
+        if len(diffs) > 1 else ""
+    return PreflightError(f"preflight: bundle cannot hit here: {what} {d.name!r}{of} differs: bundle "
+                          f"{short_repr(d.a)}, {ours} {short_repr(d.b)}{more}{suffix}")
+
+
 def check_expected_key(manifest: Manifest, expected: dict) -> str:
     """Compare the bundle's cache keys with ``expected`` (``CacheKey.to_json()`` of the config the server will
     run, from :func:`compiler.runner.compute_cache_key`). Returns the matching hash; raises
@@ -113,12 +122,7 @@ def check_expected_key(manifest: Manifest, expected: dict) -> str:
             continue
         diffs = compare_factors(k.factors, ours, only=(name,))
         if diffs:
-            d = diffs[0]
-            more = f" (also: {', '.join(x.name for x in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
-                if len(diffs) > 1 else ""
-            raise PreflightError(
-                f"preflight: bundle cannot hit here: {name} factor field {d.name!r} differs: bundle "
-                f"{short_repr(d.a)}, this config {short_repr(d.b)}{more} (cache {k.hash} vs {want})")
+            raise _factor_refusal(diffs, f"{name} factor field", "this config", f" (cache {k.hash} vs {want})", 3)
     raise PreflightError(f"preflight: bundle cannot hit here: cache {k.hash} differs from this config's {want}")
 
 
@@ -166,12 +170,7 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
             diff = compare_factors({name: {"values": values}}, {name: {"values": local}}, only=(name,)) \
                 if values is not None else []
             if diff:
-                d = diff[0]
-                more = f" (also: {', '.join(x.name for x in diff[1:6])}{', ...' if len(diff) > 6 else ''})" \
-                    if len(diff) > 1 else ""
-                raise PreflightError(
-                    f"preflight: bundle cannot hit here: {name} factor {d.name!r} of cache {k.hash} differs: bundle "
-                    f"{short_repr(d.a)}, this machine {short_repr(d.b)}{more}")
+                raise _factor_refusal(diff, f"{name} factor", "this machine", "", 5, of=f" of cache {k.hash}")
     checked += ["compiler factors", "env factors"]
     return checked
 
