@@ -13,7 +13,6 @@ Used by the hot start (:mod:`compiler.capture`), which looks for a matching fold
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import sys
@@ -207,12 +206,3 @@ class ServerKeyPredictor:
             except KeyMiss as miss:
                 reasons.append(miss.reason if len(candidates) == 1 else f"{candidate.hash}: {miss.reason}")
         raise KeyMiss("; ".join(reasons) or "the bundle holds no cache key")
-
-
-def key_from_json(data: dict[str, Any]) -> cache_key.CacheKey:
-    """A :class:`~compiler.cache_key.CacheKey` from the JSON of a ``cache_key_factors.json``."""
-    return cache_key.CacheKey(hash=data["hash"], factors=data["factors"])
-
-
-def load_key(text: str) -> cache_key.CacheKey:
-    return key_from_json(json.loads(text))

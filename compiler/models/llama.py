@@ -11,9 +11,7 @@ in later without touching the model code.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
