@@ -10,9 +10,9 @@ Flow inside :class:`PiecewiseBackend` (called by Dynamo once per captured graph)
    (:mod:`compiler.compiler_interface`) and save it; identical pieces are compiled/loaded once per process;
 4. replace each piece by a :class:`PiecewiseRunnable`, the seam for CUDA graphs and per-size compiles.
 
-A warm also saves the AOT entry (:mod:`compiler.aot_entry`): :meth:`PiecewiseBackend.entry_backend` is the backend
-of a second, AOT capture that reuses the pieces compiled in this process. A hot start loads that entry with
-:func:`load_hot_start`, which loads each distinct artifact once and skips Dynamo, the split and the fake-tensor
+A warm also saves the AOT entry (:mod:`compiler.aot_entry`): :func:`entry_backend` is the backend of a second,
+AOT capture that reuses the pieces compiled in this process. A hot start loads that entry through
+:class:`HotStartBackend`, which loads each distinct artifact once and skips Dynamo, the split and the fake-tensor
 pass. Neither path writes into a cache folder that already holds what it would write.
 """
 
