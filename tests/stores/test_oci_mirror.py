@@ -18,6 +18,7 @@ import pytest
 from cachetool.digests import hexof
 from cachetool.transfer import push
 from tests.bundles.fixtures import tree_snapshot
+from tests.compiler.conftest import warmed_root  # noqa: F401 - the compiled tiny-model root, a fixture
 
 pytestmark = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
 
@@ -79,3 +80,28 @@ def test_mirror_without_the_signature_is_refused(oci_registry, oci_mirror, bundl
     res = cli("pull", f"{oci_mirror.url}/{repo}:v1", "--cache-root", tmp_path / "root", "--trust", keys["pub"])
     assert res.rc == 3 and "not signed" in res.error_line(), res
     assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("how", ["all", "layout"])
+def test_a_mirrored_compiled_cache_pulls_and_the_server_compiles_nothing(how, oci_registry, oci_mirror, warmed_root,
+                                                                          keys, tmp_path, cli):
+    """The whole path through a mirror: a real tiny-model cache (``cachetool warm``) pushed, copied by skopeo,
+    pulled from the mirror with the server's key checked, then ``check --require-hit`` starts hot."""
+    from tests.compiler.conftest import run_cli
+
+    root, warm, _ = warmed_root
+    repo = f"ml/real-{uuid.uuid4().hex[:6]}"
+    res = cli("push", root, f"{oci_registry.url}/{repo}:v1", "--sign-key", keys["priv"], "--json")
+    assert res.rc == 0, res
+    oci_digest = json.loads(res.out)["pinned"].rsplit("@", 1)[1]
+    _mirror(oci_registry.host, oci_mirror.host, repo, "v1", f"sha256-{hexof(oci_digest)}", how, tmp_path)
+    server_root = tmp_path / "server"
+    res = cli("pull", f"{oci_mirror.url}/{repo}:v1", "--cache-root", server_root, "--trust", keys["pub"],
+              "--model", "tiny", "--json")
+    assert res.rc == 0, res
+    assert f"cache key {warm['cache_key']}" in json.loads(res.out)["install"]["preflight"]
+    check = run_cli("check", "--model", "tiny", "--cache-root", str(server_root), "--require-hit", "--json")
+    assert check.returncode == 0, check.stderr[-2000:]
+    result = json.loads(check.stdout.strip().splitlines()[-1])
+    assert result["graphs_compiled"] == 0 and result["hot_path"] == "aot"
+    assert result["workload"]["checksum"] == warm["workload"]["checksum"]
