@@ -260,6 +260,7 @@ def test_compile_sizes_pieces_saved_and_loaded_by_a_second_process(tmp_path) -> 
     assert len(sized) == 5 and all(v["shape"] == 8 and "_s8_" in v["artifact"] for v in sized.values())
     hot = run_json("check", "--model", "tiny", "--cache-root", root, "-cc.compile_sizes=[8]", "--require-hit")
     assert hot["graphs_compiled"] == 0 and hot["graphs_loaded"] == 6, hot
+    assert hot["hot_path"] == "aot" and hot["dynamo_traces"] == 0, hot  # compile_sizes on top of the AOT entry
 
 
 # ---------------------------------------------------------------------- autotune counting
