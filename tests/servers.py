@@ -476,36 +476,35 @@ def rgw():
     yield from _serve(server, start)
 
 
+def _registry(prefix: str, **options):
+    """A session's docker-registry on 127.0.0.1 (started, yielded, stopped by pid)."""
+    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
+    server = OCIRegistry(Path(tempfile.mkdtemp(prefix=prefix)), **options)
+    yield from _serve(server, server.start)
+
+
 @pytest.fixture(scope="session")
 def oci_registry():
-    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
-    server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-oci-")))
-    yield from _serve(server, server.start)
+    yield from _registry("ct-oci-")
 
 
 @pytest.fixture(scope="session")
 def oci_registry_auth():
     """A second docker-registry that requires a login (htpasswd, Basic auth): ``.login`` = (user, password);
     ``.docker_config(folder)`` writes a docker config.json with it."""
-    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
-    server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-ociauth-")), login=("cachetool", "registry-pass-1"))
-    yield from _serve(server, server.start)
+    yield from _registry("ct-ociauth-", login=("cachetool", "registry-pass-1"))
 
 
 @pytest.fixture(scope="session")
 def oci_mirror():
     """A second plain docker-registry: the target of ``skopeo copy`` (mirrors, the air-gap hop)."""
-    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
-    server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-ocimirror-")))
-    yield from _serve(server, server.start)
+    yield from _registry("ct-ocimirror-")
 
 
 @pytest.fixture(scope="session")
 def oci_registry_tls():
     """A docker-registry serving HTTPS with a certificate from a private CA: ``.ca_cert``, ``.certs_d(folder)``."""
-    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
-    server = OCIRegistry(Path(tempfile.mkdtemp(prefix="ct-ocitls-")), tls=True)
-    yield from _serve(server, server.start)
+    yield from _registry("ct-ocitls-", tls=True)
 
 
 @pytest.fixture
