@@ -91,27 +91,44 @@ def _hash_folder(result: Any) -> Path:
     return Path(result.rank_dir).parent
 
 
+def _push_key(push: str | None, sign_key: Any) -> Any:
+    """Check ``push`` and load ``sign_key`` before minutes of compiling, not after; the loaded key."""
+    if push is None:
+        return sign_key
+    from cachetool.refs import parse_ref
+
+    parse_ref(push)
+    if sign_key is None:
+        raise UsageError("--push needs --sign-key: pulls verify signatures by default")
+    if isinstance(sign_key, (str, Path)):
+        from cachetool.signing import load_private_key
+
+        sign_key = load_private_key(sign_key)
+    return sign_key
+
+
 def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Any = None,
          overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: Any = None,
-         store_options: dict | None = None, progress: bool | None = False, **run_options: Any) -> WarmSummary:
+         store_options: dict | None = None, progress: bool | None = False, engine: str = "native",
+         engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
+         engine_progress: Any = None, **run_options: Any) -> WarmSummary:
     """Compile ``model`` as a server would, filling ``cache_root``; with ``push``, pack the cache folder (signed
     with ``sign_key``) and push it to that ref. ``run_options`` go to :func:`cachetool.warmup.warm`
-    (``rank``, ``dp_rank``, ...)."""
-    from cachetool import warmup
+    (``rank``, ``dp_rank``, ...). ``engine="vllm"``: real vLLM starts headless with ``engine_flags`` (``vllm
+    serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy ones),
+    and the key folder it used is packed with vLLM's facts."""
+    from cachetool import engines, warmup
 
-    if push is not None:
-        from cachetool.refs import parse_ref
-
-        parse_ref(push)  # a bad ref fails before minutes of compiling, not after
-        if sign_key is None:
-            raise UsageError("--push needs --sign-key: pulls verify signatures by default")
-        if isinstance(sign_key, (str, Path)):
-            from cachetool.signing import load_private_key
-
-            sign_key = load_private_key(sign_key)  # a missing or bad key fails now, not after the compile
-    cfg = compilation_config(config, overrides, cache_root)
+    sign_key = _push_key(push, sign_key)
     t0 = time.perf_counter()
-    result = warmup.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, **run_options)
+    if engine == "native":
+        cfg = compilation_config(config, overrides, cache_root)
+        result = warmup.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, **run_options)
+        folder = _hash_folder(result) if push is not None else None
+    else:
+        result = engines.get(engine).warm(model, cache_root=cache_root, flags=list(engine_flags),
+                                          load_weights=load_weights, progress=engine_progress)
+        folder = _engine_folder(result)
     summary = WarmSummary(compile=result, phases={"compile": round(time.perf_counter() - t0, 3)})
     if push is None:
         return summary
@@ -120,7 +137,7 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
     from cachetool.transfer import push as push_bundle
 
     t1 = time.perf_counter()
-    with pack(_hash_folder(result), sign_key=sign_key) as bundle:
+    with pack(folder, sign_key=sign_key) as bundle:
         summary.phases["pack"] = round(time.perf_counter() - t1, 3)
         summary.bytes_raw = bundle.manifest.raw_size
         summary.bytes_unique = bundle.manifest.unique_size
@@ -131,12 +148,28 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
     return summary
 
 
-def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Any = None,
-          overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, **run_options: Any) -> Any:
-    """Start ``model`` as a server would and report compiled vs loaded graphs (``CompileRunResult``);
-    ``require_hit``: raise :class:`cachetool.errors.CompileInStrictModeError` before anything compiles."""
-    from cachetool import warmup
+def _engine_folder(result: Any) -> Path:
+    """What a warm of another engine packs: the one key folder it used, else its whole cache root."""
+    if len(result.cache_keys) == 1 and result.cache_dir:
+        return Path(result.cache_dir)
+    return Path(result.cache_root)
 
+
+def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Any = None,
+          overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str = "native",
+          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False, engine_progress: Any = None,
+          **run_options: Any) -> Any:
+    """Start ``model`` as a server would and report compiled vs loaded graphs (``CompileRunResult``);
+    ``require_hit``: raise :class:`cachetool.errors.CompileInStrictModeError` before anything compiles.
+    ``engine="vllm"``: real vLLM starts on ``cache_root`` with ``engine_flags`` and reports what Inductor
+    compiled and loaded and whether vLLM loaded its AOT artifact (``VllmStartResult``); ``require_hit`` then
+    raises :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start."""
+    from cachetool import engines, warmup
+
+    if engine != "native":
+        return engines.get(engine).check(model, cache_root=cache_root, require_hit=require_hit,
+                                         flags=list(engine_flags), load_weights=load_weights,
+                                         progress=engine_progress)
     cfg = compilation_config(config, overrides, cache_root)
     return warmup.check(model, cache_root=cache_root, device=device, compilation_config=cfg,
                         require_hit=require_hit, **run_options)
@@ -170,7 +203,7 @@ def push(source: Any, ref: str, *, sign_key: Any = None, **options: Any) -> Any:
 
 def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | None = None, config: Any = None,
          overrides: list[str] | tuple[str, ...] = (), device: str | None = None, tensor_parallel_size: int = 1,
-         **options: Any) -> Any:
+         engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (), **options: Any) -> Any:
     """Pull ``ref`` into ``cache_root``: signature checked against the pinned keys, then preflight, then blobs,
     each verified, installed atomically. With ``model`` (and ``config``, ``tensor_parallel_size``), preflight also
     compares the cache key this server will need — predicted from the bundle's own factors without a trace,
@@ -179,7 +212,18 @@ def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | No
     from cachetool.transfer import pull as pull_bundle
 
     options.pop("rank", None), options.pop("dp_rank", None)  # every rank of a server computes one key
-    return pull_bundle(ref, cache_root, trust=trust, device=device, **options,
+    if engine not in (None, "native"):
+        from cachetool import engines
+
+        if config is not None or overrides:
+            raise UsageError("--compilation-config/-cc are native-engine options: with --engine vllm pass vLLM's "
+                             "own flags after --")
+        check = engines.get(engine).key_check(model, cache_root=cache_root, flags=list(engine_flags),
+                                              timeout=options.get("timeout")) if model else None
+        if engine_flags and model is None:
+            raise UsageError("vLLM flags after -- on pull need --model (the server's model)")
+        return pull_bundle(ref, cache_root, trust=trust, device=device, engine=engine, expected_key=check, **options)
+    return pull_bundle(ref, cache_root, trust=trust, device=device, engine=engine, **options,
                        expected_key=server_key_predictor(model, config=config, overrides=overrides,
                                                          device=device or "cpu",
                                                          tensor_parallel_size=tensor_parallel_size))

@@ -155,3 +155,20 @@ class UnitChangedError(CacheMissError):
 
 class PathTooLongError(VerificationError):
     """A bundle path is longer than the cache root's file system allows (a name or the whole path)."""
+
+
+# ---------------------------------------------------------------------------- engines (cachetool/engines/)
+class EngineUnavailableError(UsageError):
+    """The engine asked for (``--engine vllm``) is not installed where cachetool looks for it."""
+
+
+class EngineFlagsError(UsageError):
+    """The engine's own parser refused the flags after ``--``, or a flag cachetool sets itself was given."""
+
+
+class EngineFailedError(CachetoolError):
+    """The engine did not start or run (the message is the engine's own last error); nothing was packed."""
+
+
+class EngineMissError(CacheMissError):
+    """A start compiled what it should have loaded (``check --require-hit``); the message says what and why."""

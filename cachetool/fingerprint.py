@@ -18,9 +18,12 @@ import re
 
 from cachetool.errors import UsageError
 
-FIELDS = ("os", "arch", "device", "torch", "cuda", "triton", "gpu", "capability")
-# Fields preflight compares (a difference means the cache cannot hit). "gpu" is covered by "capability".
-CHECKED = ("device", "os", "arch", "torch", "cuda", "triton", "capability")
+FIELDS = ("os", "arch", "device", "torch", "cuda", "triton", "gpu", "capability", "vllm", "cpu_isa", "gpu_driver")
+# Fields preflight compares (a difference means the cache cannot hit). "gpu" is covered by "capability"; the
+# driver is recorded, not compared (a newer driver runs the same kernels). "vllm" and "cpu_isa" are set in
+# bundles of real vLLM trees only (cachetool.engines.vllm.facts) and compared against the same facts here.
+CHECKED = ("device", "os", "arch", "torch", "cuda", "triton", "capability", "vllm", "cpu_isa")
+ENGINE_FIELDS = ("vllm", "cpu_isa", "gpu_driver")  # taken from an engine's compiler factor values as they are
 
 
 def _dist_version(name: str) -> str | None:
@@ -122,6 +125,9 @@ def fingerprint_from_factors(compiler_values: dict | None, fallback: dict) -> di
     else:
         fp["device"] = "cpu"
         fp["cuda"] = fp["gpu"] = fp["capability"] = None
+    for name in ENGINE_FIELDS:
+        if pick(name):
+            fp[name] = pick(name)
     return fp
 
 

@@ -134,14 +134,18 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     checked first (config and code factors can only be checked with it). Compiler factors are taken without
     importing torch where the bundle's evidence matches this machine (:func:`compiler.cache_key.cheap_compiler_factors`);
     only a difference is confirmed with the exact values, so a message names a real difference."""
+    from cachetool import engines
     from cachetool.fingerprint import compare, local_fingerprint
 
     checked = []
-    if expected_key is not None:
+    engine = engines.for_layout(manifest.layout)
+    asks_engine = expected_key is not None and hasattr(expected_key, "expected_for")
+    if expected_key is not None and not asks_engine:
         checked.append(f"cache key {check_expected_key(manifest, _expected(manifest, expected_key))}")
     bundle_fp = manifest.fingerprint or {}
     dev = device or bundle_fp.get("device") or "cpu"
     local_fp = local_fingerprint(device=dev)
+    local_fp.update(engine.machine_facts(local_fp["device"]))
     diffs = compare(bundle_fp, local_fp)
     if diffs:
         field, b, l = diffs[0]
@@ -150,6 +154,12 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
             f"preflight: bundle cannot hit here: fingerprint {field!r} differs: bundle {short_repr(b)}, "
             f"this machine {short_repr(l)}{more}")
     checked.append("fingerprint")
+    if asks_engine:  # the engine itself says which key folder the server will use (vLLM: its parser and config)
+        h = expected_key.expected_for(manifest)
+        cost = getattr(expected_key, "seconds", None)
+        checked.append(f"cache key {h}" + (f" ({engine.name} asked: {cost:.1f} s)" if cost else ""))
+    if engine.name != "native":
+        return checked  # the native compiler's factors below do not describe another engine's caches
 
     with_factors = [k for k in manifest.keys if _factor_values(k.factors, "compiler") is not None
                     or _factor_values(k.factors, "env") is not None]

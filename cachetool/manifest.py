@@ -50,7 +50,9 @@ def canonical_json(obj: Any) -> bytes:
 
 
 def platform_key(fingerprint: dict) -> str:
-    """Short platform key for multi-platform refs: ``cuda-sm90-torch2.11.0+cu130``, ``cpu-x86_64-torch2.13.0+cpu``.
+    """Short platform key for multi-platform refs: ``cuda-sm90-torch2.11.0+cu130``, ``cpu-x86_64-torch2.13.0+cpu``;
+    a bundle of a real vLLM tree adds the vLLM version and, on the CPU, the vector ISA
+    (``vllm0.32.0-cpu-x86_64-avx2-torch2.13.0+cpu``).
 
     A Triton-only bundle without torch gets ``...-triton<version>`` instead of the torch part.
     """
@@ -59,9 +61,11 @@ def platform_key(fingerprint: dict) -> str:
     if device == "cuda":
         head = f"cuda-{fp.get('capability') or 'unknown'}"
     elif device == "cpu":
-        head = f"cpu-{fp.get('arch') or 'unknown'}"
+        head = f"cpu-{fp.get('arch') or 'unknown'}" + (f"-{fp['cpu_isa']}" if fp.get("cpu_isa") else "")
     else:
         head = f"{device}-{fp.get('arch') or 'unknown'}"
+    if fp.get("vllm"):  # a real vLLM tree: its version is part of the platform (vllm0.32.0-cpu-x86_64-avx2-...)
+        head = f"vllm{fp['vllm']}-{head}"
     if fp.get("torch"):
         return f"{head}-torch{fp['torch']}"
     if fp.get("triton"):

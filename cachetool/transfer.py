@@ -278,27 +278,40 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
 
 
 # ------------------------------------------------------------------------------------------------ pull
-def local_platform(entries: Iterable[RefEntry], device: str | None = None) -> tuple[str, dict]:
-    """This machine's platform key and fingerprint; probes the GPU only when some entry is a CUDA bundle."""
+def local_platform(entries: Iterable[RefEntry], device: str | None = None,
+                   engine: str | None = None) -> tuple[list[str], dict]:
+    """This machine's platform keys (one per engine whose bundles the tag holds, or the ``engine`` asked for)
+    and fingerprint (with those engines' facts); probes the GPU only when some entry is a CUDA bundle."""
+    from cachetool import engines
     from cachetool.fingerprint import local_fingerprint
     from cachetool.manifest import platform_key
 
+    entries = list(entries)
     if device is None:
         device = None if any(e.platform.startswith("cuda") for e in entries) else "cpu"
     fp = local_fingerprint(device=device)
-    return platform_key(fp), fp
+    wanted = [engine] if engine else ["native"] + (["vllm"] if any((e.fingerprint or {}).get("vllm")
+                                                                   for e in entries) else [])
+    keys, full = [], dict(fp)
+    for name in wanted:
+        facts = {k: v for k, v in engines.get(name).machine_facts(fp["device"]).items() if k != "engine"}
+        keys.append(platform_key({**fp, **facts}))
+        full.update({k: v for k, v in facts.items() if v is not None})
+    return keys, full
 
 
-def select_entry(index: RefIndex, ref_text: str, device: str | None = None) -> RefEntry:
+def select_entry(index: RefIndex, ref_text: str, device: str | None = None, engine: str | None = None) -> RefEntry:
     """The entry for this machine, or a one-line CacheMissError saying why each entry does not fit."""
     from cachetool.fingerprint import compare
 
     if not index.entries:
         raise CacheMissError(f"{ref_text} holds no bundles")
-    key, fp = local_platform(index.entries, device)
-    for e in index.entries:
-        if e.platform == key:
-            return e
+    keys, fp = local_platform(index.entries, device, engine)
+    for key in keys:
+        for e in index.entries:
+            if e.platform == key:
+                return e
+    key = " or ".join(keys)
     reasons = []
     for e in index.entries:
         diffs = compare(e.fingerprint or {}, fp)
@@ -439,12 +452,13 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
          keep_changed: bool = False,
          preflight: bool = True,
          store: Store | None = None, store_options: dict | None = None, timeout: float | None = None,
-         progress: bool | None = None, workers: int | None = None, warn: Callable[[str], None] | None = None
-         ) -> PullResult:
+         progress: bool | None = None, workers: int | None = None, warn: Callable[[str], None] | None = None,
+         engine: str | None = None) -> PullResult:
     """Resolve ``ref``, pick this machine's bundle, and install it into ``cache_root`` (see the module docstring).
 
-    ``timeout``: seconds for the whole pull (:class:`WaitTimeoutError` past it). Other arguments as for
-    :func:`cachetool.install.install_bundle`.
+    ``timeout``: seconds for the whole pull (:class:`WaitTimeoutError` past it). ``engine``: the server's engine
+    (``native``, ``vllm``), whose bundles the platform choice takes; None: any whose platform fits. Other
+    arguments as for :func:`cachetool.install.install_bundle`.
     """
     from cachetool.install import install_bundle
 
@@ -459,7 +473,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     try:
         down0 = st.counters.bytes_down
         index = st.get_ref(r.name, r.tag) if r.digest is None else st.get_pinned(r.name, r.digest)
-        entry = select_entry(index, r.url, device)
+        entry = select_entry(index, r.url, device, engine)
         with _Progress(_progress_default(progress)) as prog:
             if prog.enabled:
                 # Sizes are known once the manifest is read; the bar is made on the first blob.

@@ -61,19 +61,21 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def _literal_assignments(path: Path) -> dict[str, Any]:
+def literal_assignments(path: Path) -> dict[str, Any]:
+    """The module-level ``NAME = <literal>`` assignments of a Python file, read without running it."""
     values: dict[str, Any] = {}
     for node in ast.parse(path.read_text()).body:
-        target, value = None, None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target, value = node.targets[0].id, node.value
+        targets, value = [], None
+        if isinstance(node, ast.Assign):  # also ``a = b = 1`` (vllm/_version.py writes its version so)
+            targets, value = [t.id for t in node.targets if isinstance(t, ast.Name)], node.value
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            target, value = node.target.id, node.value
-        if target is not None:
+            targets, value = [node.target.id], node.value
+        if targets:
             try:
-                values[target] = ast.literal_eval(value)
+                literal = ast.literal_eval(value)
             except ValueError:
                 continue
+            values.update(dict.fromkeys(targets, literal))
     return values
 
 
@@ -84,7 +86,7 @@ def torch_build() -> dict[str, Any] | None:
     path = module_file("torch.version")
     if path is None:
         return None
-    values = _literal_assignments(path)
+    values = literal_assignments(path)
     if "__version__" not in values:
         return None
     return {"torch": values["__version__"], "torch_git": values.get("git_version"), "cuda": values.get("cuda")}
@@ -131,15 +133,7 @@ def cpu_capability() -> str:
     """The vector ISA ATen dispatches to (``torch.backends.cpu.get_cpu_capability()``), from
     ``ATEN_CPU_CAPABILITY`` or the CPU flags in ``/proc/cpuinfo``."""
     forced = (envs.hashed("ATEN_CPU_CAPABILITY") or "").strip().upper()
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
+    flags = cpu_flags()
     has512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"} <= flags
     has2 = {"avx2", "fma"} <= flags
     best = "AVX512" if has512 else "AVX2" if has2 else "DEFAULT"
@@ -147,6 +141,19 @@ def cpu_capability() -> str:
         order = ("DEFAULT", "AVX2", "AVX512")
         return forced if order.index(forced) <= order.index(best) else best
     return best
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def _visible_index(index: int) -> int | str:

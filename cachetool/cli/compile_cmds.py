@@ -15,6 +15,8 @@ import click
 from cachetool.cli import cli
 from cachetool.cli.store_options import options_dict, store_options as _store_options
 from cachetool.cli.common import OneLineCommand
+from cachetool.engines import CHOICES as ENGINE_CHOICES
+from cachetool.errors import UsageError
 from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -69,6 +71,13 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
                      type=click.IntRange(min=1),
                      help="Launch N tensor-parallel ranks (gloo on cpu, NCCL on cuda), one cache folder each."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object."),
+        click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="native", show_default=True,
+                     help="native: this project's pipeline; vllm: real vLLM, headless, with vLLM's own flags "
+                          "after -- (e.g. -- -tp 2 --max-model-len 256)."),
+        click.option("--load-weights", is_flag=True,
+                     help="--engine vllm: load the model's weights (default: dummy weights; compiled code does "
+                          "not depend on weight values)."),
+        click.argument("engine_args", nargs=-1, type=click.UNPROCESSED),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -97,6 +106,58 @@ def _print(result: CompileRunResult, as_json: bool) -> None:
     click.echo(f"  result         {'HIT: nothing compiled' if result.hit else 'compiled ' + str(result.graphs_compiled) + ' graph(s)'}")
 
 
+# Options that belong to the native engine: with --engine vllm the same things are vLLM flags after --.
+_NATIVE_ONLY = {"device": "--device", "compilation_config": "--compilation-config", "rank": "--rank",
+                "dp_rank": "--dp-rank", "tensor_parallel_size": "--tensor-parallel-size"}
+
+
+def engine_flags(ctx: click.Context, engine: str, engine_args: tuple[str, ...],
+                 shared: tuple[str, ...] = ()) -> list[str]:
+    """The flags after ``--`` for ``engine`` (vLLM's own, read by its parser), refusing the mix-ups: flags after
+    ``--`` for the native engine, native options (but those in ``shared``) or ``-cc.k=v`` for vLLM."""
+    from click.core import ParameterSource
+
+    if engine == "native":
+        if engine_args:
+            raise UsageError(f"unexpected argument(s) {' '.join(engine_args)!r}: flags after -- are vLLM's, "
+                             "for --engine vllm")
+        return []
+    given = [flag for name, flag in _NATIVE_ONLY.items()
+             if name not in shared and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    if given or _overrides(ctx):
+        raise UsageError(f"{(given or ['-cc.*'])[0]} is a native-engine option: with --engine {engine} pass "
+                         "vLLM's own flags after -- (e.g. -- -tp 2 -cc.mode=0)")
+    return list(engine_args)
+
+
+def _print_engine(result: Any, as_json: bool) -> None:
+    """Another engine's start (``VllmStartResult``), as one JSON object or a few lines."""
+    if as_json:
+        click.echo(json.dumps(result.to_json(), sort_keys=True, default=str))
+        return
+    click.echo(f"{result.command}: model {result.model} with vLLM {result.vllm_version} "
+               f"(tensor parallel {result.tensor_parallel_size})")
+    click.echo(f"  cache root     {result.cache_root}")
+    click.echo(f"  cache key      {result.cache_key or '-'}" + ("" if result.key_existed else " (new)"))
+    click.echo(f"  inductor       compiled {result.inductor_compiled} kernel(s), loaded {result.inductor_loaded}; "
+               f"Dynamo traces {result.dynamo_traces}")
+    aot = "loaded" if result.aot_loaded else f"not loaded ({result.aot_error or 'none saved yet'})"
+    click.echo(f"  AOT artifact   {aot}")
+    click.echo(f"  start-up       {result.startup_seconds:.2f} s engine init (process {result.seconds:.2f} s); "
+               + ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items()))
+    click.echo(f"  vLLM log       {result.log}")
+    if result.command == "warm":
+        verdict = (f"warmed: Inductor compiled {result.inductor_compiled} kernel(s)" if result.inductor_compiled
+                   else "already warm: Inductor compiled nothing")
+    else:
+        verdict = "HIT: Inductor compiled nothing" if result.hit else f"MISS: {result.miss_reason()}"
+    click.echo(f"  result         {verdict}")
+
+
+def _say(as_json: bool):
+    return None if as_json else (lambda m: click.echo(m, err=True))
+
+
 def _setup(ctx: click.Context, compilation_config: str | None, cache_root: str | None) -> Any:
     from compiler.logger import init_logging
 
@@ -115,23 +176,32 @@ def _setup(ctx: click.Context, compilation_config: str | None, cache_root: str |
 @_store_options
 @click.pass_context
 def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
-         rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, push_ref: str | None,
-         sign_key: str | None, endpoint_url: str | None, profile: str | None, insecure: bool) -> None:
+         rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,
+         engine_args: tuple[str, ...], push_ref: str | None, sign_key: str | None, endpoint_url: str | None,
+         profile: str | None, insecure: bool) -> None:
     """Run the compile pipeline for MODEL as a server would, filling the cache root; with --push, also pack,
-    sign and push the result."""
+    sign and push the result. With --engine vllm, real vLLM runs headless (`warm --engine vllm --model DIR --
+    [vllm serve flags]`) and the key folder it wrote is packed with vLLM's facts."""
     from cachetool.api import warm as warm_api
 
-    cfg = _setup(ctx, compilation_config, cache_root)
+    flags = engine_flags(ctx, engine, engine_args)
+    cfg = _setup(ctx, compilation_config, cache_root) if engine == "native" else None
+    if engine != "native":
+        from compiler.logger import init_logging
+
+        init_logging("cachetool")
     summary = warm_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
                        tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
-                       store_options=options_dict(endpoint_url, profile, insecure))
+                       store_options=options_dict(endpoint_url, profile, insecure), engine=engine,
+                       engine_flags=flags, load_weights=load_weights, engine_progress=_say(as_json))
+    show = _print if engine == "native" else _print_engine
     if summary.push is None:
-        _print(summary.compile, as_json)
+        show(summary.compile, as_json)
         return
     if as_json:
         click.echo(json.dumps(summary.to_json(), sort_keys=True, default=str))
         return
-    _print(summary.compile, False)
+    show(summary.compile, False)
     p = summary.push
     click.echo(f"  bytes          {summary.bytes_raw} raw, {summary.bytes_unique} unique, "
                f"{summary.bytes_compressed} compressed")
@@ -147,10 +217,23 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
 @click.option("--require-hit", is_flag=True, help="Exit non-zero (code 8) if anything would compile.")
 @click.pass_context
 def check(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
-          rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, require_hit: bool) -> None:
-    """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs."""
+          rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,
+          engine_args: tuple[str, ...], require_hit: bool) -> None:
+    """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs. With
+    --engine vllm, real vLLM starts on the cache root with the flags after -- and reports what Inductor compiled
+    and loaded and whether vLLM loaded its AOT artifact; --require-hit then exits 4 on a miss, naming why."""
     from cachetool.api import check as check_api
 
+    flags = engine_flags(ctx, engine, engine_args)
+    if engine != "native":
+        result = check_api(model, cache_root=cache_root, engine=engine, engine_flags=flags,
+                           load_weights=load_weights, engine_progress=_say(as_json))
+        _print_engine(result, as_json)
+        if require_hit and not result.hit:
+            from cachetool.errors import EngineMissError
+
+            raise EngineMissError(f"check: not a hit: {result.miss_reason()}")
+        return
     cfg = _setup(ctx, compilation_config, cache_root)
     result = check_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
                        require_hit=require_hit, tensor_parallel_size=tensor_parallel_size)

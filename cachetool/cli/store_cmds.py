@@ -18,6 +18,7 @@ from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root
                                   os_errors_one_line, ranks_option, replace_options, trust_option, warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
+from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.stores.base import GC_MIN_AGE_S
 from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, WaitTimeoutError, UsageError,
                               VerificationError)
@@ -133,10 +134,16 @@ class PullCommand(CompileCommand):
               help="The server's CompilationConfig (JSON; -cc.key=value overrides), with --model.")
 @click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", type=click.IntRange(min=1), default=1,
               show_default=True, help="The server's tensor-parallel size, with --model.")
+@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=None,
+              help="The server's engine: take its bundles from the tag; with --model (and vLLM's flags after --) "
+                   "vllm asks vLLM which key folder the server will use before any blob is fetched.")
+@click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
 @store_options
 @click.pass_context
 def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
     """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched.
+    With --engine vllm --model M -- [vllm serve flags], the preflight also checks the key this vLLM server will
+    use (model path, config fields, env factors, versions), asking vLLM itself (it imports vLLM: seconds).
 
     Each outcome is one `pull: outcome=...` line on stderr: installed, already-installed, miss, not-found,
     store-error, timeout, refused, usage-error or error.
@@ -240,18 +247,21 @@ def _hard_timeout(seconds: float | None):
 
 
 def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, workers,
-          progress, model, compilation_config, tensor_parallel_size, endpoint_url, profile, insecure):
+          progress, model, compilation_config, tensor_parallel_size, engine, engine_args, endpoint_url, profile,
+          insecure):
     from cachetool.api import pull
+    from cachetool.cli.compile_cmds import engine_flags
 
     root = cache_root or cache_root_default()
     overrides = ctx.meta.get("cc_overrides", [])
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
+    flags = engine_flags(ctx, engine or "native", engine_args, shared=("device",))
     quiet = ctx.params.get("as_json")
     with _hard_timeout(timeout), _temp_dir_for(Path(root).expanduser()):
         return pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
                     model=model, config=compilation_config, overrides=overrides,
-                    tensor_parallel_size=tensor_parallel_size,
+                    tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=flags,
                     device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
                     warn=warn_loud, store_options=options_dict(endpoint_url, profile, insecure),
                     progress=False if quiet else progress)

@@ -5,8 +5,9 @@
     {root}/torch_compile_cache/{hash}/rank_{r}_{dp}/{prefix}/...                 piecewise caches
     {root}/torch_compile_cache/torch_aot_compile/{hash}/rank_{r}_{dp}/model ...  vLLM AOT caches
 
-Install units are the rank folders (each is complete or absent after an install). A hash folder holding
-anything besides rank folders becomes one unit as a whole. ``cache_key_factors.json`` found in a rank folder
+Install units are the rank folders (each is complete or absent after an install). A folder beside the rank
+folders (vLLM's AOT ``inductor_cache/``, shared by every rank) is a unit of its own with no rank, so that a pull of
+some ranks still gets it; a hash folder holding loose files besides rank folders becomes one unit as a whole. ``cache_key_factors.json`` found in a rank folder
 (or its prefix folder) gives the key's factors.
 """
 
@@ -133,20 +134,22 @@ def scan_compile_cache(path: Path, kind: str) -> LayoutScan:
             rank_dirs = [c for c in rank_dirs if c.name == only_rank]
             if not rank_dirs:
                 raise UsageError(f"{hdir / only_rank} is not a rank folder")
-            others = []
+            others = [o for o in others if _is_dir(o)]  # one rank still needs the folders every rank shares
         ranks.update(c.name for c in rank_dirs)
-        if others:
-            # Loose content next to the rank folders: the hash folder is installed as one unit.
+        if any(not _is_dir(c) for c in others) or (others and not rank_dirs):
+            # Loose files next to the rank folders: the hash folder is installed as one unit.
             f, d = walk_tree(hdir, hrel)
             files.extend(f)
             dirs.update(d)
             units.append(Unit(hrel, h, None))
-        else:
-            for r in rank_dirs:
-                f, d = walk_tree(r, f"{hrel}/{r.name}")
-                files.extend(f)
-                dirs.update(d)
-                units.append(Unit(f"{hrel}/{r.name}", h, r.name))
+            continue
+        # Folders beside the rank folders (vLLM's AOT ``inductor_cache/``) are shared by every rank: each is a
+        # unit of its own without a rank, installed with whichever ranks a pull selects.
+        for c, rank in [(r, r.name) for r in rank_dirs] + [(o, None) for o in others]:
+            f, d = walk_tree(c, f"{hrel}/{c.name}")
+            files.extend(f)
+            dirs.update(d)
+            units.append(Unit(f"{hrel}/{c.name}", h, rank))
         keys.append(CacheKey(h, kind_, read_factors(rank_dirs)))
     if not files and not units:
         raise UsageError(f"{path} holds no cache files")

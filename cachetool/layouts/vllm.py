@@ -1,22 +1,32 @@
-"""A real vLLM cache root.
+"""A real vLLM cache root (``$VLLM_CACHE_ROOT``).
 
-vLLM (V1 engine) writes ``torch_compile_cache/{hash}/rank_{r}_{dp}/{prefix}/`` holding
-``cache_key_factors.json``, ``vllm_compile_cache.py``, ``computation_graph.py``, ``transformed_code.py``,
-binary ``artifact_compile_range_{start}_{end}_subgraph_{i}`` files (or folders when unpacked) and, in older
-versions, ``inductor_cache/`` and ``triton_cache/``; the AOT path writes
-``torch_compile_cache/torch_aot_compile/{hash}/rank_{r}_{dp}/model`` with its own ``inductor_cache/``.
-The tree is the same shape as the native one; only detection differs.
+vLLM (V1 engine) writes::
+
+    torch_compile_cache/{hash10}/rank_{r}_{dp}/{prefix}/        piecewise caches: cache_key_factors.json,
+        vllm_compile_cache.py, computation_graph.py, transformed_code.py, artifact_compile_range_* files (or
+        folders when unpacked) and, in older versions, inductor_cache/ and triton_cache/
+    torch_compile_cache/torch_aot_compile/{sha256}/             the AOT path (torch >= 2.10)
+        rank_{r}_{dp}/model                                     the saved compiled function, one per rank
+        rank_{r}_{dp}/cache_key_factors.json                    written by `cachetool warm --engine vllm`
+        inductor_cache/                                         TORCHINDUCTOR_CACHE_DIR, shared by the ranks
+    modelinfos/{module}-{Class}.json                            the model registry's inspection cache
+
+The compile tree is the same shape as the native one; only detection differs. ``modelinfos/`` (one small JSON
+per architecture, checked by vLLM against its module's hash) is packed too when the whole root is packed: a
+pulled root without it makes vLLM start a subprocess to inspect the model class again.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cachetool.layouts.base import LayoutScan
-from cachetool.layouts.compile_cache import AOT, iter_limited, locate, scan_compile_cache
+from cachetool.layouts.base import LayoutScan, walk_tree
+from cachetool.layouts.compile_cache import AOT, TCC, iter_limited, locate, scan_compile_cache
+from cachetool.manifest import Unit
 
 NAME = "vllm"
 MARKERS = ("vllm_compile_cache.py",)
+MODELINFOS = "modelinfos"
 
 
 def detect(path: Path) -> bool:
@@ -34,4 +44,11 @@ def detect(path: Path) -> bool:
 
 
 def scan(path: Path) -> LayoutScan:
-    return scan_compile_cache(path, NAME)
+    result = scan_compile_cache(path, NAME)
+    infos = Path(path) / MODELINFOS
+    if (Path(path) / TCC).is_dir() and infos.is_dir() and not infos.is_symlink():
+        files, dirs = walk_tree(infos, MODELINFOS)
+        result.files.extend(files)
+        result.dirs = sorted([*result.dirs, *dirs])
+        result.units.append(Unit(MODELINFOS, None, None))
+    return result

@@ -1,0 +1,43 @@
+"""Real vLLM as an engine (``--engine vllm``): warm and check start it headless in a child process
+(:mod:`~cachetool.engines.vllm.engine`, :mod:`~cachetool.engines.vllm.child`); its key inputs are recorded and
+compared in :mod:`~cachetool.engines.vllm.key`; the facts its caches depend on, read without importing vLLM, are in
+:mod:`~cachetool.engines.vllm.facts`. See docs/vllm.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from compiler import envs
+
+
+class VllmEngine:
+    name = "vllm"
+    layout = "vllm"
+    cache_root_variable = "VLLM_CACHE_ROOT"
+
+    def default_cache_root(self) -> Path:
+        return Path(envs.get("VLLM_CACHE_ROOT") or "~/.cache/vllm").expanduser()
+
+    def warm(self, model: str, *, cache_root: str | Path | None, **options: Any):
+        from cachetool.engines.vllm.engine import start
+
+        return start("warm", model, cache_root=cache_root or self.default_cache_root(), **options)
+
+    def check(self, model: str, *, cache_root: str | Path | None, require_hit: bool = False, **options: Any):
+        from cachetool.engines.vllm.engine import require_hit as must_hit, start
+
+        out = start("check", model, cache_root=cache_root or self.default_cache_root(), **options)
+        if require_hit:
+            must_hit(out)
+        return out
+
+    def machine_facts(self, device: str | None) -> dict[str, str | None]:
+        from cachetool.engines.vllm.facts import machine_facts
+
+        return machine_facts(device)
+
+    def key_check(self, model: str, *, cache_root: str | Path, flags=(), timeout: float | None = None):
+        from cachetool.engines.vllm.engine import server_key_check
+
+        return server_key_check(model, flags, cache_root, timeout)

@@ -1,0 +1,74 @@
+"""The facts a vLLM cache is only valid under, read without importing vLLM or torch.
+
+A pull's preflight runs in an init-container before the server, often without a GPU context and always in a
+hurry: ``import vllm`` costs 5-15 s, ``import torch`` 2 s. Everything here reads files:
+
+- the vLLM version from ``vllm/_version.py`` (what ``vllm.__version__`` is; found on ``sys.path`` without
+  importing the package);
+- the torch build from ``torch/version.py`` (:func:`compiler.build_identity.torch_build`);
+- the device: the GPU's name and capability and the driver from NVML, or the CPU's vector ISA from its flags.
+
+These land in a vLLM bundle's fingerprint (flat strings; see :data:`FINGERPRINT_FIELDS`) and are compared by
+every pull before any blob, with or without ``--model``.
+"""
+
+from __future__ import annotations
+
+import platform
+
+from compiler import build_identity
+
+# Fingerprint fields a vLLM bundle adds to the common ones (cachetool.fingerprint.FIELDS).
+FINGERPRINT_FIELDS = ("engine", "vllm", "cpu_isa", "gpu_driver")
+
+
+def vllm_version() -> str | None:
+    """``vllm.__version__`` as the installed package would give it, or None when vLLM is not installed."""
+    path = build_identity.module_file("vllm._version")
+    if path is None:
+        return None
+    value = build_identity.literal_assignments(path).get("__version__")
+    return value if isinstance(value, str) else None
+
+
+def cpu_isa() -> str:
+    """The vector ISA Inductor's CPU code and vLLM's CPU kernels are built for on this CPU: ``amx`` (AVX-512 with
+    AMX tiles), ``avx512``, ``avx2``, ``default`` on x86; the machine name elsewhere (``aarch64``)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return platform.machine().lower()
+    best = build_identity.cpu_capability().lower()  # honours ATEN_CPU_CAPABILITY
+    if best == "avx512" and {"amx_tile", "amx_bf16"} <= build_identity.cpu_flags():
+        return "amx"
+    return best
+
+
+def gpu_driver() -> str | None:
+    """The NVIDIA driver version from NVML, or None (no driver, no ``nvidia-ml-py``)."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def machine_facts(device: str | None) -> dict[str, str | None]:
+    """The vLLM fingerprint fields of this machine for ``device`` (``cpu``, ``cuda``/``cuda:N`` or None: probe)."""
+    facts: dict[str, str | None] = {"engine": "vllm", "vllm": vllm_version(), "cpu_isa": None, "gpu_driver": None}
+    on_gpu = device is None or device.startswith("cuda")
+    gpu = build_identity.cuda_device(int(device.split(":")[1]) if device and ":" in device else 0) if on_gpu else None
+    if gpu is not None:
+        facts["gpu_driver"] = gpu_driver()
+    else:
+        facts["cpu_isa"] = cpu_isa()
+    return facts

@@ -1,0 +1,90 @@
+"""vLLM's cache key, as recorded by a warm and as predicted for a server, and how two of them are told apart.
+
+vLLM names its AOT cache folder by sha256 over ``aot_compile_hash_factors(vllm_config)`` (env factors,
+``vllm_config.compute_hash()``, Inductor factors) plus the vLLM version and the compiled forward's identity, taken
+from the config *after* the engine has started (the platform and the model runner adjust it). That final config
+cannot be had without starting an engine, so cachetool compares what it follows from: the **key inputs** of
+:func:`cachetool.engines.vllm.child.key_inputs`, taken from ``EngineArgs.create_engine_config`` before any engine
+starts. A warm records them beside the folder vLLM then wrote (``rank_*/cache_key_factors.json``); a pull
+computes them for the server's model and flags. Equal inputs (same vLLM, torch, flags, environment, model) give
+the folder the warm recorded; any difference is named, down to the config field, the env variable or the traced
+file.
+
+Recorded factors (``cache_key_factors.json``, the cachetool factor shape)::
+
+    {"schema": 1, "engine": "vllm", "hash": "<the folder's sha256>",
+     "factors": {"env":      {"hash", "values": {VAR: value}},          vllm.envs.compile_factors()
+                 "config":   {"hash", "values": {sub_config: {"hash", field: value}}},
+                 "compiler": {"values": {"vllm", "torch", "mega_aot_artifact", "device", "cpu_isa", "gpu", ...}},
+                 "code":     {"values": {traced file id: sha256}},
+                 "serve":    {"values": {"model": path or id, "flags": [...], "tensor_parallel_size": n}}}}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cachetool.factors import UNSET, Difference
+
+SCHEMA = 1
+FACTORS_FILE = "cache_key_factors.json"
+
+
+def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict, flags: list[str],
+                     tensor_parallel_size: int) -> dict:
+    """The ``factors`` a warm writes for the folder vLLM used, from the child's key inputs and worker reports."""
+    compiler = dict(inputs["compiler"]["values"])
+    compiler.update(machine)
+    return {
+        "env": inputs["env"],
+        "config": inputs["config"],
+        "compiler": {"hash": None, "values": compiler},
+        "code": {"hash": None, "values": dict(sorted(traced.items()))},
+        "serve": {"hash": None, "values": {"model": inputs["model"], "flags": list(flags),
+                                           "tensor_parallel_size": tensor_parallel_size}},
+    }
+
+
+def _values(factors: dict | None, name: str) -> dict:
+    f = (factors or {}).get(name)
+    return f.get("values") if isinstance(f, dict) and isinstance(f.get("values"), dict) else {}
+
+
+def differences(recorded: dict, local: dict, local_traced: dict[str, str | None] | None = None) -> list[Difference]:
+    """Where the key inputs a bundle recorded (``recorded``: its factors) and this server's (``local``: the
+    child's key inputs) differ, most telling first: vLLM and torch versions, the model, env factors, config
+    fields (only of sub-configs whose hashes differ: vLLM hashes a subset of the fields), traced files."""
+    out: list[Difference] = []
+    rc, lc = _values(recorded, "compiler"), local["compiler"]["values"]
+    for name in ("vllm", "torch", "mega_aot_artifact"):
+        if rc.get(name, UNSET) != lc.get(name, UNSET):
+            out.append(Difference("compiler", name, rc.get(name, UNSET), lc.get(name, UNSET)))
+    model = _values(recorded, "serve").get("model", UNSET)
+    if model != local.get("model"):
+        out.append(Difference("config", "model", model, local.get("model")))
+    if (recorded.get("env") or {}).get("hash") != local["env"]["hash"]:
+        out += _field_diffs("env", _values(recorded, "env"), local["env"]["values"])
+    if (recorded.get("config") or {}).get("hash") != local["config"]["hash"]:
+        out += _config_diffs(_values(recorded, "config"), local["config"]["values"])
+    for fid, digest in sorted(_values(recorded, "code").items()):
+        here = (local_traced or {}).get(fid, digest)
+        if here != digest:
+            out.append(Difference("code", fid, digest, UNSET if here is None else here))
+    return out
+
+
+def _field_diffs(category: str, a: dict, b: dict, prefix: str = "") -> list[Difference]:
+    return [Difference(category, f"{prefix}{k}", a.get(k, UNSET), b.get(k, UNSET))
+            for k in sorted(set(a) | set(b)) if a.get(k, UNSET) != b.get(k, UNSET)]
+
+
+def _config_diffs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
+    out: list[Difference] = []
+    for name in sorted(set(a) | set(b)):
+        sa, sb = a.get(name) or {}, b.get(name) or {}
+        if sa.get("hash") == sb.get("hash"):
+            continue
+        fields = _field_diffs("config", {k: v for k, v in sa.items() if k != "hash"},
+                              {k: v for k, v in sb.items() if k != "hash"}, prefix=f"{name}.")
+        out += fields or [Difference("config", f"{name} (hash)", sa.get("hash", UNSET), sb.get("hash", UNSET))]
+    return out
