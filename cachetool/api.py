@@ -14,47 +14,15 @@ torch is imported only by the calls that compile or compute a cache key.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cachetool.errors import UsageError
+from cachetool.warmup import compilation_config
 
 __all__ = ["WarmSummary", "warm", "check", "push", "pull", "expected_cache_key", "compilation_config"]
-
-
-def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...] = (),
-                       cache_root: str | Path | None = None) -> Any:
-    """A ``compiler.config.CompilationConfig`` from an instance (copied: the caller's is left as it is), a dict,
-    a JSON string or None (the default), plus ``-cc``-style ``overrides`` (``"dynamic_shapes_config.type=unbacked"``
-    or ``"-cc.mode=2"``); ``cache_root`` sets ``cache_dir``. A bad key, value or JSON raises
-    :class:`cachetool.warmup.CompilationConfigError` (a :class:`~cachetool.errors.UsageError`)."""
-    import enum
-
-    from cachetool.warmup import CompilationConfigError, parse_compilation_config
-    from compiler.config import CompilationConfig
-
-    def plain(o: Any) -> Any:  # enum members and nested config objects inside a dict
-        if isinstance(o, enum.Enum):
-            return o.value
-        if hasattr(o, "to_dict"):
-            return o.to_dict()
-        raise TypeError(f"{type(o).__name__} is not JSON serialisable")
-
-    if isinstance(config, CompilationConfig):
-        config = config.to_dict()
-    if isinstance(config, dict):
-        try:
-            config = json.dumps(config, default=plain)
-        except (TypeError, ValueError) as exc:
-            raise CompilationConfigError(f"compilation config: {exc}") from None
-    elif config is not None and not isinstance(config, str):
-        raise CompilationConfigError("compilation config must be a CompilationConfig, a dict, a JSON string or "
-                                     f"None, got {type(config).__name__}")
-    overrides = [o if o.startswith("-") else f"-cc.{o}" for o in overrides]
-    return parse_compilation_config(config, overrides, cache_root)
 
 
 @dataclass
@@ -209,6 +177,7 @@ def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | No
     compares the cache key this server will need — predicted from the bundle's own factors without a trace,
     re-hashing here the traced files it lists — naming a differing config field or traced file. Returns
     :class:`cachetool.transfer.PullResult`."""
+    from cachetool.engines.native import NativeEngine
     from cachetool.transfer import pull as pull_bundle
 
     options.pop("rank", None), options.pop("dp_rank", None)  # every rank of a server computes one key
@@ -224,28 +193,6 @@ def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | No
             raise UsageError("vLLM flags after -- on pull need --model (the server's model)")
         return pull_bundle(ref, cache_root, trust=trust, device=device, engine=engine, expected_key=check, **options)
     return pull_bundle(ref, cache_root, trust=trust, device=device, engine=engine, **options,
-                       expected_key=server_key_predictor(model, config=config, overrides=overrides,
+                       expected_key=NativeEngine().key_check(model, config=config, overrides=overrides,
                                                          device=device or "cpu",
                                                          tensor_parallel_size=tensor_parallel_size))
-
-
-def server_key_predictor(model: str | None, *, config: Any = None, overrides: list[str] | tuple[str, ...] = (),
-                         device: str = "cpu", tensor_parallel_size: int = 1) -> Any:
-    """What pull's preflight asks for the key of a server running ``model`` (None without a model); the model
-    argument and config are checked here, before anything is fetched."""
-    if model is None:
-        if config is not None or overrides:
-            raise UsageError("a compilation config on pull needs the server's model")
-        return None
-    from cachetool.warmup import ModelError
-    from compiler.key_prediction import ServerKeyPredictor
-    from compiler.models.llama_config import ModelSpecError, read_config
-
-    if tensor_parallel_size < 1:
-        raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
-    try:
-        read_config(model)
-    except ModelSpecError as exc:
-        raise ModelError(str(exc)) from None
-    return ServerKeyPredictor(model, compilation_config(config, overrides), device.split(":")[0],
-                              tensor_parallel_size)

@@ -96,3 +96,29 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
 def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | None = None) -> list[Difference]:
     """Differences between two bundles / cache folders / ``"local"``; empty when nothing differs."""
     return diff_sides(load_side(str(a), device=device), load_side(str(b), device=device))
+
+
+def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | None = None,
+                        flags: list[str] | tuple[str, ...] = (), device: str | None = None) -> list[Difference]:
+    """Differences between a bundle or cache folder and a server of ``engine`` on this machine: the fingerprint
+    with the engine's facts (vLLM version, CPU ISA) and, with ``model`` (and the server's ``flags``), the key
+    inputs as the engine itself computes them for that server."""
+    import tempfile
+
+    from cachetool import engines
+    from cachetool.fingerprint import local_fingerprint
+
+    side = load_side(str(spec), device=device)
+    eng = engines.get(engine)
+    fp = local_fingerprint(device=device)
+    fp.update({k: v for k, v in eng.machine_facts(fp["device"]).items() if k != "engine"})
+    out = diff_sides(side, Side("local", [], fp))
+    out = [d for d in out if d.category == "fingerprint"]
+    if model is None:
+        return out
+    from cachetool.manifest import CacheKey
+
+    with tempfile.TemporaryDirectory(prefix="cachetool-diff-") as scratch:
+        check = eng.key_check(model, cache_root=scratch, flags=list(flags))
+        _key, diffs = check.closest([CacheKey(h, "aot", f) for h, f in side.keys])
+    return out + diffs

@@ -82,6 +82,13 @@ class InstallResult:
     def already_installed(self) -> bool:
         return not self.units_installed
 
+    def to_dict(self) -> dict:
+        return {"cache_root": str(self.cache_root), "manifest_digest": self.manifest_digest,
+                "units_installed": self.units_installed, "units_present": self.units_present, "files": self.files,
+                "bytes": self.bytes, "key_id": self.key_id, "verified": self.verified, "preflight": self.preflight,
+                "already_installed": self.already_installed, "units_replaced": self.units_replaced,
+                "seconds": self.seconds, "preflight_seconds": self.preflight_seconds}
+
 
 # --------------------------------------------------------------------------------------------------------------
 # preflight

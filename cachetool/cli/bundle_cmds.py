@@ -9,6 +9,8 @@ import click
 from cachetool.cli import cli
 from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, layout_option,
                                   os_errors_one_line, ranks_option, replace_options, trust_option, warn_loud)
+from cachetool.engines import CHOICES as ENGINE_CHOICES
+from cachetool.errors import UsageError
 
 
 def _open_bundle(path: str):
@@ -155,8 +157,10 @@ def verify_cmd(bundle, trust):
 @click.option("--device", default=None, help="Device preflight compares against (default: the bundle's).")
 @click.option("--no-preflight", is_flag=True, help="Skip comparing factors/fingerprint with this machine.")
 @replace_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @os_errors_one_line
-def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, keep_changed, insecure_skip_verify):
+def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, keep_changed, insecure_skip_verify,
+                as_json):
     """Verify, preflight and atomically install a bundle into a cache root."""
     from cachetool.install import install_bundle
 
@@ -165,6 +169,9 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, k
         r = install_bundle(b, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify,
                            ranks=ranks, preflight=not no_preflight, device=device, force=force,
                            keep_changed=keep_changed, warn=warn_loud)
+    if as_json:
+        click.echo(json.dumps(r.to_dict(), indent=2, sort_keys=True))
+        return
     if r.units_installed:
         click.echo(f"installed {len(r.units_installed)} unit(s), {r.files} files ({human_size(r.bytes)}) into "
                    f"{r.cache_root} in {r.seconds:.2f}s"
@@ -176,20 +183,34 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, k
                + (f"; preflight: {', '.join(r.preflight)}" if r.preflight else "; preflight skipped"))
 
 
-@cli.command("diff", cls=OneLineCommand)
+@cli.command("diff", cls=OneLineCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("a")
 @click.argument("b")
 @click.option("--device", default=None, help="Device for `local` (default: cuda if available, else cpu).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (a, b, differs, differences).")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when something differs.")
+@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="native", show_default=True,
+              help="The engine of the `local` server: vllm compares vLLM's facts and, with --model and vLLM's "
+                   "flags after --, the key inputs vLLM computes for that server.")
+@click.option("--model", "-m", default=None, help="--engine vllm: the server's model (folder or hub id).")
+@click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
 @os_errors_one_line
-def diff_cmd(a, b, device, as_json, exit_code):
-    """Name every hash factor that differs between A and B (bundles, cache folders or `local`)."""
-    from cachetool.diff import diff_sources
+def diff_cmd(a, b, device, as_json, exit_code, engine, model, engine_args):
+    """Name every hash factor that differs between A and B (bundles, cache folders or `local`); with --engine
+    vllm, B is `local`: this machine and, with --model M -- FLAGS, the vLLM server those flags start."""
+    from cachetool.diff import diff_against_server, diff_sources
 
-    diffs = diff_sources(a, b, device=device)
+    if engine == "native":
+        if model or engine_args:
+            raise UsageError("--model and flags after -- on diff are for --engine vllm")
+        diffs = diff_sources(a, b, device=device)
+    else:
+        if b != "local":
+            raise UsageError(f"diff --engine {engine} compares A with this machine: B must be 'local'")
+        diffs = diff_against_server(a, engine=engine, model=model, flags=list(engine_args), device=device)
     if as_json:
-        click.echo(json.dumps([d.to_json() for d in diffs], indent=2, default=repr))
+        click.echo(json.dumps({"a": a, "b": b, "differs": bool(diffs), "differences": [d.to_json() for d in diffs]},
+                              indent=2, default=repr))
     elif not diffs:
         click.echo("no differences: same factors and fingerprint")
     else:

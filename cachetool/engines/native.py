@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cachetool.errors import UsageError
 from compiler import envs
 
 
@@ -30,7 +31,25 @@ class NativeEngine:
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
         return {}  # the common fingerprint fields say all (cachetool.fingerprint)
 
-    def key_check(self, model: str, *, cache_root: str | Path, **options: Any):
-        from cachetool.api import server_key_predictor
+    def key_check(self, model: str | None, *, cache_root: str | Path | None = None, config: Any = None,
+                  overrides: list[str] | tuple[str, ...] = (), device: str = "cpu", tensor_parallel_size: int = 1):
+        """What pull's preflight asks for the key of a server running ``model`` (None without a model): the key
+        predicted from the bundle's own factors, no trace. The model argument and config are checked here,
+        before anything is fetched."""
+        from cachetool.warmup import ModelError, compilation_config
 
-        return server_key_predictor(model, **options)
+        if model is None:
+            if config is not None or overrides:
+                raise UsageError("a compilation config on pull needs the server's model")
+            return None
+        from compiler.key_prediction import ServerKeyPredictor
+        from compiler.models.llama_config import ModelSpecError, read_config
+
+        if tensor_parallel_size < 1:
+            raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
+        try:
+            read_config(model)
+        except ModelSpecError as exc:
+            raise ModelError(str(exc)) from None
+        return ServerKeyPredictor(model, compilation_config(config, overrides), device.split(":")[0],
+                                  tensor_parallel_size)

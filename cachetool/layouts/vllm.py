@@ -11,9 +11,9 @@ vLLM (V1 engine) writes::
         inductor_cache/                                         TORCHINDUCTOR_CACHE_DIR, shared by the ranks
     modelinfos/{module}-{Class}.json                            the model registry's inspection cache
 
-The compile tree is the same shape as the native one; only detection differs. ``modelinfos/`` (one small JSON
-per architecture, checked by vLLM against its module's hash) is packed too when the whole root is packed: a
-pulled root without it makes vLLM start a subprocess to inspect the model class again.
+The compile tree is the same shape as the native one; only detection differs. The root's ``modelinfos/`` (one
+small JSON per architecture, checked by vLLM against its module's hash) is packed with the root or any folder in
+it: a pulled root without it makes vLLM start a subprocess to inspect the model class again.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachetool.layouts.base import LayoutScan, walk_tree
-from cachetool.layouts.compile_cache import AOT, TCC, iter_limited, locate, scan_compile_cache
+from cachetool.layouts.compile_cache import AOT, iter_limited, locate, scan_compile_cache
 from cachetool.manifest import Unit
 
 NAME = "vllm"
@@ -45,8 +45,9 @@ def detect(path: Path) -> bool:
 
 def scan(path: Path) -> LayoutScan:
     result = scan_compile_cache(path, NAME)
-    infos = Path(path) / MODELINFOS
-    if (Path(path) / TCC).is_dir() and infos.is_dir() and not infos.is_symlink():
+    _, _, tcc = locate(Path(path))
+    infos = tcc.parent / MODELINFOS if tcc is not None else None  # the root's, also for one key folder
+    if infos is not None and infos.is_dir() and not infos.is_symlink():
         files, dirs = walk_tree(infos, MODELINFOS)
         result.files.extend(files)
         result.dirs = sorted([*result.dirs, *dirs])

@@ -74,7 +74,8 @@ def test_diff_names_every_factor(tmp_path, cli, keys):
         assert "compiler: torch_key:" in out
         assert "5 difference(s)" in out, out
     data = json.loads(cli("diff", ab, bb, "--json").out)
-    assert {d["category"] for d in data} == {"config", "code", "env", "compiler"}
+    assert data["differs"] is True and data["a"] == str(ab)
+    assert {d["category"] for d in data["differences"]} == {"config", "code", "env", "compiler"}
     assert cli("diff", ab, bb, "--exit-code").rc == 1
     same = cli("diff", ab, a, "--exit-code")
     assert same.rc == 0 and "no differences" in same.out

@@ -524,3 +524,55 @@ def test_every_cachetool_command_and_flag_in_ci_exists():
                 if value not in choices.group(1).split("|"):
                     problems.append(f"{where}: {flag} {value!r} is not one of {choices.group(1)}")
     assert not problems, "\n".join(problems)
+
+
+# ----------------------------------------------------------------------------------------------- vLLM
+
+VLLM_DEPLOYMENT = CI / "k8s" / "vllm" / "deployment.yaml"
+VLLM_WARM_JOB = CI / "k8s" / "vllm" / "warm-job.yaml"
+
+
+def _split_at_dashes(argv: list[str]) -> tuple[list[str], list[str]]:
+    return (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+
+
+def test_vllm_deployment_pulls_the_key_its_server_will_use():
+    """The init-container's model path, vLLM flags and cache root are the server's own: vLLM hashes the model
+    path and the flags, so a pull that asked for another would check (and install) the wrong key."""
+    spec = _one(VLLM_DEPLOYMENT, "Deployment")["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    (server,) = spec["containers"]
+    pull, pull_flags = _split_at_dashes(_argv(init))
+    assert pull[:2] == ["cachetool", "pull"] and _flag_value(pull, "--engine") == "vllm"
+    serve = _argv(server)
+    assert serve[:2] == ["vllm", "serve"]
+    model, serve_flags = serve[2], serve[3:]
+    assert _flag_value(pull, "--model") == model
+    assert pull_flags == serve_flags, (pull_flags, serve_flags)
+    root = _flag_value(pull, "--cache-root")
+    env = {e["name"]: e.get("value") for e in server.get("env", [])}
+    assert env["VLLM_CACHE_ROOT"] == root
+    mounts = {c["name"]: {m["mountPath"]: m["name"] for m in c["volumeMounts"]} for c in (init, server)}
+    assert mounts[init["name"]][root] == mounts[server["name"]][root]
+    assert _flag_value(pull, "--on-miss") == "continue" and _flag_value(pull, "--trust")
+
+    job = _one(VLLM_WARM_JOB, "Job")["spec"]["template"]["spec"]
+    warm, warm_flags = _split_at_dashes(_argv(job["containers"][0]))
+    assert warm[:2] == ["cachetool", "warm"] and _flag_value(warm, "--engine") == "vllm"
+    assert _flag_value(warm, "--model") == model and warm_flags == serve_flags
+    assert _flag_value(warm, "--push") == pull[2]
+
+
+def test_every_cachetool_flag_in_the_vllm_files_exists():
+    problems = []
+    for path in (VLLM_DEPLOYMENT, VLLM_WARM_JOB):
+        for doc in _load_all(path):
+            spec = doc["spec"]["template"]["spec"]
+            for c in (spec.get("initContainers") or []) + spec["containers"]:
+                argv, _vllm_flags = _split_at_dashes(_argv(c))
+                if argv[0] != "cachetool":
+                    continue
+                options = _help_options(_help(argv[1]).stdout)
+                problems += [f"{path.name}: cachetool {argv[1]} has no option {t}" for t in argv[2:]
+                             if t.startswith("-") and t.partition("=")[0] not in options]
+    assert not problems, "\n".join(problems)

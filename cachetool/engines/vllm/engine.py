@@ -167,6 +167,12 @@ def tensor_parallel_size(flags: list[str]) -> int:
     return 1
 
 
+def server_argv(flags: list[str], load_weights: bool = False) -> list[str]:
+    """The flags a headless start runs with: the unhashed headless ones first (a warm and a pull's key question
+    set them alike, so their configs compare field by field), the user's after them (a flag after -- wins)."""
+    return [*HEADLESS_FLAGS, *(() if load_weights else DUMMY_WEIGHTS), *flags]
+
+
 def child_env(cache_root: Path, tp: int) -> dict[str, str]:
     """The child's environment: offline, engine core in-process, the cache root, and, for tensor parallel on
     the CPU, one core group per rank (vLLM's CPU workers need ``VLLM_CPU_OMP_THREADS_BIND``; it is one of vLLM's
@@ -266,7 +272,7 @@ def start(command: str, model: str, *, cache_root: str | Path, flags: list[str] 
     root = Path(cache_root).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
     before, keys_before = kernel_files(root), key_folders(root)
-    argv = [*HEADLESS_FLAGS, *(() if load_weights else DUMMY_WEIGHTS), *flags]
+    argv = server_argv(flags, load_weights)
     log_path = Path(tempfile.mkstemp(prefix=f"cachetool-vllm-{command}-", suffix=".log")[1])
     say(f"{command}: starting vLLM {version} on {root} (vLLM's log: {log_path})")
     t0 = time.perf_counter()
@@ -338,10 +344,10 @@ class ServerKeyCheck:
     timeout: float | None = None
     seconds: float = 0.0  # what asking vLLM cost (its import dominates)
 
-    def expected_for(self, manifest: Any) -> str:
-        """The hash of the bundle's key folder this server will use, or :class:`PreflightError` naming the first
-        difference (model path, config field, env variable, vLLM or torch version, traced file)."""
-        candidates = [k for k in manifest.keys if isinstance(k.factors, dict) and "serve" in k.factors]
+    def closest(self, keys: Any) -> tuple[Any, list]:
+        """The bundle key (``manifest.CacheKey``) this server will use with no difference, or the first one and
+        its differences (model path, config fields, env variables, vLLM or torch version, traced files)."""
+        candidates = [k for k in keys if isinstance(k.factors, dict) and "serve" in k.factors]
         if not candidates:
             raise PreflightError("preflight: bundle cannot hit here: it records no vLLM key inputs (warm it with "
                                  "cachetool warm --engine vllm)")
@@ -351,15 +357,22 @@ class ServerKeyCheck:
         for k in candidates:
             diffs = key.differences(k.factors, local["key_inputs"], local.get("traced_files"))
             if not diffs:
-                return k.hash
+                return k, []
             first = first or (k, diffs)
-        k, diffs = first
+        return first
+
+    def expected_for(self, manifest: Any) -> str:
+        """The hash of the bundle's key folder this server will use, or :class:`PreflightError` naming the first
+        difference."""
+        k, diffs = self.closest(manifest.keys)
+        if not diffs:
+            return k.hash
         d = diffs[0]
         more = f" (also: {', '.join(x.name for x in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
             if len(diffs) > 1 else ""
         what = {"compiler": "version", "config": "config field", "env": "env factor", "code": "traced file"}
         raise PreflightError(f"preflight: bundle cannot hit here: {what.get(d.category, d.category)} {d.name!r} "
-                             f"differs: bundle {short_repr(d.a)}, this server {short_repr(d.b)}{more} "
+                             f"differs: bundle {short_repr(d.a, 160)}, this server {short_repr(d.b, 160)}{more} "
                              f"(cache {short_key(k.hash)})")
 
     def local_inputs(self, traced: list[str]) -> dict:
@@ -370,7 +383,7 @@ class ServerKeyCheck:
         # pull's root untouched until the install.
         with tempfile.TemporaryDirectory(prefix="cachetool-vllm-key-") as scratch:
             try:
-                return run_child({"mode": "key", "model": self.model, "argv": list(self.flags),
+                return run_child({"mode": "key", "model": self.model, "argv": server_argv(self.flags),
                                   "traced_files": traced}, Path(scratch), log_path, timeout=self.timeout)
             finally:
                 self.seconds = round(time.perf_counter() - t0, 3)

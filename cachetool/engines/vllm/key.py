@@ -60,17 +60,27 @@ def differences(recorded: dict, local: dict, local_traced: dict[str, str | None]
         if rc.get(name, UNSET) != lc.get(name, UNSET):
             out.append(Difference("compiler", name, rc.get(name, UNSET), lc.get(name, UNSET)))
     model = _values(recorded, "serve").get("model", UNSET)
+    paths = {model, local.get("model")}
     if model != local.get("model"):
         out.append(Difference("config", "model", model, local.get("model")))
     if (recorded.get("env") or {}).get("hash") != local["env"]["hash"]:
         out += _field_diffs("env", _values(recorded, "env"), local["env"]["values"])
     if (recorded.get("config") or {}).get("hash") != local["config"]["hash"]:
-        out += _config_diffs(_values(recorded, "config"), local["config"]["values"])
+        # the model path also fills model_config.model, .tokenizer, .served_model_name: named once above
+        out += [d for d in _config_diffs(_values(recorded, "config"), local["config"]["values"])
+                if not _only_the_path(d, paths)]
     for fid, digest in sorted(_values(recorded, "code").items()):
         here = (local_traced or {}).get(fid, digest)
         if here != digest:
             out.append(Difference("code", fid, digest, UNSET if here is None else here))
     return out
+
+
+def _only_the_path(d: Difference, paths: set) -> bool:
+    def strip(v: Any) -> Any:
+        return v[0] if isinstance(v, list) and len(v) == 1 else v
+
+    return len(paths) == 2 and {strip(d.a), strip(d.b)} == paths
 
 
 def _field_diffs(category: str, a: dict, b: dict, prefix: str = "") -> list[Difference]:

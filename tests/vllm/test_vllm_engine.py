@@ -1,0 +1,197 @@
+"""Real vLLM end to end, each step its own process as CI, the deploy pipeline and the init-container run it:
+
+    cachetool warm --engine vllm --push oci://...   (CI: real vLLM, headless, dummy weights)
+    cachetool pull --engine vllm --model M -- FLAGS  (init-container: vLLM's key checked before any blob)
+    cachetool check --engine vllm --require-hit      (the server start: real vLLM on the pulled root)
+
+One warm for the module; the refusals use its root, its bundle, or edited and re-signed copies of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.vllm.conftest import FLAGS, cachetool, error_line, json_out, ok, write_model
+
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory, tiny_model, signing_key, oci_registry):
+    """`cachetool warm --engine vllm --push oci://...` once: the CI job."""
+    base = tmp_path_factory.mktemp("vllm-warm")
+    ref = f"{oci_registry.repo_url('vllm-tiny')}:ci"
+    r = ok(cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", base / "ci-root", "--push",
+                     ref, "--sign-key", signing_key, "--json", "--", *FLAGS))
+    return {"base": base, "ref": ref, "root": base / "ci-root", "summary": json_out(r), "key": signing_key,
+            "pub": Path(f"{signing_key}.pub"), "model": tiny_model}
+
+
+def test_warm_records_vllms_facts_and_key_inputs(warmed):
+    s = warmed["summary"]
+    comp = s["compile"]
+    assert comp["engine"] == "vllm" and comp["inductor_compiled"] > 0 and not comp["key_existed"]
+    assert s["ref"] == warmed["ref"] and s["manifest_digest"].startswith("sha256:")
+    key_dir = Path(comp["cache_dir"])
+    assert key_dir.parent.name == "torch_aot_compile" and (key_dir / "rank_0_0" / "model").is_file()
+    recorded = json.loads((key_dir / "rank_0_0" / "cache_key_factors.json").read_text())
+    assert recorded["hash"] == key_dir.name == comp["cache_key"]
+    f = recorded["factors"]
+    assert f["serve"]["values"]["model"] == str(warmed["model"]) and f["serve"]["values"]["flags"] == FLAGS
+    assert f["compiler"]["values"]["vllm"] and f["compiler"]["values"]["cpu_isa"]
+    assert f["env"]["values"] and f["config"]["values"]["model_config"]["max_model_len"] == 256
+    assert any(fid.startswith("vllm/model_executor/models/llama.py") for fid in f["code"]["values"])
+
+    ok(cachetool("pack", warmed["root"], "-o", warmed["base"] / "x.ctb", "--sign-key", warmed["key"]))
+    doc = json_out(ok(cachetool("inspect", warmed["base"] / "x.ctb", "--json")))
+    fp = doc["fingerprint"]
+    assert doc["layout"] == "vllm" and fp["vllm"] == f["compiler"]["values"]["vllm"] and fp["cpu_isa"]
+    assert doc["platform"].startswith(f"vllm{fp['vllm']}-cpu-")
+
+
+def test_pulled_root_at_another_path_hits_in_real_vllm(warmed, tmp_path):
+    """warm → OCI registry → pull (vLLM's key checked first) into a fresh root elsewhere → real vLLM compiles
+    nothing, and reports the AOT outcome as vLLM gives it."""
+    root = tmp_path / "server" / "vllm-cache"
+    r = ok(cachetool("pull", warmed["ref"], "--cache-root", root, "--trust", warmed["pub"], "--engine", "vllm",
+                     "--model", warmed["model"], "--json", "--", *FLAGS))
+    pulled = json_out(r)
+    key = warmed["summary"]["compile"]["cache_key"]
+    assert pulled["outcome"] == "installed"
+    assert any(c.startswith(f"cache key {key}") for c in pulled["install"]["preflight"]), pulled["install"]
+    assert (root / "modelinfos").is_dir()  # vLLM's model inspection cache comes with the bundle
+
+    r = ok(cachetool("check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root,
+                     "--require-hit", "--json", "--", *FLAGS))
+    c = json_out(r)
+    assert c["engine"] == "vllm" and c["hit"] is True and c["cache_key"] == key and c["key_existed"]
+    assert c["inductor_compiled"] == 0 and c["inductor_loaded"] > 0, c
+    assert c["startup_seconds"] > 0 and isinstance(c["dynamo_traces"], int)
+    # vLLM 0.32 on the CPU cannot load its own AOT artifact; the check reports vLLM's reason, as vLLM gives it
+    assert c["aot_loaded"] or c["aot_error"], c
+
+
+def test_server_model_path_unlike_the_warms_is_refused_before_any_blob(warmed, tmp_path):
+    other = write_model(tmp_path / "models" / "tiny-llama")  # the same config.json at another path
+    root = tmp_path / "root"
+    r = cachetool("pull", warmed["ref"], "--cache-root", root, "--trust", warmed["pub"], "--engine", "vllm",
+                  "--model", other, "--", *FLAGS)
+    assert r.returncode == 4, r
+    line = error_line(r)
+    assert "'model' differs" in line and str(other) in line and str(warmed["model"]) in line, line
+    assert not root.exists()
+
+
+def _edited_bundle(warmed, tmp_path, **fingerprint) -> Path:
+    """The warm's key folder packed, its fingerprint edited and the manifest signed again with the trusted key
+    (a signer that made a bundle for another vLLM or CPU): a .ctb."""
+    from cachetool.bundle import DirPackedBundle, pack, write_ctb
+    from cachetool.manifest import Manifest
+    from cachetool.signing import load_private_key, sign_manifest
+
+    with pack(warmed["summary"]["compile"]["cache_dir"], workdir=tmp_path / "work") as b:
+        m = dataclasses.replace(b.manifest, fingerprint={**b.manifest.fingerprint, **fingerprint})
+        mbytes = Manifest.to_bytes(m)
+        edited = DirPackedBundle(mbytes, sign_manifest(mbytes, load_private_key(warmed["key"])), "edited",
+                                 tmp_path / "work" / "blobs", None)
+        return write_ctb(edited, tmp_path / "edited.ctb")
+
+
+@pytest.mark.parametrize("field,value", [("vllm", "0.31.0"), ("cpu_isa", "amx")])
+def test_a_bundle_for_another_vllm_or_cpu_is_refused_before_any_blob(warmed, tmp_path, field, value):
+    ctb = _edited_bundle(warmed, tmp_path, **{field: value})
+    root = tmp_path / "root"
+    r = cachetool("install", ctb, "--cache-root", root, "--trust", warmed["pub"])
+    assert r.returncode == 4, r
+    line = error_line(r)
+    assert f"fingerprint {field!r} differs" in line and value in line, line
+    assert not root.exists()
+    # through a store, without --model: the platform choice names it, reading no blob (the store has none)
+    store = tmp_path / "store"
+    ok(cachetool("push", ctb, f"file://{store}/tiny:edited"))
+    shutil.rmtree(store / "blobs")
+    r = cachetool("pull", f"file://{store}/tiny:edited", "--cache-root", root, "--trust", warmed["pub"])
+    assert r.returncode == 4, r
+    assert field in error_line(r) and value in error_line(r)
+    assert not root.exists()
+
+
+def test_a_corrupted_blob_is_refused_and_nothing_is_installed(warmed, tmp_path):
+    store = tmp_path / "store"
+    ok(cachetool("push", warmed["base"] / "x.ctb", f"file://{store}/tiny:main"))
+    blob = max((p for p in (store / "blobs").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    root = tmp_path / "root"
+    r = cachetool("pull", f"file://{store}/tiny:main", "--cache-root", root, "--trust", warmed["pub"])
+    assert r.returncode == 3, r
+    error_line(r)
+    assert not root.exists() or not any(p.is_file() for p in root.rglob("*") if ".cachetool" not in str(p))
+
+
+def test_diff_names_each_key_input_a_vllm_server_differs_in(warmed, tmp_path):
+    """Another model path and `--max-model-len 128` where the warm had 256: vLLM hashes both; diff names both
+    (the pull test above shows that the warm's own model and flags differ in nothing)."""
+    other = write_model(tmp_path / "elsewhere")
+    flags = [*FLAGS, "--max-model-len", "128"]  # the later flag wins, as in vLLM's parser
+    doc = json_out(cachetool("diff", warmed["base"] / "x.ctb", "local", "--engine", "vllm", "--model", other,
+                             "--json", "--", *flags))
+    names = [d["name"] for d in doc["differences"]]
+    assert doc["differs"] and names[0] == "model" and "model_config.max_model_len" in names, doc
+    assert not any(n in ("model_config.model", "model_config.tokenizer") for n in names)  # the path, named once
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+def test_vllm_not_installed_names_the_install_script(tmp_path, tiny_model):
+    import venv
+
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "bare")
+    r = cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", tmp_path / "root",
+                  env={"CACHETOOL_VLLM_PYTHON": str(tmp_path / "bare" / "bin" / "python")})
+    assert r.returncode == 2, r
+    assert "scripts/install.sh --vllm" in error_line(r)
+    assert not (tmp_path / "root").exists()
+
+
+def test_a_model_folder_without_config_json_is_a_usage_error(tmp_path):
+    (tmp_path / "empty-model").mkdir()
+    r = cachetool("warm", "--engine", "vllm", "--model", tmp_path / "empty-model", "--cache-root", tmp_path / "root")
+    assert r.returncode == 2, r
+    assert "config.json" in error_line(r)
+    assert not (tmp_path / "root").exists()
+
+
+def test_flags_vllm_refuses_are_one_line_and_nothing_is_pushed(tmp_path, tiny_model, signing_key):
+    store = tmp_path / "store"
+    r = cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", tmp_path / "root", "--push",
+                  f"file://{store}/tiny:x", "--sign-key", signing_key, "--", "--no-such-flag")
+    assert r.returncode == 2, r
+    assert "--no-such-flag" in error_line(r) and "vLLM refused the flags" in error_line(r)
+    assert not store.exists()
+
+
+def test_a_model_vllm_refuses_is_its_own_last_error_and_nothing_is_pushed(tmp_path, signing_key):
+    bad = write_model(tmp_path / "bad-model", architectures=["NoSuchModelForCausalLM"])
+    store = tmp_path / "store"
+    r = cachetool("warm", "--engine", "vllm", "--model", bad, "--cache-root", tmp_path / "root", "--push",
+                  f"file://{store}/tiny:x", "--sign-key", signing_key, "--", *FLAGS)
+    assert r.returncode == 1, r
+    line = error_line(r)
+    assert "NoSuchModelForCausalLM" in line and "log:" in line, line
+    assert not store.exists()
+
+
+def test_native_options_with_the_vllm_engine_are_refused(tmp_path, tiny_model):
+    r = cachetool("check", "--engine", "vllm", "--model", tiny_model, "-tp", "2", "--cache-root", tmp_path)
+    assert r.returncode == 2 and "-- -tp 2" in error_line(r), r
+    r = cachetool("warm", "--model", "tiny", "--cache-root", tmp_path, "--", "-tp", "2")
+    assert r.returncode == 2 and "--engine vllm" in error_line(r), r
+    assert os.listdir(tmp_path) == []
