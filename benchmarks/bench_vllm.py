@@ -29,14 +29,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
-              "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-              "vocab_size": 1024, "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-              "torch_dtype": "bfloat16", "tie_word_embeddings": False, "head_dim": 32}
-FLAGS = ["--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "256",
-         "--gpu-memory-utilization", "0.2"]
-
-
 def cli(*args) -> tuple[dict, float]:
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
@@ -69,15 +61,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="where the roots go (default: a temporary folder)")
     ap.add_argument("flags", nargs=argparse.REMAINDER, help="vLLM's flags after -- (default: the tiny model's)")
     args = ap.parse_args()
-    flags = [f for f in args.flags if f != "--"] or FLAGS
+    flags = [f for f in args.flags if f != "--"]
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-vllm-"))
-    model = args.model
-    if model is None:
-        model = work / "models" / "tiny-llama"
-        model.mkdir(parents=True, exist_ok=True)
-        (model / "config.json").write_text(json.dumps(TINY_LLAMA))
-
     from cachetool.engines.vllm.facts import cpu_isa, vllm_version
+    from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+
+    flags = flags or CPU_FLAGS
+    model = args.model or write_model(work / "models" / "tiny-llama")
 
     print(f"vLLM {vllm_version()}, CPU ISA {cpu_isa()}, model {model}, flags {' '.join(flags)}", flush=True)
     runs: dict[str, dict] = {}

@@ -85,17 +85,18 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
     (``rank``, ``dp_rank``, ...). ``engine="vllm"``: real vLLM starts headless with ``engine_flags`` (``vllm
     serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy ones),
     and the key folder it used is packed with vLLM's facts."""
-    from cachetool import engines, warmup
+    from cachetool import engines
 
+    chosen = engines.get(engine)
     sign_key = _push_key(push, sign_key)
     t0 = time.perf_counter()
-    if engine == "native":
+    if chosen.name == "native":
         cfg = compilation_config(config, overrides, cache_root)
-        result = warmup.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, **run_options)
+        result = chosen.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, **run_options)
         folder = _hash_folder(result) if push is not None else None
     else:
-        result = engines.get(engine).warm(model, cache_root=cache_root, flags=list(engine_flags),
-                                          load_weights=load_weights, progress=engine_progress)
+        result = chosen.warm(model, cache_root=cache_root, flags=list(engine_flags), load_weights=load_weights,
+                             progress=engine_progress)
         folder = _engine_folder(result)
     summary = WarmSummary(compile=result, phases={"compile": round(time.perf_counter() - t0, 3)})
     if push is None:
@@ -132,14 +133,14 @@ def check(model: str, *, cache_root: str | Path | None = None, device: str = "cp
     ``engine="vllm"``: real vLLM starts on ``cache_root`` with ``engine_flags`` and reports what Inductor
     compiled and loaded and whether vLLM loaded its AOT artifact (``VllmStartResult``); ``require_hit`` then
     raises :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start."""
-    from cachetool import engines, warmup
+    from cachetool import engines
 
-    if engine != "native":
-        return engines.get(engine).check(model, cache_root=cache_root, require_hit=require_hit,
-                                         flags=list(engine_flags), load_weights=load_weights,
-                                         progress=engine_progress)
+    chosen = engines.get(engine)
+    if chosen.name != "native":
+        return chosen.check(model, cache_root=cache_root, require_hit=require_hit, flags=list(engine_flags),
+                            load_weights=load_weights, progress=engine_progress)
     cfg = compilation_config(config, overrides, cache_root)
-    return warmup.check(model, cache_root=cache_root, device=device, compilation_config=cfg,
+    return chosen.check(model, cache_root=cache_root, device=device, compilation_config=cfg,
                         require_hit=require_hit, **run_options)
 
 

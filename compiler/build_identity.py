@@ -28,7 +28,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from compiler import envs
 
@@ -166,9 +166,9 @@ def _visible_index(index: int) -> int | str:
     return int(item) if item.isdigit() else item
 
 
-def cuda_device(index: int = 0) -> dict[str, str] | None:
-    """``{"device", "capability"}`` of CUDA device ``index`` as torch names them (``torch.cuda.get_device_name``,
-    ``"major.minor"``), from NVML; ``None`` when NVML cannot tell (no driver, no ``nvidia-ml-py``, no GPU)."""
+def _nvml(ask: Callable[[Any], Any]) -> Any:
+    """``ask(pynvml)`` between NVML's init and shutdown; ``None`` when NVML cannot tell (no driver, no
+    ``nvidia-ml-py``, no GPU) or the question fails."""
     try:
         import pynvml  # type: ignore[import-not-found]
 
@@ -176,12 +176,7 @@ def cuda_device(index: int = 0) -> dict[str, str] | None:
     except Exception:
         return None
     try:
-        which = _visible_index(index)
-        handle = (pynvml.nvmlDeviceGetHandleByUUID(which) if isinstance(which, str)
-                  else pynvml.nvmlDeviceGetHandleByIndex(which))
-        name = pynvml.nvmlDeviceGetName(handle)
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        return {"device": name.decode() if isinstance(name, bytes) else str(name), "capability": f"{major}.{minor}"}
+        return ask(pynvml)
     except Exception:
         return None
     finally:
@@ -189,6 +184,28 @@ def cuda_device(index: int = 0) -> dict[str, str] | None:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def cuda_device(index: int = 0) -> dict[str, str] | None:
+    """``{"device", "capability"}`` of CUDA device ``index`` as torch names them (``torch.cuda.get_device_name``,
+    ``"major.minor"``), from NVML; ``None`` when NVML cannot tell (no driver, no ``nvidia-ml-py``, no GPU)."""
+    def ask(pynvml):
+        which = _visible_index(index)
+        handle = (pynvml.nvmlDeviceGetHandleByUUID(which) if isinstance(which, str)
+                  else pynvml.nvmlDeviceGetHandleByIndex(which))
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return {"device": _text(pynvml.nvmlDeviceGetName(handle)), "capability": f"{major}.{minor}"}
+
+    return _nvml(ask)
+
+
+def cuda_driver() -> str | None:
+    """The NVIDIA driver version from NVML, or ``None``."""
+    return _nvml(lambda pynvml: _text(pynvml.nvmlSystemGetDriverVersion()))
 
 
 def cpu_device() -> dict[str, str]:

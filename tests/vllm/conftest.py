@@ -16,15 +16,9 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm import facts
+from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model  # noqa: F401 - the tests import write_model here
 
-# A 2-layer Llama small enough for the CPU; head_dim 32 (vLLM's CPU attention refuses some sizes, e.g. 24).
-TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
-              "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-              "vocab_size": 1024, "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-              "torch_dtype": "bfloat16", "tie_word_embeddings": False, "head_dim": 32}
-# vllm serve flags for the tiny model on a small box (gpu_memory_utilization is the KV share of RAM on the CPU).
-FLAGS = ["--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "256",
-         "--gpu-memory-utilization", "0.2"]
+FLAGS = CPU_FLAGS
 ENV = {**os.environ, "CACHETOOL_LOGGING_LEVEL": "WARNING"}
 
 
@@ -38,12 +32,6 @@ def pytest_collection_modifyitems(config, items):
         pytest.exit("vLLM is not installed: CI must run the vLLM tests (scripts/test.sh installs it)", returncode=1)
     for item in mine:
         item.add_marker(pytest.mark.skip(reason="vLLM is not installed (scripts/install.sh --vllm)"))
-
-
-def write_model(folder: Path, **changes) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({**TINY_LLAMA, **changes}))
-    return folder
 
 
 def cachetool(*args, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -122,6 +122,23 @@ def test_a_bundle_for_another_vllm_or_cpu_is_refused_before_any_blob(warmed, tmp
     assert not root.exists()
 
 
+def test_without_model_the_preflight_imports_neither_torch_nor_vllm(warmed, tmp_path):
+    """An init-container without --model: vLLM version, torch build and CPU ISA compared from files only."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    ok(cachetool("push", warmed["base"] / "x.ctb", f"file://{store}/tiny:main"))
+    script = ("import json, sys\nfrom cachetool.cli import main\n"
+              f"rc = main(['pull', 'file://{store}/tiny:main', '--cache-root', {str(tmp_path / 'root')!r}, "
+              f"'--trust', {str(warmed['pub'])!r}])\n"
+              "print(json.dumps({'rc': rc, 'loaded': sorted(m for m in ('torch', 'vllm') if m in sys.modules)}))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"rc": 0, "loaded": []}, proc.stderr[-2000:]
+    assert "preflight: fingerprint" in proc.stdout
+    assert (tmp_path / "root" / "modelinfos").is_dir()
+
+
 def test_a_corrupted_blob_is_refused_and_nothing_is_installed(warmed, tmp_path):
     store = tmp_path / "store"
     ok(cachetool("push", warmed["base"] / "x.ctb", f"file://{store}/tiny:main"))
@@ -136,16 +153,14 @@ def test_a_corrupted_blob_is_refused_and_nothing_is_installed(warmed, tmp_path):
     assert not root.exists() or not any(p.is_file() for p in root.rglob("*") if ".cachetool" not in str(p))
 
 
-def test_diff_names_each_key_input_a_vllm_server_differs_in(warmed, tmp_path):
-    """Another model path and `--max-model-len 128` where the warm had 256: vLLM hashes both; diff names both
-    (the pull test above shows that the warm's own model and flags differ in nothing)."""
-    other = write_model(tmp_path / "elsewhere")
-    flags = [*FLAGS, "--max-model-len", "128"]  # the later flag wins, as in vLLM's parser
-    doc = json_out(cachetool("diff", warmed["base"] / "x.ctb", "local", "--engine", "vllm", "--model", other,
-                             "--json", "--", *flags))
-    names = [d["name"] for d in doc["differences"]]
-    assert doc["differs"] and names[0] == "model" and "model_config.max_model_len" in names, doc
-    assert not any(n in ("model_config.model", "model_config.tokenizer") for n in names)  # the path, named once
+def test_diff_against_this_machine_names_vllms_facts(warmed, tmp_path):
+    """diff --engine vllm without --model: the fingerprint with vLLM's facts, importing nothing heavy (the key
+    inputs with --model take the same ServerKeyCheck as pull, shown by the refusal above)."""
+    same = json_out(ok(cachetool("diff", warmed["base"] / "x.ctb", "local", "--engine", "vllm", "--json")))
+    assert same == {"a": str(warmed["base"] / "x.ctb"), "b": "local", "differs": False, "differences": []}
+    edited = _edited_bundle(warmed, tmp_path, cpu_isa="amx")
+    doc = json_out(cachetool("diff", edited, "local", "--engine", "vllm", "--json"))
+    assert [(d["category"], d["name"], d["a"]) for d in doc["differences"]] == [("fingerprint", "cpu_isa", "amx")]
 
 
 # ---------------------------------------------------------------------------------------------- bad input

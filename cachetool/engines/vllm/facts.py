@@ -42,33 +42,13 @@ def cpu_isa() -> str:
     return best
 
 
-def gpu_driver() -> str | None:
-    """The NVIDIA driver version from NVML, or None (no driver, no ``nvidia-ml-py``)."""
-    try:
-        import pynvml  # type: ignore[import-not-found]
-
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        v = pynvml.nvmlSystemGetDriverVersion()
-        return v.decode() if isinstance(v, bytes) else str(v)
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
 def machine_facts(device: str | None) -> dict[str, str | None]:
     """The vLLM fingerprint fields of this machine for ``device`` (``cpu``, ``cuda``/``cuda:N`` or None: probe)."""
     facts: dict[str, str | None] = {"engine": "vllm", "vllm": vllm_version(), "cpu_isa": None, "gpu_driver": None}
     on_gpu = device is None or device.startswith("cuda")
     gpu = build_identity.cuda_device(int(device.split(":")[1]) if device and ":" in device else 0) if on_gpu else None
     if gpu is not None:
-        facts["gpu_driver"] = gpu_driver()
+        facts["gpu_driver"] = build_identity.cuda_driver()
     else:
         facts["cpu_isa"] = cpu_isa()
     return facts

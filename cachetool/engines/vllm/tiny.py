@@ -1,0 +1,23 @@
+"""A model small enough for real vLLM on a 2-core CPU: a 2-layer Llama ``config.json`` (dummy weights are built
+from it) and the ``vllm serve`` flags that fit it on a small box. Used by the tests and ``bench_vllm.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# head_dim 32: vLLM's CPU attention refuses some sizes (24 is refused).
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+              "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+              "vocab_size": 1024, "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+              "torch_dtype": "bfloat16", "tie_word_embeddings": False, "head_dim": 32}
+# On the CPU gpu_memory_utilization is the worker's share of RAM (model and KV cache); 0.92 refuses to start here.
+CPU_FLAGS = ["--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens",
+             "256", "--gpu-memory-utilization", "0.2"]
+
+
+def write_model(folder: Path, **changes) -> Path:
+    """``folder/config.json`` of the tiny Llama (``changes`` override its fields); returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**TINY_LLAMA, **changes}))
+    return folder

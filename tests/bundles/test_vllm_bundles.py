@@ -1,0 +1,96 @@
+"""vLLM trees as bundles, without vLLM: the AOT tree's shared folders, vLLM's facts in the fingerprint and the
+platform key, and the comparison of recorded key inputs (tests/vllm runs the same against real vLLM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cachetool.engines.vllm import key
+from cachetool.factors import UNSET
+from cachetool.layouts import scan
+from cachetool.manifest import platform_key
+
+
+def _w(path: Path, data: bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(mode)
+
+AOT = "torch_compile_cache/torch_aot_compile/" + "ab" * 32
+
+
+def make_aot_tree(root: Path, ranks=("rank_0_0", "rank_1_0")) -> Path:
+    """vLLM's AOT tree as vLLM 0.32 writes it with -tp 2: one key folder, a shared inductor_cache/ beside the
+    rank folders, and the model-inspection cache at the root."""
+    for r in ranks:
+        _w(root / AOT / r / "model", f"AOT-{r}".encode() * 500)
+    _w(root / AOT / "inductor_cache" / "ab" / "cab.so", b"\x7fELF" + b"\0" * 2000, 0o755)
+    _w(root / AOT / "inductor_cache" / "aotautograd" / "x" / "entry", b"entry" * 100)
+    _w(root / "modelinfos" / "vllm-model_executor-models-llama-LlamaForCausalLM.json", b'{"hash": "h"}')
+    return root
+
+
+def test_shared_folders_are_units_of_their_own_so_each_rank_installs_alone(tmp_path, cli, keys):
+    src = make_aot_tree(tmp_path / "src")
+    s = scan(src)
+    units = {u.path: u.rank for u in s.units}
+    assert units == {f"{AOT}/rank_0_0": "rank_0_0", f"{AOT}/rank_1_0": "rank_1_0", f"{AOT}/inductor_cache": None,
+                     "modelinfos": None}
+    ctb = tmp_path / "tp.ctb"
+    assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
+    root = tmp_path / "root"
+    for rank in ("0", "1"):  # two init-containers, one rank each, into one root
+        r = cli("install", ctb, "--cache-root", root, "--trust", keys["pub"], "--ranks", rank, "--no-preflight")
+        assert r.rc == 0, r
+    got = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    assert got == {str(p.relative_to(src)) for p in src.rglob("*") if p.is_file()}
+
+
+def test_one_rank_folder_packed_alone_keeps_the_shared_folders(tmp_path):
+    src = make_aot_tree(tmp_path / "src")
+    s = scan(src / AOT / "rank_1_0")
+    assert {u.path for u in s.units} == {f"{AOT}/rank_1_0", f"{AOT}/inductor_cache", "modelinfos"}
+
+
+def test_a_vllm_bundles_platform_names_vllm_and_the_cpu_isa():
+    fp = {"device": "cpu", "arch": "x86_64", "torch": "2.13.0+cpu", "vllm": "0.32.0", "cpu_isa": "avx2"}
+    assert platform_key(fp) == "vllm0.32.0-cpu-x86_64-avx2-torch2.13.0+cpu"
+    assert platform_key({k: v for k, v in fp.items() if k not in ("vllm", "cpu_isa")}) == "cpu-x86_64-torch2.13.0+cpu"
+
+
+def _inputs(model="/models/a", max_len=256, env_bind="auto", vllm="0.32.0"):
+    return {"env": {"hash": f"env-{env_bind}", "values": {"VLLM_CPU_OMP_THREADS_BIND": env_bind}},
+            "config": {"hash": f"cfg-{model}-{max_len}",
+                       "values": {"model_config": {"hash": f"m-{model}-{max_len}", "model": model, "tokenizer": model,
+                                                   "max_model_len": max_len},
+                                  "cache_config": {"hash": "c", "block_size": 128, "gpu_memory_utilization": 0.2}}},
+            "compiler": {"hash": None, "values": {"vllm": vllm, "torch": "2.13.0+cpu", "mega_aot_artifact": True}},
+            "model": model}
+
+
+def _recorded(**kw):
+    return key.recorded_factors(_inputs(**kw), {"vllm/model_executor/models/llama.py": "d" * 64},
+                                {"cpu_isa": "avx2"}, ["--max-model-len", "256"], 1)
+
+
+def test_equal_key_inputs_differ_in_nothing():
+    assert key.differences(_recorded(), _inputs(), {"vllm/model_executor/models/llama.py": "d" * 64}) == []
+
+
+def test_each_kind_of_difference_is_named_once():
+    names = lambda diffs: [(d.category, d.name) for d in diffs]  # noqa: E731
+    assert names(key.differences(_recorded(), _inputs(model="/models/b"))) == [("config", "model")]
+    assert names(key.differences(_recorded(), _inputs(max_len=128))) == [("config", "model_config.max_model_len")]
+    assert names(key.differences(_recorded(), _inputs(env_bind="0|1"))) == [("env", "VLLM_CPU_OMP_THREADS_BIND")]
+    assert names(key.differences(_recorded(), _inputs(vllm="0.33.0"))) == [("compiler", "vllm")]
+    traced = key.differences(_recorded(), _inputs(), {"vllm/model_executor/models/llama.py": None})
+    assert [(d.category, d.name, d.b) for d in traced] == [("code", "vllm/model_executor/models/llama.py", UNSET)]
+
+
+def test_the_recorded_factors_file_is_what_the_layout_reads(tmp_path):
+    src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
+    doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": _recorded()}
+    (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
+    (k,) = scan(src).keys
+    assert k.kind == "aot" and k.factors["serve"]["values"]["model"] == "/models/a"
