@@ -37,7 +37,7 @@ def cli(*args) -> tuple[dict, float]:
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-3000:])
         raise SystemExit(f"cachetool {args[0]} failed (exit {p.returncode})")
-    return json.loads(p.stdout[p.stdout.index("{"):]), wall
+    return (json.loads(p.stdout[p.stdout.index("{"):]) if "{" in p.stdout else {}), wall
 
 
 def start(command: str, model: Path, root: Path, flags: list[str]) -> dict:

@@ -190,7 +190,7 @@ def test_flags_vllm_refuses_are_one_line_and_nothing_is_pushed(tmp_path, tiny_mo
                   f"file://{store}/tiny:x", "--sign-key", signing_key, "--", "--no-such-flag")
     assert r.returncode == 2, r
     assert "--no-such-flag" in error_line(r) and "vLLM refused the flags" in error_line(r)
-    assert not store.exists()
+    assert not store.exists() and not (tmp_path / "root").exists()
 
 
 def test_a_model_vllm_refuses_is_its_own_last_error_and_nothing_is_pushed(tmp_path, signing_key):
@@ -201,7 +201,7 @@ def test_a_model_vllm_refuses_is_its_own_last_error_and_nothing_is_pushed(tmp_pa
     assert r.returncode == 1, r
     line = error_line(r)
     assert "NoSuchModelForCausalLM" in line and "log:" in line, line
-    assert not store.exists()
+    assert not store.exists() and not (tmp_path / "root").exists()
 
 
 def test_native_options_with_the_vllm_engine_are_refused(tmp_path, tiny_model):

