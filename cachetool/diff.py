@@ -22,6 +22,7 @@ class Side:
     keys: list[tuple[str, dict | None]]  # (cache hash, factors)
     fingerprint: dict
     partial: bool = False  # True for "local": only env + compiler known
+    layout: str | None = None  # the cache's layout (None for "local")
 
 
 def load_side(spec: str, *, device: str | None = None) -> Side:
@@ -46,7 +47,7 @@ def load_side(spec: str, *, device: str | None = None) -> Side:
 
         with open_ctb(p) as b:
             m = b.manifest
-            return Side(str(p), [(k.hash, k.factors) for k in m.keys], dict(m.fingerprint))
+            return Side(str(p), [(k.hash, k.factors) for k in m.keys], dict(m.fingerprint), layout=m.layout)
     from cachetool.layouts import scan
 
     s = scan(p)
@@ -58,7 +59,7 @@ def load_side(spec: str, *, device: str | None = None) -> Side:
             break
     fp = local_fingerprint(device="cpu")
     fp.update(s.fingerprint_hints)
-    return Side(str(p), [(k.hash, k.factors) for k in s.keys], fingerprint_from_factors(comp, fp))
+    return Side(str(p), [(k.hash, k.factors) for k in s.keys], fingerprint_from_factors(comp, fp), layout=s.kind)
 
 
 def diff_sides(a: Side, b: Side) -> list[Difference]:
@@ -94,8 +95,12 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
 
 
 def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | None = None) -> list[Difference]:
-    """Differences between two bundles / cache folders / ``"local"``; empty when nothing differs."""
-    return diff_sides(load_side(str(a), device=device), load_side(str(b), device=device))
+    """Differences between two bundles / cache folders / ``"local"``; empty when nothing differs. A vLLM cache
+    against ``"local"`` is compared as :func:`diff_against_server` does (vLLM's facts, not the native factors)."""
+    side_a = load_side(str(a), device=device)
+    if str(b) == "local" and side_a.layout not in (None, "native", "triton"):
+        return diff_against_server(a, engine=side_a.layout, device=device)
+    return diff_sides(side_a, load_side(str(b), device=device))
 
 
 def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | None = None,

@@ -37,9 +37,3 @@ def cli(capsys):
 
     return run
 
-
-def pytest_collection_modifyitems(config, items):
-    """The real-vLLM files first (minutes each, one vLLM start after another): with ``--dist loadfile`` the
-    two workers start on them and the many short files fill in beside them, instead of one worker finishing a
-    long file alone at the end. A stable sort: the order within and among the other files is kept."""
-    items.sort(key=lambda item: 0 if "/tests/vllm/" in str(item.fspath) else 1)

@@ -94,3 +94,19 @@ def test_the_recorded_factors_file_is_what_the_layout_reads(tmp_path):
     (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
     (k,) = scan(src).keys
     assert k.kind == "aot" and k.factors["serve"]["values"]["model"] == "/models/a"
+
+
+def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factors(tmp_path, cli, keys):
+    from cachetool.engines.vllm import facts
+
+    src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
+    recorded = key.recorded_factors(_inputs(vllm=facts.vllm_version() or "0.32.0"), {},
+                                    {"cpu_isa": facts.cpu_isa(), "device": "cpu"}, [], 1)
+    doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": recorded}
+    (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
+    ctb = tmp_path / "v.ctb"
+    assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
+    out = json.loads(cli("diff", ctb, "local", "--json").out)
+    # the bundle's vLLM env/config factors are not the native compiler's: only vLLM's facts are compared
+    assert all(d["category"] == "fingerprint" for d in out["differences"]), out
+    assert out["differences"] == [], out

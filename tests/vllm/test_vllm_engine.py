@@ -158,6 +158,8 @@ def test_diff_against_this_machine_names_vllms_facts(warmed, tmp_path):
     inputs with --model take the same ServerKeyCheck as pull, shown by the refusal above)."""
     same = json_out(ok(cachetool("diff", warmed["base"] / "x.ctb", "local", "--engine", "vllm", "--json")))
     assert same == {"a": str(warmed["base"] / "x.ctb"), "b": "local", "differs": False, "differences": []}
+    # without --engine: a vLLM bundle is still compared with vLLM's facts, not the native compiler's factors
+    assert json_out(ok(cachetool("diff", warmed["base"] / "x.ctb", "local", "--json")))["differences"] == []
     edited = _edited_bundle(warmed, tmp_path, cpu_isa="amx")
     doc = json_out(cachetool("diff", edited, "local", "--engine", "vllm", "--json"))
     assert [(d["category"], d["name"], d["a"]) for d in doc["differences"]] == [("fingerprint", "cpu_isa", "amx")]
