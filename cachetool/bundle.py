@@ -294,6 +294,10 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
     """
     from cachetool.fingerprint import fingerprint_from_factors, local_fingerprint
 
+    if isinstance(sign_key, (str, os.PathLike)):  # a missing or bad key fails before anything is read or written
+        from cachetool.signing import load_private_key
+
+        sign_key = load_private_key(sign_key)
     scan = scan_layout(cache_path, layout)
     _check_paths(scan)
     if workdir is None:

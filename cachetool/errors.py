@@ -101,6 +101,11 @@ class UnsafePathError(ManifestError):
 
 
 # ------------------------------------------------------------------------------------------------ signing.py
+class KeyFileError(UsageError):
+    """A key file named by the user (``--sign-key``, ``--trust``, ``CACHETOOL_TRUSTED_KEYS``) is missing or
+    unreadable: a deployment mistake, so a usage error that ``pull --on-miss continue`` does not cover."""
+
+
 class SignatureError(VerificationError):
     """The signature envelope is missing, malformed, untrusted or does not verify."""
 

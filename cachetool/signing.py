@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from cachetool.errors import (BadSignatureError, NotFoundError, SignatureError, UnsignedError,  # noqa: F401
+from cachetool.errors import (BadSignatureError, KeyFileError, NotFoundError, SignatureError, UnsignedError,  # noqa: F401
                               UntrustedKeyError, UsageError, VerificationError)
 from cachetool.manifest import MEDIA_TYPE, canonical_json
 
@@ -87,9 +87,9 @@ def _read_key_file(p: Path, what: str) -> bytes:
     try:
         return p.read_bytes()
     except FileNotFoundError:
-        raise NotFoundError(f"{what} {p} does not exist") from None
+        raise KeyFileError(f"{what} {p} does not exist") from None
     except OSError as exc:
-        raise UsageError(f"cannot read {what} {p}: {exc.strerror}") from None
+        raise KeyFileError(f"cannot read {what} {p}: {exc.strerror}") from None
 
 
 def load_private_key(path: str | os.PathLike):

@@ -462,6 +462,10 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     t0 = time.monotonic()
     deadline = t0 + timeout if timeout else None
     device = check_device(device)
+    if not insecure_skip_verify:  # the pinned keys first: a missing key file is a usage error, before any request
+        from cachetool.trust import load_trusted_keys
+
+        trust = load_trusted_keys(trust)
     r, st, own_store = _ref_and_store(ref, store, store_options)
     root = Path(cache_root).expanduser()
     partial = root / PARTIAL_DIR

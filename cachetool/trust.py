@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from cachetool.errors import NotFoundError
+from cachetool.errors import KeyFileError
 from compiler import envs
 from cachetool.signing import PublicKey, load_public_key
 
@@ -38,7 +38,7 @@ def _expand(entry: str | os.PathLike, strict: bool) -> list[Path]:
     if p.is_dir():
         return sorted(q for q in p.iterdir() if q.suffix == ".pub" and q.is_file())
     if not p.exists() and strict:
-        raise NotFoundError(f"trusted key {p} does not exist")
+        raise KeyFileError(f"trusted key {p} does not exist")
     return [p] if p.exists() else []
 
 

@@ -37,9 +37,26 @@ def test_version_and_help():
 def test_api_warm_refuses_a_missing_sign_key_before_compiling(tmp_path):
     """README's snippet once failed only after the compile: the key is read before anything is compiled."""
     import cachetool
-    from cachetool.errors import NotFoundError
+    from cachetool.errors import KeyFileError
 
-    with pytest.raises(NotFoundError, match="signing key .*missing.key does not exist"):
+    with pytest.raises(KeyFileError, match="signing key .*missing.key does not exist"):
         cachetool.warm("tiny", cache_root=tmp_path / "root", push=f"file://{tmp_path}/store/tiny:v1",
                        sign_key=str(tmp_path / "missing.key"))
     assert not (tmp_path / "root").exists(), "warm compiled before checking the key"
+
+
+@pytest.mark.parametrize("args", [
+    ("pack", "{tmp}", "-o", "{tmp}/x.ctb", "--sign-key", "{tmp}/missing.key"),
+    ("warm", "--model", "tiny", "--cache-root", "{tmp}/root", "--push", "file://{tmp}/s/t:v", "--sign-key",
+     "{tmp}/missing.key"),
+    ("pull", "file://{tmp}/store/t:v", "--cache-root", "{tmp}/root", "--trust", "{tmp}/missing.pub"),
+    ("pull", "file://{tmp}/store/t:v", "--cache-root", "{tmp}/root", "--trust", "{tmp}/missing.pub",
+     "--on-miss", "continue"),
+])
+def test_a_missing_key_file_is_a_usage_error_on_every_verb(cli, tmp_path, args):
+    """A key file that is not there is a deployment mistake: exit 2 everywhere (pack said 5 before), and
+    --on-miss continue does not turn it into a cold start (it exited 0 before)."""
+    r = cli(*(a.format(tmp=tmp_path) for a in args))
+    assert r.rc == 2, r
+    assert "missing." in r.error_line() and "does not exist" in r.error_line()
+    assert not (tmp_path / "root").exists() and not (tmp_path / "x.ctb").exists()
