@@ -26,13 +26,14 @@ class Side:
 
 
 def load_side(spec: str, *, device: str | None = None) -> Side:
-    from cachetool.fingerprint import fingerprint_from_factors, local_fingerprint
+    from cachetool.fingerprint import fingerprint_from_factors, local_fingerprint, require_device
 
     if spec == "local":
         try:
             from compiler import cache_key as ck
         except ImportError as exc:
             raise UsageError(f"'local' needs the compiler package ({exc})") from None
+        device = require_device(device)
         fp = local_fingerprint(device=device)
         dev = device or fp["device"]
         env, comp = ck.local_env_factors(), ck.local_compiler_factors(dev)
@@ -111,11 +112,11 @@ def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | No
     import tempfile
 
     from cachetool import engines
-    from cachetool.fingerprint import local_fingerprint
+    from cachetool.fingerprint import local_fingerprint, require_device
 
     side = load_side(str(spec), device=device)
     eng = engines.get(engine)
-    fp = local_fingerprint(device=device)
+    fp = local_fingerprint(device=require_device(device))
     fp.update({k: v for k, v in eng.machine_facts(fp["device"]).items() if k != "engine"})
     out = diff_sides(side, Side("local", [], fp))
     out = [d for d in out if d.category == "fingerprint"]

@@ -40,6 +40,15 @@ def check_device(device: str | None) -> str | None:
     raise UsageError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N")
 
 
+def require_device(device: str | None) -> str | None:
+    """``check_device``, and a CUDA device that this machine has: ``--device cuda`` where NVML and torch see no
+    GPU is a usage error in one line (a pull must not quietly take the CPU platform instead)."""
+    device = check_device(device)
+    if device is not None and device.startswith("cuda") and local_fingerprint(device)["device"] != "cuda":
+        raise UsageError(f"--device {device}: this machine has no CUDA device (NVML and torch see none)")
+    return device
+
+
 def local_fingerprint(device: str | None = None) -> dict:
     """This machine's fingerprint. ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or None (probe for a GPU).
 

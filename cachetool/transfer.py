@@ -457,11 +457,11 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     """
     from cachetool.install import install_bundle
 
-    from cachetool.fingerprint import check_device
+    from cachetool.fingerprint import require_device
 
     t0 = time.monotonic()
     deadline = t0 + timeout if timeout else None
-    device = check_device(device)
+    device = require_device(device)
     if not insecure_skip_verify:  # the pinned keys first: a missing key file is a usage error, before any request
         from cachetool.trust import load_trusted_keys
 

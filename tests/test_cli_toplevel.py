@@ -60,3 +60,30 @@ def test_a_missing_key_file_is_a_usage_error_on_every_verb(cli, tmp_path, args):
     assert r.rc == 2, r
     assert "missing." in r.error_line() and "does not exist" in r.error_line()
     assert not (tmp_path / "root").exists() and not (tmp_path / "x.ctb").exists()
+
+
+def test_device_cuda_on_a_machine_without_one_is_one_usage_line(cli, tmp_path, keys_for_device):
+    """pull --device cuda took the CPU platform of a tag on a CPU-only machine and exited 0; diff ... local
+    --device cuda ended in a traceback. Both now say in one line that this machine has no CUDA device."""
+    from cachetool.fingerprint import local_fingerprint
+
+    if local_fingerprint("cuda")["device"] == "cuda":
+        pytest.skip("this machine has a CUDA device")
+    store, ctb, pub = keys_for_device
+    r = cli("pull", f"file://{store}/tiny:cpu", "--cache-root", tmp_path / "root", "--trust", pub, "--device", "cuda")
+    assert r.rc == 2 and "no CUDA device" in r.error_line(), r
+    assert not (tmp_path / "root").exists()
+    r = cli("diff", ctb, "local", "--device", "cuda")
+    assert r.rc == 2 and "no CUDA device" in r.error_line() and "Traceback" not in r.err, r
+
+
+@pytest.fixture
+def keys_for_device(cli, tmp_path):
+    """A CPU bundle (the native tree of tests/bundles) pushed to a file store: (store, .ctb, public key)."""
+    from tests.bundles.fixtures import make_native_tree
+
+    assert cli("keygen", "-o", tmp_path / "k").rc == 0
+    ctb = tmp_path / "cpu.ctb"
+    assert cli("pack", make_native_tree(tmp_path / "src", layers=3), "-o", ctb, "--sign-key", tmp_path / "k").rc == 0
+    assert cli("push", ctb, f"file://{tmp_path}/store/tiny:cpu").rc == 0
+    return tmp_path / "store", ctb, tmp_path / "k.pub"
