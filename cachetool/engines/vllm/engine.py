@@ -32,7 +32,7 @@ from cachetool.engines.vllm import facts, key
 from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissError, EngineUnavailableError,
                               PreflightError, UsageError, WaitTimeoutError)
 from cachetool.factors import short_repr
-from compiler import envs
+from compiler import build_identity, envs
 
 CHILD = Path(__file__).with_name("child.py")
 AOT_DIR = ("torch_compile_cache", "torch_aot_compile")
@@ -329,7 +329,7 @@ def _record(root: Path, out: VllmStartResult, result: dict, argv: list[str]) -> 
     traced: dict[str, str | None] = {}
     for w in result["workers"]:
         traced.update(w["traced_files"])
-    gpu = facts.build_identity.cuda_device(0)
+    gpu = build_identity.cuda_device(0)
     machine = {"device": "cuda" if gpu else "cpu", **facts.machine_facts("cuda" if gpu else "cpu"),
                "gpu": gpu["device"] if gpu else None,
                "capability": gpu["capability"] if gpu else None}
