@@ -110,3 +110,17 @@ def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factor
     # the bundle's vLLM env/config factors are not the native compiler's: only vLLM's facts are compared
     assert all(d["category"] == "fingerprint" for d in out["differences"]), out
     assert out["differences"] == [], out
+
+
+def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monkeypatch, tmp_path):
+    """VLLM_CPU_OMP_THREADS_BIND is one of vLLM's hashed env factors: set on a GPU machine, a warm's key would
+    differ from its server's, which never sets it."""
+    from cachetool.engines.vllm import engine
+    from compiler import build_identity
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(build_identity, "cuda_device", lambda index=0: None)
+    assert engine.child_env(tmp_path, 2).get("VLLM_CPU_OMP_THREADS_BIND")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine.child_env(tmp_path, 1)
+    monkeypatch.setattr(build_identity, "cuda_device", lambda index=0: {"device": "NVIDIA H200", "capability": "9.0"})
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine.child_env(tmp_path, 2)

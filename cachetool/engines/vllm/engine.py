@@ -191,7 +191,8 @@ def child_env(cache_root: Path, tp: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(VLLM_CACHE_ROOT=str(cache_root), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1")
-    if tp > 1 and not env.get("VLLM_CPU_OMP_THREADS_BIND") and facts.machine_facts("cpu")["cpu_isa"]:
+    # only where vLLM runs on the CPU: on a GPU the variable means nothing, but vLLM would still hash it
+    if tp > 1 and not env.get("VLLM_CPU_OMP_THREADS_BIND") and build_identity.cuda_device(0) is None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(tp)
     return env
 
