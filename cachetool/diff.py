@@ -1,6 +1,6 @@
 """``cachetool diff A B``: name every hash factor that differs between two caches ("why did my cache miss").
 
-A side is a ``.ctb`` bundle, a cache folder (any layout; a root, hash or rank folder) or ``local``: this machine
+A side is a ``.ctb`` bundle, a store ref (its manifest is read), a cache folder (any layout; a root, hash or rank folder) or ``local``: this machine
 (its ``env`` and ``compiler`` factors from ``compiler.cache_key`` and its fingerprint; ``config`` and ``code``
 need the model and are not known for ``local``, so they are skipped). Bundles are read, not verified: diff only
 reports.
@@ -25,7 +25,9 @@ class Side:
     layout: str | None = None  # the cache's layout (None for "local")
 
 
-def load_side(spec: str, *, device: str | None = None) -> Side:
+def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] | None = None) -> Side:
+    """A side of a diff: ``local``, a store ref (its manifest only: ``reading`` holds ``platform`` and
+    ``store_options``, :func:`cachetool.read_bundle.open_bundle`), a bundle file or a cache folder."""
     from cachetool.fingerprint import fingerprint_from_factors, local_fingerprint, require_device
 
     if spec == "local":
@@ -40,15 +42,15 @@ def load_side(spec: str, *, device: str | None = None) -> Side:
         factors = {"env": {"hash": ck.factor_hash(env), "values": env},
                    "compiler": {"hash": ck.factor_hash(comp), "values": comp}}
         return Side("local", [("local", factors)], fp, partial=True)
-    p = Path(spec)
-    if not p.exists():
-        raise NotFoundError(f"{spec} is neither 'local', a bundle file nor a cache folder")
-    if p.is_file():
-        from cachetool.bundle import open_ctb
+    from cachetool.read_bundle import is_ref, open_bundle
 
-        with open_ctb(p) as b:
+    p = Path(spec)
+    if not is_ref(spec) and not p.exists():
+        raise NotFoundError(f"{spec} is neither 'local', a ref, a bundle file nor a cache folder")
+    if is_ref(spec) or p.is_file():
+        with open_bundle(spec, **(reading or {})) as b:
             m = b.manifest
-            return Side(str(p), [(k.hash, k.factors) for k in m.keys], dict(m.fingerprint), layout=m.layout)
+            return Side(spec, [(k.hash, k.factors) for k in m.keys], dict(m.fingerprint), layout=m.layout)
     from cachetool.layouts import scan
 
     s = scan(p)
@@ -95,17 +97,20 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
     return out
 
 
-def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | None = None) -> list[Difference]:
-    """Differences between two bundles / cache folders / ``"local"``; empty when nothing differs. A vLLM cache
-    against ``"local"`` is compared as :func:`diff_against_server` does (vLLM's facts, not the native factors)."""
-    side_a = load_side(str(a), device=device)
+def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | None = None,
+                 reading: dict[str, Any] | None = None) -> list[Difference]:
+    """Differences between two bundles / refs / cache folders / ``"local"``; empty when nothing differs. A vLLM
+    cache against ``"local"`` is compared as :func:`diff_against_server` does (vLLM's facts, not the native
+    factors)."""
+    side_a = load_side(str(a), device=device, reading=reading)
     if str(b) == "local" and side_a.layout not in (None, "native", "triton"):
-        return diff_against_server(a, engine=side_a.layout, device=device)
-    return diff_sides(side_a, load_side(str(b), device=device))
+        return diff_against_server(a, engine=side_a.layout, device=device, reading=reading)
+    return diff_sides(side_a, load_side(str(b), device=device, reading=reading))
 
 
 def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | None = None,
-                        flags: list[str] | tuple[str, ...] = (), device: str | None = None) -> list[Difference]:
+                        flags: list[str] | tuple[str, ...] = (), device: str | None = None,
+                        reading: dict[str, Any] | None = None) -> list[Difference]:
     """Differences between a bundle or cache folder and a server of ``engine`` on this machine: the fingerprint
     with the engine's facts (vLLM version, CPU ISA) and, with ``model`` (and the server's ``flags``), the key
     inputs as the engine itself computes them for that server."""
@@ -114,7 +119,7 @@ def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | No
     from cachetool import engines
     from cachetool.fingerprint import local_fingerprint, require_device
 
-    side = load_side(str(spec), device=device)
+    side = load_side(str(spec), device=device, reading=reading)
     eng = engines.get(engine)
     fp = local_fingerprint(device=require_device(device))
     fp.update({k: v for k, v in eng.machine_facts(fp["device"]).items() if k != "engine"})

@@ -2,8 +2,8 @@
 
 Every failure a user can cause (bad input, a hostile bundle, a missing ref, a store that is down) raises a
 subclass of :class:`CachetoolError`. The CLI prints ``error: <message>`` on one line and exits with the
-category's ``exit_code``; these codes are documented in README.md ("Exit codes") so that CI jobs and
-Kubernetes init-containers can act on them.
+category's ``exit_code``, taken from the one table in :mod:`cachetool.exit_codes` (README's "Exit codes" is
+rendered from it) so that CI jobs and Kubernetes init-containers can act on them.
 
 The categories (one exit code each) come first, then the precise classes the modules raise, grouped by the
 module that raises them (they stay importable from there too). Errors carry optional fields besides the
@@ -19,11 +19,13 @@ would handle the error the same way (``ValueError`` for bad input, ``LookupError
 
 from __future__ import annotations
 
+from cachetool import exit_codes
+
 
 class CachetoolError(Exception):
     """Base class: a failure with a one-line, user-facing message and optional fields (see the module doc)."""
 
-    exit_code = 1
+    exit_code = exit_codes.ERROR.code
 
     def __init__(self, message: str = "", *, store: str | None = None, ref: str | None = None,
                  key: str | None = None, status: int | str | None = None):
@@ -39,52 +41,50 @@ class CachetoolError(Exception):
 class UsageError(CachetoolError, ValueError):
     """A wrong flag, value or combination of options."""
 
-    exit_code = 2
+    exit_code = exit_codes.USAGE.code
 
 
 class VerificationError(CachetoolError):
     """Content or signature does not check out: tampered, unsigned, untrusted, unsafe path, size lie."""
 
-    exit_code = 3
+    exit_code = exit_codes.VERIFICATION.code
 
 
 class CacheMissError(CachetoolError):
     """The bundle cannot hit on this machine (a hash factor or the fingerprint differs), or no bundle fits."""
 
-    exit_code = 4
+    exit_code = exit_codes.MISS.code
 
 
 class NotFoundError(CachetoolError, LookupError):
     """A ref, tag, bucket, repository, bundle file or key that does not exist."""
 
-    exit_code = 5
+    exit_code = exit_codes.NOT_FOUND.code
 
 
 class StoreError(CachetoolError):
     """The store failed: network, credentials, server error, interrupted transfer."""
 
-    exit_code = 6
+    exit_code = exit_codes.STORE.code
 
 
 class WaitTimeoutError(CachetoolError):
     """A bounded wait (``pull --timeout``) ran out. (Not a builtin ``TimeoutError``: that is an ``OSError``.)"""
 
-    exit_code = 7
+    exit_code = exit_codes.TIMEOUT.code
 
-
-TimeoutError_ = WaitTimeoutError  # the old name
 
 
 class CompileInStrictModeError(CachetoolError):
     """Something compiled although the run required a pure cache hit (``--require-hit`` / strict mode)."""
 
-    exit_code = 8
+    exit_code = exit_codes.COMPILED.code
 
 
 class DiskFullError(CachetoolError):
     """The file system of the cache root (or a store folder) is full: ENOSPC or a quota (EDQUOT)."""
 
-    exit_code = 9
+    exit_code = exit_codes.DISK_FULL.code
 
 
 # ------------------------------------------------------------------------------------------------ manifest.py

@@ -556,6 +556,10 @@ def _open_root(root: Path) -> tuple[Path, int, Path | None]:
             _remove_empty_tree(created)
         if exc.errno in _DISK_FULL or exc.errno == errno.ENAMETOOLONG:
             raise _fs_error(exc, root, "cannot use cache root") from None
+        if exc.errno == errno.ENOTDIR:  # a file on the way to the root: the root cannot be a folder
+            blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
+            raise UsageError(f"cache root {root} cannot be a folder: {blocker or 'a part of its path'} is a file") \
+                from None
         why = "a dangling symlink" if root.is_symlink() and not root.exists() else (exc.strerror or str(exc))
         raise InstallIOError(f"cannot use cache root {root}: {why}") from None
 

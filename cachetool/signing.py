@@ -100,11 +100,23 @@ def load_private_key(path: str | os.PathLike):
     data = _read_key_file(p, "signing key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"{p} is not an unencrypted PEM private key ({str(exc).splitlines()[0][:80]})") from None
+    except (ValueError, TypeError):
+        raise UsageError(f"{p} is not a signing key: {_why_not_a_private_key(data)}") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise UsageError(f"{p} is not an Ed25519 private key")
     return key
+
+
+def _why_not_a_private_key(data: bytes) -> str:
+    """Our own words for what cryptography refused (its message is long, generic and ends in a FAQ link)."""
+    head = data[:4096].decode("ascii", "replace")
+    if "-----BEGIN" not in head:
+        return "it is not a PEM file (no -----BEGIN line); `cachetool keygen` writes one"
+    if "ENCRYPTED" in head:
+        return "it is encrypted with a passphrase; cachetool needs an unencrypted key (`cachetool keygen`)"
+    if "PUBLIC KEY" in head:
+        return "it is a public key; pass the private key (the file without .pub)"
+    return "its PEM data does not parse as a private key (truncated or not a key)"
 
 
 def load_public_key(path: str | os.PathLike) -> PublicKey:
@@ -225,11 +237,11 @@ def verify_envelope(envelope: bytes | None, manifest_bytes: bytes, trusted: Iter
             sig = base64.b64decode(s["sig"], validate=True)
             k.key.verify(sig, message)
         except (ValueError, InvalidSignature):
-            raise BadSignatureError(f"signature by trusted key {k.keyid[:16]} does not verify") from None
+            raise BadSignatureError(f"signature by trusted key {k.keyid} does not verify") from None
         verified = verified or k
     if verified is not None:
         return verified
     seen_ids = [s["keyid"] for s in env["signatures"]]
     raise UntrustedKeyError(
-        f"bundle is signed by untrusted key(s) {', '.join(i[:16] for i in seen_ids[:8])}; trusted: "
-        f"{', '.join(k.keyid[:16] for k in trusted)}")
+        f"bundle is signed by untrusted key(s) {', '.join(seen_ids[:8])}; trusted: "
+        f"{', '.join(k.keyid for k in trusted)}")

@@ -31,10 +31,24 @@ def test_fields_and_message():
 def test_builtin_bases_and_exit_codes():
     assert issubclass(errors.UsageError, ValueError) and issubclass(errors.NotFoundError, LookupError)
     assert not issubclass(errors.WaitTimeoutError, OSError)  # the installer maps OSError; a timeout is not one
-    assert errors.TimeoutError_ is errors.WaitTimeoutError and errors.WaitTimeoutError.exit_code == 7
     assert [c.exit_code for c in (errors.UsageError, errors.VerificationError, errors.CacheMissError,
                                   errors.NotFoundError, errors.StoreError, errors.WaitTimeoutError,
                                   errors.CompileInStrictModeError, errors.DiskFullError)] == list(range(2, 10))
+
+
+def test_every_category_takes_its_code_and_name_from_the_one_table():
+    from cachetool import exit_codes
+
+    codes = {e.code for e in exit_codes.TABLE}
+    assert len(codes) == len(exit_codes.TABLE) and len({e.name for e in exit_codes.TABLE}) == len(codes)
+    categories = [errors.CachetoolError, errors.UsageError, errors.VerificationError, errors.CacheMissError,
+                  errors.NotFoundError, errors.StoreError, errors.WaitTimeoutError, errors.CompileInStrictModeError,
+                  errors.DiskFullError]
+    assert {c.exit_code for c in categories} <= codes
+    # every class of the module has a code of the table
+    for obj in vars(errors).values():
+        if isinstance(obj, type) and issubclass(obj, errors.CachetoolError):
+            assert obj.exit_code in codes, obj
 
 
 def test_a_cut_download_retry_is_logged(tmp_path, monkeypatch, caplog):

@@ -1,7 +1,8 @@
 """The ``cachetool`` command: a thin layer over the library API.
 
-Each command group lives in its own module and registers itself on :data:`cli`. Library errors
-(:class:`cachetool.errors.CachetoolError`) become one ``error: ...`` line on stderr and the error's exit code.
+Each command group lives in its own module and registers itself on :data:`cli`. Every failure
+becomes one ``error: ...`` line on stderr (and, with ``--json``, one JSON object on stdout: :mod:`cachetool.cli.output`)
+and an exit code from the one table, :mod:`cachetool.exit_codes`; no traceback reaches the user.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ import importlib
 import os
 import sys
 import threading
+import traceback
 
 import click
 
-from cachetool import __version__
+from cachetool import __version__, exit_codes
+from cachetool.cli import output
 from cachetool.errors import CachetoolError
 
 # Set by a command that abandoned worker threads blocked in I/O (pull past its hard --timeout): the process then
@@ -45,27 +48,59 @@ def _load_commands() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``cachetool`` call; every failure, whatever raised it, is one ``error:`` line (and, with
+    ``--json``, one JSON object) and an exit code from :mod:`cachetool.exit_codes`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    output.begin(argv)
     _load_commands()
     try:
         rv = cli.main(args=argv, prog_name="cachetool", standalone_mode=False)
     except CachetoolError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return exc.exit_code
+        return output.fail(exc.message or type(exc).__name__, exc.exit_code, exc)
     except click.exceptions.Abort:
-        click.echo("error: aborted", err=True)
-        return 1
+        return output.fail("aborted", exit_codes.ERROR.code)
     except click.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `cachetool`: show the help, as click does
             exc.show()
             return exc.exit_code
         # Click's own report is three lines (Usage, Try, Error); bad input here is always one line.
-        click.echo(f"error: {exc.format_message()} (see `cachetool --help`)", err=True)
-        return exc.exit_code
+        return output.fail(f"{exc.format_message()} (see `cachetool --help`)", exit_codes.USAGE.code)
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        return exc.exit_code
+        return output.fail(exc.format_message(), exit_codes.USAGE.code)
+    except OSError as exc:  # a file system or socket failure no verb mapped
+        return output.fail(_os_error_line(exc), _os_error_code(exc), exc)
+    except Exception as exc:  # a bug: still one line, the traceback only where asked for
+        if _debug():
+            traceback.print_exc()
+        hint = "" if _debug() else f" (set {_DEBUG_VARIABLE}=DEBUG for the traceback)"
+        return output.fail(f"unexpected {type(exc).__name__}: {_first_line(exc)}{hint}", exit_codes.ERROR.code)
     # With standalone_mode=False click returns ctx.exit()'s code, or the command's return value.
     return rv if isinstance(rv, int) else 0
+
+
+_DEBUG_VARIABLE = "CACHETOOL_LOGGING_LEVEL"
+
+
+def _debug() -> bool:
+    from compiler import envs
+
+    return str(envs.get(_DEBUG_VARIABLE)).upper() == "DEBUG"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+def _os_error_line(exc: OSError) -> str:
+    where = f" {exc.filename}" if exc.filename else ""
+    return f"{output.command() or 'cachetool'}:{where}: {exc.strerror or _first_line(exc)}"
+
+
+def _os_error_code(exc: OSError) -> int:
+    import errno
+
+    full = exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    return exit_codes.DISK_FULL.code if full else exit_codes.ERROR.code
 
 
 def entry() -> None:

@@ -6,69 +6,82 @@ import json
 
 import click
 
+from cachetool import exit_codes
 from cachetool.cli import cli
-from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, layout_option,
-                                  os_errors_one_line, ranks_option, replace_options, trust_option, warn_loud)
+from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, json_option,
+                                  layout_option, ranks_option, replace_options, sign_key_option, trust_option,
+                                  warn_loud)
+from cachetool.cli.output import emit
+from cachetool.cli.store_options import options_dict, store_options
 from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.errors import UsageError
 
+platform_option = click.option("--platform", default=None, metavar="PLATFORM",
+                               help="For a ref: the tag's bundle of this platform (default: the only one, else "
+                                    "this machine's).")
 
-def _open_bundle(path: str):
-    from cachetool.bundle import open_ctb
 
-    return open_ctb(path)
+def _open_bundle(spec: str, platform: str | None = None, store: dict | None = None):
+    """A bundle file or a store ref (:mod:`cachetool.read_bundle`)."""
+    from cachetool.read_bundle import open_bundle
+
+    return open_bundle(spec, platform=platform, store_options=store)
 
 
 @cli.command("pack", cls=OneLineCommand)
 @click.argument("path", type=click.Path(file_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .ctb file to write.")
-@click.option("--sign-key", type=click.Path(dir_okay=False), help="Ed25519 private key (from `cachetool keygen`).")
+@sign_key_option("Ed25519 private key (cachetool keygen) that signs the bundle.")
 @layout_option()
 @click.option("--level", type=click.IntRange(1, 22), default=3, show_default=True, help="zstd level.")
-@os_errors_one_line
-def pack_cmd(path, output, sign_key, layout, level):
+@json_option
+def pack_cmd(path, output, sign_key, layout, level, as_json):
     """Pack a cache (root, hash folder or rank folder) into a signed single-file bundle."""
     from cachetool.bundle import pack, write_ctb
+    from cachetool.signing import envelope_key_ids
 
     with pack(path, layout=layout, sign_key=sign_key, level=level) as b:
         out = write_ctb(b, output)
         m = b.manifest
-        click.echo(
-            f"packed {len(m.files)} files ({human_size(m.raw_size)}; {len(m.blobs)} unique, {human_size(m.unique_size)}; "
-            f"{human_size(m.stored_size)} compressed) layout={m.layout} ranks={','.join(m.ranks) or '-'} -> {out}")
-        click.echo(f"manifest {b.manifest_digest}  platform {b.platform}")
-        if b.signature_bytes() is None:
+        signers = envelope_key_ids(b.signature_bytes()) if b.signature_bytes() is not None else []
+        if not signers:
             click.echo("unsigned: `cachetool sign` it before others can install it", err=True)
-        else:
-            from cachetool.signing import envelope_key_ids
-
-            click.echo(f"signed by {', '.join(envelope_key_ids(b.signature_bytes()))}")
+        doc = {"output": str(out), "manifest_digest": b.manifest_digest, "platform": b.platform, "layout": m.layout,
+               "ranks": list(m.ranks), "files": len(m.files), "unique_blobs": len(m.blobs), "signed_by": signers,
+               "bytes": {"raw": m.raw_size, "unique": m.unique_size, "compressed": m.stored_size}}
+        return emit(as_json, doc,
+                    f"packed {len(m.files)} files ({human_size(m.raw_size)}; {len(m.blobs)} unique, "
+                    f"{human_size(m.unique_size)}; {human_size(m.stored_size)} compressed) layout={m.layout} "
+                    f"ranks={','.join(m.ranks) or '-'} -> {out}\n"
+                    f"manifest {b.manifest_digest}  platform {b.platform}"
+                    + (f"\nsigned by {', '.join(signers)}" if signers else ""))
 
 
 @cli.command("keygen", cls=OneLineCommand)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="NAME",
               help="Writes NAME (private key, mode 0600) and NAME.pub.")
-@os_errors_one_line
-def keygen_cmd(output):
+@json_option
+def keygen_cmd(output, as_json):
     """Generate an Ed25519 signing key pair."""
     from cachetool.signing import generate_keypair
 
     priv, pub, kid = generate_keypair(output)
-    click.echo(f"private key {priv} (keep secret)\npublic key  {pub}\nkey id      {kid}")
+    return emit(as_json, {"private_key": str(priv), "public_key": str(pub), "key_id": kid},
+                f"private key {priv} (keep secret)\npublic key  {pub}\nkey id      {kid}")
 
 
 @cli.command("sign", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
-@click.option("--key", "key", required=True, type=click.Path(dir_okay=False), help="Ed25519 private key.")
+@sign_key_option("Ed25519 private key (cachetool keygen) to sign with.", required=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of replacing BUNDLE.")
-@os_errors_one_line
-def sign_cmd(bundle, key, output):
+@json_option
+def sign_cmd(bundle, sign_key, output, as_json):
     """Add (or replace) a signature on a .ctb bundle."""
-    from cachetool.bundle import write_ctb
-    from cachetool.signing import load_private_key, sign_manifest
+    from cachetool.bundle import open_ctb, write_ctb
+    from cachetool.signing import key_id, load_private_key, sign_manifest
 
-    k = load_private_key(key)
-    with _open_bundle(bundle) as b:
+    k = load_private_key(sign_key)
+    with open_ctb(bundle) as b:
         env = sign_manifest(b.manifest_bytes(), k, existing_envelope=b.signature_bytes())
         signed = b.with_signature(env)
         # Extract blobs first: writing in place replaces the file we read from.
@@ -78,25 +91,27 @@ def sign_cmd(bundle, key, output):
             out = write_ctb(signed, output or bundle)
         finally:
             signed.close()
-    from cachetool.signing import key_id
-
-    click.echo(f"signed {out} with key {key_id(k.public_key())}")
+    kid = key_id(k.public_key())
+    return emit(as_json, {"output": str(out), "key_id": kid, "manifest_digest": b.manifest_digest},
+                f"signed {out} with key {kid}")
 
 
 @cli.command("inspect", cls=OneLineCommand)
-@click.argument("bundle", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.argument("bundle")
+@json_option
 @click.option("--files", "show_files", is_flag=True, help="List every file.")
-@os_errors_one_line
-def inspect_cmd(bundle, as_json, show_files):
-    """Show a bundle's keys, factors, fingerprint, ranks, files and sizes (nothing is verified)."""
+@platform_option
+@store_options
+def inspect_cmd(bundle, as_json, show_files, platform, endpoint_url, profile, insecure):
+    """Show a bundle's keys, factors, fingerprint, ranks, files and sizes (nothing is verified). BUNDLE is a .ctb
+    file or a ref (file:///dir/name:tag, s3://..., oci://...; only its manifest and signature are read)."""
     from cachetool.signing import envelope_key_ids
 
-    with _open_bundle(bundle) as b:
+    with _open_bundle(bundle, platform, options_dict(endpoint_url, profile, insecure)) as b:
         m = b.manifest
         sig = b.signature_bytes()
         info = {
-            "file": str(bundle),
+            "bundle": str(bundle),
             "manifest_digest": b.manifest_digest,
             "schema": m.schema,
             "tool_version": m.tool_version,
@@ -114,8 +129,7 @@ def inspect_cmd(bundle, as_json, show_files):
             "file_list": [f.to_json() for f in m.files],
         }
     if as_json:
-        click.echo(json.dumps(info, indent=2, sort_keys=True))
-        return
+        return emit(True, info, f"bundle {bundle}: {len(m.files)} files, platform {info['platform']}")
     click.echo(f"bundle    {bundle}")
     click.echo(f"manifest  {info['manifest_digest']}  (schema {m.schema}, cachetool {m.tool_version})")
     click.echo(f"signed by {', '.join(info['signed_by']) or 'UNSIGNED'}  (not verified; use `cachetool verify`)")
@@ -137,16 +151,22 @@ def inspect_cmd(bundle, as_json, show_files):
 
 
 @cli.command("verify", cls=OneLineCommand)
-@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.argument("bundle")
 @trust_option
-@os_errors_one_line
-def verify_cmd(bundle, trust):
-    """Check a bundle's signature against trusted keys and every blob against the manifest."""
+@json_option
+@platform_option
+@store_options
+def verify_cmd(bundle, trust, as_json, platform, endpoint_url, profile, insecure):
+    """Check a bundle's signature against trusted keys and every blob against the manifest. BUNDLE is a .ctb file
+    or a ref (its blobs are downloaded to a temporary folder and checked; nothing is installed)."""
     from cachetool.install import verify_bundle
 
-    with _open_bundle(bundle) as b:
+    with _open_bundle(bundle, platform, options_dict(endpoint_url, profile, insecure)) as b:
         m, kid = verify_bundle(b, trust=list(trust) or None)
-    click.echo(f"OK {bundle}: signed by trusted key {kid}; {len(m.blobs)} blobs, {len(m.files)} files verified")
+        digest = b.manifest_digest
+    return emit(as_json, {"bundle": bundle, "manifest_digest": digest, "key_id": kid, "blobs": len(m.blobs),
+                          "files": len(m.files), "verified": True},
+                f"OK {bundle}: signed by trusted key {kid}; {len(m.blobs)} blobs, {len(m.files)} files verified")
 
 
 @cli.command("install", cls=OneLineCommand)
@@ -157,65 +177,66 @@ def verify_cmd(bundle, trust):
 @click.option("--device", default=None, help="Device preflight compares against (default: the bundle's).")
 @click.option("--no-preflight", is_flag=True, help="Skip comparing factors/fingerprint with this machine.")
 @replace_options
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-@os_errors_one_line
+@json_option
 def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, keep_changed, insecure_skip_verify,
                 as_json):
     """Verify, preflight and atomically install a bundle into a cache root."""
     from cachetool.install import install_bundle
 
     root = cache_root or cache_root_default()
-    with _open_bundle(bundle) as b:
+    from cachetool.bundle import open_ctb
+
+    with open_ctb(bundle) as b:
         r = install_bundle(b, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify,
                            ranks=ranks, preflight=not no_preflight, device=device, force=force,
                            keep_changed=keep_changed, warn=warn_loud)
-    if as_json:
-        click.echo(json.dumps(r.to_dict(), indent=2, sort_keys=True))
-        return
     if r.units_installed:
-        click.echo(f"installed {len(r.units_installed)} unit(s), {r.files} files ({human_size(r.bytes)}) into "
-                   f"{r.cache_root} in {r.seconds:.2f}s"
-                   + (f"; {len(r.units_present)} already present" if r.units_present else ""))
+        text = (f"installed {len(r.units_installed)} unit(s), {r.files} files ({human_size(r.bytes)}) into "
+                f"{r.cache_root} in {r.seconds:.2f}s"
+                + (f"; {len(r.units_present)} already present" if r.units_present else ""))
     else:
-        click.echo(f"already installed: {len(r.units_present)} unit(s) in {r.cache_root}")
-    click.echo(f"manifest {r.manifest_digest}; "
-               + (f"signed by trusted key {r.key_id}" if r.verified else "SIGNATURE NOT VERIFIED")
-               + (f"; preflight: {', '.join(r.preflight)}" if r.preflight else "; preflight skipped"))
+        text = f"already installed: {len(r.units_present)} unit(s) in {r.cache_root}"
+    return emit(as_json, r.to_dict(),
+                text + f"\nmanifest {r.manifest_digest}; "
+                + (f"signed by trusted key {r.key_id}" if r.verified else "SIGNATURE NOT VERIFIED")
+                + (f"; preflight: {', '.join(r.preflight)}" if r.preflight else "; preflight skipped"))
 
 
 @cli.command("diff", cls=OneLineCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("a")
 @click.argument("b")
 @click.option("--device", default=None, help="Device for `local` (default: cuda if available, else cpu).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (a, b, differs, differences).")
-@click.option("--exit-code", is_flag=True, help="Exit 1 when something differs.")
+@json_option
+@click.option("--exit-code", is_flag=True,
+              help=f"Exit {exit_codes.DIFFERS.code} when something differs (0 when nothing does).")
 @click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="native", show_default=True,
               help="The engine of the `local` server: vllm compares vLLM's facts and, with --model and vLLM's "
                    "flags after --, the key inputs vLLM computes for that server.")
 @click.option("--model", "-m", default=None, help="--engine vllm: the server's model (folder or hub id).")
+@platform_option
+@store_options
 @click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
-@os_errors_one_line
-def diff_cmd(a, b, device, as_json, exit_code, engine, model, engine_args):
-    """Name every hash factor that differs between A and B (bundles, cache folders or `local`); with --engine
-    vllm, B is `local`: this machine and, with --model M -- FLAGS, the vLLM server those flags start."""
+def diff_cmd(a, b, device, as_json, exit_code, engine, model, platform, endpoint_url, profile, insecure,
+             engine_args):
+    """Name every hash factor that differs between A and B (bundle files, refs, cache folders or `local`); with
+    --engine vllm, B is `local`: this machine and, with --model M -- FLAGS, the vLLM server those flags start."""
     from cachetool.diff import diff_against_server, diff_sources
 
+    reading = {"platform": platform, "store_options": options_dict(endpoint_url, profile, insecure)}
     if engine == "native":
         if model or engine_args:
             raise UsageError("--model and flags after -- on diff are for --engine vllm")
-        diffs = diff_sources(a, b, device=device)
+        diffs = diff_sources(a, b, device=device, reading=reading)
     else:
         if b != "local":
             raise UsageError(f"diff --engine {engine} compares A with this machine: B must be 'local'")
-        diffs = diff_against_server(a, engine=engine, model=model, flags=list(engine_args), device=device)
-    if as_json:
-        click.echo(json.dumps({"a": a, "b": b, "differs": bool(diffs), "differences": [d.to_json() for d in diffs]},
-                              indent=2, default=repr))
-    elif not diffs:
-        click.echo("no differences: same factors and fingerprint")
+        diffs = diff_against_server(a, engine=engine, model=model, flags=list(engine_args), device=device,
+                                    reading=reading)
+    code = exit_codes.DIFFERS.code if exit_code and diffs else 0
+    if not diffs:
+        text = "no differences: same factors and fingerprint"
     else:
-        click.echo(f"{len(diffs)} difference(s) (A={a}, B={b}):")
-        for d in diffs:
-            click.echo("  " + d.line())
-    if exit_code and diffs:
-        click.get_current_context().exit(1)
+        text = f"{len(diffs)} difference(s) (A={a}, B={b}):" + "".join("\n  " + d.line() for d in diffs)
+    return emit(as_json, {"a": a, "b": b, "differs": bool(diffs),
+                          "differences": [json.loads(json.dumps(d.to_json(), default=repr)) for d in diffs]},
+                text, exit_code=code)

@@ -1,13 +1,11 @@
-"""What every CLI command module shares: the one-line error command class, the OSError wrapper, byte sizes, loud
+"""What every CLI command module shares: the one-line error command class, byte sizes, loud
 warnings, the cache-root default and the ``--layout`` option (its choices come from the layout registry)."""
 
 from __future__ import annotations
 
-import functools
-
 import click
 
-from cachetool.errors import CachetoolError, UsageError
+from cachetool.errors import UsageError
 
 
 class OneLineCommand(click.Command):
@@ -19,20 +17,6 @@ class OneLineCommand(click.Command):
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
             raise UsageError(f"{exc.format_message()} (see `cachetool {self.name} --help`)") from None
-
-
-def os_errors_one_line(fn):
-    """An OSError (permissions, disk full, a folder where a file was expected) becomes one ``error:`` line."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except OSError as exc:
-            where = f" {exc.filename}" if exc.filename else ""
-            raise CachetoolError(f"{fn.__name__.removesuffix('_cmd')}:{where}: {exc.strerror or exc}") from None
-
-    return wrapper
 
 
 def human_size(n: int) -> str:
@@ -61,7 +45,19 @@ def layout_option(help: str | None = None):
     """``--layout`` with the registry's choices (``auto`` and every layout in :mod:`cachetool.layouts`)."""
     from cachetool.layouts import CHOICES
 
-    return click.option("--layout", type=click.Choice(list(CHOICES)), default="auto", show_default=True, help=help)
+    return click.option("--layout", type=click.Choice(list(CHOICES)), default="auto", show_default=True,
+                        help=help or "Layout of the cache folder (auto: recognised from its files).")
+
+
+# One wording per shared option: every verb takes --json, a key to sign with is --sign-key.
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print one JSON object on stdout, failures included (ok, exit_code, message, ...).")
+
+
+def sign_key_option(help: str, required: bool = False):
+    """``--sign-key``: a missing or unreadable file is refused by the loader (one line, exit 2), not by click."""
+    return click.option("--sign-key", type=click.Path(dir_okay=False), required=required, default=None,
+                        metavar="KEY", help=help)
 
 
 trust_option = click.option(

@@ -12,9 +12,11 @@ from typing import Any
 
 import click
 
+from cachetool import exit_codes
 from cachetool.cli import cli
 from cachetool.cli.store_options import options_dict, store_options as _store_options
-from cachetool.cli.common import OneLineCommand
+from cachetool.cli.common import OneLineCommand, json_option, sign_key_option
+from cachetool.cli.output import emit
 from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.errors import UsageError
 from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
@@ -70,7 +72,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", default=1, show_default=True,
                      type=click.IntRange(min=1),
                      help="Launch N tensor-parallel ranks (gloo on cpu, NCCL on cuda), one cache folder each."),
-        click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object."),
+        json_option,
         click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="native", show_default=True,
                      help="native: this project's pipeline; vllm: real vLLM, headless, with vLLM's own flags "
                           "after -- (e.g. -- -tp 2 --max-model-len 256)."),
@@ -130,11 +132,22 @@ def engine_flags(ctx: click.Context, engine: str, engine_args: tuple[str, ...],
     return list(engine_args)
 
 
-def _print_engine(result: Any, as_json: bool) -> None:
-    """Another engine's start (``VllmStartResult``), as one JSON object or a few lines."""
+def _summary(result: Any) -> str:
+    """The one-line ``message`` of a warm/check result's JSON object."""
+    verdict = "hit: nothing compiled" if result.hit else "compiled"
+    return f"{result.command} {result.model}: {verdict} (cache key {result.cache_key or '-'})"
+
+
+def _show(result: Any, as_json: bool, native: bool, exit_code: int = 0, **fields: Any) -> int:
+    """A start's result: one JSON object (``fields`` added, e.g. a miss's ``error``), or its lines."""
     if as_json:
-        click.echo(json.dumps(result.to_json(), sort_keys=True, default=str))
-        return
+        return emit(True, {**result.to_json(), **fields}, _summary(result), exit_code=exit_code)
+    (_print if native else _print_engine)(result, False)
+    return exit_code
+
+
+def _print_engine(result: Any, as_json: bool) -> None:
+    """Another engine's start (``VllmStartResult``) as a few lines."""
     click.echo(f"{result.command}: model {result.model} with vLLM {result.vllm_version} "
                f"(tensor parallel {result.tensor_parallel_size})")
     click.echo(f"  cache root     {result.cache_root}")
@@ -171,8 +184,7 @@ def _setup(ctx: click.Context, compilation_config: str | None, cache_root: str |
 @click.option("--push", "push_ref", default=None, metavar="REF",
               help="After compiling, pack the cache folder, sign it and push it to REF "
                    "(file:///dir/name:tag, s3://bucket/prefix/name:tag, oci://host/repo:tag).")
-@click.option("--sign-key", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Ed25519 private key (cachetool keygen) that signs the pushed bundle; required with --push.")
+@sign_key_option("Ed25519 private key (cachetool keygen) that signs the pushed bundle; required with --push.")
 @_store_options
 @click.pass_context
 def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
@@ -194,14 +206,11 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
                        tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
                        store_options=options_dict(endpoint_url, profile, insecure), engine=engine,
                        engine_flags=flags, load_weights=load_weights, engine_progress=_say(as_json))
-    show = _print if engine == "native" else _print_engine
     if summary.push is None:
-        show(summary.compile, as_json)
-        return
+        return _show(summary.compile, as_json, engine == "native")
     if as_json:
-        click.echo(json.dumps(summary.to_json(), sort_keys=True, default=str))
-        return
-    show(summary.compile, False)
+        return emit(True, summary.to_json(), f"{_summary(summary.compile)}; pushed {summary.push.ref}")
+    _show(summary.compile, False, engine == "native")
     p = summary.push
     click.echo(f"  bytes          {summary.bytes_raw} raw, {summary.bytes_unique} unique, "
                f"{summary.bytes_compressed} compressed")
@@ -228,13 +237,19 @@ def check(ctx: click.Context, model: str, cache_root: str | None, device: str, c
     if engine != "native":
         result = check_api(model, cache_root=cache_root, engine=engine, engine_flags=flags,
                            load_weights=load_weights, engine_progress=_say(as_json))
-        _print_engine(result, as_json)
-        if require_hit and not result.hit:
-            from cachetool.errors import EngineMissError
+        if not (require_hit and not result.hit):
+            return _show(result, as_json, native=False)
+        from cachetool.errors import EngineMissError
 
-            raise EngineMissError(f"check: not a hit: {result.miss_reason()}")
-        return
+        miss = EngineMissError(f"check: not a hit: {result.miss_reason()}")
+        if not as_json:
+            _print_engine(result, False)
+            raise miss
+        # one object: the start's fields and the failure's
+        click.echo(f"error: {miss.message}", err=True)
+        return _show(result, True, native=False, exit_code=miss.exit_code, message=miss.message,
+                     error=exit_codes.for_code(miss.exit_code).name)
     cfg = _setup(ctx, compilation_config, cache_root)
     result = check_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
                        require_hit=require_hit, tensor_parallel_size=tensor_parallel_size)
-    _print(result, as_json)
+    return _show(result, as_json, native=True)

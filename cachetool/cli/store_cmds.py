@@ -13,9 +13,12 @@ from pathlib import Path
 
 import click
 
-from cachetool.cli import EXIT_WITHOUT_JOINING, cli
-from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, layout_option,
-                                  os_errors_one_line, ranks_option, replace_options, trust_option, warn_loud)
+from cachetool import exit_codes
+from cachetool.cli import EXIT_WITHOUT_JOINING, cli, output
+from cachetool.cli.output import emit
+from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, json_option,
+                                  layout_option, ranks_option, replace_options, sign_key_option, trust_option,
+                                  warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
 from cachetool.engines import CHOICES as ENGINE_CHOICES
@@ -24,24 +27,16 @@ from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, Sto
                               VerificationError)
 
 
-def _emit(as_json: bool, doc: dict, text: str) -> None:
-    if as_json:
-        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
-    else:
-        click.echo(text)
-
-
 @cli.command("push", cls=OneLineCommand)
 @click.argument("source", type=click.Path(exists=True))
 @click.argument("ref")
-@click.option("--sign-key", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Ed25519 private key: sign while packing a cache folder, or add a signature to a bundle file.")
+@sign_key_option("Ed25519 private key (cachetool keygen): sign while packing a cache folder, or add a signature to "
+                 "a bundle file.")
 @layout_option(help="Layout of a cache folder SOURCE.")
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Parallel uploads.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @store_options
-@os_errors_one_line
 def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint_url, profile, insecure):
     """Push SOURCE (a .ctb file, or a cache folder packed on the way) to REF.
 
@@ -54,34 +49,29 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
              progress=False if as_json else progress)
     if not r.signed:
         warn_loud(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
-    _emit(as_json, r.to_dict(),
+    return emit(as_json, r.to_dict(),
           f"pushed {r.ref} [{r.platform}] {r.manifest_digest}\n"
           f"blobs: {r.blobs_uploaded} uploaded, {r.blobs_skipped} already there (of {r.blobs_total}); "
-          f"{human_size(r.bytes_uploaded)} sent, {human_size(r.bytes_skipped)} skipped; {r.seconds:.2f}s"
+          f"{human_size(r.bytes_uploaded)} sent in all (blobs, manifest, signature, ref), "
+          f"{human_size(r.bytes_skipped)} of blobs not sent; {r.seconds:.2f}s"
           + ("; signed" if r.signed else "") + f"\nplatforms under the tag: {', '.join(r.platforms)}"
           + f"\npinned: {r.pinned}")
 
 
-# What a failed pull is called in its outcome line and its JSON, and whether `--on-miss continue` turns it into
-# exit 0. Covered: everything that leaves the cache root as it was because the cache is unavailable or unusable
-# (a pod must then start cold, never crash-loop). Not covered: a wrong flag or ref (2) and a local fault such as
-# an unwritable cache root (1): those are deployment bugs that a restart will not fix and that must be seen.
-_PULL_FAILURES: tuple[tuple[type[CachetoolError], str, bool], ...] = (
-    (CacheMissError, "miss", True),
-    (NotFoundError, "not-found", True),
-    (StoreError, "store-error", True),
-    (WaitTimeoutError, "timeout", True),
-    (VerificationError, "refused", True),
-    (UsageError, "usage-error", False),
-)
-
-
 def pull_failure(exc: BaseException) -> tuple[str, int, bool]:
-    """(outcome, exit code without --on-miss continue, whether continue covers it) of a failed pull."""
-    for cls, outcome, continuable in _PULL_FAILURES:
-        if isinstance(exc, cls):
-            return outcome, exc.exit_code, continuable
-    return "error", getattr(exc, "exit_code", 1), False
+    """(outcome, exit code without --on-miss continue, whether continue covers it) of a failed pull: the row of
+    the exit-code table (:mod:`cachetool.exit_codes`) that the error's code names."""
+    code = exc.exit_code if isinstance(exc, CachetoolError) else _os_code(exc)
+    row = exit_codes.for_code(code)
+    return row.name, code, row.continuable
+
+
+def _os_code(exc: BaseException) -> int:
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return exit_codes.DISK_FULL.code
+    return exit_codes.ERROR.code
 
 
 def _one_line(exc: BaseException) -> str:
@@ -91,22 +81,26 @@ def _one_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-def _failure_doc(ref: str, on_miss: str, outcome: str, code: int, exit_code: int, message: str) -> dict:
-    return {"ref": ref, "outcome": outcome, "exit_code": exit_code, "error_exit_code": code, "message": message,
-            "on_miss": on_miss, "installed": False, "continued": exit_code == 0}
+def _report_failure(ref: str | None, on_miss: str, exc: BaseException) -> int:
+    """The outcome line of a failed pull (and the fields of its JSON object); returns the exit code."""
+    outcome, code, continuable = pull_failure(exc)
+    exit_code = 0 if continuable and on_miss == "continue" else code
+    message = _one_line(exc)
+    click.echo(f"pull: outcome={outcome} ref={ref} exit={exit_code} code={code} on_miss={on_miss} "
+               f"reason={message}", err=True)
+    output.add_failure_fields(ref=ref, outcome=outcome, error_exit_code=code, on_miss=on_miss, installed=False,
+                              continued=exit_code == 0)
+    return exit_code
 
 
 class PullCommand(CompileCommand):
-    """``pull --json`` prints one JSON object whatever happens, a bad flag included (parsed before the body)."""
+    """A flag click refuses is an outcome too: its ``pull: outcome=usage-error`` line, then the usual error."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
         except CachetoolError as exc:
-            if "--json" in args:
-                ref = next((a for a in args if "://" in a), None)
-                click.echo(json.dumps(_failure_doc(ref, "fail", "usage-error", exc.exit_code, exc.exit_code,
-                                                   _one_line(exc)), indent=2, sort_keys=True))
+            _report_failure(next((a for a in args if "://" in a), None), "fail", exc)
             raise
 
 
@@ -124,8 +118,7 @@ class PullCommand(CompileCommand):
                    "unusable (miss 4, not found 5, store error 6, timeout 7, verification refused 3), so the "
                    "server starts cold; a usage error (2) or a local fault (1) still fails.")
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Parallel downloads.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object on stdout for every outcome, failures included.")
+@json_option
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--model", "-m", default=None,
               help="The server's model: preflight then also checks the cache key this model/config needs "
@@ -151,30 +144,26 @@ def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
     try:
         r = _pull(ctx, ref, **kwargs)
     except Exception as exc:  # every failure gets its outcome line (and JSON); the CLI then reports it as usual
-        outcome, code, continuable = pull_failure(exc)
-        carry_on = continuable and on_miss == "continue"
-        exit_code = 0 if carry_on else code
+        if _report_failure(ref, on_miss, exc) != 0:
+            if isinstance(exc, OSError) and not isinstance(exc, CachetoolError):
+                raise CachetoolError(_one_line(exc)) from None
+            raise
+        outcome, code, _ = pull_failure(exc)
         message = _one_line(exc)
-        click.echo(f"pull: outcome={outcome} ref={ref} exit={exit_code} code={code} on_miss={on_miss} "
-                   f"reason={message}", err=True)
-        if as_json:
-            click.echo(json.dumps(_failure_doc(ref, on_miss, outcome, code, exit_code, message), indent=2, sort_keys=True))
-        if carry_on:
-            click.echo(f"pull: no usable bundle ({outcome}); continuing without it (--on-miss continue): "
-                       "the server will compile", err=True)
-            return 0
-        if isinstance(exc, OSError):
-            raise CachetoolError(message) from None
-        raise
+        click.echo(f"pull: no usable bundle ({outcome}); continuing without it (--on-miss continue): "
+                   "the server will compile", err=True)
+        return emit(as_json, {"ref": ref, "outcome": outcome, "error_exit_code": code, "on_miss": on_miss,
+                              "installed": False, "continued": True, "message": message}, "")
     i = r.install
     outcome = "already-installed" if i.already_installed else "installed"
     click.echo(f"pull: outcome={outcome} ref={r.ref} exit=0 platform={r.platform} digest={r.manifest_digest} "
                f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}", err=True)
     doc = r.to_dict()
     doc.update(outcome=outcome, exit_code=0, on_miss=on_miss, installed=True)
-    _emit(as_json, doc,
+    return emit(as_json, doc,
           f"{outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), {i.files} files "
-          f"({human_size(i.bytes)}); {r.blobs_downloaded} blobs downloaded ({human_size(r.bytes_downloaded)})"
+          f"({human_size(i.bytes)}); {r.blobs_downloaded} blob(s) downloaded, "
+          f"{human_size(r.bytes_downloaded)} received in all (blobs, index, manifest, signature)"
           + (f", {r.blobs_resumed} resumed" if r.blobs_resumed else "")
           + (f", {r.blobs_reused} reused from an interrupted pull" if r.blobs_reused else "")
           + f"; {r.seconds:.2f}s\n"
@@ -269,9 +258,8 @@ def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insec
 
 @cli.command("ls", cls=OneLineCommand)
 @click.argument("store")
-@click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON.")
+@json_option
 @store_options
-@os_errors_one_line
 def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms."""
     from cachetool.refs import parse_store_or_ref
@@ -287,12 +275,9 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
         for e in idx.entries:
             rows.append({"ref": f"{idx.name}:{idx.tag}", "platform": e.platform, "created": e.created, "size": e.size,
                          "manifest_digest": e.manifest_digest, "fingerprint": e.fingerprint})
-    if as_json:
-        click.echo(json.dumps({"store": su.url, "refs": rows}, indent=2, sort_keys=True))
-        return 0
-    if not rows:
-        click.echo(f"{su.url}: no refs")
-        return 0
+    if as_json or not rows:
+        return emit(as_json, {"store": su.url, "refs": rows}, f"{su.url}: {len(rows)} ref entries" if rows else
+                    f"{su.url}: no refs")
     from rich.console import Console
     from rich.table import Table
 
@@ -309,16 +294,15 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 @cli.command("rm", cls=OneLineCommand)
 @click.argument("ref")
 @click.option("--platform", default=None, help="Remove only this platform's entry of the tag.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @store_options
-@os_errors_one_line
 def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     """Remove REF (the tag; blobs stay until `cachetool gc`)."""
     from cachetool.transfer import remove
 
     left = remove(ref, platform=platform, store_options=options_dict(endpoint_url, profile, insecure))
     remaining = [e.platform for e in left.entries] if left else []
-    _emit(as_json, {"ref": ref, "removed": platform or "all", "remaining": remaining},
+    return emit(as_json, {"ref": ref, "removed": platform or "all", "remaining": remaining},
           f"removed {ref}" + (f" [{platform}]; left: {', '.join(remaining)}" if left else ""))
     return 0
 
@@ -328,9 +312,8 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
 @click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=True, metavar="SECONDS",
               help="Keep objects written more recently (a push in flight writes blobs before its ref).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @store_options
-@os_errors_one_line
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
     """Delete blobs, manifests and signatures of STORE that no ref reaches (on a registry: signatures; its own
     garbage collection reclaims blobs and untagged manifests)."""
@@ -339,7 +322,7 @@ def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure)
 
     su, _ = parse_store_or_ref(store)
     out = gc(su.url, dry_run=dry_run, older_than=older_than, store_options=options_dict(endpoint_url, profile, insecure))
-    _emit(as_json, {"store": su.url, "dry_run": dry_run, "deleted": out},
+    return emit(as_json, {"store": su.url, "dry_run": dry_run, "deleted": out},
           f"{'would delete' if dry_run else 'deleted'} {len(out)} object(s) from {su.url}"
           + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))
     return 0

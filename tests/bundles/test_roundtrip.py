@@ -168,11 +168,11 @@ def test_keygen_sign_verify(tmp_path, cli, keys):
     assert cli("pack", src, "-o", b).rc == 0  # unsigned
     r = cli("verify", b, "--trust", tmp_path / "k.pub")
     assert r.rc == 3 and "not signed" in one_error_line(r.err)
-    assert cli("sign", b, "--key", tmp_path / "k").rc == 0
+    assert cli("sign", b, "--sign-key", tmp_path / "k").rc == 0
     r = cli("verify", b, "--trust", tmp_path / "k.pub")
     assert r.rc == 0 and "OK" in r.out, r
     # a second signature: either key verifies
-    assert cli("sign", b, "--key", keys["priv"]).rc == 0
+    assert cli("sign", b, "--sign-key", keys["priv"]).rc == 0
     assert cli("verify", b, "--trust", keys["pub"]).rc == 0
     assert cli("verify", b, "--trust", tmp_path / "k.pub").rc == 0
 

@@ -134,15 +134,19 @@ def test_a_bad_flag_with_json_prints_json(store, tmp_path, cli):
     assert doc["ref"] == f"{store['url']}/llama:v1"
 
 
-def test_a_local_fault_still_fails_with_on_miss_continue(store, tmp_path, cli):
-    """A cache root that cannot be a folder (a file is in the way) is the pod's bug: exit 1, one line, JSON."""
+@pytest.mark.parametrize("where", ["root is a file", "parent is a file"])
+def test_a_root_that_cannot_be_a_folder_is_a_usage_error_even_with_on_miss_continue(store, tmp_path, cli, where):
+    """A cache root that cannot be a folder is the pod's bug: exit 2 (a root under a file was 1, a root that is a
+    file 2), one line, JSON, and --on-miss continue does not cover it."""
     (tmp_path / "file").write_text("x")
-    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "file" / "root", "--trust",
+    root = tmp_path / "file" / ("root" if where == "parent is a file" else "")
+    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", root, "--trust",
             store["pub"], "--on-miss", "continue", "--json")
-    assert r.rc == 1, r
-    assert r.error_line()
+    assert r.rc == 2, r
+    assert "is a file" in r.error_line(), r
     doc = _one_json(r.out)
-    assert doc["outcome"] == "error" and doc["exit_code"] == 1 and doc["continued"] is False, doc
+    assert doc["outcome"] == "usage-error" and doc["exit_code"] == 2 and doc["continued"] is False, doc
+    assert (tmp_path / "file").read_text() == "x"
 
 
 def test_timeout_bounds_a_store_that_stops_answering(tmp_path):

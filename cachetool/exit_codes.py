@@ -1,0 +1,66 @@
+"""The exit-code policy: one table that every verb applies and README's "Exit codes" table is rendered from.
+
+Each failure category of :mod:`cachetool.errors` takes its code from here; the CLI exits with it, ``--json`` reports
+it (``exit_code``, and ``error``: the row's name), and ``pull`` names its outcome after it. ``continuable`` says
+whether ``pull --on-miss continue`` turns the failure into exit 0 (the server then starts cold): yes for a cache
+that is missing, stale, unreachable, slow or refused; never for a mistake in the deployment (a wrong flag, ref or key
+file, a cache root that cannot be one, a device the machine lacks) or a local fault, which a restart will not fix.
+``tests/deploy/test_readme.py`` checks that README's table is :func:`markdown_table`'s output, row for row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    name: str            # the outcome / error name: ``pull: outcome=<name>``, ``--json`` ``error``
+    meaning: str         # README's words
+    continuable: bool    # ``pull --on-miss continue`` exits 0 for it
+
+
+OK = ExitCode(0, "ok", "done (`pull`: `outcome=installed` or `already-installed`)", False)
+ERROR = ExitCode(1, "error", "unexpected failure, or a local fault that is not a usage mistake (a file system that "
+                 "refuses a write); `--engine vllm`: vLLM did not start (its own last error)", False)
+USAGE = ExitCode(2, "usage-error", "usage or configuration: a wrong flag, value, ref, model or config key; a missing or "
+                 "unreadable key file (`--sign-key`, `--trust`); a cache root that cannot be a folder; a device this "
+                 "machine lacks (`--device cuda` without CUDA); vLLM missing or refusing the flags after `--`", False)
+VERIFICATION = ExitCode(3, "refused", "verification: tampered blob or manifest, untrusted or missing signature, unsafe "
+                        "path, size lie, decompression bomb", True)
+MISS = ExitCode(4, "miss", "cache miss: a hash factor or the fingerprint differs (the message names it), or the tag "
+                "has no platform for this machine or `--device`; `check --engine vllm --require-hit`: the start "
+                "compiled", True)
+NOT_FOUND = ExitCode(5, "not-found", "not found: ref, tag, bucket, repository, bundle file or store object", True)
+STORE = ExitCode(6, "store-error", "store: network, credentials, server error, interrupted transfer", True)
+TIMEOUT = ExitCode(7, "timeout", "`pull --timeout` ran out", True)
+COMPILED = ExitCode(8, "compiled", "`check --require-hit` (native engine): something would compile", False)
+DISK_FULL = ExitCode(9, "disk-full", "disk full: the cache root's (or a store folder's) file system is full, ENOSPC "
+                     "or a quota (EDQUOT)", False)
+DIFFERS = ExitCode(10, "differs", "`diff --exit-code`: A and B differ (the differences are printed)", False)
+
+TABLE: tuple[ExitCode, ...] = (OK, ERROR, USAGE, VERIFICATION, MISS, NOT_FOUND, STORE, TIMEOUT, COMPILED, DISK_FULL,
+                               DIFFERS)
+BY_CODE = {e.code: e for e in TABLE}
+
+
+def for_code(code: int) -> ExitCode:
+    """The row of ``code`` (an unknown code is reported as an unexpected failure)."""
+    return BY_CODE.get(code, ERROR)
+
+
+def markdown_table() -> str:
+    """README's "Exit codes" table."""
+    rows = ["| code | name | meaning | `pull --on-miss continue` |", "|---|---|---|---|"]
+    for e in TABLE:
+        if e is OK:
+            cont = "0"
+        elif e.continuable:
+            cont = f"0, `outcome={e.name}`"
+        elif e in (COMPILED, DIFFERS):
+            cont = "—"
+        else:
+            cont = f"still {e.code} (`outcome={e.name}`)"
+        rows.append(f"| {e.code} | `{e.name}` | {e.meaning} | {cont} |")
+    return "\n".join(rows)

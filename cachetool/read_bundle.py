@@ -1,0 +1,117 @@
+"""A bundle to read (``inspect``, ``verify``, ``diff``), named by a ``.ctb`` file or by a store ref.
+
+:func:`open_bundle` gives the same reading surface for both: ``manifest`` (parsed and validated; a hostile one is a
+:class:`~cachetool.errors.VerificationError`), ``manifest_digest``, ``platform``, ``description``, and the
+:class:`~cachetool.source.BundleSource` calls (``manifest_bytes``, ``signature_bytes``, ``fetch_blob``). A ref reads
+the manifest and signature only; a blob is downloaded when ``fetch_blob`` asks for it (``verify``), into a private
+temporary folder removed by ``close``. Which of a tag's platforms: ``platform`` if given, else the only one, else
+this machine's; a tag of several platforms none of which is this machine's asks for ``--platform``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cachetool.errors import NotFoundError, UsageError
+from cachetool.manifest import Manifest
+from cachetool.source import BundleSource
+from cachetool.stores.base import BlobRef, RefEntry, RefIndex
+
+
+def is_ref(spec: str | os.PathLike) -> bool:
+    return "://" in str(spec)
+
+
+def open_bundle(spec: str | os.PathLike, *, platform: str | None = None,
+                store_options: dict[str, Any] | None = None) -> Any:
+    """A ``.ctb`` file (:class:`cachetool.bundle.CtbBundle`) or a ref's bundle (:class:`RefBundle`); use it as a
+    context manager."""
+    if is_ref(spec):
+        return RefBundle(str(spec), platform=platform, store_options=store_options)
+    if platform is not None:
+        raise UsageError(f"--platform is for a ref (a bundle file holds one platform): {spec}")
+    from cachetool.bundle import open_ctb
+
+    return open_ctb(spec)
+
+
+def choose_entry(index: RefIndex, ref_text: str, platform: str | None) -> RefEntry:
+    """The entry to read: ``platform``'s, the only one, or this machine's (see the module doc)."""
+    names = ", ".join(e.platform for e in index.entries) or "none"
+    if platform is not None:
+        for e in index.entries:
+            if e.platform == platform:
+                return e
+        raise NotFoundError(f"{ref_text} has no platform {platform} (it has: {names})", ref=ref_text)
+    if len(index.entries) == 1:
+        return index.entries[0]
+    if not index.entries:
+        raise NotFoundError(f"{ref_text} holds no bundles", ref=ref_text)
+    from cachetool.errors import CacheMissError
+    from cachetool.transfer import select_entry
+
+    try:
+        return select_entry(index, ref_text)
+    except CacheMissError:
+        raise UsageError(f"{ref_text} holds {len(index.entries)} platforms ({names}), none of them this machine's: "
+                         "choose one with --platform") from None
+
+
+class RefBundle(BundleSource):
+    """A bundle in a store, opened for reading (see the module doc)."""
+
+    def __init__(self, ref_text: str, *, platform: str | None, store_options: dict[str, Any] | None):
+        from cachetool.refs import parse_ref
+        from cachetool.stores import open_store
+        from cachetool.transfer import StoreSource
+
+        self._tmp: Path | None = None
+        ref = parse_ref(ref_text)
+        self._store = open_store(ref.store, **(store_options or {}))
+        try:
+            index = (self._store.get_ref(ref.name, ref.tag) if ref.digest is None
+                     else self._store.get_pinned(ref.name, ref.digest))
+            self.entry = choose_entry(index, ref.url, platform)
+            self._tmp = Path(tempfile.mkdtemp(prefix="cachetool-read-"))
+            self._source = StoreSource(self._store, ref, self.entry, self._tmp / "partial")
+            self.description = self._source.description
+            self.manifest = Manifest.from_bytes(self._source.manifest_bytes())
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def manifest_digest(self) -> str:
+        return self.entry.manifest_digest
+
+    @property
+    def platform(self) -> str:
+        return self.entry.platform
+
+    def manifest_bytes(self) -> bytes:
+        return self._source.manifest_bytes()
+
+    def signature_bytes(self) -> bytes | None:
+        return self._source.signature_bytes()
+
+    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
+        self._source.fetch_blob(blob, dest)
+        self._source.discard_partials()
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        store, self._store = getattr(self, "_store", None), None
+        if store is not None:
+            store.close()
+
+    def __enter__(self) -> "RefBundle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
