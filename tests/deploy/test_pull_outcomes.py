@@ -173,3 +173,15 @@ def test_timeout_bounds_a_store_that_stops_answering(tmp_path):
     assert doc["outcome"] == "timeout" and doc["error_exit_code"] == 7 and doc["continued"] is True, doc
     assert "outcome=timeout " in _outcome_line(r.stderr)
     assert _nothing_installed(tmp_path)
+
+
+def test_the_pull_progress_bar_ends_at_100_percent(store, tmp_path, cli):
+    """The bar's total was the entry's size, manifest included, which no blob download adds to: a finished pull
+    stopped at 1.6/1.7 MB. It now ends at what was transferred, 100 %."""
+    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--trust", store["pub"],
+            "--progress")
+    assert r.rc == 0, r
+    sizes = re.findall(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) ([kMG]?B)", r.err)
+    assert sizes, r.err
+    done, total, _ = sizes[-1]
+    assert done == total, r.err

@@ -32,7 +32,10 @@ fi
 here=$(dirname "$0")
 case "$*" in
   "-c import torch") [ -f "$here/../torch" ] || exit 1 ;;  # torch is there once pip installed it
-  *"pip install"*"torch=="*) touch "$here/../torch" ;;
+  *"pip install"*"torch=="*)
+    # NO_LOCAL_TORCH: the pip configuration's indexes lack the build (as PyPI lacks +cpu builds)
+    if [ -n "$NO_LOCAL_TORCH" ] && [[ "$*" != *--extra-index-url* ]]; then exit 1; fi
+    touch "$here/../torch" ;;
   *"print(f"*) echo 3.11 ;;
   *"torch.__version__"*) echo "torch 2.13.0+cpu" ;;
   "-m pytest"*) echo "PATH=$PATH" >> "$LOG" ;;
@@ -70,10 +73,40 @@ def test_demo_installs_into_the_venv_and_runs_the_tool_from_it(fake):
     assert any(c.endswith(f"-m venv {venv}") for c in calls), calls
     pip = [c for c in calls if " -m pip install" in c]
     assert pip and all(c.startswith(f"{venv}/bin/python ") for c in pip), pip
-    assert any("torch==2.13.0" in c for c in pip) and any(c.endswith("-e .") for c in pip), pip
+    assert any("torch==2.13.0+cpu" in c for c in pip) and any(c.endswith("-e .") for c in pip), pip
     tool = [c.split()[1] for c in calls if c.startswith(f"{venv}/bin/cachetool ")]
     assert tool == ["keygen", "warm", "pull", "check"], calls
     assert "demo.sh: passed" in r.stdout
+
+
+def _torch_installs(fake) -> list[str]:
+    return [c for c in fake.log.read_text().splitlines() if " -m pip install" in c and "torch==" in c]
+
+
+def test_install_asks_for_torchs_cpu_build_by_name(fake):
+    """A bare torch==2.13.0 resolves to the CUDA build on PyPI (it came out CPU here only through this machine's
+    pip configuration); the script asks for +cpu, from the configured indexes first, then PyTorch's CPU index."""
+    r = fake("install.sh")
+    assert r.returncode == 0, r.stderr
+    assert [c.split()[-1] for c in _torch_installs(fake)] == ["torch==2.13.0+cpu"]
+    assert "install torch==2.13.0+cpu (the cpu build)" in r.stdout
+    assert "(CPU build)" in r.stdout.splitlines()[-1] or "torch 2.13.0+cpu" in r.stdout.splitlines()[-1]
+
+
+def test_install_falls_back_to_pytorchs_index_and_takes_an_override(fake):
+    r = fake("install.sh", NO_LOCAL_TORCH="1", TORCH_BUILD="cu128", TORCH_VERSION="2.11.0")
+    assert r.returncode == 0, r.stderr
+    first, second = _torch_installs(fake)
+    assert first.endswith("torch==2.11.0+cu128") and "--extra-index-url" not in first
+    assert "--extra-index-url https://download.pytorch.org/whl/cu128 torch==2.11.0+cu128" in second
+
+
+def test_install_keeps_a_torch_already_in_the_venv(fake):
+    assert fake("install.sh").returncode == 0
+    fake.log.write_text("")
+    r = fake("install.sh")
+    assert r.returncode == 0 and not _torch_installs(fake), fake.log.read_text()
+    assert "keep the torch already in" in r.stdout
 
 
 def test_the_venv_is_reused(fake):

@@ -1,0 +1,110 @@
+"""The CLI's contract with CI jobs and init-containers, verb by verb: bad input is one ``error:`` line, no traceback,
+the exit code of the one table (cachetool/exit_codes.py); ``--json`` prints exactly one JSON object on stdout for
+every outcome, failures included; README's exit-code table is the code's."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cachetool import exit_codes
+
+REPO = Path(__file__).resolve().parents[1]
+
+# One failing call per verb (fast: nothing compiles), and the row of the exit-code table it must end in.
+BAD_CALLS = {
+    "warm": (["--model", "no-such-model", "--cache-root", "{tmp}/root"], exit_codes.USAGE),
+    "check": (["--model", "no-such-model", "--cache-root", "{tmp}/root"], exit_codes.USAGE),
+    "pack": (["{tmp}/no-such-cache", "-o", "{tmp}/x.ctb"], exit_codes.NOT_FOUND),
+    "keygen": (["-o", "{tmp}/k", "--no-such-flag"], exit_codes.USAGE),
+    "sign": (["{tmp}/x.ctb", "--sign-key", "{tmp}/missing.key"], exit_codes.USAGE),
+    "inspect": (["{tmp}/missing.ctb"], exit_codes.NOT_FOUND),
+    "verify": (["file://{tmp}/store/missing:v1"], exit_codes.NOT_FOUND),
+    "install": (["{tmp}/missing.ctb", "--cache-root", "{tmp}/root"], exit_codes.NOT_FOUND),
+    "diff": (["{tmp}/missing.ctb", "local"], exit_codes.NOT_FOUND),
+    "push": (["{tmp}/missing.ctb", "file://{tmp}/store/t:v1"], exit_codes.USAGE),
+    "pull": (["not a ref", "--cache-root", "{tmp}/root"], exit_codes.USAGE),
+    "ls": (["bogus://store"], exit_codes.USAGE),
+    "rm": (["file://{tmp}/no-store/t:v1"], exit_codes.NOT_FOUND),
+    "gc": (["file://{tmp}/no-store"], exit_codes.NOT_FOUND),
+}
+
+
+def _args(verb: str, tmp: Path) -> list[str]:
+    return [verb, *(a.format(tmp=tmp) for a in BAD_CALLS[verb][0])]
+
+
+def _error_lines(stderr: str) -> list[str]:
+    # pull adds its outcome line to every outcome (README promises one); the error itself is one line
+    return [x for x in stderr.strip().splitlines() if not x.startswith("pull: outcome=")]
+
+
+def test_every_verb_has_a_bad_call():
+    from cachetool.cli import _load_commands, cli
+
+    _load_commands()
+    assert set(cli.commands) == set(BAD_CALLS)
+
+
+@pytest.mark.parametrize("verb", sorted(BAD_CALLS))
+def test_bad_input_is_one_line_no_traceback_and_the_tables_code(verb, tmp_path):
+    """In a process of its own, as a user runs it: the whole stderr is the one line."""
+    r = subprocess.run([sys.executable, "-m", "cachetool", *_args(verb, tmp_path)], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    expected = BAD_CALLS[verb][1]
+    assert r.returncode == expected.code, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert r.stdout == ""
+    assert not (tmp_path / "root").exists() and not (tmp_path / "x.ctb").exists()
+
+
+@pytest.mark.parametrize("verb", sorted(BAD_CALLS))
+def test_json_failure_is_exactly_one_object(verb, tmp_path, cli):
+    r = cli(*_args(verb, tmp_path), "--json")
+    expected = BAD_CALLS[verb][1]
+    doc = json.loads(r.out)  # the whole stdout is one object
+    assert isinstance(doc, dict)
+    assert doc["ok"] is False and doc["exit_code"] == r.rc == expected.code, doc
+    assert doc["error"] == expected.name and doc["command"] == verb
+    assert doc["message"] and "\n" not in doc["message"] and doc["message"] in r.err
+
+
+def test_an_unexpected_exception_is_one_line_and_json(cli, tmp_path, monkeypatch):
+    """A bug (here a TypeError inside the library) still gives one line, exit 1 and one JSON object."""
+    from cachetool import signing
+
+    def broken(*a, **k):
+        raise TypeError("something inside broke\nsecond line")
+
+    monkeypatch.setattr(signing, "generate_keypair", broken)
+    r = cli("keygen", "-o", tmp_path / "k", "--json")
+    assert r.rc == exit_codes.ERROR.code
+    assert _error_lines(r.err) == ["error: unexpected TypeError: something inside broke (set "
+                                   "CACHETOOL_LOGGING_LEVEL=DEBUG for the traceback)"]
+    doc = json.loads(r.out)
+    assert doc["ok"] is False and doc["error"] == "error" and doc["exit_code"] == 1
+
+
+def test_json_success_is_one_object_with_ok(cli, tmp_path):
+    r = cli("keygen", "-o", tmp_path / "k", "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 0 and doc["ok"] is True and doc["exit_code"] == 0 and doc["command"] == "keygen"
+    assert len(doc["key_id"]) == 64 and Path(doc["public_key"]).is_file()
+
+
+def test_readme_exit_code_table_is_the_codes_table():
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = lines.index("### Exit codes") + 1
+    while not lines[start].startswith("|"):
+        start += 1
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    assert "\n".join(lines[start:end]) == exit_codes.markdown_table()
