@@ -2,15 +2,20 @@
 # The main job end to end on the embedded default: the CPU, the tiny model, a local folder store.
 #   warm (compile) → push to file:// store (packed and signed) → pull into a fresh cache root
 #   → check: start the model as a server would and require that nothing compiles.
-# Installs the tool first into .venv/ (see scripts/install.sh). DEMO_DIR keeps the files (default: a fresh
-# temp dir).
+# Installs the tool first into .venv/ (see scripts/install.sh). DEMO_DIR=DIR works there and leaves the files;
+# by default a fresh temporary folder is used and removed when the demo ends.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$REPO"
 step "install the tool into $VENV (scripts/install.sh)"
 scripts/install.sh
 CT=$VENV/bin/cachetool
-work=${DEMO_DIR:-$(mktemp -d -t cachetool-demo.XXXXXX)}
+if [ -n "${DEMO_DIR:-}" ]; then
+  work=$DEMO_DIR
+else
+  work=$(mktemp -d -t cachetool-demo.XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+fi
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 ref="file://$work/store/tiny:demo"

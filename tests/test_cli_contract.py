@@ -108,3 +108,25 @@ def test_readme_exit_code_table_is_the_codes_table():
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
     assert "\n".join(lines[start:end]) == exit_codes.markdown_table()
+
+
+def test_a_vllm_check_that_missed_with_require_hit_is_one_object(cli, monkeypatch, tmp_path):
+    """The vLLM check printed its result's object and then the failure's: two objects. Now one, exit 4, with the
+    start's fields and the miss's error. (The start itself is a stand-in here; tests/vllm runs real vLLM.)"""
+    import cachetool.api
+
+    class Start:
+        command, model, cache_key, hit = "check", "m", "abc", False
+
+        def to_json(self):
+            return {"engine": "vllm", "hit": False, "inductor_compiled": 3}
+
+        def miss_reason(self):
+            return "Inductor compiled 3 kernel(s)"
+
+    monkeypatch.setattr(cachetool.api, "check", lambda *a, **k: Start())
+    r = cli("check", "--engine", "vllm", "--model", tmp_path, "--require-hit", "--json")
+    assert r.rc == exit_codes.MISS.code, r
+    doc = json.loads(r.out)
+    assert doc["ok"] is False and doc["error"] == "miss" and doc["inductor_compiled"] == 3
+    assert "Inductor compiled 3" in doc["message"] and _error_lines(r.err) == [f"error: {doc['message']}"]

@@ -66,7 +66,12 @@ trust_option = click.option(
          "~/.config/cachetool/trusted_keys/*.pub.")
 
 cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-                                 help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
+                                 help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool; with "
+                                      "--engine vllm: VLLM_CACHE_ROOT or ~/.cache/vllm).")
+
+# -cc.KEY=VALUE is collected before click parses (cachetool.cli.compile_cmds.CompileCommand)
+CC_HELP = "CompilationConfig as JSON; -cc.KEY=VALUE (KEY dotted, e.g. -cc.dynamic_shapes_config.type=unbacked) " \
+          "overrides one field."
 
 ranks_option = click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
 

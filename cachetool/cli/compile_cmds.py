@@ -1,6 +1,6 @@
 """``cachetool warm`` and ``cachetool check``: thin click commands over :mod:`cachetool.warmup`.
 
-Both take ``--model M --cache-root DIR [--device cpu|cuda] [--compilation-config JSON] [-cc.k=v ...] [--json]``;
+Both take ``--model M --cache-root DIR [--device cpu|cuda] [--compilation-config JSON] [-cc.KEY=VALUE ...] [--json]``;
 ``-cc.dynamic_shapes_config.type=unbacked`` style overrides are collected from the extra arguments.
 """
 
@@ -15,7 +15,7 @@ import click
 from cachetool import exit_codes
 from cachetool.cli import cli
 from cachetool.cli.store_options import options_dict, store_options as _store_options
-from cachetool.cli.common import OneLineCommand, json_option, sign_key_option
+from cachetool.cli.common import CC_HELP, OneLineCommand, cache_root_option, json_option, sign_key_option
 from cachetool.cli.output import emit
 from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.errors import UsageError
@@ -60,11 +60,10 @@ def _overrides(ctx: click.Context) -> list[str]:
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--model", "-m", required=True, help="Preset (tiny, llama-3.2-1b, llama-3.1-8b), config.json or HF folder."),
-        click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-                     help="Cache root (default: $CACHETOOL_CACHE_ROOT or ~/.cache/cachetool)."),
+        cache_root_option,
         click.option("--device", default="cpu", show_default=True, help="cpu or cuda (bf16 on cuda, fp32 on cpu)."),
         click.option("--compilation-config", "-cc", "compilation_config", default=None,
-                     help="CompilationConfig as JSON; -cc.key.sub=value overrides single fields."),
+                     help=CC_HELP),
         click.option("--rank", default=0, show_default=True, type=click.IntRange(min=0), help="Tensor-parallel rank (folder name)."),
         click.option("--dp-rank", "--data-parallel-rank", "dp_rank", default=0, show_default=True,
                      type=click.IntRange(min=0),

@@ -16,7 +16,7 @@ import click
 from cachetool import exit_codes
 from cachetool.cli import EXIT_WITHOUT_JOINING, cli, output
 from cachetool.cli.output import emit
-from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, json_option,
+from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_default, cache_root_option, human_size, json_option,
                                   layout_option, ranks_option, replace_options, sign_key_option, trust_option,
                                   warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
@@ -124,7 +124,7 @@ class PullCommand(CompileCommand):
               help="The server's model: preflight then also checks the cache key this model/config needs "
                    "(config fields, traced files), before any blob is fetched.")
 @click.option("--compilation-config", "-cc", "compilation_config", default=None,
-              help="The server's CompilationConfig (JSON; -cc.key=value overrides), with --model.")
+              help="With --model: the server's " + CC_HELP)
 @click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", type=click.IntRange(min=1), default=1,
               show_default=True, help="The server's tensor-parallel size, with --model.")
 @click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=None,
@@ -235,13 +235,23 @@ def _hard_timeout(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
+def _default_root(engine: str | None) -> str:
+    """Where the server of ``engine`` reads its cache: vLLM's own root for ``--engine vllm`` (VLLM_CACHE_ROOT),
+    else cachetool's (an init-container that pulled elsewhere would leave the server cold)."""
+    if engine is None:
+        return cache_root_default()
+    from cachetool import engines
+
+    return str(engines.get(engine).default_cache_root())
+
+
 def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, workers,
           progress, model, compilation_config, tensor_parallel_size, engine, engine_args, endpoint_url, profile,
           insecure):
     from cachetool.api import pull
     from cachetool.cli.compile_cmds import engine_flags
 
-    root = cache_root or cache_root_default()
+    root = cache_root or _default_root(engine)
     overrides = ctx.meta.get("cc_overrides", [])
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
@@ -321,8 +331,14 @@ def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure)
     from cachetool.transfer import gc
 
     su, _ = parse_store_or_ref(store)
-    out = gc(su.url, dry_run=dry_run, older_than=older_than, store_options=options_dict(endpoint_url, profile, insecure))
-    return emit(as_json, {"store": su.url, "dry_run": dry_run, "deleted": out},
-          f"{'would delete' if dry_run else 'deleted'} {len(out)} object(s) from {su.url}"
-          + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))
-    return 0
+    report = gc(su.url, dry_run=dry_run, older_than=older_than,
+                store_options=options_dict(endpoint_url, profile, insecure))
+    out = report.deleted
+    why = [f"{report.kept_reachable} reachable from a ref",
+           f"{report.kept_young} younger than {older_than:g} s (--older-than; a push may be in flight)"]
+    if report.kept_foreign:
+        why.append(f"{report.kept_foreign} written by other tools")
+    return emit(as_json, {**report.to_json(), "store": su.url},
+                f"{'would delete' if dry_run else 'deleted'} {len(out)} object(s) from {su.url}; kept {report.kept}: "
+                + ", ".join(why)
+                + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))

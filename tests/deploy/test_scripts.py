@@ -148,3 +148,14 @@ def test_test_sh_runs_pytest_from_the_venv_with_durations(fake):
     # tests that run `cachetool` by name find the venv's first (Debian's PATH has none), as activation does
     paths = [c for c in fake.log.read_text().splitlines() if c.startswith("PATH=")]
     assert paths and paths[0].split("=", 1)[1].split(":")[0] == f"{fake.venv}/bin", paths
+
+
+def test_the_demo_removes_its_temporary_folder_and_keeps_demo_dir(fake, tmp_path):
+    """README said DEMO_DIR "keeps" the files, but the default run also left a /tmp/cachetool-demo.* each time."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = fake("demo.sh", DEMO_DIR="", TMPDIR=str(tmp))
+    assert r.returncode == 0, r.stderr
+    assert "== demo folder: " + str(tmp) in r.stdout and list(tmp.iterdir()) == []
+    r = fake("demo.sh")
+    assert r.returncode == 0 and (tmp_path / "demo" / "store").parent.is_dir()
