@@ -37,6 +37,16 @@ class CachetoolError(Exception):
         return str(self.args[0]) if self.args else ""
 
 
+def clip(text: object, limit: int = 200) -> str:
+    """``text`` as one line of at most ``limit`` characters, for a message that quotes what another program said.
+    A cut ends at a word boundary and is marked with " …", so no message stops mid-sentence unannounced."""
+    line = " ".join(str(text).split())
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 2].rsplit(" ", 1)[0] if " " in line[: limit - 2] else line[: limit - 2]
+    return cut.rstrip(" ,;:") + " …"
+
+
 # ------------------------------------------------------------------------------------------------ categories
 class UsageError(CachetoolError, ValueError):
     """A wrong flag, value or combination of options."""

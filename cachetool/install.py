@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.errors import (BlobVerificationError, CacheMissError, CachetoolError, ConflictError, DiskFullError,  # noqa: F401
+from cachetool.errors import (BlobVerificationError, clip, CacheMissError, CachetoolError, ConflictError, DiskFullError,  # noqa: F401
                               InstallIOError, PathTooLongError, PreflightError, UnitChangedError, UnsafeDestinationError,
                               UsageError, VerificationError, WaitTimeoutError)
 from cachetool.factors import compare_factors, short_repr
@@ -246,7 +246,7 @@ def _lock_root(root_fd: int, root: Path, deadline: float | None) -> None:
 
 
 def _factors_unavailable(device: str, exc: BaseException) -> PreflightError:
-    first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+    first = clip((str(exc).splitlines() or [type(exc).__name__])[0], 160)
     return PreflightError(f"preflight: cannot compute this machine's compiler factors for {device!r}: {first}")
 
 

@@ -75,3 +75,11 @@ def test_a_cut_download_retry_is_logged(tmp_path, monkeypatch, caplog):
     assert (tmp_path / "b").read_bytes() == data and calls == [0, 40]
     [rec] = [r for r in caplog.records if r.name == "cachetool.retry"]
     assert "download blob x" in rec.getMessage() and "attempt 1 failed" in rec.getMessage()
+
+
+def test_clip_marks_a_cut_at_a_word_boundary():
+    assert errors.clip("short\nline") == "short line"
+    long = "Could not deserialize key data. The data may be in an incorrect format, Are you sure this is a key?"
+    out = errors.clip(long, 60)
+    assert len(out) <= 60 and out.endswith(" …") and long.startswith(out[:-2])
+    assert out[:-2].split()[-1] in long.split()  # a whole word, not a cut one

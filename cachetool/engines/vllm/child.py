@@ -228,7 +228,8 @@ def last_error(exc: BaseException) -> str:
     while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
         exc = exc.__cause__ or exc.__context__
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:500]
+    line = f"{type(exc).__name__}: {text}"
+    return line if len(line) <= 500 else line[:497].rsplit(" ", 1)[0] + " …"  # a cut is marked
 
 
 def main(argv: list[str]) -> int:
