@@ -63,14 +63,16 @@ def test_bad_input_is_one_line_no_traceback_and_the_tables_code(verb, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     assert r.stdout == ""
     assert not (tmp_path / "root").exists() and not (tmp_path / "x.ctb").exists()
+    if verb == "pull":  # README promises an outcome line for every outcome, a flag click refused included
+        assert r.stderr.startswith("pull: outcome=usage-error "), r.stderr
 
 
 @pytest.mark.parametrize("verb", sorted(BAD_CALLS))
 def test_json_failure_is_exactly_one_object(verb, tmp_path, cli):
     r = cli(*_args(verb, tmp_path), "--json")
     expected = BAD_CALLS[verb][1]
-    doc = json.loads(r.out)  # the whole stdout is one object
-    assert isinstance(doc, dict)
+    doc = json.loads(r.out)  # the whole stdout is one object, on one line
+    assert isinstance(doc, dict) and r.out.count("\n") == 1
     assert doc["ok"] is False and doc["exit_code"] == r.rc == expected.code, doc
     assert doc["error"] == expected.name and doc["command"] == verb
     assert doc["message"] and "\n" not in doc["message"] and doc["message"] in r.err

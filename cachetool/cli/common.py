@@ -51,7 +51,7 @@ def layout_option(help: str | None = None):
 
 # One wording per shared option: every verb takes --json, a key to sign with is --sign-key.
 json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print one JSON object on stdout, failures included (ok, exit_code, message, ...).")
+                           help="Print one JSON object (one line) on stdout, failures included (ok, exit_code, message, ...).")
 
 
 def sign_key_option(help: str, required: bool = False):

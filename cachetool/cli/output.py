@@ -79,5 +79,5 @@ def fail(message: str, exit_code: int, exc: BaseException | None = None) -> int:
 
 
 def _print(doc: dict[str, Any]) -> None:
-    click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    click.echo(json.dumps(doc, sort_keys=True, default=str))  # one line: `tail -1 | jq` works
     _call.emitted = True
