@@ -1,0 +1,222 @@
+"""Tags on OCI: a tag is an image index of bundle manifests, one per platform. Reading accepts any wrapping (our
+index, one a copy rewrote, a tag straight on a bundle manifest); writing converges, for the distribution API has no
+compare-and-swap (:meth:`TagRefs._converge`)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from typing import Callable, Iterator
+
+from cachetool.digests import hexof
+from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.retry import log as retry_log
+from cachetool.stores.base import RefEntry, RefIndex
+from cachetool.stores.common import now_iso, ref_entry
+from cachetool.stores.oci import media
+from cachetool.stores.oci.media import A, CREATED
+
+REFERRERS_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
+LEGACY_SIG_TAG = re.compile(r"^sha256-([0-9a-f]{64})\.sig$")
+
+
+class TagRefs:
+    """Mixed into :class:`cachetool.stores.oci.store.OCIStore`: get_ref, get_pinned, update_ref, list_refs."""
+
+    # Ref updates: how long a writer waits before it re-reads the tag to see that its write stuck.
+    settle_s = 0.25
+    update_attempts = 10
+
+    def _entry_of(self, oci: str, doc: dict, what: str) -> tuple[str, str, dict, int]:
+        """(bundle manifest digest, platform, fingerprint, size) of a bundle's OCI manifest ``doc``."""
+        md = doc["config"]["digest"]
+        hexof(md)
+        ann = doc.get("annotations") or {}
+        if oci not in self._entries:
+            if ann.get(A + "platform"):
+                fp = json.loads(ann.get(A + "fingerprint") or "{}")
+                platform = ann[A + "platform"]
+            else:  # cachetool before these annotations: read our manifest itself
+                from cachetool.manifest import Manifest
+
+                man = Manifest.from_bytes(self._get_blob_bytes(md, what, limit=512 << 20))
+                fp, platform = dict(man.fingerprint or {}), man.platform
+            size = ann.get(A + "size") or (sum(int(l.get("size") or 0) for l in doc.get("layers") or [])
+                                          + int(doc["config"].get("size") or 0))
+            self._entries[oci] = (platform, fp, int(size))
+        return (md, *self._entries[oci])
+
+    def _resolve(self, ref: str, what: str) -> list[RefEntry]:
+        return [e for e, _ in self._resolve_with_digests(ref, what)]
+
+    def _resolve_with_digests(self, ref: str, what: str) -> list[tuple[RefEntry, str]]:
+        """The bundles a tag (or an OCI digest) reaches, each recognised by its own manifest. An index child that
+        is not a bundle is skipped; an empty list means "not a cachetool bundle"."""
+        body, mt, digest = self._get_manifest(ref, what)
+        try:
+            doc = json.loads(body)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            if media.is_index(doc, mt):
+                idx_created = str((doc.get("annotations") or {}).get(CREATED, ""))
+                children = [(m, str(m["digest"]), m.get("annotations") or {}) for m in doc.get("manifests") or []
+                            if isinstance(m, dict) and m.get("artifactType") in (None, media.ARTIFACT_TYPE)]
+            else:
+                idx_created, children = "", [(None, digest, {})]
+            entries = []
+            for m, child, ann in children:
+                hexof(child)
+                cdoc = doc if m is None else json.loads(self._get_manifest(child, what, media.ACCEPT)[0])
+                if not media.is_bundle_manifest(cdoc):
+                    continue
+                md, platform, fp, size = self._entry_of(child, cdoc, what)
+                created = ann.get(CREATED) or idx_created or (cdoc.get("annotations") or {}).get(CREATED, "")
+                body_size = int(m["size"]) if m is not None else len(body)
+                self._remember(md, child, body_size, cdoc.get("layers") or [])
+                entries.append((ref_entry(md, platform, fp, size, created), child))
+        except NotFoundError:
+            raise StoreError(f"{what}: the index names a manifest the registry does not have") from None
+        except (KeyError, ValueError, TypeError, AttributeError, RecursionError, VerificationError) as exc:
+            if isinstance(exc, VerificationError) and "digest" in str(exc):
+                raise
+            raise StoreError(f"{what}: malformed cachetool index ({type(exc).__name__}: {str(exc)[:80]})") from None
+        return sorted(entries, key=lambda x: x[0].platform)
+
+    def get_ref(self, name: str, tag: str) -> RefIndex:
+        ref = f"{self.url}:{tag}"
+        entries = self._resolve(tag, f"read {ref}")
+        if not entries:
+            raise StoreError(f"{ref} is not a cachetool bundle (no manifest under it has artifactType "
+                             f"{media.ARTIFACT_TYPE} or a config of type {media.CONFIG_MEDIA_TYPE})")
+        return RefIndex(name, tag, tuple(entries))
+
+    def get_pinned(self, name: str, digest: str) -> RefIndex:
+        """A pin: the bundle manifest or index with this OCI digest, exactly (the body is checked against it)."""
+        hexof(digest)
+        ref = f"{self.url}@{digest}"
+        entries = self._resolve(digest, f"read {ref}")
+        if not entries:
+            raise StoreError(f"{ref} is not a cachetool bundle")
+        return RefIndex(name, digest, tuple(entries))
+
+    # -------------------------------------------------------------------------------------------- writing tags
+    def _index_body(self, index: RefIndex) -> bytes:
+        manifests = []
+        for e in index.entries:
+            oci, size = self._oci_of(e.manifest_digest)
+            manifests.append({
+                "mediaType": media.OCI_MANIFEST, "digest": oci, "size": size, "artifactType": media.ARTIFACT_TYPE,
+                "platform": media.platform_of(e.fingerprint),
+                "annotations": {A + "platform": e.platform, A + "manifest.digest": e.manifest_digest,
+                                A + "fingerprint": json.dumps(e.fingerprint or {}, sort_keys=True, separators=(",", ":")),
+                                A + "size": str(e.size), CREATED: e.created or now_iso()},
+            })
+        return media.compose_index(manifests, {A + "name": index.name, A + "tag": index.tag}, media.ARTIFACT_TYPE)
+
+    def put_ref(self, index: RefIndex) -> None:
+        self._put_manifest(index.tag, self._index_body(index), media.OCI_INDEX, f"write ref {self.url}:{index.tag}")
+
+    def _read_ref(self, name: str, tag: str) -> tuple[RefIndex | None, str | None]:
+        try:
+            digest = self._tag_digest(tag)
+            if digest is None:
+                return None, None
+            return self.get_ref(name, tag), digest
+        except NotFoundError:
+            return None, None
+
+    def _converge(self, tag: str, read, update, write, what: str):
+        """Read-modify-write of a tag without compare-and-swap (the distribution API has none):
+
+        1. read the tag (value and digest) and compute the update;
+        2. just before writing, check the digest again: a change since the read means another writer got in, so
+           merge again from its value;
+        3. write, wait ``settle_s`` (plus jitter), re-read: if the update is not in what the tag now holds,
+           another writer overwrote it after our check, so merge into its value and write again.
+
+        A lost update needs another writer to read, write and verify entirely inside our check→write gap
+        (milliseconds), while its verify comes ``settle_s`` after its write: so each of two racing writers sees
+        the other's value and the merges converge. ``update`` must be idempotent (merging twice = once)."""
+        for _ in range(self.update_attempts):
+            old, digest = read()
+            new = update(old)
+            if old is not None and new == old:
+                return new
+            if self._tag_digest(tag) != digest:
+                retry_log.info("%s: %s:%s changed since it was read; merging again", what, self.url, tag)
+                continue
+            write(new)
+            time.sleep(self.settle_s * (1 + random.random()))
+            after, _ = read()
+            if after is not None and update(after) == after:
+                return after
+            if after is None and not _has_entries(new):
+                return new
+        raise StoreError(f"{what}: {self.url}:{tag} kept changing under concurrent writers; "
+                         f"gave up after {self.update_attempts} attempts")
+
+    def update_ref(self, name: str, tag: str,
+                   update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
+        """Read-modify-write of a ref, by :meth:`_converge`. An update that leaves no entries deletes the tag."""
+
+        def write(new: RefIndex | None) -> None:
+            if new is not None and new.entries:
+                self.put_ref(new)
+            else:
+                self.delete_ref(name, tag)
+
+        return self._converge(tag, lambda: self._read_ref(name, tag), update, write, f"update {self.url}:{tag}")
+
+    def delete_ref(self, name: str, tag: str) -> None:
+        """Delete the tag's index (by digest: the distribution API deletes manifests, not tags)."""
+        what = f"delete {self.url}:{tag}"
+        d = self._tag_digest(tag)
+        if d is None:
+            if not self._repo_exists():
+                raise NotFoundError(f"repository {self.repo!r} not found on {self.host}")
+            raise NotFoundError(f"{self.url}:{tag} not found")
+        self._req("DELETE", self._v2(f"manifests/{d}"), what, ok=(202, 200))
+
+    def _refs_of_repo(self, name: str) -> Iterator[RefIndex]:
+        for tag in sorted(self.tags()):
+            if REFERRERS_TAG.match(tag) or LEGACY_SIG_TAG.match(tag):
+                continue
+            try:
+                yield self.get_ref(name, tag)
+            except NotFoundError:
+                continue  # removed while listing
+            except StoreError as exc:
+                if "is not a cachetool bundle" in str(exc):
+                    continue
+                raise
+
+    def list_refs(self) -> Iterator[RefIndex]:
+        """The refs of the repository; for a registry (``oci://host``) or a namespace (``oci://host/team``), those
+        of every repository under it, named by their path."""
+        found = False
+        if self.repo:
+            try:
+                refs = list(self._refs_of_repo(self.repo.rsplit("/", 1)[-1]))
+                found = True
+                yield from refs
+            except NotFoundError:
+                pass
+        prefix = self.repo + "/" if self.repo else ""
+        try:
+            subs = [r for r in self.repositories() if r.startswith(prefix)]
+        except StoreError:
+            if found:
+                return  # the registry hides its catalog; the repository itself was listed
+            raise
+        if not subs and not found:
+            raise NotFoundError(f"repository {self.repo!r} not found on {self.host}" if self.repo else
+                                f"registry {self.host} has no repositories")
+        for sub in subs:
+            with type(self)(self.host, sub, **self._opts) as child:
+                yield from (RefIndex(sub, i.tag, i.entries) for i in child._refs_of_repo(sub))
+
+
+def _has_entries(x) -> bool:
+    return bool(getattr(x, "entries", x))

@@ -1,0 +1,148 @@
+"""Blob uploads and downloads of the OCI store, small blobs in packs (:mod:`.packs`): a push groups them before it
+asks which the registry has; a pull downloads a pack once and splits it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Callable
+
+from cachetool.digests import hexof, sha256_file
+from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.retry import pause
+from cachetool.stores.base import BlobRef
+from cachetool.stores.common import DL_CHUNK, download_resumable
+from cachetool.stores.oci import media, packs
+from cachetool.stores.oci.media import A
+
+
+class BlobTransfer:
+    """Mixed into :class:`cachetool.stores.oci.store.OCIStore` (its ``__init__`` sets the caches used here)."""
+
+    def _has(self, digest: str, size: int) -> bool:
+        if digest not in self._head_cache:
+            got = self._head_blob(digest)
+            self._head_cache[digest] = got is not None and got in (size, -1)
+        return self._head_cache[digest]
+
+    def prepare_push(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> None:
+        """Group the small blobs into packs (files in a private temp folder) before has_blob/put_blob are asked:
+        a small blob "is there" when its pack is, and "uploading" it uploads its pack once."""
+        plan = packs.plan(list(blobs))
+        layers = []
+        scratch = self._scratch_dir()
+        for members in plan.packs:
+            path = scratch / f"pack-{len(layers)}.tar"
+            with open(path, "wb") as f:
+                packs.write_pack(members, blob_path, f)
+            digest, size = sha256_file(path)
+            final = scratch / (hexof(digest) + ".tar")
+            path.replace(final)
+            for b in members:
+                self._push[b.digest] = (digest, size, final)
+            layers.append({"mediaType": media.PACK_MEDIA_TYPE, "digest": digest, "size": size,
+                           "annotations": {A + "pack.first": members[0].digest, A + "pack.count": str(len(members)),
+                                           media.TITLE: f"pack-{hexof(members[0].digest)[:16]}.tar"}})
+        self._push_layers = layers
+        self._push_singles = plan.singles
+        self._push_blobs = frozenset(b.stored_digest for b in blobs)
+
+    def has_blob(self, blob: BlobRef) -> bool:
+        if blob.digest in self._push:
+            digest, size, _ = self._push[blob.digest]
+            return self._has(digest, size)
+        return self._has(blob.stored_digest, blob.stored_size)
+
+    def _upload(self, digest: str, size: int, what: str, *, data: bytes | None = None, path: Path | None = None) -> None:
+        r = self._req("POST", self._v2("blobs/uploads/"), what, ok=(202,))
+        loc = r.headers.get("Location")
+        if not loc:
+            raise StoreError(f"{what}: registry {self.host} gave no upload location")
+        from urllib.parse import urljoin
+
+        loc = urljoin(self.base + "/", loc)
+        sep = "&" if "?" in loc else "?"
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        # The upload session is single-use: a failed PUT is retried by the caller with a new POST.
+        if path is not None:
+            self._req("PUT", f"{loc}{sep}digest={digest}", what, ok=(201,), retry=False, data_path=path, headers=headers)
+        else:
+            self._req("PUT", f"{loc}{sep}digest={digest}", what, ok=(201,), retry=False, data=data, headers=headers)
+        self.counters.up(size)
+
+    def _upload_retrying(self, digest: str, size: int, what: str, **kw) -> None:
+        for attempt in range(self.max_attempts):
+            try:
+                return self._upload(digest, size, what, **kw)
+            except StoreError:
+                if attempt + 1 >= self.max_attempts:
+                    raise
+                pause(what, attempt, "upload failed; new upload session")
+
+    def _lock_for(self, key: str) -> threading.Lock:
+        with self._lock:
+            return self._pack_locks.setdefault(key, threading.Lock())
+
+    def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
+        if blob.digest in self._push:
+            digest, size, path = self._push[blob.digest]
+            with self._lock_for(digest):
+                if not self._head_cache.get(digest):
+                    self._upload_retrying(digest, size, f"upload pack {digest[:19]} to {self.url}", path=path)
+                    self._head_cache[digest] = True
+            return
+        self._upload_retrying(blob.stored_digest, blob.stored_size, f"upload blob {blob.stored_digest[:19]} to {self.url}",
+                              path=Path(stored_bytes_path))
+
+    def _download(self, digest: str, size: int, dest: Path, what: str) -> None:
+        import requests
+
+        def open_from(offset: int):
+            headers = {"Range": f"bytes={offset}-"} if offset else {}
+            try:
+                r = self._req("GET", self._v2(f"blobs/{digest}"), what, ok=(200, 206, 416), stream=True, headers=headers)
+            except NotFoundError:
+                raise NotFoundError(f"blob {digest[:19]} is missing from store {self.url}") from None
+            if r.status_code == 416:
+                return None
+            return r.iter_content(DL_CHUNK), r.status_code, r.headers.get("Content-Range")
+
+        download_resumable(Path(dest), size, what, open_from, (requests.RequestException,),
+                           lambda exc: StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})"),
+                           self.counters, self.max_attempts)
+
+    def get_blob(self, blob: BlobRef, dest: Path) -> None:
+        bundle = self._blob_bundle.get(blob.stored_digest)
+        layout = self._layouts.get(bundle) if bundle else None
+        if layout and blob.digest not in layout.singles:
+            pack = layout.pack_of(blob.digest)
+            if pack is not None:
+                return self._get_from_pack(blob, pack, bundle, Path(dest))
+        self._download(blob.stored_digest, blob.stored_size, Path(dest),
+                       f"download blob {blob.stored_digest[:19]} from {self.url}")
+
+    def _get_from_pack(self, blob: BlobRef, pack: packs.PackLayer, bundle: str, dest: Path) -> None:
+        what = f"download pack {pack.digest[:19]} from {self.url}"
+        scratch = self._scratch_dir()
+        member = scratch / hexof(blob.stored_digest)
+        with self._lock_for(pack.digest):
+            if not member.exists():
+                tmp = scratch / f"{hexof(pack.digest)}.tar"
+                self._download(pack.digest, pack.size, tmp, what)
+                if sha256_file(tmp)[0] != pack.digest:
+                    tmp.unlink(missing_ok=True)
+                    raise VerificationError(f"{what}: content does not match digest {pack.digest[:19]}")
+                try:
+                    packs.split_pack(tmp, self._members[bundle], scratch, what)
+                finally:
+                    tmp.unlink(missing_ok=True)
+        try:
+            os.replace(member, dest)
+        except FileNotFoundError:
+            raise VerificationError(f"{what}: the pack lacks blob {blob.digest[:19]}") from None
+        except OSError:
+            shutil.copyfile(member, dest)
+            member.unlink(missing_ok=True)
+
