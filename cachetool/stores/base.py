@@ -21,7 +21,7 @@ What is the same on every backend (tests/stores/test_store_interface.py runs it 
 - resume: ``get_blob`` into a partial ``dest`` keeps its bytes and asks for the rest (``blobs_resumed``);
 - gc: deletes what no ref reaches and was written at least ``older_than`` seconds ago (default
   :data:`GC_MIN_AGE_S` in the library and the CLI alike), stops before deleting anything when a ref cannot be
-  read, and is idempotent. ``capabilities.gc_deletes`` says which kinds of object that covers: a registry keeps
+  read, is idempotent, and returns a :class:`GcReport` (deleted; kept as reachable, as young, as foreign). ``capabilities.gc_deletes`` says which kinds of object that covers: a registry keeps
   blobs and untagged manifests to its own garbage collection.
 """
 
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from cachetool.digests import BlobRef  # noqa: F401  (part of the store interface)
+from cachetool.stores.gc import GcReport  # noqa: F401  (part of the store interface)
 
 
 GC_MIN_AGE_S = 3600.0  # gc spares objects younger than this: a push in flight writes blobs before its ref
@@ -124,71 +125,44 @@ class Store(abc.ABC):
 
     # refs
     @abc.abstractmethod
-    def put_ref(self, index: RefIndex) -> None:
-        """Write the ref last: it makes the bundle visible."""
+    def get_ref(self, name: str, tag: str) -> RefIndex:
+        """The tag's index; NotFoundError when there is no such tag (or store, bucket, repository)."""
 
     @abc.abstractmethod
-    def get_ref(self, name: str, tag: str) -> RefIndex: ...
+    def get_pinned(self, name: str, digest: str) -> RefIndex:
+        """A digest pin (``name@sha256:...``) as a one-entry index: exactly the bundle with that digest (on file and
+        S3 the bundle manifest's, on OCI the OCI manifest's or an index's, see :meth:`pinned_digest`)."""
 
+    @abc.abstractmethod
     def update_ref(self, name: str, tag: str,
                    update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
         """The one way to change a ref: read-modify-write of the tag's index. ``update`` gets the current index
         (None when the tag does not exist) and returns the new one; None, or an index without entries, removes the
-        tag. ``update`` may raise to change nothing. Returns what the tag holds afterwards (None: removed).
+        tag. ``update`` may raise to change nothing, and must be idempotent (a store may call it again after another
+        writer got in). Returns what the tag holds afterwards (None: removed).
 
-        Every ref change (push merging its platform, ``rm --platform``) goes through here so that two writers of
-        one tag never lose each other's entries: the file store holds a lock around it, S3 writes conditionally
-        and retries. This default (get, then put or delete) is atomic only for a single writer."""
-        return self.read_modify_write_ref(name, tag, update, self.delete_ref)
+        Every ref change (push merging its platform, ``rm``, ``rm --platform``) goes through here so that two
+        writers of one tag never lose each other's entries (``capabilities.ref_update`` says how)."""
 
-    def read_modify_write_ref(self, name: str, tag: str, update: Callable[[RefIndex | None], RefIndex | None],
-                              remove: Callable[[str, str], None]) -> RefIndex | None:
-        """One unguarded round of :meth:`update_ref`: get, update, then put (or ``remove`` an emptied tag). A store
-        runs it as its update_ref, or under its own lock."""
-        from cachetool.errors import NotFoundError
+    @abc.abstractmethod
+    def list_refs(self) -> Iterator[RefIndex]: ...
 
-        try:
-            old = self.get_ref(name, tag)
-        except NotFoundError:
-            old = None
-        new = update(old)
-        if new is None or not new.entries:
-            if old is not None:
-                remove(name, tag)
-            return None
-        self.put_ref(new)
-        return new
+    @abc.abstractmethod
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> GcReport:
+        """Delete the objects of the kinds in ``capabilities.gc_deletes`` that no ref reaches; report what was (or
+        would be) deleted and what was kept, and why. A ref that cannot be read stops the collection before
+        anything is deleted.
 
-    def get_pinned(self, name: str, digest: str) -> RefIndex:
-        """A digest pin (``name@sha256:...``): exactly the bundle manifest with that digest, as a one-entry index.
-        The OCI store overrides it (there a pin is an OCI manifest or index digest)."""
-        from cachetool.manifest import Manifest
+        ``older_than``: only objects last written at least this many seconds ago, so that a push in flight
+        (blobs written, ref not yet) is not collected under it."""
 
-        data = self.get_manifest(digest)
-        man = Manifest.from_bytes(data)
-        entry = RefEntry(digest, man.platform, dict(man.fingerprint or {}), man.stored_size + len(data), "")
-        return RefIndex(name, digest, (entry,))
-
+    # hooks with a default: only the OCI store needs them
     def pinned_digest(self, manifest_digest: str) -> str:
         """The digest a pin of this bundle names in this store (the bundle manifest's, except on OCI)."""
         return manifest_digest
 
     def prepare_push(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> None:
         """Called by push before has_blob/put_blob with every blob and where its bytes are (OCI packs them)."""
-
-    @abc.abstractmethod
-    def list_refs(self) -> Iterator[RefIndex]: ...
-
-    @abc.abstractmethod
-    def delete_ref(self, name: str, tag: str) -> None: ...
-
-    @abc.abstractmethod
-    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
-        """Delete the objects of the kinds in ``capabilities.gc_deletes`` that no ref reaches; return what was (or
-        would be) deleted. A ref that cannot be read stops the collection before anything is deleted.
-
-        ``older_than``: only objects last written at least this many seconds ago, so that a push in flight
-        (blobs written, ref not yet) is not collected under it."""
 
     def close(self) -> None:
         """Release connections. Stores are also usable as context managers."""

@@ -1,7 +1,7 @@
-"""What the store implementations share: ref-index JSON, size bounds, resumable downloads, transfer counters.
+"""What the store implementations share: ref-index JSON, size bounds, resumable downloads.
 
-Digests and blob refs live in :mod:`cachetool.digests`, atomic writes in :mod:`cachetool.atomic`; both are
-re-exported here for the stores (``CHUNK``, ``hexof``, ``atomic_write``)."""
+Digests and blob refs live in :mod:`cachetool.digests`, atomic writes in :mod:`cachetool.atomic`, transfer counters
+in :mod:`cachetool.stores.base`."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.atomic import atomic_file, atomic_write  # noqa: F401
-from cachetool.digests import CHUNK, hexof  # noqa: F401
+from cachetool.digests import hexof
 from cachetool.errors import OversizeBlobError, StoreError, VerificationError  # noqa: F401
 from cachetool.retry import pause
 from cachetool.stores.base import RefEntry, RefIndex, TransferCounters
 
-Counters = TransferCounters  # the name the stores construct
+Counters = TransferCounters  # old name; tests/stores/test_hostile_store.py and tests/test_errors.py still use it
 
 REF_FORMAT = "cachetool.ref.v1"
 # Bounds on what a store may hand back for one object (manifest.py and signing.py refuse larger ones anyway; this

@@ -1,70 +1,50 @@
 """``file:///dir``: a bundle store in a local (or network-mounted) folder; the embedded default.
 
-Layout (documented in docs/stores.md; every file is written to a temp name in its folder and renamed)::
+The keys of :mod:`cachetool.stores.object_store` are paths under ``dir``, plus ``cachetool-store.json``
+(``{"format": "cachetool-store", "version": 1}``, written with the first object). Every file is written to a temp
+name in its folder, fsynced and renamed: a reader sees a whole object or none, a crash leaves at most a
+``.<name>.*.tmp`` file (gc removes stale ones).
 
-    {dir}/cachetool-store.json                     {"format": "cachetool-store", "version": 1}
-    {dir}/blobs/sha256/<hex>                       zstd bytes of one blob; <hex> = sha256 of these bytes
-    {dir}/manifests/sha256/<hex>.json              bundle manifest, canonical JSON; <hex> = its sha256
-    {dir}/signatures/sha256/<hex>.dsse.json        DSSE envelope over manifest <hex>
-    {dir}/refs/<name>/<tag>.json                   ref index: one entry per platform
-    {dir}/refs/<name>/.<tag>.lock                  flock'ed around every change of the ref; never deleted
+A conditional put holds an exclusive ``flock`` on ``refs/<name>/.<tag>.lock`` (the path cachetool has always
+locked) while it compares and writes, and deletes the lock file before it lets go: a writer that was waiting on
+the deleted file sees that it is no longer the one at that path and locks anew, so no lock file is left behind
+and two writers never hold different files at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
-import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from cachetool.atomic import atomic_write
-from cachetool.digests import CHUNK, hexof, sha256_bytes
+from cachetool.digests import CHUNK
 from cachetool.errors import NotFoundError, StoreError, VerificationError
-from cachetool.stores.common import (MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, Counters, index_from_json, index_to_json,
-                                      resume_offset, write_bounded)
-from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefIndex, Store
+from cachetool.stores.base import Capabilities, TransferCounters
+from cachetool.stores.common import resume_offset, write_bounded
+from cachetool.stores.object_store import ObjectStore
+from cachetool.stores.objects import ObjectBackend, ObjectInfo, StoredObject
 
 MARKER = "cachetool-store.json"
+LOCK_ATTEMPTS = 1000  # each retry means another writer deleted the lock file we waited on: it moved on
 
 
-class FileStore(Store):
-    capabilities = Capabilities(frozenset({"blobs", "manifests", "signatures"}), "lock")
+class FileBackend(ObjectBackend):
+    ref_update = "lock"
+    conditional_delete = True
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self.url = f"file://{self.root}"
-        self.counters = Counters()
+        self.counters = TransferCounters()
 
-    # paths
-    def _blob(self, blob: BlobRef) -> Path:
-        return self.root / "blobs" / "sha256" / hexof(blob.stored_digest)
-
-    def _manifest(self, digest: str) -> Path:
-        return self.root / "manifests" / "sha256" / f"{hexof(digest)}.json"
-
-    def _signature(self, digest: str) -> Path:
-        return self.root / "signatures" / "sha256" / f"{hexof(digest)}.dsse.json"
-
-    def _ref(self, name: str, tag: str) -> Path:
-        return self.root / "refs" / name / f"{tag}.json"
-
-    def _ensure(self) -> None:
-        try:
-            if not (self.root / MARKER).exists():
-                atomic_write(self.root / MARKER, json.dumps({"format": "cachetool-store", "version": 1}).encode())
-        except OSError as exc:
-            raise StoreError(f"cannot write store {self.url}: {exc.strerror or exc}") from None
-
-    def _require_root(self) -> None:
-        if not self.root.is_dir():
-            raise NotFoundError(f"store {self.url} does not exist (no such folder)")
-
+    # confinement: no read, write or delete leaves the folder, whatever links are planted in it
     def _inside(self, path: Path, doing: str) -> str:
-        """``path`` with links resolved, if that lies inside the store; else a VerificationError. Reads, writes and
-        deletes go through this: a folder or object planted as a link never makes the store touch other files."""
+        """``path`` with links resolved, if that lies inside the store; else a VerificationError."""
         root = os.path.realpath(self.root)
         real = os.path.realpath(path)
         if os.path.commonpath([root, real]) != root:
@@ -73,187 +53,200 @@ class FileStore(Store):
         return real
 
     def _open_read(self, path: Path):
-        """Open ``path`` for reading only if it is a regular file that lies inside the store once links are
-        resolved: an object planted as a symlink to /etc/shadow or /dev/zero, or a fifo, is refused, not read.
-        Raises FileNotFoundError when it is missing."""
+        """Open ``path`` only if it is a regular file inside the store once links are resolved: an object planted as
+        a link to /etc/shadow or /dev/zero, or a fifo, is refused, not read. FileNotFoundError when missing."""
         real = self._inside(path, "read")
-        rel = os.path.relpath(path, self.root)
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         f = os.fdopen(fd, "rb")
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             f.close()
-            raise VerificationError(f"{rel} in store {self.url} is not a regular file; refusing to read it")
+            raise VerificationError(f"{os.path.relpath(path, self.root)} in store {self.url} is not a regular file; "
+                                    "refusing to read it")
         return f
 
-    def _read(self, path: Path, limit: int) -> bytes:
-        with self._open_read(path) as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
-            raise VerificationError(f"{os.path.relpath(path, self.root)} in store {self.url} is larger than "
-                                    f"{limit >> 20} MiB")
-        return data
+    def _ensure_marker(self) -> None:
+        try:
+            if not (self.root / MARKER).exists():
+                atomic_write(self.root / MARKER, json.dumps({"format": "cachetool-store", "version": 1}).encode())
+        except OSError as exc:
+            raise StoreError(f"cannot write store {self.url}: {exc.strerror or exc}") from None
 
     def _write(self, path: Path, data: bytes | None = None, src: Path | None = None) -> None:
-        self._ensure()
+        self._ensure_marker()
         self._inside(path.parent, "write")  # the object itself is replaced by a rename, never followed
         try:
             atomic_write(path, data, src=src)
         except OSError as exc:
             raise StoreError(f"cannot write {path} in store {self.url}: {exc.strerror or exc}") from None
 
-    # blobs
-    def has_blob(self, blob: BlobRef) -> bool:
-        try:
-            st = os.lstat(self._blob(blob))
-        except FileNotFoundError:
-            return False
-        # A link or special file planted in place of a blob is not "there": the upload replaces it.
-        return stat.S_ISREG(st.st_mode) and st.st_size == blob.stored_size
+    # the operations
+    def check(self) -> None:
+        if not self.root.is_dir():
+            raise NotFoundError(f"store {self.url} does not exist (no such folder)", store=self.url)
 
-    def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
-        self._write(self._blob(blob), src=Path(stored_bytes_path))
-        self.counters.up(blob.stored_size)
-
-    def get_blob(self, blob: BlobRef, dest: Path) -> None:
-        self._require_root()
-        src = self._blob(blob)
-        dest = Path(dest)
-        offset = resume_offset(dest, blob.stored_size)
+    def stat(self, key: str) -> ObjectInfo | None:
         try:
-            with self._open_read(src) as f, open(dest, "ab" if offset else "wb") as out:
+            st = os.lstat(self.root / key)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        # A link or special file planted in place of an object is not "there": an upload replaces it.
+        return ObjectInfo(key, st.st_size, st.st_mtime) if stat.S_ISREG(st.st_mode) else None
+
+    def get(self, key: str, limit: int, what: str) -> StoredObject | None:
+        self.check()
+        path = self.root / key
+        try:
+            with self._open_read(path) as f:
+                data = f.read(limit + 1)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if len(data) > limit:
+            raise VerificationError(f"{key} in store {self.url} is larger than {limit >> 20} MiB")
+        self.counters.down(len(data))
+        return StoredObject(data, hashlib.sha256(data).hexdigest())
+
+    def download(self, key: str, size: int, dest: Path, what: str, missing: str) -> None:
+        self.check()
+        offset = resume_offset(dest, size)
+        try:
+            with self._open_read(self.root / key) as f, open(dest, "ab" if offset else "wb") as out:
                 if offset:
                     self.counters.resumed()
                     f.seek(offset)
-                write_bounded(iter(lambda: f.read(CHUNK), b""), out, blob.stored_size - offset,
-                              f"blob {blob.stored_digest[:19]} in store {self.url}", self.counters.down)
+                write_bounded(iter(lambda: f.read(CHUNK), b""), out, size - offset, what, self.counters.down)
         except FileNotFoundError:
-            raise NotFoundError(f"blob {blob.stored_digest[:19]} is missing from store {self.url}", store=self.url,
-                                key=blob.stored_digest) from None
+            raise NotFoundError(missing, store=self.url, key=key) from None
 
-    # manifests and signatures
-    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
-        digest = sha256_bytes(manifest_bytes)
-        p = self._manifest(digest)
-        if not p.exists():
-            self._write(p, manifest_bytes)
-            self.counters.up(len(manifest_bytes))
-        return digest
+    def put(self, key: str, what: str, *, data: bytes | None = None, src: Path | None = None) -> None:
+        self._write(self.root / key, data, src)
+        self.counters.up(len(data) if data is not None else os.stat(src).st_size)
 
-    def get_manifest(self, manifest_digest: str) -> bytes:
-        self._require_root()
-        try:
-            data = self._read(self._manifest(manifest_digest), MAX_MANIFEST)
-        except FileNotFoundError:
-            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}", store=self.url,
-                                key=manifest_digest) from None
-        self.counters.down(len(data))
-        return data
-
-    def put_signature(self, manifest_digest: str, envelope: bytes) -> None:
-        self._write(self._signature(manifest_digest), envelope)
-        self.counters.up(len(envelope))
-
-    def get_signature(self, manifest_digest: str) -> bytes | None:
-        try:
-            data = self._read(self._signature(manifest_digest), MAX_SIGNATURE)
-        except FileNotFoundError:
-            return None
-        self.counters.down(len(data))
-        return data
-
-    # refs
-    def put_ref(self, index: RefIndex) -> None:
-        self._write(self._ref(index.name, index.tag), index_to_json(index))
+    def put_if(self, key: str, data: bytes | None, version: str | None, what: str) -> bool:
+        path = self.root / key
+        with self._locked(path):
+            try:
+                with self._open_read(path) as f:
+                    h = hashlib.sha256()
+                    for chunk in iter(lambda: f.read(CHUNK), b""):
+                        h.update(chunk)
+                    current = h.hexdigest()
+            except FileNotFoundError:
+                current = None
+            if current != version:
+                return False
+            if data is not None:
+                self.put(key, what, data=data)
+            elif current is not None:
+                self._inside(path, "delete")
+                path.unlink()
+        return True
 
     @contextlib.contextmanager
-    def _ref_lock(self, name: str, tag: str):
-        """An exclusive ``flock`` on ``refs/<name>/.<tag>.lock``, around every change of the ref. The lock file is
-        never deleted: a writer that unlinked it would let the next one lock a new file while a third still holds
-        the old one, and two updates would run at once."""
+    def _locked(self, path: Path):
+        """An exclusive ``flock`` on ``.<stem>.lock`` beside ``path``; the file is deleted before it is let go."""
         import fcntl
 
-        self._ensure()
-        lock = self._ref(name, tag).with_name(f".{tag}.lock")
+        lock = path.with_name(f".{path.stem}.lock")
+        self._ensure_marker()
         self._inside(lock.parent.parent, "write")
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        self._inside(lock, "write")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
+        for _ in range(LOCK_ATTEMPTS):
+            try:
+                lock.parent.mkdir(parents=True, exist_ok=True)
+                self._inside(lock, "write")
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except FileNotFoundError:
+                continue  # the folder was removed with the last lock in it: make it again
+            except OSError as exc:
+                raise StoreError(f"cannot lock {lock} in store {self.url}: {exc.strerror or exc}") from None
             fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, lock):
+                break
+            os.close(fd)  # locked a file another writer has deleted meanwhile: lock the one at the path now
+        else:
+            raise StoreError(f"cannot lock {lock} in store {self.url}: it kept being replaced")
+        try:
             yield
         finally:
-            os.close(fd)  # releases the lock
+            try:
+                os.unlink(lock)  # while still holding it: see _same_file
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+            _remove_if_empty(lock.parent)
 
-    def update_ref(self, name, tag, update):
-        """Read-modify-write under the tag's lock: concurrent pushes and removals never drop each other's entries."""
-        with self._ref_lock(name, tag):
-            return self.read_modify_write_ref(name, tag, update, self._unlink_ref)
-
-    def get_ref(self, name: str, tag: str) -> RefIndex:
-        self._require_root()
-        p = self._ref(name, tag)
-        try:
-            data = self._read(p, MAX_REF)
-        except FileNotFoundError:
-            known = sorted(q.stem for q in (self.root / "refs" / name).glob("*.json")) if (self.root / "refs" / name).is_dir() else []
-            hint = f" (tags: {', '.join(known[:8])})" if known else f" (no bundle named {name!r})"
-            raise NotFoundError(f"{self.url}/{name}:{tag} not found{hint}", store=self.url, ref=f"{name}:{tag}") from None
-        return index_from_json(data, f"{self.url}/{name}:{tag}")
-
-    def list_refs(self) -> Iterator[RefIndex]:
-        self._require_root()
-        refs = self.root / "refs"
-        if not refs.is_dir():
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        self.check()
+        top = self.root / prefix
+        if not top.is_dir():
             return
-        for d in sorted(refs.iterdir()):
-            if not d.is_dir():
-                continue
-            for p in sorted(d.glob("*.json")):
-                if p.name.startswith("."):
-                    continue
-                yield index_from_json(self._read(p, MAX_REF), f"{self.url}/{d.name}:{p.stem}")
-
-    def delete_ref(self, name: str, tag: str) -> None:
-        self._require_root()
-        if not os.path.lexists(self._ref(name, tag)):  # no lock file for a tag that never existed
-            raise NotFoundError(f"{self.url}/{name}:{tag} not found", store=self.url, ref=f"{name}:{tag}")
-        with self._ref_lock(name, tag):
-            self._unlink_ref(name, tag)
-
-    def _unlink_ref(self, name: str, tag: str) -> None:
-        p = self._ref(name, tag)
-        self._inside(p, "delete")
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            raise NotFoundError(f"{self.url}/{name}:{tag} not found", store=self.url, ref=f"{name}:{tag}") from None
-
-    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
-        from cachetool.stores.gc import reachable
-
-        self._require_root()
-        manifests, blobs = reachable(self)
-        cutoff = time.time() - older_than
-        out: list[str] = []
-        for kind, keep in (("blobs", blobs), ("manifests", manifests), ("signatures", manifests)):
-            folder = self.root / kind / "sha256"
-            if not folder.is_dir():
-                continue
-            self._inside(folder, "collect")
-            for p in sorted(folder.iterdir()):
-                hexd = p.name.split(".", 1)[0]
-                stale_tmp = p.name.startswith(".") and p.name.endswith(".tmp")
-                if not stale_tmp and hexd in keep:
-                    continue
+        self._inside(top, "collect")  # a folder planted as a link is never walked (nor emptied by gc)
+        out = []
+        for folder, dirs, files in os.walk(top):
+            dirs.sort()
+            rel = Path(folder).relative_to(self.root).as_posix()
+            for name in files:
                 try:
-                    if p.stat().st_mtime > cutoff:
-                        continue
+                    st = os.lstat(os.path.join(folder, name))
                 except FileNotFoundError:
                     continue
-                out.append(f"{kind}/sha256/{p.name}")
-                if not dry_run:
-                    try:
-                        p.unlink()
-                    except FileNotFoundError:
-                        pass
-        return out
+                out.append(ObjectInfo(f"{rel}/{name}", st.st_size, st.st_mtime))
+        yield from sorted(out, key=lambda i: i.key)
+
+    def delete(self, keys: Iterable[str], what: str) -> None:
+        for key in keys:
+            path = self.root / key
+            self._inside(path.parent, "delete")
+            if path.name.endswith(".lock"):
+                _delete_lock(path)
+                continue
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the locked ``fd`` is still the file at ``path``: a writer deletes the lock file while it holds it,
+    so one that waited on it learns here that it must lock the new one."""
+    try:
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _delete_lock(lock: Path) -> None:
+    """Delete a lock file left behind (by a crash, or by an older cachetool, which kept them) unless an update
+    holds it; holding it while deleting, as every writer does."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _same_file(fd, lock):
+            os.unlink(lock)
+    except BlockingIOError:
+        pass  # an update in flight
+    finally:
+        os.close(fd)
+    _remove_if_empty(lock.parent)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # not empty (other tags), or gone
+
+
+class FileStore(ObjectStore):
+    """The file store: an :class:`ObjectStore` on a :class:`FileBackend`."""
+
+    capabilities = Capabilities(frozenset({"blobs", "manifests", "signatures"}), FileBackend.ref_update)
+
+    def __init__(self, root: str | os.PathLike):
+        super().__init__(FileBackend(root))
+        self.root = self.backend.root

@@ -1,21 +1,46 @@
-"""What a store's refs reach: the garbage collectors of the file and S3 stores keep exactly this."""
+"""Garbage collection, the parts every store shares: the typed report and what refs reach (the mark phase)."""
 
 from __future__ import annotations
 
-from cachetool.errors import NotFoundError
+import dataclasses
+from typing import Iterable
+
 from cachetool.digests import hexof
+from cachetool.errors import NotFoundError
 
 
-def reachable(store) -> tuple[set[str], set[str]]:
-    """(hex of every manifest a ref names, hex of the stored digest of every blob those manifests list).
+@dataclasses.dataclass(frozen=True)
+class GcReport:
+    """What a gc deleted (or, with ``dry_run``, would delete) and how many objects it kept, by reason."""
 
-    A manifest that is missing or unreadable keeps nothing alive but does not stop the collection.
+    store: str
+    dry_run: bool
+    older_than: float
+    deleted: tuple[str, ...] = ()  # store-relative names: "blobs/sha256/<hex>", "tag sha256-<hex>"
+    kept_reachable: int = 0  # a ref reaches them
+    kept_young: int = 0  # no ref reaches them, but they were written less than older_than seconds ago
+    kept_foreign: int = 0  # written by other tools (OCI referrers that are not our signatures)
+
+    @property
+    def kept(self) -> int:
+        return self.kept_reachable + self.kept_young + self.kept_foreign
+
+    def to_json(self) -> dict:
+        return {"store": self.store, "dry_run": self.dry_run, "older_than": self.older_than,
+                "deleted": list(self.deleted), "kept": self.kept, "kept_reachable": self.kept_reachable,
+                "kept_young": self.kept_young, "kept_foreign": self.kept_foreign}
+
+
+def reachable(store, indexes: Iterable) -> tuple[set[str], set[str]]:
+    """(hex of every manifest the ref indexes name, hex of the stored digest of every blob those manifests list).
+
+    A manifest that is missing keeps nothing alive but does not stop the collection.
     """
     from cachetool.manifest import Manifest
 
     manifests: set[str] = set()
     blobs: set[str] = set()
-    for index in store.list_refs():
+    for index in indexes:
         for e in index.entries:
             manifests.add(hexof(e.manifest_digest))
     for m in sorted(manifests):

@@ -52,7 +52,7 @@ def test_missing_store_tag_and_name(tmp_path, bundle):
     with pytest.raises(NotFoundError, match="does not exist"):
         pull(f"file://{tmp_path}/nowhere/llama:v1", tmp_path / "root")
     push(bundle, f"file://{tmp_path}/store/llama:v1")
-    with pytest.raises(NotFoundError, match=r"llama:v2 not found \(tags: v1\)"):
+    with pytest.raises(NotFoundError, match=r"llama:v2 not found \(no such tag; tags: v1\)"):
         pull(f"file://{tmp_path}/store/llama:v2", tmp_path / "root")
     with pytest.raises(NotFoundError, match="no bundle named 'other'"):
         pull(f"file://{tmp_path}/store/other:v1", tmp_path / "root")
@@ -64,15 +64,15 @@ def test_gc_keeps_reachable_and_recent_objects(bundle, cuda_bundle, tmp_path):
     push(bundle, f"{store}/llama:v1")
     push(cuda_bundle, f"{store}/llama:gpu")
     with open_store(store) as st:
-        assert st.gc(older_than=0) == []  # everything is reachable
-        st.delete_ref("llama", "gpu")
-        assert st.gc(older_than=3600) == []  # unreachable, but too recent: maybe a push in flight
-        doomed = st.gc(dry_run=True, older_than=0)
+        assert st.gc(older_than=0).deleted == ()  # everything is reachable
+        st.update_ref("llama", "gpu", lambda old: None)
+        assert st.gc(older_than=3600).deleted == ()  # unreachable, but too recent: maybe a push in flight
+        doomed = st.gc(dry_run=True, older_than=0).deleted
         # the two bundles share every blob (same tree); only the GPU manifest and signature go
         assert sorted(doomed) == sorted([f"manifests/sha256/{hexof(cuda_bundle.manifest_digest)}.json",
                                          f"signatures/sha256/{hexof(cuda_bundle.manifest_digest)}.dsse.json"])
-        assert st.gc(older_than=0) == doomed
-        assert st.gc(older_than=0) == []
+        assert st.gc(older_than=0).deleted == doomed
+        assert st.gc(older_than=0).deleted == ()
     pull(f"{store}/llama:v1", tmp_path / "root", insecure_skip_verify=True)
 
 
@@ -145,44 +145,98 @@ def test_unsigned_push_warns_and_pull_refuses(tree, tmp_path, cli):
     assert os.path.isdir(tmp_path / "store" / "blobs")
 
 
-def test_delete_ref_keeps_the_lock_so_a_ref_update_stays_exclusive(bundle, tmp_path):
-    """Before: delete_ref unlinked ``.v1.lock``; the next update locked a new file while one was still running."""
+def test_ref_updates_hold_the_lock_and_leave_no_lock_file(bundle, tmp_path):
+    """A ref update holds ``refs/<name>/.<tag>.lock`` while it compares and writes, and deletes it before it lets go:
+    a writer waiting on the deleted file locks the new one. Before: lock files were kept for ever (issue 20)."""
     import fcntl
     import threading
+
+    from cachetool.stores.file import FileBackend
 
     store = f"file://{tmp_path}/store"
     push(bundle, f"{store}/llama:v1")
     lock = tmp_path / "store" / "refs" / "llama" / ".v1.lock"
+    assert not lock.exists()
     entered, release = threading.Event(), threading.Event()
+    real_put = FileBackend.put
 
-    def slow(old):
-        entered.set()
-        release.wait()
-        return old
+    def slow_put(self, key, what, **kw):
+        if key.endswith("/v1.json"):
+            entered.set()
+            release.wait()
+        return real_put(self, key, what, **kw)
 
-    with open_store(store) as st:
-        a = threading.Thread(target=st.update_ref, args=("llama", "v1", slow))
-        a.start()
-        d = threading.Thread(target=lambda: open_store(store).delete_ref("llama", "v1"))
-        try:
+    FileBackend.put = slow_put
+    try:
+        with open_store(store) as st:
+            a = threading.Thread(target=st.update_ref, args=("llama", "v1", lambda old: old and RefIndex(
+                "llama", "v1", old.entries + (RefEntry(old.entries[0].manifest_digest, "other", {}, 1, ""),))))
+            a.start()
             entered.wait()
-            d.start()
-            d.join(timeout=1)  # the delete waits for the update (new) or has unlinked the lock (old)
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+            fd = os.open(lock, os.O_RDWR)
             try:
-                with pytest.raises(BlockingIOError):  # the update in flight still holds the tag's lock
+                with pytest.raises(BlockingIOError):  # the update in flight holds the tag's lock
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             finally:
                 os.close(fd)
-        finally:
-            release.set()
-            a.join()
-            if d.is_alive() or d.ident:
-                d.join()
-    assert lock.exists()
+            d = threading.Thread(target=lambda: remove(f"{store}/llama:v1"))
+            d.start()
+            d.join(timeout=0.5)
+            assert d.is_alive()  # the removal waits for the lock
+    finally:
+        release.set()
+        a.join()
+        d.join()
+        FileBackend.put = real_put
     with pytest.raises(NotFoundError):
         open_store(store).get_ref("llama", "v1")
+    assert not (tmp_path / "store" / "refs" / "llama").exists()  # neither the lock file nor its folder stays
+
+
+def test_concurrent_ref_updates_on_one_tag_keep_every_entry(bundle, tmp_path):
+    import threading
+
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    digest = bundle.manifest_digest
+
+    def add(i: int) -> None:
+        with open_store(store) as st:
+            for j in range(5):
+                entry = RefEntry(digest, f"p{i}-{j}", {}, 1, "")
+                st.update_ref("llama", "v1", lambda old: merge_index(old, "llama", "v1", entry))
+
+    ts = [threading.Thread(target=add, args=(i,)) for i in range(6)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    with open_store(store) as st:
+        assert len(st.get_ref("llama", "v1").entries) == 1 + 6 * 5
+    assert [p.name for p in (tmp_path / "store" / "refs" / "llama").iterdir()] == ["v1.json"]
+
+
+def test_gc_removes_lock_files_an_older_cachetool_left(bundle, tmp_path):
+    """Older cachetool kept ``.<tag>.lock`` files for ever; gc deletes them once older than --older-than, unless an
+    update holds one."""
+    import fcntl
+
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:v1")
+    refs = tmp_path / "store" / "refs"
+    stale, held, gone = refs / "llama" / ".v1.lock", refs / "llama" / ".v2.lock", refs / "old" / ".v1.lock"
+    for p in (stale, held, gone):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"")
+        os.utime(p, (1e9, 1e9))
+    fd = os.open(held, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with open_store(store) as st:
+            report = st.gc()
+            assert sorted(report.deleted) == ["refs/llama/.v1.lock", "refs/llama/.v2.lock", "refs/old/.v1.lock"]
+    finally:
+        os.close(fd)
+    assert not stale.exists() and not gone.parent.exists() and held.exists()  # the held one stays
+    assert open_store(store).get_ref("llama", "v1").entries
 
 
 @pytest.mark.parametrize("swap", ["exchange", "two renames"])
@@ -191,9 +245,9 @@ def test_repull_over_a_changed_unit_replaces_it(bundle, keys, tree, tmp_path, cl
     from tests.bundles.fixtures import tree_snapshot
 
     if swap == "two renames":  # a kernel or file system without renameat2(RENAME_EXCHANGE)
-        import cachetool.install as install
+        from cachetool.install import fs
 
-        monkeypatch.setattr(install, "_exchange", lambda *a: False)
+        monkeypatch.setattr(fs, "exchange", lambda *a: False)
     ref = f"file://{tmp_path}/store/llama:v1"
     push(bundle, ref)
     root = tmp_path / "root"

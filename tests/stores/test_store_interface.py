@@ -1,18 +1,23 @@
 """The Store interface, the same on every backend: declared counters and capabilities, one gc default, gc that
-spares young objects and is idempotent, and resumed downloads (each test runs over file, S3 and OCI)."""
+spares young objects, says what it kept and why, and is idempotent, ref removals that leave nothing behind, and
+resumed downloads (each test runs over file, S3 and OCI)."""
 
 from __future__ import annotations
 
 import inspect
+import json
+
+import pytest
 
 from cachetool.digests import sha256_file
-from cachetool.stores import open_store
+from cachetool.errors import UsageError
+from cachetool.stores import GcReport, open_store
 from cachetool.stores.base import GC_MIN_AGE_S, Capabilities, Store, TransferCounters
 from cachetool.stores.file import FileStore
 from cachetool.stores.oci.store import OCIStore
 from cachetool.stores.s3 import S3Store
 from cachetool.transfer import gc as library_gc
-from cachetool.transfer import push
+from cachetool.transfer import push, remove
 
 
 def test_every_store_declares_capabilities_and_one_gc_default():
@@ -25,6 +30,15 @@ def test_every_store_declares_capabilities_and_one_gc_default():
     assert inspect.signature(library_gc).parameters["older_than"].default == GC_MIN_AGE_S
     [opt] = [p for p in gc_cmd.params if p.name == "older_than"]
     assert opt.default == GC_MIN_AGE_S  # before: the CLI said 3600, the library 0
+    assert {c.capabilities.ref_update for c in (FileStore, S3Store, OCIStore)} == {"lock", "conditional", "converge"}
+
+
+def test_a_misspelled_store_option_is_a_usage_error(tmp_path):
+    # Before: open_store(**_ignored) swallowed it, so `endpoint=` silently talked to AWS.
+    with pytest.raises(UsageError, match="unknown store option 'endpoint'"):
+        open_store(f"file://{tmp_path}/store", endpoint="http://127.0.0.1:1")
+    with open_store(f"file://{tmp_path}/store", endpoint_url="http://x", insecure=True) as st:  # other kinds': ignored
+        assert isinstance(st, FileStore)
 
 
 def test_counters_count_what_a_push_sends(any_store, bundle):
@@ -37,15 +51,59 @@ def test_counters_count_what_a_push_sends(any_store, bundle):
 def test_gc_spares_young_objects_then_collects_its_kinds_once(any_store, bundle):
     with open_store(any_store.store) as st:
         push(bundle, any_store.ref("gone"), store=st)
-        st.delete_ref("llama", "gone")
-        assert st.gc() == []  # the default: everything is younger than GC_MIN_AGE_S (a push may be in flight)
+        st.update_ref(_name(any_store), "gone", lambda old: None)
+        first = st.gc()
+        assert isinstance(first, GcReport) and first.deleted == ()  # everything is younger than GC_MIN_AGE_S
         doomed = st.gc(older_than=0, dry_run=True)
-        assert doomed and st.gc(older_than=0) == doomed
-        assert st.gc(older_than=0) == []
+        assert doomed.deleted and doomed.dry_run and st.gc(older_than=0).deleted == doomed.deleted
+        assert st.gc(older_than=0).deleted == ()
         kinds = st.capabilities.gc_deletes
         if "blobs" in kinds:
-            assert any(d.startswith("blobs/") for d in doomed)
+            assert any(d.startswith("blobs/") for d in doomed.deleted)
         assert "signatures" in kinds  # every backend collects the orphaned signature
+
+
+def test_gc_after_rm_says_how_many_it_kept_and_why(any_store, bundle, cli):
+    # Before (issue 20): `gc` right after `rm` printed "deleted 0 object(s)" and nothing about the objects it kept
+    # because they were younger than --older-than; the library returned a bare list.
+    push(bundle, any_store.ref("kept"))
+    push(bundle, any_store.ref("gone"))
+    remove(any_store.ref("gone"))
+    removed_tag = 1 if any_store.kind == "s3" else 0  # S3 keeps a removed tag as an empty index until gc
+    report = library_gc(any_store.store)
+    assert report.deleted == () and report.kept_reachable > 0 and report.kept_young == removed_tag  # "kept" holds all
+    remove(any_store.ref("kept"))
+    report = library_gc(any_store.store)
+    assert report.deleted == () and report.kept_reachable == 0 and report.kept_young > 2 * removed_tag
+    assert report.kept == report.kept_young
+    r = cli("gc", any_store.store)
+    assert r.rc == 0, r
+    assert f"deleted 0 object(s) from {any_store.store}; kept {report.kept_young}: 0 reachable from a ref, " \
+           f"{report.kept_young} younger than 3600 s" in r.out, r
+    r = cli("gc", any_store.store, "--json", "--dry-run", "--older-than", "0")
+    doc = json.loads(r.out)
+    assert r.rc == 0 and doc["kept_young"] == 0 and doc["kept_reachable"] == 0 and doc["dry_run"], r
+    assert len(doc["deleted"]) == report.kept_young and doc["kept"] == 0 and doc["older_than"] == 0
+
+
+def test_rm_leaves_nothing_that_gc_cannot_collect(any_store, bundle, cuda_bundle):
+    # Before (issue 20): the file store left refs/<name>/.<tag>.lock behind every rm, and no gc removed them.
+    ref = any_store.ref("v1")
+    push(bundle, ref)
+    push(cuda_bundle, ref)
+    remove(ref, platform=cuda_bundle.platform)
+    remove(ref)
+    with open_store(any_store.store) as st:
+        assert list(st.list_refs()) == []
+        st.gc(older_than=0)
+        report = st.gc(older_than=0)
+        assert report.deleted == () and report.kept == 0  # nothing at all is left over
+    if any_store.kind == "file":
+        store_dir = any_store.store[len("file://"):]
+        import pathlib
+
+        left = sorted(str(p.relative_to(store_dir)) for p in pathlib.Path(store_dir).rglob("*") if p.is_file())
+        assert left == ["cachetool-store.json"], left
 
 
 def test_get_blob_resumes_a_partial_download(any_store, bundle, tmp_path):
@@ -61,3 +119,7 @@ def test_get_blob_resumes_a_partial_download(any_store, bundle, tmp_path):
         assert sha256_file(dest) == (blob.stored_digest, blob.stored_size)
         assert st.counters.blobs_resumed == 1
         assert st.counters.bytes_down - before == len(whole) - len(whole) // 2
+
+
+def _name(any_store) -> str:
+    return any_store.ref("x").rsplit("/", 1)[1].split(":")[0]

@@ -7,6 +7,7 @@ import datetime as _dt
 
 from cachetool.errors import NotFoundError, StoreError
 from cachetool.stores.base import GC_MIN_AGE_S
+from cachetool.stores.gc import GcReport
 from cachetool.stores.oci import media
 from cachetool.stores.oci.media import A, CREATED
 from cachetool.stores.oci.refs import LEGACY_SIG_TAG, REFERRERS_TAG
@@ -26,7 +27,7 @@ def _age_seconds(created: str) -> float:
 class SignatureGc:
     """Mixed into :class:`cachetool.stores.oci.store.OCIStore`."""
 
-    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> list[str]:
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> GcReport:
         """Delete signatures whose bundle no tag reaches, written at least ``older_than`` seconds ago.
 
         Every tag is read first; a tag that cannot be read (a transient error) stops the collection before
@@ -58,7 +59,8 @@ class SignatureGc:
         if not dry_run:
             for t, sigs in doomed:
                 self._delete_tag_and(t, sigs, what)
-        return [f"tag {t}" for t, _ in doomed]
+        return GcReport(self.url, dry_run, older_than, tuple(f"tag {t}" for t, _ in doomed), kept_reachable=reached,
+                        kept_young=young, kept_foreign=foreign)
 
     def _live_subjects(self, what: str) -> tuple[set[str], list[str], list[str]]:
         """(OCI digests of every bundle a tag reaches, the referrers tags, the legacy signature tags)."""

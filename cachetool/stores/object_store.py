@@ -1,0 +1,200 @@
+"""The bundle store of every object backend (file://, s3://): one key layout, one ref update, one gc.
+
+Keys (docs/stores.md; the same under a folder and under a bucket prefix)::
+
+    blobs/sha256/<hex>                    zstd bytes of one blob; <hex> = sha256 of these stored bytes
+    manifests/sha256/<hex>.json           bundle manifest, canonical JSON; <hex> = its sha256
+    signatures/sha256/<hex>.dsse.json     DSSE envelope over manifest <hex>
+    refs/<name>/<tag>.json                ref index: one entry per platform (an index without entries: removed)
+
+Ref changes are conditional puts (:meth:`ObjectBackend.put_if`): read the index and its version, compute the
+update, write only if the version is unchanged, else read and merge again. Where the backend cannot delete
+conditionally (S3), removing a tag's last entry writes an empty index, which reads as "not found" and which gc
+deletes once it is older than ``older_than``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from cachetool.digests import hexof, sha256_bytes
+from cachetool.errors import NotFoundError, StoreError
+from cachetool.retry import pause
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.common import MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, index_from_json, index_to_json
+from cachetool.stores.gc import GcReport, reachable
+from cachetool.stores.objects import ObjectBackend, ObjectInfo
+
+REF_UPDATE_ATTEMPTS = 20
+_KINDS = ("blobs", "manifests", "signatures")  # what gc collects by reachability
+
+
+def blob_key(blob: BlobRef) -> str:
+    return f"blobs/sha256/{hexof(blob.stored_digest)}"
+
+
+def manifest_key(digest: str) -> str:
+    return f"manifests/sha256/{hexof(digest)}.json"
+
+
+def signature_key(digest: str) -> str:
+    return f"signatures/sha256/{hexof(digest)}.dsse.json"
+
+
+def ref_key(name: str, tag: str) -> str:
+    return f"refs/{name}/{tag}.json"
+
+
+def _stale_temp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")  # what a crash mid-write leaves (file backend)
+
+
+class ObjectStore(Store):
+    """A :class:`Store` on an :class:`ObjectBackend`. Built by :class:`cachetool.stores.file.FileStore` and
+    :class:`cachetool.stores.s3.S3Store`, which declare ``capabilities``."""
+
+    def __init__(self, backend: ObjectBackend):
+        self.backend = backend
+        self.url = backend.url
+        self.counters = backend.counters
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # blobs
+    def has_blob(self, blob: BlobRef) -> bool:
+        info = self.backend.stat(blob_key(blob))
+        return info is not None and info.size == blob.stored_size
+
+    def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
+        self.backend.put(blob_key(blob), f"upload blob {blob.stored_digest[:19]} to {self.url}",
+                         src=Path(stored_bytes_path))
+
+    def get_blob(self, blob: BlobRef, dest: Path) -> None:
+        self.backend.download(blob_key(blob), blob.stored_size, Path(dest),
+                              f"download blob {blob.stored_digest[:19]} from {self.url}",
+                              f"blob {blob.stored_digest[:19]} is missing from store {self.url}")
+
+    # manifests and signatures
+    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
+        digest = sha256_bytes(manifest_bytes)
+        key = manifest_key(digest)
+        if self.backend.stat(key) is None:  # content-addressed: a re-push writes it once
+            self.backend.put(key, f"upload manifest {digest[:19]} to {self.url}", data=manifest_bytes)
+        return digest
+
+    def get_manifest(self, manifest_digest: str) -> bytes:
+        got = self.backend.get(manifest_key(manifest_digest), MAX_MANIFEST, f"download manifest from {self.url}")
+        if got is None:
+            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}", store=self.url,
+                                key=manifest_digest)
+        return got.data
+
+    def put_signature(self, manifest_digest: str, envelope: bytes) -> None:
+        self.backend.put(signature_key(manifest_digest), f"upload signature to {self.url}", data=envelope)
+
+    def get_signature(self, manifest_digest: str) -> bytes | None:
+        got = self.backend.get(signature_key(manifest_digest), MAX_SIGNATURE, f"download signature from {self.url}")
+        return None if got is None else got.data
+
+    # refs
+    def _where(self, name: str, tag: str) -> str:
+        return f"{self.url}/{name}:{tag}"
+
+    def get_ref(self, name: str, tag: str) -> RefIndex:
+        where = self._where(name, tag)
+        got = self.backend.get(ref_key(name, tag), MAX_REF, f"read {where}")
+        index = None if got is None else index_from_json(got.data, where)
+        if index is None or not index.entries:
+            why = " (no such tag; removed)" if index is not None else self._tags_hint(name)
+            raise NotFoundError(f"{where} not found{why}", store=self.url, ref=f"{name}:{tag}")
+        return index
+
+    def _tags_hint(self, name: str) -> str:
+        tags = [i.key[len(f"refs/{name}/"):-5] for i in self.backend.list(f"refs/{name}/") if self._is_ref(i)]
+        return f" (no such tag; tags: {', '.join(tags[:8])})" if tags else f" (no such tag; no bundle named {name!r})"
+
+    def get_pinned(self, name: str, digest: str) -> RefIndex:
+        """Exactly the bundle manifest with that digest, as a one-entry index."""
+        from cachetool.manifest import Manifest
+
+        data = self.get_manifest(digest)
+        man = Manifest.from_bytes(data)
+        entry = RefEntry(digest, man.platform, dict(man.fingerprint or {}), man.stored_size + len(data), "")
+        return RefIndex(name, digest, (entry,))
+
+    def update_ref(self, name: str, tag: str,
+                   update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
+        """Read the index with its version, update, put it only if the version is unchanged; on a conflict read and
+        merge again. Concurrent pushes of two platforms to one tag, and ``rm --platform`` beside a push, keep every
+        entry."""
+        key, where = ref_key(name, tag), self._where(name, tag)
+        for attempt in range(REF_UPDATE_ATTEMPTS):
+            got = self.backend.get(key, MAX_REF, f"read {where}")
+            old = None if got is None else index_from_json(got.data, where)
+            old = old if old is not None and old.entries else None  # an empty index is a removed tag
+            new = update(old)
+            if new is None or not new.entries:
+                if old is None:
+                    return None
+                new = None
+                body = None if self.backend.conditional_delete else index_to_json(RefIndex(name, tag, ()))
+            else:
+                body = index_to_json(new)
+            if self.backend.put_if(key, body, None if got is None else got.version, f"write {where}"):
+                return new
+            pause(f"write {where}", attempt, "the ref changed under us", seconds=min(1.0, 0.05 * (attempt + 1)))
+        raise StoreError(f"write {where}: the ref kept changing under {REF_UPDATE_ATTEMPTS} attempts "
+                         "(concurrent pushes)")
+
+    @staticmethod
+    def _is_ref(info: ObjectInfo) -> bool:
+        rel = info.key[len("refs/"):]
+        return rel.count("/") == 1 and rel.endswith(".json") and not rel.split("/")[1].startswith(".")
+
+    def _ref_objects(self) -> Iterator[tuple[ObjectInfo, RefIndex]]:
+        """Every ref object with its index, removed tags (empty indexes) included. An unreadable ref raises."""
+        for info in self.backend.list("refs/"):
+            if not self._is_ref(info):
+                continue
+            name, tag = info.key[len("refs/"):-5].split("/")
+            got = self.backend.get(info.key, MAX_REF, f"read {self._where(name, tag)}")
+            if got is not None:  # removed while listing
+                yield info, index_from_json(got.data, self._where(name, tag))
+
+    def list_refs(self) -> Iterator[RefIndex]:
+        for _, index in self._ref_objects():
+            if index.entries:
+                yield index
+
+    # gc
+    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> GcReport:
+        """Mark what the refs reach, then sweep the blobs, manifests and signatures no ref reaches, and the
+        housekeeping of refs (removed tags' empty indexes, lock and temp files left by a crash or by an older
+        cachetool), each only once it is ``older_than`` seconds old. Every ref is read before anything is
+        deleted."""
+        self.backend.check()
+        refs = list(self._ref_objects())
+        manifests, blobs = reachable(self, (index for _, index in refs))
+        cutoff = time.time() - older_than
+        doomed: list[str] = []
+        reached = young = 0
+        candidates = [(info, False) for info, index in refs if not index.entries]  # removed tags
+        candidates += [(info, False) for info in self.backend.list("refs/")
+                       if not self._is_ref(info) and info.key.rsplit("/", 1)[-1].startswith(".")]
+        for kind, keep in zip(_KINDS, (blobs, manifests, manifests)):
+            for info in self.backend.list(f"{kind}/sha256/"):
+                name = info.key.rsplit("/", 1)[-1]
+                candidates.append((info, not _stale_temp(name) and name.split(".", 1)[0] in keep))
+        for info, is_reached in candidates:
+            if is_reached:
+                reached += 1
+            elif info.mtime > cutoff:
+                young += 1
+            else:
+                doomed.append(info.key)
+        if not dry_run and doomed:
+            self.backend.delete(doomed, f"gc {self.url}")
+        return GcReport(self.url, dry_run, older_than, tuple(doomed), kept_reachable=reached, kept_young=young)
