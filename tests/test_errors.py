@@ -7,12 +7,10 @@ from cachetool import errors
 
 
 def test_every_error_class_lives_in_errors_and_keeps_its_old_import_path():
-    from cachetool import bundle, install, manifest, signing
+    from cachetool import bundle, manifest, signing
     from cachetool.stores import common
 
-    for mod, names in [(install, ["BlobVerificationError", "UnsafeDestinationError", "PreflightError",
-                                  "InstallIOError", "ConflictError", "UnitChangedError", "PathTooLongError"]),
-                       (signing, ["SignatureError", "UnsignedError", "UntrustedKeyError", "BadSignatureError"]),
+    for mod, names in [(signing, ["SignatureError", "UnsignedError", "UntrustedKeyError", "BadSignatureError"]),
                        (manifest, ["ManifestError", "UnsupportedSchemaError", "UnsafePathError"]),
                        (bundle, ["BundleFormatError"]), (common, ["OversizeBlobError"])]:
         for name in names:

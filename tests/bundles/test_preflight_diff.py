@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from cachetool.errors import CacheMissError
-from cachetool.install import PreflightError
+from cachetool.errors import PreflightError
 from tests.bundles.conftest import one_error_line
 from tests.bundles.fixtures import dir_is_empty_or_absent, local_factors, make_native_tree, make_vllm_tree, tree_snapshot
 

@@ -431,7 +431,7 @@ def test_disk_full_while_expanding_removes_the_partial_files(bundle, keys, tmp_p
     """The same refusal where no file system can be mounted: ENOSPC injected where the installer writes a file."""
     import errno
 
-    import cachetool.install as install
+    from cachetool.install import blobs
 
     store = f"file://{tmp_path}/store"
     push(bundle, f"{store}/llama:v1")
@@ -441,7 +441,7 @@ def test_disk_full_while_expanding_removes_the_partial_files(bundle, keys, tmp_p
         calls.append(blob)
         raise OSError(errno.ENOSPC, "No space left on device", str(dest))
 
-    monkeypatch.setattr(install, "_verify_and_expand", full)
+    monkeypatch.setattr(blobs, "verify_and_expand", full)
     root = tmp_path / "root"
     r = cli("pull", f"{store}/llama:v1", "--cache-root", root, "--trust", keys["pub"])
     assert r.rc == 9 and "is full" in r.error_line() and calls, r

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from cachetool.errors import CacheMissError, NotFoundError, VerificationError
-from cachetool.install import PreflightError
+from cachetool.errors import PreflightError
 from cachetool.stores import open_store
 from cachetool.transfer import PARTIAL_DIR, pull, push
 from tests.bundles.fixtures import tree_snapshot

@@ -1,0 +1,37 @@
+"""Install a bundle into a cache root: verify, preflight, fetch + verify blobs, stage, rename into place.
+
+The order is the safety contract (see :mod:`cachetool.source`):
+
+1. read the manifest and the signature; verify the signature against the pinned keys (unless
+   ``insecure_skip_verify``); parse and validate the manifest (schema, paths, modes, sizes, duplicates);
+2. preflight: the bundle's fingerprint and compiler/env factors against this machine, naming what differs;
+   nothing is downloaded and nothing is written before this passes;
+3. take an exclusive ``fcntl.flock`` on the cache root folder itself (no lock file is left behind); remove
+   stale staging folders of killed installs; plan: units already present with the same content are skipped,
+   units whose files differ are replaced (``keep_changed``: refused as a miss), paths the root's file system
+   cannot hold are refused;
+4. fetch each needed blob into a staging folder ``{root}/.cachetool-staging-*`` (same filesystem), check its
+   stored size and sha256, decompress it with output bounded by the declared size, check the content sha256,
+   and write the files (``O_EXCL|O_NOFOLLOW``) with their modes;
+5. commit: rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders
+   opened with ``O_NOFOLLOW`` (a symlink planted in the destination is refused, never followed); a unit being
+   replaced is swapped in with ``renameat2(RENAME_EXCHANGE)``.
+
+Each phase is a module of this package: ``verify`` (phase 1, shared with :func:`verify_bundle`), ``preflight``
+(2), ``fs`` (the root, its lock and the fd-relative primitives) and ``plan`` (3), ``blobs`` and ``stage`` (4),
+``commit`` (5); ``ranks`` chooses the units, ``installer`` runs the phases in order. A failure at any step removes the staging folder,
+the source settles its downloads under the lock (:meth:`BundleSource.settle`), and a cache root this call
+created is removed again if empty; a full disk is :class:`DiskFullError` (exit 9).
+A kill -9 leaves at most a stale staging folder (never a partial unit); the next install removes it.
+"""
+
+from __future__ import annotations
+
+from cachetool.install.blobs import expand_blob
+from cachetool.install.installer import InstallResult, install_bundle
+from cachetool.install.preflight import check_expected_key, run_preflight
+from cachetool.install.ranks import parse_ranks
+from cachetool.install.verify import INSECURE_WARNING, verified_manifest, verify_bundle
+
+__all__ = ["INSECURE_WARNING", "InstallResult", "check_expected_key", "expand_blob", "install_bundle", "parse_ranks",
+           "run_preflight", "verified_manifest", "verify_bundle"]

@@ -1,0 +1,141 @@
+"""``install_bundle``: the install contract of :mod:`cachetool.install`, carried out as its phases in order."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cachetool.install.commit import commit
+from cachetool.install.fs import STAGING_PREFIX, fs_error, lock_root, open_root, remove_empty_tree, remove_stale_staging
+from cachetool.install.plan import Plan, plan_install
+from cachetool.install.preflight import run_preflight
+from cachetool.install.ranks import parse_ranks, select_units
+from cachetool.install.stage import stage
+from cachetool.install.verify import verified_manifest
+from cachetool.manifest import Manifest, Unit, manifest_digest
+from cachetool.source import BundleSource
+
+log = logging.getLogger("cachetool.install")
+
+
+@dataclasses.dataclass
+class InstallResult:
+    manifest_digest: str
+    cache_root: Path
+    units_installed: list[str]
+    units_present: list[str]
+    files: int  # files written by this call
+    bytes: int  # content bytes written by this call
+    blobs_fetched: int
+    key_id: str | None  # the trusted key that verified the signature; None with insecure_skip_verify
+    verified: bool
+    preflight: list[str]  # what preflight checked ("fingerprint", "compiler factors", ...)
+    seconds: float = 0.0
+    units_replaced: list[str] = dataclasses.field(default_factory=list)  # in units_installed: they had other files
+    preflight_seconds: float = 0.0  # of ``seconds``: the preflight (fingerprint, factors, the server's key)
+
+    @property
+    def already_installed(self) -> bool:
+        return not self.units_installed
+
+    def to_dict(self) -> dict:
+        return {"cache_root": str(self.cache_root), "manifest_digest": self.manifest_digest,
+                "units_installed": self.units_installed, "units_present": self.units_present, "files": self.files,
+                "bytes": self.bytes, "key_id": self.key_id, "verified": self.verified, "preflight": self.preflight,
+                "already_installed": self.already_installed, "units_replaced": self.units_replaced,
+                "seconds": self.seconds, "preflight_seconds": self.preflight_seconds}
+
+
+def install_bundle(
+    source: BundleSource,
+    cache_root: str | os.PathLike,
+    *,
+    trust: Iterable | None = None,
+    insecure_skip_verify: bool = False,
+    ranks: str | Iterable | None = None,
+    preflight: bool = True,
+    device: str | None = None,
+    expected_key: dict | None = None,
+    force: bool = False,
+    keep_changed: bool = False,
+    warn: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    deadline: float | None = None,
+) -> InstallResult:
+    """Install ``source`` into ``cache_root``; see the module docstring. Returns an :class:`InstallResult`.
+
+    ``trust``: public key paths / :class:`cachetool.signing.PublicKey` objects; None = the pinned keys
+    (:func:`cachetool.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
+    preflight compares against (default: the bundle's). ``expected_key``: the key the server's config needs
+    (see :func:`check_expected_key`). A unit present with files that differ from the bundle is replaced (one
+    ``warn`` line each); ``keep_changed``: refuse instead (:class:`UnitChangedError`, a miss). ``force``: replace
+    even with ``keep_changed`` (replacing is the default; the flag stays for old callers). ``deadline``
+    (``time.monotonic()``): waiting for the root's lock past it raises :class:`WaitTimeoutError` (exit 7).
+    """
+    from cachetool.fingerprint import check_device
+
+    t0 = time.monotonic()
+    device = check_device(device)
+    mbytes, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify,
+                                                 warn=warn)
+    units = select_units(manifest, parse_ranks(ranks))
+    t_pre = time.monotonic()
+    checked = run_preflight(manifest, device=device, expected_key=expected_key) if preflight else []
+    preflight_seconds = time.monotonic() - t_pre
+
+    root, root_fd, created_root = open_root(Path(cache_root).expanduser())
+    try:
+        lock_root(root_fd, root, deadline)
+        plan, nbytes, nfiles, fetched = _install_locked(source, manifest, units, root, root_fd,
+                                                        keep_changed and not force, workers)
+        for path in sorted(plan.replace):
+            (warn or log.warning)(f"replaced {path} in {root}: its files differed from the bundle")
+        return InstallResult(
+            manifest_digest=manifest_digest(mbytes), cache_root=root, units_installed=[u.path for u in plan.units],
+            units_present=plan.present, files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id,
+            verified=not insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
+            units_replaced=sorted(plan.replace), preflight_seconds=preflight_seconds)
+    except BaseException as exc:
+        if created_root is not None:
+            remove_empty_tree(created_root)
+        if isinstance(exc, OSError):
+            raise fs_error(exc, root, f"install into {root} failed") from exc
+        raise
+    finally:
+        os.close(root_fd)  # releases the lock
+
+
+def _install_locked(source: BundleSource, manifest: Manifest, units: list[Unit], root: Path, root_fd: int,
+                    keep_changed: bool, workers: int | None) -> tuple[Plan, int, int, int]:
+    """Plan, stage and commit with the root lock held; the staging folder is always removed, and the source
+    settles (its partial downloads) still under the lock, told how the install ended."""
+    staging: Path | None = None
+    error: BaseException | None = None
+    try:
+        remove_stale_staging(root)
+        plan = plan_install(manifest, units, root_fd, root, keep_changed)
+        nbytes = nfiles = fetched = 0
+        if plan.units:
+            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
+            nbytes, nfiles, fetched = stage(source, manifest, plan, staging, workers)
+            commit(plan, manifest, staging, root_fd, root)
+        return plan, nbytes, nfiles, fetched
+    except OSError as exc:
+        error = fs_error(exc, root, f"install into {root} failed")
+        raise error from exc
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        try:
+            source.settle(error)
+        except OSError as exc:  # cleaning up must not hide what happened
+            log.warning("could not clean up after the install: %s", exc)

@@ -1,0 +1,52 @@
+"""Phase 1 of verify and install: the manifest's bytes checked against the signature and the pinned keys, then
+parsed and validated; :func:`verify_bundle` also checks every blob, writing nothing but temporary files."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cachetool.install.blobs import expand_blob
+from cachetool.manifest import Manifest
+from cachetool.source import BundleSource
+
+log = logging.getLogger("cachetool.install")
+
+INSECURE_WARNING = (
+    "WARNING: --insecure-skip-verify: the bundle's signature is NOT checked. A compile cache is executable code; "
+    "anyone who could write this bundle can run code on every server that loads it."
+)
+
+
+def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
+                      warn: Callable[[str], None] | None = None) -> tuple[bytes, Manifest, str | None]:
+    """Phase 1 of verify and install: the manifest's bytes, checked against the signature and the pinned keys
+    (unless ``insecure_skip_verify``, which warns), then parsed and validated. Returns (bytes, manifest, key id)."""
+    mbytes = source.manifest_bytes()
+    key_id = None
+    if insecure_skip_verify:
+        (warn or log.warning)(INSECURE_WARNING)
+    else:
+        from cachetool.signing import verify_envelope
+        from cachetool.trust import load_trusted_keys
+
+        key_id = verify_envelope(source.signature_bytes(), mbytes, load_trusted_keys(trust)).keyid
+    return mbytes, Manifest.from_bytes(mbytes), key_id
+
+
+def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
+                  warn: Callable[[str], None] | None = None) -> tuple[Manifest, str | None]:
+    """Verify the signature (unless skipped) and every blob of ``source``, writing nothing but temp files.
+
+    Returns (manifest, key id of the verifying key or None).
+    """
+    _, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify, warn=warn)
+    with tempfile.TemporaryDirectory(prefix="cachetool-verify-") as tmp:
+        for blob in manifest.blobs:
+            zst = Path(tmp) / "blob.zst"
+            source.fetch_blob(blob, zst)
+            expand_blob(blob, zst, None)
+            zst.unlink()
+    return manifest, key_id
