@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +17,9 @@ from cachetool.stores.base import GC_MIN_AGE_S, Capabilities, Store, TransferCou
 from cachetool.stores.file import FileStore
 from cachetool.stores.oci.store import OCIStore
 from cachetool.stores.s3 import S3Store
-from cachetool.transfer import gc as library_gc
-from cachetool.transfer import push, remove
+from cachetool.store_admin import gc as library_gc
+from cachetool.pushing import push
+from cachetool.store_admin import remove
 
 
 def test_every_store_declares_capabilities_and_one_gc_default():
@@ -93,16 +95,16 @@ def test_rm_leaves_nothing_that_gc_cannot_collect(any_store, bundle, cuda_bundle
     push(cuda_bundle, ref)
     remove(ref, platform=cuda_bundle.platform)
     remove(ref)
+    store_dir = Path(any_store.store[len("file://"):])
+    if any_store.kind == "file":
+        assert [p.name for p in (store_dir / "refs").rglob("*")] == []  # before: .v1.lock
     with open_store(any_store.store) as st:
         assert list(st.list_refs()) == []
         st.gc(older_than=0)
         report = st.gc(older_than=0)
         assert report.deleted == () and report.kept == 0  # nothing at all is left over
     if any_store.kind == "file":
-        store_dir = any_store.store[len("file://"):]
-        import pathlib
-
-        left = sorted(str(p.relative_to(store_dir)) for p in pathlib.Path(store_dir).rglob("*") if p.is_file())
+        left = sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*") if p.is_file())
         assert left == ["cachetool-store.json"], left
 
 
