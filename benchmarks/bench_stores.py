@@ -105,7 +105,8 @@ def plain_push_pull(tree: Path, work: Path, s3, bucket: str, key: str) -> dict:
 def cachetool_push_pull(tree: Path, work: Path, ref: str, key_path: Path, pub: Path) -> dict:
     from cachetool.bundle import pack
     from cachetool.stores import open_store
-    from cachetool.transfer import pull, push
+    from cachetool.pulling import pull
+    from cachetool.pushing import push
 
     out = {}
     t0 = time.monotonic()
@@ -174,7 +175,7 @@ def oci_packs(work: Path, n_files: int, size_mib: int) -> dict:
         priv, pub, _ = generate_keypair(work / "signer")
         out = cachetool_push_pull(tree, work, f"{reg.url}/ct/llama:bench", priv, pub)
         from cachetool.bundle import pack
-        from cachetool.transfer import push
+        from cachetool.pushing import push
 
         f = next(tree.glob("torch_compile_cache/*/rank_0_0/backbone/inductor_cache/k000/kernel_7.json"))
         f.write_text("changed")

@@ -30,7 +30,7 @@ class WarmSummary:
     """``warm`` with an optional push: what compiled, what was packed, where it went, and how long each took."""
 
     compile: Any  # cachetool.warmup.CompileRunResult
-    push: Any = None  # cachetool.transfer.PushResult, when pushed
+    push: Any = None  # cachetool.pushing.PushResult, when pushed
     bytes_raw: int | None = None  # files in the pushed cache folder
     bytes_unique: int | None = None  # after deduplicating identical files
     bytes_compressed: int | None = None  # zstd blobs + manifest, what a store holds
@@ -103,7 +103,7 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
         return summary
 
     from cachetool.bundle import pack
-    from cachetool.transfer import push as push_bundle
+    from cachetool.pushing import push as push_bundle
 
     t1 = time.perf_counter()
     with pack(folder, sign_key=sign_key) as bundle:
@@ -164,8 +164,8 @@ def expected_cache_key(model: str, *, device: str = "cpu", config: Any = None,
 
 def push(source: Any, ref: str, *, sign_key: Any = None, **options: Any) -> Any:
     """Push a ``.ctb`` file, a packed bundle or a cache folder (packed and signed on the way) to ``ref``;
-    returns :class:`cachetool.transfer.PushResult` (blobs uploaded vs already in the store)."""
-    from cachetool.transfer import push as push_bundle
+    returns :class:`cachetool.pushing.PushResult` (blobs uploaded vs already in the store)."""
+    from cachetool.pushing import push as push_bundle
 
     return push_bundle(source, ref, sign_key=sign_key, **options)
 
@@ -177,9 +177,9 @@ def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | No
     each verified, installed atomically. With ``model`` (and ``config``, ``tensor_parallel_size``), preflight also
     compares the cache key this server will need — predicted from the bundle's own factors without a trace,
     re-hashing here the traced files it lists — naming a differing config field or traced file. Returns
-    :class:`cachetool.transfer.PullResult`."""
+    :class:`cachetool.pulling.PullResult`."""
     from cachetool.engines.native import NativeEngine
-    from cachetool.transfer import pull as pull_bundle
+    from cachetool.pulling import pull as pull_bundle
 
     options.pop("rank", None), options.pop("dp_rank", None)  # every rank of a server computes one key
     if engine not in (None, "native"):
@@ -197,3 +197,14 @@ def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | No
                        expected_key=NativeEngine().key_check(model, config=config, overrides=overrides,
                                                          device=device or "cpu",
                                                          tensor_parallel_size=tensor_parallel_size))
+
+
+def pull_outcome(ref: str, cache_root: str | Path, *, on_miss: str = "fail", timeout: float | None = None,
+                 **options: Any) -> Any:
+    """:func:`pull` under the init-container policy (:mod:`cachetool.pull_policy`): returns a
+    :class:`cachetool.pull_policy.PullOutcome` whatever happens (``installed``, ``already-installed``, or the
+    failure's outcome and exit code; ``on_miss="continue"`` gives exit 0 for a cache that is missing, stale,
+    unreachable, slow or refused), with the read-only-root temporary folder and the hard ``timeout`` applied."""
+    from cachetool.pull_policy import pull_with_policy
+
+    return pull_with_policy(pull, ref, cache_root, on_miss=on_miss, timeout=timeout, **options)

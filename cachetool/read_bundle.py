@@ -52,7 +52,7 @@ def choose_entry(index: RefIndex, ref_text: str, platform: str | None) -> RefEnt
     if not index.entries:
         raise NotFoundError(f"{ref_text} holds no bundles", ref=ref_text)
     from cachetool.errors import CacheMissError
-    from cachetool.transfer import select_entry
+    from cachetool.pulling import select_entry
 
     try:
         return select_entry(index, ref_text)
@@ -67,7 +67,7 @@ class RefBundle(BundleSource):
     def __init__(self, ref_text: str, *, platform: str | None, store_options: dict[str, Any] | None):
         from cachetool.refs import parse_ref
         from cachetool.stores import open_store
-        from cachetool.transfer import StoreSource
+        from cachetool.pulling import StoreSource
 
         self._tmp: Path | None = None
         ref = parse_ref(ref_text)

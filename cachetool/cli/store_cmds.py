@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import signal
-import tempfile
-import threading
-from pathlib import Path
-
 import click
 
-from cachetool import exit_codes
-from cachetool.cli import EXIT_WITHOUT_JOINING, cli, output
+from cachetool.cli import cli, output
 from cachetool.cli.output import emit
 from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_default, cache_root_option, human_size, json_option,
                                   layout_option, ranks_option, replace_options, sign_key_option, trust_option,
@@ -23,8 +13,7 @@ from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
 from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.stores.base import GC_MIN_AGE_S
-from cachetool.errors import (CacheMissError, CachetoolError, NotFoundError, StoreError, WaitTimeoutError, UsageError,
-                              VerificationError)
+from cachetool.errors import CachetoolError, UsageError
 
 
 @cli.command("push", cls=OneLineCommand)
@@ -43,7 +32,7 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
     REF: file:///dir/name:tag, s3://bucket/prefix/name:tag or oci://host[:port]/repo:tag. Blobs the store
     already has are skipped; the ref is written last.
     """
-    from cachetool.transfer import push
+    from cachetool.pushing import push
 
     r = push(source, ref, sign_key=sign_key, layout=layout, workers=workers, store_options=options_dict(endpoint_url, profile, insecure),
              progress=False if as_json else progress)
@@ -58,39 +47,32 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
           + f"\npinned: {r.pinned}")
 
 
-def pull_failure(exc: BaseException) -> tuple[str, int, bool]:
-    """(outcome, exit code without --on-miss continue, whether continue covers it) of a failed pull: the row of
-    the exit-code table (:mod:`cachetool.exit_codes`) that the error's code names."""
-    code = exc.exit_code if isinstance(exc, CachetoolError) else _os_code(exc)
-    row = exit_codes.for_code(code)
-    return row.name, code, row.continuable
+def _render(outcome, as_json: bool) -> int:
+    """A pull's outcome, rendered: its ``pull: outcome=`` line; the result (one JSON object or its lines); a failure
+    that the policy does not continue is raised for the CLI's one error line (with the outcome's JSON fields)."""
+    from cachetool.cli import EXIT_WITHOUT_JOINING
 
-
-def _os_code(exc: BaseException) -> int:
-    import errno
-
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return exit_codes.DISK_FULL.code
-    return exit_codes.ERROR.code
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and not isinstance(exc, CachetoolError):
-        where = f" {exc.filename}" if exc.filename else ""
-        return f"pull:{where}: {exc.strerror or exc}"
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
-
-
-def _report_failure(ref: str | None, on_miss: str, exc: BaseException) -> int:
-    """The outcome line of a failed pull (and the fields of its JSON object); returns the exit code."""
-    outcome, code, continuable = pull_failure(exc)
-    exit_code = 0 if continuable and on_miss == "continue" else code
-    message = _one_line(exc)
-    click.echo(f"pull: outcome={outcome} ref={ref} exit={exit_code} code={code} on_miss={on_miss} "
-               f"reason={message}", err=True)
-    output.add_failure_fields(ref=ref, outcome=outcome, error_exit_code=code, on_miss=on_miss, installed=False,
-                              continued=exit_code == 0)
-    return exit_code
+    click.echo(outcome.line(), err=True)
+    if outcome.abandoned_threads:
+        EXIT_WITHOUT_JOINING.set()  # worker threads stuck in a read: exit without joining them
+    if outcome.error is not None and not outcome.continued:
+        output.add_failure_fields(**{k: v for k, v in outcome.to_dict().items() if k not in ("exit_code", "message")})
+        exc = outcome.error
+        raise exc if isinstance(exc, CachetoolError) else CachetoolError(outcome.message)
+    if outcome.error is not None:
+        click.echo(f"pull: no usable bundle ({outcome.outcome}); continuing without it (--on-miss continue): "
+                   "the server will compile", err=True)
+        return emit(as_json, outcome.to_dict(), "")
+    r, i = outcome.result, outcome.result.install
+    return emit(as_json, outcome.to_dict(),
+                f"{outcome.outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), "
+                f"{i.files} files ({human_size(i.bytes)}); {r.blobs_downloaded} blob(s) downloaded, "
+                f"{human_size(r.bytes_downloaded)} received in all (blobs, index, manifest, signature)"
+                + (f", {r.blobs_resumed} resumed" if r.blobs_resumed else "")
+                + (f", {r.blobs_reused} reused from an interrupted pull" if r.blobs_reused else "")
+                + f"; {r.seconds:.2f}s\n"
+                + (f"signed by trusted key {i.key_id}" if i.verified else "SIGNATURE NOT VERIFIED")
+                + (f"; preflight: {', '.join(i.preflight)}" if i.preflight else "; preflight skipped"))
 
 
 class PullCommand(CompileCommand):
@@ -100,7 +82,9 @@ class PullCommand(CompileCommand):
         try:
             return super().parse_args(ctx, args)
         except CachetoolError as exc:
-            _report_failure(next((a for a in args if "://" in a), None), "fail", exc)
+            from cachetool.pull_policy import failure_outcome
+
+            _render(failure_outcome(next((a for a in args if "://" in a), None), "fail", exc), False)
             raise
 
 
@@ -141,98 +125,14 @@ def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
     Each outcome is one `pull: outcome=...` line on stderr: installed, already-installed, miss, not-found,
     store-error, timeout, refused, usage-error or error.
     """
+    from cachetool.api import pull_outcome
+    from cachetool.pull_policy import failure_outcome
+
     try:
-        r = _pull(ctx, ref, **kwargs)
-    except Exception as exc:  # every failure gets its outcome line (and JSON); the CLI then reports it as usual
-        if _report_failure(ref, on_miss, exc) != 0:
-            if isinstance(exc, OSError) and not isinstance(exc, CachetoolError):
-                raise CachetoolError(_one_line(exc)) from None
-            raise
-        outcome, code, _ = pull_failure(exc)
-        message = _one_line(exc)
-        click.echo(f"pull: no usable bundle ({outcome}); continuing without it (--on-miss continue): "
-                   "the server will compile", err=True)
-        return emit(as_json, {"ref": ref, "outcome": outcome, "error_exit_code": code, "on_miss": on_miss,
-                              "installed": False, "continued": True, "message": message}, "")
-    i = r.install
-    outcome = "already-installed" if i.already_installed else "installed"
-    click.echo(f"pull: outcome={outcome} ref={r.ref} exit=0 platform={r.platform} digest={r.manifest_digest} "
-               f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}", err=True)
-    doc = r.to_dict()
-    doc.update(outcome=outcome, exit_code=0, on_miss=on_miss, installed=True)
-    return emit(as_json, doc,
-          f"{outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), {i.files} files "
-          f"({human_size(i.bytes)}); {r.blobs_downloaded} blob(s) downloaded, "
-          f"{human_size(r.bytes_downloaded)} received in all (blobs, index, manifest, signature)"
-          + (f", {r.blobs_resumed} resumed" if r.blobs_resumed else "")
-          + (f", {r.blobs_reused} reused from an interrupted pull" if r.blobs_reused else "")
-          + f"; {r.seconds:.2f}s\n"
-          + (f"signed by trusted key {i.key_id}" if i.verified else "SIGNATURE NOT VERIFIED")
-          + (f"; preflight: {', '.join(i.preflight)}" if i.preflight else "; preflight skipped"))
-    return 0
-
-
-@contextlib.contextmanager
-def _temp_dir_for(root: Path):
-    """A usable temporary folder for this pull. Importing torch's compiler asks :mod:`tempfile` for one (Inductor's
-    default cache folder); with a read-only root filesystem and no writable /tmp there is none, and torch's key
-    could not be computed (a false *miss*). Then a private folder inside the cache root serves, removed at the
-    end, so the pull writes nothing outside the root; if the root cannot be written either, one line says what
-    the pull needs."""
-    try:
-        tempfile.gettempdir()
-    except FileNotFoundError:
-        pass
-    else:
-        yield
-        return
-    created = not root.exists()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".cachetool-tmp-", dir=root)
-    except OSError as exc:
-        raise CachetoolError(
-            f"pull needs a writable folder: no temporary folder is writable (TMPDIR, /tmp, /var/tmp) and the cache "
-            f"root {root} cannot be written ({exc.strerror or exc}); mount an emptyDir at /tmp, or make the cache "
-            "root writable") from None
-    saved = tempfile.tempdir
-    tempfile.tempdir = tmp
-    try:
-        yield
-    finally:
-        tempfile.tempdir = saved
-        shutil.rmtree(tmp, ignore_errors=True)
-        if created:
-            with contextlib.suppress(OSError):
-                os.rmdir(root)  # a failed pull leaves no empty root behind
-
-
-# The hard bound fires this long after --timeout: the pull's own deadline checks (between requests and blobs)
-# normally end it first and clean up; the alarm only ends a request that blocks.
-_HARD_TIMEOUT_GRACE = 2.0
-
-
-@contextlib.contextmanager
-def _hard_timeout(seconds: float | None):
-    """Bound the pull by --timeout even when a store stops answering in the middle of a request (a socket read
-    waits for the store's own read timeout and retries, minutes, and the init-container would hang): SIGALRM
-    raises :class:`WaitTimeoutError` in the main thread. Worker threads still blocked in a read are abandoned: the
-    process exits without joining them (:data:`cachetool.cli.EXIT_WITHOUT_JOINING`)."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def fire(signum, frame):
-        EXIT_WITHOUT_JOINING.set()
-        raise WaitTimeoutError(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds + _HARD_TIMEOUT_GRACE)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        arguments = _pull_arguments(ctx, **kwargs)
+    except CachetoolError as exc:  # a wrong flag is an outcome too
+        return _render(failure_outcome(ref, on_miss, exc), as_json)
+    return _render(pull_outcome(ref, on_miss=on_miss, **arguments), as_json)
 
 
 def _default_root(engine: str | None) -> str:
@@ -245,25 +145,23 @@ def _default_root(engine: str | None) -> str:
     return str(engines.get(engine).default_cache_root())
 
 
-def _pull(ctx, ref, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout, workers,
-          progress, model, compilation_config, tensor_parallel_size, engine, engine_args, endpoint_url, profile,
-          insecure):
-    from cachetool.api import pull
+def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout,
+                    workers, progress, model, compilation_config, tensor_parallel_size, engine, engine_args,
+                    endpoint_url, profile, insecure) -> dict:
+    """The library's arguments for this pull (a flag that cannot be one is refused here)."""
     from cachetool.cli.compile_cmds import engine_flags
 
-    root = cache_root or _default_root(engine)
     overrides = ctx.meta.get("cc_overrides", [])
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
     flags = engine_flags(ctx, engine or "native", engine_args, shared=("device",))
     quiet = ctx.params.get("as_json")
-    with _hard_timeout(timeout), _temp_dir_for(Path(root).expanduser()):
-        return pull(ref, root, trust=list(trust) or None, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
-                    model=model, config=compilation_config, overrides=overrides,
-                    tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=flags,
-                    device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
-                    warn=warn_loud, store_options=options_dict(endpoint_url, profile, insecure),
-                    progress=False if quiet else progress)
+    return dict(cache_root=cache_root or _default_root(engine), trust=list(trust) or None,
+                insecure_skip_verify=insecure_skip_verify, ranks=ranks, model=model, config=compilation_config,
+                overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=flags,
+                device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
+                warn=warn_loud, store_options=options_dict(endpoint_url, profile, insecure),
+                progress=False if quiet else progress)
 
 
 @cli.command("ls", cls=OneLineCommand)
@@ -308,7 +206,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 @store_options
 def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     """Remove REF (the tag; blobs stay until `cachetool gc`)."""
-    from cachetool.transfer import remove
+    from cachetool.store_admin import remove
 
     left = remove(ref, platform=platform, store_options=options_dict(endpoint_url, profile, insecure))
     remaining = [e.platform for e in left.entries] if left else []
@@ -328,7 +226,7 @@ def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure)
     """Delete blobs, manifests and signatures of STORE that no ref reaches (on a registry: signatures; its own
     garbage collection reclaims blobs and untagged manifests)."""
     from cachetool.refs import parse_store_or_ref
-    from cachetool.transfer import gc
+    from cachetool.store_admin import gc
 
     su, _ = parse_store_or_ref(store)
     report = gc(su.url, dry_run=dry_run, older_than=older_than,

@@ -11,7 +11,7 @@ import pytest
 import cachetool
 from cachetool.api import WarmSummary
 from cachetool.errors import UsageError
-from cachetool.transfer import PushResult
+from cachetool.pushing import PushResult
 from cachetool.warmup import CompilationConfigError, CompileRunResult, ModelError
 from compiler.config import CompilationConfig, CompilationMode, CUDAGraphMode, DynamicShapesType
 

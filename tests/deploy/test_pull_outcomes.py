@@ -11,7 +11,7 @@ import pytest
 
 from cachetool.bundle import pack
 from cachetool.signing import generate_keypair, load_private_key
-from cachetool.transfer import push
+from cachetool.pushing import push
 from tests.bundles.fixtures import CUDA_FP, isolate_environment, make_native_tree
 from tests.servers import free_port
 

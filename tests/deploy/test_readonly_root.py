@@ -18,7 +18,7 @@ import pytest
 
 from cachetool.bundle import pack
 from cachetool.signing import generate_keypair, load_private_key
-from cachetool.transfer import push
+from cachetool.pushing import push
 from tests.bundles.fixtures import make_native_tree
 
 ROOT = Path(__file__).resolve().parents[2]

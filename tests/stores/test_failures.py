@@ -18,7 +18,9 @@ import pytest
 from cachetool.errors import StoreError, VerificationError
 from cachetool.stores import open_store
 from cachetool.digests import hexof
-from cachetool.transfer import PARTIAL_DIR, pull, push
+from cachetool.partials import PARTIAL_DIR
+from cachetool.pulling import pull
+from cachetool.pushing import push
 from tests.bundles.fixtures import tree_snapshot
 
 
@@ -284,9 +286,9 @@ def file_or_s3(request, tmp_path):
 def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bundle, cuda_bundle, monkeypatch):
     """``rm --platform`` read the ref and wrote it back outside update_ref: a push landing between its read and its
     write was dropped. Here the push of platform Y runs exactly when the removal of Z writes the ref."""
-    import cachetool.transfer as transfer
     from cachetool.stores.base import RefEntry
-    from cachetool.transfer import merge_index, remove
+    from cachetool.pushing import merge_index
+    from cachetool.store_admin import remove
 
     ref = file_or_s3.ref("v1")
     push(bundle, ref)
@@ -327,8 +329,7 @@ def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bund
             return orig(**kw)
 
         monkeypatch.setattr(client, "put_object", put_object)
-    monkeypatch.setattr(transfer, "open_store", lambda url, **kw: remover)
-    left = remove(ref, platform=cuda_bundle.platform)
+    left = remove(ref, platform=cuda_bundle.platform, store=remover)
     fired[-1].join()
     assert fired, "the removal never wrote the ref"
     with open_store(file_or_s3.store) as st:
@@ -339,7 +340,7 @@ def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bund
 
 def test_s3_rm_of_the_last_platform_leaves_a_tag_that_reads_as_missing(rgw, s3_env, shared_bucket, bundle, keys,
                                                                       tmp_path, cli):
-    from cachetool.transfer import remove
+    from cachetool.store_admin import remove
 
     store = f"s3://{shared_bucket}/tomb-{uuid.uuid4().hex[:8]}"
     push(bundle, f"{store}/llama:v1")

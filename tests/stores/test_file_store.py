@@ -11,7 +11,9 @@ from cachetool.errors import NotFoundError, WaitTimeoutError
 from cachetool.stores import open_store
 from cachetool.digests import hexof
 from cachetool.stores.base import RefEntry, RefIndex
-from cachetool.transfer import merge_index, pull, push, remove
+from cachetool.pulling import pull
+from cachetool.pushing import merge_index, push
+from cachetool.store_admin import remove
 
 
 def test_documented_layout_and_no_temp_files(bundle, tmp_path):

@@ -13,7 +13,7 @@ from cachetool.errors import UsageError, VerificationError
 from cachetool.refs import parse_ref
 from cachetool.stores import open_store
 from cachetool.digests import hexof
-from cachetool.transfer import push
+from cachetool.pushing import push
 
 
 def _one_line(r):

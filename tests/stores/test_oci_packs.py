@@ -51,7 +51,7 @@ def _tree(root, n: int):
 
 def test_packed_bundle_pushes_repushes_nothing_and_pulls(oci_registry, keys, tmp_path, cli):
     from cachetool.bundle import pack
-    from cachetool.transfer import push
+    from cachetool.pushing import push
 
     tree, rank = _tree(tmp_path / "tree", 3000)
     ref = f"{oci_registry.url}/team/packs-{uuid.uuid4().hex[:6]}:v1"

@@ -11,7 +11,9 @@ from cachetool.errors import StoreError
 from cachetool.stores import open_store
 from cachetool.stores.base import RefEntry
 from cachetool.stores.oci import OCIStore
-from cachetool.transfer import merge_index, pull, push, remove
+from cachetool.pulling import pull
+from cachetool.pushing import merge_index, push
+from cachetool.store_admin import remove
 
 
 def _repo(reg) -> str:

@@ -11,7 +11,9 @@ import pytest
 from cachetool.errors import CacheMissError, NotFoundError, VerificationError
 from cachetool.errors import PreflightError
 from cachetool.stores import open_store
-from cachetool.transfer import PARTIAL_DIR, pull, push
+from cachetool.partials import PARTIAL_DIR
+from cachetool.pulling import pull
+from cachetool.pushing import push
 from tests.bundles.fixtures import tree_snapshot
 
 

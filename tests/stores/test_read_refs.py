@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from cachetool.transfer import push
+from cachetool.pushing import push
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from cachetool.stores.base import GC_MIN_AGE_S, Capabilities, Store, TransferCou
 from cachetool.stores.file import FileStore
 from cachetool.stores.oci.store import OCIStore
 from cachetool.stores.s3 import S3Store
-from cachetool.store_admin import gc as library_gc
 from cachetool.pushing import push
+from cachetool.store_admin import gc as library_gc
 from cachetool.store_admin import remove
 
 

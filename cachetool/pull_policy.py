@@ -1,0 +1,181 @@
+"""The pull policy an init-container relies on, as a typed outcome: every pull ends in a :class:`PullOutcome` that names
+what happened (``installed``, ``already-installed``, or the failure's row of :mod:`cachetool.exit_codes`) and the
+exit code the policy gives it. The policy:
+
+- ``on_miss="continue"``: a cache that is missing, stale, unreachable, slow or refused (the table's continuable
+  rows) ends in exit 0 with nothing installed, so the server starts cold and a pod never crash-loops on the cache;
+  a usage or configuration mistake and a local fault still fail, so that they are seen;
+- a read-only root file system with no writable temporary folder: importing torch's compiler needs one (Inductor's
+  default cache folder) to compute torch's key, so a private folder inside the cache root serves, removed at the
+  end (:func:`temporary_folder_for`);
+- ``timeout``: the whole pull is bounded, also when a store stops answering in the middle of a request
+  (:func:`hard_timeout`); worker threads still blocked in a read are then abandoned, which the outcome says
+  (``abandoned_threads``) so that a process can exit without joining them.
+
+:func:`pull_with_policy` runs :func:`cachetool.pulling.pull` under this policy and never raises for a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from cachetool import exit_codes
+from cachetool.errors import CachetoolError, WaitTimeoutError
+
+ON_MISS = ("fail", "continue")
+
+
+@dataclasses.dataclass
+class PullOutcome:
+    """How a pull ended (see the module doc). ``result`` is the :class:`cachetool.pulling.PullResult` of a pull that
+    installed (or found installed); ``error`` the failure otherwise."""
+
+    ref: str | None
+    outcome: str            # installed, already-installed, or a row name of the exit-code table
+    exit_code: int          # what the process exits with under the policy (0 for a continued failure)
+    on_miss: str
+    result: Any = None
+    error: BaseException | None = None
+    error_exit_code: int | None = None  # the failure's own code (the table's), continued or not
+    message: str = ""       # one line
+    abandoned_threads: bool = False
+
+    @property
+    def installed(self) -> bool:
+        return self.result is not None
+
+    @property
+    def continued(self) -> bool:
+        return self.error is not None and self.exit_code == 0
+
+    def line(self) -> str:
+        """The ``pull: outcome=...`` line an init-container's log shows for every outcome."""
+        if self.result is not None:
+            r = self.result
+            return (f"pull: outcome={self.outcome} ref={r.ref} exit=0 platform={r.platform} digest={r.manifest_digest} "
+                    f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}")
+        return (f"pull: outcome={self.outcome} ref={self.ref} exit={self.exit_code} code={self.error_exit_code} "
+                f"on_miss={self.on_miss} reason={self.message}")
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self.result.to_dict() if self.result is not None else {"ref": self.ref}
+        doc.update(outcome=self.outcome, exit_code=self.exit_code, on_miss=self.on_miss, installed=self.installed,
+                   continued=self.continued)
+        if self.error is not None:
+            doc.update(error_exit_code=self.error_exit_code, message=self.message)
+        return doc
+
+
+def failure_outcome(ref: str | None, on_miss: str, exc: BaseException) -> PullOutcome:
+    """The outcome of a pull that failed with ``exc``: its row of the exit-code table, continued or not."""
+    code = exc.exit_code if isinstance(exc, CachetoolError) else _code_of_os_error(exc)
+    row = exit_codes.for_code(code)
+    exit_code = 0 if row.continuable and on_miss == "continue" else code
+    return PullOutcome(ref=ref, outcome=row.name, exit_code=exit_code, on_miss=on_miss, error=exc,
+                       error_exit_code=code, message=one_line(exc))
+
+
+def success_outcome(result: Any, on_miss: str) -> PullOutcome:
+    outcome = "already-installed" if result.install.already_installed else "installed"
+    return PullOutcome(ref=result.ref, outcome=outcome, exit_code=0, on_miss=on_miss, result=result)
+
+
+def one_line(exc: BaseException) -> str:
+    """A failure as one line (an OSError no layer mapped names its file)."""
+    if isinstance(exc, OSError) and not isinstance(exc, CachetoolError):
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"pull:{where}: {exc.strerror or exc}"
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _code_of_os_error(exc: BaseException) -> int:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return exit_codes.DISK_FULL.code
+    return exit_codes.ERROR.code
+
+
+def pull_with_policy(pull: Callable[..., Any], ref: str, cache_root: str | os.PathLike, *, on_miss: str = "fail",
+                     timeout: float | None = None, **options: Any) -> PullOutcome:
+    """``pull(ref, cache_root, timeout=timeout, **options)`` under the policy; returns the outcome, never raises for
+    a failure of the pull (``KeyboardInterrupt`` and ``SystemExit`` pass)."""
+    abandoned = threading.Event()
+    try:
+        if on_miss not in ON_MISS:
+            from cachetool.errors import UsageError
+
+            raise UsageError(f"on_miss must be one of {', '.join(ON_MISS)}, got {on_miss!r}")
+        with hard_timeout(timeout, abandoned), temporary_folder_for(Path(cache_root).expanduser()):
+            out = success_outcome(pull(ref, cache_root, timeout=timeout, **options), on_miss)
+    except Exception as exc:
+        out = failure_outcome(ref, on_miss, exc)
+    out.abandoned_threads = abandoned.is_set()
+    return out
+
+
+@contextlib.contextmanager
+def temporary_folder_for(root: Path) -> Iterator[None]:
+    """A usable temporary folder for this pull (see the module doc); if the root cannot be written either, one line
+    says what the pull needs."""
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError:
+        pass
+    else:
+        yield
+        return
+    created = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".cachetool-tmp-", dir=root)
+    except OSError as exc:
+        raise CachetoolError(
+            f"pull needs a writable folder: no temporary folder is writable (TMPDIR, /tmp, /var/tmp) and the cache "
+            f"root {root} cannot be written ({exc.strerror or exc}); mount an emptyDir at /tmp, or make the cache "
+            "root writable") from None
+    saved = tempfile.tempdir
+    tempfile.tempdir = tmp
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(root)  # a failed pull leaves no empty root behind
+
+
+# The hard bound fires this long after the timeout: the pull's own deadline checks (between requests and blobs)
+# normally end it first and clean up; the alarm only ends a request that blocks.
+HARD_TIMEOUT_GRACE = 2.0
+
+
+@contextlib.contextmanager
+def hard_timeout(seconds: float | None, abandoned: threading.Event) -> Iterator[None]:
+    """Bound the block by ``seconds`` (+ :data:`HARD_TIMEOUT_GRACE`) even when a store stops answering in the middle
+    of a request (a socket read waits for the store's own read timeout and retries, minutes): SIGALRM raises
+    :class:`WaitTimeoutError` in the main thread and sets ``abandoned`` (worker threads may still be blocked). Only
+    in the main thread, where signals are delivered; elsewhere the pull's own deadline checks bound it."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum: int, frame: object) -> None:
+        abandoned.set()
+        raise WaitTimeoutError(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds + HARD_TIMEOUT_GRACE)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,0 +1,286 @@
+"""Pull: read the ref, pick the entry whose platform is this machine's (or raise :class:`CacheMissError` naming what
+differs for each entry), and hand a :class:`StoreSource` to :func:`cachetool.install.install_bundle`, which verifies
+the signature and runs preflight before it asks for any blob. The source fetches nothing ahead; its downloads follow
+the partial-download policy of :mod:`cachetool.partials`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import stat
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cachetool.digests import hexof, sha256_bytes, sha256_file
+from cachetool.errors import (CacheMissError, CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
+                              WaitTimeoutError)
+from cachetool.manifest import Manifest
+from cachetool.partials import PARTIAL_DIR, RETRYABLE, partial_cap, trim_partials
+from cachetool.refs import Ref, open_ref
+from cachetool.source import BundleSource
+from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.transfer_progress import TransferProgress, progress_default
+
+
+@dataclasses.dataclass
+class PullResult:
+    ref: str
+    manifest_digest: str
+    platform: str
+    blobs_downloaded: int
+    blobs_resumed: int  # partial blobs completed with a Range request
+    blobs_reused: int  # finished blobs kept from an interrupted earlier pull
+    bytes_downloaded: int  # bytes received from the store (blobs, manifest, signature, ref)
+    install: object  # cachetool.install.InstallResult
+    seconds: float
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "install"}
+        d["install"] = {k: v for k, v in self.install.to_dict().items() if k != "manifest_digest"}
+        return d
+
+
+def local_platform(entries: Iterable[RefEntry], device: str | None = None,
+                   engine: str | None = None) -> tuple[list[str], dict]:
+    """This machine's platform keys (one per engine whose bundles the tag holds, or the ``engine`` asked for)
+    and fingerprint (with those engines' facts); probes the GPU only when some entry is a CUDA bundle."""
+    from cachetool import engines
+    from cachetool.fingerprint import local_fingerprint
+    from cachetool.manifest import platform_key
+
+    entries = list(entries)
+    if device is None:
+        device = None if any(e.platform.startswith("cuda") for e in entries) else "cpu"
+    fp = local_fingerprint(device=device)
+    wanted = [engine] if engine else ["native"] + (["vllm"] if any((e.fingerprint or {}).get("vllm")
+                                                                   for e in entries) else [])
+    keys, full = [], dict(fp)
+    for name in wanted:
+        facts = {k: v for k, v in engines.get(name).machine_facts(fp["device"]).items() if k != "engine"}
+        keys.append(platform_key({**fp, **facts}))
+        full.update({k: v for k, v in facts.items() if v is not None})
+    return keys, full
+
+
+def select_entry(index: RefIndex, ref_text: str, device: str | None = None, engine: str | None = None) -> RefEntry:
+    """The entry for this machine, or a one-line CacheMissError saying why each entry does not fit."""
+    from cachetool.fingerprint import compare
+
+    if not index.entries:
+        raise CacheMissError(f"{ref_text} holds no bundles")
+    keys, fp = local_platform(index.entries, device, engine)
+    for key in keys:
+        for e in index.entries:
+            if e.platform == key:
+                return e
+    key = " or ".join(keys)
+    reasons = []
+    for e in index.entries:
+        diffs = compare(e.fingerprint or {}, fp)
+        why = ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
+        reasons.append(f"{e.platform} ({why})")
+    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({key}): " + "; ".join(reasons))
+
+
+class StoreSource(BundleSource):
+    """A bundle in a store, read lazily: manifest and signature first, each blob only when the installer asks."""
+
+    def __init__(self, store: Store, ref: Ref, entry: RefEntry, partial_dir: Path, *,
+                 deadline: float | None = None, on_blob: Callable[[BlobRef], None] | None = None):
+        self.store = store
+        self.entry = entry
+        self.description = f"{ref.url} [{entry.platform}]"
+        self.partial_dir = Path(partial_dir)
+        self.deadline = deadline
+        self.on_blob = on_blob
+        self._manifest: bytes | None = None
+        self._signature: bytes | None = None
+        self._sig_read = False
+        self._lock = threading.Lock()
+        self._failed: StoreError | None = None
+        self.used: set[Path] = set()  # partial files this pull wrote or read
+        self.downloaded = 0
+        self.resumed = 0
+        self.reused = 0
+
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise WaitTimeoutError(f"pull of {self.description} ran past --timeout")
+
+    def manifest_bytes(self) -> bytes:
+        if self._manifest is None:
+            self._check_deadline()
+            data = self.store.get_manifest(self.entry.manifest_digest)
+            if sha256_bytes(data) != self.entry.manifest_digest:
+                raise VerificationError(f"{self.description}: the manifest in the store does not match its digest")
+            self._manifest = data
+        return self._manifest
+
+    def signature_bytes(self) -> bytes | None:
+        if not self._sig_read:
+            self._check_deadline()
+            self._signature = self.store.get_signature(self.entry.manifest_digest)
+            self._sig_read = True
+        return self._signature
+
+    @staticmethod
+    def _stored_ok(path: Path, blob: BlobRef) -> bool:
+        return sha256_file(path)[0] == blob.stored_digest
+
+    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
+        if self._failed is not None:
+            # The store already failed this pull (server down, credentials): don't hammer it blob by blob.
+            raise self._failed
+        self._check_deadline()
+        try:
+            self._fetch(blob, dest)
+        except StoreError as exc:
+            self._failed = exc
+            raise
+
+    def discard_partials(self) -> None:
+        """Delete the partial files this pull used (only those: another pull may share the folder)."""
+        for p in self.used:
+            p.unlink(missing_ok=True)
+        _remove_if_empty(self.partial_dir)
+
+    def settle(self, error: BaseException | None) -> None:
+        """Under the cache root's lock, as the install ends: keep this pull's partial files only when a rerun can
+        use them (the store failed or the time ran out), else delete them (installed; a blob missing from the
+        store or failing its check; a full disk). Then bound the whole folder (:func:`trim_partials`)."""
+        if not isinstance(error, RETRYABLE):
+            self.discard_partials()
+        trim_partials(self.partial_dir, partial_cap())
+        _remove_if_empty(self.partial_dir)
+
+    def _partial(self, blob: BlobRef) -> Path:
+        """The partial file of ``blob``, never through a link: the folder must be a real folder, and a partial that
+        is a symlink, a hard link or not a regular file is removed (a download appends to it)."""
+        try:
+            self.partial_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        if not stat.S_ISDIR(os.lstat(self.partial_dir).st_mode):
+            raise UnsafeDestinationError(
+                f"{self.partial_dir} is a symlink or not a folder; refusing to download through it")
+        part = self.partial_dir / hexof(blob.stored_digest)
+        try:
+            st = os.lstat(part)
+        except FileNotFoundError:
+            return part
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            part.unlink()
+        return part
+
+    def _fetch(self, blob: BlobRef, dest: Path) -> None:
+        part = self._partial(blob)
+        with self._lock:
+            self.used.add(part)
+        try:
+            had = part.stat().st_size
+        except FileNotFoundError:
+            had = 0
+        if 0 < had <= blob.stored_size:
+            # Left by an interrupted pull: finish it (Range request) and check the whole; a bad one starts over.
+            if had < blob.stored_size:
+                self.store.get_blob(blob, part)
+            if part.stat().st_size == blob.stored_size and self._stored_ok(part, blob):
+                with self._lock:
+                    if had == blob.stored_size:
+                        self.reused += 1
+                    else:
+                        self.resumed += 1
+                        self.downloaded += 1
+            else:
+                part.unlink(missing_ok=True)
+                self.store.get_blob(blob, part)
+                with self._lock:
+                    self.downloaded += 1
+        else:
+            part.unlink(missing_ok=True)
+            self.store.get_blob(blob, part)
+            with self._lock:
+                self.downloaded += 1
+        try:
+            os.link(part, dest)  # the partial stays until the install succeeds (a rerun reuses it)
+        except OSError:
+            shutil.copyfile(part, dest)
+        if self.on_blob:
+            self.on_blob(blob)
+
+
+def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_skip_verify: bool = False,
+         ranks=None, device: str | None = None, expected_key: dict | None = None, force: bool = False,
+         keep_changed: bool = False,
+         preflight: bool = True,
+         store: Store | None = None, store_options: dict | None = None, timeout: float | None = None,
+         progress: bool | None = None, workers: int | None = None, warn: Callable[[str], None] | None = None,
+         engine: str | None = None) -> PullResult:
+    """Resolve ``ref``, pick this machine's bundle, and install it into ``cache_root`` (see the module docstring).
+
+    ``timeout``: seconds for the whole pull (:class:`WaitTimeoutError` past it). ``engine``: the server's engine
+    (``native``, ``vllm``), whose bundles the platform choice takes; None: any whose platform fits. Other
+    arguments as for :func:`cachetool.install.install_bundle`.
+    """
+    from cachetool.install import install_bundle
+
+    from cachetool.fingerprint import require_device
+
+    t0 = time.monotonic()
+    deadline = t0 + timeout if timeout else None
+    device = require_device(device)
+    if not insecure_skip_verify:  # the pinned keys first: a missing key file is a usage error, before any request
+        from cachetool.trust import load_trusted_keys
+
+        trust = load_trusted_keys(trust)
+    r, st, own_store = open_ref(ref, store, store_options)
+    root = Path(cache_root).expanduser()
+    partial = root / PARTIAL_DIR
+    try:
+        down0 = st.counters.bytes_down
+        index = st.get_ref(r.name, r.tag) if r.digest is None else st.get_pinned(r.name, r.digest)
+        entry = select_entry(index, r.url, device, engine)
+        with TransferProgress(progress_default(progress)) as prog:
+            if prog.enabled:
+                # Sizes are known once the manifest is read; the bar is made on the first blob.
+                holder: dict = {}
+                lock = threading.Lock()
+
+                def on_blob(b: BlobRef) -> None:
+                    with lock:
+                        if "task" not in holder:
+                            blobs = Manifest.from_bytes(src.manifest_bytes()).blobs
+                            holder["task"] = prog.task(f"pull {r.name}:{r.tag} [{entry.platform}]",
+                                                       sum(x.stored_size for x in blobs))
+                    prog.advance(holder["task"], b.stored_size)
+            else:
+                on_blob = None
+            src = StoreSource(st, r, entry, partial, deadline=deadline, on_blob=on_blob)
+            try:
+                result = install_bundle(src, root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
+                                        preflight=preflight, device=device, expected_key=expected_key, force=force,
+                                        keep_changed=keep_changed,
+                                        warn=warn, workers=workers, deadline=deadline)
+            except CachetoolError:  # the partial files were settled under the root lock (StoreSource.settle)
+                _remove_if_empty(partial)
+                _remove_if_empty(root)
+                raise
+            if prog.enabled and "task" in holder:
+                prog.finish(holder["task"])
+        down1 = st.counters.bytes_down
+        return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
+                          blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
+                          bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0)
+    finally:
+        if own_store:
+            st.close()
+
+
+def _remove_if_empty(p: Path) -> None:
+    try:
+        p.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,149 @@
+"""Push: a bundle (or a cache folder, packed on the way) into a store. Blobs go first, skipping those the store has (a
+re-push of unchanged content uploads nothing), each checked against the manifest before the first write; then the
+manifest, the signature, and the ref last, merging this bundle's platform into the tag's index (one tag holds
+bundles for several platforms; an entry of the same platform is replaced)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from cachetool.digests import sha256_file
+from cachetool.errors import StoreError, UsageError, VerificationError
+from cachetool.refs import Ref, open_ref, parse_ref
+from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.common import now_iso
+from cachetool.transfer_progress import TransferProgress, progress_default
+
+
+@dataclasses.dataclass
+class PushResult:
+    ref: str
+    manifest_digest: str
+    platform: str
+    signed: bool
+    blobs_total: int
+    blobs_uploaded: int
+    blobs_skipped: int  # already in the store
+    bytes_uploaded: int  # stored (zstd) bytes of uploaded blobs + manifest + signature + ref
+    bytes_skipped: int  # stored bytes of skipped blobs
+    platforms: list[str]  # every platform under the tag after this push
+    seconds: float
+    pinned: str = ""  # the ref pinned to this bundle's digest (ref@sha256:...)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _load_bundle(source, sign_key, layout: str):
+    """A PackedBundle from a PackedBundle, a ``.ctb`` path or a cache folder; signed with ``sign_key`` if given."""
+    from cachetool.bundle import PackedBundle, open_ctb, pack
+
+    owned = False
+    if isinstance(source, PackedBundle):
+        bundle = source
+    else:
+        p = Path(source)
+        if p.is_file():
+            bundle, owned = open_ctb(p), True
+        elif p.is_dir():
+            return pack(p, layout=layout, sign_key=sign_key), True
+        else:
+            raise UsageError(f"{p} is neither a bundle file nor a cache folder")
+    if sign_key is not None:
+        from cachetool.signing import load_private_key, sign_manifest
+
+        key = load_private_key(sign_key) if isinstance(sign_key, (str, os.PathLike)) else sign_key
+        bundle = bundle.with_signature(sign_manifest(bundle.manifest_bytes(), key, bundle.signature_bytes()))
+    return bundle, owned
+
+
+def _check_stored_bytes(bundle, blob: BlobRef) -> None:
+    digest, n = sha256_file(bundle.blob_path(blob))
+    if n != blob.stored_size or digest != blob.stored_digest:
+        raise VerificationError(f"{bundle.description}: blob {blob.digest[:19]} does not match the manifest "
+                                "(tampered or truncated); nothing pushed")
+
+
+def _check_envelope(bundle) -> None:
+    import base64
+
+    from cachetool.signing import parse_envelope
+
+    sig = bundle.signature_bytes()
+    if sig is None:
+        return
+    env = parse_envelope(sig)
+    try:
+        payload = base64.b64decode(env["payload"], validate=True)
+    except ValueError:
+        payload = None
+    if payload != bundle.manifest_bytes():
+        raise VerificationError(f"{bundle.description}: the signature is for a different manifest; nothing pushed")
+
+
+def merge_index(old: RefIndex | None, name: str, tag: str, entry: RefEntry) -> RefIndex:
+    """The tag's index with ``entry`` added, replacing an entry of the same platform."""
+    kept = [e for e in (old.entries if old else ()) if e.platform != entry.platform]
+    return RefIndex(name, tag, tuple(sorted([*kept, entry], key=lambda e: e.platform)))
+
+
+def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: Store | None = None,
+         store_options: dict | None = None, workers: int = 8, progress: bool | None = None) -> PushResult:
+    """Push ``source`` (a PackedBundle, a ``.ctb`` path or a cache folder, packed on the way) to ``ref``.
+
+    ``sign_key``: a private key (path or object) to sign with (a cache folder is signed while packing; a bundle
+    gets the signature added). ``store_options``: ``endpoint_url``, ``profile``, ``region``, ``insecure``.
+    """
+    t0 = time.monotonic()
+    if (ref.digest if isinstance(ref, Ref) else parse_ref(ref).digest):
+        raise UsageError(f"{ref}: push writes a tag; a digest pin (@sha256:...) can only be pulled")
+    r, st, own_store = open_ref(ref, store, store_options)
+    bundle, own_bundle = _load_bundle(source, sign_key, layout)
+    try:
+        blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
+        st.prepare_push(blobs, bundle.blob_path)
+        with ThreadPoolExecutor(max(1, workers)) as ex:
+            present = list(ex.map(st.has_blob, blobs))
+        missing = [b for b, p in zip(blobs, present) if not p]
+        skipped = [b for b, p in zip(blobs, present) if p]
+        # A store is content-addressed and skips what it has: bytes written under a digest they don't match would
+        # poison it for every later push and pull. Check everything before the first write.
+        with ThreadPoolExecutor(max(1, workers)) as ex:
+            list(ex.map(lambda b: _check_stored_bytes(bundle, b), missing))
+        _check_envelope(bundle)
+        up0 = st.counters.bytes_up
+        with TransferProgress(progress_default(progress)) as prog:
+            task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",
+                             sum(b.stored_size for b in missing))
+
+            def up(b: BlobRef) -> None:
+                st.put_blob(b, bundle.blob_path(b))
+                prog.advance(task, b.stored_size)
+
+            with ThreadPoolExecutor(max(1, workers)) as ex:
+                for _ in ex.map(up, sorted(missing, key=lambda b: -b.stored_size)):
+                    pass
+        digest = st.put_manifest(bundle.manifest_bytes(), blobs)
+        if digest != bundle.manifest_digest:
+            raise StoreError(f"{st.url} stored the manifest as {digest}, expected {bundle.manifest_digest}")
+        sig = bundle.signature_bytes()
+        if sig is not None:
+            st.put_signature(digest, sig)
+        entry = RefEntry(manifest_digest=digest, platform=bundle.platform, fingerprint=dict(bundle.manifest.fingerprint or {}),
+                         size=bundle.stored_size, created=now_iso())
+        index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
+        up1 = st.counters.bytes_up
+        return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=sig is not None,
+                          blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
+                          bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
+                          platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0,
+                          pinned=r.pinned(st.pinned_digest(digest)).url)
+    finally:
+        if own_bundle:
+            bundle.close()
+        if own_store:
+            st.close()
