@@ -185,3 +185,22 @@ def test_the_pull_progress_bar_ends_at_100_percent(store, tmp_path, cli):
     assert sizes, r.err
     done, total, _ = sizes[-1]
     assert done == total, r.err
+
+
+def test_the_library_applies_the_same_policy_as_the_cli(store, tmp_path):
+    """The policy lived only in the CLI: cachetool.pull() users got no outcome, no --on-miss continue. Now
+    api.pull_outcome returns the typed outcome the CLI renders."""
+    from cachetool.api import pull_outcome
+
+    root = tmp_path / "root"
+    miss = pull_outcome(f"{store['url']}/llama:gpu", root, trust=[store["pub"]], on_miss="continue")
+    assert (miss.outcome, miss.exit_code, miss.error_exit_code, miss.continued, miss.installed) == \
+        ("miss", 0, 4, True, False)
+    assert "pull: outcome=miss " in miss.line() and miss.to_dict()["continued"] is True
+    wrong = pull_outcome(f"{store['url']}/llama:v1", root, trust=[str(tmp_path / "missing.pub")], on_miss="continue")
+    assert (wrong.outcome, wrong.exit_code, wrong.continued) == ("usage-error", 2, False)
+    assert not root.exists()
+    ok = pull_outcome(f"{store['url']}/llama:v1", root, trust=[store["pub"]])
+    assert (ok.outcome, ok.exit_code, ok.installed) == ("installed", 0, True) and ok.result.install.units_installed
+    again = pull_outcome(f"{store['url']}/llama:v1", root, trust=[store["pub"]])
+    assert again.outcome == "already-installed"
