@@ -81,6 +81,7 @@ MakeRunnable = Callable[[str, PieceRef], Callable[..., Any]]
 class _LoadContext:
     make_runnable: MakeRunnable
     compiled_names: list[str] = field(default_factory=list)
+    guards_dropped: bool = False  # the entry's record, read with the split graph
 
 
 # torch calls deserialize_compile_artifacts(bytes) with nothing else: the folder and the loader come from here.
@@ -103,7 +104,10 @@ class SplitGraphFunction(torch_compat.serializable_callable_base()):  # type: ig
     def serialize_compile_artifacts(cls, fn: SplitGraphFunction) -> bytes:
         if fn.portable is None:
             raise AotEntryError("this split graph was loaded, not built: it cannot be saved again")
-        return pickle.dumps({"schema": ENTRY_SCHEMA, "split_gm": fn.portable}, protocol=pickle.HIGHEST_PROTOCOL)
+        # Every entry is captured with all guards dropped (torch_compat.aot_compile_fullgraph); said so here so that a
+        # load can skip building a guard tree that would hold nothing.
+        return pickle.dumps({"schema": ENTRY_SCHEMA, "split_gm": fn.portable, "guards": "dropped"},
+                            protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
     def deserialize_compile_artifacts(cls, data: bytes) -> SplitGraphFunction:
@@ -115,6 +119,7 @@ class SplitGraphFunction(torch_compat.serializable_callable_base()):  # type: ig
             raise AotEntryError(f"AOT entry schema {state.get('schema') if isinstance(state, dict) else '?'} "
                                 f"is not {ENTRY_SCHEMA}")
         split_gm = state["split_gm"]
+        ctx.guards_dropped = state.get("guards", "dropped") == "dropped"  # entries before the field: dropped too
         names = []
         for name, module in list(split_gm.named_children()):
             if isinstance(module, PieceRef):
@@ -180,7 +185,7 @@ def load_entry(directory: Path, make_runnable: MakeRunnable) -> tuple[Any, Split
     ctx = _LoadContext(make_runnable)
     with _loading_into(ctx):
         try:
-            fn = torch_compat.load_compiled_function(path.read_bytes())
+            fn = torch_compat.load_compiled_function(path.read_bytes(), guards_dropped=lambda: ctx.guards_dropped)
         except AotEntryError:
             raise
         except Exception as exc:  # a foreign torch build, a truncated file, an unpicklable graph

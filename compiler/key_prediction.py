@@ -16,7 +16,7 @@ import hashlib
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,9 @@ from compiler import build_identity, cache_key
 from compiler.layout import CACHE_SUBDIR, CacheLayout
 
 logger = logging.getLogger(__name__)
+
+
+NO_CACHE_YET = "no cache folder for this rank"  # a first warm's reason: nothing under the root to match
 
 
 class KeyMiss(LookupError):
@@ -51,6 +54,41 @@ class LocalFactors:
 
     def values(self, name: str) -> dict[str, Any]:
         return getattr(self, name)
+
+
+def compiler_factors_for(device: str, candidate: cache_key.CacheKey,
+                         exact: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """``(values, source)``: this machine's compiler factor values to match ``candidate`` with. From the
+    candidate's build evidence where it equals this machine's (``source`` ``"evidence"``: no torch or Triton
+    source hashing, no Inductor import), else ``exact()`` (``"computed"``), as the pull preflight does: any
+    mismatch, in the evidence or in the values that follow from it, takes the exact computation, so a real
+    difference is named by real values."""
+    recorded = candidate.factors.get("compiler") or {}
+    cheap = cache_key.cheap_compiler_factors(device, recorded)
+    if cheap is not None and cheap == recorded.get("values"):
+        return cheap, "evidence"
+    return exact(), "computed"
+
+
+class HotStartFactors:
+    """The local factors a hot start matches each candidate folder with (:func:`compiler_factors_for`); the
+    exact compiler values are computed at most once. ``source`` is how the last candidate's were had."""
+
+    def __init__(self, compilation_config: Any, model_config: dict[str, Any], device: str) -> None:
+        self.env = cache_key.local_env_factors()
+        self.config = cache_key.config_factors(compilation_config, model_config)
+        self.device = device
+        self.source: str | None = None
+        self._exact: dict[str, Any] | None = None
+
+    def exact(self) -> dict[str, Any]:
+        if self._exact is None:
+            self._exact = cache_key.local_compiler_factors(self.device)
+        return self._exact
+
+    def __call__(self, candidate: cache_key.CacheKey) -> LocalFactors:
+        compiler, self.source = compiler_factors_for(self.device, candidate, self.exact)
+        return LocalFactors(env=self.env, config=self.config, compiler=compiler)
 
 
 # ---------------------------------------------------------------------- traced files by id
@@ -129,16 +167,19 @@ def match_candidate(candidate: cache_key.CacheKey, local: LocalFactors) -> cache
     return key
 
 
-def predict(candidates: Iterable[cache_key.CacheKey], local: LocalFactors) -> cache_key.CacheKey:
-    """The first candidate this machine would compute exactly; else :class:`KeyMiss` with each one's reason."""
+def predict(candidates: Iterable[cache_key.CacheKey],
+            local: LocalFactors | Callable[[cache_key.CacheKey], LocalFactors]) -> cache_key.CacheKey:
+    """The first candidate this machine would compute exactly; else :class:`KeyMiss` with each one's reason.
+    ``local``: the factors, or a function giving them per candidate (:class:`HotStartFactors`)."""
+    local_for = local if callable(local) else (lambda _c: local)
     reasons = []
     for candidate in candidates:
         try:
-            return match_candidate(candidate, local)
+            return match_candidate(candidate, local_for(candidate))
         except KeyMiss as miss:
             reasons.append(f"{candidate.hash}: {miss.reason}")
     if not reasons:
-        raise KeyMiss("no cache folder for this rank")
+        raise KeyMiss(NO_CACHE_YET)
     raise KeyMiss("; ".join(reasons))
 
 
@@ -161,7 +202,7 @@ def candidates_on_disk(root: Path, rank: int, dp_rank: int, prefix: str) -> list
     return found
 
 
-def predict_layout(root: Path, local: LocalFactors, *, rank: int = 0, dp_rank: int = 0,
+def predict_layout(root: Path, local: LocalFactors | Callable[[cache_key.CacheKey], LocalFactors], *, rank: int = 0, dp_rank: int = 0,
                    prefix: str) -> tuple[cache_key.CacheKey, CacheLayout]:
     """The key and folder a trace would choose under ``root``, if one is there; else :class:`KeyMiss`."""
     key = predict(candidates_on_disk(root, rank, dp_rank, prefix), local)
@@ -190,9 +231,8 @@ class ServerKeyPredictor:
         return config_values(cfg, default_dtype(self.device), parallel)
 
     def local_factors(self, candidate: cache_key.CacheKey) -> LocalFactors:
-        compiler = cache_key.cheap_compiler_factors(self.device, candidate.factors.get("compiler") or {})
-        if compiler is None or compiler != (candidate.factors.get("compiler") or {}).get("values"):
-            compiler = cache_key.local_compiler_factors(self.device)  # the exact values name a real difference
+        compiler, _ = compiler_factors_for(self.device, candidate,
+                                           lambda: cache_key.local_compiler_factors(self.device))
         return LocalFactors(env=cache_key.local_env_factors(),
                             config=cache_key.config_factors(self.compilation_config, self.model_config()),
                             compiler=compiler)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import sys
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -160,9 +162,10 @@ _prefetch: Any = None  # the thread, once started
 
 
 def prefetch_artifact_loader() -> None:
-    """Import, in a background thread, the Inductor modules that loading an artifact needs (about a second of
-    imports: AOTAutograd's cache, ``compile_fx``) and compute ``torch_key``, so that a hot start overlaps them
-    with what the server does meanwhile (weights, CUDA context). Once per process; errors are left to the load."""
+    """Import, in a background thread, the modules that loading an artifact needs (Dynamo's AOT loader,
+    AOTAutograd's cache, Inductor's code cache), so that a hot start overlaps them with what the server does
+    meanwhile (weights, CUDA context). Not ``compile_fx`` and what it pulls in (lowering, templates, autotuning):
+    a hit never needs them (:func:`load_compiled_artifact`). Once per process; errors are left to the load."""
     global _prefetch
     if _prefetch is not None:
         return
@@ -170,12 +173,12 @@ def prefetch_artifact_loader() -> None:
     def run() -> None:
         try:
             import torch._dynamo.aot_compile  # noqa: F401
+            import torch._dynamo.package  # noqa: F401
+            import torch._inductor.async_compile  # noqa: F401
+            import torch._inductor.debug  # noqa: F401
             import torch._functorch._aot_autograd.autograd_cache  # noqa: F401
-            import torch._inductor.compile_fx  # noqa: F401
+            import torch._inductor.codecache  # noqa: F401
             import torch._inductor.standalone_compile  # noqa: F401
-            from torch._inductor.codecache import torch_key
-
-            torch_key()
         except Exception:  # pragma: no cover - the load itself reports what is missing
             logger.debug("prefetch of the artifact loader failed", exc_info=True)
 
@@ -192,11 +195,72 @@ def wait_for_prefetch() -> None:
         _prefetch.join()
 
 
-def load_compiled_function(data: bytes) -> Any:
-    """``torch.compiler.load_compiled_function`` over bytes; the result is called as ``fn(module, *args)``."""
+class _DroppedGuards:
+    """Stands for the guard manager of an AOT entry saved with every guard dropped: nothing to check."""
+
+    def check(self, f_locals: Any) -> bool:
+        return True
+
+    def check_verbose(self, f_locals: Any) -> str:  # pragma: no cover - check never fails
+        return "all guards were dropped when the entry was saved"
+
+
+# What the last :func:`load_compiled_function` / :func:`load_compiled_artifact` did (the benchmark prints it):
+# "guards": "skipped" or "built"; "artifacts": how many took the runtime path vs torch's CompiledArtifact.load.
+hot_load_report: dict[str, Any] = {"guards": None, "runtime_loads": 0, "standalone_loads": 0}
+
+
+@contextlib.contextmanager
+def _no_guard_build(guards_dropped: Callable[[], bool] | None) -> Iterator[None]:
+    """While loading an entry whose guards were all dropped, skip unpickling its guards state and building
+    Dynamo's guard tree (``torch._dynamo.package.load_guards_state`` / ``load_guard_manager``, which
+    ``AOTCompiledFunction.__post_init__`` calls after the backend's bytes are deserialized): the tree would hold
+    no guard, and building it costs ~0.6 s on the H200. ``guards_dropped()`` is asked at that point (the entry's
+    own record); where it says no, or torch lacks those functions, the guards are built as usual."""
+    package = None
+    if guards_dropped is not None:
+        try:
+            import torch._dynamo.package as package
+        except ImportError:  # pragma: no cover
+            package = None
+    names = ("load_guards_state", "load_guard_manager")
+    if package is None or not all(hasattr(package, n) for n in names):
+        hot_load_report["guards"] = "built"
+        yield
+        return
+    saved = {n: getattr(package, n) for n in names}
+    assert guards_dropped is not None
+
+    def load_state(state: bytes) -> Any:
+        return None if guards_dropped() else saved["load_guards_state"](state)
+
+    def load_manager(state: Any, code: Any, scope: Any) -> Any:
+        if state is None and guards_dropped():
+            hot_load_report["guards"] = "skipped"
+            return _DroppedGuards()
+        hot_load_report["guards"] = "built"
+        return saved["load_guard_manager"](state, code, scope)
+
+    package.load_guards_state, package.load_guard_manager = load_state, load_manager
+    try:
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(package, n, fn)
+
+
+def load_compiled_function(data: bytes, *, guards_dropped: Callable[[], bool] | None = None) -> Any:
+    """``torch.compiler.load_compiled_function`` over bytes; the result is called as ``fn(module, *args)``.
+    ``guards_dropped()`` (asked once the backend's bytes are read) says the entry was saved with every guard
+    dropped: then no guard tree is built and no guard is checked per call."""
     import io
 
-    return torch.compiler.load_compiled_function(io.BytesIO(data))
+    hot_load_report["guards"] = None
+    with _no_guard_build(guards_dropped):
+        fn = torch.compiler.load_compiled_function(io.BytesIO(data))
+    if hot_load_report["guards"] == "skipped" and hasattr(fn, "disable_guard_check"):
+        fn.disable_guard_check()
+    return fn
 
 
 # ---------------------------------------------------------------------- Inductor
@@ -209,9 +273,155 @@ def standalone_compile(graph: Any, example_inputs: list[Any], *, dynamic_shapes:
 
 
 def load_compiled_artifact(path: str, save_format: str) -> Any:
+    """Load a saved Inductor artifact; the result is called with the piece's arguments.
+
+    A binary artifact takes :func:`_load_binary_at_runtime` (what ``CompiledArtifact.load`` does, minus its import
+    of ``compile_fx``, which drags in lowering, templates and autotuning: seconds of imports a hit never uses);
+    anything else, or a format that path does not know, goes through ``CompiledArtifact.load``."""
+    if save_format == "binary":
+        fn = _load_binary_at_runtime(path)
+        if fn is not None:
+            hot_load_report["runtime_loads"] += 1
+            return fn
     from torch._inductor import CompiledArtifact
 
+    hot_load_report["standalone_loads"] += 1
     return CompiledArtifact.load(path=path, format=save_format)
+
+
+def _load_binary_at_runtime(path: str) -> Any:
+    """``CacheCompiledArtifact`` binary load (torch 2.11 and 2.13: header, ``torch_key``, AOTAutograd key,
+    Mega-Cache bytes): unpack the bytes into the (redirected) caches, look the AOTAutograd entry up and wrap it for
+    running. ``None`` where the file or this torch is not of that shape (then torch's own loader runs)."""
+    try:
+        from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+        from torch._inductor import config as inductor_cfg
+        import importlib
+
+        import torch._inductor.async_compile  # noqa: F401 - loading an entry clears its kernel cache
+        import torch._inductor.debug  # noqa: F401 - read by every call of a loaded graph
+        sc = importlib.import_module("torch._inductor.standalone_compile")  # the package's attribute is a function
+        from torch._inductor.codecache import torch_key
+        from torch._inductor.cudagraph_utils import BoxedDeviceIndex
+        from torch._inductor.utils import BoxedBool
+        from torch._subclasses import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        from torch.utils._appending_byte_serializer import BytesReader
+
+        header = getattr(getattr(sc, "CacheCompiledArtifact", None), "CACHE_HEADER", None)
+        with open(path, "rb") as f:
+            reader = BytesReader(f.read())
+        first = reader.read_bytes()
+        if header is not None:  # a header names the artifact kind; torch_key follows
+            if first != header:
+                return None  # an AOTCompiledArtifact: torch's own loader
+            first = reader.read_bytes()
+        if first != torch_key():
+            raise RuntimeError(f"{path} was saved by another torch build (torch_key differs)")
+        key = reader.read_str()
+        artifact_bytes = reader.read_bytes()
+    except (ImportError, AttributeError, AssertionError):
+        return None
+    with _runtime_stand_ins(), inductor_cfg.patch(unsafe_skip_cache_dynamic_shape_guards=True):
+        torch.compiler.load_cache_artifacts(artifact_bytes)
+        with torch._functorch.config.patch(strict_autograd_cache=True):
+            result = AOTAutogradCache._lookup(key, local=True, remote=False, args=[], cache_info={}, aot_config=None)
+        if result is None:
+            raise RuntimeError(f"{path}: its AOTAutograd entry {key} is not in the cache it unpacked")
+        entry, _ = result
+        # compile_fx's _CompileFxKwargs is a TypedDict: a plain dict, without importing compile_fx
+        fx_config = {"cudagraphs": BoxedBool(False), "boxed_forward_device_index": BoxedDeviceIndex(0)}
+        context = torch._guards.TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
+        with torch._guards.tracing(context):
+            compiled_fn = entry.wrap_post_compile([], entry.sanitized_aot_config, fx_config)
+    return lambda *args: compiled_fn(list(args))
+
+
+def torch_extern_kernel(name: str) -> Any:
+    """The registered extern kernel ``name`` where it is the torch function of that name (``ExternKernelChoice``
+    registers ``kernel.__name__``: ``mm`` is ``torch.mm``, ``addmm`` is ``torch.addmm``); ``None`` otherwise
+    (renamed or custom kernels such as ``mm_dtype`` or ``bias_addmm`` come from Inductor's own registry).
+    tests/compiler/test_hot_path_imports.py checks this against every kernel Inductor registers."""
+    fn = getattr(torch, name, None)
+    return fn if callable(fn) and getattr(fn, "__name__", None) == name else None
+
+
+class _ExternKernels:
+    """What Inductor's generated code calls ``extern_kernels``, resolved without importing ``select_algorithm``
+    (whose last line imports ``lowering`` to fill the registry: ~1.5 s of op registrations a hit never uses):
+    a torch function where the kernel is one (:func:`torch_extern_kernel`), else the real registry."""
+
+    def __getattr__(self, name: str) -> Any:
+        import importlib
+
+        fn = torch_extern_kernel(name) if not _is_real("torch._inductor.select_algorithm") else None
+        if fn is None:
+            fn = getattr(importlib.import_module("torch._inductor.select_algorithm").extern_kernels, name)
+        setattr(self, name, fn)  # resolved once
+        return fn
+
+
+class _GraphLoweringHooks:
+    """The one thing a cache hit reads from ``torch._inductor.graph`` (which imports ``lowering``): the test hook
+    ``GraphLowering.save_output_code``, unset unless a test set it on the real class (then that module is
+    imported and is used)."""
+
+    save_output_code = None
+
+
+class _StandIn(types.ModuleType):
+    """A small module standing for a heavy Inductor module while loaded artifacts are wired up; anything it does
+    not hold is read from the real module, imported then."""
+
+    def __getattr__(self, name: str) -> Any:
+        import importlib
+
+        if name.startswith("__"):  # the import system asks for __path__, __spec__, ...: a plain module's answer
+            raise AttributeError(name)
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def _select_decomp_table(*args: Any, **kwargs: Any) -> Any:
+    """Pickled by reference in every saved ``CompiledFxGraph``; a hit never calls it, a compile gets the real one."""
+    import importlib
+
+    return importlib.import_module("torch._inductor.decomposition").select_decomp_table(*args, **kwargs)
+
+
+# What a hit takes from Inductor's compile-time modules: generated wrapper code does
+# ``from torch._inductor.select_algorithm import extern_kernels``; FxGraphCache's hit path reads
+# ``torch._inductor.graph.GraphLowering.save_output_code``; a saved graph's pickle names
+# ``torch._inductor.decomposition.select_decomp_table`` (importing that module registers every decomposition).
+_STAND_INS: dict[str, dict[str, Any]] = {
+    "torch._inductor.select_algorithm": {"extern_kernels": _ExternKernels()},
+    "torch._inductor.graph": {"GraphLowering": _GraphLoweringHooks},
+    "torch._inductor.decomposition": {"select_decomp_table": _select_decomp_table},
+}
+
+
+def _is_real(name: str) -> bool:
+    mod = sys.modules.get(name)
+    return mod is not None and not isinstance(mod, _StandIn)
+
+
+@contextlib.contextmanager
+def _runtime_stand_ins() -> Iterator[None]:
+    """While Inductor wires up a loaded artifact: the modules of :data:`_STAND_INS` that are not imported yet are
+    their small stand-ins. Removed afterwards, so that a later compile imports the real ones."""
+    placed = {}
+    for name, attrs in _STAND_INS.items():
+        if name not in sys.modules:
+            stand_in = _StandIn(name)
+            stand_in.__dict__.update(attrs)
+            sys.modules[name] = placed[name] = stand_in
+    try:
+        yield
+    finally:
+        for name, stand_in in placed.items():
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
 
 
 def inductor_config() -> Any:
@@ -284,6 +494,15 @@ def autotune_hooks() -> tuple[Any, Any]:
     except Exception:  # pragma: no cover - Triton not installed
         triton_heuristics = None
     return select_algorithm, triton_heuristics
+
+
+def shutdown_compile_workers() -> None:
+    """Stop Inductor's compile worker processes, if this process started any
+    (``torch._inductor.async_compile.shutdown_compile_workers``, else done by its atexit hook)."""
+    mod = sys.modules.get("torch._inductor.async_compile")
+    fn = getattr(mod, "shutdown_compile_workers", None)
+    if fn is not None:
+        fn()
 
 
 def dynamo_counters() -> Any:
