@@ -14,7 +14,9 @@ One run, each variant its own fresh Python process, in this order:
 6. ``hot, AOT entry``: the root as warmed: the AOT entry is loaded, no Dynamo trace.
 
 ``start-up`` is model built → first forward done on the dummy batch (compile/load and CUDA-graph capture
-included, capture also shown apart); ``process`` is the child's wall time (imports, build, a short workload).
+included, capture also shown apart); ``ready`` is the child's exec → first forward done (interpreter, imports,
+build, start-up: a user's "time to ready"); ``process`` is the child's whole wall time (imports, build, a short
+workload, exit) and ``exit`` the part of it after the worker's last line (interpreter teardown).
 ``same`` compares the workload's checksum (prefill and decode of 7, 64, 2 and 1 tokens) with the cold run of
 the same kind (stock with stock cold, pipeline with pipeline cold). ``TORCHINDUCTOR_VEC_ISA_OK=1`` is set for
 every variant (it skips a per-process CPU ISA build check that all would pay alike). ``--pycache DIR`` sets
@@ -59,6 +61,7 @@ def worker(args: argparse.Namespace) -> None:
                          max_model_len=max(256, args.max_tokens), max_num_seqs=4,
                          save_aot_entry=True if args.warm else None)
     build = time.perf_counter() - t0
+    t_built = time.time()
     if args.profile:
         import cProfile
         import pstats
@@ -69,6 +72,7 @@ def worker(args: argparse.Namespace) -> None:
             pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(60)
     else:
         startup = runner.warmup()
+    ready_at = time.time()  # exec → first forward done, with the driver's spawn time
     wl = runner.run_workload()
     if args.save_mega:
         Path(args.save_mega).write_bytes(torch.compiler.save_cache_artifacts()[0])
@@ -82,10 +86,21 @@ def worker(args: argparse.Namespace) -> None:
         "loaded": int(inductor.get("fxgraph_cache_hit", 0)) if stock else counters.graphs_loaded,
         "dynamo_traces": int(torch_compat.dynamo_counters()["stats"].get("unique_graphs", 0)) if stock
         else counters.dynamo_traces,
-        "hot_path": getattr(state, "hot_path", None), "phases": state.phases.as_dict() if state else {},
-        "checksum": wl.checksum,
+        "hot_path": getattr(state, "hot_path", None), "phases": startup_phases(state, startup, runner),
+        "key_source": getattr(state, "key_source", None), "loader": dict(torch_compat.hot_load_report),
+        "checksum": wl.checksum, "ready_at": ready_at, "build_at": t_built,
     }
+    out["done_at"] = time.time()
     print(RESULT + json.dumps(out), flush=True)
+
+
+def startup_phases(state, startup: float, runner) -> dict:  # noqa: ANN001
+    """The start-up's phases as ``check --json`` names them (key, trace, compile, load, save, capture), the
+    warm-up batches being the rest (``first_forward``)."""
+    phases = dict(state.phases.as_dict()) if state is not None else {}
+    phases["cudagraph_capture"] = round(runner.graphs.capture_seconds, 3)
+    phases["first_forward"] = round(max(0.0, startup - sum(phases.values())), 3)
+    return {k: v for k, v in phases.items() if v}
 
 
 # ---------------------------------------------------------------------- the driver
@@ -109,6 +124,7 @@ def run_variant(name: str, args: argparse.Namespace, *, mode: int, root: Path, i
            "--model", args.model, "--device", args.device, "--max-tokens", str(args.max_tokens),
            "--compilation-config", args.compilation_config, *extra]
     t0 = time.perf_counter()
+    spawned = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(args, inductor_dir), cwd=str(REPO))
     wall = time.perf_counter() - t0
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)), None)
@@ -116,10 +132,14 @@ def run_variant(name: str, args: argparse.Namespace, *, mode: int, root: Path, i
         sys.stderr.write(proc.stderr[-4000:])
         raise SystemExit(f"{name}: worker failed (exit {proc.returncode})")
     result = json.loads(line[len(RESULT):])
-    result.update(variant=name, process_s=round(wall, 3))
-    print(f"  done: {name}: start-up {result['startup_s']:.2f} s, process {wall:.2f} s, compiled "
-          f"{result['compiled']}, loaded {result['loaded']}, traces {result['dynamo_traces']}, "
-          f"phases {result['phases']}", flush=True)
+    result.update(variant=name, process_s=round(wall, 3), ready_s=round(result["ready_at"] - spawned, 3),
+                  to_build_s=round(result["build_at"] - spawned - result["build_s"], 3),
+                  exit_s=round(spawned + wall - result["done_at"], 3))
+    print(f"  done: {name}: start-up {result['startup_s']:.2f} s, exec → first forward {result['ready_s']:.2f} s, "
+          f"process {wall:.2f} s (exec → build {result['to_build_s']:.2f}, build {result['build_s']:.2f}, exit "
+          f"{result['exit_s']:.2f}), compiled {result['compiled']}, loaded {result['loaded']}, traces "
+          f"{result['dynamo_traces']}, phases {result['phases']}, key {result['key_source']}, "
+          f"loader {result['loader']}", flush=True)
     return result
 
 
@@ -167,28 +187,51 @@ def print_table(rows: list[dict], args: argparse.Namespace) -> None:
     print(f"model {args.model} on {args.device} · torch {torch.__version__} · {os.cpu_count()} CPUs · "
           f"compilation config {args.compilation_config} · start-up batch {args.max_tokens} tokens · "
           f"PYTHONPYCACHEPREFIX={'set, primed' if args.pycache else 'unset'}")
-    header = (f"{'variant':<34} {'start-up s':>10} {'capture s':>9} {'process s':>9} {'compiled':>8} "
-              f"{'loaded':>6} {'traces':>6} {'same':>5}")
+    header = (f"{'variant':<34} {'start-up s':>10} {'capture s':>9} {'ready s':>8} {'process s':>9} "
+              f"{'exit s':>6} {'compiled':>8} {'loaded':>6} {'traces':>6} {'same':>5}")
     print(header)
     print("-" * len(header))
     cold = {1: rows[0]["checksum"], 3: rows[3]["checksum"]}
     for i, r in enumerate(rows):
         same = r["checksum"] == (cold[1] if i < 3 else cold[3])
-        print(f"{r['variant']:<34} {r['startup_s']:>10.2f} {r['capture_s']:>9.2f} {r['process_s']:>9.2f} "
-              f"{r['compiled']:>8} {r['loaded']:>6} {r['dynamo_traces']:>6} {'yes' if same else 'NO':>5}")
+        print(f"{r['variant']:<34} {r['startup_s']:>10.2f} {r['capture_s']:>9.2f} {r['ready_s']:>8.2f} "
+              f"{r['process_s']:>9.2f} {r['exit_s']:>6.2f} {r['compiled']:>8} {r['loaded']:>6} "
+              f"{r['dynamo_traces']:>6} {'yes' if same else 'NO':>5}")
     aot, stock_warm, mega = rows[5], rows[1], rows[2]
     best = min(stock_warm["startup_s"], mega["startup_s"])
     print(f"AOT hot start {aot['startup_s']:.2f} s: {stock_warm['startup_s'] / aot['startup_s']:.1f}x faster than "
           f"stock warm, {mega['startup_s'] / aot['startup_s']:.1f}x than Mega-Cache, "
-          f"{best / aot['startup_s']:.1f}x than the best of them")
+          f"{best / aot['startup_s']:.1f}x than the best of them; exec → first forward {aot['ready_s']:.2f} s vs "
+          f"stock warm's {stock_warm['ready_s']:.2f} s ({aot['ready_s'] / stock_warm['ready_s']:.2f})")
     print("phases of the hot starts (s): " + " | ".join(
-        f"{r['variant']}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()) for r in rows[4:]))
-    if args.device.startswith("cuda"):
-        target = aot["startup_s"] <= 1.0 and stock_warm["startup_s"] / aot["startup_s"] >= 5
-        print(f"target (H200): AOT hot start <= 1.0 s and >= 5x stock warm: {'met' if target else 'MISSED'}")
-    else:
-        target = stock_warm["startup_s"] / aot["startup_s"] >= 3
-        print(f"target (CPU): AOT hot start >= 3x faster than stock warm: {'met' if target else 'MISSED'}")
+        f"{r['variant']}: exec → build {r['to_build_s']:.2f}, build {r['build_s']:.2f}, "
+        + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()) for r in rows[4:]))
+    print(f"AOT start: key from {aot['key_source']}; loader {aot['loader']}")
+    for line in target_lines(args, aot, stock_warm):
+        print(line)
+
+
+# Issue 21's targets on the H200: (model, graphs) -> the AOT start-up bound in seconds.
+H200_TARGETS = {("llama-3.2-1b", "NONE"): 1.0, ("llama-3.2-1b", "default"): 1.6, ("llama-3.1-8b", "NONE"): 1.3}
+
+
+def target_lines(args: argparse.Namespace, aot: dict, stock_warm: dict) -> list[str]:
+    ratio = stock_warm["startup_s"] / aot["startup_s"]
+    if not args.device.startswith("cuda"):
+        return [f"target (CPU): AOT hot start >= 3x faster than stock warm: {'met' if ratio >= 3 else 'MISSED'} "
+                f"({ratio:.1f}x)"]
+    graphs = json.loads(args.compilation_config).get("cudagraph_mode") or "default"
+    bound = H200_TARGETS.get((args.model, graphs))
+    lines = []
+    if bound is not None:
+        ok = aot["startup_s"] <= bound and (graphs != "NONE" or args.model != "llama-3.2-1b" or ratio >= 5)
+        lines.append(f"target (H200, {args.model}, graphs {graphs}): AOT hot start <= {bound} s"
+                     + (" and >= 5x stock warm" if (args.model, graphs) == ("llama-3.2-1b", "NONE") else "")
+                     + f": {'met' if ok else 'MISSED'} ({aot['startup_s']:.2f} s, {ratio:.1f}x)")
+    share = aot["ready_s"] / stock_warm["ready_s"]
+    lines.append(f"target (H200): exec → first forward of the AOT start <= 0.5x stock warm's: "
+                 f"{'met' if share <= 0.5 else 'MISSED'} ({share:.2f})")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

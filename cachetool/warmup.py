@@ -48,16 +48,22 @@ class CompileRunResult:
     unique_pieces: int
     dynamo_compiles: int
     seconds: float               # whole run: build, compile/load, workload
-    startup_seconds: float       # compile or load on the dummy batch (what a server waits for)
-    compile_seconds: float       # inside the backend (split, compile or load)
+    startup_seconds: float       # model built -> warm-up batches done (what a server waits for): the sum of the
+                                 # start-up phases (docs/compiler.md, "Timing names")
+    compile_seconds: float       # Inductor compiling pieces: phases["compile"] (0 on a hit)
     workload: dict[str, Any] = field(default_factory=dict)
     dynamo_traces: int = 0       # frames Dynamo traced in this process (0 on the AOT hot path)
     hot_path: str | None = None  # "aot" (the AOT entry loaded, no trace) or "dynamo" (traced; compiled or loaded)
     aot_fallback_reason: str | None = None  # why the AOT entry was not used (None on the AOT path)
     phases: dict[str, float] = field(default_factory=dict)
-    """Seconds: ``import`` (process start → run), ``build`` (model), ``key`` (predicting the cache key),
-    ``load`` (AOT entry and artifacts; on the Dynamo path the trace and every compile/load), ``cudagraph_capture``,
-    ``first_forward`` (the warm-up batches themselves)."""
+    """Seconds, each name one thing (docs/compiler.md, "Timing names"): ``import`` (exec → run), ``build``
+    (model), then the start-up: ``key`` (predicting the cache key, AOT path), ``trace`` (Dynamo's capture, the
+    Dynamo path), ``compile`` (Inductor compiling), ``load`` (AOT entry and artifacts, and the wait for the
+    loader's imports), ``save`` (writing the AOT entry), ``cudagraph_capture``, ``first_forward`` (the warm-up
+    batches themselves); then ``workload`` (prefill/decode batches) and ``exit`` (releasing caches and
+    workers). ``startup_seconds`` = key + trace + compile + load + save + cudagraph_capture + first_forward;
+    ``seconds`` = build + startup_seconds + workload."""
+    key_source: str | None = None  # AOT path: "evidence" (compiler factors from the build evidence) or "computed"
     compilation_config: dict[str, Any] = field(default_factory=dict)
     tensor_parallel_size: int = 1
     ranks: list[dict[str, Any]] = field(default_factory=list)
@@ -155,11 +161,12 @@ def _check_device(device: str) -> None:
 
 def _run(command: str, model: str, *, cache_root: str | Path | None, device: str, compilation_config: Any,
          rank: int, dp_rank: int, require_hit: bool, workload: bool,
-         tensor_parallel_size: int = 1) -> CompileRunResult:
+         tensor_parallel_size: int = 1, on_progress: Any = None) -> CompileRunResult:
     if tensor_parallel_size != 1:
         return _run_parallel(command, model, cache_root=cache_root, device=device,
                              compilation_config=compilation_config, rank=rank, dp_rank=dp_rank,
                              require_hit=require_hit, workload=workload, tensor_parallel_size=tensor_parallel_size)
+    from compiler import progress
     from compiler.capture import RecompileError
     from compiler.counters import CompileInStrictMode, counters, strict_mode
     from compiler.layout import resolve_root
@@ -173,11 +180,16 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     before = counters.snapshot()
     guard = strict_mode(True) if require_hit else contextlib.nullcontext()
     try:
-        with guard:
+        with guard, progress.listening(on_progress):
+            progress.emit(progress.STEP, f"{command}: building {model} on {device}")
             runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank,
                                  save_aot_entry=True if command == "warm" else None)
             built = time.perf_counter() - t0
+            at_warmup = counters.snapshot()
             startup = runner.warmup()
+            during = counters.delta(at_warmup)
+            if workload:
+                progress.emit(progress.STEP, f"{command}: prefill and decode batches")
             wl = runner.run_workload().as_dict() if workload else {}
     except ModelSpecError as exc:  # weights that do not fit the config (caught before anything is written)
         raise ModelError(str(exc)) from None
@@ -198,7 +210,12 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     layout = getattr(backend, "layout", None)
     key = getattr(backend, "key", None)
     state = runner.compile_state
-    phases = startup_phases(imported, built, startup, state, runner.graphs.capture_seconds)
+    seconds = time.perf_counter() - t0
+    phases = startup_phases(imported, built, startup, state, runner.graphs.capture_seconds, during)
+    phases["workload"] = round(max(0.0, seconds - built - startup), 3)
+    t_exit = time.perf_counter()
+    runner.close()
+    phases["exit"] = round(time.perf_counter() - t_exit, 3)
     return CompileRunResult(
         command=command, model=model, device=str(runner.device), cache_root=str(resolve_root(cfg.cache_dir)),
         cache_dir=str(layout.dir) if layout is not None else None,
@@ -207,10 +224,10 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
         graphs_compiled=delta.graphs_compiled, graphs_loaded=delta.graphs_loaded, graphs_reused=delta.graphs_reused,
         pieces=delta.pieces, unique_pieces=delta.unique_pieces, dynamo_compiles=delta.dynamo_compiles,
         dynamo_traces=delta.dynamo_traces,
-        seconds=round(time.perf_counter() - t0, 3), startup_seconds=round(startup, 3),
-        compile_seconds=round(delta.compile_seconds, 3), workload=wl, compilation_config=cfg.to_dict(),
+        seconds=round(seconds, 3), startup_seconds=round(startup, 3),
+        compile_seconds=phases["compile"], workload=wl, compilation_config=cfg.to_dict(),
         hot_path=getattr(state, "hot_path", None), aot_fallback_reason=getattr(state, "aot_fallback_reason", None),
-        phases=phases,
+        phases=phases, key_source=getattr(state, "key_source", None),
     )
 
 
@@ -229,15 +246,28 @@ def process_age_seconds() -> float | None:
         return None
 
 
-def startup_phases(imported: float | None, built: float, startup: float, state: Any,
-                   capture: float) -> dict[str, float]:
-    """The phases of a start (see :attr:`CompileRunResult.phases`); the warm-up batches are what remains of
-    ``startup`` once key, load and capture are taken out."""
+STARTUP_PHASES = ("key", "trace", "compile", "load", "save", "cudagraph_capture", "first_forward")
+
+
+def startup_phases(imported: float | None, built: float, startup: float, state: Any, capture: float,
+                   during: Any = None) -> dict[str, float]:
+    """The phases of a start up to the warm-up's end (see :attr:`CompileRunResult.phases`). The first call
+    reports its own (``state.phases``); compiles and loads of later warm-up batches (``compile_sizes``) come from
+    the counters' change ``during`` the warm-up; ``first_forward`` is what remains of ``startup``, so the start-up
+    phases sum to it."""
     first = getattr(state, "phases", None)
-    key = first.key if first is not None else 0.0
-    load = first.load if first is not None else 0.0
-    phases = {"import": imported, "build": built, "key": key, "load": load, "cudagraph_capture": capture,
-              "first_forward": max(0.0, startup - key - load - capture)}
+
+    def part(name: str) -> float:
+        return float(getattr(first, name, 0.0) or 0.0)
+
+    compile_s = max(part("compile"), float(getattr(during, "inductor_compile_seconds", 0.0)))
+    later_loads = max(0.0, float(getattr(during, "artifact_load_seconds", 0.0)) - part("counted_load"))
+    phases: dict[str, float | None] = {"import": imported, "build": built, "key": part("key"),
+                                       "trace": part("trace"), "compile": compile_s,
+                                       "load": part("load") + later_loads, "save": part("save"),
+                                       "cudagraph_capture": capture}
+    taken = sum(v for k, v in phases.items() if k in STARTUP_PHASES and v is not None)
+    phases["first_forward"] = max(0.0, startup - taken)
     return {k: round(v, 3) for k, v in phases.items() if v is not None}
 
 
@@ -298,16 +328,18 @@ def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: 
 
 
 def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", compilation_config: Any = None,
-         rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True) -> CompileRunResult:
+         rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
+         on_progress: Any = None) -> CompileRunResult:
     """Populate the compile cache for ``model`` (compiles what is missing, loads the rest). With
     ``tensor_parallel_size`` N > 1, N rank processes each fill their ``rank_{r}_{dp_rank}`` folder (made byte
-    copies of rank 0's where they compiled the same pieces, unless ``share_ranks`` is false)."""
+    copies of rank 0's where they compiled the same pieces, unless ``share_ranks`` is false). ``on_progress``
+    receives :class:`compiler.progress.ProgressEvent`\\ s while it compiles (one process; not from TP ranks)."""
     if tensor_parallel_size != 1:
         return _run_parallel("warm", model, cache_root=cache_root, device=device,
                              compilation_config=compilation_config, rank=rank, dp_rank=dp_rank, require_hit=False,
                              workload=True, tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks)
     return _run("warm", model, cache_root=cache_root, device=device, compilation_config=compilation_config,
-                rank=rank, dp_rank=dp_rank, require_hit=False, workload=True)
+                rank=rank, dp_rank=dp_rank, require_hit=False, workload=True, on_progress=on_progress)
 
 
 def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", compilation_config: Any = None,

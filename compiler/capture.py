@@ -33,10 +33,11 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from compiler import envs, torch_compat
+from compiler import envs, progress, torch_compat
 from compiler.compile_context import CompileContext
 from compiler.config import CompilationMode, DynamicShapesType
 from compiler.counters import CompileInStrictMode, counters, is_strict
+from compiler.key_prediction import NO_CACHE_YET
 from compiler.layout import TRANSFORMED_CODE
 
 logger = logging.getLogger(__name__)
@@ -62,17 +63,27 @@ def _decompile(code: CodeType) -> str:
 
 @dataclass
 class StartupPhases:
-    """Seconds of the first call, by phase. ``key``: predicting the cache key without a trace (AOT path);
-    ``load``: loading the AOT entry and its artifacts, or (Dynamo path) the trace plus compile/load of every
-    piece, with any wait for the loader's imports started in the background; ``first_forward``: running the
-    first batch once it is loaded."""
+    """Seconds of the first call, by phase; each name means one thing (docs/compiler.md, "Timing names"):
+
+    - ``key``: predicting the cache key without a trace (AOT path);
+    - ``trace``: the Dynamo path's first call less its compiles and loads (Dynamo's capture, the key, the split,
+      the fake-tensor pass);
+    - ``compile``: Inductor compiling pieces;
+    - ``load``: loading the AOT entry and artifacts (or, on the Dynamo path, each piece's artifact), with any wait
+      for the loader's imports started in the background;
+    - ``save``: writing the AOT entry after a compile (a warm).
+
+    ``counted_load`` is the part of ``load`` that ``counters.artifact_load_seconds`` also holds (not a phase)."""
 
     key: float = 0.0
+    trace: float = 0.0
+    compile: float = 0.0
     load: float = 0.0
-    first_forward: float = 0.0
+    save: float = 0.0
+    counted_load: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
-        return {k: round(v, 4) for k, v in dataclasses.asdict(self).items()}
+        return {k: round(v, 4) for k, v in dataclasses.asdict(self).items() if k != "counted_load"}
 
 
 class _Compiled:
@@ -89,6 +100,7 @@ class _Compiled:
         self.first_compile_seconds: float | None = None
         self.hot_path: str | None = None          # "aot" or "dynamo" once the first call ran
         self.aot_fallback_reason: str | None = None
+        self.key_source: str | None = None  # AOT path: "evidence" (build evidence matched) or "computed"
         self.phases = StartupPhases()
         self._compiled_here = 0
         self._import_wait = 0.0
@@ -188,21 +200,28 @@ class _Compiled:
     def _try_aot_start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Hot start: predict the key, load the entry, run. ``_NO_ENTRY`` (and one log line why) if it can't."""
         from compiler.aot_entry import AotEntryError
-        from compiler.key_prediction import KeyMiss, LocalFactors, predict_layout
+        from compiler.key_prediction import HotStartFactors, KeyMiss, predict_layout
         from compiler.layout import resolve_root
         from compiler.piecewise_backend import HotStartBackend
 
         t0 = time.perf_counter()
+        loaded_before = counters.artifact_load_seconds
+        local = HotStartFactors(self.cfg, self.ctx.model_config, self.ctx.device)
         try:
-            local = LocalFactors.compute(self.cfg, self.ctx.model_config, self.ctx.device)
             key, layout = predict_layout(resolve_root(self.cfg.cache_dir), local, rank=self.ctx.rank,
                                          dp_rank=self.ctx.dp_rank, prefix=self.ctx.prefix)
+            self.key_source = local.source
+            if local.source == "evidence":  # Inductor then need not hash torch's sources to check an artifact
+                torch_compat.preset_torch_key(key.factors["compiler"]["values"]["torch_key"])
             t_key = time.perf_counter()
             backend = HotStartBackend(self.ctx, layout, key)
             fn, _ = backend.load()
         except (KeyMiss, AotEntryError, OSError) as exc:
             self.aot_fallback_reason = getattr(exc, "reason", None) or str(exc)
-            logger.info("No AOT hot start (%s); tracing with Dynamo", self.aot_fallback_reason)
+            if self.aot_fallback_reason == NO_CACHE_YET:
+                logger.info("No cache for this model and config under the root yet: compiling")
+            else:
+                logger.info("No AOT hot start (%s); tracing with Dynamo", self.aot_fallback_reason)
             return _NO_ENTRY
         t_load = time.perf_counter()
         module = self.module
@@ -211,11 +230,10 @@ class _Compiled:
         self.hot_path = "aot"
         logger.info("Loaded the AOT-compiled forward from %s (%d artifacts) in %.2f s; no Dynamo trace",
                     layout.dir, backend.graphs_loaded, t_load - t0)
-        out = self.compiled_fn(*args, **kwargs)
         self.phases = StartupPhases(key=t_key - t0, load=t_load - t_key + self._import_wait,
-                                    first_forward=time.perf_counter() - t_load)
+                                    counted_load=counters.artifact_load_seconds - loaded_before)
         self.first_compile_seconds = t_load - t0
-        return out
+        return self.compiled_fn(*args, **kwargs)
 
     def _write_aot_entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """After a compiling first call: capture ``forward`` once more with Dynamo's AOT API, serving every piece
@@ -228,6 +246,7 @@ class _Compiled:
         if layout is None or not wanted or not self._aot_usable():
             return
         t0 = time.perf_counter()
+        progress.emit(progress.SAVE, "saving the AOT entry (a second Dynamo capture, nothing compiles)")
         fn = type(self.module).forward
         try:
             with torch_compat.size_oblivious(self._size_oblivious()):
@@ -247,8 +266,9 @@ class _Compiled:
     def _compile_first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         code = type(self.module).forward.__code__
         logger.info("Start compiling function %s", code)
+        progress.emit(progress.TRACE, f"tracing {type(self.module).__name__}.forward with Dynamo")
         t0 = time.perf_counter()
-        compiled_before = counters.graphs_compiled
+        before = counters.snapshot()
         self._mark(args, kwargs)
         self.compiled_fn = self._build()
         hooks: list[tuple[CodeType, CodeType]] = []
@@ -266,8 +286,12 @@ class _Compiled:
                 handle.remove()
         self.first_compile_seconds = time.perf_counter() - t0
         self.hot_path = "dynamo"
-        self.phases = StartupPhases(load=self.first_compile_seconds + self._import_wait)
-        self._compiled_here = counters.graphs_compiled - compiled_before
+        done = counters.delta(before)
+        self.phases = StartupPhases(
+            trace=max(0.0, self.first_compile_seconds - done.inductor_compile_seconds - done.artifact_load_seconds),
+            compile=done.inductor_compile_seconds, load=done.artifact_load_seconds + self._import_wait,
+            counted_load=done.artifact_load_seconds)
+        self._compiled_here = done.graphs_compiled
         layout = getattr(self.backend, "layout", None)
         if layout is not None and hooks and not self.ctx.key_only and Path(layout.dir).is_dir() \
                 and not (Path(layout.dir) / TRANSFORMED_CODE).exists():
@@ -276,7 +300,9 @@ class _Compiled:
                                         + _decompile(new) for old, new in hooks) + "\n")
             logger.debug("Transformed code saved to %s", path)
         logger.info("torch.compile takes %.2f s in total", self.first_compile_seconds)
+        t_save = time.perf_counter()
         self._write_aot_entry(args, kwargs)
+        self.phases.save = time.perf_counter() - t_save
         return out
 
 

@@ -23,6 +23,8 @@ class CompileCounters:
     graphs_loaded: int = 0          # artifacts loaded from the cache directory
     graphs_reused: int = 0          # pieces served by an identical piece compiled/loaded in this process
     compile_seconds: float = 0.0    # time in our backend (split, compile or load)
+    inductor_compile_seconds: float = 0.0  # Inductor compiling pieces (the ``compile`` phase)
+    artifact_load_seconds: float = 0.0     # loading saved artifacts (part of the ``load`` phase)
 
     def snapshot(self) -> CompileCounters:
         return dataclasses.replace(self)

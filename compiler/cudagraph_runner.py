@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from compiler import progress
 from compiler.config import CompilationMode, CUDAGraphMode
 from compiler.cuda_graph import (CUDAGraphWrapper, GraphPool, capture_phase, install_piecewise_graphs,
                                  set_cudagraph_dispatch, uninstall_piecewise_graphs)
@@ -142,6 +143,7 @@ class GraphExecutor:
         self._install_piecewise()
         t0 = time.perf_counter()
         keys = self.dispatcher.all_keys()
+        progress.emit(progress.CAPTURE, f"capturing CUDA graphs for {len(keys)} batch keys", keys=len(keys))
         with capture_phase():
             for runtime_mode, desc in keys:
                 n = desc.num_tokens

@@ -144,6 +144,13 @@ def _mirror(source: Path, dest: Path, skip: tuple[str, ...] = ()) -> None:
 def _remove_overlays() -> None:
     for top in _overlays.values():
         shutil.rmtree(top, ignore_errors=True)  # removes the links, never what they point to
+    _overlays.clear()
+
+
+def release_overlays() -> None:
+    """Remove this process's overlays now instead of at exit (a start that is done loading: its kernels are
+    loaded, and a later load makes a fresh overlay)."""
+    _remove_overlays()
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from compiler import aot_entry, build_identity, cache_key, envs, torch_compat
+from compiler import aot_entry, build_identity, cache_key, envs, progress, torch_compat
 from compiler.artifacts import CompileIndex, IndexEntry
 from compiler.compile_context import CompileContext
 from compiler.compiler_interface import CompilerInterface, InductorStandaloneAdaptor, artifact_digest
@@ -114,6 +114,7 @@ class PiecewiseBackend:
         self.pieces_info: dict[str, PieceInfo] = {}
         self.traced_files: list[str] = []
         self._persist_env = ctx.device.startswith("cuda")
+        self._piece_total = 0
 
     # ------------------------------------------------------------------ Dynamo entry
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -160,6 +161,9 @@ class PiecewiseBackend:
         self.index = CompileIndex.open(self.layout.index_file if self.layout else None, self.key.hash)
         compile_names = [it.submod_name for it in items if not it.is_splitting_graph]
         counters.pieces += len(compile_names)
+        self._piece_total = len(compile_names)
+        progress.emit(progress.KEY, f"cache key {self.key.hash}: {len(compile_names)} pieces to compile or load",
+                      key=self.key.hash, pieces=len(compile_names))
         with redirect_compiler_caches(self.layout, persist=self._persist_env):
             _PieceInterpreter(split_gm, compile_names, self).run(*example_inputs)
         self.index.save()
@@ -199,8 +203,12 @@ class PiecewiseBackend:
                         ghash: str) -> Callable[..., Any]:
         """Return a callable for one piece: reuse (same process), load (index hit) or compile."""
         memo = (ghash, runtime_shape)
+        what = (f"piece {index + 1}/{self._piece_total}" if runtime_shape is None
+                else f"compile size {runtime_shape}: piece {index + 1}/{self._piece_total}")
         if memo in self._by_hash:
             counters.graphs_reused += 1
+            progress.emit(progress.PIECE, f"{what} reused (identical to one done)", index=index,
+                          total=self._piece_total, action="reused", shape=runtime_shape, seconds=0.0)
             known = self._entries.get(memo)
             if known is not None and self.index is not None:
                 self.index.record(index, runtime_shape, known)  # identical piece: same artifact file
@@ -219,8 +227,12 @@ class PiecewiseBackend:
                 logger.warning("Could not load %s (%s: %s); compiling instead", entry.artifact,
                                type(exc).__name__, exc)
                 fn = None
+            finally:
+                counters.artifact_load_seconds += time.perf_counter() - t
             if fn is not None:
                 counters.graphs_loaded += 1
+                progress.emit(progress.PIECE, f"{what} loaded", index=index, total=self._piece_total,
+                              action="loaded", shape=runtime_shape, seconds=time.perf_counter() - t)
                 logger.debug("Directly load the %s-th graph for shape %s from %s via handle %s (%.2f s)",
                              index, shape_txt, self.adaptor.name, (ghash[:16], str(self.layout.dir / entry.artifact)),
                              time.perf_counter() - t)
@@ -228,12 +240,20 @@ class PiecewiseBackend:
                 self._entries[memo] = entry
         if fn is None:
             check_not_strict(f"piece {index} (shape {shape_txt}, graph {ghash[:12]})")
+            tuned = runtime_shape is not None and self.ctx.device.startswith("cuda")  # compiler.autotune
+            progress.emit(progress.AUTOTUNE if tuned else progress.PIECE_START,
+                          f"{what}: compiling" + (" with max-autotune" if tuned else ""), index=index,
+                          total=self._piece_total, shape=runtime_shape)
             t = time.perf_counter()
             directory = self.layout.dir if self.layout is not None else None
             fmt = self.config.compile_cache_save_format
             with redirect_compiler_caches(self.layout, persist=self._persist_env):
                 fn, handle = self.adaptor.compile(graph, args, runtime_shape, ghash, directory, fmt)
+            counters.inductor_compile_seconds += time.perf_counter() - t
             counters.graphs_compiled += 1
+            progress.emit(progress.PIECE, f"{what} compiled in {time.perf_counter() - t:.1f} s", index=index,
+                          total=self._piece_total, action="compiled", shape=runtime_shape,
+                          seconds=time.perf_counter() - t)
             if handle is not None and self.layout is not None:
                 path = self.layout.dir / handle[1]
                 logger.debug("store the %s-th graph for shape %s from %s via handle %s (%.2f s)",
@@ -361,6 +381,7 @@ class HotStartBackend:
         path = aot_entry.check_artifact(self.layout.dir, ref)
         t = time.perf_counter()
         fn = self.adaptor.load((ghash, ref.name), None, [], shape, self.layout.dir, ref.format)
+        counters.artifact_load_seconds += time.perf_counter() - t
         logger.debug("Directly load the %s-th graph for shape %s from %s via handle %s (%.2f s)", index, shape,
                      self.adaptor.name, (ghash[:16], str(path)), time.perf_counter() - t)
         self._loaded[ref.name] = fn

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from compiler.compile_context import CompileContext
-from compiler.config import CompilationConfig
+from compiler.config import CompilationConfig, CompilationMode
 from compiler.forward_context import AttentionMetadata, ForwardContext, set_forward_context
 from compiler.models.llama import LlamaForCausalLM, build_model, model_config_values
 
@@ -64,6 +64,10 @@ class ModelRunner:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.config = compilation_config or CompilationConfig()
+        if self.config.mode == CompilationMode.PIECEWISE and not key_only:
+            from compiler import torch_compat
+
+            torch_compat.prefetch_artifact_loader()  # Dynamo's and the loader's imports overlap the build
         self.model: LlamaForCausalLM = build_model(model, self.device, dtype, seed)
         self.model_cfg = self.model.config
         self.dtype = next(self.model.parameters()).dtype
@@ -169,6 +173,17 @@ class ModelRunner:
                 self.free(seq)
         self.graphs.capture()
         return time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Release what the process would otherwise tear down at exit: Inductor's compile workers, the load
+        overlays, pending device work. The model stays usable for calls that load nothing new."""
+        from compiler import torch_compat
+        from compiler.layout import release_overlays
+
+        torch_compat.shutdown_compile_workers()
+        release_overlays()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _prompt(self, gen: torch.Generator, n: int) -> list[int]:
         return torch.randint(1, self.model_cfg.vocab_size, (n,), generator=gen).tolist()

@@ -56,7 +56,12 @@ def is_recompile_refusal(exc: BaseException) -> bool:
     return "fail_on_recompile" in text or ("ecompil" in text and "stance" in text) or "error_on_recompile" in text
 
 
-BackendCompilerFailed = torch._dynamo.exc.BackendCompilerFailed
+def __getattr__(name: str) -> Any:
+    # Dynamo is imported where it is first needed (in the background by prefetch_artifact_loader, or by a trace),
+    # not with this module: seconds of imports that can overlap the model build.
+    if name == "BackendCompilerFailed":
+        return torch._dynamo.exc.BackendCompilerFailed
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextlib.contextmanager
@@ -162,9 +167,9 @@ _prefetch: Any = None  # the thread, once started
 
 
 def prefetch_artifact_loader() -> None:
-    """Import, in a background thread, the modules that loading an artifact needs (Dynamo's AOT loader,
+    """Import, in a background thread, the modules that loading an artifact needs (Dynamo and its AOT loader,
     AOTAutograd's cache, Inductor's code cache), so that a hot start overlaps them with what the server does
-    meanwhile (weights, CUDA context). Not ``compile_fx`` and what it pulls in (lowering, templates, autotuning):
+    meanwhile (weights, CUDA context: :class:`compiler.runner.ModelRunner` starts it before building the model). Not ``compile_fx`` and what it pulls in (lowering, templates, autotuning):
     a hit never needs them (:func:`load_compiled_artifact`). Once per process; errors are left to the load."""
     global _prefetch
     if _prefetch is not None:
@@ -172,6 +177,7 @@ def prefetch_artifact_loader() -> None:
 
     def run() -> None:
         try:
+            import torch._dynamo  # noqa: F401
             import torch._dynamo.aot_compile  # noqa: F401
             import torch._dynamo.package  # noqa: F401
             import torch._inductor.async_compile  # noqa: F401
@@ -322,7 +328,7 @@ def _load_binary_at_runtime(path: str) -> Any:
         artifact_bytes = reader.read_bytes()
     except (ImportError, AttributeError, AssertionError):
         return None
-    with _runtime_stand_ins(), inductor_cfg.patch(unsafe_skip_cache_dynamic_shape_guards=True):
+    with runtime_stand_ins(), inductor_cfg.patch(unsafe_skip_cache_dynamic_shape_guards=True):
         torch.compiler.load_cache_artifacts(artifact_bytes)
         with torch._functorch.config.patch(strict_autograd_cache=True):
             result = AOTAutogradCache._lookup(key, local=True, remote=False, args=[], cache_info={}, aot_config=None)
@@ -394,7 +400,7 @@ def _select_decomp_table(*args: Any, **kwargs: Any) -> Any:
 # ``from torch._inductor.select_algorithm import extern_kernels``; FxGraphCache's hit path reads
 # ``torch._inductor.graph.GraphLowering.save_output_code``; a saved graph's pickle names
 # ``torch._inductor.decomposition.select_decomp_table`` (importing that module registers every decomposition).
-_STAND_INS: dict[str, dict[str, Any]] = {
+STAND_INS: dict[str, dict[str, Any]] = {
     "torch._inductor.select_algorithm": {"extern_kernels": _ExternKernels()},
     "torch._inductor.graph": {"GraphLowering": _GraphLoweringHooks},
     "torch._inductor.decomposition": {"select_decomp_table": _select_decomp_table},
@@ -407,11 +413,11 @@ def _is_real(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _runtime_stand_ins() -> Iterator[None]:
-    """While Inductor wires up a loaded artifact: the modules of :data:`_STAND_INS` that are not imported yet are
+def runtime_stand_ins() -> Iterator[None]:
+    """While Inductor wires up a loaded artifact: the modules of :data:`STAND_INS` that are not imported yet are
     their small stand-ins. Removed afterwards, so that a later compile imports the real ones."""
     placed = {}
-    for name, attrs in _STAND_INS.items():
+    for name, attrs in STAND_INS.items():
         if name not in sys.modules:
             stand_in = _StandIn(name)
             stand_in.__dict__.update(attrs)

@@ -95,12 +95,20 @@ def _print(result: CompileRunResult, as_json: bool) -> None:
     click.echo(f"  pieces         {result.pieces} ({result.unique_pieces} unique)")
     click.echo(f"  graphs         compiled {result.graphs_compiled}, loaded {result.graphs_loaded}, "
                f"reused {result.graphs_reused}")
-    click.echo(f"  start-up       {result.startup_seconds:.2f} s (total {result.seconds:.2f} s)")
+    from cachetool.warmup import STARTUP_PHASES
+
+    ph = result.phases  # the sum rules of docs/compiler.md, "Timing names", written out
+    parts = [f"{k} {ph[k]:.2f}" for k in STARTUP_PHASES if ph.get(k)]
+    click.echo(f"  start-up       {result.startup_seconds:.2f} s" + (" = " + " + ".join(parts) if parts else ""))
+    outer = [(k, ph[k]) for k in ("import", "build") if k in ph] + [("start-up", result.startup_seconds)] \
+        + [(k, ph[k]) for k in ("workload", "exit") if k in ph]
+    click.echo(f"  total          {sum(v for _, v in outer):.2f} s = " + " + ".join(f"{k} {v:.2f}" for k, v in outer))
     path = result.hot_path or "-"
+    if result.hot_path == "aot" and result.key_source:
+        path += f" (key from {'the build evidence' if result.key_source == 'evidence' else 'computed factors'})"
     if result.aot_fallback_reason and result.hot_path != "aot":
         path += f" (no AOT entry used: {result.aot_fallback_reason})"
-    click.echo(f"  hot path       {path}, Dynamo traces {result.dynamo_traces}; "
-               + ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items()))
+    click.echo(f"  hot path       {path}, Dynamo traces {result.dynamo_traces}")
     for r in result.ranks:
         click.echo(f"  rank {r['rank']}         compiled {r['graphs_compiled']}, loaded {r['graphs_loaded']}, "
                    f"reused {r['graphs_reused']}  {r['rank_dir']}")
@@ -201,10 +209,14 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
         from compiler.logger import init_logging
 
         init_logging("cachetool")
-    summary = warm_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
-                       tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
-                       store_options=options_dict(endpoint_url, profile, insecure), engine=engine,
-                       engine_flags=flags, load_weights=load_weights, engine_progress=_say(as_json))
+    from cachetool.cli.progress import progress_renderer
+
+    with progress_renderer(as_json) as render:  # piece i of n, compile sizes, autotune (stderr; none with --json)
+        native = {"on_progress": render} if engine == "native" else {}
+        summary = warm_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
+                           tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
+                           store_options=options_dict(endpoint_url, profile, insecure), engine=engine,
+                           engine_flags=flags, load_weights=load_weights, engine_progress=render, **native)
     if summary.push is None:
         return _show(summary.compile, as_json, engine == "native")
     if as_json:

@@ -25,7 +25,7 @@ MODES = ("backed", "unbacked", "backed_size_oblivious")
 
 def _json(proc: subprocess.CompletedProcess[str]) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout)  # --json prints one object
 
 
 def _tree_state(root: Path) -> dict[str, str]:
@@ -42,6 +42,18 @@ def _tree_state(root: Path) -> dict[str, str]:
     return state
 
 
+_STARTUP = ("key", "trace", "compile", "load", "save", "cudagraph_capture", "first_forward")
+
+
+def _assert_sum_rules(result: dict) -> None:
+    """docs/compiler.md, "Timing names": the start-up is the sum of its phases, the run is build + start-up +
+    workload, and compile_seconds is the compile phase (3-decimal rounding on each side)."""
+    ph = result["phases"]
+    assert sum(ph[k] for k in _STARTUP) == pytest.approx(result["startup_seconds"], abs=0.01)
+    assert ph["build"] + result["startup_seconds"] + ph["workload"] == pytest.approx(result["seconds"], abs=0.01)
+    assert result["compile_seconds"] == ph["compile"]
+
+
 @pytest.fixture(scope="module")
 def warmed_modes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:
     """One warm per dynamic-shapes mode (the backed one at DEBUG level)."""
@@ -51,6 +63,8 @@ def warmed_modes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pa
         warm = _json(run_cli("warm", "--model", "tiny", "--cache-root", str(root), "--json",
                              f"-cc.dynamic_shapes_config.type={mode}"))
         assert warm["graphs_compiled"] == 3 and warm["hot_path"] == "dynamo"
+        _assert_sum_rules(warm)  # a cold warm compiled: its time is compile (and trace, save), not load
+        assert warm["phases"]["compile"] > warm["phases"]["load"] and warm["phases"]["save"] > 0
         assert (Path(warm["cache_dir"]) / ENTRY_FILE).is_file(), "warm writes the AOT entry"
         out[mode] = (root, warm)
     return out
@@ -69,8 +83,11 @@ def test_second_process_takes_the_aot_path(warmed_modes, mode: str) -> None:
     assert {1, 2, 7, 64} <= set(check["workload"]["token_counts"])
     assert check["workload"]["checksum"] == warm["workload"]["checksum"]
     assert "Start compiling function" not in proc.stderr
-    assert set(check["phases"]) == {"import", "build", "key", "load", "cudagraph_capture", "first_forward"}
-    assert check["phases"]["load"] > 0
+    assert set(check["phases"]) == {"import", "build", "key", "trace", "compile", "load", "save",
+                                    "cudagraph_capture", "first_forward", "workload", "exit"}
+    assert check["phases"]["load"] > 0 and check["phases"]["compile"] == check["phases"]["trace"] == 0
+    assert check["key_source"] == "evidence"  # the build evidence matched: no torch/Triton source hashing
+    _assert_sum_rules(check)
 
 
 def test_human_output_reports_the_hot_path(warmed_modes) -> None:
@@ -78,7 +95,9 @@ def test_human_output_reports_the_hot_path(warmed_modes) -> None:
     proc = run_cli("check", "--model", "tiny", "--cache-root", str(root))
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(ln for ln in proc.stdout.splitlines() if "hot path" in ln)
-    assert "aot, Dynamo traces 0" in line and "load" in line and "first_forward" in line
+    assert "aot (key from the build evidence), Dynamo traces 0" in line
+    startup = next(ln for ln in proc.stdout.splitlines() if "start-up" in ln)
+    assert "= key" in startup and "load" in startup and "first_forward" in startup
 
 
 def test_without_the_entry_the_dynamo_path_serves(warmed_modes, tmp_path: Path) -> None:
@@ -140,6 +159,59 @@ def test_an_edited_traced_file_is_a_miss(warmed_modes, tmp_path: Path) -> None:
     reason = next(ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln)
     assert "traced file module:compiler.models.llama differs" in reason
     assert "Loaded the AOT-compiled forward" not in proc.stderr
+
+
+def _with_foreign_evidence(root: Path, dest: Path) -> Path:
+    """A copy of ``root`` whose recorded build evidence differs from this machine's (another torch RECORD
+    digest); the factor values and the key are left as they are."""
+    shutil.copytree(root, dest, symlinks=True)
+    for path in dest.rglob("cache_key_factors.json"):
+        data = json.loads(path.read_text())
+        data["factors"]["compiler"]["evidence"]["torch_record"] = "0" * 64
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return dest
+
+
+def test_an_evidence_mismatch_computes_the_exact_key_and_still_hits(warmed_modes, tmp_path: Path) -> None:
+    """Issue 21: the evidence is only a shortcut; where it differs, the compiler factors are computed (torch_key,
+    triton_key, Inductor config) and, being the same, still find the folder."""
+    root, warm = warmed_modes["backed"]
+    copy = _with_foreign_evidence(root, tmp_path / "root")
+    check = _json(run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit", "--json"))
+    assert check["hot_path"] == "aot" and check["key_source"] == "computed"
+    assert check["cache_key"] == warm["cache_key"] and check["graphs_compiled"] == 0
+    assert check["workload"]["checksum"] == warm["workload"]["checksum"]
+
+
+def test_an_evidence_mismatch_still_misses_on_an_edited_traced_file(warmed_modes, tmp_path: Path) -> None:
+    root, _ = warmed_modes["backed"]
+    copy = _with_foreign_evidence(root, tmp_path / "root")
+    src = _repo_copy_with_edited_model(tmp_path / "src")
+    proc = subprocess.run([os.sys.executable, "-m", "cachetool", "check", "--model", "tiny", "--cache-root",
+                           str(copy), "--require-hit"], capture_output=True, text=True,
+                          env=cli_env(PYTHONPATH=str(src)), cwd=str(src), timeout=300)
+    assert proc.returncode == 8, proc.stderr[-2000:]
+    reason = next(ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln)
+    assert "traced file module:compiler.models.llama differs" in reason
+
+
+_HIT_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.lowering", "torch._inductor.select_algorithm")
+
+
+def test_a_hit_imports_no_compile_time_inductor_module(warmed_modes) -> None:
+    """Issue 21: a hot start runs the loaded artifacts with Inductor's runtime only: none of compile_fx, lowering
+    (its op registrations), select_algorithm (templates, autotuning) is imported, checked in a fresh process."""
+    root, warm = warmed_modes["backed"]
+    script = ("import json, sys\nfrom cachetool.cli import main\n"
+              f"rc = main(['check', '--model', 'tiny', '--cache-root', {str(root)!r}, '--require-hit', '--json'])\n"
+              f"print(json.dumps({{'rc': rc, 'imported': [m for m in {_HIT_IMPORTS!r} if m in sys.modules]}}))\n")
+    proc = subprocess.run([os.sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(),
+                          cwd=str(REPO), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *check_lines, last = proc.stdout.strip().splitlines()
+    assert json.loads(last) == {"rc": 0, "imported": []}
+    check = json.loads("\n".join(check_lines))
+    assert check["hot_path"] == "aot" and check["workload"]["checksum"] == warm["workload"]["checksum"]
 
 
 def test_another_config_is_a_miss_naming_the_field(warmed_modes) -> None:

@@ -1,0 +1,78 @@
+"""What ``cachetool warm`` shows while it compiles: the compiler's progress events (:mod:`compiler.progress`:
+piece i of n, compile sizes, autotuning, the AOT entry, CUDA-graph capture) and the vLLM engine's message lines.
+
+On a terminal, a rich spinner names the step in progress and each finished step stays as a line; elsewhere (CI
+logs, pipes) one plain line per step; with ``--json`` nothing (stdout holds the one JSON object, stderr the log).
+All of it goes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any, Callable, TextIO
+
+import click
+
+# Events that open a step (the spinner shows them); the others close one or stand alone.
+_OPENING = ("trace", "piece_start", "autotune", "save", "capture", "step")
+
+
+class LineProgress:
+    """One line per event: ``warm: piece 2/5 compiled in 12.3 s``."""
+
+    def __init__(self, stream: TextIO, prefix: str = "warm") -> None:
+        self.stream = stream
+        self.prefix = prefix
+
+    def __call__(self, event: Any) -> None:
+        text = str(event)
+        if not text.startswith(f"{self.prefix}:"):
+            text = f"{self.prefix}: {text}"
+        click.echo(text, file=self.stream)
+
+    def close(self) -> None:
+        pass
+
+
+class RichProgress:
+    """A spinner with the step in progress; finished steps are printed above it."""
+
+    def __init__(self, stream: TextIO, prefix: str = "warm") -> None:
+        from rich.console import Console
+
+        self.prefix = prefix
+        self.console = Console(file=stream, highlight=False)
+        self.status = self.console.status(f"{prefix}: starting")
+        self.status.start()
+
+    def __call__(self, event: Any) -> None:
+        text = str(event)
+        kind = getattr(event, "kind", None)
+        if kind in _OPENING:
+            self.status.update(f"{self.prefix}: {text}")
+        else:
+            self.console.print(f"[green]✓[/green] {text}")
+
+    def close(self) -> None:
+        self.status.stop()
+
+
+@contextlib.contextmanager
+def progress_renderer(as_json: bool, stream: TextIO | None = None,
+                      prefix: str = "warm") -> Iterator[Callable[[Any], None] | None]:
+    """The listener for ``warm``'s progress (``None`` with ``--json``), closed when the block ends."""
+    if as_json:
+        yield None
+        return
+    out = stream if stream is not None else sys.stderr
+    render: LineProgress | RichProgress
+    try:
+        render = RichProgress(out, prefix) if out.isatty() else LineProgress(out, prefix)
+    except Exception:  # rich unusable here: plain lines
+        render = LineProgress(out, prefix)
+    try:
+        yield render
+    finally:
+        render.close()

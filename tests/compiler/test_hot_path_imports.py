@@ -1,0 +1,52 @@
+"""Issue 21: what the hot path's stand-ins for Inductor's compile-time modules promise (compiler/torch_compat.py).
+
+A hit resolves ``extern_kernels.<name>`` (what generated wrapper code calls) to ``torch.<name>`` without importing
+``select_algorithm`` and ``lowering``; that must be the very kernel Inductor registers under that name, for every
+registered name for which it answers at all. The fresh-process check that a hit imports none of those modules is
+in test_aot_hot_start.py (it shares that file's warmed caches).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+from compiler import torch_compat
+from tests.compiler.conftest import REPO, cli_env
+
+
+def test_the_torch_shortcut_is_the_registered_kernel_or_nothing() -> None:
+    select_algorithm = importlib.import_module("torch._inductor.select_algorithm")  # fills the registry
+    registry = select_algorithm.ExternKernelChoice._registry
+    assert {"mm", "addmm", "bmm"} <= set(registry)
+    answered = 0
+    for name in registry:
+        fn = torch_compat.torch_extern_kernel(name)
+        if fn is not None:
+            assert fn is getattr(select_algorithm.extern_kernels, name), name
+            answered += 1
+    assert answered >= 3
+    assert torch_compat.torch_extern_kernel("mm_dtype") is None  # renamed: from the registry
+    assert torch_compat.torch_extern_kernel("bias_addmm") is None  # a function of Inductor's own
+
+
+def test_stand_ins_give_way_to_the_real_modules() -> None:
+    """Inside a load, a name the stand-in lacks imports the real module; afterwards no stand-in is left."""
+    code = (
+        "import json, sys, torch\n"
+        "from compiler import torch_compat\n"
+        "with torch_compat.runtime_stand_ins():\n"
+        "    from torch._inductor.select_algorithm import extern_kernels\n"
+        "    before = 'torch._inductor.lowering' in sys.modules\n"
+        "    mm = extern_kernels.mm\n"
+        "    still = 'torch._inductor.lowering' in sys.modules\n"
+        "    from torch._inductor.select_algorithm import AlgorithmSelectorCache\n"
+        "left = [n for n in torch_compat.STAND_INS if type(sys.modules.get(n)).__name__ == '_StandIn']\n"
+        "print(json.dumps({'before': before, 'still': still, 'mm': mm is torch.mm,\n"
+        "                  'real': 'torch._inductor.lowering' in sys.modules, 'left': left}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
+                          cwd=str(REPO), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == {"before": False, "still": False, "mm": True, "real": True, "left": []}
