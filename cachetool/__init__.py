@@ -6,6 +6,10 @@ The Python API (typed results, :mod:`cachetool.errors` on failure)::
     cachetool.check(model, cache_root=..., require_hit=True)                  -> CompileRunResult
     cachetool.push(path_or_ctb, REF, sign_key=KEY)                             -> PushResult
     cachetool.pull(REF, cache_root, trust=[PUB], model=..., device=...)        -> PullResult
+    cachetool.pull_outcome(REF, cache_root, on_miss="continue", ...)           -> PullOutcome (never raises)
+
+Every other verb of the CLI is a function of :mod:`cachetool.api` too (pack, keygen, sign, inspect, verify,
+install, diff, ls, rm, gc).
 
 Names are loaded on first use so that ``import cachetool`` stays cheap (no torch, no boto3).
 """
@@ -17,7 +21,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = {"warm", "check", "push", "pull", "expected_cache_key", "compilation_config", "WarmSummary"}
+_API = {"warm", "check", "push", "pull", "pull_outcome", "expected_cache_key", "compilation_config", "WarmSummary"}
 __all__ = sorted(_API) + ["__version__"]
 
 

@@ -8,7 +8,9 @@ For servers and pipelines that embed cachetool instead of shelling out::
     result = cachetool.pull("s3://bucket/bundles/llama:main", "/cache", trust=["/keys/signing.pub"],
                             model="llama-3.2-1b", device="cuda")
 
-Every failure raises a :class:`cachetool.errors.CachetoolError` subclass; the CLI maps each to its exit code.
+Every verb of the CLI is a function here, and the CLI only renders what it returns. Every failure raises a
+:class:`cachetool.errors.CachetoolError` subclass (the CLI maps each to its exit code), except
+:func:`pull_outcome`, which returns the outcome of a pull under the init-container policy.
 torch is imported only by the calls that compile or compute a cache key.
 """
 
@@ -20,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import UsageError
+from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
 from cachetool.warmup import compilation_config
 
-__all__ = ["WarmSummary", "warm", "check", "push", "pull", "expected_cache_key", "compilation_config"]
+__all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expected_cache_key",
+           "compilation_config", "pack", "keygen", "sign", "inspect", "verify", "install", "diff", "ls", "rm", "gc"]
 
 
 @dataclass
@@ -208,3 +212,135 @@ def pull_outcome(ref: str, cache_root: str | Path, *, on_miss: str = "fail", tim
     from cachetool.pull_policy import pull_with_policy
 
     return pull_with_policy(pull, ref, cache_root, on_miss=on_miss, timeout=timeout, **options)
+
+
+# ---------------------------------------------------------------------------------------- bundles and stores
+def pack(path: str | Path, output: str | Path, *, sign_key: Any = None, layout: str = "auto",
+         level: int = 3) -> PackResult:
+    """Pack a cache (root, hash folder or rank folder) into the single-file bundle ``output``, signed with
+    ``sign_key`` (a path or a loaded key) when given."""
+    from cachetool.bundle import pack as pack_tree, write_ctb
+    from cachetool.signing import envelope_key_ids
+
+    with pack_tree(path, layout=layout, sign_key=sign_key, level=level) as b:
+        out = write_ctb(b, output)
+        m = b.manifest
+        sig = b.signature_bytes()
+        return PackResult(output=str(out), manifest_digest=b.manifest_digest, platform=b.platform, layout=m.layout,
+                          ranks=list(m.ranks), files=len(m.files), unique_blobs=len(m.blobs),
+                          signed_by=envelope_key_ids(sig) if sig is not None else [], bytes=Sizes.of(m))
+
+
+def keygen(output: str | Path) -> KeyPair:
+    """An Ed25519 key pair: ``output`` (private, mode 0600) and ``output.pub``."""
+    from cachetool.signing import generate_keypair
+
+    priv, pub, kid = generate_keypair(output)
+    return KeyPair(str(priv), str(pub), kid)
+
+
+def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None = None) -> SignResult:
+    """Add (or replace) the signature of ``sign_key`` on a ``.ctb`` file (in place, or into ``output``)."""
+    from cachetool.bundle import open_ctb, write_ctb
+    from cachetool.signing import key_id, load_private_key, sign_manifest
+
+    k = load_private_key(sign_key)
+    with open_ctb(bundle) as b:
+        env = sign_manifest(b.manifest_bytes(), k, existing_envelope=b.signature_bytes())
+        signed = b.with_signature(env)
+        try:
+            for blob in signed.blobs:  # extracted first: writing in place replaces the file read from
+                signed.blob_path(blob)
+            out = write_ctb(signed, output or bundle)
+        finally:
+            signed.close()
+        return SignResult(str(out), key_id(k.public_key()), b.manifest_digest)
+
+
+def inspect(bundle: str, *, platform: str | None = None, store_options: dict | None = None) -> BundleInfo:
+    """What a bundle file or a ref's bundle holds (its manifest and signature only; nothing is verified)."""
+    from cachetool.read_bundle import open_bundle
+    from cachetool.signing import envelope_key_ids
+
+    with open_bundle(bundle, platform=platform, store_options=store_options) as b:
+        m, sig = b.manifest, b.signature_bytes()
+        return BundleInfo(
+            bundle=str(bundle), manifest_digest=b.manifest_digest, schema=m.schema, tool_version=m.tool_version,
+            layout=m.layout, save_format=m.save_format, platform=b.platform, fingerprint=dict(m.fingerprint),
+            signed_by=envelope_key_ids(sig) if sig else [], keys=[k.to_json() for k in m.keys],
+            ranks=list(m.ranks), units=[u.path for u in m.units], files=len(m.files), unique_blobs=len(m.blobs),
+            bytes=Sizes.of(m), file_list=[f.to_json() for f in m.files])
+
+
+def verify(bundle: str, *, trust: Any = None, platform: str | None = None,
+           store_options: dict | None = None) -> VerifyResult:
+    """Check the signature against the trusted keys and every blob against the manifest (a ref's blobs are
+    downloaded to a temporary folder); nothing is installed."""
+    from cachetool.install import verify_bundle
+    from cachetool.read_bundle import open_bundle
+
+    with open_bundle(bundle, platform=platform, store_options=store_options) as b:
+        m, kid = verify_bundle(b, trust=trust)
+        return VerifyResult(str(bundle), b.manifest_digest, kid, len(m.blobs), len(m.files))
+
+
+def install(bundle: str | Path, cache_root: str | Path, **options: Any) -> Any:
+    """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root``; ``options`` as for
+    :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
+    from cachetool.bundle import open_ctb
+    from cachetool.install import install_bundle
+
+    with open_ctb(bundle) as b:
+        return install_bundle(b, cache_root, **options)
+
+
+def diff(a: str, b: str, *, device: str | None = None, engine: str = "native", model: str | None = None,
+         flags: list[str] | tuple[str, ...] = (), platform: str | None = None,
+         store_options: dict | None = None) -> list:
+    """Every hash factor that differs between A and B (bundle files, refs, cache folders or ``local``), as
+    :class:`cachetool.factors.Difference` items; with ``engine="vllm"``, B is ``local``: this machine and, with
+    ``model`` and the server's ``flags``, the key inputs vLLM computes for that server."""
+    from cachetool.diff import diff_against_server, diff_sources
+
+    reading = {"platform": platform, "store_options": store_options}
+    if engine == "native":
+        if model or flags:
+            raise UsageError("--model and flags after -- on diff are for --engine vllm")
+        return diff_sources(a, b, device=device, reading=reading)
+    if b != "local":
+        raise UsageError(f"diff --engine {engine} compares A with this machine: B must be 'local'")
+    return diff_against_server(a, engine=engine, model=model, flags=list(flags), device=device, reading=reading)
+
+
+def ls(store: str, *, store_options: dict | None = None) -> Listing:
+    """Every platform's bundle under every tag of ``store`` (or of one ref's tag)."""
+    from cachetool.refs import parse_store_or_ref
+    from cachetool.stores import open_store
+
+    su, ref = parse_store_or_ref(store)
+    with open_store(su, **(store_options or {})) as st:
+        refs = list(st.list_refs())
+    if ref is not None:
+        refs = [x for x in refs if x.name == ref.name and x.tag == ref.tag]
+    return Listing(su.url, [RefRow(f"{idx.name}:{idx.tag}", e.platform, e.created, e.size, e.manifest_digest,
+                                   dict(e.fingerprint or {})) for idx in refs for e in idx.entries])
+
+
+def rm(ref: str, *, platform: str | None = None, store_options: dict | None = None) -> RemoveResult:
+    """Remove the tag, or one platform's entry of it (blobs stay until :func:`gc`)."""
+    from cachetool.store_admin import remove
+
+    left = remove(ref, platform=platform, store_options=store_options)
+    return RemoveResult(ref, platform or "all", [e.platform for e in left.entries] if left else [])
+
+
+def gc(store: str, *, dry_run: bool = False, older_than: float | None = None, store_options: dict | None = None) -> Any:
+    """Delete what no ref of ``store`` reaches and is older than ``older_than`` seconds (default: the stores'
+    minimum age); returns the :class:`cachetool.stores.gc.GcReport` (deleted, kept and why)."""
+    from cachetool.refs import parse_store_or_ref
+    from cachetool.store_admin import gc as collect
+    from cachetool.stores.base import GC_MIN_AGE_S
+
+    su, _ = parse_store_or_ref(store)
+    return collect(su.url, dry_run=dry_run, older_than=GC_MIN_AGE_S if older_than is None else older_than,
+                   store_options=store_options)

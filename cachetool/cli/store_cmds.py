@@ -32,9 +32,9 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
     REF: file:///dir/name:tag, s3://bucket/prefix/name:tag or oci://host[:port]/repo:tag. Blobs the store
     already has are skipped; the ref is written last.
     """
-    from cachetool.pushing import push
+    from cachetool import api
 
-    r = push(source, ref, sign_key=sign_key, layout=layout, workers=workers, store_options=options_dict(endpoint_url, profile, insecure),
+    r = api.push(source, ref, sign_key=sign_key, layout=layout, workers=workers, store_options=options_dict(endpoint_url, profile, insecure),
              progress=False if as_json else progress)
     if not r.signed:
         warn_loud(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
@@ -170,31 +170,21 @@ def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, 
 @store_options
 def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms."""
-    from cachetool.refs import parse_store_or_ref
-    from cachetool.stores import open_store
+    from cachetool import api
 
-    su, ref = parse_store_or_ref(store)
-    with open_store(su, **options_dict(endpoint_url, profile, insecure)) as st:
-        refs = list(st.list_refs())
-    if ref is not None:
-        refs = [x for x in refs if x.name == ref.name and x.tag == ref.tag]
-    rows = []
-    for idx in refs:
-        for e in idx.entries:
-            rows.append({"ref": f"{idx.name}:{idx.tag}", "platform": e.platform, "created": e.created, "size": e.size,
-                         "manifest_digest": e.manifest_digest, "fingerprint": e.fingerprint})
-    if as_json or not rows:
-        return emit(as_json, {"store": su.url, "refs": rows}, f"{su.url}: {len(rows)} ref entries" if rows else
-                    f"{su.url}: no refs")
+    listing = api.ls(store, store_options=options_dict(endpoint_url, profile, insecure))
+    if as_json or not listing.refs:
+        return emit(as_json, listing.to_dict(), f"{listing.store}: {len(listing.refs)} ref entries" if listing.refs
+                    else f"{listing.store}: no refs")
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=su.url, box=None)
+    t = Table(title=listing.store, box=None)
     for col in ("REF", "PLATFORM", "CREATED", "SIZE", "DIGEST", "GPU"):
         t.add_column(col)
-    for row in rows:
-        t.add_row(row["ref"], row["platform"], row["created"], human_size(row["size"]), row["manifest_digest"][:19],
-                  str(row["fingerprint"].get("gpu") or "-"))
+    for row in listing.refs:
+        t.add_row(row.ref, row.platform, row.created, human_size(row.size), row.manifest_digest[:19],
+                  str(row.fingerprint.get("gpu") or "-"))
     Console(width=200).print(t)
     return 0
 
@@ -206,13 +196,11 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 @store_options
 def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     """Remove REF (the tag; blobs stay until `cachetool gc`)."""
-    from cachetool.store_admin import remove
+    from cachetool import api
 
-    left = remove(ref, platform=platform, store_options=options_dict(endpoint_url, profile, insecure))
-    remaining = [e.platform for e in left.entries] if left else []
-    return emit(as_json, {"ref": ref, "removed": platform or "all", "remaining": remaining},
-          f"removed {ref}" + (f" [{platform}]; left: {', '.join(remaining)}" if left else ""))
-    return 0
+    r = api.rm(ref, platform=platform, store_options=options_dict(endpoint_url, profile, insecure))
+    return emit(as_json, r.to_dict(),
+                f"removed {ref}" + (f" [{platform}]; left: {', '.join(r.remaining)}" if r.remaining else ""))
 
 
 @cli.command("gc", cls=OneLineCommand)
@@ -225,18 +213,16 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
     """Delete blobs, manifests and signatures of STORE that no ref reaches (on a registry: signatures; its own
     garbage collection reclaims blobs and untagged manifests)."""
-    from cachetool.refs import parse_store_or_ref
-    from cachetool.store_admin import gc
+    from cachetool import api
 
-    su, _ = parse_store_or_ref(store)
-    report = gc(su.url, dry_run=dry_run, older_than=older_than,
-                store_options=options_dict(endpoint_url, profile, insecure))
+    report = api.gc(store, dry_run=dry_run, older_than=older_than,
+                    store_options=options_dict(endpoint_url, profile, insecure))
     out = report.deleted
     why = [f"{report.kept_reachable} reachable from a ref",
            f"{report.kept_young} younger than {older_than:g} s (--older-than; a push may be in flight)"]
     if report.kept_foreign:
         why.append(f"{report.kept_foreign} written by other tools")
-    return emit(as_json, {**report.to_json(), "store": su.url},
-                f"{'would delete' if dry_run else 'deleted'} {len(out)} object(s) from {su.url}; kept {report.kept}: "
+    return emit(as_json, report.to_json(),
+                f"{'would delete' if dry_run else 'deleted'} {len(out)} object(s) from {report.store}; kept {report.kept}: "
                 + ", ".join(why)
                 + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))
