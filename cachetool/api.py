@@ -153,17 +153,10 @@ def expected_cache_key(model: str, *, device: str = "cpu", config: Any = None,
     """The cache key (``{"hash", "factors"}``) a server running ``model`` with this config will look up, computed
     by a Dynamo trace without compiling or writing anything. Pull uses it to refuse, before any download, a bundle
     whose config or code factors differ, naming the field."""
-    from cachetool.warmup import ModelError, check_model
-    from compiler.models.llama import ModelSpecError
-    from compiler.runner import compute_cache_key
+    from cachetool.engines.native import NativeEngine
 
-    check_model(model)
-    cfg = compilation_config(config, overrides)
-    try:
-        key, _layout = compute_cache_key(model, device, cfg, rank=rank, dp_rank=dp_rank)
-    except ModelSpecError as exc:  # weights that do not fit the config
-        raise ModelError(str(exc)) from None
-    return {"hash": key.hash, "factors": key.factors}
+    return NativeEngine().traced_key(model, device=device, config=compilation_config(config, overrides), rank=rank,
+                                     dp_rank=dp_rank)
 
 
 def push(source: Any, ref: str, *, sign_key: Any = None, **options: Any) -> Any:

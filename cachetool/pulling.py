@@ -19,7 +19,8 @@ from cachetool.errors import (CacheMissError, CachetoolError, StoreError, Unsafe
                               WaitTimeoutError)
 from cachetool.manifest import Manifest
 from cachetool.partials import PARTIAL_DIR, RETRYABLE, partial_cap, trim_partials
-from cachetool.refs import Ref, open_ref
+from cachetool.ref_store import open_ref
+from cachetool.refs import Ref
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.transfer_progress import TransferProgress, progress_default

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from cachetool.digests import sha256_file
 from cachetool.errors import StoreError, UsageError, VerificationError
-from cachetool.refs import Ref, open_ref, parse_ref
+from cachetool.ref_store import open_ref
+from cachetool.refs import Ref, parse_ref
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.common import now_iso
 from cachetool.transfer_progress import TransferProgress, progress_default

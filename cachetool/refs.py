@@ -179,13 +179,3 @@ def parse_store_or_ref(text: str) -> tuple[StoreURL, Ref | None]:
         return ref.store, ref
     return parse_store(text), None
 
-
-def open_ref(ref: "str | Ref", store=None, store_options: dict | None = None):
-    """(the parsed ref, its store, whether the caller owns the store and closes it): ``store`` if given, else the
-    ref's store opened with ``store_options``."""
-    r = ref if isinstance(ref, Ref) else parse_ref(ref)
-    if store is not None:
-        return r, store, False
-    from cachetool.stores import open_store  # lazy: the stores import this module
-
-    return r, open_store(r.store, **(store_options or {})), True

@@ -119,3 +119,32 @@ def test_the_cli_layout_choices_come_from_the_registry():
     for name in ("pack", "push"):
         [opt] = [p for p in cli.commands[name].params if p.name == "layout"]
         assert isinstance(opt.type, click.Choice) and tuple(opt.type.choices) == CHOICES
+
+
+def test_no_module_reaches_500_lines():
+    long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in _modules().values()
+            if (n := len(p.read_text().splitlines())) > 500]
+    assert long == []
+
+
+# What cachetool may import from compiler (docs/ARCHITECTURE.md, "What cachetool uses of compiler"): the engine
+# that runs the pipeline may use all of it; every other module only these public modules.
+NATIVE_ENGINE = ("cachetool.engines.native", "cachetool.warmup")
+COMPILER_PUBLIC = ("compiler", "compiler.envs", "compiler.logger", "compiler.progress", "compiler.build_identity",
+                   "compiler.config", "compiler.cache_key", "compiler.key_prediction", "compiler.models.llama_config")
+
+
+def test_cachetool_uses_compiler_only_through_the_engine_and_its_public_modules():
+    mods = _modules()
+    bad = []
+    for mod, path in mods.items():
+        if not mod.startswith("cachetool") or mod in NATIVE_ENGINE:
+            continue
+        for line, target, name in _imports(mod, path):
+            full = f"{target}.{name}" if name else target
+            used = full if full in mods else target
+            if used.split(".")[0] == "compiler" and used not in COMPILER_PUBLIC:
+                bad.append(f"{path.relative_to(ROOT)}:{line} {used}")
+    assert bad == []
+    arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    assert [m for m in COMPILER_PUBLIC[1:] if f"`{m}`" not in arch] == []

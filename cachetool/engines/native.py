@@ -53,3 +53,18 @@ class NativeEngine:
             raise ModelError(str(exc)) from None
         return ServerKeyPredictor(model, compilation_config(config, overrides), device.split(":")[0],
                                   tensor_parallel_size)
+
+    def traced_key(self, model: str, *, device: str = "cpu", config: Any = None, rank: int = 0,
+                   dp_rank: int = 0) -> dict:
+        """The cache key (``{"hash", "factors"}``) a server running ``model`` with ``config`` (a
+        ``CompilationConfig``) looks up, from a Dynamo trace without compiling or writing anything."""
+        from cachetool.warmup import ModelError, check_model
+        from compiler.models.llama import ModelSpecError
+        from compiler.runner import compute_cache_key
+
+        check_model(model)
+        try:
+            key, _layout = compute_cache_key(model, device, config, rank=rank, dp_rank=dp_rank)
+        except ModelSpecError as exc:  # weights that do not fit the config
+            raise ModelError(str(exc)) from None
+        return {"hash": key.hash, "factors": key.factors}
