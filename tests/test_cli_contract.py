@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from cachetool import exit_codes
@@ -132,3 +133,23 @@ def test_a_vllm_check_that_missed_with_require_hit_is_one_object(cli, monkeypatc
     doc = json.loads(r.out)
     assert doc["ok"] is False and doc["error"] == "miss" and doc["inductor_compiled"] == 3
     assert "Inductor compiled 3" in doc["message"] and _error_lines(r.err) == [f"error: {doc['message']}"]
+
+
+def test_every_option_is_described_and_shared_options_have_one_wording():
+    """--json had five wordings and none on rm, gc and diff; pack --layout had no text."""
+    from cachetool.cli import _load_commands, cli
+
+    _load_commands()
+    wordings: dict[str, set[str]] = {}
+    undescribed = []
+    for verb, cmd in cli.commands.items():
+        for p in cmd.params:
+            if isinstance(p, click.Option) and not p.hidden:
+                if not p.help:
+                    undescribed.append(f"{verb} {p.opts[0]}")
+                wordings.setdefault(p.opts[0], set()).add(p.help)
+    assert undescribed == []
+    for shared in ("--json", "--cache-root", "--trust", "--ranks", "--endpoint-url", "--profile", "--insecure",
+                   "--plain-http"):
+        assert len(wordings[shared]) == 1, (shared, wordings[shared])
+    assert all("--json" in {o for p in cmd.params for o in getattr(p, "opts", ())} for cmd in cli.commands.values())
