@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from cachetool.digests import hexof, sha256_bytes
 from cachetool.errors import NotFoundError, StoreError
@@ -154,9 +154,9 @@ class ObjectStore(Store):
         rel = info.key[len("refs/"):]
         return rel.count("/") == 1 and rel.endswith(".json") and not rel.split("/")[1].startswith(".")
 
-    def _ref_objects(self) -> Iterator[tuple[ObjectInfo, RefIndex]]:
+    def _ref_objects(self, listing: Iterable[ObjectInfo] | None = None) -> Iterator[tuple[ObjectInfo, RefIndex]]:
         """Every ref object with its index, removed tags (empty indexes) included. An unreadable ref raises."""
-        for info in self.backend.list("refs/"):
+        for info in self.backend.list("refs/") if listing is None else listing:
             if not self._is_ref(info):
                 continue
             name, tag = info.key[len("refs/"):-5].split("/")
@@ -176,13 +176,14 @@ class ObjectStore(Store):
         cachetool), each only once it is ``older_than`` seconds old. Every ref is read before anything is
         deleted."""
         self.backend.check()
-        refs = list(self._ref_objects())
+        listing = list(self.backend.list("refs/"))
+        refs = list(self._ref_objects(listing))
         manifests, blobs = reachable(self, (index for _, index in refs))
         cutoff = time.time() - older_than
         doomed: list[str] = []
         reached = young = 0
         candidates = [(info, False) for info, index in refs if not index.entries]  # removed tags
-        candidates += [(info, False) for info in self.backend.list("refs/")
+        candidates += [(info, False) for info in listing  # lock and temp files
                        if not self._is_ref(info) and info.key.rsplit("/", 1)[-1].startswith(".")]
         for kind, keep in zip(_KINDS, (blobs, manifests, manifests)):
             for info in self.backend.list(f"{kind}/sha256/"):
@@ -195,6 +196,15 @@ class ObjectStore(Store):
                 young += 1
             else:
                 doomed.append(info.key)
-        if not dry_run and doomed:
-            self.backend.delete(doomed, f"gc {self.url}")
+        if not dry_run:
+            # A removed tag may have been pushed again since it was read: read it once more right before the delete
+            # (S3 has no conditional delete), so only a push inside these milliseconds could be lost.
+            removed = {info.key for info, index in refs if not index.entries}
+            doomed = [k for k in doomed if k not in removed or self._still_removed(k)]
+            if doomed:
+                self.backend.delete(doomed, f"gc {self.url}")
         return GcReport(self.url, dry_run, older_than, tuple(doomed), kept_reachable=reached, kept_young=young)
+
+    def _still_removed(self, key: str) -> bool:
+        got = self.backend.get(key, MAX_REF, f"read {self.url}/{key}")
+        return got is not None and not index_from_json(got.data, f"{self.url}/{key}").entries

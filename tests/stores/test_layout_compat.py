@@ -14,7 +14,9 @@ import pytest
 
 from cachetool.bundle import write_ctb
 from cachetool.digests import hexof
-from cachetool.transfer import gc, pull, push, remove
+from cachetool.pulling import pull
+from cachetool.pushing import push
+from cachetool.store_admin import gc, remove
 
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE = "51b49f9"  # the last commit before stores became one ObjectStore on file and S3 backends
