@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator
 from cachetool.digests import hexof, sha256_bytes
 from cachetool.errors import NotFoundError, StoreError
 from cachetool.retry import pause
-from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefEntry, RefIndex, Store
 from cachetool.stores.common import MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, index_from_json, index_to_json
 from cachetool.stores.gc import GcReport, reachable
 from cachetool.stores.objects import ObjectBackend, ObjectInfo
@@ -59,6 +59,10 @@ class ObjectStore(Store):
         self.backend = backend
         self.url = backend.url
         self.counters = backend.counters
+
+    @property
+    def capabilities(self) -> Capabilities:  # the builders declare the same as a class attribute
+        return Capabilities(frozenset(_KINDS), self.backend.ref_update)
 
     def close(self) -> None:
         self.backend.close()

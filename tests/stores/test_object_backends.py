@@ -91,3 +91,4 @@ def test_s3_objects_larger_than_their_bound_are_not_read_into_memory():
             st.get_ref("llama", "v1")
     assert all(n is not None and 0 <= n <= (16 << 20) + 1 for n in Body.asked)
     assert isinstance(st, ObjectStore)
+    assert ObjectStore(st.backend).capabilities == S3Store.capabilities  # a store built on any backend declares them
