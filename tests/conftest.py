@@ -1,10 +1,73 @@
 """Shared test setup. The real S3 (Ceph RGW) and OCI (docker-registry) servers live in tests/servers.py as
-session-scoped fixtures: started on 127.0.0.1 on first use, stopped by pid at the end of the session."""
+session-scoped fixtures: started on 127.0.0.1 on first use, stopped by pid at the end of the session.
+
+Expensive things that several files use read-only (a cold compile of the tiny model) are built once per test run
+for all xdist workers (:func:`shared_build`), not once per worker or per file."""
 
 pytest_plugins = ["tests.servers"]
 
 
+import fcntl
+import json
+import os
+import shutil
+import traceback
+from pathlib import Path
+
 import pytest
+
+
+def shared_build(tmp_path_factory: pytest.TempPathFactory, name: str, build) -> Path:
+    """``build(folder)`` once per test run, for every xdist worker: the first worker that asks builds it under a
+    file lock, the others wait for it and get the same folder (under the run's base temp folder, so a new run
+    builds again). A build that failed is not retried by the next caller; its error is reported there too.
+    The folder is shared: a test that changes anything in it (a start that loads from it writes into its Inductor
+    cache) must copy it first."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-of-USER/pytest-N/: the workers' basetemps are its popen-gwK/ folders
+    shared = base / "shared"
+    shared.mkdir(exist_ok=True)
+    folder, done, failed = shared / name, shared / f"{name}.done", shared / f"{name}.failed"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            pytest.fail(f"the shared {name!r} build failed in another worker:\n{failed.read_text()}", pytrace=False)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                build(folder)
+            except BaseException:
+                failed.write_text(traceback.format_exc()[-6000:])
+                raise
+            done.touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_warm(tmp_path_factory) -> dict:
+    """One cold ``cachetool warm --model tiny --device cpu --push file://... --sign-key K --json`` (its own
+    process, a fresh root, DEBUG logs) for the whole run: the CI job that the compiler, store and deploy tests
+    read. Returns {"dir", "root", "summary" (the --json object; "compile" is what a warm without --push prints),
+    "stderr", "ref", "store", "key", "pub"}. Shared by every worker: copy "root" before starting on it."""
+
+    def build(d: Path) -> None:
+        from cachetool.signing import generate_keypair
+        from tests.compiler.conftest import cli_env, run_cli
+
+        generate_keypair(d / "signing.key")
+        proc = run_cli("warm", "--model", "tiny", "--device", "cpu", "--cache-root", str(d / "root"),
+                       "--push", f"file://{d}/store/tiny:ci", "--sign-key", str(d / "signing.key"), "--json",
+                       env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (d / "summary.json").write_text(proc.stdout.strip().splitlines()[-1])
+        (d / "stderr.txt").write_text(proc.stderr)
+
+    d = shared_build(tmp_path_factory, "tiny_warm", build)
+    return {"dir": d, "root": d / "root", "summary": json.loads((d / "summary.json").read_text()),
+            "stderr": (d / "stderr.txt").read_text(), "ref": f"file://{d}/store/tiny:ci", "store": d / "store",
+            "key": d / "signing.key", "pub": d / "signing.key.pub"}
 
 
 class CLIResult:

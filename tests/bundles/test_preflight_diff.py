@@ -4,9 +4,6 @@ tiny-model cache from `cachetool warm` packs and installs byte for byte."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -112,18 +109,10 @@ def test_diff_missing_side(tmp_path, cli):
 
 
 @pytest.mark.slow
-def test_real_tiny_model_cache(tmp_path, keys, cli):
-    """`cachetool warm --model tiny` on the CPU → pack → install elsewhere: byte-identical, preflight passes."""
-    if shutil.which("cachetool") is None:
-        pytest.skip("cachetool entry point not installed")
-    help_ = subprocess.run([sys.executable, "-m", "cachetool", "warm", "--help"], capture_output=True, text=True)
-    if help_.returncode != 0:
-        pytest.skip("`cachetool warm` does not exist yet (compiler/ in progress)")
-    warm = tmp_path / "warm"
-    r = subprocess.run([sys.executable, "-m", "cachetool", "warm", "--model", "tiny", "--cache-root", str(warm),
-                        "--device", "cpu"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-
+def test_real_tiny_model_cache(tmp_path, keys, cli, tiny_warm):
+    """`cachetool warm --model tiny` on the CPU (the run's shared cold warm, ``tiny_warm`` in tests/conftest.py)
+    → pack → install elsewhere: byte-identical, preflight passes."""
+    warm = tiny_warm["root"]
     r = cli("pack", warm, "-o", tmp_path / "tiny.ctb", "--sign-key", keys["priv"])
     assert r.rc == 0 and "layout=native" in r.out, r
     r = cli("install", tmp_path / "tiny.ctb", "--cache-root", tmp_path / "fresh", "--trust", keys["pub"])

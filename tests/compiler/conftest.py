@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,11 +83,16 @@ def run_json(*args: str, env: dict[str, str] | None = None) -> dict:
 
 
 @pytest.fixture(scope="session")
-def warmed_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
-    """One cold ``cachetool warm`` of the tiny model in a fresh root (a separate process, DEBUG logs); shared.
-    Returns (root, the --json object, stderr)."""
-    root = tmp_path_factory.mktemp("warm_root")
-    proc = run_cli("warm", "--model", "tiny", "--cache-root", str(root), "--json",
-                   env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root, json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+def warmed_root(tiny_warm: dict) -> tuple[Path, dict, str]:
+    """The run's one cold ``cachetool warm`` of the tiny model in a fresh root (a separate process, DEBUG logs;
+    ``tiny_warm`` in tests/conftest.py, which also pushed it). Returns (root, the compile's --json object, stderr).
+    Shared by every worker: read it, or copy it before a start on it (a load writes into its Inductor cache)."""
+    return tiny_warm["root"], tiny_warm["summary"]["compile"], tiny_warm["stderr"]
+
+
+def copy_warmed(tiny_warm: dict, dest: Path) -> tuple[Path, dict]:
+    """A copy of the shared cold warm's root at ``dest`` and its compile --json object with the paths in it
+    pointing into the copy (as if that warm had run there): for a module that starts on the root or edits it."""
+    shutil.copytree(tiny_warm["root"], dest, symlinks=True)
+    text = json.dumps(tiny_warm["summary"]["compile"])
+    return dest, json.loads(text.replace(str(tiny_warm["root"].resolve()), str(dest.resolve())))

@@ -5,8 +5,8 @@ init-container run it:
     cachetool pull         (init-container, fresh cache root)
     cachetool check --require-hit  (the server start: nothing may compile; outputs equal the warm process's)
 
-The tiny model is warmed once for the module (one compile); the other stores get the same cache folder
-through ``cachetool push``.
+The tiny model is warmed once for the run (one compile, shared with the compiler and store tests); the other
+stores get the same cache folder through ``cachetool push``.
 """
 
 from __future__ import annotations
@@ -42,16 +42,12 @@ def last_json(text: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def warmed(tmp_path_factory):
-    """`cachetool warm --push file://...` once: the CI job. Returns paths, the warm summary and the keys."""
-    base = tmp_path_factory.mktemp("e2e")
-    ok(cachetool("keygen", "-o", base / "signing.key"))
-    ref = f"file://{base}/store/tiny:ci"
-    r = ok(cachetool("warm", "--model", "tiny", "--device", "cpu", "--cache-root", base / "ci-root",
-                     "--push", ref, "--sign-key", base / "signing.key", "--json"))
-    summary = last_json(r.stdout)
-    return {"base": base, "ref": ref, "summary": summary, "key": base / "signing.key",
-            "pub": base / "signing.key.pub", "hash_dir": Path(summary["compile"]["rank_dir"]).parent}
+def warmed(tiny_warm):
+    """`cachetool warm --push file://...` once: the CI job (the run's shared cold warm, ``tiny_warm`` in
+    tests/conftest.py: its own process, a fresh root). Returns paths, the warm summary and the keys."""
+    summary = tiny_warm["summary"]
+    return {"base": tiny_warm["dir"], "ref": tiny_warm["ref"], "summary": summary, "key": tiny_warm["key"],
+            "pub": tiny_warm["pub"], "hash_dir": Path(summary["compile"]["rank_dir"]).parent}
 
 
 def pull_and_check(warmed, ref: str, root: Path, env: dict | None = None) -> dict:
