@@ -70,6 +70,46 @@ def tiny_warm(tmp_path_factory) -> dict:
             "key": d / "signing.key", "pub": d / "signing.key.pub"}
 
 
+# --------------------------------------------------------------------------------------------- scheduling
+# The files that take longest, longest first: xdist (--dist loadfile) hands a worker the next file in collection
+# order when it is nearly done, so a long file that starts late keeps one worker busy while the other idles (the
+# two-test real-vLLM TP file ran last, alone, for minutes). Seconds of one worker in a full `-n 2` run on the 2-core
+# box (2026-12-02, under load, so only their order matters); files not listed keep their order after these.
+LONGEST_FIRST = {
+    "tests/vllm/test_vllm_engine.py": 940,
+    "tests/compiler/test_aot_hot_start.py": 750,
+    "tests/compiler/test_pipeline.py": 580,  # builds the shared tiny_warm when it is the first to ask
+    "tests/tp/test_tp_pipeline.py": 420,
+    "tests/vllm/test_vllm_tp.py": 355,
+    "tests/compiler/test_cuda_graph_logic.py": 230,
+    "tests/deploy/test_readme.py": 230,
+    "tests/compiler/test_cache_key.py": 190,
+    "tests/e2e/test_deploy_path.py": 180,
+    "tests/tp/test_collectives.py": 145,
+    "tests/stores/test_oci_packs.py": 100,
+    "tests/stores/test_oci_mirror.py": 100,
+    "tests/stores/test_failures.py": 60,
+    "tests/deploy/test_readonly_root.py": 53,
+    "tests/stores/test_push_pull.py": 52,
+    "tests/bundles/test_concurrency.py": 35,
+}
+
+
+def pytest_configure(config):
+    # xdist would sort the files by their number of tests (a 2-test file that runs 5 minutes goes last); keep
+    # the order below instead (the same as passing --no-loadscope-reorder)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first (:data:`LONGEST_FIRST`); a stable sort: each file's tests keep their order."""
+    def cost(item):
+        return -LONGEST_FIRST.get(item.nodeid.split("::", 1)[0], 0)
+
+    items.sort(key=cost)
+
+
 class CLIResult:
     """What one in-process ``cachetool`` call returned: exit code, stdout, stderr."""
 
