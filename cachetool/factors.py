@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-FACTORS = ("env", "config", "code", "compiler")
+from compiler.cache_key import FACTOR_NAMES as FACTORS  # the one list: the order the key hashes them in
+
 UNSET = "<unset>"
 
 
@@ -62,6 +63,11 @@ def factor_entry(factors: dict | None, name: str) -> tuple[str | None, dict | No
     if isinstance(f, dict) and "values" in f:
         return f.get("hash"), f["values"] if isinstance(f["values"], dict) else {"value": f["values"]}
     return None, None
+
+
+def factor_values(factors: dict | None, name: str) -> dict | None:
+    """The ``values`` of factor ``name`` in a ``factors`` mapping, None where it has none."""
+    return factor_entry(factors, name)[1]
 
 
 def compare_factors(fa: dict | None, fb: dict | None, *, only: tuple[str, ...] = FACTORS,

@@ -7,19 +7,10 @@ from __future__ import annotations
 import logging
 
 from cachetool.errors import PreflightError, UsageError, clip
-from cachetool.factors import compare_factors, short_repr
+from cachetool.factors import FACTORS, compare_factors, factor_values, short_repr
 from cachetool.manifest import Manifest
 
 log = logging.getLogger("cachetool.install")
-
-
-def _factor_values(key_factors: dict | None, name: str) -> dict | None:
-    if not isinstance(key_factors, dict):
-        return None
-    f = key_factors.get(name)
-    if isinstance(f, dict) and isinstance(f.get("values"), dict):
-        return f["values"]
-    return None
 
 
 def _factor_refusal(diffs: list, what: str, ours: str, suffix: str, also: int, of: str = "") -> PreflightError:
@@ -44,8 +35,8 @@ def check_expected_key(manifest: Manifest, expected: dict) -> str:
                              f"{', '.join(k.hash for k in manifest.keys) or '(none)'}, this config needs {want}")
     k = with_factors[0]
     ours = expected.get("factors") or {}
-    for name in ("config", "code", "env", "compiler"):  # the first factor present on both sides that differs
-        if _factor_values(k.factors, name) is None or _factor_values(ours, name) is None:
+    for name in FACTORS:  # the first factor present on both sides that differs
+        if factor_values(k.factors, name) is None or factor_values(ours, name) is None:
             continue
         diffs = compare_factors(k.factors, ours, only=(name,))
         if diffs:
@@ -88,8 +79,8 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     if engine.name != "native":
         return checked  # the native compiler's factors below do not describe another engine's caches
 
-    with_factors = [k for k in manifest.keys if _factor_values(k.factors, "compiler") is not None
-                    or _factor_values(k.factors, "env") is not None]
+    with_factors = [k for k in manifest.keys if factor_values(k.factors, "compiler") is not None
+                    or factor_values(k.factors, "env") is not None]
     if not with_factors:
         return checked
     # The device this machine really has (asked for cuda on a machine without a GPU: the cpu); a bundle's own
@@ -103,7 +94,7 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     local_env = ck.local_env_factors()
     for k in with_factors:
         for name, local in (("compiler", _local_compiler_values(ck, local_dev, k.factors)), ("env", local_env)):
-            values = _factor_values(k.factors, name)
+            values = factor_values(k.factors, name)
             diff = compare_factors({name: {"values": values}}, {name: {"values": local}}, only=(name,)) \
                 if values is not None else []
             if diff:
