@@ -69,7 +69,9 @@ def worker(args: argparse.Namespace) -> None:
         prof = cProfile.Profile()
         startup = prof.runcall(runner.warmup)
         with open(args.profile, "w") as f:
-            pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(60)
+            stats = pstats.Stats(prof, stream=f).sort_stats("cumulative")
+            stats.print_stats(120)
+            stats.print_callers(r"\(<module>\)", 40)  # who imports what on the critical path
     else:
         startup = runner.warmup()
     ready_at = time.time()  # exec → first forward done, with the driver's spawn time

@@ -67,7 +67,7 @@ class StartupPhases:
 
     - ``key``: predicting the cache key without a trace (AOT path);
     - ``trace``: the Dynamo path's first call less its compiles and loads (Dynamo's capture, the key, the split,
-      the fake-tensor pass);
+      the fake-tensor pass; with stock ``torch.compile``, mode 1, the whole first call: its compiles are torch's);
     - ``compile``: Inductor compiling pieces;
     - ``load``: loading the AOT entry and artifacts (or, on the Dynamo path, each piece's artifact), with any wait
       for the loader's imports started in the background;
@@ -211,8 +211,11 @@ class _Compiled:
             key, layout = predict_layout(resolve_root(self.cfg.cache_dir), local, rank=self.ctx.rank,
                                          dp_rank=self.ctx.dp_rank, prefix=self.ctx.prefix)
             self.key_source = local.source
-            if local.source == "evidence":  # Inductor then need not hash torch's sources to check an artifact
-                torch_compat.preset_torch_key(key.factors["compiler"]["values"]["torch_key"])
+            if local.source == "evidence":  # Inductor then need not hash torch's (or Triton's) sources
+                values = key.factors["compiler"]["values"]
+                torch_compat.preset_torch_key(values["torch_key"])
+                if isinstance(values.get("triton_key"), str):
+                    torch_compat.preset_triton_key(values["triton_key"])
             t_key = time.perf_counter()
             backend = HotStartBackend(self.ctx, layout, key)
             fn, _ = backend.load()
@@ -235,16 +238,17 @@ class _Compiled:
         self.first_compile_seconds = t_load - t0
         return self.compiled_fn(*args, **kwargs)
 
-    def _write_aot_entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _write_aot_entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """After a compiling first call: capture ``forward`` once more with Dynamo's AOT API, serving every piece
-        from what was just compiled, and save it beside the artifacts. A failure costs only the entry."""
+        from what was just compiled, and save it beside the artifacts. A failure costs only the entry. Returns
+        whether it tried (the ``save`` phase)."""
         from compiler.aot_entry import write_entry
         from compiler.piecewise_backend import entry_backend
 
         layout = getattr(self.backend, "layout", None)
         wanted = self.ctx.save_aot_entry if self.ctx.save_aot_entry is not None else self._compiled_here > 0
         if layout is None or not wanted or not self._aot_usable():
-            return
+            return False
         t0 = time.perf_counter()
         progress.emit(progress.SAVE, "saving the AOT entry (a second Dynamo capture, nothing compiles)")
         fn = type(self.module).forward
@@ -256,8 +260,9 @@ class _Compiled:
         except Exception as exc:  # the Dynamo path still serves; the next start traces
             logger.warning("AOT entry not written (%s: %s); hot starts will trace with Dynamo",
                            type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-            return
+            return True
         logger.info("AOT entry saved to %s (%.2f s)", path, time.perf_counter() - t0)
+        return True
 
     def _size_oblivious(self) -> bool:
         return self.cfg.dynamic_shapes_config.type == DynamicShapesType.BACKED_SIZE_OBLIVIOUS
@@ -301,8 +306,8 @@ class _Compiled:
             logger.debug("Transformed code saved to %s", path)
         logger.info("torch.compile takes %.2f s in total", self.first_compile_seconds)
         t_save = time.perf_counter()
-        self._write_aot_entry(args, kwargs)
-        self.phases.save = time.perf_counter() - t_save
+        if self._write_aot_entry(args, kwargs):
+            self.phases.save = time.perf_counter() - t_save
         return out
 
 

@@ -165,6 +165,21 @@ def aot_compile_fullgraph(fn: Callable[..., Any], args: tuple[Any, ...], kwargs:
 
 _prefetch: Any = None  # the thread, once started
 
+# What loading and first running an AOT entry imports (read off a hot start's new sys.modules on 2.11 and 2.13):
+# Dynamo and its AOT loader, AOTAutograd's cache and runtime wrappers, Inductor's code cache and the runtime its
+# generated code uses. Never compile_fx, lowering or select_algorithm (tests/compiler/test_aot_hot_start.py).
+_PREFETCHED = (
+    "torch._dynamo", "torch._dynamo.aot_compile", "torch._dynamo.package",
+    "torch._functorch._aot_autograd.autograd_cache", "torch._functorch._aot_autograd.subclass_codegen",
+    "torch._functorch._activation_checkpointing.graph_info_provider",
+    "torch._inductor.async_compile", "torch._inductor.debug", "torch._inductor.codecache",
+    "torch._inductor.standalone_compile", "torch._inductor.output_code", "torch._inductor.inductor_prims",
+    "torch._inductor.hooks", "torch._inductor.codegen.memory_planning", "torch._inductor.codegen.wrapper",
+    "torch._inductor.runtime.autotune_cache", "torch._inductor.runtime.triton_heuristics",
+    "torch._inductor.runtime.triton_helpers", "torch._inductor.runtime.static_cuda_launcher",
+    "torch._inductor.runtime.static_triton_launcher", "torch.utils.cpp_extension",
+)
+
 
 def prefetch_artifact_loader() -> None:
     """Import, in a background thread, the modules that loading an artifact needs (Dynamo and its AOT loader,
@@ -176,17 +191,13 @@ def prefetch_artifact_loader() -> None:
         return
 
     def run() -> None:
-        try:
-            import torch._dynamo  # noqa: F401
-            import torch._dynamo.aot_compile  # noqa: F401
-            import torch._dynamo.package  # noqa: F401
-            import torch._inductor.async_compile  # noqa: F401
-            import torch._inductor.debug  # noqa: F401
-            import torch._functorch._aot_autograd.autograd_cache  # noqa: F401
-            import torch._inductor.codecache  # noqa: F401
-            import torch._inductor.standalone_compile  # noqa: F401
-        except Exception:  # pragma: no cover - the load itself reports what is missing
-            logger.debug("prefetch of the artifact loader failed", exc_info=True)
+        import importlib
+
+        for name in _PREFETCHED:
+            try:
+                importlib.import_module(name)
+            except Exception:  # a module this torch lacks or names otherwise: the load imports what it needs
+                logger.debug("prefetch of %s failed", name, exc_info=True)
 
     import threading
 
@@ -323,15 +334,20 @@ def _load_binary_at_runtime(path: str) -> Any:
                 return None  # an AOTCompiledArtifact: torch's own loader
             first = reader.read_bytes()
         if first != torch_key():
-            raise RuntimeError(f"{path} was saved by another torch build (torch_key differs)")
+            return None  # another build's artifact: torch's loader refuses it in its own words
         key = reader.read_str()
         artifact_bytes = reader.read_bytes()
     except (ImportError, AttributeError, AssertionError):
         return None
     with runtime_stand_ins(), inductor_cfg.patch(unsafe_skip_cache_dynamic_shape_guards=True):
         torch.compiler.load_cache_artifacts(artifact_bytes)
-        with torch._functorch.config.patch(strict_autograd_cache=True):
-            result = AOTAutogradCache._lookup(key, local=True, remote=False, args=[], cache_info={}, aot_config=None)
+        try:
+            with torch._functorch.config.patch(strict_autograd_cache=True):
+                result = AOTAutogradCache._lookup(key, local=True, remote=False, args=[], cache_info={},
+                                                  aot_config=None)
+        except (TypeError, AttributeError):  # another torch's lookup signature: its own loader then
+            logger.debug("AOTAutogradCache lookup of %s not as expected; torch's loader takes it", path, exc_info=True)
+            return None
         if result is None:
             raise RuntimeError(f"{path}: its AOTAutograd entry {key} is not in the cache it unpacked")
         entry, _ = result
@@ -474,6 +490,21 @@ def preset_torch_key(hex_key: str) -> bool:
         except Exception:  # pragma: no cover
             pass
     codecache.torch_key = functools.lru_cache(None)(lambda: value)
+    return True
+
+
+def preset_triton_key(value: str) -> bool:
+    """Give Inductor a known Triton key so that a load does not hash Triton's sources (~0.4 s on the H200:
+    ``torch.utils._triton.triton_hash_with_backend`` asks ``torch._inductor.runtime.triton_compat.triton_key``
+    at call time). Only with a value this machine computes (the build evidence matched). Returns whether it took."""
+    try:
+        from torch._inductor.runtime import triton_compat
+    except ImportError:  # pragma: no cover
+        return False
+    fn = getattr(triton_compat, "triton_key", None)
+    if fn is None or getattr(fn, "__name__", "") == "_raise_error":  # no Triton here
+        return False
+    triton_compat.triton_key = functools.lru_cache(None)(lambda: value)
     return True
 
 
