@@ -53,7 +53,7 @@ def test_packed_bundle_pushes_repushes_nothing_and_pulls(oci_registry, keys, tmp
     from cachetool.bundle import pack
     from cachetool.pushing import push
 
-    tree, rank = _tree(tmp_path / "tree", 3000)
+    tree, rank = _tree(tmp_path / "tree", packs.PACK_FROM + 500)  # enough small blobs to be packed
     ref = f"{oci_registry.url}/team/packs-{uuid.uuid4().hex[:6]}:v1"
     args = ("--sign-key", keys["priv"], "--json")
     r = cli("push", tree, ref, *args)
