@@ -76,11 +76,11 @@ def tiny_warm(tmp_path_factory) -> dict:
 # two-test real-vLLM TP file ran last, alone, for minutes). Seconds of one worker in a full `-n 2` run on the 2-core
 # box (2026-12-02, under load, so only their order matters); files not listed keep their order after these.
 LONGEST_FIRST = {
-    "tests/vllm/test_vllm_engine.py": 940,
+    "tests/vllm/test_vllm_engine.py": 940,  # the two real-vLLM files: one unit (TOGETHER), ~1300 s
+    "tests/vllm/test_vllm_tp.py": 355,
     "tests/compiler/test_aot_hot_start.py": 750,
     "tests/compiler/test_pipeline.py": 580,  # builds the shared tiny_warm when it is the first to ask
     "tests/tp/test_tp_pipeline.py": 420,
-    "tests/vllm/test_vllm_tp.py": 355,
     "tests/compiler/test_cuda_graph_logic.py": 230,
     "tests/deploy/test_readme.py": 230,
     "tests/compiler/test_cache_key.py": 190,
@@ -93,6 +93,27 @@ LONGEST_FIRST = {
     "tests/stores/test_push_pull.py": 52,
     "tests/bundles/test_concurrency.py": 35,
 }
+
+
+# Files that run as one unit of work, on one worker, one after the other (a path prefix each): two real-vLLM
+# starts at once on 2 cores (each binds its OpenMP threads to the cores; -tp 2 is two engine processes) slowed
+# each other and everything else far more than their CPU seconds explain.
+TOGETHER = ("tests/vllm/",)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's --dist loadfile, with the files under a :data:`TOGETHER` prefix as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
+
+    return Scheduling(config, log)
 
 
 def pytest_configure(config):
