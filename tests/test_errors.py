@@ -51,7 +51,8 @@ def test_every_category_takes_its_code_and_name_from_the_one_table():
 
 def test_a_cut_download_retry_is_logged(tmp_path, monkeypatch, caplog):
     from cachetool import retry
-    from cachetool.stores.common import Counters, download_resumable
+    from cachetool.stores.base import TransferCounters
+    from cachetool.stores.common import download_resumable
 
     monkeypatch.setattr(retry.time, "sleep", lambda s: None)
     data = b"x" * 100
@@ -69,7 +70,7 @@ def test_a_cut_download_retry_is_logged(tmp_path, monkeypatch, caplog):
 
     with caplog.at_level(logging.INFO, logger="cachetool.retry"):
         download_resumable(tmp_path / "b", 100, "download blob x", open_from, (ConnectionError,),
-                           lambda exc: errors.StoreError(str(exc)), Counters(), 3)
+                           lambda exc: errors.StoreError(str(exc)), TransferCounters(), 3)
     assert (tmp_path / "b").read_bytes() == data and calls == [0, 40]
     [rec] = [r for r in caplog.records if r.name == "cachetool.retry"]
     assert "download blob x" in rec.getMessage() and "attempt 1 failed" in rec.getMessage()

@@ -16,7 +16,6 @@ from cachetool.errors import OversizeBlobError, StoreError, VerificationError  #
 from cachetool.retry import pause
 from cachetool.stores.base import RefEntry, RefIndex, TransferCounters
 
-Counters = TransferCounters  # old name; tests/stores/test_hostile_store.py and tests/test_errors.py still use it
 
 REF_FORMAT = "cachetool.ref.v1"
 # Bounds on what a store may hand back for one object (manifest.py and signing.py refuse larger ones anyway; this

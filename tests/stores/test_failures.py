@@ -312,13 +312,14 @@ def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bund
             fired.append(t)
 
     if file_or_s3.kind == "file":
-        orig = remover.put_ref
+        orig = remover.backend.put_if
 
-        def put_ref(index):
-            race()
-            return orig(index)
+        def put_if(key, data, version, what):
+            if key == "refs/llama/v1.json":
+                race()
+            return orig(key, data, version, what)
 
-        remover.put_ref = put_ref
+        remover.backend.put_if = put_if
     else:
         client = remover.client
         orig = client.put_object

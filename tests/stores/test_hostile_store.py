@@ -246,39 +246,6 @@ def test_push_replaces_a_blob_planted_as_a_link(bundle, keys, cli, store, tmp_pa
     assert _pull(cli, keys, store, tmp_path / "root").rc == 0
 
 
-def test_s3_objects_larger_than_their_bound_are_not_read_into_memory():
-    # Before: get_object's whole body was read (a 100 GiB "ref" would be loaded into memory).
-    import io
-
-    from cachetool.stores.s3 import S3Store
-
-    class Body(io.BytesIO):
-        asked: list = []
-
-        def read(self, n=-1):
-            Body.asked.append(n)
-            return super().read(n if n is not None and n >= 0 else 64 << 20)
-
-    class Client:
-        def __init__(self, length):
-            self.length = length
-
-        def get_object(self, **kw):
-            return {"Body": Body(b"[" * (17 << 20)), "ContentLength": self.length, "ETag": '"x"'}
-
-    st = S3Store.__new__(S3Store)
-    st.bucket, st.url = "b", "s3://b/p"
-    st.prefix = "p"
-    from cachetool.stores.common import Counters
-
-    st.counters = Counters()
-    for length in (100 << 30, 0):  # a declared size, and a server that declares none
-        st._client = Client(length)
-        with pytest.raises(VerificationError, match="larger than 16 MiB"):
-            st.get_ref("llama", "v1")
-    assert all(n is not None and 0 <= n <= (16 << 20) + 1 for n in Body.asked)
-
-
 class _HostileRegistry:
     """An in-process 'registry': the tag's manifest is endless, every blob body is cut half-way."""
 
@@ -346,7 +313,8 @@ def test_hostile_registry_gives_one_line_errors(keys, cli, tmp_path):
     (200, None, False),  # the Range ignored: the body replaces the partial file
 ])
 def test_resume_follows_the_status_and_content_range(tmp_path, status, content_range, kept):
-    from cachetool.stores.common import Counters, download_resumable
+    from cachetool.stores.base import TransferCounters
+    from cachetool.stores.common import download_resumable
 
     data = b"0123456789"
     dest = tmp_path / "part"
@@ -360,7 +328,7 @@ def test_resume_follows_the_status_and_content_range(tmp_path, status, content_r
             return iter([data[start if status == 206 else 0:]]), status, content_range
         return iter([data[offset:]]), 206 if offset else 200, f"bytes {offset}-9/10" if offset else None
 
-    c = Counters()
+    c = TransferCounters()
     download_resumable(dest, len(data), "blob x", open_from, (ConnectionError,), RuntimeError, c, 3)
     assert dest.read_bytes() == data
     assert c.blobs_resumed == (1 if kept else 0)

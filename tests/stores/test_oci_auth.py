@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from cachetool.errors import NotFoundError, StoreError
-from cachetool.stores.oci import OCIStore, docker_credentials
+from cachetool.stores.oci import OCIStore, registry_credentials
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -93,9 +93,9 @@ def test_credentials_from_docker_config_variants(tmp_path, monkeypatch):
         "https://reg.example": {"auth": base64.b64encode(b"u1:p:1").decode()},
         "other.example:5000": {"username": "u2", "password": "p2"}}}))
     monkeypatch.setenv("DOCKER_CONFIG", str(d))
-    assert docker_credentials("reg.example") == ("u1", "p:1")
-    assert docker_credentials("other.example:5000") == ("u2", "p2")
-    assert docker_credentials("unknown.example") is None
+    assert registry_credentials("reg.example") == ("u1", "p:1")
+    assert registry_credentials("other.example:5000") == ("u2", "p2")
+    assert registry_credentials("unknown.example") is None
 
 
 def test_plain_http_only_for_localhost():

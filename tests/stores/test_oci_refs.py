@@ -38,7 +38,7 @@ def test_gc_keeps_the_signature_of_a_push_in_flight(oci_registry, bundle, keys, 
     repo = _repo(oci_registry)
     with open_store(repo) as st:
         entry = _stage(st, bundle)
-        assert st.gc(older_than=3600) == []  # the CLI's default: a fresh signature stays
+        assert st.gc(older_than=3600).deleted == ()  # the CLI's default: a fresh signature stays
         st.update_ref("x", "v1", lambda old: merge_index(old, "x", "v1", entry))  # the push finishes
     r = pull(f"{repo}:v1", tmp_path / "root", trust=[keys["pub"]])
     assert r.install.verified
@@ -48,9 +48,9 @@ def test_gc_collects_an_orphaned_signature_once_old_enough(oci_registry, bundle)
     repo = _repo(oci_registry)
     with open_store(repo) as st:
         _stage(st, bundle)
-        assert len(st.gc(older_than=0, dry_run=True)) == 1
-        assert len(st.gc(older_than=0)) == 1
-        assert st.gc(older_than=0) == []
+        assert len(st.gc(older_than=0, dry_run=True).deleted) == 1
+        assert len(st.gc(older_than=0).deleted) == 1
+        assert st.gc(older_than=0).deleted == ()
 
 
 def test_gc_stops_on_a_read_error_and_deletes_nothing(oci_registry, bundle, keys, tmp_path, monkeypatch):

@@ -5,9 +5,9 @@ grouped into layers), :mod:`.auth` (credential files), :mod:`.tls` (CA per regis
 API: scheme, auth, retries), :mod:`.store` (the :class:`cachetool.stores.base.Store`).
 """
 
-from cachetool.stores.oci.auth import docker_config_path, docker_credentials, registry_credentials
+from cachetool.stores.oci.auth import docker_config_path, registry_credentials
 from cachetool.stores.oci.media import ARTIFACT_TYPE, CONFIG_MEDIA_TYPE, SIGNATURE_ARTIFACT_TYPE
 from cachetool.stores.oci.store import OCIStore
 
-__all__ = ["OCIStore", "docker_credentials", "registry_credentials", "docker_config_path", "ARTIFACT_TYPE",
+__all__ = ["OCIStore", "registry_credentials", "docker_config_path", "ARTIFACT_TYPE",
            "CONFIG_MEDIA_TYPE", "SIGNATURE_ARTIFACT_TYPE"]

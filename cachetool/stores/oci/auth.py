@@ -123,12 +123,6 @@ def registry_credentials(host: str, repo: str = "") -> tuple[str, str] | None:
             return creds
     return None
 
-
-def docker_credentials(host: str) -> tuple[str, str] | None:
-    """Kept for callers of the old name: the credentials for ``host`` from any of :func:`auth_files`."""
-    return registry_credentials(host)
-
-
 def parse_challenge(header: str) -> tuple[str, dict]:
     """``WWW-Authenticate: Bearer realm="...",service="..."`` → ("bearer", {...})."""
     scheme, _, rest = header.strip().partition(" ")
