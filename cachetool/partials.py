@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from cachetool.errors import StoreError, UsageError, WaitTimeoutError, clip
-from compiler import envs
+from cachetool import envs
 
 PARTIAL_DIR = ".cachetool-partial"
 PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)

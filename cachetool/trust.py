@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from cachetool.errors import KeyFileError
-from compiler import envs
+from cachetool import envs
 from cachetool.signing import PublicKey, load_public_key
 
 ENV_VAR = "CACHETOOL_TRUSTED_KEYS"

@@ -1,6 +1,7 @@
 """Environment variables: the one registry, and the one place that reads them (see docs/ARCHITECTURE.md).
 
-:data:`VARIABLES` lists every variable the two packages read, with its default and meaning; README.md's
+:data:`VARIABLES` lists every variable the two packages read, with its default and meaning: each package registers
+its own with :func:`register` (this module the pipeline's, ``cachetool/envs.py`` cachetool's); README.md's
 "Configuration reference" documents each (tests/test_structure.py checks both ways). Code reads a variable
 through :func:`get` (an empty value counts as unset) or one of the typed accessors below; an unregistered name
 is a ``KeyError``, so a new variable cannot be read without being registered. ``standard`` variables belong to
@@ -24,38 +25,30 @@ class EnvVar:
     standard: bool = False  # another tool's convention, honoured here
 
 
-VARIABLES: dict[str, EnvVar] = {v.name: v for v in (
+VARIABLES: dict[str, EnvVar] = {}  # every package's, by name
+
+
+def register(*variables: EnvVar) -> tuple[EnvVar, ...]:
+    """Add a package's variables to the one registry (a name registered twice is a bug: ValueError)."""
+    for v in variables:
+        if VARIABLES.get(v.name, v) != v:
+            raise ValueError(f"environment variable {v.name} is registered twice")
+        VARIABLES[v.name] = v
+    return variables
+
+
+# The pipeline's own (cachetool registers its variables in cachetool/envs.py).
+COMPILER_VARIABLES = register(
     EnvVar("CACHETOOL_CACHE_ROOT", "~/.cache/cachetool", "cache root; the compile cache is under it"),
     EnvVar("CACHETOOL_DISABLE_COMPILE_CACHE", "0", "1: the pipeline reads and writes nothing (always compiles)"),
     EnvVar("CACHETOOL_COMPILE_CACHE_SAVE_FORMAT", "binary", "binary or unpacked Inductor artifacts"),
     EnvVar("CACHETOOL_LOGGING_LEVEL", "INFO", "level of the compiler and cachetool loggers"),
-    EnvVar("CACHETOOL_TRUSTED_KEYS", None, ":-separated public key files/folders trusted on pull/install/verify"),
-    EnvVar("CACHETOOL_CONFIG_DIR", None, "configuration folder (trusted_keys/*.pub); default XDG_CONFIG_HOME/cachetool"),
-    EnvVar("CACHETOOL_STORE_MAX_ATTEMPTS", "5", "attempts of one S3/OCI request before the store error"),
-    EnvVar("CACHETOOL_PARTIAL_MAX_BYTES", str(4 << 30), "bound of a cache root's .cachetool-partial/ folder"),
-    EnvVar("CACHETOOL_CERTS_D", None, "os.pathsep-separated certs.d roots for OCI registries' TLS"),
-    EnvVar("CACHETOOL_VLLM_PYTHON", None, "the Python interpreter that runs vLLM for --engine vllm; default this one"),
-    EnvVar("VLLM_CACHE_ROOT", None, "vLLM's cache root (--engine vllm's default cache root); default ~/.cache/vllm", True),
-    EnvVar("AWS_ENDPOINT_URL_S3", None, "S3 endpoint (before AWS_ENDPOINT_URL)", True),
-    EnvVar("AWS_ENDPOINT_URL", None, "S3 endpoint", True),
-    EnvVar("AWS_ACCESS_KEY_ID", None, "S3 credentials (boto3's chain)", True),
-    EnvVar("AWS_SECRET_ACCESS_KEY", None, "S3 credentials (boto3's chain)", True),
-    EnvVar("AWS_SESSION_TOKEN", None, "S3 credentials (boto3's chain)", True),
-    EnvVar("AWS_PROFILE", None, "S3 profile (boto3's chain)", True),
-    EnvVar("AWS_SHARED_CREDENTIALS_FILE", None, "S3 credentials file (boto3's chain)", True),
-    EnvVar("AWS_CONFIG_FILE", None, "S3 config file (boto3's chain)", True),
-    EnvVar("DOCKER_CONFIG", None, "folder of docker's config.json (OCI credentials); default ~/.docker", True),
-    EnvVar("REGISTRY_AUTH_FILE", None, "podman/skopeo credentials file, consulted first", True),
-    EnvVar("XDG_RUNTIME_DIR", None, "containers/auth.json under it (OCI credentials)", True),
-    EnvVar("XDG_CONFIG_HOME", None, "base of the configuration folders; default ~/.config", True),
-    EnvVar("REQUESTS_CA_BUNDLE", None, "CA bundle for OCI registries (then CURL_CA_BUNDLE)", True),
-    EnvVar("CURL_CA_BUNDLE", None, "CA bundle for OCI registries", True),
     EnvVar("WORLD_SIZE", "1", "torch.distributed: number of ranks (init_from_env)", True),
     EnvVar("RANK", "0", "torch.distributed: this rank (init_from_env)", True),
     EnvVar("LOCAL_RANK", None, "torch.distributed: this rank on its host; default RANK", True),
     EnvVar("MASTER_PORT", None, "torch.distributed rendezvous port; a free one when unset", True),
     EnvVar("CUDA_VISIBLE_DEVICES", None, "which GPUs a process sees; maps a CUDA index to NVML's (preflight)", True),
-)}
+)
 
 
 def get(name: str) -> str | None:
@@ -69,16 +62,6 @@ def raw(name: str) -> str | None:
     """The value exactly as set (None when unset), for a registered variable: e.g. a cache key of the values."""
     VARIABLES[name]
     return os.environ.get(name)
-
-
-def config_home() -> Path:
-    """``XDG_CONFIG_HOME`` or ``~/.config``."""
-    return Path(get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"))
-
-
-def store_max_attempts() -> int:
-    """``CACHETOOL_STORE_MAX_ATTEMPTS`` (default 5)."""
-    return int(get("CACHETOOL_STORE_MAX_ATTEMPTS"))
 
 
 # Variables that change what the compiled code is (hashed into the ``env`` factor). Settings of the
@@ -117,11 +100,6 @@ def compile_cache_save_format() -> str:
 def logging_level() -> str:
     """``CACHETOOL_LOGGING_LEVEL`` (default ``INFO``)."""
     return get("CACHETOOL_LOGGING_LEVEL").strip().upper()
-
-
-def trusted_keys() -> list[str]:
-    """``CACHETOOL_TRUSTED_KEYS``: ``:``-separated public key files (used by ``cachetool``)."""
-    return [p for p in (get("CACHETOOL_TRUSTED_KEYS") or "").split(":") if p]
 
 
 def env_factor_values() -> dict[str, str]:

@@ -91,11 +91,15 @@ def test_no_function_in_cachetool_reaches_80_lines():
 
 
 def test_every_environment_variable_is_registered_and_in_the_readme():
+    import cachetool.envs  # noqa: F401  (registers cachetool's variables)
     from compiler import envs
 
+    assert {v.name for v in cachetool.envs.VARIABLES}.isdisjoint(v.name for v in envs.COMPILER_VARIABLES)
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## Configuration reference"):readme.index("### Exit codes")]
     assert [n for n in envs.VARIABLES if f"`{n}`" not in table] == []
+    assert not any(v.name.startswith(("CACHETOOL_STORE", "CACHETOOL_TRUSTED", "AWS_", "DOCKER"))
+                   for v in envs.COMPILER_VARIABLES)  # the stores' and trust's variables are cachetool's
     read_outside = []
     for mod, path in _modules().items():
         if mod == "compiler.envs":

@@ -77,7 +77,7 @@ _DEBUG_VARIABLE = "CACHETOOL_LOGGING_LEVEL"
 
 
 def _debug() -> bool:
-    from compiler import envs
+    from cachetool import envs
 
     return str(envs.get(_DEBUG_VARIABLE)).upper() == "DEBUG"
 

@@ -36,7 +36,7 @@ def warn_loud(msg: str) -> None:
 
 def cache_root_default() -> str:
     """``CACHETOOL_CACHE_ROOT`` or ``~/.cache/cachetool`` (read through the environment registry)."""
-    from compiler import envs
+    from cachetool import envs
 
     return str(envs.cache_root())
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import UsageError
-from compiler import envs
+from cachetool import envs
 
 
 class NativeEngine:

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from compiler import envs
+from cachetool import envs
 from cachetool.errors import NotFoundError, StoreError, VerificationError
 from cachetool.stores.base import Capabilities, TransferCounters
 from cachetool.stores.common import DL_CHUNK, download_resumable

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compiler import envs
+from cachetool import envs
 
 
 class VllmEngine:

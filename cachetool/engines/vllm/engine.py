@@ -32,7 +32,8 @@ from cachetool.engines.vllm import facts, key
 from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissError, EngineUnavailableError,
                               PreflightError, UsageError, WaitTimeoutError)
 from cachetool.factors import short_repr
-from compiler import build_identity, envs
+from cachetool import envs
+from compiler import build_identity
 
 CHILD = Path(__file__).with_name("child.py")
 AOT_DIR = ("torch_compile_cache", "torch_aot_compile")

@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from cachetool.errors import StoreError
-from compiler import envs
+from cachetool import envs
 
 TOKEN_USER = "<token>"  # docker's marker for an identity (refresh) token
 

@@ -20,7 +20,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 from cachetool.errors import NotFoundError, StoreError, VerificationError
 from cachetool.retry import pause
 from cachetool.digests import CHUNK
-from compiler import envs
+from cachetool import envs
 from cachetool.stores.oci.auth import TOKEN_USER, parse_challenge, registry_credentials, where_logins_are
 from cachetool.stores.oci.tls import TLSConfig, describe_tls_error
 

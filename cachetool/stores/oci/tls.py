@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from compiler import envs
+from cachetool import envs
 
 
 def certs_d_roots() -> list[Path]:
