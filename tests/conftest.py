@@ -81,7 +81,6 @@ LONGEST_FIRST = {
     "tests/compiler/test_aot_hot_start.py": 750,
     "tests/compiler/test_pipeline.py": 580,  # builds the shared tiny_warm when it is the first to ask
     "tests/tp/test_tp_pipeline.py": 420,
-    "tests/compiler/test_cuda_graph_logic.py": 230,
     "tests/deploy/test_readme.py": 230,
     "tests/compiler/test_cache_key.py": 190,
     "tests/e2e/test_deploy_path.py": 180,

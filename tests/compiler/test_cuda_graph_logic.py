@@ -1,5 +1,6 @@
 """CUDA-graph logic that needs no GPU: capture sizes, padding, dispatch, mode resolution, config errors,
-attention under padding (emulated graphs on the CPU) and compile_sizes pieces saved and loaded across processes."""
+attention under padding (emulated graphs on the CPU). compile_sizes pieces saved and loaded across processes:
+tests/compiler/test_pipeline.py (one compile_sizes start for both of its compile_sizes tests)."""
 
 from __future__ import annotations
 
@@ -241,26 +242,6 @@ def test_graph_executor_refuses_cpu_without_emulation() -> None:
     assert not runner.graphs.enabled and runner.graphs.mode == CUDAGraphMode.NONE
     with pytest.raises(ValueError, match="need a CUDA device"):
         GraphExecutor(runner, mode=CUDAGraphMode.FULL)
-
-
-# ---------------------------------------------------------------------- compile_sizes across processes
-
-
-def test_compile_sizes_pieces_saved_and_loaded_by_a_second_process(tmp_path) -> None:  # noqa: ANN001
-    """``compile_sizes`` adds a static-shape compile of every piece (plain Inductor on the CPU: max-autotune is
-    used on CUDA only); a second process loads those pieces too and compiles nothing."""
-    from tests.compiler.conftest import run_json
-
-    root = str(tmp_path / "root")
-    cold = run_json("warm", "--model", "tiny", "--cache-root", root, "-cc.compile_sizes=[8]")
-    # tiny: 5 pieces, 3 unique; general + size 8 -> 6 compiles
-    assert cold["graphs_compiled"] == 6, cold
-    index = json.loads(next((tmp_path / "root").rglob("compile_index.json")).read_text())
-    sized = {k: v for k, v in index["pieces"].items() if k.endswith("@8")}
-    assert len(sized) == 5 and all(v["shape"] == 8 and "_s8_" in v["artifact"] for v in sized.values())
-    hot = run_json("check", "--model", "tiny", "--cache-root", root, "-cc.compile_sizes=[8]", "--require-hit")
-    assert hot["graphs_compiled"] == 0 and hot["graphs_loaded"] == 6, hot
-    assert hot["hot_path"] == "aot" and hot["dynamo_traces"] == 0, hot  # compile_sizes on top of the AOT entry
 
 
 # ---------------------------------------------------------------------- autotune counting

@@ -211,18 +211,42 @@ def test_evaluate_guards_size_oblivious_refused_at_trace(tmp_path) -> None:
         runner.warmup()
 
 
-def test_compile_sizes_static_pieces(tmp_path) -> None:
-    """``compile_sizes``: per-size static pieces are compiled at start-up (warmup runs each size), indexed as
-    ``i@size`` and give eager's outputs; other sizes use the general pieces."""
-    cfg = CompilationConfig.from_dict({"cache_dir": str(tmp_path), "compile_sizes": [4]})
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory):
+    """One start with ``compile_sizes: [4]`` in this process (a fresh root): the runner, the counters' delta of its
+    start-up and the root. Its tests read the runner's state and the root; a hot start on the root writes nothing."""
+    root = tmp_path_factory.mktemp("sized_root")
+    cfg = CompilationConfig.from_dict({"cache_dir": str(root), "compile_sizes": [4]})
     before = counters.snapshot()
     runner = ModelRunner("tiny", "cpu", cfg)
     runner.warmup()
-    delta = counters.delta(before)
+    return runner, counters.delta(before), root
+
+
+def test_compile_sizes_static_pieces(sized) -> None:
+    """``compile_sizes``: per-size static pieces are compiled at start-up (warmup runs each size), indexed as
+    ``i@size`` and give eager's outputs; other sizes use the general pieces."""
+    runner, delta, _ = sized
     assert delta.graphs_compiled == 6 and delta.dynamo_compiles == 1  # 3 general + 3 for size 4
     index = json.loads((runner.backend.layout.index_file).read_text())
     assert sorted(k for k in index["pieces"] if "@" in k) == [f"{i}@4" for i in range(5)]
     eager = ModelRunner("tiny", "cpu", CompilationConfig(mode=0))
+    after_start = counters.snapshot()
     for a, b in zip(_run_counts(runner, (4, 5)), _run_counts(eager, (4, 5))):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert counters.delta(before).graphs_compiled == 6
+    assert counters.delta(after_start).graphs_compiled == 0  # 4 and 5 tokens: no compile after start-up
+
+
+def test_compile_sizes_pieces_saved_and_loaded_by_a_second_process(sized) -> None:
+    """``compile_sizes`` adds a static-shape compile of every piece (plain Inductor on the CPU: max-autotune is
+    used on CUDA only); a second process loads those pieces too and compiles nothing. (Was in
+    test_cuda_graph_logic.py with a warm of its own; the start above is that warm.)"""
+    _, delta, root = sized
+    assert delta.graphs_compiled == 6  # tiny: 5 pieces, 3 unique; general + size 4 -> 6 compiles
+    index = json.loads(next(root.rglob("compile_index.json")).read_text())
+    sized_pieces = {k: v for k, v in index["pieces"].items() if k.endswith("@4")}
+    assert len(sized_pieces) == 5 and all(v["shape"] == 4 and "_s4_" in v["artifact"]
+                                          for v in sized_pieces.values()), sized_pieces
+    hot = run_json("check", "--model", "tiny", "--cache-root", str(root), "-cc.compile_sizes=[4]", "--require-hit")
+    assert hot["graphs_compiled"] == 0 and hot["graphs_loaded"] == 6, hot
+    assert hot["hot_path"] == "aot" and hot["dynamo_traces"] == 0, hot  # compile_sizes on top of the AOT entry
