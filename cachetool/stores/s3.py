@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from cachetool import envs
-from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.errors import NotFoundError, StoreError, VerificationError, clip
 from cachetool.stores.base import Capabilities, TransferCounters
 from cachetool.stores.common import DL_CHUNK, download_resumable
 from cachetool.stores.object_store import ObjectStore
@@ -234,11 +234,13 @@ class S3Backend(ObjectBackend):
         except S3UploadFailedError as exc:  # boto3 wraps the ClientError; only its text says which
             text = str(exc)
             if "NoSuchBucket" in text:
-                raise NotFoundError(f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS'}") from None
+                raise NotFoundError(f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS'}",
+                                    store=self.url, key=full, status="NoSuchBucket") from None
             code = next((c for c in _AUTH_CODES if f"({c})" in text), None)
             if code:
-                raise StoreError(f"{what}: access denied ({code}): check the AWS credentials/profile") from None
-            raise StoreError(f"{what}: {text.rsplit(': ', 1)[-1]}") from None
+                raise StoreError(f"{what}: access denied ({code}): check the AWS credentials/profile",
+                                 store=self.url, key=full, status=code) from None
+            raise StoreError(f"{what}: {clip(text.rsplit(': ', 1)[-1])}", store=self.url, key=full) from None
         self.counters.up(src.stat().st_size)
 
     def put_if(self, key: str, data: bytes | None, version: str | None, what: str) -> bool:

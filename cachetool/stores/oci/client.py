@@ -17,7 +17,7 @@ import re
 import threading
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.errors import NotFoundError, StoreError, VerificationError, clip
 from cachetool.retry import pause
 from cachetool.digests import CHUNK
 from cachetool import envs
@@ -124,7 +124,7 @@ class RegistryClient:
             self._auth_header = "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
             return
         if scheme != "bearer" or "realm" not in params:
-            raise StoreError(f"{what}: {self.host} asks for unsupported auth {challenge[:80]!r}")
+            raise StoreError(f"{what}: {self.host} asks for unsupported auth {clip(challenge, 80)!r}", store=self.base)
         q = {"service": params.get("service", ""),
              "scope": params.get("scope") or (f"repository:{self.repo}:pull,push" if self.repo else "registry:catalog:*")}
         try:
@@ -137,14 +137,15 @@ class RegistryClient:
                 r = self._session.get(params["realm"] + ("&" if "?" in params["realm"] else "?") + urlencode(q),
                                       auth=creds, timeout=self.timeout, verify=self.tls.verify, cert=self.tls.cert)
         except requests.exceptions.SSLError as exc:
-            raise self.tls_error(exc, f"{what}: token service {params['realm'][:80]}") from None
+            raise self.tls_error(exc, f"{what}: token service {clip(params['realm'], 80)}") from None
         except requests.RequestException as exc:
             raise StoreError(f"{what}: token service {params['realm']} unreachable ({type(exc).__name__})") from None
         if r.status_code in (401, 403):
             raise StoreError(f"{what}: {self.host} refused the credentials ({r.status_code} from the token service): "
-                             "check the login (`skopeo login` / `docker login`)")
+                             "check the login (`skopeo login` / `docker login`)", store=self.base, status=r.status_code)
         if r.status_code != 200:
-            raise StoreError(f"{what}: token service {params['realm']} answered {r.status_code}")
+            raise StoreError(f"{what}: token service {params['realm']} answered {r.status_code}", store=self.base,
+                             status=r.status_code)
         try:
             tok = r.json()
             token = tok.get("token") or tok.get("access_token")
