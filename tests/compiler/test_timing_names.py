@@ -142,3 +142,14 @@ def test_warm_shows_each_step_on_stderr_and_nothing_with_json(tmp_path, as_json:
     assert any(ln.startswith("warm: tracing") for ln in steps), proc.stderr[-2000:]
     assert any(ln.startswith("warm: piece 1/") and " compiled in " in ln for ln in steps)
     assert "warm: prefill and decode batches" in steps
+
+
+def test_a_first_warm_says_it_compiles_not_that_a_hot_start_failed(tmp_path) -> None:
+    """Issue 20: the first warm into an empty root opened with 'No AOT hot start (no cache folder for this rank)',
+    which reads like a warning; it now says that nothing is cached there yet."""
+    proc = subprocess.run([os.sys.executable, "-c", _WARM_EAGER, "warm", "--model", "tiny", "--cache-root",
+                           str(tmp_path / "root"), "--json"], capture_output=True, text=True,
+                          env=cli_env(CACHETOOL_LOGGING_LEVEL="INFO"), cwd=str(REPO), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "No AOT hot start" not in proc.stderr
+    assert "No cache for this model and config under the root yet: compiling" in proc.stderr
