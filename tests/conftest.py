@@ -74,23 +74,28 @@ def tiny_warm(tmp_path_factory) -> dict:
 # The files that take longest, longest first: xdist (--dist loadfile) hands a worker the next file in collection
 # order when it is nearly done, so a long file that starts late keeps one worker busy while the other idles (the
 # two-test real-vLLM TP file ran last, alone, for minutes). Seconds of one worker in a full `-n 2` run on the 2-core
-# box (2026-12-02, under load, so only their order matters); files not listed keep their order after these.
+# box (2026-12-02, under load from other work, so only their order matters); files not listed keep their order
+# after these. A new file that takes minutes belongs here.
 LONGEST_FIRST = {
-    "tests/vllm/test_vllm_engine.py": 940,  # the two real-vLLM files: one unit (TOGETHER), ~1300 s
-    "tests/vllm/test_vllm_tp.py": 355,
-    "tests/compiler/test_aot_hot_start.py": 750,
-    "tests/compiler/test_pipeline.py": 580,  # builds the shared tiny_warm when it is the first to ask
-    "tests/tp/test_tp_pipeline.py": 420,
-    "tests/deploy/test_readme.py": 230,
-    "tests/compiler/test_cache_key.py": 190,
-    "tests/e2e/test_deploy_path.py": 180,
-    "tests/tp/test_collectives.py": 145,
-    "tests/stores/test_oci_packs.py": 100,
-    "tests/stores/test_oci_mirror.py": 100,
-    "tests/stores/test_failures.py": 60,
-    "tests/deploy/test_readonly_root.py": 53,
-    "tests/stores/test_push_pull.py": 52,
-    "tests/bundles/test_concurrency.py": 35,
+    "tests/vllm/test_vllm_engine.py": 570,  # the two real-vLLM files: one unit (TOGETHER), ~860 s
+    "tests/vllm/test_vllm_tp.py": 290,
+    "tests/compiler/test_aot_hot_start.py": 890,
+    "tests/compiler/test_pipeline.py": 775,  # builds the shared tiny_warm when it is the first to ask
+    "tests/tp/test_tp_pipeline.py": 390,
+    "tests/stores/test_layout_compat.py": 160,
+    "tests/compiler/test_timing_names.py": 160,
+    "tests/e2e/test_deploy_path.py": 160,
+    "tests/tp/test_collectives.py": 115,
+    "tests/test_cli_contract.py": 110,
+    "tests/stores/test_oci_mirror.py": 85,
+    "tests/compiler/test_cache_key.py": 85,
+    "tests/deploy/test_readme.py": 85,
+    "tests/deploy/test_readonly_root.py": 75,
+    "tests/stores/test_push_pull.py": 60,
+    "tests/stores/test_oci_pins.py": 55,
+    "tests/bundles/test_concurrency.py": 55,
+    "tests/compiler/test_hot_path_imports.py": 50,
+    "tests/stores/test_failures.py": 45,
 }
 
 
@@ -109,8 +114,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
+            return _unit(nodeid.split("::", 1)[0])
 
     return Scheduling(config, log)
 
@@ -122,13 +126,22 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+def _unit(path: str) -> str:
+    """The unit of work a test file belongs to: its :data:`TOGETHER` prefix, or the file itself."""
+    return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Longest files first (:data:`LONGEST_FIRST`); a stable sort: each file's tests keep their order."""
+    """Longest units first (:data:`LONGEST_FIRST`, a TOGETHER unit by the sum of its files); a stable sort: each
+    file's tests keep their order, unlisted files theirs."""
+    unit_cost: dict[str, int] = {}
+    for path, seconds in LONGEST_FIRST.items():
+        unit_cost[_unit(path)] = unit_cost.get(_unit(path), 0) + seconds
+
     def cost(item):
-        return -LONGEST_FIRST.get(item.nodeid.split("::", 1)[0], 0)
+        return -unit_cost.get(_unit(item.nodeid.split("::", 1)[0]), 0)
 
     items.sort(key=cost)
-
 
 class CLIResult:
     """What one in-process ``cachetool`` call returned: exit code, stdout, stderr."""
