@@ -58,8 +58,8 @@ class CompileRunResult:
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds, each name one thing (docs/compiler.md, "Timing names"): ``import`` (exec → run), ``build``
     (model), then the start-up: ``key`` (predicting the cache key, AOT path), ``trace`` (Dynamo's capture, the
-    Dynamo path), ``compile`` (Inductor compiling), ``load`` (AOT entry and artifacts, and the wait for the
-    loader's imports), ``save`` (writing the AOT entry), ``cudagraph_capture``, ``first_forward`` (the warm-up
+    Dynamo path, with the wait for its imports), ``compile`` (Inductor compiling), ``load`` (AOT entry and
+    artifacts, and on that path the wait for the loader's imports), ``save`` (writing the AOT entry), ``cudagraph_capture``, ``first_forward`` (the warm-up
     batches themselves); then ``workload`` (prefill/decode batches) and ``exit`` (releasing caches and
     workers). ``startup_seconds`` = key + trace + compile + load + save + cudagraph_capture + first_forward;
     ``seconds`` = build + startup_seconds + workload."""

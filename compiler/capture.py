@@ -67,10 +67,11 @@ class StartupPhases:
 
     - ``key``: predicting the cache key without a trace (AOT path);
     - ``trace``: the Dynamo path's first call less its compiles and loads (Dynamo's capture, the key, the split,
-      the fake-tensor pass; with stock ``torch.compile``, mode 1, the whole first call: its compiles are torch's);
+      the fake-tensor pass, and any wait for the imports started in the background; with stock ``torch.compile``,
+      mode 1, the whole first call: its compiles are torch's);
     - ``compile``: Inductor compiling pieces;
-    - ``load``: loading the AOT entry and artifacts (or, on the Dynamo path, each piece's artifact), with any wait
-      for the loader's imports started in the background;
+    - ``load``: loading the AOT entry and artifacts (or, on the Dynamo path, each piece's artifact); on the AOT
+      path with the wait for the loader's imports started in the background;
     - ``save``: writing the AOT entry after a compile (a warm).
 
     ``counted_load`` is the part of ``load`` that ``counters.artifact_load_seconds`` also holds (not a phase)."""
@@ -292,9 +293,9 @@ class _Compiled:
         self.first_compile_seconds = time.perf_counter() - t0
         self.hot_path = "dynamo"
         done = counters.delta(before)
-        self.phases = StartupPhases(
-            trace=max(0.0, self.first_compile_seconds - done.inductor_compile_seconds - done.artifact_load_seconds),
-            compile=done.inductor_compile_seconds, load=done.artifact_load_seconds + self._import_wait,
+        self.phases = StartupPhases(  # the wait for the background imports (Dynamo's) is the trace's here
+            trace=max(0.0, self.first_compile_seconds - done.inductor_compile_seconds - done.artifact_load_seconds)
+            + self._import_wait, compile=done.inductor_compile_seconds, load=done.artifact_load_seconds,
             counted_load=done.artifact_load_seconds)
         self._compiled_here = done.graphs_compiled
         layout = getattr(self.backend, "layout", None)

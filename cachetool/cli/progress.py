@@ -19,6 +19,12 @@ import click
 _OPENING = ("trace", "piece_start", "autotune", "save", "capture", "step")
 
 
+def _line(prefix: str, event: Any) -> str:
+    """``warm: <message>``; messages that name the command already (the vLLM engine's) are left as they are."""
+    text = str(event)
+    return text if text.startswith(f"{prefix}:") else f"{prefix}: {text}"
+
+
 class LineProgress:
     """One line per event: ``warm: piece 2/5 compiled in 12.3 s``."""
 
@@ -27,10 +33,7 @@ class LineProgress:
         self.prefix = prefix
 
     def __call__(self, event: Any) -> None:
-        text = str(event)
-        if not text.startswith(f"{self.prefix}:"):
-            text = f"{self.prefix}: {text}"
-        click.echo(text, file=self.stream)
+        click.echo(_line(self.prefix, event), file=self.stream)
 
     def close(self) -> None:
         pass
@@ -48,10 +51,11 @@ class RichProgress:
         self.status.start()
 
     def __call__(self, event: Any) -> None:
-        text = str(event)
-        kind = getattr(event, "kind", None)
-        if kind in _OPENING:
-            self.status.update(f"{self.prefix}: {text}")
+        from rich.markup import escape
+
+        text = escape(_line(self.prefix, event))
+        if getattr(event, "kind", None) in _OPENING:
+            self.status.update(text)
         else:
             self.console.print(f"[green]✓[/green] {text}")
 
