@@ -180,8 +180,7 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     before = counters.snapshot()
     guard = strict_mode(True) if require_hit else contextlib.nullcontext()
     try:
-        with guard, progress.listening(on_progress):
-            progress.emit(progress.STEP, f"{command}: building {model} on {device}")
+        with guard, progress.listening(on_progress):  # first event once built: a bad model stays one error line
             runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank,
                                  save_aot_entry=True if command == "warm" else None)
             built = time.perf_counter() - t0
