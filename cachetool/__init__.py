@@ -8,8 +8,8 @@ The Python API (typed results, :mod:`cachetool.errors` on failure)::
     cachetool.pull(REF, cache_root, trust=[PUB], model=..., device=...)        -> PullResult
     cachetool.pull_outcome(REF, cache_root, on_miss="continue", ...)           -> PullOutcome (never raises)
 
-Every other verb of the CLI is a function of :mod:`cachetool.api` too (pack, keygen, sign, inspect, verify,
-install, diff, ls, rm, gc).
+Every other verb of the CLI is a function here too (pack, keygen, sign, inspect, verify, ls, rm, gc), and of
+:mod:`cachetool.api`, which also has ``install`` and ``diff`` (here those names are the modules).
 
 Names are loaded on first use so that ``import cachetool`` stays cheap (no torch, no boto3).
 """
@@ -21,7 +21,9 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = {"warm", "check", "push", "pull", "pull_outcome", "expected_cache_key", "compilation_config", "WarmSummary"}
+# api's functions, but install and diff: cachetool.install and cachetool.diff are modules (cachetool.api has both)
+_API = {"warm", "check", "push", "pull", "pull_outcome", "expected_cache_key", "compilation_config", "WarmSummary",
+        "pack", "keygen", "sign", "inspect", "verify", "ls", "rm", "gc"}
 __all__ = sorted(_API) + ["__version__"]
 
 
