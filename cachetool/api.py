@@ -38,7 +38,7 @@ class WarmSummary:
     bytes_raw: int | None = None  # files in the pushed cache folder
     bytes_unique: int | None = None  # after deduplicating identical files
     bytes_compressed: int | None = None  # zstd blobs + manifest, what a store holds
-    phases: dict[str, float] = field(default_factory=dict)  # seconds: compile, pack, push
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: warm (the whole run), pack, push
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,7 +102,7 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
         result = chosen.warm(model, cache_root=cache_root, flags=list(engine_flags), load_weights=load_weights,
                              progress=engine_progress)
         folder = _engine_folder(result)
-    summary = WarmSummary(compile=result, phases={"compile": round(time.perf_counter() - t0, 3)})
+    summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
     if push is None:
         return summary
 

@@ -100,7 +100,7 @@ def _run_result(**kw: object) -> CompileRunResult:
 
 
 def test_warm_summary_json_without_push() -> None:
-    doc = WarmSummary(compile=_run_result(), phases={"compile": 9.5}).to_json()
+    doc = WarmSummary(compile=_run_result(), phases={"warm": 9.5}).to_json()
     json.dumps(doc)  # plain JSON
     assert set(doc) == {"compile", "push", "bytes", "phases", "graphs_compiled", "graphs_loaded", "cache_dir",
                         "seconds", "ref", "manifest_digest"}
@@ -116,10 +116,10 @@ def test_warm_summary_json_with_push() -> None:
                       blobs_total=4, blobs_uploaded=3, blobs_skipped=1, bytes_uploaded=100, bytes_skipped=20,
                       platforms=["cpu-x"], seconds=0.5)
     s = WarmSummary(compile=_run_result(graphs_compiled=0, graphs_loaded=3), push=push, bytes_raw=1000,
-                    bytes_unique=600, bytes_compressed=200, phases={"compile": 2.0, "pack": 0.25, "push": 0.5})
+                    bytes_unique=600, bytes_compressed=200, phases={"warm": 2.0, "pack": 0.25, "push": 0.5})
     doc = json.loads(json.dumps(s.to_json()))
     assert doc["ref"] == "file:///s/tiny:v1" and doc["manifest_digest"] == "sha256:ab"
     assert doc["push"]["blobs_uploaded"] == 3 and doc["push"]["signed"] is True
     assert doc["bytes"] == {"raw": 1000, "unique": 600, "compressed": 200}
-    assert doc["phases"] == {"compile": 2.0, "pack": 0.25, "push": 0.5} and doc["seconds"] == 2.75
+    assert doc["phases"] == {"warm": 2.0, "pack": 0.25, "push": 0.5} and doc["seconds"] == 2.75
     assert doc["compile"]["hit"] is True and doc["graphs_loaded"] == 3
