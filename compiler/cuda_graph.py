@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from compiler import torch_compat
 from compiler.config import CUDAGraphMode
 from compiler.cudagraph_dispatcher import BatchDescriptor
 
@@ -77,7 +78,7 @@ def weak_ref_tensor(t: Any) -> Any:
     if not isinstance(t, torch.Tensor):
         return t
     nbytes = t.untyped_storage().nbytes()
-    storage = torch._C._construct_storage_from_data_pointer(t.untyped_storage().data_ptr(), t.device, nbytes)
+    storage = torch_compat.storage_from_data_pointer(t.untyped_storage().data_ptr(), t.device, nbytes)
     out = torch.empty(0, dtype=t.dtype, device=t.device)
     out.set_(storage, t.storage_offset(), t.size(), t.stride())
     return out

@@ -152,3 +152,35 @@ def test_cachetool_uses_compiler_only_through_the_engine_and_its_public_modules(
     assert bad == []
     arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     assert [m for m in COMPILER_PUBLIC[1:] if f"`{m}`" not in arch] == []
+
+
+# cachetool/engines/vllm/child.py runs in vLLM's interpreter and imports neither package: it reads Dynamo's
+# counters there, the one private torch name outside torch_compat (docs/vllm.md).
+PRIVATE_TORCH_ALLOWED = ("compiler/torch_compat/", "cachetool/engines/vllm/child.py")
+
+
+def test_private_torch_only_in_torch_compat():
+    def private(dotted: str) -> bool:
+        parts = dotted.split(".")
+        return parts[0] == "torch" and any(_private(p) for p in parts[1:])
+
+    bad = []
+    for path in _modules().values():
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(PRIVATE_TORCH_ALLOWED):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Attribute):
+                chain, n = [node.attr], node.value
+                while isinstance(n, ast.Attribute):
+                    chain.append(n.attr)
+                    n = n.value
+                if isinstance(n, ast.Name):
+                    names = [".".join([n.id, *reversed(chain)])]
+            bad += [f"{rel}:{node.lineno} {x}" for x in names if private(x)]
+    assert sorted(set(bad)) == []

@@ -19,26 +19,16 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from compiler import torch_compat
 from compiler.distributed import parallel_state as ps
 from compiler.distributed.parallel_config import ALL_REDUCE_IMPLS, all_reduce_impl, set_all_reduce_impl  # noqa: F401
-
-
-def _group_name(group: object) -> str:
-    name = getattr(group, "group_name", None)
-    if name is None:  # pragma: no cover - very old torch
-        from torch.distributed.distributed_c10d import _get_group_name  # type: ignore[attr-defined]
-
-        name = _get_group_name(group)
-    return str(name)
 
 
 @torch.library.custom_op("cachetool::tp_all_reduce", mutates_args=())
 def tp_all_reduce(x: torch.Tensor, group_name: str) -> torch.Tensor:
     """Sum ``x`` over the tensor-parallel group (``group_name`` as a graph constant)."""
-    from torch.distributed.distributed_c10d import _resolve_process_group
-
     out = x.clone()
-    dist.all_reduce(out, group=_resolve_process_group(group_name))
+    dist.all_reduce(out, group=torch_compat.resolve_process_group(group_name))
     return out
 
 
@@ -53,10 +43,8 @@ def tensor_model_parallel_all_reduce(x: torch.Tensor) -> torch.Tensor:
         return x
     group = ps.get_tp_group()
     if all_reduce_impl() == "custom_op":
-        return torch.ops.cachetool.tp_all_reduce(x, _group_name(group))
-    import torch.distributed._functional_collectives as funcol
-
-    return funcol.all_reduce(x, "sum", group)
+        return torch.ops.cachetool.tp_all_reduce(x, torch_compat.process_group_name(group))
+    return torch_compat.functional_all_reduce(x, group)
 
 
 def tensor_model_parallel_all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

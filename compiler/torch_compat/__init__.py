@@ -277,3 +277,37 @@ def dynamo_counters() -> Any:
     from torch._dynamo.utils import counters as dynamo_counters_
 
     return dynamo_counters_
+
+
+# ---------------------------------------------------------------------- tensors and process groups
+def storage_from_data_pointer(data_ptr: int, device: torch.device, nbytes: int) -> Any:
+    """An untyped storage over memory it does not own (``torch._C._construct_storage_from_data_pointer``, in
+    torch since 2.3; both versions we support have it): CUDA-graph outputs as weak references."""
+    return torch._C._construct_storage_from_data_pointer(data_ptr, device, nbytes)
+
+
+def process_group_name(group: Any) -> str:
+    """The registered name of a process group (``group.group_name``; ``distributed_c10d._get_group_name`` on a
+    torch without the attribute)."""
+    name = getattr(group, "group_name", None)
+    if name is None:  # pragma: no cover - very old torch
+        from torch.distributed.distributed_c10d import _get_group_name  # type: ignore[attr-defined]
+
+        name = _get_group_name(group)
+    return str(name)
+
+
+def resolve_process_group(name: str) -> Any:
+    """The process group registered under ``name`` (``distributed_c10d._resolve_process_group``): how a custom op
+    with the group's name as a graph constant finds its group at run time."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return _resolve_process_group(name)
+
+
+def functional_all_reduce(x: torch.Tensor, group: Any) -> torch.Tensor:
+    """Sum over ``group`` as a functional collective Dynamo traces into the graph
+    (``torch.distributed._functional_collectives.all_reduce``)."""
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol.all_reduce(x, "sum", group)
