@@ -142,6 +142,14 @@ class OversizeBlobError(VerificationError):
     """A store sent more bytes for a blob than the manifest declares (a hostile or broken store)."""
 
 
+class DigestMismatchError(VerificationError):
+    """What a store sent under a digest is not that content (a hostile or broken store)."""
+
+
+class NotABundleError(StoreError):
+    """A tag in the store holds something other than a cachetool bundle (``ls`` skips it, ``pull`` refuses it)."""
+
+
 # ------------------------------------------------------------------------------------------------ install.py
 class BlobVerificationError(VerificationError):
     """A blob's bytes do not match the manifest (tampered, truncated, size lie, decompression bomb)."""

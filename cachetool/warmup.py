@@ -30,6 +30,11 @@ class DeviceError(UsageError):
     """The requested device is not available (``--device cuda`` without a GPU)."""
 
 
+# The pipeline's error kinds (compiler/errors.py) as cachetool's errors; other kinds are unexpected failures.
+KIND_TO_ERROR = {"strict-mode": CompileInStrictModeError,
+                  "guards": CompilationConfigError}  # evaluate_guards refused a batch the workload needs
+
+
 @dataclass
 class CompileRunResult:
     """What one warm/check run did. ``graphs_*`` count Inductor graphs (pieces) in this run."""
@@ -166,12 +171,10 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
         return _run_parallel(command, model, cache_root=cache_root, device=device,
                              compilation_config=compilation_config, rank=rank, dp_rank=dp_rank,
                              require_hit=require_hit, workload=workload, tensor_parallel_size=tensor_parallel_size)
-    from compiler import progress
-    from compiler.capture import RecompileError
-    from compiler.counters import CompileInStrictMode, counters, strict_mode
+    from compiler import errors as compiler_errors, progress
+    from compiler.counters import counters, strict_mode
     from compiler.layout import resolve_root
     from compiler.models.llama import ModelSpecError
-    from compiler.piecewise_backend import DynamicShapeGuardError
     from compiler.runner import ModelRunner
 
     cfg = _preflight(model, device, compilation_config, cache_root)
@@ -192,18 +195,14 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
             wl = runner.run_workload().as_dict() if workload else {}
     except ModelSpecError as exc:  # weights that do not fit the config (caught before anything is written)
         raise ModelError(str(exc)) from None
-    except CompileInStrictMode as exc:
-        raise CompileInStrictModeError(f"{command}: {str(exc).splitlines()[0]}") from None
-    except (RecompileError, DynamicShapeGuardError) as exc:
-        if "strict mode" in str(exc):
-            raise CompileInStrictModeError(f"{command}: {str(exc).splitlines()[0]}") from None
-        # evaluate_guards refused a batch the workload needs (e.g. 1 token with backed shapes)
-        raise CompilationConfigError(f"{command}: {str(exc).splitlines()[0]}") from None
     except RuntimeError as exc:
-        # Dynamo wraps backend errors; a strict-mode refusal must keep its class.
-        if "strict mode" in str(exc) or "recompilation refused (strict" in str(exc):
-            raise CompileInStrictModeError(f"{command}: {str(exc).splitlines()[0]}") from None
-        raise
+        # The pipeline's errors say their kind (Dynamo wraps a backend's error in its own: compiler_errors.find
+        # looks through); a strict-mode refusal keeps its class, a guard refusal is the config's.
+        found = compiler_errors.find(exc)
+        mapped = KIND_TO_ERROR.get(found.kind) if found is not None else None
+        if mapped is None:
+            raise
+        raise mapped(f"{command}: {str(found).splitlines()[0]}") from None
     delta = counters.delta(before)
     backend = runner.backend
     layout = getattr(backend, "layout", None)

@@ -35,6 +35,7 @@ from torch import nn
 
 from compiler import envs, progress, torch_compat
 from compiler.compile_context import CompileContext
+from compiler.errors import GUARDS, STRICT_MODE, CompilerError
 from compiler.config import CompilationMode, DynamicShapesType
 from compiler.counters import CompileInStrictMode, counters, is_strict
 from compiler.key_prediction import NO_CACHE_YET
@@ -45,8 +46,11 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T", bound=type)
 
 
-class RecompileError(RuntimeError):
-    """A call would have recompiled although guards are evaluated (``evaluate_guards``) or strict mode is on."""
+class RecompileError(CompilerError):
+    """A call would have recompiled although guards are evaluated (``evaluate_guards``, kind ``guards``) or strict
+    mode is on (kind ``strict-mode``)."""
+
+    kind = GUARDS
 
 
 def _decompile(code: CodeType) -> str:
@@ -167,7 +171,8 @@ class _Compiled:
             except RuntimeError as exc:
                 if torch_compat.is_recompile_refusal(exc):
                     raise RecompileError(f"recompilation refused ({'strict mode' if is_strict() else 'evaluate_guards'}): "
-                                         f"{str(exc).splitlines()[0]}") from None
+                                         f"{str(exc).splitlines()[0]}", kind=STRICT_MODE if is_strict() else GUARDS) \
+                        from None
                 raise
         out = self.compiled_fn(*args, **kwargs)
         if counters.dynamo_compiles != before:

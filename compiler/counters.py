@@ -8,9 +8,13 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from compiler.errors import STRICT_MODE, CompilerError
 
-class CompileInStrictMode(RuntimeError):
+
+class CompileInStrictMode(CompilerError):
     """Something had to compile while strict mode required a pure cache hit."""
+
+    kind = STRICT_MODE
 
 
 @dataclass

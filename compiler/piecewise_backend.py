@@ -30,6 +30,7 @@ import torch.fx as fx
 from compiler import aot_entry, build_identity, cache_key, envs, progress, torch_compat
 from compiler.artifacts import CompileIndex, IndexEntry
 from compiler.compile_context import CompileContext
+from compiler.errors import GUARDS, CompilerError
 from compiler.compiler_interface import CompilerInterface, InductorStandaloneAdaptor, artifact_digest
 from compiler.counters import check_not_strict, counters, strict_mode
 from compiler.layout import (COMPUTATION_GRAPH, CacheLayout, read_only_compiler_caches, redirect_compiler_caches,
@@ -271,8 +272,10 @@ class PiecewiseBackend:
         return fn
 
 
-class DynamicShapeGuardError(RuntimeError):
+class DynamicShapeGuardError(CompilerError):
     """``evaluate_guards`` is on and tracing added a guard on a dynamic dimension."""
+
+    kind = GUARDS
 
 
 class _PieceInterpreter(fx.Interpreter):

@@ -11,7 +11,7 @@ import time
 from typing import Callable, Iterator
 
 from cachetool.digests import hexof
-from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.errors import DigestMismatchError, NotABundleError, NotFoundError, StoreError, VerificationError
 from cachetool.retry import log as retry_log
 from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.stores.common import now_iso, ref_entry
@@ -79,7 +79,7 @@ class TagRefs:
         except NotFoundError:
             raise StoreError(f"{what}: the index names a manifest the registry does not have") from None
         except (KeyError, ValueError, TypeError, AttributeError, RecursionError, VerificationError) as exc:
-            if isinstance(exc, VerificationError) and "digest" in str(exc):
+            if isinstance(exc, DigestMismatchError):  # a hostile registry: refused as such, not "malformed"
                 raise
             raise StoreError(f"{what}: malformed cachetool index ({type(exc).__name__}: {str(exc)[:80]})") from None
         return sorted(entries, key=lambda x: x[0].platform)
@@ -88,7 +88,7 @@ class TagRefs:
         ref = f"{self.url}:{tag}"
         entries = self._resolve(tag, f"read {ref}")
         if not entries:
-            raise StoreError(f"{ref} is not a cachetool bundle (no manifest under it has artifactType "
+            raise NotABundleError(f"{ref} is not a cachetool bundle (no manifest under it has artifactType "
                              f"{media.ARTIFACT_TYPE} or a config of type {media.CONFIG_MEDIA_TYPE})")
         return RefIndex(name, tag, tuple(entries))
 
@@ -98,7 +98,7 @@ class TagRefs:
         ref = f"{self.url}@{digest}"
         entries = self._resolve(digest, f"read {ref}")
         if not entries:
-            raise StoreError(f"{ref} is not a cachetool bundle")
+            raise NotABundleError(f"{ref} is not a cachetool bundle")
         return RefIndex(name, digest, tuple(entries))
 
     # -------------------------------------------------------------------------------------------- writing tags
@@ -187,10 +187,8 @@ class TagRefs:
                 yield self.get_ref(name, tag)
             except NotFoundError:
                 continue  # removed while listing
-            except StoreError as exc:
-                if "is not a cachetool bundle" in str(exc):
-                    continue
-                raise
+            except NotABundleError:
+                continue  # another tool's tag
 
     def list_refs(self) -> Iterator[RefIndex]:
         """The refs of the repository; for a registry (``oci://host``) or a namespace (``oci://host/team``), those

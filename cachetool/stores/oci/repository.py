@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from cachetool.errors import NotFoundError, StoreError, UsageError, VerificationError
+from cachetool.errors import DigestMismatchError, NotFoundError, StoreError, UsageError, VerificationError
 from cachetool.stores.oci import media
 
 MAX_CHILD_MANIFEST = 16 << 20
@@ -37,7 +37,7 @@ class RepositoryAccess:
         data = self.client.read_body(r, limit, what)
         self.counters.down(len(data))
         if media.sha(data) != digest:
-            raise VerificationError(f"{what}: content does not match digest {digest[:19]}")
+            raise DigestMismatchError(f"{what}: content does not match digest {digest[:19]}", key=digest)
         return data
 
     def _put_manifest(self, ref: str, body: bytes, media_type: str, what: str):
@@ -64,7 +64,7 @@ class RepositoryAccess:
         self.counters.down(len(body))
         digest = media.sha(body)
         if ref.startswith("sha256:") and digest != ref:
-            raise VerificationError(f"{what}: manifest does not match its digest")
+            raise DigestMismatchError(f"{what}: manifest does not match its digest")
         mt = r.headers.get("Content-Type", "").split(";")[0].strip()
         return body, mt, digest
 

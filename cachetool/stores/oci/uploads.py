@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from cachetool.digests import hexof, sha256_file
-from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.errors import DigestMismatchError, NotFoundError, StoreError, VerificationError
 from cachetool.retry import pause
 from cachetool.stores.base import BlobRef
 from cachetool.stores.common import DL_CHUNK, download_resumable
@@ -133,7 +133,8 @@ class BlobTransfer:
                 self._download(pack.digest, pack.size, tmp, what)
                 if sha256_file(tmp)[0] != pack.digest:
                     tmp.unlink(missing_ok=True)
-                    raise VerificationError(f"{what}: content does not match digest {pack.digest[:19]}")
+                    raise DigestMismatchError(f"{what}: content does not match digest {pack.digest[:19]}",
+                                              key=pack.digest)
                 try:
                     packs.split_pack(tmp, self._members[bundle], scratch, what)
                 finally:

@@ -1,0 +1,38 @@
+"""The compiler's errors say their kind (compiler/errors.py), and cachetool maps the kind, not the message: warmup
+sorted them by 'strict mode' in their text."""
+
+from __future__ import annotations
+
+from compiler import errors
+from compiler.capture import RecompileError
+from compiler.counters import CompileInStrictMode
+from compiler.piecewise_backend import DynamicShapeGuardError
+
+
+def test_every_error_of_the_pipeline_has_a_kind():
+    assert CompileInStrictMode("x").kind == errors.STRICT_MODE
+    assert DynamicShapeGuardError("x").kind == errors.GUARDS
+    assert RecompileError("x").kind == errors.GUARDS
+    assert RecompileError("x", kind=errors.STRICT_MODE).kind == errors.STRICT_MODE
+    assert all(issubclass(c, errors.CompilerError) for c in (CompileInStrictMode, DynamicShapeGuardError,
+                                                              RecompileError))
+
+
+def test_find_looks_through_the_errors_dynamo_wraps_ours_in():
+    inner = CompileInStrictMode("strict mode: piece 2 would compile")
+    try:
+        try:
+            raise inner
+        except CompileInStrictMode as exc:
+            raise RuntimeError("backend compiler failed: something else entirely") from exc
+    except RuntimeError as wrapped:
+        assert errors.find(wrapped) is inner
+    assert errors.find(RuntimeError("strict mode")) is None  # the text alone says nothing
+
+
+def test_warmup_maps_kinds_not_messages():
+    from cachetool import warmup
+    from cachetool.errors import CompileInStrictModeError
+
+    assert warmup.KIND_TO_ERROR[errors.STRICT_MODE] is CompileInStrictModeError
+    assert issubclass(warmup.KIND_TO_ERROR[errors.GUARDS], warmup.CompilationConfigError)
