@@ -34,6 +34,7 @@ from torch import nn
 
 from compiler import torch_compat
 from compiler.artifacts import IndexEntry
+from compiler.errors import AOT_ENTRY, CompilerError
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,10 @@ ENTRY_FILE = "aot_entry.bin"
 ENTRY_SCHEMA = 1
 
 
-class AotEntryError(RuntimeError):
+class AotEntryError(CompilerError):
     """The AOT entry cannot be used here (missing, foreign schema, an artifact missing or altered)."""
+
+    kind = AOT_ENTRY
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import torch
 from compiler import torch_compat
 from compiler.config import CUDAGraphMode
 from compiler.cudagraph_dispatcher import BatchDescriptor
+from compiler.errors import INTERNAL, CompilerError
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +67,10 @@ def capture_phase() -> Iterator[None]:
         _STATE.capturing = prev
 
 
-class MissingGraphError(RuntimeError):
+class MissingGraphError(CompilerError):
     """A batch was dispatched to a graph that was not captured at start-up."""
+
+    kind = INTERNAL
 
 
 # ---------------------------------------------------------------------- weak references

@@ -19,10 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 from compiler.distributed import parallel_state as ps
+from compiler.errors import DISTRIBUTED, CompilerError
 
 
-class RankFailed(RuntimeError):
+class RankFailed(CompilerError):
     """A rank process failed without a transferable exception (crash, kill, unpicklable error)."""
+
+    kind = DISTRIBUTED
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:

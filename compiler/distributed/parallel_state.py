@@ -26,14 +26,17 @@ import torch.distributed as dist
 
 from compiler import envs
 from compiler.distributed import parallel_config
+from compiler.errors import DISTRIBUTED, CompilerError
 
 DEFAULT_TIMEOUT_S = 600.0
 """Collective timeout: a rank that fails (strict mode, a bad cache) must not leave the others waiting for
 gloo's default 30 minutes."""
 
 
-class ParallelStateError(RuntimeError):
+class ParallelStateError(CompilerError):
     """Bad tensor-parallel settings (sizes that do not divide, re-initialisation with other values)."""
+
+    kind = DISTRIBUTED
 
 
 @dataclass(frozen=True)

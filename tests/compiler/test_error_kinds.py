@@ -36,3 +36,14 @@ def test_warmup_maps_kinds_not_messages():
 
     assert warmup.KIND_TO_ERROR[errors.STRICT_MODE] is CompileInStrictModeError
     assert issubclass(warmup.KIND_TO_ERROR[errors.GUARDS], warmup.CompilationConfigError)
+
+
+def test_the_pipelines_runtime_errors_share_the_base():
+    from compiler.aot_entry import AotEntryError
+    from compiler.cuda_graph import MissingGraphError
+    from compiler.distributed.launch import RankFailed
+    from compiler.distributed.parallel_state import ParallelStateError
+
+    kinds = {c: c.kind for c in (AotEntryError, MissingGraphError, RankFailed, ParallelStateError)}
+    assert all(issubclass(c, errors.CompilerError) for c in kinds)
+    assert kinds[AotEntryError] == errors.AOT_ENTRY and kinds[RankFailed] == errors.DISTRIBUTED
