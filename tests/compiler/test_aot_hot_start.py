@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from compiler.aot_entry import ENTRY_FILE
-from tests.compiler.conftest import REPO, cli_env, run_cli
+from tests.compiler.conftest import REPO, cli_env, copy_warmed, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -55,13 +55,17 @@ def _assert_sum_rules(result: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def warmed_modes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:
-    """One warm per dynamic-shapes mode (the backed one at DEBUG level)."""
+def warmed_modes(tmp_path_factory: pytest.TempPathFactory, tiny_warm: dict) -> dict[str, tuple[Path, dict]]:
+    """One warm per dynamic-shapes mode. The backed one is the default config: a copy of the run's shared cold
+    warm (``tiny_warm`` in tests/conftest.py: its own process, a fresh root, DEBUG level), not a warm of its own."""
     out = {}
     for mode in MODES:
-        root = tmp_path_factory.mktemp(f"aot_{mode}")
-        warm = _json(run_cli("warm", "--model", "tiny", "--cache-root", str(root), "--json",
-                             f"-cc.dynamic_shapes_config.type={mode}"))
+        if mode == "backed":
+            root, warm = copy_warmed(tiny_warm, tmp_path_factory.mktemp("aot_backed") / "root")
+        else:
+            root = tmp_path_factory.mktemp(f"aot_{mode}")
+            warm = _json(run_cli("warm", "--model", "tiny", "--cache-root", str(root), "--json",
+                                 f"-cc.dynamic_shapes_config.type={mode}"))
         assert warm["graphs_compiled"] == 3 and warm["hot_path"] == "dynamo"
         _assert_sum_rules(warm)  # a cold warm compiled: its time is compile (and trace, save), not load
         assert warm["phases"]["compile"] > warm["phases"]["load"] and warm["phases"]["save"] > 0
