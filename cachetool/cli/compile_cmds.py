@@ -6,14 +6,12 @@ Both take ``--model M --cache-root DIR [--device cpu|cuda] [--compilation-config
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from cachetool import exit_codes
-from cachetool.cli import cli
+from cachetool.cli import cli, output
 from cachetool.cli.store_options import options_dict, store_options as _store_options
 from cachetool.cli.common import CC_HELP, OneLineCommand, cache_root_option, json_option, sign_key_option
 from cachetool.cli.output import emit
@@ -85,10 +83,8 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _print(result: CompileRunResult, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(result.to_json(), sort_keys=True))
-        return
+def _print(result: CompileRunResult) -> None:
+    """The native engine's start as a few lines (the JSON object is :func:`_show`'s)."""
     click.echo(f"{result.command}: model {result.model} on {result.device}")
     click.echo(f"  cache dir      {result.cache_dir or '(cache disabled)'}")
     click.echo(f"  cache key      {result.cache_key}")
@@ -145,15 +141,15 @@ def _summary(result: Any) -> str:
     return f"{result.command} {result.model}: {verdict} (cache key {result.cache_key or '-'})"
 
 
-def _show(result: Any, as_json: bool, native: bool, exit_code: int = 0, **fields: Any) -> int:
-    """A start's result: one JSON object (``fields`` added, e.g. a miss's ``error``), or its lines."""
+def _show(result: Any, as_json: bool, native: bool) -> int:
+    """A start's result: one JSON object, or its lines."""
     if as_json:
-        return emit(True, {**result.to_json(), **fields}, _summary(result), exit_code=exit_code)
-    (_print if native else _print_engine)(result, False)
-    return exit_code
+        return emit(True, result.to_json(), _summary(result))
+    (_print if native else _print_engine)(result)
+    return 0
 
 
-def _print_engine(result: Any, as_json: bool) -> None:
+def _print_engine(result: Any) -> None:
     """Another engine's start (``VllmStartResult``) as a few lines."""
     click.echo(f"{result.command}: model {result.model} with vLLM {result.vllm_version} "
                f"(tensor parallel {result.tensor_parallel_size})")
@@ -252,14 +248,10 @@ def check(ctx: click.Context, model: str, cache_root: str | None, device: str, c
             return _show(result, as_json, native=False)
         from cachetool.errors import EngineMissError
 
-        miss = EngineMissError(f"check: not a hit: {result.miss_reason()}")
         if not as_json:
-            _print_engine(result, False)
-            raise miss
-        # one object: the start's fields and the failure's
-        click.echo(f"error: {miss.message}", err=True)
-        return _show(result, True, native=False, exit_code=miss.exit_code, message=miss.message,
-                     error=exit_codes.for_code(miss.exit_code).name)
+            _print_engine(result)
+        output.add_failure_fields(**result.to_json())  # the failure's one object carries the start's fields
+        raise EngineMissError(f"check: not a hit: {result.miss_reason()}")
     cfg = _setup(ctx, compilation_config, cache_root)
     result = check_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
                        require_hit=require_hit, tensor_parallel_size=tensor_parallel_size)

@@ -38,16 +38,13 @@ def begin(argv: list[str]) -> None:
     _call = _Call(command=command, as_json=command is not None and "--json" in args[args.index(command):])
 
 
-def wants_json() -> bool:
-    return _call.as_json
-
-
 def command() -> str | None:
     return _call.command
 
 
 def add_failure_fields(**fields: Any) -> None:
-    """Fields a failure's JSON object carries besides the common ones (e.g. ``pull``'s ``outcome``)."""
+    """Fields a failure's JSON object carries besides the common ones (e.g. ``pull``'s ``outcome``, a failed
+    start's result); the common ones (``ok``, ``exit_code``, ``command``, ``message``, ``error``) always win."""
     _call.failure_fields.update(fields)
 
 
@@ -67,14 +64,9 @@ def fail(message: str, exit_code: int, exc: BaseException | None = None) -> int:
     """Report a failure: one ``error:`` line on stderr and, with ``--json``, its object on stdout."""
     click.echo(f"error: {message}", err=True)
     if _call.as_json and not _call.emitted:
-        doc: dict[str, Any] = {"ok": False, "exit_code": exit_code, "command": _call.command, "message": message,
-                               "error": exit_codes.for_code(exit_code).name}
-        for name in ("store", "ref", "key", "status"):
-            value = getattr(exc, name, None)
-            if value is not None:
-                doc[name] = value
-        doc.update(_call.failure_fields)
-        _print(doc)
+        known = {n: getattr(exc, n) for n in ("store", "ref", "key", "status") if getattr(exc, n, None) is not None}
+        _print({**known, **_call.failure_fields, "ok": False, "exit_code": exit_code, "command": _call.command,
+                "message": message, "error": exit_codes.for_code(exit_code).name})
     return exit_code
 
 
