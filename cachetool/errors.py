@@ -47,6 +47,12 @@ def clip(text: object, limit: int = 200) -> str:
     return cut.rstrip(" ,;:") + " …"
 
 
+def os_error_line(exc: OSError, who: str) -> str:
+    """An OSError no layer mapped as one line naming its file: ``who: /path: No space left on device``."""
+    where = f" {exc.filename}" if exc.filename else ""
+    return f"{who}:{where}: {exc.strerror or clip(exc)}"
+
+
 # ------------------------------------------------------------------------------------------------ categories
 class UsageError(CachetoolError, ValueError):
     """A wrong flag, value or combination of options."""

@@ -10,6 +10,7 @@ file, a cache root that cannot be one, a device the machine lacks) or a local fa
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 
@@ -43,6 +44,15 @@ DIFFERS = ExitCode(10, "differs", "`diff --exit-code`: A and B differ (the diffe
 TABLE: tuple[ExitCode, ...] = (OK, ERROR, USAGE, VERIFICATION, MISS, NOT_FOUND, STORE, TIMEOUT, COMPILED, DISK_FULL,
                                DIFFERS)
 BY_CODE = {e.code: e for e in TABLE}
+
+
+# What a file system says when it is full (a quota counts): exit 9 wherever such an OSError surfaces.
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def for_os_error(exc: BaseException) -> ExitCode:
+    """The row of an OSError (or any exception) that no layer mapped: disk full, else an unexpected failure."""
+    return DISK_FULL if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS else ERROR
 
 
 def for_code(code: int) -> ExitCode:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import os
 import shutil
 import signal
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from cachetool import exit_codes
-from cachetool.errors import CachetoolError, WaitTimeoutError
+from cachetool.errors import CachetoolError, WaitTimeoutError, os_error_line
 
 ON_MISS = ("fail", "continue")
 
@@ -77,7 +76,7 @@ class PullOutcome:
 
 def failure_outcome(ref: str | None, on_miss: str, exc: BaseException) -> PullOutcome:
     """The outcome of a pull that failed with ``exc``: its row of the exit-code table, continued or not."""
-    code = exc.exit_code if isinstance(exc, CachetoolError) else _code_of_os_error(exc)
+    code = exc.exit_code if isinstance(exc, CachetoolError) else exit_codes.for_os_error(exc).code
     row = exit_codes.for_code(code)
     exit_code = 0 if row.continuable and on_miss == "continue" else code
     return PullOutcome(ref=ref, outcome=row.name, exit_code=exit_code, on_miss=on_miss, error=exc,
@@ -92,15 +91,8 @@ def success_outcome(result: Any, on_miss: str) -> PullOutcome:
 def one_line(exc: BaseException) -> str:
     """A failure as one line (an OSError no layer mapped names its file)."""
     if isinstance(exc, OSError) and not isinstance(exc, CachetoolError):
-        where = f" {exc.filename}" if exc.filename else ""
-        return f"pull:{where}: {exc.strerror or exc}"
+        return os_error_line(exc, "pull")
     return (str(exc).splitlines() or [type(exc).__name__])[0]
-
-
-def _code_of_os_error(exc: BaseException) -> int:
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return exit_codes.DISK_FULL.code
-    return exit_codes.ERROR.code
 
 
 def pull_with_policy(pull: Callable[..., Any], ref: str, cache_root: str | os.PathLike, *, on_miss: str = "fail",

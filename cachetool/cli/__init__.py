@@ -17,7 +17,7 @@ import click
 
 from cachetool import __version__, exit_codes
 from cachetool.cli import output
-from cachetool.errors import CachetoolError
+from cachetool.errors import CachetoolError, os_error_line
 
 # Set by a command that abandoned worker threads blocked in I/O (pull past its hard --timeout): the process then
 # exits at once with its code instead of joining threads stuck in a socket read for minutes.
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         return output.fail(exc.format_message(), exit_codes.USAGE.code)
     except OSError as exc:  # a file system or socket failure no verb mapped
-        return output.fail(_os_error_line(exc), _os_error_code(exc), exc)
+        return output.fail(os_error_line(exc, output.command() or "cachetool"), exit_codes.for_os_error(exc).code,
+                           exc)
     except Exception as exc:  # a bug: still one line, the traceback only where asked for
         if _debug():
             traceback.print_exc()
@@ -86,16 +87,6 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0]
 
 
-def _os_error_line(exc: OSError) -> str:
-    where = f" {exc.filename}" if exc.filename else ""
-    return f"{output.command() or 'cachetool'}:{where}: {exc.strerror or _first_line(exc)}"
-
-
-def _os_error_code(exc: OSError) -> int:
-    import errno
-
-    full = exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
-    return exit_codes.DISK_FULL.code if full else exit_codes.ERROR.code
 
 
 def entry() -> None:

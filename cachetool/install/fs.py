@@ -18,13 +18,13 @@ from pathlib import Path
 
 from cachetool.errors import (CachetoolError, DiskFullError, InstallIOError, PathTooLongError, UnsafeDestinationError,
                               UsageError, WaitTimeoutError)
+from cachetool.exit_codes import DISK_FULL_ERRNOS
 from cachetool.manifest import RESERVED_PREFIX, FileEntry, Unit, short_path
 
 STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
 # mkdtemp's random part, then the tree folder: staged files live at {root}/{STAGING_PREFIX}XXXXXXXX/tree/{path}
 STAGED_PREFIX_LEN = len(STAGING_PREFIX) + 8 + len("/tree/")
 CHUNK = 1 << 20
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _RENAME_EXCHANGE = 2
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -136,7 +136,7 @@ def copy_file(src: Path, dest: Path, mode: int) -> None:
 def fs_error(exc: OSError, root: Path, doing: str) -> CachetoolError:
     """An OSError as one short line: a full disk and a name too long get their own classes (and exit codes)."""
     where = short_path(os.fsdecode(exc.filename)) if exc.filename else ""
-    if exc.errno in DISK_FULL:
+    if exc.errno in DISK_FULL_ERRNOS:
         return DiskFullError(f"{doing}: the file system of {root} is full ({exc.strerror}); nothing was installed: "
                              "free space or use another cache root")
     if exc.errno == errno.ENAMETOOLONG:
@@ -162,7 +162,7 @@ def open_root(root: Path) -> tuple[Path, int, Path | None]:
     except OSError as exc:
         if created is not None:
             remove_empty_tree(created)
-        if exc.errno in DISK_FULL or exc.errno == errno.ENAMETOOLONG:
+        if exc.errno in DISK_FULL_ERRNOS or exc.errno == errno.ENAMETOOLONG:
             raise fs_error(exc, root, "cannot use cache root") from None
         if exc.errno == errno.ENOTDIR:  # a file on the way to the root: the root cannot be a folder
             blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
