@@ -12,6 +12,7 @@ from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_default, c
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
 from cachetool.engines import CHOICES as ENGINE_CHOICES
+from cachetool.pull_policy import ON_MISS
 from cachetool.stores.base import GC_MIN_AGE_S
 from cachetool.errors import CachetoolError, UsageError
 
@@ -52,11 +53,10 @@ def _render(outcome, as_json: bool) -> int:
     that the policy does not continue is raised for the CLI's one error line (with the outcome's JSON fields)."""
     from cachetool.cli import EXIT_WITHOUT_JOINING
 
-    click.echo(outcome.line(), err=True)
+    _report(outcome)
     if outcome.abandoned_threads:
         EXIT_WITHOUT_JOINING.set()  # worker threads stuck in a read: exit without joining them
     if outcome.error is not None and not outcome.continued:
-        output.add_failure_fields(**{k: v for k, v in outcome.to_dict().items() if k not in ("exit_code", "message")})
         exc = outcome.error
         raise exc if isinstance(exc, CachetoolError) else CachetoolError(outcome.message)
     if outcome.error is not None:
@@ -75,6 +75,13 @@ def _render(outcome, as_json: bool) -> int:
                 + (f"; preflight: {', '.join(i.preflight)}" if i.preflight else "; preflight skipped"))
 
 
+def _report(outcome) -> None:
+    """The outcome line every pull prints, and its fields for the JSON object of a failure."""
+    click.echo(outcome.line(), err=True)
+    if outcome.error is not None:
+        output.add_failure_fields(**outcome.to_dict())
+
+
 class PullCommand(CompileCommand):
     """A flag click refuses is an outcome too: its ``pull: outcome=usage-error`` line, then the usual error."""
 
@@ -84,7 +91,7 @@ class PullCommand(CompileCommand):
         except CachetoolError as exc:
             from cachetool.pull_policy import failure_outcome
 
-            _render(failure_outcome(next((a for a in args if "://" in a), None), "fail", exc), False)
+            _report(failure_outcome(next((a for a in args if "://" in a), None), "fail", exc))
             raise
 
 
@@ -97,7 +104,7 @@ class PullCommand(CompileCommand):
 @replace_options
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the whole pull; past it exit 7.")
-@click.option("--on-miss", type=click.Choice(["fail", "continue"]), default="fail", show_default=True,
+@click.option("--on-miss", type=click.Choice(ON_MISS), default="fail", show_default=True,
               help="continue: exit 0 when nothing could be installed because the cache is unavailable or "
                    "unusable (miss 4, not found 5, store error 6, timeout 7, verification refused 3), so the "
                    "server starts cold; a usage error (2) or a local fault (1) still fails.")
