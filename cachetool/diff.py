@@ -48,7 +48,8 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
     if not is_ref(spec) and not p.exists():
         raise NotFoundError(f"{spec} is neither 'local', a ref, a bundle file nor a cache folder")
     if is_ref(spec) or p.is_file():
-        with open_bundle(spec, **(reading or {})) as b:
+        # the platform and store options are the ref's (the other side may be a file, which has one platform)
+        with (open_bundle(spec, **(reading or {})) if is_ref(spec) else open_bundle(spec)) as b:
             m = b.manifest
             return Side(spec, [(k.hash, k.factors) for k in m.keys], dict(m.fingerprint), layout=m.layout)
     from cachetool.layouts import scan

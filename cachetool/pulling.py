@@ -17,9 +17,8 @@ from typing import Callable, Iterable
 from cachetool.digests import hexof, sha256_bytes, sha256_file
 from cachetool.errors import (CacheMissError, CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
                               WaitTimeoutError)
-from cachetool.manifest import Manifest
 from cachetool.partials import PARTIAL_DIR, RETRYABLE, partial_cap, trim_partials
-from cachetool.ref_store import open_ref
+from cachetool.ref_store import open_ref, read_index
 from cachetool.refs import Ref
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
@@ -242,20 +241,20 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     partial = root / PARTIAL_DIR
     try:
         down0 = st.counters.bytes_down
-        index = st.get_ref(r.name, r.tag) if r.digest is None else st.get_pinned(r.name, r.digest)
+        index = read_index(st, r)
         entry = select_entry(index, r.url, device, engine)
         with TransferProgress(progress_default(progress)) as prog:
             if prog.enabled:
-                # Sizes are known once the manifest is read; the bar is made on the first blob.
+                # The entry's size is the blobs' stored bytes plus the manifest's (push): the bar counts the blobs,
+                # made on the first one, once the manifest is read; it ends at what was fetched (finish below).
                 holder: dict = {}
                 lock = threading.Lock()
 
                 def on_blob(b: BlobRef) -> None:
                     with lock:
                         if "task" not in holder:
-                            blobs = Manifest.from_bytes(src.manifest_bytes()).blobs
                             holder["task"] = prog.task(f"pull {r.name}:{r.tag} [{entry.platform}]",
-                                                       sum(x.stored_size for x in blobs))
+                                                       entry.size - len(src.manifest_bytes()))
                     prog.advance(holder["task"], b.stored_size)
             else:
                 on_blob = None

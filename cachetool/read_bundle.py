@@ -65,17 +65,13 @@ class RefBundle(BundleSource):
     """A bundle in a store, opened for reading (see the module doc)."""
 
     def __init__(self, ref_text: str, *, platform: str | None, store_options: dict[str, Any] | None):
-        from cachetool.refs import parse_ref
-        from cachetool.stores import open_store
         from cachetool.pulling import StoreSource
+        from cachetool.ref_store import open_ref, read_index
 
         self._tmp: Path | None = None
-        ref = parse_ref(ref_text)
-        self._store = open_store(ref.store, **(store_options or {}))
+        ref, self._store, _ = open_ref(ref_text, None, store_options)
         try:
-            index = (self._store.get_ref(ref.name, ref.tag) if ref.digest is None
-                     else self._store.get_pinned(ref.name, ref.digest))
-            self.entry = choose_entry(index, ref.url, platform)
+            self.entry = choose_entry(read_index(self._store, ref), ref.url, platform)
             self._tmp = Path(tempfile.mkdtemp(prefix="cachetool-read-"))
             self._source = StoreSource(self._store, ref, self.entry, self._tmp / "partial")
             self.description = self._source.description

@@ -1,10 +1,10 @@
-"""A ref and the store it names, opened together: what push, pull and rm start with."""
+"""A ref and the store it names, opened together, and the ref read: what push, pull, rm and the readers start with."""
 
 from __future__ import annotations
 
 from cachetool.refs import Ref, parse_ref
 from cachetool.stores import open_store
-from cachetool.stores.base import Store
+from cachetool.stores.base import RefIndex, Store
 
 
 def open_ref(ref: str | Ref, store: Store | None = None, store_options: dict | None = None) -> tuple[Ref, Store, bool]:
@@ -14,3 +14,8 @@ def open_ref(ref: str | Ref, store: Store | None = None, store_options: dict | N
     if store is not None:
         return r, store, False
     return r, open_store(r.store, **(store_options or {})), True
+
+
+def read_index(store: Store, ref: Ref) -> RefIndex:
+    """The tag's index, or the one-entry index of a digest pin (``name@sha256:...``)."""
+    return store.get_ref(ref.name, ref.tag) if ref.digest is None else store.get_pinned(ref.name, ref.digest)

@@ -66,3 +66,14 @@ def test_verify_a_ref_whose_blob_was_changed_in_the_store_is_refused(tmp_path, b
     r = cli("verify", ref, "--trust", keys["pub"])
     assert r.rc == 3, r
     assert list(scratch.iterdir()) == []  # the downloaded blobs went with the refusal
+
+
+def test_diff_platform_picks_the_refs_bundle_beside_a_file(pushed, bundle, cuda_bundle, cli, tmp_path):
+    """--platform is the ref's: with a bundle file on the other side it was refused ("--platform is for a ref")."""
+    from cachetool.bundle import write_ctb
+
+    _, ref = pushed
+    ctb = write_ctb(bundle, tmp_path / "b.ctb")
+    r = cli("diff", ref, ctb, "--platform", cuda_bundle.platform, "--json")
+    assert r.rc == 0, r
+    assert any(d["category"] == "fingerprint" for d in json.loads(r.out)["differences"]), r.out
