@@ -160,30 +160,35 @@ def test_cachetool_uses_compiler_only_through_the_engine_and_its_public_modules(
 PRIVATE_TORCH_ALLOWED = ("compiler/torch_compat/", "cachetool/engines/vllm/child.py")
 
 
+def _nodes(allowed: tuple[str, ...]):
+    """(path relative to the repository, node) for every syntax node of every module but those under ``allowed``."""
+    for path in _modules().values():
+        rel = str(path.relative_to(ROOT))
+        if not rel.startswith(allowed):
+            for node in ast.walk(ast.parse(path.read_text())):
+                yield rel, node
+
+
 def test_private_torch_only_in_torch_compat():
     def private(dotted: str) -> bool:
         parts = dotted.split(".")
         return parts[0] == "torch" and any(_private(p) for p in parts[1:])
 
     bad = []
-    for path in _modules().values():
-        rel = str(path.relative_to(ROOT))
-        if rel.startswith(PRIVATE_TORCH_ALLOWED):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Attribute):
-                chain, n = [node.attr], node.value
-                while isinstance(n, ast.Attribute):
-                    chain.append(n.attr)
-                    n = n.value
-                if isinstance(n, ast.Name):
-                    names = [".".join([n.id, *reversed(chain)])]
-            bad += [f"{rel}:{node.lineno} {x}" for x in names if private(x)]
+    for rel, node in _nodes(PRIVATE_TORCH_ALLOWED):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Attribute):
+            chain, n = [node.attr], node.value
+            while isinstance(n, ast.Attribute):
+                chain.append(n.attr)
+                n = n.value
+            if isinstance(n, ast.Name):
+                names = [".".join([n.id, *reversed(chain)])]
+        bad += [f"{rel}:{node.lineno} {x}" for x in names if private(x)]
     assert sorted(set(bad)) == []
 
 
@@ -197,37 +202,32 @@ def test_no_except_branch_matches_our_exceptions_by_message_text():
     """warmup sorted the compiler's errors by 'strict mode' in their text, the OCI store its own by theirs: an
     error says its kind (compiler/errors.py) or its class (cachetool/errors.py) instead."""
 
-    def texts_of(handler: ast.ExceptHandler) -> set[str]:
-        tainted = {handler.name}
-        for n in ast.walk(handler):
-            if isinstance(n, ast.Assign) and any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
-                                                 and c.func.id == "str" and c.args
-                                                 and isinstance(c.args[0], ast.Name) and c.args[0].id in tainted
-                                                 for c in ast.walk(n.value)):
-                tainted |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-        return tainted
-
-    def is_text(node: ast.AST, tainted: set[str], exc_name: str) -> bool:
-        if isinstance(node, ast.Name) and node.id in tainted and node.id != exc_name:  # text = str(exc)
-            return True
+    def str_of(node: ast.AST, names: set[str]) -> bool:  # str(exc)
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str"
-                and bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id in tainted)
+                and bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id in names)
+
+    def texts_of(handler: ast.ExceptHandler) -> set[str]:  # names bound to str(exc) in the branch
+        texts: set[str] = set()
+        for n in ast.walk(handler):
+            if isinstance(n, ast.Assign) and any(str_of(c, {handler.name} | texts) for c in ast.walk(n.value)):
+                texts |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+        return texts
 
     bad = []
-    for path in _modules().values():
-        rel = str(path.relative_to(ROOT))
-        if rel.startswith(MESSAGE_TEXT_ALLOWED):
+    for rel, h in _nodes(MESSAGE_TEXT_ALLOWED):
+        if not isinstance(h, ast.ExceptHandler) or h.name is None:
             continue
-        for h in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(h, ast.ExceptHandler) or h.name is None:
-                continue
-            tainted = texts_of(h)
-            for n in ast.walk(h):
-                if isinstance(n, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) \
-                        and any(is_text(c, tainted, h.name) for c in n.comparators):
-                    bad.append(f"{rel}:{n.lineno}")
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
-                        and n.func.attr in ("startswith", "endswith", "find", "search", "match") \
-                        and (is_text(n.func.value, tainted, h.name) or any(is_text(a, tainted, h.name) for a in n.args)):
-                    bad.append(f"{rel}:{n.lineno}")
+        texts = texts_of(h)
+
+        def is_text(node: ast.AST) -> bool:
+            return (isinstance(node, ast.Name) and node.id in texts) or str_of(node, {h.name} | texts)
+
+        for n in ast.walk(h):
+            if isinstance(n, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) \
+                    and any(is_text(c) for c in n.comparators):
+                bad.append(f"{rel}:{n.lineno}")
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
+                    and n.func.attr in ("startswith", "endswith", "find", "search", "match") \
+                    and (is_text(n.func.value) or any(is_text(a) for a in n.args)):
+                bad.append(f"{rel}:{n.lineno}")
     assert bad == []
