@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import CompileInStrictModeError, UsageError
+from compiler import errors as compiler_errors  # torch-free: the kinds the pipeline's errors carry
 
 
 class CompilationConfigError(UsageError):
@@ -31,8 +32,8 @@ class DeviceError(UsageError):
 
 
 # The pipeline's error kinds (compiler/errors.py) as cachetool's errors; other kinds are unexpected failures.
-KIND_TO_ERROR = {"strict-mode": CompileInStrictModeError,
-                  "guards": CompilationConfigError}  # evaluate_guards refused a batch the workload needs
+KIND_TO_ERROR = {compiler_errors.STRICT_MODE: CompileInStrictModeError,
+                 compiler_errors.GUARDS: CompilationConfigError}  # evaluate_guards refused a batch the workload needs
 
 
 @dataclass
@@ -171,7 +172,7 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
         return _run_parallel(command, model, cache_root=cache_root, device=device,
                              compilation_config=compilation_config, rank=rank, dp_rank=dp_rank,
                              require_hit=require_hit, workload=workload, tensor_parallel_size=tensor_parallel_size)
-    from compiler import errors as compiler_errors, progress
+    from compiler import progress
     from compiler.counters import counters, strict_mode
     from compiler.layout import resolve_root
     from compiler.models.llama import ModelSpecError
