@@ -1,11 +1,14 @@
-"""The artifact index ``compile_index.json``: piece index → graph hash, shape, artifact file, format.
+"""The artifact index ``compile_index.json``, its on-disk format: piece index → graph hash, shape, artifact file,
+format, digest.
 
 ```json
 {"schema": 1, "cache_key": "<hash10>",
  "pieces": {"0": {"graph_hash": "<sha256>", "shape": "general", "artifact": "artifact_general_<key>",
                   "format": "binary", "sha256": "<digest of the artifact>"}, ...}}
 ```
-Identical pieces share one artifact file; lookups go by ``(graph_hash, shape)``.
+Identical pieces share one artifact file; lookups go by ``(graph_hash, shape)`` (:meth:`CompileIndex.find`) or by
+piece (:meth:`CompileIndex.get`). This module only reads and writes the file: what is loaded, checked or compiled is
+:mod:`compiler.artifact_manager`'s, the index's one owner.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ INDEX_SCHEMA = 1
 
 def shape_key(runtime_shape: int | None) -> str | int:
     return "general" if runtime_shape is None else int(runtime_shape)
+
+
+def piece_key(piece: int, runtime_shape: int | None) -> str:
+    """A piece's key in ``pieces``: ``"i"`` for the general shape, ``"i@size"`` for a compile size."""
+    return str(piece) if runtime_shape is None else f"{piece}@{runtime_shape}"
 
 
 @dataclass
@@ -66,8 +74,12 @@ class CompileIndex:
                     return entry
         return None
 
+    def get(self, piece: int, runtime_shape: int | None) -> IndexEntry | None:
+        """What the index records for piece ``piece`` at that shape (whether or not its file is there)."""
+        return self.pieces.get(piece_key(piece, runtime_shape))
+
     def record(self, piece: int, runtime_shape: int | None, entry: IndexEntry) -> None:
-        key = str(piece) if runtime_shape is None else f"{piece}@{runtime_shape}"
+        key = piece_key(piece, runtime_shape)
         if self.pieces.get(key) != entry:
             self.pieces[key] = entry
             self.dirty = True
