@@ -7,10 +7,11 @@ Dynamo path) and the bytes of our :class:`SplitGraphFunction`, the backend's ser
 Those bytes are a pickle (schema :data:`ENTRY_SCHEMA`) of the split graph in which each compiled piece is a
 :class:`PieceRef`: the piece's index and canonical graph hash, how to call it, and for each shape (``general``
 and every ``compile_sizes`` entry) the artifact file it runs, by name and sha256. Splitting pieces (attention)
-stay small GraphModules, pickled as code. Loading (:func:`load_entry`) unpickles that graph, checks each
-artifact's digest, loads every distinct artifact once (identical layers share one callable) and puts a
-:class:`~compiler.piecewise_backend.PiecewiseRunnable` where each ``PieceRef`` was. No fake-tensor pass, no
-Inductor compile, and nothing is written into the cache root.
+stay small GraphModules, pickled as code. Loading (:func:`load_entry`) unpickles that graph and asks the caller
+for a callable in place of each ``PieceRef``: the hot start's loader then has the artifact manager
+(:mod:`compiler.artifact_manager`) check each artifact's digest and load every distinct artifact once (identical
+layers share one callable), and puts a :class:`~compiler.piecewise_backend.PiecewiseRunnable` there. No fake-tensor
+pass, no Inductor compile, and nothing is written into the cache root.
 
 The entry is trusted no more than the artifacts beside it: it sits in the same folder, is listed (with its
 sha256) in the bundle manifest and covered by the bundle's signature.
@@ -50,7 +51,8 @@ class AotEntryError(CompilerError):
 
 @dataclass(frozen=True)
 class ArtifactRef:
-    """One artifact file in the rank folder, by name and content digest."""
+    """One artifact file in the rank folder, by name and content digest: how the entry names an artifact (it is
+    pickled in the entry, so it stays in this module) and what the artifact manager loads."""
 
     name: str
     sha256: str
@@ -154,18 +156,6 @@ def write_entry(directory: Path, compiled: Any) -> Path:
 
 
 # ---------------------------------------------------------------------- load (hot start)
-
-def check_artifact(directory: Path, ref: ArtifactRef) -> Path:
-    """The artifact's path, after checking that it is there with the digest the entry recorded."""
-    from compiler.compiler_interface import artifact_digest
-
-    path = Path(directory) / ref.name
-    if not path.exists():
-        raise AotEntryError(f"artifact {ref.name} named by the AOT entry is missing")
-    if ref.sha256 and artifact_digest(path) != ref.sha256:
-        raise AotEntryError(f"artifact {ref.name} does not match its recorded digest")
-    return path
-
 
 @contextlib.contextmanager
 def _loading_into(ctx: _LoadContext) -> Iterator[None]:

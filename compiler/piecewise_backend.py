@@ -5,15 +5,17 @@ Flow inside :class:`PiecewiseBackend` (called by Dynamo once per captured graph)
 1. collect the traced files and compute the cache key (:mod:`compiler.cache_key`); choose the rank folder
    (:mod:`compiler.layout`) and write ``cache_key_factors.json`` and ``computation_graph.py``;
 2. split the graph at ``splitting_ops`` (:mod:`compiler.split`);
-3. run the split graph on fake inputs; at each compiled piece, look its canonical graph hash up in
-   ``compile_index.json``: load the artifact if present, else compile it with the adaptor
-   (:mod:`compiler.compiler_interface`) and save it; identical pieces are compiled/loaded once per process;
+3. run the split graph on fake inputs; each compiled piece goes by its canonical graph hash to the
+   :class:`~compiler.artifact_manager.ArtifactManager`, which loads its artifact if ``compile_index.json`` has it,
+   else compiles it with the adaptor (:mod:`compiler.compiler_interface`) and saves it; identical pieces are
+   compiled/loaded once per process;
 4. replace each piece by a :class:`PiecewiseRunnable`, the seam for CUDA graphs and per-size compiles.
 
 A warm also saves the AOT entry (:mod:`compiler.aot_entry`): :func:`entry_backend` is the backend of a second,
 AOT capture that reuses the pieces compiled in this process. A hot start loads that entry through
-:class:`HotStartBackend`, which loads each distinct artifact once and skips Dynamo, the split and the fake-tensor
-pass. Neither path writes into a cache folder that already holds what it would write.
+:class:`HotStartBackend`, which loads each distinct artifact once (through an artifact manager of its own) and
+skips Dynamo, the split and the fake-tensor pass. Neither path writes into a cache folder that already holds what
+it would write.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ import torch
 import torch.fx as fx
 
 from compiler import aot_entry, build_identity, cache_key, envs, progress, torch_compat
-from compiler.artifacts import CompileIndex, IndexEntry
+from compiler.artifact_manager import ArtifactManager, Piece
 from compiler.compile_context import CompileContext
 from compiler.errors import GUARDS, CompilerError
-from compiler.compiler_interface import CompilerInterface, InductorStandaloneAdaptor, artifact_digest
+from compiler.compiler_interface import CompilerInterface, InductorStandaloneAdaptor
 from compiler.counters import check_not_strict, counters, strict_mode
 from compiler.layout import (COMPUTATION_GRAPH, CacheLayout, read_only_compiler_caches, redirect_compiler_caches,
                              resolve_root)
@@ -104,17 +106,15 @@ class PiecewiseBackend:
     def __init__(self, ctx: CompileContext, adaptor: CompilerInterface | None = None) -> None:
         self.ctx = ctx
         self.config = ctx.compilation_config
-        self.adaptor = adaptor or InductorStandaloneAdaptor()
+        # One manager for the backend's life: a recompile reuses what an earlier call compiled or loaded.
+        self.artifacts = ArtifactManager(adaptor or InductorStandaloneAdaptor(), device=ctx.device,
+                                         save_format=self.config.compile_cache_save_format)
         self.layout: CacheLayout | None = None
         self.key: cache_key.CacheKey | None = None
-        self.index: CompileIndex | None = None
         self.split_gm: fx.GraphModule | None = None
         self.items: list[SplitItem] = []
-        self._by_hash: dict[tuple[str, int | None], Callable[..., Any]] = {}
-        self._entries: dict[tuple[str, int | None], IndexEntry] = {}
         self.pieces_info: dict[str, PieceInfo] = {}
         self.traced_files: list[str] = []
-        self._persist_env = ctx.device.startswith("cuda")
         self._piece_total = 0
 
     # ------------------------------------------------------------------ Dynamo entry
@@ -159,20 +159,20 @@ class PiecewiseBackend:
                             + split_gm.print_readable(print_output=False) + "\n\n# original graph\n"
                             + gm.print_readable(print_output=False))
             logger.debug("Computation graph saved to %s", path)
-        self.index = CompileIndex.open(self.layout.index_file if self.layout else None, self.key.hash)
+        self.artifacts.open(self.layout, self.key.hash)
         compile_names = [it.submod_name for it in items if not it.is_splitting_graph]
         counters.pieces += len(compile_names)
         self._piece_total = len(compile_names)
         progress.emit(progress.KEY, f"cache key {self.key.hash}: {len(compile_names)} pieces to compile or load",
                       key=self.key.hash, pieces=len(compile_names))
-        with redirect_compiler_caches(self.layout, persist=self._persist_env):
+        with redirect_compiler_caches(self.layout, persist=self.artifacts.persist_env):
             _PieceInterpreter(split_gm, compile_names, self).run(*example_inputs)
-        self.index.save()
-        counters.unique_pieces += len({h for (h, s) in self._by_hash if s is None})
+        self.artifacts.save_index()
+        counters.unique_pieces += self.artifacts.unique_pieces
         elapsed = time.perf_counter() - t0
         counters.compile_seconds += elapsed
         logger.info("Compiling/loading %d pieces (%d unique) for dynamic shape took %.2f s",
-                    len(compile_names), len({h for (h, s) in self._by_hash if s is None}), elapsed)
+                    len(compile_names), self.artifacts.unique_pieces, elapsed)
         return split_gm
 
     # ------------------------------------------------------------------ guards
@@ -202,74 +202,9 @@ class PiecewiseBackend:
     # ------------------------------------------------------------------ pieces
     def compile_or_load(self, index: int, graph: fx.GraphModule, args: list[Any], runtime_shape: int | None,
                         ghash: str) -> Callable[..., Any]:
-        """Return a callable for one piece: reuse (same process), load (index hit) or compile."""
-        memo = (ghash, runtime_shape)
-        what = (f"piece {index + 1}/{self._piece_total}" if runtime_shape is None
-                else f"compile size {runtime_shape}: piece {index + 1}/{self._piece_total}")
-        if memo in self._by_hash:
-            counters.graphs_reused += 1
-            progress.emit(progress.PIECE, f"{what} reused (identical to one done)", index=index,
-                          total=self._piece_total, action="reused", shape=runtime_shape, seconds=0.0)
-            known = self._entries.get(memo)
-            if known is not None and self.index is not None:
-                self.index.record(index, runtime_shape, known)  # identical piece: same artifact file
-            return self._by_hash[memo]
-        shape_txt = None if runtime_shape is None else runtime_shape
-        entry = self.index.find(ghash, runtime_shape) if self.index is not None else None
-        fn: Callable[..., Any] | None = None
-        if entry is not None and self.layout is not None:
-            t = time.perf_counter()
-            try:
-                aot_entry.check_artifact(self.layout.dir, aot_entry.ArtifactRef.of(entry))  # the recorded digest
-                with read_only_compiler_caches(self.layout):  # a load writes nothing into the rank folder
-                    fn = self.adaptor.load((ghash, entry.artifact), graph, args, runtime_shape, self.layout.dir,
-                                           entry.format)
-            except Exception as exc:  # a corrupt or foreign artifact: fall back to compiling
-                logger.warning("Could not load %s (%s: %s); compiling instead", entry.artifact,
-                               type(exc).__name__, exc)
-                fn = None
-            finally:
-                counters.artifact_load_seconds += time.perf_counter() - t
-            if fn is not None:
-                counters.graphs_loaded += 1
-                progress.emit(progress.PIECE, f"{what} loaded", index=index, total=self._piece_total,
-                              action="loaded", shape=runtime_shape, seconds=time.perf_counter() - t)
-                logger.debug("Directly load the %s-th graph for shape %s from %s via handle %s (%.2f s)",
-                             index, shape_txt, self.adaptor.name, (ghash[:16], str(self.layout.dir / entry.artifact)),
-                             time.perf_counter() - t)
-                self.index.record(index, runtime_shape, entry)
-                self._entries[memo] = entry
-        if fn is None:
-            check_not_strict(f"piece {index} (shape {shape_txt}, graph {ghash[:12]})")
-            tuned = runtime_shape is not None and self.ctx.device.startswith("cuda")  # compiler.autotune
-            progress.emit(progress.AUTOTUNE if tuned else progress.PIECE_START,
-                          f"{what}: compiling" + (" with max-autotune" if tuned else ""), index=index,
-                          total=self._piece_total, shape=runtime_shape)
-            t = time.perf_counter()
-            directory = self.layout.dir if self.layout is not None else None
-            fmt = self.config.compile_cache_save_format
-            with redirect_compiler_caches(self.layout, persist=self._persist_env):
-                fn, handle = self.adaptor.compile(graph, args, runtime_shape, ghash, directory, fmt)
-            counters.inductor_compile_seconds += time.perf_counter() - t
-            counters.graphs_compiled += 1
-            progress.emit(progress.PIECE, f"{what} compiled in {time.perf_counter() - t:.1f} s", index=index,
-                          total=self._piece_total, action="compiled", shape=runtime_shape,
-                          seconds=time.perf_counter() - t)
-            if handle is not None and self.layout is not None:
-                path = self.layout.dir / handle[1]
-                logger.debug("store the %s-th graph for shape %s from %s via handle %s (%.2f s)",
-                             index, shape_txt, self.adaptor.name, (ghash[:16], str(path)), time.perf_counter() - t)
-                entry = IndexEntry(ghash, "general" if runtime_shape is None else runtime_shape, handle[1], fmt,
-                                   artifact_digest(path))
-                self.index.record(index, runtime_shape, entry)
-                self._entries[memo] = entry
-            else:
-                logger.debug("compiled the %s-th graph for shape %s (not saved) in %.2f s", index, shape_txt,
-                             time.perf_counter() - t)
-        self._by_hash[memo] = fn
-        if runtime_shape is not None and self.index is not None:
-            self.index.save()
-        return fn
+        """Return a callable for one piece: reuse (same process), load (index hit) or compile
+        (:meth:`~compiler.artifact_manager.ArtifactManager.load_or_compile`)."""
+        return self.artifacts.load_or_compile(Piece(index, ghash, runtime_shape, self._piece_total), graph, args)
 
 
 class DynamicShapeGuardError(CompilerError):
@@ -336,7 +271,7 @@ def entry_backend(backend: PiecewiseBackend) -> Callable[[fx.GraphModule, list[A
         previous = backend.pieces_info
         backend.pieces_info = {}
         try:
-            with strict_mode(True), redirect_compiler_caches(backend.layout, persist=backend._persist_env):
+            with strict_mode(True), redirect_compiler_caches(backend.layout, persist=backend.artifacts.persist_env):
                 _PieceInterpreter(split_gm, names, backend).run(*example_inputs)
             infos = backend.pieces_info
         finally:
@@ -346,11 +281,11 @@ def entry_backend(backend: PiecewiseBackend) -> Callable[[fx.GraphModule, list[A
         refs = {}
         for name in names:
             info = infos[name]
-            entry = backend._entries.get((info.graph_hash, None))
-            if entry is None:
+            ref = backend.artifacts.lookup(info.graph_hash, None)
+            if ref is None:
                 raise aot_entry.AotEntryError(f"piece {info.index} has no saved artifact")
             refs[name] = aot_entry.PieceRef(info.index, info.graph_hash, info.returns_tuple, info.sym_shape_indices,
-                                            aot_entry.ArtifactRef.of(entry))
+                                            ref)
         return aot_entry.SplitGraphFunction(split_gm, aot_entry.portable_split_graph(split_gm, refs), names)
 
     return compile_entry
@@ -368,55 +303,42 @@ class HotStartBackend:
         self.config = ctx.compilation_config
         self.layout = layout
         self.key = key
-        self.adaptor = adaptor or InductorStandaloneAdaptor()
+        self.artifacts = ArtifactManager(adaptor or InductorStandaloneAdaptor(), device=ctx.device,
+                                         save_format=self.config.compile_cache_save_format)
         self.split_gm: fx.GraphModule | None = None
         self.items: list[SplitItem] = []
-        self._loaded: dict[str, Callable[..., Any]] = {}
-        self.graphs_loaded = 0
-        self.pieces_reused = 0
 
-    def _load_artifact(self, ref: aot_entry.ArtifactRef, index: int, shape: int | None,
-                       ghash: str) -> Callable[..., Any]:
-        fn = self._loaded.get(ref.name)
-        if fn is not None:
-            self.pieces_reused += shape is None  # an identical piece served by one loaded artifact
-            return fn
-        path = aot_entry.check_artifact(self.layout.dir, ref)
-        t = time.perf_counter()
-        fn = self.adaptor.load((ghash, ref.name), None, [], shape, self.layout.dir, ref.format)
-        counters.artifact_load_seconds += time.perf_counter() - t
-        logger.debug("Directly load the %s-th graph for shape %s from %s via handle %s (%.2f s)", index, shape,
-                     self.adaptor.name, (ghash[:16], str(path)), time.perf_counter() - t)
-        self._loaded[ref.name] = fn
-        self.graphs_loaded += 1
-        return fn
+    @property
+    def graphs_loaded(self) -> int:
+        """Distinct artifacts loaded for the entry."""
+        return self.artifacts.tally.loaded
 
-    def _runnable(self, index: CompileIndex, name: str, ref: aot_entry.PieceRef) -> PiecewiseRunnable:
-        general = self._load_artifact(ref.general, ref.index, None, ref.graph_hash)
+    def _runnable(self, name: str, ref: aot_entry.PieceRef) -> PiecewiseRunnable:
+        general = self.artifacts.load(ref.general, Piece(ref.index, ref.graph_hash))
         sizes = self.config.resolved_compile_sizes
         sized = {}
         for size in sizes:
-            entry = index.pieces.get(f"{ref.index}@{size}")
+            entry = self.artifacts.recorded(ref.index, size)
             if entry is None or entry.graph_hash != ref.graph_hash + f"@{size}":
                 raise aot_entry.AotEntryError(f"piece {ref.index} has no artifact for compile size {size}")
-            sized[size] = self._load_artifact(aot_entry.ArtifactRef.of(entry), ref.index, size, entry.graph_hash)
+            sized[size] = self.artifacts.load(aot_entry.ArtifactRef.of(entry),
+                                              Piece(ref.index, entry.graph_hash, size))
         return PiecewiseRunnable(ref.index, name, None, ref.returns_tuple, general, ref.sym_shape_indices,
                                  ref.graph_hash, None, sizes, sized=sized)
 
     def load(self) -> tuple[Callable[..., Any], float]:
-        """Load the entry and its artifacts; returns ``(fn, seconds)``, ``fn(module, *args)``."""
-        index = CompileIndex.open(self.layout.index_file, self.key.hash)
-        with read_only_compiler_caches(self.layout, persist=self.ctx.device.startswith("cuda")):
-            fn, split_fn, seconds = aot_entry.load_entry(self.layout.dir,
-                                                         lambda name, ref: self._runnable(index, name, ref))
+        """Load the entry and its artifacts; returns ``(fn, seconds)``, ``fn(module, *args)``. The counters learn
+        what was loaded only once all of it has (a failure falls back to tracing, which counts its own)."""
+        self.artifacts.open(self.layout, self.key.hash)
+        with read_only_compiler_caches(self.layout, persist=self.artifacts.persist_env):
+            fn, split_fn, seconds = aot_entry.load_entry(self.layout.dir, self._runnable)
         self.split_gm = split_fn.split_gm
         compiled = set(split_fn.compiled_names)
         self.items = [SplitItem(name, int(name.replace("submod_", "")), name not in compiled, module)
                       for name, module in self.split_gm.named_children()]
         self.items.sort(key=lambda it: it.graph_id)
         counters.pieces += len(compiled)
-        counters.unique_pieces += len({r.graph_hash for r in self.split_gm.children()
-                                       if isinstance(r, aot_entry.PieceRef)})
-        counters.graphs_loaded += self.graphs_loaded
-        counters.graphs_reused += self.pieces_reused
+        counters.unique_pieces += self.artifacts.unique_pieces
+        counters.graphs_loaded += self.artifacts.tally.loaded
+        counters.graphs_reused += self.artifacts.tally.reused
         return fn, seconds
