@@ -32,8 +32,8 @@ from pathlib import Path
 
 from cachetool.errors import BundleFormatError, NotFoundError, UsageError
 from cachetool.layouts import scan as scan_layout
-from cachetool.manifest import (CacheKey, DirEntry, FileEntry, Manifest, UnsafePathError, manifest_digest, platform_key,
-                                validate_relpath)
+from cachetool.bundle_paths import validate_relpath
+from cachetool.manifest import DirEntry, FileEntry, Manifest, UnsafePathError, manifest_digest, platform_key
 from cachetool.source import BundleSource
 from cachetool.atomic import atomic_file
 from cachetool.digests import CHUNK as _CHUNK, BlobRef, sha256_file
@@ -339,7 +339,7 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
             blobs=tuple(blobs),
             units=tuple(scan.units),
             dirs=tuple(DirEntry(p, m) for p, m in scan.dirs),
-            keys=tuple(CacheKey(k.hash, k.kind, k.factors) for k in scan.keys),
+            keys=tuple(scan.keys),
             fingerprint=fingerprint,
             ranks=tuple(scan.ranks),
             save_format=scan.save_format,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import NotFoundError, UsageError
-from cachetool.factors import FACTORS, UNSET, Difference, compare_factors, flatten  # noqa: F401 - re-exported
+from cachetool.factors import FACTORS, UNSET, Difference, compare_factors
 
 @dataclasses.dataclass
 class Side:
@@ -128,9 +128,9 @@ def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | No
     out = [d for d in out if d.category == "fingerprint"]
     if model is None:
         return out
-    from cachetool.manifest import CacheKey
+    from cachetool.manifest import KeyFolder
 
     with tempfile.TemporaryDirectory(prefix="cachetool-diff-") as scratch:
         check = eng.key_check(model, cache_root=scratch, flags=list(flags))
-        _key, diffs = check.closest([CacheKey(h, "aot", f) for h, f in side.keys])
+        _key, diffs = check.closest([KeyFolder(h, "aot", f) for h, f in side.keys])
     return out + diffs

@@ -1,6 +1,7 @@
-"""Comparing hash factors: the one place where two caches' factors (or a cache's and this machine's) are told
-apart, field by field. Used by ``diff`` (every difference) and by the install preflight (the first one, in its
-refusal)."""
+"""Comparing hash factors: two caches' factors (or a cache's and this machine's) told apart, factor by factor, as
+typed :class:`Difference` rows. Used by ``diff`` (every difference), the install preflight (the first one, in its
+refusal) and the vLLM engine's key check. The field-by-field comparison itself is the compiler's
+(:func:`compiler.cache_key.field_differences`), which the hot start's miss reason also uses."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import dataclasses
 from typing import Any
 
 from compiler.cache_key import FACTOR_NAMES as FACTORS  # the one list: the order the key hashes them in
-
-UNSET = "<unset>"
+from compiler.cache_key import UNSET, field_differences, flatten, short_repr  # noqa: F401 - re-exported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,23 +38,6 @@ def _fmt(v: Any) -> str:
     return v if v == UNSET else short_repr(v, 80)
 
 
-def short_repr(v: Any, limit: int = 60) -> str:
-    """``repr(v)``, cut to ``limit`` characters for a one-line message."""
-    s = repr(v)
-    return s if len(s) <= limit else s[:limit - 3] + "..."
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        if not value and prefix:
-            out[prefix] = {}
-        for k, v in value.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
-
-
 def factor_entry(factors: dict | None, name: str) -> tuple[str | None, dict | None]:
     """``(hash, values)`` of factor ``name`` in a ``factors`` mapping, ``(None, None)`` where it has none."""
     if not isinstance(factors, dict):
@@ -81,11 +64,7 @@ def compare_factors(fa: dict | None, fb: dict | None, *, only: tuple[str, ...] =
         def raw(f):
             return f["raw"] if isinstance(f, dict) and set(f) == {"raw"} else (f or {})
 
-        a, b = flatten(raw(fa)), flatten(raw(fb))
-        for k in sorted(set(a) | set(b)):
-            if a.get(k, UNSET) != b.get(k, UNSET):
-                out.append(Difference("factors", k, a.get(k, UNSET), b.get(k, UNSET), cache))
-        return out
+        return [Difference("factors", d.field, d.a, d.b, cache) for d in field_differences(raw(fa), raw(fb))]
     for name in only:
         ha, va = factor_entry(fa, name)
         hb, vb = factor_entry(fb, name)
@@ -93,14 +72,9 @@ def compare_factors(fa: dict | None, fb: dict | None, *, only: tuple[str, ...] =
             continue
         if ha is not None and ha == hb:
             continue
-        a = flatten(va or {}) if name in ("config",) else (va or {})
-        b = flatten(vb or {}) if name in ("config",) else (vb or {})
-        names = sorted(set(a) | set(b), key=str)
-        found = False
-        for k in names:
-            if a.get(k, UNSET) != b.get(k, UNSET):
-                out.append(Difference(name, str(k), a.get(k, UNSET), b.get(k, UNSET), cache))
-                found = True
-        if not found and ha != hb:
+        # config fields are named by their dotted path; the other factors' values by their top-level key
+        fields = field_differences(va or {}, vb or {}, nested=name == "config")
+        out += [Difference(name, d.field, d.a, d.b, cache) for d in fields]
+        if not fields and ha != hb:
             out.append(Difference(name, "<hash>", ha, hb, cache))
     return out

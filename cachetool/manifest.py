@@ -6,7 +6,8 @@ ranks and the *install units* (the folders an install renames into place atomica
 
 The manifest is the signed object, so it is serialised canonically (sorted keys, no whitespace, ASCII) and a
 reader accepts only canonical bytes: no duplicate JSON keys, no unknown fields, no unknown schema version.
-Paths are validated here, once, for everyone who reads a manifest (install, inspect, diff, push).
+Paths are validated while parsing (:mod:`cachetool.bundle_paths`), once, for everyone who reads a manifest
+(install, inspect, diff, push).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import hashlib
 import json
 import posixpath
 import re
-import unicodedata
 from typing import Any
 
 from cachetool import __version__
 from cachetool.factors import short_repr
+from compiler.cache_key import CacheKey
 from cachetool.errors import ManifestError, UnsafePathError, UnsupportedSchemaError, VerificationError  # noqa: F401
+from cachetool.bundle_paths import short_path, validate_relpath
 from cachetool.digests import BlobRef, is_digest
 
 SCHEMA_VERSION = 1
@@ -31,9 +33,6 @@ LAYOUTS = ("native", "vllm", "triton")
 
 MAX_FILE_SIZE = 64 << 30  # one file; larger is refused as implausible
 MAX_FILES = 1_000_000
-MAX_PATH_LEN = 4096
-RESERVED_PREFIX = ".cachetool"  # staging folders in the cache root; no bundle may write there
-
 
 
 def sha256_hex(data: bytes) -> str:
@@ -71,54 +70,6 @@ def platform_key(fingerprint: dict) -> str:
     if fp.get("triton"):
         return f"{head}-triton{fp['triton']}"
     return head
-
-
-# Characters no path may hold: every Unicode control (Cc: C0, DEL, C1 such as NEL U+0085 and CSI U+009B, which
-# terminals act on), surrogates (Cs: a file name that is not valid UTF-8), line and paragraph separators, and the
-# bidirectional formatting controls (Cf) that make a printed path read differently from what it is.
-_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-_REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
-MAX_NAME_BYTES = 255  # NAME_MAX of Linux file systems: one path component, in UTF-8 bytes
-
-
-def unsafe_char(path: str) -> str | None:
-    """The first character of ``path`` that no bundle path may hold (see above), or None."""
-    for c in path:
-        if c in _BIDI_CONTROLS or c == "\\" or unicodedata.category(c) in _REFUSED_CATEGORIES:
-            return c
-    return None
-
-
-def short_path(path: str, limit: int = 80) -> str:
-    """``repr`` of a path for one-line messages, cut in the middle when long (escapes stay escaped)."""
-    r = ascii(path)
-    return r if len(r) <= limit else f"{r[:limit // 2]}...{r[-(limit // 2 - 3):]} ({len(path)} characters)"
-
-
-def validate_relpath(path: Any, what: str = "path") -> str:
-    """Return ``path`` if it is a safe, normalised, relative POSIX path; raise :class:`UnsafePathError`."""
-    if not isinstance(path, str) or not path:
-        raise UnsafePathError(f"manifest {what} {short_repr(path)} is not a non-empty string")
-    if len(path) > MAX_PATH_LEN:
-        raise UnsafePathError(f"manifest {what} {short_path(path)} is longer than {MAX_PATH_LEN} characters")
-    bad = unsafe_char(path)
-    if bad is not None:
-        kind = "a backslash" if bad == "\\" else f"the control character U+{ord(bad):04X}"
-        raise UnsafePathError(f"manifest {what} {short_path(path)} contains {kind}")
-    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
-        raise UnsafePathError(f"manifest {what} {short_path(path)} is absolute")
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise UnsafePathError(f"manifest {what} {short_path(path)} has an empty, '.' or '..' component")
-    if posixpath.normpath(path) != path:
-        raise UnsafePathError(f"manifest {what} {short_path(path)} is not normalised")
-    if parts[0].startswith(RESERVED_PREFIX):
-        raise UnsafePathError(f"manifest {what} {short_path(path)} uses the reserved prefix {RESERVED_PREFIX!r}")
-    long = next((p for p in parts if len(p.encode("utf-8")) > MAX_NAME_BYTES), None)
-    if long is not None:
-        raise UnsafePathError(f"manifest {what} {short_path(path)} has a name of {len(long.encode('utf-8'))} bytes; "
-                              f"file systems allow {MAX_NAME_BYTES}")
-    return path
 
 
 def _check_mode(mode: Any, path: str, directory: bool) -> int:
@@ -188,8 +139,10 @@ class Unit:
 
 
 @dataclasses.dataclass(frozen=True)
-class CacheKey:
-    """One hash folder of the tree: its name, its kind and the factors from ``cache_key_factors.json``."""
+class KeyFolder:
+    """One hash folder of the tree, as the manifest lists it: its name, its kind and the factors from its
+    ``cache_key_factors.json``. Not a second cache key: :meth:`cache_key` is the compiler's
+    :class:`compiler.cache_key.CacheKey` it records, which the preflight and the hot start match."""
 
     hash: str
     kind: str  # "piecewise" (torch_compile_cache/{hash}) or "aot" (torch_compile_cache/torch_aot_compile/{hash})
@@ -197,6 +150,10 @@ class CacheKey:
 
     def to_json(self) -> dict:
         return {"hash": self.hash, "kind": self.kind, "factors": self.factors}
+
+    def cache_key(self) -> CacheKey | None:
+        """The recorded cache key, or None where the folder records no factors (or another engine's raw ones)."""
+        return CacheKey(self.hash, self.factors) if isinstance(self.factors, dict) else None
 
 
 _TOP_KEYS = {"schema", "media_type", "tool", "layout", "save_format", "keys", "fingerprint", "ranks", "units",
@@ -210,7 +167,7 @@ class Manifest:
     blobs: tuple[BlobRef, ...]
     units: tuple[Unit, ...]
     dirs: tuple[DirEntry, ...] = ()
-    keys: tuple[CacheKey, ...] = ()
+    keys: tuple[KeyFolder, ...] = ()
     fingerprint: dict = dataclasses.field(default_factory=dict)
     ranks: tuple[str, ...] = ()
     save_format: str | None = None
@@ -371,7 +328,7 @@ def _exact(entry: Any, keys: set, what: str) -> dict:
     return entry
 
 
-def _parse_keys(entries: list) -> list[CacheKey]:
+def _parse_keys(entries: list) -> list[KeyFolder]:
     keys = []
     for k in entries:
         k = _exact(k, {"hash", "kind", "factors"}, "key")
@@ -381,7 +338,7 @@ def _parse_keys(entries: list) -> list[CacheKey]:
             raise ManifestError(f"manifest cache key kind {k['kind']!r} is unknown")
         if k["factors"] is not None and not isinstance(k["factors"], dict):
             raise ManifestError("manifest cache key factors are not an object")
-        keys.append(CacheKey(k["hash"], k["kind"], k["factors"]))
+        keys.append(KeyFolder(k["hash"], k["kind"], k["factors"]))
     return keys
 
 

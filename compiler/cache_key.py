@@ -5,7 +5,8 @@
 (format in docs/ARCHITECTURE.md) so that a mismatch can be explained factor by factor.
 
 Public API used by ``cachetool`` (preflight, diff): :func:`local_env_factors`,
-:func:`local_compiler_factors`, :func:`factor_hash`.
+:func:`local_compiler_factors`, :func:`factor_hash`, and the one comparison of factor values,
+:func:`field_differences`.
 """
 
 from __future__ import annotations
@@ -222,6 +223,49 @@ def code_factors(files: Iterable[str]) -> dict[str, str]:
 
 def config_factors(compilation_config: Any, model_config: dict[str, Any]) -> dict[str, Any]:
     return {"compilation_config": compilation_config.hash_values(), "model_config": model_config}
+
+
+# ---------------------------------------------------------------------- comparing factor values
+
+UNSET = "<unset>"  # the value of a field that one side lacks
+
+
+@dataclass(frozen=True)
+class FieldDifference:
+    """One field where two factors' values differ: its dotted name and each side's value (:data:`UNSET`)."""
+
+    field: str
+    a: Any
+    b: Any
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": leaf}`` for every leaf of nested dicts (an empty dict is a leaf of its own)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        if not value and prefix:
+            out[prefix] = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def field_differences(a: Any, b: Any, *, nested: bool = True) -> list[FieldDifference]:
+    """Every field where two factor values differ, sorted by name: the dotted leaves of nested dicts
+    (``nested``), else their top-level keys. The one comparison that the hot start's miss reason, the install
+    preflight, ``diff`` and the vLLM engine's key check all name differences with."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [] if a == b else [FieldDifference("(all)", a, b)]
+    fa, fb = (flatten(a), flatten(b)) if nested else (a, b)
+    return [FieldDifference(str(k), fa.get(k, UNSET), fb.get(k, UNSET))
+            for k in sorted(set(fa) | set(fb), key=str) if fa.get(k, UNSET) != fb.get(k, UNSET)]
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------- the key

@@ -56,14 +56,15 @@ class LocalFactors:
         return getattr(self, name)
 
 
-def compiler_factors_for(device: str, candidate: cache_key.CacheKey,
+def compiler_factors_for(device: str, recorded: dict[str, Any] | None,
                          exact: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], str]:
-    """``(values, source)``: this machine's compiler factor values to match ``candidate`` with. From the
-    candidate's build evidence where it equals this machine's (``source`` ``"evidence"``: no torch or Triton
-    source hashing, no Inductor import), else ``exact()`` (``"computed"``), as the pull preflight does: any
-    mismatch, in the evidence or in the values that follow from it, takes the exact computation, so a real
-    difference is named by real values."""
-    recorded = candidate.factors.get("compiler") or {}
+    """``(values, source)``: this machine's compiler factor values to match a cache's ``recorded`` compiler factor
+    (``{"hash", "values", "evidence"}``) with. From the recorded build evidence where it equals this machine's
+    (``source`` ``"evidence"``: no torch or Triton source hashing, no Inductor import), else ``exact()``
+    (``"computed"``): any mismatch, in the evidence or in the values that follow from it, takes the exact
+    computation, so a real difference is named by real values. The one home of "cheap, else exact": the hot
+    start, the server key predictor and the install preflight all ask here."""
+    recorded = recorded if isinstance(recorded, dict) else {}
     cheap = cache_key.cheap_compiler_factors(device, recorded)
     if cheap is not None and cheap == recorded.get("values"):
         return cheap, "evidence"
@@ -87,7 +88,7 @@ class HotStartFactors:
         return self._exact
 
     def __call__(self, candidate: cache_key.CacheKey) -> LocalFactors:
-        compiler, self.source = compiler_factors_for(self.device, candidate, self.exact)
+        compiler, self.source = compiler_factors_for(self.device, candidate.factors.get("compiler"), self.exact)
         return LocalFactors(env=self.env, config=self.config, compiler=compiler)
 
 
@@ -131,22 +132,12 @@ def rehash_code_factor(listed: dict[str, str]) -> tuple[dict[str, str], list[str
 
 # ---------------------------------------------------------------------- candidates
 
-def first_difference(name: str, theirs: Any, ours: Any, path: str = "") -> str:
-    """``<name> factor field 'a.b' differs: cache X, here Y`` for the first dotted path where two values differ."""
-    if isinstance(theirs, dict) and isinstance(ours, dict):
-        for k in sorted(set(theirs) | set(ours), key=str):
-            if theirs.get(k, _UNSET) != ours.get(k, _UNSET):
-                return first_difference(name, theirs.get(k, _UNSET), ours.get(k, _UNSET), f"{path}{k}.")
-    field = path.rstrip(".") or "(all)"
-    return f"{name} factor field {field!r} differs: cache {_short(theirs)}, here {_short(ours)}"
-
-
-_UNSET = "<unset>"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def first_difference(name: str, theirs: Any, ours: Any) -> str:
+    """``<name> factor field 'a.b' differs: cache X, here Y`` for the first dotted field where two values differ
+    (:func:`compiler.cache_key.field_differences`)."""
+    first = (cache_key.field_differences(theirs, ours) or [cache_key.FieldDifference("(all)", theirs, ours)])[0]
+    return (f"{name} factor field {first.field!r} differs: cache {cache_key.short_repr(first.a)}, "
+            f"here {cache_key.short_repr(first.b)}")
 
 
 def match_candidate(candidate: cache_key.CacheKey, local: LocalFactors) -> cache_key.CacheKey:
@@ -231,7 +222,7 @@ class ServerKeyPredictor:
         return config_values(cfg, default_dtype(self.device), parallel)
 
     def local_factors(self, candidate: cache_key.CacheKey) -> LocalFactors:
-        compiler, _ = compiler_factors_for(self.device, candidate,
+        compiler, _ = compiler_factors_for(self.device, candidate.factors.get("compiler"),
                                            lambda: cache_key.local_compiler_factors(self.device))
         return LocalFactors(env=cache_key.local_env_factors(),
                             config=cache_key.config_factors(self.compilation_config, self.model_config()),

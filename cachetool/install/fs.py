@@ -19,7 +19,8 @@ from pathlib import Path
 from cachetool.errors import (CachetoolError, DiskFullError, InstallIOError, PathTooLongError, UnsafeDestinationError,
                               UsageError, WaitTimeoutError)
 from cachetool.exit_codes import DISK_FULL_ERRNOS
-from cachetool.manifest import RESERVED_PREFIX, FileEntry, Unit, short_path
+from cachetool.bundle_paths import RESERVED_PREFIX, short_path
+from cachetool.manifest import FileEntry, Unit
 
 STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
 # mkdtemp's random part, then the tree folder: staged files live at {root}/{STAGING_PREFIX}XXXXXXXX/tree/{path}

@@ -108,11 +108,10 @@ def _expected(manifest: Manifest, expected_key) -> dict:
     predict = getattr(expected_key, "predict", None)
     if predict is None:
         return expected_key
-    from compiler.cache_key import CacheKey as CompilerKey
     from compiler.key_prediction import KeyMiss
     from compiler.models.llama_config import ModelSpecError
 
-    candidates = [CompilerKey(k.hash, k.factors) for k in manifest.keys if isinstance(k.factors, dict)]
+    candidates = [key for key in (k.cache_key() for k in manifest.keys) if key is not None]
     if not candidates:
         raise PreflightError(f"preflight: bundle cannot hit here: it records no hash factors for "
                              f"{', '.join(k.hash for k in manifest.keys) or 'its caches'}")
@@ -128,16 +127,18 @@ def _expected(manifest: Manifest, expected_key) -> dict:
 
 
 def _local_compiler_values(ck, device: str, factors: dict) -> dict:
-    """This machine's compiler factor values for a bundle key: from the bundle's evidence when it matches (no
-    torch import), else computed (and then also when the cheap values differ, to name a real difference)."""
-    recorded = factors.get("compiler") if isinstance(factors, dict) else None
-    cheap = ck.cheap_compiler_factors(device, recorded) if isinstance(recorded, dict) else None
-    if cheap is not None and cheap == recorded.get("values"):
-        return cheap
-    try:
-        return ck.local_compiler_factors(device)
-    except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
-        raise _factors_unavailable(device, exc) from None
+    """This machine's compiler factor values for a bundle key, "cheap, else exact" as the hot start takes them
+    (:func:`compiler.key_prediction.compiler_factors_for`): from the bundle's evidence when it matches (no torch
+    import), else computed, so a refusal names a real difference."""
+    from compiler.key_prediction import compiler_factors_for
+
+    def exact() -> dict:
+        try:
+            return ck.local_compiler_factors(device)
+        except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
+            raise _factors_unavailable(device, exc) from None
+
+    return compiler_factors_for(device, factors.get("compiler") if isinstance(factors, dict) else None, exact)[0]
 
 
 def _factors_unavailable(device: str, exc: BaseException) -> PreflightError:

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 from cachetool.errors import UsageError
-from cachetool.manifest import CacheKey, Unit
+from cachetool.manifest import KeyFolder, Unit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +25,7 @@ class LayoutScan:
     files: list[ScannedFile]
     dirs: list[tuple[str, int]]  # (manifest path, mode)
     units: list[Unit]
-    keys: list[CacheKey]
+    keys: list[KeyFolder]
     ranks: list[str]
     save_format: str | None = None
     fingerprint_hints: dict = dataclasses.field(default_factory=dict)  # e.g. from Triton kernel metadata

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
-from cachetool.manifest import CacheKey, Unit
+from cachetool.manifest import KeyFolder, Unit
 
 TCC = "torch_compile_cache"
 AOT = "torch_aot_compile"
@@ -120,7 +120,7 @@ def scan_compile_cache(path: Path, kind: str) -> LayoutScan:
 
     dirs[TCC] = mode_of(tcc_real)
     units: list[Unit] = []
-    keys: list[CacheKey] = []
+    keys: list[KeyFolder] = []
     ranks: set[str] = set()
     for kind_, h, hdir in hash_dirs:
         hrel = _hash_rel(kind_, h)
@@ -150,7 +150,7 @@ def scan_compile_cache(path: Path, kind: str) -> LayoutScan:
             files.extend(f)
             dirs.update(d)
             units.append(Unit(f"{hrel}/{c.name}", h, rank))
-        keys.append(CacheKey(h, kind_, read_factors(rank_dirs)))
+        keys.append(KeyFolder(h, kind_, read_factors(rank_dirs)))
     if not files and not units:
         raise UsageError(f"{path} holds no cache files")
     return LayoutScan(kind=kind, files=files, dirs=sorted(dirs.items()), units=units, keys=keys,

@@ -364,7 +364,7 @@ class ServerKeyCheck:
     seconds: float = 0.0  # what asking vLLM cost (its import dominates)
 
     def closest(self, keys: Any) -> tuple[Any, list]:
-        """The bundle key (``manifest.CacheKey``) this server will use with no difference, or the first one and
+        """The bundle key (``manifest.KeyFolder``) this server will use with no difference, or the first one and
         its differences (model path, config fields, env variables, vLLM or torch version, traced files)."""
         candidates = [k for k in keys if isinstance(k.factors, dict) and "serve" in k.factors]
         if not candidates:

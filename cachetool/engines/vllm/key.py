@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachetool.factors import UNSET, Difference
+from cachetool.factors import UNSET, Difference, field_differences
 
 SCHEMA = 1
 FACTORS_FILE = "cache_key_factors.json"
@@ -84,8 +84,7 @@ def _only_the_path(d: Difference, paths: set) -> bool:
 
 
 def _field_diffs(category: str, a: dict, b: dict, prefix: str = "") -> list[Difference]:
-    return [Difference(category, f"{prefix}{k}", a.get(k, UNSET), b.get(k, UNSET))
-            for k in sorted(set(a) | set(b)) if a.get(k, UNSET) != b.get(k, UNSET)]
+    return [Difference(category, f"{prefix}{d.field}", d.a, d.b) for d in field_differences(a, b, nested=False)]
 
 
 def _config_diffs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
