@@ -33,7 +33,9 @@ class DeviceError(UsageError):
 
 # The pipeline's error kinds (compiler/errors.py) as cachetool's errors; other kinds are unexpected failures.
 KIND_TO_ERROR = {compiler_errors.STRICT_MODE: CompileInStrictModeError,
-                 compiler_errors.GUARDS: CompilationConfigError}  # evaluate_guards refused a batch the workload needs
+                 compiler_errors.GUARDS: CompilationConfigError,  # evaluate_guards refused a batch the workload needs
+                 compiler_errors.CONFIG: CompilationConfigError,
+                 compiler_errors.MODEL: ModelError}
 
 
 @dataclass

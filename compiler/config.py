@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler import envs
+from compiler.errors import CONFIG, CompilerError
 
 ATTENTION_OPS: tuple[str, ...] = ("cachetool.unified_attention_with_output",)
 """Default ``splitting_ops``: the attention custom op(s) registered by :mod:`compiler.ops.attention`."""
@@ -43,8 +44,11 @@ def default_capture_sizes(max_size: int = DEFAULT_MAX_CAPTURE_SIZE) -> list[int]
     return [s for s in sizes if s <= max_size]
 
 
-class ConfigError(ValueError):
-    """A bad compilation config: unknown key, wrong type or value, bad JSON. The message is one line."""
+class ConfigError(CompilerError, ValueError):
+    """A bad compilation config: unknown key, wrong type or value, bad JSON. The message is one line. Also a
+    ValueError: a bad value, for callers that catch those."""
+
+    kind = CONFIG
 
 
 class CompilationMode(enum.IntEnum):

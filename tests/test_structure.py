@@ -231,3 +231,35 @@ def test_no_except_branch_matches_our_exceptions_by_message_text():
                     and (is_text(n.func.value) or any(is_text(a) for a in n.args)):
                 bad.append(f"{rel}:{n.lineno}")
     assert bad == []
+
+
+def test_every_compiler_error_is_a_compiler_error():
+    """compiler/errors.py: an embedder maps the pipeline's errors by ``kind``; a class ending in ``Error`` in
+    compiler/ that does not derive from CompilerError (ConfigError and ModelSpecError were plain ValueErrors)
+    has no kind to map."""
+    bases: dict[str, list[str]] = {}
+    where: dict[str, str] = {}
+    for rel, node in _nodes(()):
+        if rel.startswith("compiler/") and isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
+            bases[node.name] = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+            where[node.name] = f"{rel}:{node.lineno}"
+
+    def derives(name: str, seen: frozenset = frozenset()) -> bool:
+        return name == "CompilerError" or any(b in bases and b not in seen and derives(b, seen | {name})
+                                              for b in bases.get(name, []))
+
+    assert sorted(where[n] for n in bases if not derives(n)) == []
+
+
+def test_one_comparison_of_factor_values():
+    """compiler.cache_key.field_differences is the one field-by-field comparison and compiler.key_prediction's
+    compiler_factors_for the one "recorded evidence, else exact values" rule (key_prediction and the install
+    preflight each had their own sentinel, diff helper and cheap-else-exact code)."""
+    bad = []
+    for rel, node in _nodes(("compiler/cache_key.py",)):
+        if isinstance(node, ast.Constant) and node.value == "<unset>":
+            bad.append(f"{rel}:{node.lineno} its own <unset> sentinel")
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) \
+                == "cheap_compiler_factors" and rel != "compiler/key_prediction.py":
+            bad.append(f"{rel}:{node.lineno} cheap_compiler_factors outside compiler_factors_for")
+    assert bad == []

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from compiler.errors import MODEL, CompilerError
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -69,8 +71,11 @@ PRESETS: dict[str, LlamaConfig] = {
 }
 
 
-class ModelSpecError(ValueError):
-    """The model argument is neither a preset, nor a config.json, nor a folder holding one."""
+class ModelSpecError(CompilerError, ValueError):
+    """The model argument is neither a preset, nor a config.json, nor a folder holding one (or its weights do not
+    fit it). Also a ValueError, for callers that catch those."""
+
+    kind = MODEL
 
 
 def read_config(spec: str) -> tuple[LlamaConfig, Path | None]:
