@@ -1,7 +1,8 @@
-"""Push: a bundle (or a cache folder, packed on the way) into a store. Blobs go first, skipping those the store has (a
-re-push of unchanged content uploads nothing), each checked against the manifest before the first write; then the
-manifest, the signature, and the ref last, merging this bundle's platform into the tag's index (one tag holds
-bundles for several platforms; an entry of the same platform is replaced)."""
+"""Push: a bundle (or a cache folder, packed on the way) into a store. Blobs go first, only those the store lacks
+(``Store.missing_blobs``, asked once: a re-push of unchanged content uploads nothing), each checked against the
+manifest before the first write; then the manifest with its signature (``Store.put_manifest``), and the ref last,
+merging this bundle's platform into the tag's index (one tag holds bundles for several platforms; an entry of the
+same platform is replaced)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def _check_stored_bytes(bundle, blob: BlobRef) -> None:
     digest, n = sha256_file(bundle.blob_path(blob))
     if n != blob.stored_size or digest != blob.stored_digest:
         raise VerificationError(f"{bundle.description}: blob {blob.digest[:19]} does not match the manifest "
-                                "(tampered or truncated); nothing pushed")
+                                "(tampered or truncated); nothing pushed", key=blob.stored_digest)
 
 
 def _check_envelope(bundle) -> None:
@@ -101,16 +102,15 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
     """
     t0 = time.monotonic()
     if (ref.digest if isinstance(ref, Ref) else parse_ref(ref).digest):
-        raise UsageError(f"{ref}: push writes a tag; a digest pin (@sha256:...) can only be pulled")
+        raise UsageError(f"{ref}: push writes a tag; a digest pin (@sha256:...) can only be pulled",
+                         ref=ref.url if isinstance(ref, Ref) else ref)
     r, st, own_store = open_ref(ref, store, store_options)
     bundle, own_bundle = _load_bundle(source, sign_key, layout)
     try:
         blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
-        st.prepare_push(blobs, bundle.blob_path)
-        with ThreadPoolExecutor(max(1, workers)) as ex:
-            present = list(ex.map(st.has_blob, blobs))
-        missing = [b for b, p in zip(blobs, present) if not p]
-        skipped = [b for b, p in zip(blobs, present) if p]
+        missing = st.missing_blobs(blobs, bundle.blob_path, workers=max(1, workers))
+        lacking = {b.stored_digest for b in missing}
+        skipped = [b for b in blobs if b.stored_digest not in lacking]
         # A store is content-addressed and skips what it has: bytes written under a digest they don't match would
         # poison it for every later push and pull. Check everything before the first write.
         with ThreadPoolExecutor(max(1, workers)) as ex:
@@ -128,21 +128,21 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
             with ThreadPoolExecutor(max(1, workers)) as ex:
                 for _ in ex.map(up, sorted(missing, key=lambda b: -b.stored_size)):
                     pass
-        digest = st.put_manifest(bundle.manifest_bytes(), blobs)
-        if digest != bundle.manifest_digest:
-            raise StoreError(f"{st.url} stored the manifest as {digest}, expected {bundle.manifest_digest}")
         sig = bundle.signature_bytes()
-        if sig is not None:
-            st.put_signature(digest, sig)
-        entry = RefEntry(manifest_digest=digest, platform=bundle.platform, fingerprint=dict(bundle.manifest.fingerprint or {}),
-                         size=bundle.stored_size, created=now_iso())
+        stored = st.put_manifest(bundle.manifest_bytes(), blobs, sig)
+        digest = stored.digest
+        if digest != bundle.manifest_digest:  # the ref is not written: no reader is sent to the wrong manifest
+            raise StoreError(f"{st.url} stored the manifest as {digest}, expected {bundle.manifest_digest}",
+                             store=st.url, ref=r.url, key=digest)
+        entry = RefEntry(manifest_digest=digest, platform=bundle.platform,
+                         fingerprint=dict(bundle.manifest.fingerprint or {}), size=bundle.stored_size, created=now_iso())
         index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
         up1 = st.counters.bytes_up
         return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=sig is not None,
                           blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
                           bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
                           platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0,
-                          pinned=r.pinned(st.pinned_digest(digest)).url)
+                          pinned=r.pinned(stored.pin).url)
     finally:
         if own_bundle:
             bundle.close()

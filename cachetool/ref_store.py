@@ -18,4 +18,4 @@ def open_ref(ref: str | Ref, store: Store | None = None, store_options: dict | N
 
 def read_index(store: Store, ref: Ref) -> RefIndex:
     """The tag's index, or the one-entry index of a digest pin (``name@sha256:...``)."""
-    return store.get_ref(ref.name, ref.tag) if ref.digest is None else store.get_pinned(ref.name, ref.digest)
+    return store.get_ref(ref.name, ref.tag, digest=ref.digest)

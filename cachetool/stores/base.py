@@ -9,11 +9,12 @@ A store holds bundles in their *store form*, content-addressed:
 - signatures: the DSSE envelope over a manifest, stored next to the manifest it signs;
 - refs: ``name:tag`` → a :class:`RefIndex`, one entry per platform (multi-platform tags).
 
-Write order on push is blobs → manifest → signature → ref, so a reader that sees a ref can always
-fetch everything it names. Implementations raise subclasses of :mod:`cachetool.errors`
+Write order on push is blobs → manifest → signature (one :meth:`Store.put_manifest`) → ref, so a reader that
+sees a ref can always fetch everything it names. Implementations raise subclasses of :mod:`cachetool.errors`
 (``NotFoundError`` for a missing ref/bucket/repository/blob, ``StoreError`` for transport failures and
-bad credentials), each with a one-line message naming the store URL and the object, and the ``store`` /
-``key`` / ``status`` fields where known.
+bad credentials), each with a one-line message naming the store URL and the object, and every field it knows:
+``store`` (the store URL), ``ref`` (``name:tag`` or ``name@sha256:...``), ``key`` (the object: a key, a digest)
+and ``status`` (the HTTP status or S3 error code), which ``--json`` prints.
 
 What is the same on every backend (tests/stores/test_store_interface.py runs it over all three):
 
@@ -21,8 +22,9 @@ What is the same on every backend (tests/stores/test_store_interface.py runs it 
 - resume: ``get_blob`` into a partial ``dest`` keeps its bytes and asks for the rest (``blobs_resumed``);
 - gc: deletes what no ref reaches and was written at least ``older_than`` seconds ago (default
   :data:`GC_MIN_AGE_S` in the library and the CLI alike), stops before deleting anything when a ref cannot be
-  read, is idempotent, and returns a :class:`GcReport` (deleted; kept as reachable, as young, as foreign). ``capabilities.gc_deletes`` says which kinds of object that covers: a registry keeps
-  blobs and untagged manifests to its own garbage collection.
+  read, is idempotent, and returns a :class:`GcReport` (deleted; kept as reachable, as young, as foreign).
+  ``capabilities.gc_deletes`` says which kinds of object that covers: a registry keeps blobs and untagged manifests
+  to its own garbage collection.
 """
 
 from __future__ import annotations
@@ -89,8 +91,22 @@ class RefIndex:
     entries: tuple[RefEntry, ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class StoredManifest:
+    """What :meth:`Store.put_manifest` wrote: the bundle manifest's digest, and the digest a pin of this bundle
+    names in this store (``ref@sha256:...``: the bundle manifest's on file and S3, the OCI manifest's on OCI)."""
+
+    digest: str
+    pin: str
+
+
 class Store(abc.ABC):
-    """A place bundles live. Construct through :func:`cachetool.stores.open_store`."""
+    """A place bundles live. Construct through :func:`cachetool.stores.open_store`.
+
+    What push, pull, ``ls``/``rm``/``gc`` and the readers call, and nothing more: a push asks
+    :meth:`missing_blobs` once, uploads those with :meth:`put_blob`, writes :meth:`put_manifest` (manifest, then its
+    signature) and :meth:`update_ref` last; a pull reads :meth:`get_ref`, :meth:`get_manifest`,
+    :meth:`get_signature` and each blob with :meth:`get_blob`."""
 
     url: str
     counters: TransferCounters  # set by each store's constructor
@@ -98,26 +114,31 @@ class Store(abc.ABC):
 
     # blobs
     @abc.abstractmethod
-    def has_blob(self, blob: BlobRef) -> bool: ...
+    def missing_blobs(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path], *,
+                      workers: int = 8) -> list[BlobRef]:
+        """The blobs of a push (unique by stored digest) that the store lacks, in the order given: push uploads
+        exactly these with :meth:`put_blob` (a re-push of unchanged content uploads nothing). Asked once per push,
+        so a backend answers in bulk: ``workers`` checks in parallel; OCI first groups small blobs into packs,
+        which is why it is told where their bytes are (``blob_path``)."""
 
     @abc.abstractmethod
     def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
-        """Upload the zstd bytes at ``stored_bytes_path``. Callers skip blobs for which has_blob() is true."""
+        """Upload the zstd bytes at ``stored_bytes_path`` (a blob :meth:`missing_blobs` named)."""
 
     @abc.abstractmethod
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
         """Download the zstd bytes to ``dest`` (may resume a partial ``dest``). Does not decompress."""
 
-    # manifests and signatures
+    # manifests and their signatures
     @abc.abstractmethod
-    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
-        """Store the manifest; return its digest. ``blobs`` lets OCI list them as layers."""
+    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef],
+                     signature: bytes | None = None) -> StoredManifest:
+        """Store the manifest, then its DSSE ``signature`` if given (the write order: a reader that finds the
+        signature finds the manifest it signs). ``blobs`` lets OCI list them as layers. Call after the blobs,
+        before the ref."""
 
     @abc.abstractmethod
     def get_manifest(self, manifest_digest: str) -> bytes: ...
-
-    @abc.abstractmethod
-    def put_signature(self, manifest_digest: str, envelope: bytes) -> None: ...
 
     @abc.abstractmethod
     def get_signature(self, manifest_digest: str) -> bytes | None:
@@ -125,13 +146,12 @@ class Store(abc.ABC):
 
     # refs
     @abc.abstractmethod
-    def get_ref(self, name: str, tag: str) -> RefIndex:
-        """The tag's index; NotFoundError when there is no such tag (or store, bucket, repository)."""
+    def get_ref(self, name: str, tag: str, *, digest: str | None = None) -> RefIndex:
+        """The tag's index; NotFoundError when there is no such tag (or store, bucket, repository).
 
-    @abc.abstractmethod
-    def get_pinned(self, name: str, digest: str) -> RefIndex:
-        """A digest pin (``name@sha256:...``) as a one-entry index: exactly the bundle with that digest (on file and
-        S3 the bundle manifest's, on OCI the OCI manifest's or an index's, see :meth:`pinned_digest`)."""
+        With ``digest`` (a pin, ``name@sha256:...``; the tag is then only a label) a one-entry index of exactly the
+        bundle with that digest: on file and S3 the bundle manifest's, on OCI the OCI manifest's or an index's
+        (:attr:`StoredManifest.pin`)."""
 
     @abc.abstractmethod
     def update_ref(self, name: str, tag: str,
@@ -155,14 +175,6 @@ class Store(abc.ABC):
 
         ``older_than``: only objects last written at least this many seconds ago, so that a push in flight
         (blobs written, ref not yet) is not collected under it."""
-
-    # hooks with a default: only the OCI store needs them
-    def pinned_digest(self, manifest_digest: str) -> str:
-        """The digest a pin of this bundle names in this store (the bundle manifest's, except on OCI)."""
-        return manifest_digest
-
-    def prepare_push(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> None:
-        """Called by push before has_blob/put_blob with every blob and where its bytes are (OCI packs them)."""
 
     def close(self) -> None:
         """Release connections. Stores are also usable as context managers."""

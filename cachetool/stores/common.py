@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from cachetool.digests import hexof
-from cachetool.errors import OversizeBlobError, StoreError, VerificationError  # noqa: F401
+from cachetool.errors import CachetoolError, OversizeBlobError, StoreError, VerificationError  # noqa: F401
 from cachetool.retry import pause
 from cachetool.stores.base import RefEntry, RefIndex, TransferCounters
 
@@ -25,6 +25,15 @@ MAX_SIGNATURE = 1 << 30
 MAX_REF = 16 << 20
 # Downloads read in small pieces: a read cut mid-piece loses that piece, and what was written is resumed.
 DL_CHUNK = 64 << 10
+
+
+def filled(exc: CachetoolError, **fields) -> CachetoolError:
+    """``exc`` with the fields its raise left empty (None) set from ``fields``: a layer that knows more than the
+    raise below it (the ref a tag read was for) adds it on the way up, without rewording the message."""
+    for name, value in fields.items():
+        if getattr(exc, name) is None:
+            setattr(exc, name, value)
+    return exc
 
 
 def now_iso() -> str:
@@ -67,7 +76,8 @@ def ref_entry(manifest_digest, platform, fingerprint, size, created) -> RefEntry
     return RefEntry(manifest_digest, platform, dict(fingerprint), int(size), created)
 
 
-def index_from_json(data: bytes, where: str) -> RefIndex:
+def index_from_json(data: bytes, where: str, **fields) -> RefIndex:
+    """The ref index in ``data`` (read from ``where``); StoreError with ``fields`` when it is not one."""
     try:
         doc = json.loads(data)
         if doc.get("format") != REF_FORMAT:
@@ -78,17 +88,19 @@ def index_from_json(data: bytes, where: str) -> RefIndex:
                                      e.get("size") or 0, e.get("created") or ""))
         return RefIndex(str(doc["name"]), str(doc["tag"]), tuple(entries))
     except (ValueError, KeyError, TypeError, AttributeError, VerificationError) as exc:
-        raise StoreError(f"{where} is not a cachetool ref ({exc})") from None
+        raise StoreError(f"{where} is not a cachetool ref ({exc})", **fields) from None
     except RecursionError:
-        raise StoreError(f"{where} is not a cachetool ref (JSON nested too deeply)") from None
+        raise StoreError(f"{where} is not a cachetool ref (JSON nested too deeply)", **fields) from None
 
 
-def write_bounded(chunks: Iterable[bytes], out, room: int, what: str, count: Callable[[int], None]) -> None:
+def write_bounded(chunks: Iterable[bytes], out, room: int, what: str, count: Callable[[int], None],
+                  fields: dict | None = None) -> None:
     """Write ``chunks`` to ``out``, refusing to go past ``room`` bytes: a store can't fill the disk with a blob
-    larger than the (signed) manifest says. ``count`` receives each piece's length as it is written."""
+    larger than the (signed) manifest says. ``count`` receives each piece's length as it is written; ``fields``:
+    the refusal's error fields (store, key)."""
     for chunk in chunks:
         if len(chunk) > room:
-            raise OversizeBlobError(f"{what}: the store sends more bytes than the manifest declares")
+            raise OversizeBlobError(f"{what}: the store sends more bytes than the manifest declares", **(fields or {}))
         out.write(chunk)
         room -= len(chunk)
         count(len(chunk))
@@ -125,7 +137,7 @@ def body_start(offset: int, status: int, content_range: str | None) -> int | Non
 def download_resumable(dest: Path, size: int, what: str,
                        open_from: Callable[[int], tuple[Iterable[bytes], int, str | None] | None],
                        cut_errors: tuple[type[BaseException], ...], cut_error: Callable[[BaseException], Exception],
-                       counters: TransferCounters, max_attempts: int) -> None:
+                       counters: TransferCounters, max_attempts: int, fields: dict | None = None) -> None:
     """Download a blob of ``size`` stored bytes to ``dest``, keeping what a cut transfer left and resuming it.
 
     ``open_from(offset)`` asks the store for the bytes from ``offset`` on and returns ``(chunks, status,
@@ -134,7 +146,7 @@ def download_resumable(dest: Path, size: int, what: str,
     body goes (:func:`body_start`): a 206 for ``offset`` is appended, a 200 replaces the partial file, anything
     else starts over. A body cut mid-stream raises one of ``cut_errors``: after a backoff the next attempt resumes
     with a Range request; the last attempt raises ``cut_error(exc)``. Never more than ``size`` bytes are written
-    (:func:`write_bounded`).
+    (:func:`write_bounded`). ``fields``: the error fields (store, key) of a refusal or of giving up.
     """
     for attempt in range(max_attempts):
         offset = resume_offset(dest, size)
@@ -153,10 +165,10 @@ def download_resumable(dest: Path, size: int, what: str,
             counters.resumed()
         try:
             with open(dest, "ab" if start else "wb") as out:
-                write_bounded(chunks, out, size - start, what, counters.down)
+                write_bounded(chunks, out, size - start, what, counters.down, fields)
             return
         except cut_errors as exc:
             if attempt + 1 >= max_attempts:
                 raise cut_error(exc) from None
             pause(what, attempt, f"transfer cut ({type(exc).__name__}); resuming")
-    raise StoreError(f"{what}: gave up after {max_attempts} attempts")
+    raise StoreError(f"{what}: gave up after {max_attempts} attempts", **(fields or {}))

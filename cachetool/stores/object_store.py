@@ -16,16 +16,17 @@ deletes once it is older than ``older_than``.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from cachetool.digests import hexof, sha256_bytes
-from cachetool.errors import NotFoundError, StoreError
+from cachetool.errors import CachetoolError, NotFoundError, StoreError
 from cachetool.retry import pause
-from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefEntry, RefIndex, Store
-from cachetool.stores.common import MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, index_from_json, index_to_json
+from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefEntry, RefIndex, Store, StoredManifest
+from cachetool.stores.common import MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, filled, index_from_json, index_to_json
 from cachetool.stores.gc import GcReport, reachable
-from cachetool.stores.objects import ObjectBackend, ObjectInfo
+from cachetool.stores.objects import ObjectBackend, ObjectInfo, StoredObject
 
 REF_UPDATE_ATTEMPTS = 20
 _KINDS = ("blobs", "manifests", "signatures")  # what gc collects by reachability
@@ -68,7 +69,14 @@ class ObjectStore(Store):
         self.backend.close()
 
     # blobs
-    def has_blob(self, blob: BlobRef) -> bool:
+    def missing_blobs(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path], *,
+                      workers: int = 8) -> list[BlobRef]:
+        """One stat per blob, ``workers`` at a time; a blob of the wrong size (truncated) counts as missing."""
+        with ThreadPoolExecutor(max(1, workers)) as ex:
+            present = list(ex.map(self._has_blob, blobs))
+        return [b for b, there in zip(blobs, present) if not there]
+
+    def _has_blob(self, blob: BlobRef) -> bool:
         info = self.backend.stat(blob_key(blob))
         return info is not None and info.size == blob.stored_size
 
@@ -82,22 +90,25 @@ class ObjectStore(Store):
                               f"blob {blob.stored_digest[:19]} is missing from store {self.url}")
 
     # manifests and signatures
-    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
+    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef],
+                     signature: bytes | None = None) -> StoredManifest:
         digest = sha256_bytes(manifest_bytes)
         key = manifest_key(digest)
         if self.backend.stat(key) is None:  # content-addressed: a re-push writes it once
             self.backend.put(key, f"upload manifest {digest[:19]} to {self.url}", data=manifest_bytes)
-        return digest
+        if signature is not None:  # after its manifest (the write order)
+            self.backend.put(signature_key(digest), f"upload signature to {self.url}", data=signature)
+        return StoredManifest(digest, digest)
 
     def get_manifest(self, manifest_digest: str) -> bytes:
-        got = self.backend.get(manifest_key(manifest_digest), MAX_MANIFEST, f"download manifest from {self.url}")
-        if got is None:
-            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}", store=self.url,
-                                key=manifest_digest)
-        return got.data
+        return self._manifest(manifest_digest, None)
 
-    def put_signature(self, manifest_digest: str, envelope: bytes) -> None:
-        self.backend.put(signature_key(manifest_digest), f"upload signature to {self.url}", data=envelope)
+    def _manifest(self, digest: str, ref: str | None) -> bytes:
+        got = self.backend.get(manifest_key(digest), MAX_MANIFEST, f"download manifest from {self.url}")
+        if got is None:
+            raise NotFoundError(f"manifest {digest[:19]} is missing from store {self.url}", store=self.url,
+                                ref=ref, key=manifest_key(digest))
+        return got.data
 
     def get_signature(self, manifest_digest: str) -> bytes | None:
         got = self.backend.get(signature_key(manifest_digest), MAX_SIGNATURE, f"download signature from {self.url}")
@@ -107,24 +118,36 @@ class ObjectStore(Store):
     def _where(self, name: str, tag: str) -> str:
         return f"{self.url}/{name}:{tag}"
 
-    def get_ref(self, name: str, tag: str) -> RefIndex:
+    def get_ref(self, name: str, tag: str, *, digest: str | None = None) -> RefIndex:
+        if digest is not None:
+            return self._pinned(name, digest)
         where = self._where(name, tag)
-        got = self.backend.get(ref_key(name, tag), MAX_REF, f"read {where}")
-        index = None if got is None else index_from_json(got.data, where)
+        _, index = self._read_index(name, tag)
         if index is None or not index.entries:
             why = " (no such tag; removed)" if index is not None else self._tags_hint(name)
-            raise NotFoundError(f"{where} not found{why}", store=self.url, ref=f"{name}:{tag}")
+            raise NotFoundError(f"{where} not found{why}", store=self.url, ref=f"{name}:{tag}",
+                                key=ref_key(name, tag))
         return index
+
+    def _read_index(self, name: str, tag: str) -> tuple[StoredObject | None, RefIndex | None]:
+        """The ref's object and its index (None, None: no such object); an error names the ref."""
+        key, where = ref_key(name, tag), self._where(name, tag)
+        fields = {"store": self.url, "ref": f"{name}:{tag}", "key": key}
+        try:
+            got = self.backend.get(key, MAX_REF, f"read {where}")
+        except CachetoolError as exc:
+            raise filled(exc, **fields)
+        return got, None if got is None else index_from_json(got.data, where, **fields)
 
     def _tags_hint(self, name: str) -> str:
         tags = [i.key[len(f"refs/{name}/"):-5] for i in self.backend.list(f"refs/{name}/") if self._is_ref(i)]
         return f" (no such tag; tags: {', '.join(tags[:8])})" if tags else f" (no such tag; no bundle named {name!r})"
 
-    def get_pinned(self, name: str, digest: str) -> RefIndex:
+    def _pinned(self, name: str, digest: str) -> RefIndex:
         """Exactly the bundle manifest with that digest, as a one-entry index."""
         from cachetool.manifest import Manifest
 
-        data = self.get_manifest(digest)
+        data = self._manifest(digest, f"{name}@{digest}")
         man = Manifest.from_bytes(data)
         entry = RefEntry(digest, man.platform, dict(man.fingerprint or {}), man.stored_size + len(data), "")
         return RefIndex(name, digest, (entry,))
@@ -136,8 +159,7 @@ class ObjectStore(Store):
         entry."""
         key, where = ref_key(name, tag), self._where(name, tag)
         for attempt in range(REF_UPDATE_ATTEMPTS):
-            got = self.backend.get(key, MAX_REF, f"read {where}")
-            old = None if got is None else index_from_json(got.data, where)
+            got, old = self._read_index(name, tag)
             old = old if old is not None and old.entries else None  # an empty index is a removed tag
             new = update(old)
             if new is None or not new.entries:
@@ -147,11 +169,18 @@ class ObjectStore(Store):
                 body = None if self.backend.conditional_delete else index_to_json(RefIndex(name, tag, ()))
             else:
                 body = index_to_json(new)
-            if self.backend.put_if(key, body, None if got is None else got.version, f"write {where}"):
+            if self._put_index(name, tag, body, None if got is None else got.version):
                 return new
             pause(f"write {where}", attempt, "the ref changed under us", seconds=min(1.0, 0.05 * (attempt + 1)))
         raise StoreError(f"write {where}: the ref kept changing under {REF_UPDATE_ATTEMPTS} attempts "
-                         "(concurrent pushes)")
+                         "(concurrent pushes)", store=self.url, ref=f"{name}:{tag}", key=key)
+
+    def _put_index(self, name: str, tag: str, body: bytes | None, version: str | None) -> bool:
+        key = ref_key(name, tag)
+        try:
+            return self.backend.put_if(key, body, version, f"write {self._where(name, tag)}")
+        except CachetoolError as exc:
+            raise filled(exc, store=self.url, ref=f"{name}:{tag}", key=key)
 
     @staticmethod
     def _is_ref(info: ObjectInfo) -> bool:
@@ -163,10 +192,9 @@ class ObjectStore(Store):
         for info in self.backend.list("refs/") if listing is None else listing:
             if not self._is_ref(info):
                 continue
-            name, tag = info.key[len("refs/"):-5].split("/")
-            got = self.backend.get(info.key, MAX_REF, f"read {self._where(name, tag)}")
+            got, index = self._read_index(*info.key[len("refs/"):-5].split("/"))
             if got is not None:  # removed while listing
-                yield info, index_from_json(got.data, self._where(name, tag))
+                yield info, index
 
     def list_refs(self) -> Iterator[RefIndex]:
         for _, index in self._ref_objects():

@@ -78,15 +78,15 @@ def test_gc_keeps_reachable_and_recent_objects(bundle, cuda_bundle, tmp_path):
     pull(f"{store}/llama:v1", tmp_path / "root", insecure_skip_verify=True)
 
 
-def test_has_blob_checks_the_size(bundle, tmp_path):
+def test_missing_blobs_checks_the_size(bundle, tmp_path):
     store = f"file://{tmp_path}/store"
     push(bundle, f"{store}/llama:v1")
     b = bundle.blobs[0]
     with open_store(store) as st:
-        assert st.has_blob(b)
+        assert st.missing_blobs([b], bundle.blob_path) == []
         p = tmp_path / "store" / "blobs" / "sha256" / hexof(b.stored_digest)
         p.write_bytes(p.read_bytes()[:-1])  # a truncated object is re-uploaded by the next push
-        assert not st.has_blob(b)
+        assert st.missing_blobs([b], bundle.blob_path) == [b]
     assert push(bundle, f"{store}/llama:v1").blobs_uploaded == 1
 
 

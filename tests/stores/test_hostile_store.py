@@ -236,7 +236,7 @@ def test_push_and_rm_do_not_write_through_a_planted_folder_link(bundle, cli, sto
 
 
 def test_push_replaces_a_blob_planted_as_a_link(bundle, keys, cli, store, tmp_path):
-    # Before: has_blob followed the link, saw the right size and skipped the upload; every pull then failed.
+    # Before: the blob check followed the link, saw the right size and skipped the upload; every pull then failed.
     p, _ = _blob_path(store, bundle)
     outside = tmp_path / "outside"
     shutil.move(p, outside)

@@ -22,13 +22,10 @@ def _repo(reg) -> str:
 
 def _stage(st, bundle) -> RefEntry:
     """What a push writes before its ref: blobs, manifest, signature (a push in flight)."""
-    if hasattr(st, "prepare_push"):
-        st.prepare_push(list(bundle.blobs), bundle.blob_path)
-    for b in {b.stored_digest: b for b in bundle.blobs}.values():
-        if not st.has_blob(b):
-            st.put_blob(b, bundle.blob_path(b))
-    digest = st.put_manifest(bundle.manifest_bytes(), list(bundle.blobs))
-    st.put_signature(digest, bundle.signature_bytes())
+    blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
+    for b in st.missing_blobs(blobs, bundle.blob_path):
+        st.put_blob(b, bundle.blob_path(b))
+    digest = st.put_manifest(bundle.manifest_bytes(), blobs, bundle.signature_bytes()).digest
     return RefEntry(digest, bundle.platform, dict(bundle.manifest.fingerprint), bundle.stored_size,
                     "2026-12-01T00:00:00Z")
 

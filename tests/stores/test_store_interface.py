@@ -1,6 +1,7 @@
-"""The Store interface, the same on every backend: declared counters and capabilities, one gc default, gc that
-spares young objects, says what it kept and why, and is idempotent, ref removals that leave nothing behind, and
-resumed downloads (each test runs over file, S3 and OCI)."""
+"""The Store interface, the same on every backend: only what callers use (issue 22), declared counters and
+capabilities, one gc default, one bulk question for what a push must upload, gc that spares young objects, says what
+it kept and why, and is idempotent, ref removals that leave nothing behind, and resumed downloads (each test runs
+over file, S3 and OCI)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,29 @@ def test_every_store_declares_capabilities_and_one_gc_default():
     [opt] = [p for p in gc_cmd.params if p.name == "older_than"]
     assert opt.default == GC_MIN_AGE_S  # before: the CLI said 3600, the library 0
     assert {c.capabilities.ref_update for c in (FileStore, S3Store, OCIStore)} == {"lock", "conditional", "converge"}
+
+
+def test_the_interface_is_what_push_pull_and_admin_call():
+    # Before (issue 22): 12 abstract methods and two hooks (has_blob + prepare_push, put_signature, get_pinned,
+    # pinned_digest); a signature is now written with its manifest, a pin read with get_ref.
+    assert Store.__abstractmethods__ == {"missing_blobs", "put_blob", "get_blob", "put_manifest", "get_manifest",
+                                         "get_signature", "get_ref", "update_ref", "list_refs", "gc"}
+    for gone in ("has_blob", "prepare_push", "put_signature", "get_pinned", "pinned_digest"):
+        assert not any(hasattr(cls, gone) for cls in (Store, FileStore, S3Store, OCIStore)), gone
+
+
+def test_missing_blobs_is_what_a_push_uploads(any_store, bundle):
+    blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
+    with open_store(any_store.store) as st:
+        assert st.missing_blobs(blobs, bundle.blob_path) == blobs  # a new store lacks them all, in push's order
+        r = push(bundle, any_store.ref("v1"), store=st)
+        assert r.blobs_uploaded == len(blobs) and r.blobs_skipped == 0
+        assert st.missing_blobs(blobs, bundle.blob_path) == []
+        assert push(bundle, any_store.ref("v2"), store=st).blobs_uploaded == 0
+        stored = st.put_manifest(bundle.manifest_bytes(), blobs, bundle.signature_bytes())
+        assert stored.digest == bundle.manifest_digest and st.get_signature(stored.digest) == bundle.signature_bytes()
+        pinned = st.get_ref("any", "label", digest=stored.pin)
+        assert [e.manifest_digest for e in pinned.entries] == [bundle.manifest_digest]
 
 
 def test_a_misspelled_store_option_is_a_usage_error(tmp_path):

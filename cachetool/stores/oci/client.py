@@ -40,11 +40,13 @@ def is_local(host: str) -> bool:
 
 class RegistryClient:
     def __init__(self, host: str, repo: str, *, plain_http: bool = False, verify: bool = True,
-                 max_attempts: int | None = None, timeout: tuple[float, float] = (10.0, 120.0)):
+                 max_attempts: int | None = None, timeout: tuple[float, float] = (10.0, 120.0),
+                 store_url: str | None = None):
         import requests
 
         self.host = host
         self.repo = repo
+        self.store_url = store_url or (f"oci://{host}/{repo}" if repo else f"oci://{host}")  # errors' ``store``
         self.plain_http = plain_http
         self.tls = TLSConfig(host, verify=verify)
         self.max_attempts = int(max_attempts or envs.store_max_attempts())
@@ -103,7 +105,7 @@ class RegistryClient:
         reason, is_cert = describe_tls_error(exc)
         hint = (f": configure its CA ({self.tls.where}), or --insecure to skip verification" if is_cert
                 else ": use --plain-http if it serves plain HTTP")
-        return StoreError(f"{what}: TLS with registry {self.host} failed, {reason}{hint}")
+        return StoreError(f"{what}: TLS with registry {self.host} failed, {reason}{hint}", store=self.store_url)
 
     # -------------------------------------------------------------------------------------------- auth
     def credentials(self) -> tuple[str, str] | None:
@@ -120,11 +122,13 @@ class RegistryClient:
         if scheme == "basic":
             if not creds:
                 raise StoreError(f"{what}: {self.host} wants a login and no credentials file has one for it "
-                                 f"({where_logins_are()}; run `skopeo login {self.host}` or `docker login`)")
+                                 f"({where_logins_are()}; run `skopeo login {self.host}` or `docker login`)",
+                                 store=self.store_url, status=401)
             self._auth_header = "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
             return
         if scheme != "bearer" or "realm" not in params:
-            raise StoreError(f"{what}: {self.host} asks for unsupported auth {clip(challenge, 80)!r}", store=self.base)
+            raise StoreError(f"{what}: {self.host} asks for unsupported auth {clip(challenge, 80)!r}",
+                             store=self.store_url, status=401)
         q = {"service": params.get("service", ""),
              "scope": params.get("scope") or (f"repository:{self.repo}:pull,push" if self.repo else "registry:catalog:*")}
         try:
@@ -139,20 +143,22 @@ class RegistryClient:
         except requests.exceptions.SSLError as exc:
             raise self.tls_error(exc, f"{what}: token service {clip(params['realm'], 80)}") from None
         except requests.RequestException as exc:
-            raise StoreError(f"{what}: token service {params['realm']} unreachable ({type(exc).__name__})") from None
+            raise StoreError(f"{what}: token service {params['realm']} unreachable ({type(exc).__name__})",
+                             store=self.store_url) from None
         if r.status_code in (401, 403):
             raise StoreError(f"{what}: {self.host} refused the credentials ({r.status_code} from the token service): "
-                             "check the login (`skopeo login` / `docker login`)", store=self.base, status=r.status_code)
+                             "check the login (`skopeo login` / `docker login`)", store=self.store_url, status=r.status_code)
         if r.status_code != 200:
-            raise StoreError(f"{what}: token service {params['realm']} answered {r.status_code}", store=self.base,
-                             status=r.status_code)
+            raise StoreError(f"{what}: token service {params['realm']} answered {r.status_code}",
+                             store=self.store_url, status=r.status_code)
         try:
             tok = r.json()
             token = tok.get("token") or tok.get("access_token")
         except ValueError:
             token = None
         if not token:
-            raise StoreError(f"{what}: token service {params['realm']} returned no token")
+            raise StoreError(f"{what}: token service {params['realm']} returned no token", store=self.store_url,
+                             status=r.status_code)
         self._auth_header = f"Bearer {token}"
 
     # -------------------------------------------------------------------------------------------- requests
@@ -183,7 +189,8 @@ class RegistryClient:
                 attempt += 1
                 if not retry or attempt >= self.max_attempts:
                     raise StoreError(f"{what}: cannot reach registry {self.host} ({type(exc).__name__}) after "
-                                     f"{attempt} attempt{'s' if attempt > 1 else ''}", store=self.base) from None
+                                     f"{attempt} attempt{'s' if attempt > 1 else ''}", store=self.store_url,
+                                     key=urlsplit(url).path or None) from None
                 pause(what, attempt - 1, f"cannot reach {self.host} ({type(exc).__name__})")
                 continue
             if r.status_code == 401 and not authed_once and "WWW-Authenticate" in r.headers:
@@ -210,7 +217,8 @@ class RegistryClient:
 
     def http_error(self, r, what: str) -> Exception:
         codes, msg = self.error_codes(r)
-        fields = {"store": self.base, "key": urlsplit(getattr(r, "url", "") or "").path or None, "status": r.status_code}
+        fields = {"store": self.store_url, "key": urlsplit(getattr(r, "url", "") or "").path or None,
+                  "status": r.status_code}
         if r.status_code in (401, 403):
             return StoreError(f"{what}: access denied by registry {self.host} ({r.status_code}{' ' + codes[0] if codes else ''}): "
                               f"check the login ({where_logins_are()})", **fields)
@@ -230,13 +238,14 @@ class RegistryClient:
         import requests
 
         data = bytearray()
+        fields = {"store": self.store_url, "key": urlsplit(getattr(r, "url", "") or "").path or None}
         try:
             for chunk in r.iter_content(CHUNK):
                 data += chunk
                 if len(data) > limit:
-                    raise VerificationError(f"{what}: larger than {limit} bytes")
+                    raise VerificationError(f"{what}: larger than {limit} bytes", **fields)
         except requests.RequestException as exc:
-            raise StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})") from None
+            raise StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})", **fields) from None
         finally:
             r.close()
         return bytes(data)

@@ -96,16 +96,17 @@ def write_pack(members: list[BlobRef], blob_path: Callable[[BlobRef], Path], out
                 tar.addfile(info, f)
 
 
-def split_pack(path: Path, wanted: dict[str, BlobRef], out_dir: Path, what: str) -> list[BlobRef]:
+def split_pack(path: Path, wanted: dict[str, BlobRef], out_dir: Path, what: str, **fields) -> list[BlobRef]:
     """Extract the members of the pack at ``path`` into ``out_dir/<hex of stored digest>``; only regular files
-    named as one of ``wanted`` (member name → blob) with exactly that blob's size. Returns what was extracted."""
+    named as one of ``wanted`` (member name → blob) with exactly that blob's size. Returns what was extracted.
+    ``fields``: the error fields of a refusal (the store, the pack's digest)."""
     got = []
     try:
         with tarfile.open(path, mode="r:") as tar:
             for m in tar:
                 b = wanted.get(m.name)
                 if b is None or not m.isreg() or m.size != b.stored_size:
-                    raise VerificationError(f"{what}: pack member {m.name[:80]!r} is not one of its blobs")
+                    raise VerificationError(f"{what}: pack member {m.name[:80]!r} is not one of its blobs", **fields)
                 src = tar.extractfile(m)
                 tmp = out_dir / (b.stored_digest.split(":", 1)[1] + ".part")
                 with open(tmp, "wb") as f:
@@ -114,7 +115,7 @@ def split_pack(path: Path, wanted: dict[str, BlobRef], out_dir: Path, what: str)
                 tmp.replace(tmp.with_suffix(""))
                 got.append(b)
     except (tarfile.TarError, EOFError) as exc:
-        raise VerificationError(f"{what}: not a pack ({type(exc).__name__})") from None
+        raise VerificationError(f"{what}: not a pack ({type(exc).__name__})", **fields) from None
     return got
 
 

@@ -11,10 +11,11 @@ import time
 from typing import Callable, Iterator
 
 from cachetool.digests import hexof
-from cachetool.errors import DigestMismatchError, NotABundleError, NotFoundError, StoreError, VerificationError
+from cachetool.errors import (CachetoolError, DigestMismatchError, NotABundleError, NotFoundError, StoreError,
+                              VerificationError)
 from cachetool.retry import log as retry_log
 from cachetool.stores.base import RefEntry, RefIndex
-from cachetool.stores.common import now_iso, ref_entry
+from cachetool.stores.common import filled, now_iso, ref_entry
 from cachetool.stores.oci import media
 from cachetool.stores.oci.media import A, CREATED
 
@@ -23,7 +24,7 @@ LEGACY_SIG_TAG = re.compile(r"^sha256-([0-9a-f]{64})\.sig$")
 
 
 class TagRefs:
-    """Mixed into :class:`cachetool.stores.oci.store.OCIStore`: get_ref, get_pinned, update_ref, list_refs."""
+    """Mixed into :class:`cachetool.stores.oci.store.OCIStore`: get_ref (a tag or a pin), update_ref, list_refs."""
 
     # Ref updates: how long a writer waits before it re-reads the tag to see that its write stuck.
     settle_s = 0.25
@@ -76,30 +77,33 @@ class TagRefs:
                 body_size = int(m["size"]) if m is not None else len(body)
                 self._remember(md, child, body_size, cdoc.get("layers") or [])
                 entries.append((ref_entry(md, platform, fp, size, created), child))
-        except NotFoundError:
-            raise StoreError(f"{what}: the index names a manifest the registry does not have") from None
+        except NotFoundError as exc:
+            raise StoreError(f"{what}: the index names a manifest the registry does not have", store=self.url,
+                             key=exc.key, status=exc.status) from None
         except (KeyError, ValueError, TypeError, AttributeError, RecursionError, VerificationError) as exc:
             if isinstance(exc, DigestMismatchError):  # a hostile registry: refused as such, not "malformed"
                 raise
-            raise StoreError(f"{what}: malformed cachetool index ({type(exc).__name__}: {str(exc)[:80]})") from None
+            raise StoreError(f"{what}: malformed cachetool index ({type(exc).__name__}: {str(exc)[:80]})",
+                             store=self.url, key=ref) from None
         return sorted(entries, key=lambda x: x[0].platform)
 
-    def get_ref(self, name: str, tag: str) -> RefIndex:
-        ref = f"{self.url}:{tag}"
-        entries = self._resolve(tag, f"read {ref}")
+    def get_ref(self, name: str, tag: str, *, digest: str | None = None) -> RefIndex:
+        """The tag's bundles; with ``digest`` (a pin) the bundle manifest or index with this OCI digest, exactly
+        (the body is checked against it)."""
+        if digest is not None:
+            hexof(digest)
+        at, fields = (f"@{digest}", {"ref": f"{name}@{digest}", "key": digest}) if digest else \
+            (f":{tag}", {"ref": f"{name}:{tag}", "key": tag})
+        where = f"{self.url}{at}"
+        try:
+            entries = self._resolve(digest or tag, f"read {where}")
+        except CachetoolError as exc:
+            raise filled(exc, store=self.url, **fields)
         if not entries:
-            raise NotABundleError(f"{ref} is not a cachetool bundle (no manifest under it has artifactType "
-                             f"{media.ARTIFACT_TYPE} or a config of type {media.CONFIG_MEDIA_TYPE})")
-        return RefIndex(name, tag, tuple(entries))
-
-    def get_pinned(self, name: str, digest: str) -> RefIndex:
-        """A pin: the bundle manifest or index with this OCI digest, exactly (the body is checked against it)."""
-        hexof(digest)
-        ref = f"{self.url}@{digest}"
-        entries = self._resolve(digest, f"read {ref}")
-        if not entries:
-            raise NotABundleError(f"{ref} is not a cachetool bundle")
-        return RefIndex(name, digest, tuple(entries))
+            why = "" if digest else (f" (no manifest under it has artifactType {media.ARTIFACT_TYPE} or a config "
+                                     f"of type {media.CONFIG_MEDIA_TYPE})")
+            raise NotABundleError(f"{where} is not a cachetool bundle{why}", store=self.url, **fields)
+        return RefIndex(name, digest or tag, tuple(entries))
 
     # -------------------------------------------------------------------------------------------- writing tags
     def _index_body(self, index: RefIndex) -> bytes:
@@ -155,7 +159,7 @@ class TagRefs:
             if after is None and not _has_entries(new):
                 return new
         raise StoreError(f"{what}: {self.url}:{tag} kept changing under concurrent writers; "
-                         f"gave up after {self.update_attempts} attempts")
+                         f"gave up after {self.update_attempts} attempts", store=self.url, key=tag)
 
     def update_ref(self, name: str, tag: str,
                    update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
@@ -174,9 +178,10 @@ class TagRefs:
         what = f"delete {self.url}:{tag}"
         d = self._tag_digest(tag)
         if d is None:
+            fields = {"store": self.url, "ref": f"{name}:{tag}", "key": tag, "status": 404}
             if not self._repo_exists():
-                raise NotFoundError(f"repository {self.repo!r} not found on {self.host}")
-            raise NotFoundError(f"{self.url}:{tag} not found")
+                raise NotFoundError(f"repository {self.repo!r} not found on {self.host}", **fields)
+            raise NotFoundError(f"{self.url}:{tag} not found", **fields)
         self._req("DELETE", self._v2(f"manifests/{d}"), what, ok=(202, 200))
 
     def _refs_of_repo(self, name: str) -> Iterator[RefIndex]:
@@ -210,7 +215,7 @@ class TagRefs:
             raise
         if not subs and not found:
             raise NotFoundError(f"repository {self.repo!r} not found on {self.host}" if self.repo else
-                                f"registry {self.host} has no repositories")
+                                f"registry {self.host} has no repositories", store=self.url)
         for sub in subs:
             with type(self)(self.host, sub, **self._opts) as child:
                 yield from (RefIndex(sub, i.tag, i.entries) for i in child._refs_of_repo(sub))

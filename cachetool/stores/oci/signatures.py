@@ -13,9 +13,10 @@ from cachetool.stores.oci.media import A, CREATED
 
 
 class ReferrerSignatures:
-    """Mixed into :class:`cachetool.stores.oci.store.OCIStore` (uses its repository access and ``_converge``)."""
+    """Mixed into :class:`cachetool.stores.oci.store.OCIStore` (uses its repository access and ``_converge``):
+    ``put_manifest`` attaches the signature, ``get_signature`` reads it."""
 
-    def put_signature(self, manifest_digest: str, envelope: bytes) -> None:
+    def _attach_signature(self, manifest_digest: str, envelope: bytes) -> None:
         what = f"upload signature to {self.url}"
         oci, size = self._oci_of(manifest_digest)
         env_digest = media.sha(envelope)
@@ -56,7 +57,7 @@ class ReferrerSignatures:
                 descs = [{"mediaType": media.OCI_MANIFEST, "digest": digest, "size": len(body),
                           "artifactType": doc.get("artifactType"), "annotations": doc.get("annotations") or {}}]
         except (ValueError, AttributeError, RecursionError):
-            raise StoreError(f"{self.url}:{tag} is not a referrers index") from None
+            raise StoreError(f"{self.url}:{tag} is not a referrers index", store=self.url, key=tag) from None
         return descs, digest
 
     def _write_referrers_tag(self, subject: str, descs: list[dict]) -> None:
@@ -73,7 +74,8 @@ class ReferrerSignatures:
                 return [d for d in json.loads(self.client.read_body(r, 4 << 20, what)).get("manifests") or []
                         if isinstance(d, dict)]
             except (ValueError, AttributeError, RecursionError):
-                raise StoreError(f"{what}: the registry's answer is not an index") from None
+                raise StoreError(f"{what}: the registry's answer is not an index", store=self.url, key=subject,
+                                 status=r.status_code) from None
         r.close()
         return self._read_referrers_tag(subject)[0] or []
 
@@ -110,7 +112,8 @@ class ReferrerSignatures:
                 raise ValueError("subject")
             digest = layer["digest"]
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
-            raise VerificationError(f"{what}: malformed signature artifact ({type(exc).__name__}: {str(exc)[:40]})") from None
+            raise VerificationError(f"{what}: malformed signature artifact ({type(exc).__name__}: {str(exc)[:40]})",
+                                    store=self.url, key=subject) from None
         # The envelope holds the manifest (base64, up to 64 MiB here) and every signature.
         return self._get_blob_bytes(digest, what, limit=128 << 20)
 

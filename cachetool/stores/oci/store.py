@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from cachetool.errors import NotFoundError, StoreError
-from cachetool.stores.base import Capabilities, BlobRef, Store, TransferCounters
+from cachetool.stores.base import Capabilities, BlobRef, Store, StoredManifest, TransferCounters
 from cachetool.stores.oci import media, packs
 from cachetool.stores.oci.client import RegistryClient
 from cachetool.stores.oci.gc import SignatureGc
@@ -44,7 +44,7 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
         self.url = f"oci://{host}/{repo}" if repo else f"oci://{host}"
         self._opts = {"insecure": insecure, "plain_http": plain_http, "max_attempts": max_attempts, "timeout": timeout}
         self.client = RegistryClient(host, repo, plain_http=plain_http, verify=not insecure, max_attempts=max_attempts,
-                                     timeout=timeout)
+                                     timeout=timeout, store_url=self.url)
         self.max_attempts = self.client.max_attempts
         self.counters = TransferCounters()
         self._lock = threading.Lock()
@@ -80,7 +80,10 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
                 self._scratch = tempfile.mkdtemp(prefix="cachetool-oci-")
         return Path(self._scratch)
 
-    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef]) -> str:
+    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef],
+                     signature: bytes | None = None) -> StoredManifest:
+        """The bundle manifest as a blob (the config), the OCI manifest listing the layers, then the signature as a
+        referrer of it. The pin is the OCI manifest's digest (what docker, skopeo and Kubernetes use)."""
         from cachetool.manifest import Manifest
 
         digest = media.sha(manifest_bytes)
@@ -92,7 +95,7 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
         if self._push_layers is not None and self._push_blobs == frozenset(b.stored_digest for b in uniq.values()):
             layers = list(self._push_layers)
             singles = self._push_singles
-        else:  # no prepare_push: one layer per blob, as before packs
+        else:  # no missing_blobs for this push (no packs planned): one layer per blob, as before packs
             layers, singles = [], sorted(uniq.values(), key=lambda b: b.digest)
         first_path: dict[str, str] = {}
         for f in sorted(man.files, key=lambda f: f.path):
@@ -110,7 +113,9 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
         if self._tag_digest(oci) != oci:  # a re-push of the same bundle sends no manifest again
             self._put_manifest(oci, body, media.OCI_MANIFEST, what)
         self._remember(digest, oci, len(body), layers)
-        return digest
+        if signature is not None:
+            self._attach_signature(digest, signature)
+        return StoredManifest(digest, oci)
 
     def _remember(self, manifest_digest: str, oci: str, size: int, layers: list) -> None:
         self._oci[manifest_digest] = (oci, size)
@@ -122,8 +127,9 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
         what = f"download manifest {manifest_digest[:19]} from {self.url}"
         try:
             data = self._get_blob_bytes(manifest_digest, what, limit=512 << 20)
-        except NotFoundError:
-            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}") from None
+        except NotFoundError as exc:
+            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {self.url}", store=self.url,
+                                key=manifest_digest, status=exc.status) from None
         layout = self._layouts.get(manifest_digest)
         if layout:  # a bundle with packs: which pack holds which blob comes from this manifest's blob list
             from cachetool.manifest import Manifest
@@ -137,10 +143,6 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
     def _oci_of(self, manifest_digest: str) -> tuple[str, int]:
         if manifest_digest not in self._oci:
             raise StoreError(f"{self.url}: no OCI manifest known for bundle {manifest_digest[:19]} "
-                             "(read it through a tag or an OCI digest pin)")
+                             "(read it through a tag or an OCI digest pin)", store=self.url, key=manifest_digest)
         return self._oci[manifest_digest]
-
-    def pinned_digest(self, manifest_digest: str) -> str:
-        """The digest a pin of this bundle names here: the OCI manifest's (what docker, skopeo and Kubernetes use)."""
-        return self._oci_of(manifest_digest)[0]
 

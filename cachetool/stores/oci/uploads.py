@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +20,8 @@ from cachetool.stores.oci.media import A
 
 
 class BlobTransfer:
-    """Mixed into :class:`cachetool.stores.oci.store.OCIStore` (its ``__init__`` sets the caches used here)."""
+    """Mixed into :class:`cachetool.stores.oci.store.OCIStore` (its ``__init__`` sets the caches used here):
+    missing_blobs, put_blob, get_blob."""
 
     def _has(self, digest: str, size: int) -> bool:
         if digest not in self._head_cache:
@@ -27,9 +29,18 @@ class BlobTransfer:
             self._head_cache[digest] = got is not None and got in (size, -1)
         return self._head_cache[digest]
 
-    def prepare_push(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> None:
-        """Group the small blobs into packs (files in a private temp folder) before has_blob/put_blob are asked:
-        a small blob "is there" when its pack is, and "uploading" it uploads its pack once."""
+    def missing_blobs(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path], *,
+                      workers: int = 8) -> list[BlobRef]:
+        """Group the small blobs into packs first (files in a private temp folder): a small blob is missing when its
+        pack is, and uploading it uploads its pack once. Then one HEAD per pack or single blob, ``workers`` at a
+        time."""
+        self._plan_packs(blobs, blob_path)
+        with ThreadPoolExecutor(max(1, workers)) as ex:
+            present = list(ex.map(self._has_blob, blobs))
+        return [b for b, there in zip(blobs, present) if not there]
+
+    def _plan_packs(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> None:
+        """Write the packs of this push and note which layer holds each blob (``put_manifest`` lists them)."""
         plan = packs.plan(list(blobs))
         layers = []
         scratch = self._scratch_dir()
@@ -49,7 +60,7 @@ class BlobTransfer:
         self._push_singles = plan.singles
         self._push_blobs = frozenset(b.stored_digest for b in blobs)
 
-    def has_blob(self, blob: BlobRef) -> bool:
+    def _has_blob(self, blob: BlobRef) -> bool:
         if blob.digest in self._push:
             digest, size, _ = self._push[blob.digest]
             return self._has(digest, size)
@@ -59,7 +70,8 @@ class BlobTransfer:
         r = self._req("POST", self._v2("blobs/uploads/"), what, ok=(202,))
         loc = r.headers.get("Location")
         if not loc:
-            raise StoreError(f"{what}: registry {self.host} gave no upload location")
+            raise StoreError(f"{what}: registry {self.host} gave no upload location", store=self.url, key=digest,
+                             status=r.status_code)
         from urllib.parse import urljoin
 
         loc = urljoin(self.base + "/", loc)
@@ -95,6 +107,7 @@ class BlobTransfer:
             return
         self._upload_retrying(blob.stored_digest, blob.stored_size, f"upload blob {blob.stored_digest[:19]} to {self.url}",
                               path=Path(stored_bytes_path))
+        self._head_cache[blob.stored_digest] = True  # a later push through this store does not upload it again
 
     def _download(self, digest: str, size: int, dest: Path, what: str) -> None:
         import requests
@@ -103,15 +116,18 @@ class BlobTransfer:
             headers = {"Range": f"bytes={offset}-"} if offset else {}
             try:
                 r = self._req("GET", self._v2(f"blobs/{digest}"), what, ok=(200, 206, 416), stream=True, headers=headers)
-            except NotFoundError:
-                raise NotFoundError(f"blob {digest[:19]} is missing from store {self.url}") from None
+            except NotFoundError as exc:
+                raise NotFoundError(f"blob {digest[:19]} is missing from store {self.url}", store=self.url,
+                                    key=digest, status=exc.status) from None
             if r.status_code == 416:
                 return None
             return r.iter_content(DL_CHUNK), r.status_code, r.headers.get("Content-Range")
 
+        fields = {"store": self.url, "key": digest}
         download_resumable(Path(dest), size, what, open_from, (requests.RequestException,),
-                           lambda exc: StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})"),
-                           self.counters, self.max_attempts)
+                           lambda exc: StoreError(f"{what}: transfer from {self.host} cut ({type(exc).__name__})",
+                                                  **fields),
+                           self.counters, self.max_attempts, fields)
 
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
         bundle = self._blob_bundle.get(blob.stored_digest)
@@ -134,15 +150,16 @@ class BlobTransfer:
                 if sha256_file(tmp)[0] != pack.digest:
                     tmp.unlink(missing_ok=True)
                     raise DigestMismatchError(f"{what}: content does not match digest {pack.digest[:19]}",
-                                              key=pack.digest)
+                                              store=self.url, key=pack.digest)
                 try:
-                    packs.split_pack(tmp, self._members[bundle], scratch, what)
+                    packs.split_pack(tmp, self._members[bundle], scratch, what, store=self.url, key=pack.digest)
                 finally:
                     tmp.unlink(missing_ok=True)
         try:
             os.replace(member, dest)
         except FileNotFoundError:
-            raise VerificationError(f"{what}: the pack lacks blob {blob.digest[:19]}") from None
+            raise VerificationError(f"{what}: the pack lacks blob {blob.digest[:19]}", store=self.url,
+                                    key=pack.digest) from None
         except OSError:
             shutil.copyfile(member, dest)
             member.unlink(missing_ok=True)
