@@ -70,7 +70,7 @@ def select_entry(index: RefIndex, ref_text: str, device: str | None = None, engi
     from cachetool.fingerprint import compare
 
     if not index.entries:
-        raise CacheMissError(f"{ref_text} holds no bundles")
+        raise CacheMissError(f"{ref_text} holds no bundles", ref=ref_text)
     keys, fp = local_platform(index.entries, device, engine)
     for key in keys:
         for e in index.entries:
@@ -82,7 +82,7 @@ def select_entry(index: RefIndex, ref_text: str, device: str | None = None, engi
         diffs = compare(e.fingerprint or {}, fp)
         why = ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
         reasons.append(f"{e.platform} ({why})")
-    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({key}): " + "; ".join(reasons))
+    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({key}): " + "; ".join(reasons), ref=ref_text)
 
 
 class StoreSource(BundleSource):
@@ -92,6 +92,7 @@ class StoreSource(BundleSource):
                  deadline: float | None = None, on_blob: Callable[[BlobRef], None] | None = None):
         self.store = store
         self.entry = entry
+        self.fields = {"store": store.url, "ref": ref.url}  # of every error this source raises itself
         self.description = f"{ref.url} [{entry.platform}]"
         self.partial_dir = Path(partial_dir)
         self.deadline = deadline
@@ -108,14 +109,15 @@ class StoreSource(BundleSource):
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise WaitTimeoutError(f"pull of {self.description} ran past --timeout")
+            raise WaitTimeoutError(f"pull of {self.description} ran past --timeout", **self.fields)
 
     def manifest_bytes(self) -> bytes:
         if self._manifest is None:
             self._check_deadline()
             data = self.store.get_manifest(self.entry.manifest_digest)
             if sha256_bytes(data) != self.entry.manifest_digest:
-                raise VerificationError(f"{self.description}: the manifest in the store does not match its digest")
+                raise VerificationError(f"{self.description}: the manifest in the store does not match its digest",
+                                        key=self.entry.manifest_digest, **self.fields)
             self._manifest = data
         return self._manifest
 

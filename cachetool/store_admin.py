@@ -26,12 +26,13 @@ def remove(ref: str | Ref, *, store_options: dict | None = None, platform: str |
     r, st, own = open_ref(ref, store, store_options)
     try:
         if r.digest:
-            raise UsageError(f"{r.url}: rm removes a tag; a digest pin names no tag")
+            raise UsageError(f"{r.url}: rm removes a tag; a digest pin names no tag", ref=r.url)
         index = st.get_ref(r.name, r.tag)  # NotFoundError names what is missing: the tag, the store, the bucket
         if platform is None:
             return st.update_ref(r.name, r.tag, lambda old: None)
         if not any(e.platform == platform for e in index.entries):
-            raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})")
+            raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})",
+                                store=st.url, ref=r.url)
         return st.update_ref(r.name, r.tag, lambda old: without_platform(old, r, platform))
     finally:
         if own:

@@ -48,8 +48,9 @@ class FileBackend(ObjectBackend):
         root = os.path.realpath(self.root)
         real = os.path.realpath(path)
         if os.path.commonpath([root, real]) != root:
-            raise VerificationError(f"{os.path.relpath(path, self.root)} in store {self.url} points outside the store; "
-                                    f"refusing to {doing} it")
+            rel = os.path.relpath(path, self.root)
+            raise VerificationError(f"{rel} in store {self.url} points outside the store; refusing to {doing} it",
+                                    store=self.url, key=rel)
         return real
 
     def _open_read(self, path: Path):
@@ -60,8 +61,9 @@ class FileBackend(ObjectBackend):
         f = os.fdopen(fd, "rb")
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             f.close()
-            raise VerificationError(f"{os.path.relpath(path, self.root)} in store {self.url} is not a regular file; "
-                                    "refusing to read it")
+            rel = os.path.relpath(path, self.root)
+            raise VerificationError(f"{rel} in store {self.url} is not a regular file; refusing to read it",
+                                    store=self.url, key=rel)
         return f
 
     def _ensure_marker(self) -> None:
@@ -69,7 +71,8 @@ class FileBackend(ObjectBackend):
             if not (self.root / MARKER).exists():
                 atomic_write(self.root / MARKER, json.dumps({"format": "cachetool-store", "version": 1}).encode())
         except OSError as exc:
-            raise StoreError(f"cannot write store {self.url}: {exc.strerror or exc}") from None
+            raise StoreError(f"cannot write store {self.url}: {exc.strerror or exc}", store=self.url,
+                             key=MARKER) from None
 
     def _write(self, path: Path, data: bytes | None = None, src: Path | None = None) -> None:
         self._ensure_marker()
@@ -77,7 +80,8 @@ class FileBackend(ObjectBackend):
         try:
             atomic_write(path, data, src=src)
         except OSError as exc:
-            raise StoreError(f"cannot write {path} in store {self.url}: {exc.strerror or exc}") from None
+            raise StoreError(f"cannot write {path} in store {self.url}: {exc.strerror or exc}", store=self.url,
+                             key=os.path.relpath(path, self.root)) from None
 
     # the operations
     def check(self) -> None:
@@ -101,7 +105,8 @@ class FileBackend(ObjectBackend):
         except (FileNotFoundError, NotADirectoryError):
             return None
         if len(data) > limit:
-            raise VerificationError(f"{key} in store {self.url} is larger than {limit >> 20} MiB")
+            raise VerificationError(f"{key} in store {self.url} is larger than {limit >> 20} MiB", store=self.url,
+                                    key=key)
         self.counters.down(len(data))
         return StoredObject(data, hashlib.sha256(data).hexdigest())
 
@@ -113,7 +118,8 @@ class FileBackend(ObjectBackend):
                 if offset:
                     self.counters.resumed()
                     f.seek(offset)
-                write_bounded(iter(lambda: f.read(CHUNK), b""), out, size - offset, what, self.counters.down)
+                write_bounded(iter(lambda: f.read(CHUNK), b""), out, size - offset, what, self.counters.down,
+                              {"store": self.url, "key": key})
         except FileNotFoundError:
             raise NotFoundError(missing, store=self.url, key=key) from None
 
@@ -157,13 +163,15 @@ class FileBackend(ObjectBackend):
             except FileNotFoundError:
                 continue  # the folder was removed with the last lock in it: make it again
             except OSError as exc:
-                raise StoreError(f"cannot lock {lock} in store {self.url}: {exc.strerror or exc}") from None
+                raise StoreError(f"cannot lock {lock} in store {self.url}: {exc.strerror or exc}", store=self.url,
+                                 key=os.path.relpath(lock, self.root)) from None
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _same_file(fd, lock):
                 break
             os.close(fd)  # locked a file another writer has deleted meanwhile: lock the one at the path now
         else:
-            raise StoreError(f"cannot lock {lock} in store {self.url}: it kept being replaced")
+            raise StoreError(f"cannot lock {lock} in store {self.url}: it kept being replaced", store=self.url,
+                             key=os.path.relpath(lock, self.root))
         try:
             yield
         finally:

@@ -33,13 +33,13 @@ MULTIPART_THRESHOLD = 32 << 20
 MULTIPART_CHUNK = 16 << 20
 
 
-def _read_bounded(resp: dict, limit: int, what: str) -> bytes:
+def _read_bounded(resp: dict, limit: int, what: str, **fields) -> bytes:
     """The body of a get_object response, refusing one larger than ``limit`` before reading it into memory."""
     if int(resp.get("ContentLength") or 0) > limit:
-        raise VerificationError(f"{what}: the object is larger than {limit >> 20} MiB")
+        raise VerificationError(f"{what}: the object is larger than {limit >> 20} MiB", **fields)
     data = resp["Body"].read(limit + 1)
     if len(data) > limit:
-        raise VerificationError(f"{what}: the object is larger than {limit >> 20} MiB")
+        raise VerificationError(f"{what}: the object is larger than {limit >> 20} MiB", **fields)
     return data
 
 
@@ -83,13 +83,13 @@ class S3Backend(ObjectBackend):
             import boto3
             from botocore.config import Config
         except ImportError as exc:  # the GPU image may lack boto3
-            raise StoreError(f"s3:// stores need boto3 ({exc})") from None
+            raise StoreError(f"s3:// stores need boto3 ({exc})", store=self.url) from None
         import botocore.exceptions as bexc
 
         try:
             session = boto3.session.Session(profile_name=self.profile)
         except bexc.ProfileNotFound:
-            raise StoreError(f"AWS profile {self.profile!r} not found") from None
+            raise StoreError(f"AWS profile {self.profile!r} not found", store=self.url) from None
         region = self.region or session.region_name or "us-east-1"
         cfg = Config(
             retries={"max_attempts": self.max_attempts, "mode": "standard"},
@@ -120,7 +120,7 @@ class S3Backend(ObjectBackend):
             code = str(err.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "")
             fields["status"] = code
             if code == "NoSuchBucket":
-                return NotFoundError(f"bucket {self.bucket!r} does not exist at {where}", store=self.url, status=code)
+                return NotFoundError(f"bucket {self.bucket!r} does not exist at {where}", **fields)
             if code in _MISSING and missing:
                 return NotFoundError(missing, **fields)
             if code in _AUTH_CODES:
@@ -162,15 +162,15 @@ class S3Backend(ObjectBackend):
     def stat(self, key: str) -> ObjectInfo | None:
         import botocore.exceptions as bexc
 
-        what = f"check {key} in {self.url}"
+        what, full = f"check {key} in {self.url}", self._key(key)
         try:
-            h = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            h = self.client.head_object(Bucket=self.bucket, Key=full)
         except bexc.ClientError as exc:
             if self._code(exc) in _MISSING:
                 return None
-            raise self._error(exc, what) from None
+            raise self._error(exc, what, key=full) from None
         except (bexc.BotoCoreError, ConnectionError) as exc:
-            raise self._error(exc, what) from None
+            raise self._error(exc, what, key=full) from None
         modified = h.get("LastModified")
         return ObjectInfo(key, int(h.get("ContentLength", -1)), modified.timestamp() if modified else 0.0)
 
@@ -180,7 +180,7 @@ class S3Backend(ObjectBackend):
         full = self._key(key)
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=full)
-            data = _read_bounded(resp, limit, what)
+            data = _read_bounded(resp, limit, what, store=self.url, key=full)
         except bexc.ClientError as exc:
             if self._code(exc) in _MISSING:
                 return None
@@ -211,7 +211,8 @@ class S3Backend(ObjectBackend):
                     resp.get("ContentRange"))
 
         download_resumable(dest, size, what, open_from, (bexc.BotoCoreError, ConnectionError),
-                           lambda exc: self._error(exc, what, missing, full), self.counters, self.max_attempts)
+                           lambda exc: self._error(exc, what, missing, full), self.counters, self.max_attempts,
+                           {"store": self.url, "key": full})
 
     def put(self, key: str, what: str, *, data: bytes | None = None, src: Path | None = None) -> None:
         if data is not None:
@@ -292,7 +293,7 @@ class S3Backend(ObjectBackend):
                 for obj in page.get("Contents", []):
                     yield ObjectInfo(obj["Key"][base:], int(obj.get("Size") or 0), obj["LastModified"].timestamp())
         except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
-            raise self._error(exc, f"list {self.url}") from None
+            raise self._error(exc, f"list {self.url}", key=self._key(prefix) or None) from None
 
     def delete(self, keys: Iterable[str], what: str) -> None:
         keys = [self._key(k) for k in keys]

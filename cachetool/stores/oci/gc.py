@@ -78,7 +78,8 @@ class SignatureGc:
             except NotFoundError:
                 continue  # the tag went away meanwhile
             except StoreError as exc:
-                raise StoreError(f"{what} stopped, nothing deleted: cannot read tag {t} ({exc})") from None
+                raise StoreError(f"{what} stopped, nothing deleted: cannot read tag {t} ({exc})", store=self.url,
+                                 key=t, status=exc.status) from None
         return live, referrer_tags, legacy
 
     def _delete_tag_and(self, tag: str, manifests: list[str], what: str) -> None:

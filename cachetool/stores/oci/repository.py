@@ -20,7 +20,7 @@ class RepositoryAccess:
 
     def _v2(self, rest: str) -> str:
         if not self.repo:
-            raise UsageError(f"{self.url} names a registry, not a repository (oci://host/repo)")
+            raise UsageError(f"{self.url} names a registry, not a repository (oci://host/repo)", store=self.url)
         return self.client.v2(rest)
 
     def _head_blob(self, digest: str) -> int | None:
@@ -37,7 +37,8 @@ class RepositoryAccess:
         data = self.client.read_body(r, limit, what)
         self.counters.down(len(data))
         if media.sha(data) != digest:
-            raise DigestMismatchError(f"{what}: content does not match digest {digest[:19]}", key=digest)
+            raise DigestMismatchError(f"{what}: content does not match digest {digest[:19]}", store=self.url,
+                                      key=digest)
         return data
 
     def _put_manifest(self, ref: str, body: bytes, media_type: str, what: str):
@@ -56,15 +57,16 @@ class RepositoryAccess:
                 codes = [e.get("code") for e in json.loads(self.client.read_body(r, 1 << 20, what)).get("errors") or []]
             except (ValueError, AttributeError, RecursionError, StoreError, VerificationError):
                 pass
+            fields = {"store": self.url, "key": ref, "status": 404}
             if "NAME_UNKNOWN" in codes or not self._repo_exists():
-                raise NotFoundError(f"repository {self.repo!r} not found on {self.host}")
+                raise NotFoundError(f"repository {self.repo!r} not found on {self.host}", **fields)
             raise NotFoundError(f"{what}: not found (no such tag)" if not ref.startswith("sha256") else
-                                f"{what}: manifest {ref[:19]} not found")
+                                f"{what}: manifest {ref[:19]} not found", **fields)
         body = self.client.read_body(r, MAX_CHILD_MANIFEST, what)
         self.counters.down(len(body))
         digest = media.sha(body)
         if ref.startswith("sha256:") and digest != ref:
-            raise DigestMismatchError(f"{what}: manifest does not match its digest")
+            raise DigestMismatchError(f"{what}: manifest does not match its digest", store=self.url, key=ref)
         mt = r.headers.get("Content-Type", "").split(";")[0].strip()
         return body, mt, digest
 
@@ -88,7 +90,8 @@ class RepositoryAccess:
                 tags = r.json().get("tags") or []
                 out += [t for t in tags if isinstance(t, str)]
             except (ValueError, AttributeError, TypeError, RecursionError):
-                raise StoreError(f"list tags of {self.url}: the registry's answer is not a tag list") from None
+                raise StoreError(f"list tags of {self.url}: the registry's answer is not a tag list",
+                                 store=self.url, status=r.status_code) from None
             url = self.client.next_link(r)
         return out
 
@@ -101,7 +104,8 @@ class RepositoryAccess:
             try:
                 out += [x for x in r.json().get("repositories") or [] if isinstance(x, str)]
             except (ValueError, AttributeError, TypeError, RecursionError):
-                raise StoreError(f"list repositories of {self.host}: the answer is not a repository list") from None
+                raise StoreError(f"list repositories of {self.host}: the answer is not a repository list",
+                                 store=self.url, status=r.status_code) from None
             url = self.client.next_link(r)
         return out
 
