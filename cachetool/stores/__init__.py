@@ -27,7 +27,8 @@ def open_store(url: str | StoreURL, **options) -> Store:
     unknown = sorted(set(options) - {name for names in OPTIONS.values() for name in names})
     if unknown:
         known = ", ".join(sorted(n for names in OPTIONS.values() for n in names))
-        raise UsageError(f"unknown store option {', '.join(map(repr, unknown))} (the options are: {known})")
+        raise UsageError(f"unknown store option {', '.join(map(repr, unknown))} (the options are: {known})",
+                         store=str(url))
     su = url if isinstance(url, StoreURL) else parse_store(url)
     mine = {k: v for k, v in options.items() if k in OPTIONS[su.scheme]}
     if su.scheme == "file":

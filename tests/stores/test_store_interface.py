@@ -61,8 +61,9 @@ def test_missing_blobs_is_what_a_push_uploads(any_store, bundle):
 
 def test_a_misspelled_store_option_is_a_usage_error(tmp_path):
     # Before: open_store(**_ignored) swallowed it, so `endpoint=` silently talked to AWS.
-    with pytest.raises(UsageError, match="unknown store option 'endpoint'"):
+    with pytest.raises(UsageError, match="unknown store option 'endpoint'") as err:
         open_store(f"file://{tmp_path}/store", endpoint="http://127.0.0.1:1")
+    assert err.value.store == f"file://{tmp_path}/store"
     with open_store(f"file://{tmp_path}/store", endpoint_url="http://x", insecure=True) as st:  # other kinds': ignored
         assert isinstance(st, FileStore)
 
