@@ -74,26 +74,6 @@ def warmed_modes(tmp_path_factory: pytest.TempPathFactory, tiny_warm: dict) -> d
     return out
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_second_process_takes_the_aot_path(warmed_modes, mode: str) -> None:
-    root, warm = warmed_modes[mode]
-    proc = run_cli("check", "--model", "tiny", "--cache-root", str(root), "--require-hit", "--json",
-                   f"-cc.dynamic_shapes_config.type={mode}", env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"))
-    check = _json(proc)
-    assert check["hot_path"] == "aot" and check["dynamo_traces"] == 0
-    assert check["graphs_compiled"] == 0 and check["graphs_loaded"] == 3 and check["graphs_reused"] == 2
-    assert check["cache_key"] == warm["cache_key"]
-    assert check["workload"]["token_counts"] == warm["workload"]["token_counts"]
-    assert {1, 2, 7, 64} <= set(check["workload"]["token_counts"])
-    assert check["workload"]["checksum"] == warm["workload"]["checksum"]
-    assert "Start compiling function" not in proc.stderr
-    assert set(check["phases"]) == {"import", "build", "key", "trace", "compile", "load", "save",
-                                    "cudagraph_capture", "first_forward", "workload", "exit"}
-    assert check["phases"]["load"] > 0 and check["phases"]["compile"] == check["phases"]["trace"] == 0
-    assert check["key_source"] == "evidence"  # the build evidence matched: no torch/Triton source hashing
-    _assert_sum_rules(check)
-
-
 def test_human_output_reports_the_hot_path(warmed_modes) -> None:
     root, _ = warmed_modes["backed"]
     proc = run_cli("check", "--model", "tiny", "--cache-root", str(root))
@@ -199,25 +179,6 @@ def test_an_evidence_mismatch_still_misses_on_an_edited_traced_file(warmed_modes
     assert "traced file module:compiler.models.llama differs" in reason
 
 
-_HIT_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.lowering", "torch._inductor.select_algorithm")
-
-
-def test_a_hit_imports_no_compile_time_inductor_module(warmed_modes) -> None:
-    """Issue 21: a hot start runs the loaded artifacts with Inductor's runtime only: none of compile_fx, lowering
-    (its op registrations), select_algorithm (templates, autotuning) is imported, checked in a fresh process."""
-    root, warm = warmed_modes["backed"]
-    script = ("import json, sys\nfrom cachetool.cli import main\n"
-              f"rc = main(['check', '--model', 'tiny', '--cache-root', {str(root)!r}, '--require-hit', '--json'])\n"
-              f"print(json.dumps({{'rc': rc, 'imported': [m for m in {_HIT_IMPORTS!r} if m in sys.modules]}}))\n")
-    proc = subprocess.run([os.sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(),
-                          cwd=str(REPO), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    *check_lines, last = proc.stdout.strip().splitlines()
-    assert json.loads(last) == {"rc": 0, "imported": []}
-    check = json.loads("\n".join(check_lines))
-    assert check["hot_path"] == "aot" and check["workload"]["checksum"] == warm["workload"]["checksum"]
-
-
 def test_another_config_is_a_miss_naming_the_field(warmed_modes) -> None:
     root, _ = warmed_modes["backed"]
     proc = run_cli("check", "--model", "tiny", "--cache-root", str(root), "--require-hit",
@@ -274,8 +235,8 @@ def test_a_loading_start_on_a_writable_root_writes_nothing(warmed_modes, tmp_pat
 
 
 def test_the_entry_is_signed_with_the_bundle(warmed_modes, tmp_path: Path) -> None:
-    """pack (signed) → install into a fresh root → the hot start takes the AOT path; the manifest lists the
-    entry with its digest, so the signature covers it."""
+    """pack (signed) → install into a fresh root: the manifest lists the entry with its digest, so the signature
+    covers it, and the install writes it."""
     root, warm = warmed_modes["backed"]
     key = tmp_path / "k.key"
     assert run_cli("keygen", "-o", str(key)).returncode == 0
@@ -290,8 +251,8 @@ def test_the_entry_is_signed_with_the_bundle(warmed_modes, tmp_path: Path) -> No
     fresh = tmp_path / "fresh"
     proc = run_cli("install", str(ctb), "--cache-root", str(fresh), "--trust", str(key) + ".pub")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    check = _json(run_cli("check", "--model", "tiny", "--cache-root", str(fresh), "--require-hit", "--json"))
-    assert check["hot_path"] == "aot" and check["workload"]["checksum"] == warm["workload"]["checksum"]
+    installed = next(fresh.rglob(ENTRY_FILE))  # (that a signed, pulled root takes the AOT path: the pull test)
+    assert hashlib.sha256(installed.read_bytes()).hexdigest() == digest
 
 
 # ---------------------------------------------------------------------- issue 12: pull --model predicts the key
@@ -306,19 +267,53 @@ def _pushed(root: Path, tmp_path: Path) -> tuple[str, Path]:
     return ref, Path(str(key) + ".pub")
 
 
+_HIT_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.lowering", "torch._inductor.select_algorithm")
+
+
+def _check_in_a_fresh_process(root: Path, *flags: str) -> tuple[subprocess.CompletedProcess[str], dict, list[str]]:
+    """``check --require-hit --json`` on ``root`` in a fresh process at DEBUG level: (process, its --json object,
+    which of :data:`_HIT_IMPORTS` the process imported)."""
+    args = ["check", "--model", "tiny", "--cache-root", str(root), "--require-hit", "--json", *flags]
+    script = ("import json, sys\nfrom cachetool.cli import main\n"
+              f"rc = main({args!r})\n"
+              f"print(json.dumps({{'rc': rc, 'imported': [m for m in {_HIT_IMPORTS!r} if m in sys.modules]}}))\n")
+    proc = subprocess.run([os.sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"), cwd=str(REPO), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *check_lines, last = proc.stdout.strip().splitlines()
+    report = json.loads(last)
+    assert report["rc"] == 0, proc.stderr[-3000:]
+    return proc, json.loads("\n".join(check_lines)), report["imported"]
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_pull_model_predicts_the_key_that_check_uses(warmed_modes, tmp_path: Path, mode: str) -> None:
+def test_pull_model_then_a_second_process_takes_the_aot_path(warmed_modes, tmp_path: Path, mode: str) -> None:
+    """Issue 12: ``pull --model`` predicts the key the check then uses; issue 11: that second process (on the
+    pulled root, another path than the warm's) loads the AOT entry, traces nothing and gives the warm's outputs;
+    issue 21: from the build evidence, with Inductor's runtime only (none of compile_fx, lowering,
+    select_algorithm imported)."""
     root, warm = warmed_modes[mode]
     ref, pub = _pushed(root, tmp_path)
     fresh = tmp_path / "fresh"
     proc = run_cli("pull", ref, "--cache-root", str(fresh), "--trust", str(pub), "--model", "tiny",
                    f"-cc.dynamic_shapes_config.type={mode}", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    pull = json.loads(proc.stdout)  # pull --json prints one (indented) object
+    pull = json.loads(proc.stdout)
     assert f"cache key {warm['cache_key']}" in pull["install"]["preflight"]
-    check = _json(run_cli("check", "--model", "tiny", "--cache-root", str(fresh), "--require-hit", "--json",
-                          f"-cc.dynamic_shapes_config.type={mode}"))
-    assert check["cache_key"] == warm["cache_key"] and check["hot_path"] == "aot"
+    proc, check, imported = _check_in_a_fresh_process(fresh, f"-cc.dynamic_shapes_config.type={mode}")
+    assert imported == []
+    assert check["hot_path"] == "aot" and check["dynamo_traces"] == 0
+    assert check["graphs_compiled"] == 0 and check["graphs_loaded"] == 3 and check["graphs_reused"] == 2
+    assert check["cache_key"] == warm["cache_key"]
+    assert check["workload"]["token_counts"] == warm["workload"]["token_counts"]
+    assert {1, 2, 7, 64} <= set(check["workload"]["token_counts"])
+    assert check["workload"]["checksum"] == warm["workload"]["checksum"]
+    assert "Start compiling function" not in proc.stderr
+    assert set(check["phases"]) == {"import", "build", "key", "trace", "compile", "load", "save",
+                                    "cudagraph_capture", "first_forward", "workload", "exit"}
+    assert check["phases"]["load"] > 0 and check["phases"]["compile"] == check["phases"]["trace"] == 0
+    assert check["key_source"] == "evidence"  # the build evidence matched: no torch/Triton source hashing
+    _assert_sum_rules(check)
 
 
 def test_pull_model_refuses_another_config_field_before_any_blob(warmed_modes, tmp_path: Path) -> None:
