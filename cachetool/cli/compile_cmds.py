@@ -17,7 +17,7 @@ from cachetool.cli.common import CC_HELP, OneLineCommand, cache_root_option, jso
 from cachetool.cli.output import emit
 from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.errors import UsageError
-from cachetool.warmup import CompilationConfigError, CompileRunResult, parse_compilation_config
+from cachetool.api import STARTUP_PHASES, CompilationConfigError, CompileRunResult, compilation_config
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 _OVERRIDE_PREFIXES = ("-cc.", "--cc.", "--compilation-config.")
@@ -91,7 +91,6 @@ def _print(result: CompileRunResult) -> None:
     click.echo(f"  pieces         {result.pieces} ({result.unique_pieces} unique)")
     click.echo(f"  graphs         compiled {result.graphs_compiled}, loaded {result.graphs_loaded}, "
                f"reused {result.graphs_reused}")
-    from cachetool.warmup import STARTUP_PHASES
 
     ph = result.phases  # the sum rules of docs/compiler.md, "Timing names", written out
     parts = [f"{k} {ph[k]:.2f}" for k in STARTUP_PHASES if ph.get(k)]
@@ -174,10 +173,10 @@ def _say(as_json: bool):
     return None if as_json else (lambda m: click.echo(m, err=True))
 
 
-def _setup(ctx: click.Context, compilation_config: str | None, cache_root: str | None) -> Any:
+def _setup(ctx: click.Context, json_text: str | None, cache_root: str | None) -> Any:
     from compiler.logger import init_logging
 
-    cfg = parse_compilation_config(compilation_config, _overrides(ctx), cache_root)
+    cfg = compilation_config(json_text, _overrides(ctx), cache_root)
     init_logging("cachetool")
     return cfg
 
