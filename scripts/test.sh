@@ -17,16 +17,16 @@ step "byte-compile the tool's modules (cachetool/, compiler/)"
 # is still checked against its source's mtime and size, so an edited file is compiled afresh.
 PYTHONDONTWRITEBYTECODE= "$VPY" -m compileall -q -j 0 cachetool compiler >/dev/null
 step "run the tests (pytest, $VENV)"
-# As `. .venv/bin/activate` would: tests that run the `cachetool` entry point by name find the venv's.
-export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH
 # The suite compiles the same tiny-model CPU kernels in many fresh cache roots (each cold warm runs g++ about 11
 # times, two thirds of its time): through ccache (tests/toolchain/g++) a kernel already built in this run is not
 # built again. The C++ cache is this run's alone and starts empty; CACHETOOL_TEST_CCACHE=0 turns it off.
 if [ "${CACHETOOL_TEST_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
   CCACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cachetool-test-ccache.XXXXXX")
-  export CCACHE_DIR CCACHE_NOHASHDIR=1 PATH=$REPO/tests/toolchain:$PATH
+  export CCACHE_DIR CCACHE_NOHASHDIR=1 PATH=$REPO/tests/toolchain:$PATH  # after the venv's bin/ (below)
   trap 'rm -rf "$CCACHE_DIR"' EXIT
 fi
+# As `. .venv/bin/activate` would: tests that run the `cachetool` entry point by name find the venv's.
+export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH
 start=$(date +%s)
 rc=0
 "$VPY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@" || rc=$?

@@ -148,6 +148,9 @@ def test_test_sh_runs_pytest_from_the_venv_with_durations(fake):
     # tests that run `cachetool` by name find the venv's first (Debian's PATH has none), as activation does
     paths = [c for c in fake.log.read_text().splitlines() if c.startswith("PATH=")]
     assert paths and paths[0].split("=", 1)[1].split(":")[0] == f"{fake.venv}/bin", paths
+    if shutil.which("ccache"):  # then the C++ kernels are built through tests/toolchain/g++, right after the venv
+        assert paths[0].split("=", 1)[1].split(":")[1] == str(ROOT / "tests" / "toolchain"), paths
+        assert "C++ kernel builds through ccache:" in r.stdout
 
 
 def test_the_demo_removes_its_temporary_folder_and_keeps_demo_dir(fake, tmp_path):
