@@ -23,10 +23,12 @@ from typing import Any
 
 from cachetool.errors import UsageError
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
-from cachetool.warmup import STARTUP_PHASES, CompilationConfigError, CompileRunResult, compilation_config
+from cachetool.warmup import compilation_config
+# what the CLI renders with (warmup's; not in __all__, whose names are also cachetool's top-level ones)
+from cachetool.warmup import STARTUP_PHASES, CompilationConfigError, CompileRunResult  # noqa: F401
 
 __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expected_cache_key",
-           "compilation_config", "CompilationConfigError", "CompileRunResult", "STARTUP_PHASES", "pack", "keygen", "sign", "inspect", "verify", "install", "diff", "ls", "rm", "gc"]
+           "compilation_config", "pack", "keygen", "sign", "inspect", "verify", "install", "diff", "ls", "rm", "gc"]
 
 
 @dataclass
