@@ -74,28 +74,25 @@ def tiny_warm(tmp_path_factory) -> dict:
 # The files that take longest, longest first: xdist (--dist loadfile) hands a worker the next file in collection
 # order when it is nearly done, so a long file that starts late keeps one worker busy while the other idles (the
 # two-test real-vLLM TP file ran last, alone, for minutes). Seconds of one worker in a full `-n 2` run on the 2-core
-# box (2026-12-02, under load from other work, so only their order matters); files not listed keep their order
-# after these. A new file that takes minutes belongs here.
+# box (2026-12-02, scripts/test.sh with its C++ builds through ccache; junit times, module fixtures included);
+# files not listed keep their order after these. A new file that takes minutes belongs here.
 LONGEST_FIRST = {
-    "tests/vllm/test_vllm_engine.py": 570,  # the two real-vLLM files: one unit (TOGETHER), ~860 s
-    "tests/vllm/test_vllm_tp.py": 290,
-    "tests/compiler/test_aot_hot_start.py": 890,
-    "tests/compiler/test_pipeline.py": 775,  # builds the shared tiny_warm when it is the first to ask
-    "tests/tp/test_tp_pipeline.py": 390,
-    "tests/stores/test_layout_compat.py": 160,
-    "tests/compiler/test_timing_names.py": 160,
-    "tests/e2e/test_deploy_path.py": 160,
-    "tests/tp/test_collectives.py": 115,
-    "tests/test_cli_contract.py": 110,
-    "tests/stores/test_oci_mirror.py": 85,
-    "tests/compiler/test_cache_key.py": 85,
-    "tests/deploy/test_readme.py": 85,
-    "tests/deploy/test_readonly_root.py": 75,
-    "tests/stores/test_push_pull.py": 60,
-    "tests/stores/test_oci_pins.py": 55,
-    "tests/bundles/test_concurrency.py": 55,
-    "tests/compiler/test_hot_path_imports.py": 50,
-    "tests/stores/test_failures.py": 45,
+    "tests/vllm/test_vllm_tp.py": 136,  # the two real-vLLM files: one unit (TOGETHER), ~270 s
+    "tests/vllm/test_vllm_engine.py": 130,
+    "tests/compiler/test_aot_hot_start.py": 197,
+    "tests/compiler/test_pipeline.py": 111,  # builds the shared tiny_warm when it is the first to ask
+    "tests/tp/test_tp_pipeline.py": 108,
+    "tests/compiler/test_artifact_manager.py": 42,
+    "tests/e2e/test_deploy_path.py": 41,
+    "tests/stores/test_layout_compat.py": 40,
+    "tests/compiler/test_cache_key.py": 26,
+    "tests/stores/test_push_pull.py": 24,
+    "tests/stores/test_oci_mirror.py": 24,
+    "tests/compiler/test_timing_names.py": 23,
+    "tests/stores/test_store_interface.py": 20,
+    "tests/tp/test_collectives.py": 20,
+    "tests/deploy/test_readme.py": 19,
+    "tests/stores/test_failures.py": 19,
 }
 
 
