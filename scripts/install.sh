@@ -35,10 +35,8 @@ apt_install() {
 }
 
 # Every pip install of this script: quiet, and without pip's one-file-at-a-time byte-compiling (done once at the
-# end, on all cores: "byte-compile the venv's packages").
-pip_installed=0
+# end, on all cores, where pip installed anything: "byte-compile the venv's packages").
 pip_install() {
-  pip_installed=1
   "$VPY" -m pip install -qq --disable-pip-version-check --no-compile "$@"
 }
 
@@ -75,6 +73,10 @@ if [ ! -x "$VPY" ]; then
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
 fi
+# The installed distributions (their dist-info folders name the versions) before pip runs: the same list at the
+# end means nothing new to byte-compile (cachetool's own editable install keeps its name).
+site=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+installed_before=$(ls "$site" 2>/dev/null || true)
 
 # torch first, and its CPU build by name: on PyPI a bare `torch==2.13.0` is the CUDA build with GBs of nvidia-*
 # wheels. `torch==VERSION+cpu` comes from the pip configuration's own indexes or wheel folders where they have it,
@@ -109,15 +111,14 @@ if [ "$with_vllm" = 1 ]; then
   "$VPY" -c "import vllm.engine.arg_utils" >/dev/null 2>&1 \
     || { echo "install.sh: vLLM does not import in $VENV" >&2; false; }
 fi
-if [ "$pip_installed" = 1 ]; then
+if [ "$(ls "$site" 2>/dev/null || true)" != "$installed_before" ]; then
   step "byte-compile the venv's packages (compileall, all cores)"
   # pip installs with --no-compile (pip_install above): its own byte-compiling is one file after another (~80 s
   # for torch, vLLM and their ~22k modules on 2 cores, half the install); this does it once, on every core. The
   # .pyc files matter: with PYTHONDONTWRITEBYTECODE set, as on some CI machines, every process would otherwise
   # compile each module it imports again. Files of other Python versions that some packages ship fail here
   # as they do under pip's own compile, and are skipped alike.
-  PYTHONDONTWRITEBYTECODE= "$VPY" -m compileall -qq -j 0 "$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-    >/dev/null 2>&1 || true
+  PYTHONDONTWRITEBYTECODE= "$VPY" -m compileall -qq -j 0 "$site" >/dev/null 2>&1 || true
 fi
 if [ -n "$servers_pid" ]; then
   step "wait for the test servers' apt install (started in the background above)"

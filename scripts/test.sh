@@ -31,6 +31,6 @@ start=$(date +%s)
 rc=0
 "$VPY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@" || rc=$?
 echo "== test.sh: the suite took $(( $(date +%s) - start )) s (exit $rc)"
-[ -z "${CCACHE_DIR:-}" ] || echo "== test.sh: C++ kernel builds through ccache: $(ccache --print-stats | awk -F'\t' '$1=="direct_cache_hit"{h=$2} $1=="cache_miss"{m=$2} END{print h+0 " from the cache, " m+0 " compiled"}')"
+[ -z "${CCACHE_DIR:-}" ] || echo "== test.sh: C++ kernel builds through ccache: $(ccache --print-stats | awk -F'\t' '$1=="direct_cache_hit"||$1=="preprocessed_cache_hit"{h+=$2} $1=="cache_miss"{m=$2} END{print h+0 " from the cache, " m+0 " compiled"}')"
 STEP="run the tests: pytest failed"
 [ "$rc" = 0 ]
