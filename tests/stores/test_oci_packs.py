@@ -35,7 +35,7 @@ def test_small_bundles_keep_one_layer_per_blob():
     assert p.packs == [] and len(p.singles) == packs.PACK_FROM
 
 
-def _tree(root, n: int):
+def packable_tree(root, n: int):
     """A native tree with ``n`` small files more in rank 0's Inductor cache, and a large artifact."""
     from tests.bundles.fixtures import make_native_tree
 
@@ -53,7 +53,7 @@ def test_packed_bundle_pushes_repushes_nothing_and_pulls(oci_registry, keys, tmp
     from cachetool.bundle import pack
     from cachetool.pushing import push
 
-    tree, rank = _tree(tmp_path / "tree", packs.PACK_FROM + 500)  # enough small blobs to be packed
+    tree, rank = packable_tree(tmp_path / "tree", packs.PACK_FROM + 500)  # enough small blobs to be packed
     ref = f"{oci_registry.url}/team/packs-{uuid.uuid4().hex[:6]}:v1"
     args = ("--sign-key", keys["priv"], "--json")
     r = cli("push", tree, ref, *args)

@@ -27,7 +27,7 @@ from cachetool.stores.oci.media import A
 from cachetool.stores.oci.refs import TagRefs
 from cachetool.stores.oci.repository import RepositoryAccess
 from cachetool.stores.oci.signatures import ReferrerSignatures
-from cachetool.stores.oci.uploads import BlobTransfer
+from cachetool.stores.oci.uploads import BlobTransfer, PushPlan
 
 
 class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, RepositoryAccess, Store):
@@ -53,9 +53,7 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
         self._entries: dict[str, tuple[str, dict, int]] = {}  # OCI digest -> (platform, fingerprint, size)
         self._blob_bundle: dict[str, str] = {}  # stored digest -> bundle manifest digest (pulls with packs)
         self._members: dict[str, dict[str, BlobRef]] = {}  # bundle digest -> pack member name -> blob
-        self._push: dict[str, tuple[str, int, Path]] = {}  # content digest -> its pack (digest, size, file)
-        self._push_layers: list[dict] | None = None
-        self._push_blobs: frozenset[str] = frozenset()
+        self._push_plans: dict[frozenset[str], PushPlan] = {}  # a push's blob set -> its packing
         self._head_cache: dict[str, bool] = {}
         self._pack_locks: dict[str, threading.Lock] = {}
         self._scratch: str | None = None
@@ -92,9 +90,9 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
             self._upload_retrying(digest, len(manifest_bytes), what, data=manifest_bytes)
         man = Manifest.from_bytes(manifest_bytes)
         uniq = {b.digest: b for b in blobs}
-        if self._push_layers is not None and self._push_blobs == frozenset(b.stored_digest for b in uniq.values()):
-            layers = list(self._push_layers)
-            singles = self._push_singles
+        planned = self._push_plans.get(frozenset(b.stored_digest for b in uniq.values()))
+        if planned is not None:
+            layers, singles = list(planned.layers), planned.singles
         else:  # no missing_blobs for this push (no packs planned): one layer per blob, as before packs
             layers, singles = [], sorted(uniq.values(), key=lambda b: b.digest)
         first_path: dict[str, str] = {}

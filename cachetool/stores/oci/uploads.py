@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -17,6 +19,21 @@ from cachetool.stores.base import BlobRef
 from cachetool.stores.common import DL_CHUNK, download_resumable
 from cachetool.stores.oci import media, packs
 from cachetool.stores.oci.media import A
+
+
+@dataclass(frozen=True)
+class PushPlan:
+    """One push's packing, from ``missing_blobs`` for ``put_blob`` and ``put_manifest``: the pack layers its
+    manifest lists, the blobs it sends alone, and the pack of each packed blob (content digest -> (pack digest,
+    size, file))."""
+
+    layers: list[dict]
+    singles: list[BlobRef]
+    pack_of: dict[str, tuple[str, int, Path]]
+
+    @property
+    def single_digests(self) -> frozenset[str]:
+        return frozenset(b.digest for b in self.singles)
 
 
 class BlobTransfer:
@@ -34,35 +51,38 @@ class BlobTransfer:
         """Group the small blobs into packs first (files in a private temp folder): a small blob is missing when its
         pack is, and uploading it uploads its pack once. Then one HEAD per pack or single blob, ``workers`` at a
         time."""
-        self._plan_packs(blobs, blob_path)
+        plan = self._plan_packs(blobs, blob_path)
+        # keyed by the push's blob set: two pushes through one store at once (threads) each find their own plan
+        with self._lock:
+            self._push_plans[frozenset(b.stored_digest for b in blobs)] = plan
         with ThreadPoolExecutor(max(1, workers)) as ex:
-            present = list(ex.map(self._has_blob, blobs))
+            present = list(ex.map(lambda b: self._has_blob(plan, b), blobs))
         return [b for b, there in zip(blobs, present) if not there]
 
-    def _plan_packs(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> None:
+    def _plan_packs(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> PushPlan:
         """Write the packs of this push and note which layer holds each blob (``put_manifest`` lists them)."""
         plan = packs.plan(list(blobs))
-        layers = []
+        layers, pack_of = [], {}
         scratch = self._scratch_dir()
         for members in plan.packs:
-            path = scratch / f"pack-{len(layers)}.tar"
-            with open(path, "wb") as f:
+            # a name of its own: another push through this store may be writing its packs into the same folder
+            fd, name = tempfile.mkstemp(prefix="pack-", suffix=".tar", dir=scratch)
+            path = Path(name)
+            with os.fdopen(fd, "wb") as f:
                 packs.write_pack(members, blob_path, f)
             digest, size = sha256_file(path)
             final = scratch / (hexof(digest) + ".tar")
             path.replace(final)
             for b in members:
-                self._push[b.digest] = (digest, size, final)
+                pack_of[b.digest] = (digest, size, final)
             layers.append({"mediaType": media.PACK_MEDIA_TYPE, "digest": digest, "size": size,
                            "annotations": {A + "pack.first": members[0].digest, A + "pack.count": str(len(members)),
                                            media.TITLE: f"pack-{hexof(members[0].digest)[:16]}.tar"}})
-        self._push_layers = layers
-        self._push_singles = plan.singles
-        self._push_blobs = frozenset(b.stored_digest for b in blobs)
+        return PushPlan(layers, plan.singles, pack_of)
 
-    def _has_blob(self, blob: BlobRef) -> bool:
-        if blob.digest in self._push:
-            digest, size, _ = self._push[blob.digest]
+    def _has_blob(self, plan: PushPlan, blob: BlobRef) -> bool:
+        if blob.digest in plan.pack_of:
+            digest, size, _ = plan.pack_of[blob.digest]
             return self._has(digest, size)
         return self._has(blob.stored_digest, blob.stored_size)
 
@@ -89,6 +109,10 @@ class BlobTransfer:
             try:
                 return self._upload(digest, size, what, **kw)
             except StoreError:
+                # Two pushers committing one blob at once: docker-registry may fail the loser's PUT (400
+                # DIGEST_INVALID) although the blob is there now. Content-addressed, so theirs is ours.
+                if self._head_blob(digest) in (size, -1):
+                    return
                 if attempt + 1 >= self.max_attempts:
                     raise
                 pause(what, attempt, "upload failed; new upload session")
@@ -98,12 +122,17 @@ class BlobTransfer:
             return self._pack_locks.setdefault(key, threading.Lock())
 
     def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
-        if blob.digest in self._push:
-            digest, size, path = self._push[blob.digest]
+        """Upload what any open push plan needs for ``blob``: each pack that holds it (once), and the blob itself
+        where a plan sends it alone (a small bundle's plan packs nothing) or no plan knows it."""
+        with self._lock:
+            plans = list(self._push_plans.values())
+        holders = {p.pack_of[blob.digest] for p in plans if blob.digest in p.pack_of}
+        for digest, size, path in sorted(holders):
             with self._lock_for(digest):
                 if not self._head_cache.get(digest):
                     self._upload_retrying(digest, size, f"upload pack {digest[:19]} to {self.url}", path=path)
                     self._head_cache[digest] = True
+        if holders and not any(blob.digest in p.single_digests for p in plans):
             return
         self._upload_retrying(blob.stored_digest, blob.stored_size, f"upload blob {blob.stored_digest[:19]} to {self.url}",
                               path=Path(stored_bytes_path))

@@ -1,0 +1,144 @@
+"""Pushes at once on docker-registry: two pushes through one OCIStore object (a server pushing from threads), and
+two pushers racing to commit one blob (a CI matrix whose jobs share the signature's empty config blob)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from cachetool.bundle import pack
+from cachetool.errors import StoreError
+from cachetool.pulling import pull
+from cachetool.stores import open_store
+from cachetool.stores.oci import media, packs
+from tests.bundles.fixtures import tree_snapshot
+from tests.stores.test_oci_packs import packable_tree
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory, keys):
+    """Signed bundles with overlapping blob sets: two big enough to be packed (with different pack plans), and a
+    small one whose plan sends each blob alone, blobs the packed ones pack."""
+    out = {}
+    for name, n in (("packed", packs.PACK_FROM + 40), ("packed-more", packs.PACK_FROM + 90), ("small", 0)):
+        tree, _ = packable_tree(tmp_path_factory.mktemp(name) / "tree", n)
+        out[name] = (tree, pack(tree, sign_key=keys["key"]))
+    yield out
+    for _, b in out.values():
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def packed_pair(bundles):
+    return bundles["packed"], bundles["packed-more"]
+
+
+def _repo(oci_registry) -> str:
+    return f"{oci_registry.url}/team/race-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.mark.parametrize("pair", [("packed", "packed-more"), ("small", "packed")])
+def test_two_interleaved_pushes_through_one_store_each_list_their_own_packs(oci_registry, bundles, pair, keys,
+                                                                            tmp_path):
+    """Plan A, plan B, then A's blobs and manifest: A's manifest lists A's packs and singles, and each was uploaded
+    (the plan was one slot on the store: A's manifest fell back to one layer per blob, never uploaded; and a blob
+    that B packs and A sends alone went up only in B's pack)."""
+    (tree_a, a), (tree_b, b) = bundles[pair[0]], bundles[pair[1]]
+    repo = _repo(oci_registry)
+    st = open_store(repo)
+    try:
+        planned = []
+        for bundle in (a, b):  # both plans first, as two threads would
+            blobs = list({x.stored_digest: x for x in bundle.blobs}.values())
+            planned.append((bundle, blobs, st.missing_blobs(blobs, bundle.blob_path)))
+        for bundle, _, missing in planned:
+            for blob in missing:
+                st.put_blob(blob, bundle.blob_path(blob))
+        pins = [st.put_manifest(bundle.manifest_bytes(), blobs, bundle.signature_bytes()).pin
+                for bundle, blobs, _ in planned]
+    finally:
+        st.close()
+    for pin, tree in zip(pins, (tree_a, tree_b)):
+        root = tmp_path / pin[7:19]
+        pull(f"{repo}@{pin}", root, trust=[keys["pub"]])
+        assert tree_snapshot(root) == tree_snapshot(tree)
+
+
+def test_pack_files_of_simultaneous_plans_do_not_share_a_name(oci_registry, packed_pair, monkeypatch):
+    """Both plans open their first pack before either writes it: each must get a file of its own (one shared
+    ``pack-0.tar`` was truncated by the other and renamed away under it)."""
+    (_, a), (_, b) = packed_pair
+    st = open_store(_repo(oci_registry))
+    both_open = threading.Barrier(2, timeout=30)
+    first = threading.local()
+    real_write = packs.write_pack
+
+    def write_after_both_opened(members, blob_path, out):
+        if not getattr(first, "done", False):
+            first.done = True
+            both_open.wait()
+        return real_write(members, blob_path, out)
+
+    monkeypatch.setattr(packs, "write_pack", write_after_both_opened)
+    errors = []
+
+    def plan(bundle):
+        try:
+            st.missing_blobs(list({x.stored_digest: x for x in bundle.blobs}.values()), bundle.blob_path)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    try:
+        ts = [threading.Thread(target=plan, args=(x,)) for x in (a, b)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        assert not errors, errors
+        for bundle in (a, b):  # every pack file holds what its digest says
+            blobs = frozenset(x.stored_digest for x in bundle.blobs)
+            plan = st._push_plans[blobs]
+            files = {digest: path for digest, _, path in plan.pack_of.values()}
+            assert {layer["digest"] for layer in plan.layers} == set(files)
+            for digest, path in files.items():
+                assert media.sha(path.read_bytes()) == digest
+    finally:
+        st.close()
+
+
+def test_an_upload_lost_to_another_pusher_counts_as_done(oci_registry, monkeypatch):
+    """docker-registry can fail the loser of two simultaneous commits of one blob (400 DIGEST_INVALID) although
+    the blob is there: the upload is done, not an error (CI failed on this with a two-job matrix)."""
+    repo = _repo(oci_registry)
+    ours, theirs = open_store(repo), open_store(repo)
+    data = b'{"cachetool": "race"}'
+    digest = media.sha(data)
+
+    def lose_the_race(d, size, what, **kw):
+        theirs._upload(d, size, what, **kw)  # the other pusher's commit lands first
+        raise StoreError(f"{what}: registry {ours.host} answered 400 DIGEST_INVALID: provided digest did not "
+                         "match uploaded content", store=ours.url, key=d, status=400)
+
+    monkeypatch.setattr(ours, "_upload", lose_the_race)
+    try:
+        ours._upload_retrying(digest, len(data), "upload test blob", data=data)
+        assert ours._head_blob(digest) == len(data)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_an_upload_that_fails_and_left_nothing_still_fails(oci_registry, monkeypatch):
+    """The HEAD after a failure only forgives a blob that is really there."""
+    st = open_store(_repo(oci_registry))
+    data = b'{"cachetool": "nothing"}'
+
+    def fail(d, size, what, **kw):
+        raise StoreError(f"{what}: registry answered 400 DIGEST_INVALID", store=st.url, key=d, status=400)
+
+    monkeypatch.setattr(st, "_upload", fail)
+    try:
+        with pytest.raises(StoreError, match="DIGEST_INVALID"):
+            st._upload_retrying(media.sha(data), len(data), "upload test blob", data=data)
+    finally:
+        st.close()
