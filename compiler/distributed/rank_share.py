@@ -24,34 +24,40 @@ code is shared.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from compiler.cache_key import FACTORS_FILE
+from compiler.artifacts import CompileIndex
+from compiler.cache_key import FACTORS_FILE, CacheKey
 from compiler.layout import INDEX_FILE
 
 _RANK_DIR = re.compile(r"^rank_(\d+)_(\d+)$")
 
 
-def _index_signature(prefix_dir: Path) -> tuple[str, dict[str, tuple[Any, ...]]] | None:
-    try:
-        data = json.loads((prefix_dir / INDEX_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+def _index_signature(prefix_dir: Path) -> dict[str, tuple[Any, ...]] | None:
+    """What a prefix folder's index records per piece (graph hash, shape, artifact, format), read through
+    :class:`compiler.artifacts.CompileIndex`; None when there is no index with pieces to compare (absent,
+    unreadable, another schema, or malformed)."""
+    path = prefix_dir / INDEX_FILE
+    if not path.is_file():
         return None
-    pieces = {k: (v.get("graph_hash"), v.get("shape"), v.get("artifact"), v.get("format"))
-              for k, v in data.get("pieces", {}).items()}
-    return str(data.get("cache_key")), pieces
+    try:
+        index = CompileIndex.open(path, prefix_dir.parent.parent.name)
+    except (KeyError, TypeError, AttributeError):  # an entry without its fields: not an index we can vouch for
+        return None
+    if not index.pieces:
+        return None
+    return {k: (e.graph_hash, e.shape, e.artifact, e.format) for k, e in index.pieces.items()}
 
 
 def _compiler_factors(prefix_dir: Path) -> dict[str, Any] | None:
-    """The ``compiler`` factor values of a prefix folder (device type, device name, torch/triton builds), or None."""
+    """The ``compiler`` factor values of a prefix folder (device type, device name, torch/triton builds), read
+    through :meth:`compiler.cache_key.CacheKey.read`, or None."""
     try:
-        data = json.loads((prefix_dir / FACTORS_FILE).read_text())
-        values = data["factors"]["compiler"]["values"]
+        values = CacheKey.read(prefix_dir / FACTORS_FILE).factors["compiler"]["values"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return values if isinstance(values, dict) else None
