@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import time
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachetool.errors import CompileInStrictModeError, UsageError
+from cachetool.errors import CachetoolError, CompileInStrictModeError, UsageError
 from compiler import errors as compiler_errors  # torch-free: the kinds the pipeline's errors carry
 
 
@@ -36,6 +37,34 @@ KIND_TO_ERROR = {compiler_errors.STRICT_MODE: CompileInStrictModeError,
                  compiler_errors.GUARDS: CompilationConfigError,  # evaluate_guards refused a batch the workload needs
                  compiler_errors.CONFIG: CompilationConfigError,
                  compiler_errors.MODEL: ModelError}
+
+
+def cachetool_error(exc: BaseException, context: str = "") -> CachetoolError | None:
+    """The cachetool error for the pipeline's error in ``exc`` or the exceptions it was raised from (Dynamo wraps a
+    backend's error in its own: :func:`compiler.errors.find` looks through), chosen by its ``kind`` through
+    :data:`KIND_TO_ERROR`, never by its class or message; None when there is none or its kind maps to nothing (an
+    unexpected failure, reported as one). The message is the error's first line after ``context``."""
+    found = compiler_errors.find(exc)
+    mapped = KIND_TO_ERROR.get(found.kind) if found is not None else None
+    if mapped is None:
+        return None
+    lines = str(found).splitlines()
+    return mapped(f"{context}{lines[0] if lines else type(found).__name__}")
+
+
+@contextlib.contextmanager
+def compiler_errors_mapped(context: str = "") -> Iterator[None]:
+    """Run the block with the pipeline's errors raised as :func:`cachetool_error`'s (the one place cachetool turns
+    a compiler error into its own); anything else, and a kind that maps to nothing, passes unchanged."""
+    try:
+        yield
+    except CachetoolError:
+        raise
+    except Exception as exc:
+        mapped = cachetool_error(exc, context)
+        if mapped is None:
+            raise
+        raise mapped from None
 
 
 @dataclass
@@ -90,12 +119,10 @@ class CompileRunResult:
 def parse_compilation_config(json_text: str | None = None, overrides: list[str] | tuple[str, ...] = (),
                              cache_root: str | Path | None = None) -> Any:
     """``--compilation-config`` JSON plus ``-cc.k=v`` overrides → ``CompilationConfig`` (UsageError on error)."""
-    from compiler.config import CompilationConfig, ConfigError
+    from compiler.config import CompilationConfig
 
-    try:
+    with compiler_errors_mapped():
         cfg = CompilationConfig.from_cli(json_text, list(overrides))
-    except ConfigError as exc:
-        raise CompilationConfigError(str(exc)) from None
     if cache_root is not None:
         cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
     return cfg
@@ -135,12 +162,10 @@ def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...
 def check_model(model: str) -> None:
     """``model`` is a preset, a Llama ``config.json`` or a folder with one (and readable safetensors headers);
     else :class:`ModelError`. Reads no weights."""
-    from compiler.models.llama import ModelSpecError, resolve_model
+    from compiler.models.llama import resolve_model
 
-    try:
+    with compiler_errors_mapped():
         resolve_model(model)
-    except ModelSpecError as exc:
-        raise ModelError(str(exc)) from None
 
 
 def _preflight(model: str, device: str, compilation_config: Any, cache_root: str | Path | None) -> Any:
@@ -177,7 +202,6 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     from compiler import progress
     from compiler.counters import counters, strict_mode
     from compiler.layout import resolve_root
-    from compiler.models.llama import ModelSpecError
     from compiler.runner import ModelRunner
 
     cfg = _preflight(model, device, compilation_config, cache_root)
@@ -185,27 +209,19 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     imported = process_age_seconds()
     before = counters.snapshot()
     guard = strict_mode(True) if require_hit else contextlib.nullcontext()
-    try:
-        with guard, progress.listening(on_progress):  # first event once built: a bad model stays one error line
-            runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank,
-                                 save_aot_entry=True if command == "warm" else None)
-            built = time.perf_counter() - t0
-            at_warmup = counters.snapshot()
-            startup = runner.warmup()
-            during = counters.delta(at_warmup)
-            if workload:
-                progress.emit(progress.STEP, f"{command}: prefill and decode batches")
-            wl = runner.run_workload().as_dict() if workload else {}
-    except ModelSpecError as exc:  # weights that do not fit the config (caught before anything is written)
-        raise ModelError(str(exc)) from None
-    except RuntimeError as exc:
-        # The pipeline's errors say their kind (Dynamo wraps a backend's error in its own: compiler_errors.find
-        # looks through); a strict-mode refusal keeps its class, a guard refusal is the config's.
-        found = compiler_errors.find(exc)
-        mapped = KIND_TO_ERROR.get(found.kind) if found is not None else None
-        if mapped is None:
-            raise
-        raise mapped(f"{command}: {str(found).splitlines()[0]}") from None
+    # The pipeline's errors by kind: a strict-mode refusal keeps its class, a guard refusal is the config's, weights
+    # that do not fit the config the model's (caught before anything is written). The first progress event comes
+    # once the model is built: a bad model stays one error line.
+    with compiler_errors_mapped(f"{command}: "), guard, progress.listening(on_progress):
+        runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank,
+                             save_aot_entry=True if command == "warm" else None)
+        built = time.perf_counter() - t0
+        at_warmup = counters.snapshot()
+        startup = runner.warmup()
+        during = counters.delta(at_warmup)
+        if workload:
+            progress.emit(progress.STEP, f"{command}: prefill and decode batches")
+        wl = runner.run_workload().as_dict() if workload else {}
     delta = counters.delta(before)
     backend = runner.backend
     layout = getattr(backend, "layout", None)

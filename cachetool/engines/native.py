@@ -36,35 +36,30 @@ class NativeEngine:
         """What pull's preflight asks for the key of a server running ``model`` (None without a model): the key
         predicted from the bundle's own factors, no trace. The model argument and config are checked here,
         before anything is fetched."""
-        from cachetool.warmup import ModelError, compilation_config
+        from cachetool.warmup import compilation_config, compiler_errors_mapped
 
         if model is None:
             if config is not None or overrides:
                 raise UsageError("a compilation config on pull needs the server's model")
             return None
         from compiler.key_prediction import ServerKeyPredictor
-        from compiler.models.llama_config import ModelSpecError, read_config
+        from compiler.models.llama_config import read_config
 
         if tensor_parallel_size < 1:
             raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
-        try:
+        with compiler_errors_mapped():
             read_config(model)
-        except ModelSpecError as exc:
-            raise ModelError(str(exc)) from None
-        return ServerKeyPredictor(model, compilation_config(config, overrides), device.split(":")[0],
-                                  tensor_parallel_size)
+            return ServerKeyPredictor(model, compilation_config(config, overrides), device.split(":")[0],
+                                      tensor_parallel_size)
 
     def traced_key(self, model: str, *, device: str = "cpu", config: Any = None, rank: int = 0,
                    dp_rank: int = 0) -> dict:
         """The cache key (``{"hash", "factors"}``) a server running ``model`` with ``config`` (a
         ``CompilationConfig``) looks up, from a Dynamo trace without compiling or writing anything."""
-        from cachetool.warmup import ModelError, check_model
-        from compiler.models.llama import ModelSpecError
+        from cachetool.warmup import check_model, compiler_errors_mapped
         from compiler.runner import compute_cache_key
 
         check_model(model)
-        try:
+        with compiler_errors_mapped():  # weights that do not fit the config, a guard the trace refused
             key, _layout = compute_cache_key(model, device, config, rank=rank, dp_rank=dp_rank)
-        except ModelSpecError as exc:  # weights that do not fit the config
-            raise ModelError(str(exc)) from None
-        return {"hash": key.hash, "factors": key.factors}
+        return {"hash": key.hash, "factors": key.factors.to_json()}
