@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from cachetool import envs
+from cachetool.errors import clip
 
 
 def certs_d_roots() -> list[Path]:
@@ -94,17 +97,79 @@ class TLSConfig:
             self._tmp = None
 
 
+# What a failed TLS connection was, from the exception types and fields ``ssl`` exposes (never from message text).
+UNTRUSTED = "untrusted"    # the certificate chain does not verify against the trusted CAs
+WRONG_HOST = "wrong-host"  # the certificate verifies but names another host (or IP address)
+NOT_TLS = "not-tls"        # the server's answer is not TLS (plain HTTP on that port) or it hung up mid-handshake
+HANDSHAKE = "handshake"    # any other TLS failure
+
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH, _EMAIL_MISMATCH, _IP_ADDRESS_MISMATCH: ``SSLCertVerificationError``'s
+# ``verify_code`` when the chain verifies but the certificate names another host
+_NAME_MISMATCH_CODES = frozenset({62, 63, 64})
+# ``ssl.SSLError.reason`` (OpenSSL's reason mnemonic) when the peer answered something that is not TLS: a plain-HTTP
+# reply read as a record header (OpenSSL < 3.2: WRONG_VERSION_NUMBER; 3.2 and later: RECORD_LAYER_FAILURE) or a
+# close before the handshake ended (UNEXPECTED_EOF_WHILE_READING; ``ssl.SSLEOFError`` too).
+_NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "UNEXPECTED_EOF_WHILE_READING"})
+
+
+@dataclass(frozen=True)
+class TLSFailure:
+    """What :func:`classify_tls_error` found: the case (one of the names above) and a short detail for the message
+    (OpenSSL's verify message, or the failing error's own text for an unclassified handshake failure)."""
+
+    case: str
+    detail: str = ""
+
+    @property
+    def certificate(self) -> bool:
+        """A certificate problem: a CA or ``--insecure`` helps, ``--plain-http`` does not."""
+        return self.case in (UNTRUSTED, WRONG_HOST)
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """``exc`` and every exception it carries: ``__cause__``, ``__context__``, exceptions among its ``args``
+    (requests' ``SSLError`` holds urllib3's ``MaxRetryError``, which holds its ``SSLError`` as ``reason``, which
+    holds the ``ssl`` module's error in ``args``), breadth first, each once."""
+    out: list[BaseException] = []
+    todo: list[object] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if not isinstance(e, BaseException) or any(e is seen for seen in out):
+            continue
+        out.append(e)
+        todo += [e.__cause__, e.__context__, *e.args, getattr(e, "reason", None)]
+    return out
+
+
+def classify_tls_error(exc: BaseException) -> TLSFailure:
+    """The case of a failed TLS connection (``requests.exceptions.SSLError`` or anything wrapping an ``ssl``
+    error), chosen by the types and fields of the exceptions it carries."""
+    from urllib3.util.ssl_match_hostname import CertificateError as Urllib3CertificateError
+
+    chain = _chain(exc)
+    for e in chain:
+        if isinstance(e, ssl.SSLCertVerificationError):
+            detail = getattr(e, "verify_message", None) or "certificate verify failed"
+            if getattr(e, "verify_code", None) in _NAME_MISMATCH_CODES:
+                return TLSFailure(WRONG_HOST, detail)
+            return TLSFailure(UNTRUSTED, detail)
+        if isinstance(e, Urllib3CertificateError):  # urllib3's own host name check (where ssl does not check it)
+            return TLSFailure(WRONG_HOST, "certificate is not valid for this host name")
+    for e in chain:
+        if isinstance(e, ssl.SSLEOFError) or (isinstance(e, ssl.SSLError)
+                                              and getattr(e, "reason", None) in _NOT_TLS_REASONS):
+            return TLSFailure(NOT_TLS, getattr(e, "reason", None) or type(e).__name__)
+    inner = next((e for e in reversed(chain) if isinstance(e, ssl.SSLError)), exc)
+    return TLSFailure(HANDSHAKE, clip(inner, 120))
+
+
 def describe_tls_error(exc: BaseException) -> tuple[str, bool]:
     """(one-line reason, whether it is a certificate problem) for an ``requests.exceptions.SSLError``."""
-    text = " ".join(str(exc).split())
-    if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
-        detail = text.split("certificate verify failed:", 1)[-1].split(")")[0].strip(" '\"") if \
-            "certificate verify failed:" in text else "certificate verify failed"
-        return f"its TLS certificate is not trusted ({detail[:100]})", True
-    if "hostname" in text and "match" in text:
+    failure = classify_tls_error(exc)
+    if failure.case == UNTRUSTED:
+        return f"its TLS certificate is not trusted ({failure.detail[:100]})", True
+    if failure.case == WRONG_HOST:
         return "its TLS certificate is for another host name", True
-    for marker in ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure", "UNEXPECTED_EOF",
-                   "EOF occurred in violation of protocol"):
-        if marker in text:
-            return "it does not speak TLS on that port", False
-    return f"TLS handshake failed ({text[-120:]})", False
+    if failure.case == NOT_TLS:
+        return "it does not speak TLS on that port", False
+    return f"TLS handshake failed ({failure.detail})", False
