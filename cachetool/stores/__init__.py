@@ -7,11 +7,14 @@ on an object backend (:mod:`.objects`); OCI is its own store (:mod:`.oci`). The 
 - ``endpoint_url`` / ``profile`` / ``region`` (S3; defaults: ``AWS_ENDPOINT_URL``, the standard chain),
 - ``insecure`` (OCI: TLS without certificate verification), ``plain_http`` (OCI: plain HTTP, no TLS).
 
-An option of another kind of store is ignored (one set of CLI flags serves every store); a name that is no option
-at all (a misspelling) is a usage error.
+An option left at its default (``None``, or ``False`` for the two OCI switches) is not given; a given option
+that the URL's kind of store does not take (``region`` for a ``file://`` store) is a usage error naming the option
+and the kind, and so is a name that is no option at all (a misspelling).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from cachetool.errors import UsageError
 from cachetool.refs import StoreURL, parse_store
@@ -20,17 +23,19 @@ from cachetool.stores.gc import GcReport
 
 __all__ = ["open_store", "OPTIONS", "Store", "BlobRef", "RefEntry", "RefIndex", "GcReport"]
 
-OPTIONS = {"file": (), "s3": ("endpoint_url", "profile", "region"), "oci": ("insecure", "plain_http")}
+OPTIONS: dict[str, tuple[str, ...]] = {"file": (), "s3": ("endpoint_url", "profile", "region"),
+                                       "oci": ("insecure", "plain_http")}
 
 
-def open_store(url: str | StoreURL, **options) -> Store:
+def open_store(url: str | StoreURL, **options: Any) -> Store:
     unknown = sorted(set(options) - {name for names in OPTIONS.values() for name in names})
     if unknown:
         known = ", ".join(sorted(n for names in OPTIONS.values() for n in names))
         raise UsageError(f"unknown store option {', '.join(map(repr, unknown))} (the options are: {known})",
                          store=str(url))
     su = url if isinstance(url, StoreURL) else parse_store(url)
-    mine = {k: v for k, v in options.items() if k in OPTIONS[su.scheme]}
+    mine = {k: v for k, v in options.items() if v is not None and v is not False}  # the given ones
+    _refuse_foreign(su, mine, str(url))
     if su.scheme == "file":
         from cachetool.stores.file import FileStore
 
@@ -42,3 +47,15 @@ def open_store(url: str | StoreURL, **options) -> Store:
     from cachetool.stores.oci import OCIStore
 
     return OCIStore(su.location, su.path, **{k: bool(v) for k, v in mine.items()})
+
+
+def _refuse_foreign(su: StoreURL, given: dict[str, Any], store: str) -> None:
+    """A given option of another kind of store: one line naming it, the kind, and what that kind takes."""
+    foreign = sorted(set(given) - set(OPTIONS[su.scheme]))
+    if not foreign:
+        return
+    takes = OPTIONS[su.scheme]
+    names = ", ".join(map(repr, foreign))
+    raise UsageError(f"option{'s' if len(foreign) > 1 else ''} {names} {'do' if len(foreign) > 1 else 'does'} not "
+                     f"apply to {su.scheme}:// stores (they take"
+                     + (f": {', '.join(takes)})" if takes else " no options)"), store=store)
