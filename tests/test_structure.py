@@ -1,12 +1,16 @@
 """The structure the code promises (docs/ARCHITECTURE.md): no module imports another's underscore names, no import
 cycle, no function in cachetool/ of 80 lines or more, every environment variable registered and documented, the
-CLI's layout choices from the registry."""
+CLI's layout choices from the registry, cachetool's use of compiler only through the native engine and the public
+modules ARCHITECTURE lists (the same list both ways), exceptions told apart by type and never by message text,
+compiler errors mapped to cachetool's in one place by kind."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cachetool", "compiler")
@@ -132,11 +136,36 @@ def test_no_module_reaches_500_lines():
 
 
 # What cachetool may import from compiler (docs/ARCHITECTURE.md, "What cachetool uses of compiler"): the engine
-# that runs the pipeline may use all of it; every other module only these public modules.
+# that runs the pipeline may use all of it; every other module only these public modules. The list here and the
+# list there are the same list (checked both ways); the package itself (``import compiler``, ``from compiler import
+# <not a module>``) is not on it.
 NATIVE_ENGINE = ("cachetool.engines.native", "cachetool.warmup")
-COMPILER_PUBLIC = ("compiler", "compiler.envs", "compiler.errors", "compiler.logger", "compiler.progress",
+COMPILER_PUBLIC = ("compiler.envs", "compiler.errors", "compiler.logger", "compiler.progress",
                    "compiler.build_identity", "compiler.config", "compiler.cache_key", "compiler.key_prediction",
                    "compiler.models.llama_config")
+
+
+def _architecture_public_modules(arch: str) -> list[str]:
+    """The modules ARCHITECTURE's list names: the backticked ``compiler...`` names outside parentheses in the
+    sentence after "imports only these public modules" (the parentheses say what of each module is used)."""
+    section = arch[arch.index("### What cachetool uses of compiler"):]
+    text = section[section.index("imports only these public modules"):]
+    names, depth, i = [], 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "." and depth == 0 and (i + 1 == len(text) or text[i + 1].isspace()):
+            break  # the sentence's end
+        elif c == "`":
+            end = text.index("`", i + 1)
+            if depth == 0 and re.fullmatch(r"compiler(\.[a-z_]+)*", text[i + 1:end]):
+                names.append(text[i + 1:end])
+            i = end
+        i += 1
+    return names
 
 
 def test_cachetool_uses_compiler_only_through_the_engine_and_its_public_modules():
@@ -151,8 +180,23 @@ def test_cachetool_uses_compiler_only_through_the_engine_and_its_public_modules(
             if used.split(".")[0] == "compiler" and used not in COMPILER_PUBLIC:
                 bad.append(f"{path.relative_to(ROOT)}:{line} {used}")
     assert bad == []
-    arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    assert [m for m in COMPILER_PUBLIC[1:] if f"`{m}`" not in arch] == []
+
+
+def test_the_public_compiler_modules_are_architectures_list():
+    """Both ways: a module added here is documented there, and one named there is allowed here; and each is a
+    module (a renamed one fails)."""
+    named = _architecture_public_modules((ROOT / "docs" / "ARCHITECTURE.md").read_text())
+    assert sorted(named) == sorted(COMPILER_PUBLIC)
+    assert [m for m in COMPILER_PUBLIC if m not in _modules()] == []
+
+
+def test_the_architecture_list_is_read_as_written():
+    """The parser of ARCHITECTURE's list, on a sentence with the same shape: nested parentheses and backticked
+    names inside them do not count, the sentence ends at its period, and the package alone counts when listed."""
+    doc = ("### What cachetool uses of compiler\nmay use any of `compiler`. Every other module imports only these "
+           "public modules (x.py): `compiler.envs` (the registry, `compiler.secret` (nested)), `compiler` and\n"
+           "`compiler.models.llama_config` (`read_config`).\nLater: `compiler.after`.\n")
+    assert _architecture_public_modules(doc) == ["compiler.envs", "compiler", "compiler.models.llama_config"]
 
 
 # cachetool/engines/vllm/child.py runs in vLLM's interpreter and imports neither package: it reads Dynamo's
@@ -192,45 +236,140 @@ def test_private_torch_only_in_torch_compat():
     assert sorted(set(bad)) == []
 
 
-# Where the only description of a failure is another library's text, reading it is the one way (boto3's
-# S3UploadFailedError wraps the S3 error code in its message; torch's recompile refusal is a message): kept to
-# these modules.
-MESSAGE_TEXT_ALLOWED = ("cachetool/stores/s3.py", "compiler/torch_compat/")
+# Where the only description of a failure is another library's text, reading it is the one way: kept to these
+# functions, each with why (an entry that no longer reads text fails the test, so the list stays true).
+MESSAGE_TEXT_ALLOWED = {
+    "cachetool/stores/s3.py:_upload_file": "boto3's S3UploadFailedError says NoSuchBucket or the auth code only in "
+                                           "its message",
+    "compiler/torch_compat/__init__.py:is_recompile_refusal": "torch's recompile refusal is a plain RuntimeError "
+                                                              "told apart only by its message",
+}
+# A parameter with one of these names, or annotated with a ...Exception / ...Error type, holds an exception.
+EXCEPTION_PARAMETERS = ("exc", "err", "error", "exception", "e")
+TEXT_MATCHERS = ("startswith", "endswith", "find", "rfind", "index", "search", "match", "fullmatch", "findall")
 
 
-def test_no_except_branch_matches_our_exceptions_by_message_text():
-    """warmup sorted the compiler's errors by 'strict mode' in their text, the OCI store its own by theirs: an
-    error says its kind (compiler/errors.py) or its class (cachetool/errors.py) instead."""
+def _exception_parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    out = set()
+    a = fn.args
+    for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else [])]:
+        names: set[str] = set()
+        for n in ast.walk(p.annotation) if p.annotation is not None else ():
+            if isinstance(n, ast.Name):
+                names.add(n.id)
+            elif isinstance(n, ast.Attribute):
+                names.add(n.attr)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):  # a quoted annotation
+                names |= set(re.findall(r"\w+", n.value))
+        if p.arg in EXCEPTION_PARAMETERS or any(re.search(r"(Exception|Error)$", x) for x in names):
+            out.add(p.arg)
+    return out
 
-    def str_of(node: ast.AST, names: set[str]) -> bool:  # str(exc)
-        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str"
-                and bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id in names)
 
-    def texts_of(handler: ast.ExceptHandler) -> set[str]:  # names bound to str(exc) in the branch
-        texts: set[str] = set()
-        for n in ast.walk(handler):
-            if isinstance(n, ast.Assign) and any(str_of(c, {handler.name} | texts) for c in ast.walk(n.value)):
-                texts |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-        return texts
+def _message_text_matches(scope: ast.AST, excs: set[str]) -> list[int]:
+    """Lines in ``scope`` that test the message text of the exceptions named ``excs``: ``in`` / ``not in``, ``==`` /
+    ``!=`` against a string, or ``startswith``/``re.search``/... on ``str(exc)``, ``repr(exc)``, ``f"{exc}"``,
+    ``exc.args``, ``exc.message``, ``exc.strerror``, or a name assigned from any of them. Building a message from the
+    text (``raise X(str(exc))``) is not a test of it."""
+    def source(n: ast.AST) -> bool:
+        if isinstance(n, ast.Name):
+            return n.id in texts
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("str", "repr", "format"):
+            return bool(n.args) and isinstance(n.args[0], ast.Name) and n.args[0].id in excs
+        if isinstance(n, ast.Attribute) and n.attr in ("args", "message", "strerror"):
+            return isinstance(n.value, ast.Name) and n.value.id in excs
+        if isinstance(n, ast.FormattedValue):
+            return isinstance(n.value, ast.Name) and n.value.id in excs
+        return False
 
-    bad = []
-    for rel, h in _nodes(MESSAGE_TEXT_ALLOWED):
-        if not isinstance(h, ast.ExceptHandler) or h.name is None:
-            continue
-        texts = texts_of(h)
+    def text(node: ast.AST) -> bool:
+        return any(source(n) for n in ast.walk(node))
 
-        def is_text(node: ast.AST) -> bool:
-            return (isinstance(node, ast.Name) and node.id in texts) or str_of(node, {h.name} | texts)
+    texts: set[str] = set()
+    grew = True
+    while grew:  # names bound to the text, or to something made of it
+        grew = False
+        for n in ast.walk(scope):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and n.value is not None and text(n.value):
+                new = {t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                       if isinstance(t, ast.Name)} - texts
+                texts |= new
+                grew = grew or bool(new)
+    lines = []
+    for n in ast.walk(scope):
+        if isinstance(n, ast.Compare) and any(text(side) for side in (n.left, *n.comparators)):
+            if any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) or (
+                    any(isinstance(op, (ast.Eq, ast.NotEq)) for op in n.ops)
+                    and any(isinstance(side, ast.Constant) and isinstance(side.value, str)
+                            for side in (n.left, *n.comparators))):
+                lines.append(n.lineno)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in TEXT_MATCHERS \
+                and (text(n.func.value) or any(text(a) for a in n.args)):
+            lines.append(n.lineno)
+    return lines
 
-        for n in ast.walk(h):
-            if isinstance(n, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) \
-                    and any(is_text(c) for c in n.comparators):
-                bad.append(f"{rel}:{n.lineno}")
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
-                    and n.func.attr in ("startswith", "endswith", "find", "search", "match") \
-                    and (is_text(n.func.value) or any(is_text(a) for a in n.args)):
-                bad.append(f"{rel}:{n.lineno}")
+
+def _message_text_tests(tree: ast.AST) -> dict[int, str]:
+    """{line: innermost enclosing function} of every message-text test in an ``except`` branch (on the name it
+    binds) or in a function that receives an exception (on that parameter)."""
+    found: dict[int, str] = {}
+
+    def visit(node: ast.AST, fn: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = node.name
+            excs = _exception_parameters(node)
+            if excs:
+                found.update({line: fn for line in _message_text_matches(node, excs)})
+        if isinstance(node, ast.ExceptHandler) and node.name:
+            found.update({line: fn for line in _message_text_matches(node, {node.name})})
+        for child in ast.iter_child_nodes(node):
+            visit(child, fn)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_exceptions_are_told_apart_by_type_not_message_text():
+    """warmup sorted the compiler's errors by 'strict mode' in their text, the OCI store its own by theirs, and the
+    OCI TLS code sorted ssl errors by theirs in a function taking the exception: an error says its kind
+    (compiler/errors.py), its class (cachetool/errors.py) or its fields (``ssl``'s ``verify_code``, ``reason``)."""
+    bad, used = [], set()
+    for path in _modules().values():
+        rel = str(path.relative_to(ROOT))
+        for line, fn in sorted(_message_text_tests(ast.parse(path.read_text())).items()):
+            if f"{rel}:{fn}" in MESSAGE_TEXT_ALLOWED:
+                used.add(f"{rel}:{fn}")
+            else:
+                bad.append(f"{rel}:{line} ({fn})")
     assert bad == []
+    assert sorted(set(MESSAGE_TEXT_ALLOWED) - used) == []  # an entry that reads no text any more goes
+
+
+def test_the_message_text_check_finds_what_it_should():
+    src = '''
+def by_annotation(failure: BaseException) -> bool:
+    return "certificate verify failed" in str(failure)
+def by_name(exc):
+    text = " ".join(str(exc).split())
+    return text.startswith("WRONG_VERSION")
+def by_args(err: "requests.exceptions.SSLError"):
+    return err.args[0] == "x"
+def by_fstring(e):
+    return re.search("strict mode", f"{e}")
+def in_branch():
+    try:
+        pass
+    except RuntimeError as x:
+        if "stance" in repr(x).lower():
+            raise
+def fine(exc: Exception, name: str):
+    message = str(exc)
+    if "x" in name or name == "y" or isinstance(exc, OSError):
+        raise ValueError(f"{name}: {message}") from exc
+    return exc.args, str(exc).splitlines()[0]
+'''
+    assert sorted(_message_text_tests(ast.parse(src)).values()) == ["by_annotation", "by_args", "by_fstring",
+                                                                     "by_name", "in_branch"]
 
 
 def test_every_compiler_error_is_a_compiler_error():
@@ -249,6 +388,53 @@ def test_every_compiler_error_is_a_compiler_error():
                                               for b in bases.get(name, []))
 
     assert sorted(where[n] for n in bases if not derives(n)) == []
+
+
+def _compiler_error_classes() -> set[str]:
+    """The names of compiler/'s classes deriving from CompilerError (``CompileInStrictMode``, ``RankFailed``, ...)."""
+    bases: dict[str, list[str]] = {}
+    for rel, node in _nodes(()):
+        if rel.startswith("compiler/") and isinstance(node, ast.ClassDef):
+            bases[node.name] = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+
+    def derives(name: str, seen: frozenset = frozenset()) -> bool:
+        return name == "CompilerError" or any(b in bases and b not in seen and derives(b, seen | {name})
+                                              for b in bases.get(name, []))
+
+    return {n for n in bases if derives(n)}
+
+
+def _compiler_errors_caught_by_class() -> list[str]:
+    """``except <a compiler error class>`` in cachetool/: each such branch turns a compiler error into cachetool's
+    by its class, where ``warmup.compiler_errors_mapped`` (``warmup.KIND_TO_ERROR``) is the one place that does it,
+    by kind."""
+    classes = _compiler_error_classes()
+    bad = []
+    for rel, node in _nodes(()):
+        if rel.startswith("cachetool/") and isinstance(node, ast.ExceptHandler) and node.type is not None:
+            types = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            names = [t.id if isinstance(t, ast.Name) else getattr(t, "attr", "") for t in types]
+            bad += [f"{rel}:{node.lineno} except {n}" for n in names if n in classes]
+    return sorted(bad)
+
+
+# Branches that still map a compiler error by class, in files whose owner changes them (each: who, and why).
+COMPILER_ERRORS_BY_CLASS_PENDING = {
+    "cachetool/install/preflight.py": "lead (engineer B does not own it): _expected maps ModelSpecError to a "
+                                      "UsageError by class; `with warmup.compiler_errors_mapped(): key = "
+                                      "predict(candidates)` keeps exit 2 (ModelError is a UsageError)",
+}
+
+
+def test_compiler_errors_become_cachetools_in_one_place_by_kind():
+    assert {"CompileInStrictMode", "ConfigError", "ModelSpecError", "RankFailed"} <= _compiler_error_classes()
+    assert [b for b in _compiler_errors_caught_by_class()
+            if b.split(":")[0] not in COMPILER_ERRORS_BY_CLASS_PENDING] == []
+
+
+@pytest.mark.xfail(strict=True, reason="; ".join(f"{k}: {v}" for k, v in COMPILER_ERRORS_BY_CLASS_PENDING.items()))
+def test_compiler_errors_by_class_pending_in_other_owners_files():
+    assert _compiler_errors_caught_by_class() == []
 
 
 def test_one_comparison_of_factor_values():
