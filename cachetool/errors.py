@@ -6,12 +6,13 @@ category's ``exit_code``, taken from the one table in :mod:`cachetool.exit_codes
 rendered from it) so that CI jobs and Kubernetes init-containers can act on them.
 
 The categories (one exit code each) come first, then the precise classes the modules raise, grouped by the
-module that raises them (they stay importable from there too). Errors carry optional fields besides the
-message, so that callers branch on data, not on message text: ``store`` (the store URL), ``ref`` (the
-``name:tag`` or full ref), ``key`` (the object in the store: a key, a path, a digest) and ``status`` (the HTTP
-status or S3 error code of the failed request). A builtin base is added where every catcher of that builtin
-would handle the error the same way (``ValueError`` for bad input, ``LookupError`` for a missing thing); not
-``OSError``, which the installer catches to map file-system failures.
+module that raises them; import them from here (the raising modules do not re-export them). Errors carry optional
+fields besides the message, so that callers branch on data, not on message text: ``store`` (the store URL),
+``ref`` (the ``name:tag`` or full ref), ``key`` (the object in the store: a key, a path, a digest) and ``status``
+(the HTTP status or S3 error code of the failed request). A raise fills every field it knows; a layer that knows
+more (the pull that a blob's check was for) adds the rest on the way up with :func:`filled`. A builtin base is
+added where every catcher of that builtin would handle the error the same way (``ValueError`` for bad input,
+``LookupError`` for a missing thing); not ``OSError``, which the installer catches to map file-system failures.
 
 (``cachetool/warmup.py`` keeps its three :class:`UsageError` subclasses next to the model and config parsing:
 ``CompilationConfigError``, ``ModelError``, ``DeviceError``.)
@@ -35,6 +36,15 @@ class CachetoolError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def filled(exc: CachetoolError, **fields) -> CachetoolError:
+    """``exc`` with the fields its raise left empty (None) set from ``fields``: a layer that knows more than the
+    raise below it (the ref a tag read was for) adds it on the way up, without rewording the message."""
+    for name, value in fields.items():
+        if getattr(exc, name) is None:
+            setattr(exc, name, value)
+    return exc
 
 
 def clip(text: object, limit: int = 200) -> str:

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Iterable
 
 from cachetool.digests import hexof
-from cachetool.errors import NotFoundError
+from cachetool.errors import CachetoolError, NotFoundError, filled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,8 @@ class GcReport:
 def reachable(store, indexes: Iterable) -> tuple[set[str], set[str]]:
     """(hex of every manifest the ref indexes name, hex of the stored digest of every blob those manifests list).
 
-    A manifest that is missing keeps nothing alive but does not stop the collection.
+    A manifest that is missing keeps nothing alive but does not stop the collection; one that is not a manifest
+    stops it, naming the store and the manifest.
     """
     from cachetool.manifest import Manifest
 
@@ -48,6 +49,8 @@ def reachable(store, indexes: Iterable) -> tuple[set[str], set[str]]:
             man = Manifest.from_bytes(store.get_manifest("sha256:" + m))
         except NotFoundError:
             continue
+        except CachetoolError as exc:
+            raise filled(exc, store=store.url, key="sha256:" + m)
         for b in man.blobs:
             blobs.add(hexof(b.stored_digest))
     return manifests, blobs

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from cachetool.digests import hexof, sha256_bytes
-from cachetool.errors import CachetoolError, NotFoundError, StoreError
+from cachetool.errors import CachetoolError, NotFoundError, StoreError, filled
 from cachetool.retry import pause
 from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefEntry, RefIndex, Store, StoredManifest
-from cachetool.stores.common import MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, filled, index_from_json, index_to_json
+from cachetool.stores.common import MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, index_from_json, index_to_json
 from cachetool.stores.gc import GcReport, reachable
 from cachetool.stores.objects import ObjectBackend, ObjectInfo, StoredObject
 
@@ -147,8 +147,12 @@ class ObjectStore(Store):
         """Exactly the bundle manifest with that digest, as a one-entry index."""
         from cachetool.manifest import Manifest
 
-        data = self._manifest(digest, f"{name}@{digest}")
-        man = Manifest.from_bytes(data)
+        ref = f"{name}@{digest}"
+        data = self._manifest(digest, ref)
+        try:
+            man = Manifest.from_bytes(data)
+        except CachetoolError as exc:  # a stored object that is not a bundle manifest
+            raise filled(exc, store=self.url, ref=ref, key=manifest_key(digest))
         entry = RefEntry(digest, man.platform, dict(man.fingerprint or {}), man.stored_size + len(data), "")
         return RefIndex(name, digest, (entry,))
 

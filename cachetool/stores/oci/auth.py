@@ -10,6 +10,9 @@ Files, first one that has an entry for the registry wins (the order of container
 In each file: ``credHelpers[host]`` (a ``docker-credential-<name>`` program), then ``auths`` — the most specific
 key wins: ``host/namespace/repo``, ``host/namespace``, ``host`` (also with ``https://`` or ``/v1/``) — with
 ``auth`` (base64 ``user:password``), ``username``/``password`` or ``identitytoken``; then ``credsStore``.
+
+A refusal here names the credentials file as its ``key``; :class:`~cachetool.stores.oci.client.RegistryClient`,
+which knows the store, adds ``store``.
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ def _from_entry(e: dict, path: Path, key: str) -> tuple[str, str] | None:
         try:
             user, _, pw = base64.b64decode(e["auth"]).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
-            raise StoreError(f"credentials file {path}: the 'auth' of {key} is not base64 user:password") from None
+            raise StoreError(f"credentials file {path}: the 'auth' of {key} is not base64 user:password",
+                             key=str(path)) from None
         return user, pw
     if e.get("username"):
         return e["username"], e.get("password") or ""
@@ -95,9 +99,10 @@ def _from_file(path: Path, host: str, repo: str) -> tuple[bool, tuple[str, str] 
     except FileNotFoundError:
         return False, None
     except (OSError, ValueError) as exc:
-        raise StoreError(f"cannot read credentials file {path}: {' '.join(str(exc).split())[:120]}") from None
+        raise StoreError(f"cannot read credentials file {path}: {' '.join(str(exc).split())[:120]}",
+                         key=str(path)) from None
     if not isinstance(cfg, dict):
-        raise StoreError(f"credentials file {path} is not a JSON object")
+        raise StoreError(f"credentials file {path} is not a JSON object", key=str(path))
     helper = (cfg.get("credHelpers") or {}).get(host)
     if helper:
         return True, _cred_helper(helper, host)

@@ -17,7 +17,7 @@ import re
 import threading
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from cachetool.errors import NotFoundError, StoreError, VerificationError, clip
+from cachetool.errors import NotFoundError, StoreError, VerificationError, clip, filled
 from cachetool.retry import pause
 from cachetool.digests import CHUNK
 from cachetool import envs
@@ -110,7 +110,10 @@ class RegistryClient:
     # -------------------------------------------------------------------------------------------- auth
     def credentials(self) -> tuple[str, str] | None:
         if not self._creds_loaded:
-            self._creds = registry_credentials(self.host, self.repo)
+            try:
+                self._creds = registry_credentials(self.host, self.repo)
+            except StoreError as exc:  # an unreadable credentials file or helper name, for this store
+                raise filled(exc, store=self.store_url)
             self._creds_loaded = True
         return self._creds
 

@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from cachetool.errors import NotFoundError, StoreError
+from cachetool.errors import CachetoolError, NotFoundError, StoreError, filled
 from cachetool.stores.base import Capabilities, BlobRef, Store, StoredManifest, TransferCounters
 from cachetool.stores.oci import media, packs
 from cachetool.stores.oci.client import RegistryClient
@@ -132,7 +132,10 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
         if layout:  # a bundle with packs: which pack holds which blob comes from this manifest's blob list
             from cachetool.manifest import Manifest
 
-            man = Manifest.from_bytes(data)
+            try:
+                man = Manifest.from_bytes(data)
+            except CachetoolError as exc:  # stored under the digest (checked), yet not a bundle manifest
+                raise filled(exc, store=self.url, key=manifest_digest)
             self._members[manifest_digest] = {packs.member_name(b): b for b in man.blobs}
             for b in man.blobs:
                 self._blob_bundle[b.stored_digest] = manifest_digest
