@@ -30,10 +30,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cachetool.errors import BundleFormatError, NotFoundError, UsageError
+from cachetool.errors import BundleFormatError, NotFoundError, UnsafePathError, UsageError
 from cachetool.layouts import scan as scan_layout
 from cachetool.bundle_paths import validate_relpath
-from cachetool.manifest import DirEntry, FileEntry, Manifest, UnsafePathError, manifest_digest, platform_key
+from cachetool.manifest import DirEntry, FileEntry, Manifest, manifest_digest, platform_key
 from cachetool.source import BundleSource
 from cachetool.atomic import atomic_file
 from cachetool.digests import CHUNK as _CHUNK, BlobRef, sha256_file
@@ -123,7 +123,7 @@ class DirPackedBundle(PackedBundle):
     def blob_path(self, blob: BlobRef) -> Path:
         p = self._blob_dir / (blob.digest.split(":", 1)[1] + ".zst")
         if not p.is_file():
-            raise NotFoundError(f"blob {blob.digest} is missing from {self._blob_dir}")
+            raise NotFoundError(f"blob {blob.digest} is missing from {self._blob_dir}", key=blob.digest)
         return p
 
     def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
@@ -147,7 +147,8 @@ class CtbBundle(PackedBundle):
         super().__init__(manifest, signature, f"bundle file {self.path}")
         for b in self.manifest.blobs:
             if b.digest.split(":", 1)[1] not in self._members:
-                raise BundleFormatError(f"{self.path}: blob {b.digest} is listed in the manifest but missing")
+                raise BundleFormatError(f"{self.path}: blob {b.digest} is listed in the manifest but missing",
+                                        key=b.digest)
 
     def _read_index(self) -> tuple[bytes, bytes | None]:
         p = self.path
@@ -208,7 +209,7 @@ class CtbBundle(PackedBundle):
     def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
         hexd = blob.digest.split(":", 1)[1]
         if hexd not in self._members:
-            raise NotFoundError(f"{self.path}: no blob {blob.digest}")
+            raise NotFoundError(f"{self.path}: no blob {blob.digest}", key=blob.digest)
         offset, size = self._members[hexd]
         with open(self.path, "rb") as f, open(dest, "wb") as out:
             f.seek(offset)
@@ -216,7 +217,7 @@ class CtbBundle(PackedBundle):
             while left:
                 chunk = f.read(min(_CHUNK, left))
                 if not chunk:
-                    raise BundleFormatError(f"{self.path} is truncated (in blob {blob.digest})")
+                    raise BundleFormatError(f"{self.path} is truncated (in blob {blob.digest})", key=blob.digest)
                 out.write(chunk)
                 left -= len(chunk)
 
@@ -282,7 +283,7 @@ def _check_paths(scan) -> None:
         try:
             validate_relpath(rel)
         except UnsafePathError as exc:
-            raise UnsafePathError(f"cannot pack: {exc}") from None
+            raise UnsafePathError(f"cannot pack: {exc}", key=exc.key or rel) from None
 
 
 def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, workdir: str | os.PathLike | None = None,

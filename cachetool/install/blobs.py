@@ -12,13 +12,17 @@ from cachetool.install.fs import CHUNK
 from cachetool.stores.base import BlobRef
 
 
+def _refused(blob: BlobRef, why: str) -> BlobVerificationError:
+    """The refusal of ``blob`` (named by its content digest, also its ``key``): ``why`` follows its short name."""
+    return BlobVerificationError(f"blob {blob.digest[:19]}{why}", key=blob.digest)
+
+
 def check_stored(blob: BlobRef, zst: Path) -> None:
     import zstandard
 
     st = zst.stat()
     if st.st_size != blob.stored_size:
-        raise BlobVerificationError(
-            f"blob {blob.digest[:19]} is {st.st_size} bytes stored, manifest says {blob.stored_size} (truncated or size lie)")
+        raise _refused(blob, f" is {st.st_size} bytes stored, manifest says {blob.stored_size} (truncated or size lie)")
     h = hashlib.sha256()
     with open(zst, "rb") as f:
         head = f.read(18)
@@ -29,15 +33,14 @@ def check_stored(blob: BlobRef, zst: Path) -> None:
                 break
             h.update(chunk)
     if "sha256:" + h.hexdigest() != blob.stored_digest:
-        raise BlobVerificationError(f"blob {blob.digest[:19]}: stored bytes do not match their digest (tampered)")
+        raise _refused(blob, ": stored bytes do not match their digest (tampered)")
     try:
         params = zstandard.get_frame_parameters(head)
     except zstandard.ZstdError:
-        raise BlobVerificationError(f"blob {blob.digest[:19]} is not a zstd frame") from None
+        raise _refused(blob, " is not a zstd frame") from None
     if params.content_size != zstandard.CONTENTSIZE_UNKNOWN and params.content_size != blob.size:
-        raise BlobVerificationError(
-            f"blob {blob.digest[:19]} declares {params.content_size} bytes in its zstd frame, manifest says {blob.size} "
-            "(size lie)")
+        raise _refused(blob, f" declares {params.content_size} bytes in its zstd frame, manifest says {blob.size} "
+                             "(size lie)")
 
 
 def expand_blob(blob: BlobRef, zst: Path, out) -> None:
@@ -61,18 +64,17 @@ def expand_blob(blob: BlobRef, zst: Path, out) -> None:
                     break
                 n += len(chunk)
                 if n > blob.size:
-                    raise BlobVerificationError(
-                        f"blob {blob.digest[:19]} decompresses beyond its declared {blob.size} bytes "
-                        "(decompression bomb or size lie)")
+                    raise _refused(blob, f" decompresses beyond its declared {blob.size} bytes "
+                                         "(decompression bomb or size lie)")
                 h.update(chunk)
                 if out is not None:
                     out.write(chunk)
         except zstandard.ZstdError as exc:
-            raise BlobVerificationError(f"blob {blob.digest[:19]} is corrupt zstd ({exc})") from None
+            raise _refused(blob, f" is corrupt zstd ({exc})") from None
     if n != blob.size:
-        raise BlobVerificationError(f"blob {blob.digest[:19]} decompresses to {n} bytes, manifest says {blob.size}")
+        raise _refused(blob, f" decompresses to {n} bytes, manifest says {blob.size}")
     if "sha256:" + h.hexdigest() != blob.digest:
-        raise BlobVerificationError(f"blob {blob.digest[:19]}: content does not match its digest (tampered)")
+        raise _refused(blob, ": content does not match its digest (tampered)")
 
 
 def verify_and_expand(blob: BlobRef, zst: Path, dest: Path, mode: int) -> None:
