@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 from cachetool.digests import hexof, sha256_bytes, sha256_file
 from cachetool.errors import (CacheMissError, CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
-                              WaitTimeoutError)
+                              WaitTimeoutError, filled)
 from cachetool.partials import PARTIAL_DIR, RETRYABLE, partial_cap, trim_partials
 from cachetool.ref_store import open_ref, read_index
 from cachetool.refs import Ref
@@ -167,7 +167,8 @@ class StoreSource(BundleSource):
             pass
         if not stat.S_ISDIR(os.lstat(self.partial_dir).st_mode):
             raise UnsafeDestinationError(
-                f"{self.partial_dir} is a symlink or not a folder; refusing to download through it")
+                f"{self.partial_dir} is a symlink or not a folder; refusing to download through it",
+                key=blob.stored_digest, **self.fields)
         part = self.partial_dir / hexof(blob.stored_digest)
         try:
             st = os.lstat(part)
@@ -243,8 +244,10 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     partial = root / PARTIAL_DIR
     try:
         down0 = st.counters.bytes_down
-        index = read_index(st, r)
-        entry = select_entry(index, r.url, device, engine)
+        try:
+            entry = select_entry(read_index(st, r), r.url, device, engine)
+        except CachetoolError as exc:
+            raise filled(exc, store=st.url, ref=r.url)
         with TransferProgress(progress_default(progress)) as prog:
             if prog.enabled:
                 # The entry's size is the blobs' stored bytes plus the manifest's (push): the bar counts the blobs,
@@ -266,10 +269,12 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
                                         preflight=preflight, device=device, expected_key=expected_key, force=force,
                                         keep_changed=keep_changed,
                                         warn=warn, workers=workers, deadline=deadline)
-            except CachetoolError:  # the partial files were settled under the root lock (StoreSource.settle)
+            except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
                 _remove_if_empty(partial)
                 _remove_if_empty(root)
-                raise
+                # Every install-phase refusal (signature, manifest, preflight, plan, blob, commit, the lock) is of
+                # this bundle: a raise below that did not know the store, ref or manifest says so on the way up.
+                raise filled(exc, store=st.url, ref=r.url, key=entry.manifest_digest)
             if prog.enabled and "task" in holder:
                 prog.finish(holder["task"])
         down1 = st.counters.bytes_down

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cachetool.digests import sha256_file
-from cachetool.errors import StoreError, UsageError, VerificationError
+from cachetool.errors import CachetoolError, StoreError, UsageError, VerificationError, filled
 from cachetool.ref_store import open_ref
 from cachetool.refs import Ref, parse_ref
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
@@ -63,14 +63,14 @@ def _load_bundle(source, sign_key, layout: str):
     return bundle, owned
 
 
-def _check_stored_bytes(bundle, blob: BlobRef) -> None:
+def _check_stored_bytes(bundle, blob: BlobRef, fields: dict) -> None:
     digest, n = sha256_file(bundle.blob_path(blob))
     if n != blob.stored_size or digest != blob.stored_digest:
         raise VerificationError(f"{bundle.description}: blob {blob.digest[:19]} does not match the manifest "
-                                "(tampered or truncated); nothing pushed", key=blob.stored_digest)
+                                "(tampered or truncated); nothing pushed", key=blob.stored_digest, **fields)
 
 
-def _check_envelope(bundle) -> None:
+def _check_envelope(bundle, fields: dict) -> None:
     import base64
 
     from cachetool.signing import parse_envelope
@@ -84,7 +84,8 @@ def _check_envelope(bundle) -> None:
     except ValueError:
         payload = None
     if payload != bundle.manifest_bytes():
-        raise VerificationError(f"{bundle.description}: the signature is for a different manifest; nothing pushed")
+        raise VerificationError(f"{bundle.description}: the signature is for a different manifest; nothing pushed",
+                                key=bundle.manifest_digest, **fields)
 
 
 def merge_index(old: RefIndex | None, name: str, tag: str, entry: RefEntry) -> RefIndex:
@@ -106,6 +107,7 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
                          ref=ref.url if isinstance(ref, Ref) else ref)
     r, st, own_store = open_ref(ref, store, store_options)
     bundle, own_bundle = _load_bundle(source, sign_key, layout)
+    fields = {"store": st.url, "ref": r.url}  # of every failure of this push
     try:
         blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
         missing = st.missing_blobs(blobs, bundle.blob_path, workers=max(1, workers))
@@ -114,8 +116,8 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
         # A store is content-addressed and skips what it has: bytes written under a digest they don't match would
         # poison it for every later push and pull. Check everything before the first write.
         with ThreadPoolExecutor(max(1, workers)) as ex:
-            list(ex.map(lambda b: _check_stored_bytes(bundle, b), missing))
-        _check_envelope(bundle)
+            list(ex.map(lambda b: _check_stored_bytes(bundle, b, fields), missing))
+        _check_envelope(bundle, fields)
         up0 = st.counters.bytes_up
         with TransferProgress(progress_default(progress)) as prog:
             task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",
@@ -133,7 +135,7 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
         digest = stored.digest
         if digest != bundle.manifest_digest:  # the ref is not written: no reader is sent to the wrong manifest
             raise StoreError(f"{st.url} stored the manifest as {digest}, expected {bundle.manifest_digest}",
-                             store=st.url, ref=r.url, key=digest)
+                             key=digest, **fields)
         entry = RefEntry(manifest_digest=digest, platform=bundle.platform,
                          fingerprint=dict(bundle.manifest.fingerprint or {}), size=bundle.stored_size, created=now_iso())
         index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
@@ -143,6 +145,8 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
                           bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
                           platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0,
                           pinned=r.pinned(stored.pin).url)
+    except CachetoolError as exc:  # a store's failure below that did not know the ref (a blob upload) names it
+        raise filled(exc, **fields)
     finally:
         if own_bundle:
             bundle.close()

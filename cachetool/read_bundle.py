@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cachetool.errors import NotFoundError, UsageError
+from cachetool.errors import CachetoolError, NotFoundError, UsageError, filled
 from cachetool.manifest import Manifest
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex
@@ -58,7 +58,7 @@ def choose_entry(index: RefIndex, ref_text: str, platform: str | None) -> RefEnt
         return select_entry(index, ref_text)
     except CacheMissError:
         raise UsageError(f"{ref_text} holds {len(index.entries)} platforms ({names}), none of them this machine's: "
-                         "choose one with --platform") from None
+                         "choose one with --platform", ref=ref_text) from None
 
 
 class RefBundle(BundleSource):
@@ -69,16 +69,25 @@ class RefBundle(BundleSource):
         from cachetool.ref_store import open_ref, read_index
 
         self._tmp: Path | None = None
+        self.entry: RefEntry | None = None
         ref, self._store, _ = open_ref(ref_text, None, store_options)
+        self.fields = {"store": self._store.url, "ref": ref.url}  # what every failure reading this bundle knows
         try:
             self.entry = choose_entry(read_index(self._store, ref), ref.url, platform)
             self._tmp = Path(tempfile.mkdtemp(prefix="cachetool-read-"))
             self._source = StoreSource(self._store, ref, self.entry, self._tmp / "partial")
             self.description = self._source.description
             self.manifest = Manifest.from_bytes(self._source.manifest_bytes())
-        except BaseException:
+        except BaseException as exc:
             self.close()
+            if isinstance(exc, CachetoolError):
+                raise self.filled(exc)
             raise
+
+    def filled(self, exc: CachetoolError) -> CachetoolError:
+        """``exc`` with this bundle's store, ref and (once chosen) manifest digest where its raise left them out."""
+        key = {"key": self.entry.manifest_digest} if self.entry is not None else {}
+        return filled(exc, **self.fields, **key)
 
     @property
     def manifest_digest(self) -> str:
@@ -109,5 +118,9 @@ class RefBundle(BundleSource):
     def __enter__(self) -> "RefBundle":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        # A failure while reading it (verify's signature check, a tampered blob) names this bundle's store and ref;
+        # a usage error is about what the caller passed (a --trust file), not about this bundle.
+        if isinstance(exc, CachetoolError) and not isinstance(exc, UsageError):
+            self.filled(exc)
         self.close()

@@ -1,6 +1,8 @@
-"""Issue 22 item 6 (stores): a failure that knows the store, the ref, the object or the server's status carries them
-as fields (``store``, ``ref``, ``key``, ``status``), and ``--json`` prints them, so a caller branches on data, not
-on the message. Each case runs against the real servers (file, Ceph RGW, docker-registry)."""
+"""Issue 22 item 6: a failure that knows the store, the ref, the object or the server's status carries them as
+fields (``store``, ``ref``, ``key``, ``status``), and ``--json`` prints them, so a caller branches on data, not on
+the message. The stores' own failures first, then the layers above them that know more (a pull's or a push's
+store, ref and manifest; a ref read by inspect, verify or gc; the registry client's credentials). Each case runs
+against the real servers (file, Ceph RGW, docker-registry)."""
 
 from __future__ import annotations
 
@@ -77,3 +79,130 @@ def test_oci_refused_login_carries_the_http_status(oci_registry_auth, bundle, cl
     r = cli("pull", ref, "--cache-root", tmp_path / "root", "--insecure-skip-verify", "--json")
     doc = json.loads(r.out)
     assert r.rc == 6 and doc["store"] == ref.rsplit(":", 1)[0] and doc["status"] in (401, 403), r
+
+
+# ---------------------------------------------------------------- issue 22 item 6: the layers above the stores
+def test_a_pull_whose_install_refuses_names_the_store_ref_and_manifest(any_store, bundle, keys, cli, tmp_path):
+    """Install refusals (here an untrusted signature) were raised without the pull's store, ref or manifest."""
+    from cachetool.errors import UntrustedKeyError
+    from cachetool.pulling import pull
+
+    ref = any_store.ref("v1")
+    push(bundle, ref)
+    with pytest.raises(UntrustedKeyError) as err:
+        pull(ref, tmp_path / "root", trust=[keys["other_pub"]])
+    e = err.value
+    assert (e.store, e.ref, e.key) == (any_store.store, ref, bundle.manifest_digest), e
+    r = cli("pull", ref, "--cache-root", tmp_path / "root", "--trust", keys["other_pub"], "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 3 and (doc["store"], doc["ref"], doc["key"]) == (e.store, e.ref, e.key), r
+
+
+def _tamper_file_store_blob(store_dir, bundle):
+    blob = max(bundle.blobs, key=lambda b: b.stored_size)
+    p = store_dir / "blobs" / "sha256" / blob.stored_digest.split(":", 1)[1]
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    p.write_bytes(bytes(data))
+    return blob
+
+
+def test_a_tampered_blob_keeps_its_digest_as_key_and_gets_the_pulls_store_and_ref(bundle, keys, cli, tmp_path):
+    from cachetool.errors import BlobVerificationError
+    from cachetool.pulling import pull
+
+    store = f"file://{tmp_path}/store"
+    ref = f"{store}/llama:v1"
+    push(bundle, ref)
+    blob = _tamper_file_store_blob(tmp_path / "store", bundle)
+    with pytest.raises(BlobVerificationError) as err:
+        pull(ref, tmp_path / "root", trust=[keys["pub"]])
+    e = err.value
+    assert (e.store, e.ref, e.key) == (store, ref, blob.digest), e  # the blob, more precise than the manifest
+    r = cli("verify", ref, "--trust", keys["pub"], "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 3 and (doc["store"], doc["ref"], doc["key"]) == (store, ref, blob.digest), r
+
+
+def test_verify_of_a_ref_that_a_trust_key_refuses_names_the_ref(any_store, bundle, keys, cli):
+    ref = any_store.ref("v1")
+    push(bundle, ref)
+    r = cli("verify", ref, "--trust", keys["other_pub"], "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 3 and (doc["store"], doc["ref"], doc["key"]) == (any_store.store, ref, bundle.manifest_digest), r
+
+
+@pytest.fixture
+def not_a_manifest(tmp_path):
+    """A file store whose tag (and pin) names a stored object that is JSON under its digest but no bundle manifest."""
+    from cachetool.stores.base import RefEntry, RefIndex
+
+    store = f"file://{tmp_path}/store"
+    with open_store(store) as st:
+        digest = st.put_manifest(b'{"schema": 1}', []).digest
+        st.update_ref("llama", "v1", lambda old: RefIndex("llama", "v1", (RefEntry(digest, "cpu-x", {}, 1, ""),)))
+    return store, digest
+
+
+def test_inspect_of_a_ref_whose_manifest_is_bad_names_the_ref(not_a_manifest, cli):
+    store, digest = not_a_manifest
+    ref = f"{store}/llama:v1"
+    r = cli("inspect", ref, "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 3 and (doc["store"], doc["ref"], doc["key"]) == (store, ref, digest), r
+
+
+def test_a_pin_whose_manifest_is_bad_names_the_store_pin_and_object(not_a_manifest, cli):
+    """A pin is read by the store itself: it parses the pinned manifest for the entry's platform."""
+    from cachetool.errors import ManifestError
+
+    store, digest = not_a_manifest
+    with open_store(store) as st, pytest.raises(ManifestError) as err:
+        st.get_ref("llama", "", digest=digest)
+    e = err.value
+    assert (e.store, e.ref, e.key) == (store, f"llama@{digest}", f"manifests/sha256/{digest[7:]}.json"), e
+    r = cli("inspect", f"{store}/llama@{digest}", "--json")
+    assert r.rc == 3 and (json.loads(r.out)["store"], json.loads(r.out)["key"]) == (store, e.key), r
+
+
+def test_gc_over_a_bad_stored_manifest_names_the_store_and_the_manifest(not_a_manifest, cli):
+    store, digest = not_a_manifest
+    r = cli("gc", store, "--dry-run", "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 3 and (doc["store"], doc["key"]) == (store, digest), r
+
+
+def test_a_push_that_refuses_a_tampered_blob_names_the_store_and_ref(tree, keys, tmp_path):
+    from cachetool.bundle import pack
+    from cachetool.errors import VerificationError
+
+    packed = pack(tree, sign_key=keys["key"], workdir=tmp_path / "work")
+    try:
+        blob = max(packed.blobs, key=lambda b: b.stored_size)
+        p = packed.blob_path(blob)
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        p.write_bytes(bytes(data))
+        store = f"file://{tmp_path}/store"
+        ref = f"{store}/llama:v1"
+        with pytest.raises(VerificationError) as err:
+            push(packed, ref)
+    finally:
+        packed.close()
+    e = err.value
+    assert (e.store, e.ref, e.key) == (store, ref, blob.stored_digest), e
+
+
+def test_an_unreadable_registry_credentials_file_names_the_store_and_the_file(oci_registry_auth, cli, tmp_path,
+                                                                             monkeypatch):
+    bad = tmp_path / "auth.json"
+    bad.write_text("{not json")
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(bad))
+    store = f"{oci_registry_auth.url}/team/fields"
+    with open_store(store) as st, pytest.raises(StoreError) as err:
+        list(st.list_refs())
+    e = err.value
+    assert (e.store, e.key) == (store, str(bad)), e
+    r = cli("ls", store, "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 6 and (doc["store"], doc["key"]) == (store, str(bad)), r
