@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from cachetool.errors import (BadSignatureError, KeyFileError, NotFoundError, SignatureError, UnsignedError,  # noqa: F401
-                              UntrustedKeyError, UsageError, VerificationError)
+from cachetool.errors import (BadSignatureError, KeyFileError, SignatureError, UnsignedError, UntrustedKeyError,
+                              UsageError)
 from cachetool.manifest import MEDIA_TYPE, canonical_json
 
 PAYLOAD_TYPE = MEDIA_TYPE
