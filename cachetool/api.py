@@ -17,26 +17,56 @@ torch is imported only by the calls that compile or compute a cache key.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
+from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.errors import UsageError
+from cachetool.pull_policy import ON_MISS, OnMiss, PullOutcome, failure_outcome
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
+from cachetool.stores.base import GC_MIN_AGE_S
 from cachetool.warmup import compilation_config
-# what the CLI renders with (warmup's; not in __all__, whose names are also cachetool's top-level ones)
-from cachetool.warmup import STARTUP_PHASES, CompilationConfigError, CompileRunResult  # noqa: F401
+from cachetool.warmup import STARTUP_PHASES, CompilationConfigError, CompileRunResult
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from cachetool.bundle import PackedBundle
+    from cachetool.engines.base import KeyCheck
+    from cachetool.engines.vllm.engine import VllmStartResult
+    from cachetool.factors import Difference
+    from cachetool.install import InstallResult
+    from cachetool.pulling import PullResult
+    from cachetool.pushing import PushResult
+    from cachetool.signing import PublicKey
+    from cachetool.stores.base import Store
+    from cachetool.stores.gc import GcReport
+    from compiler.config import CompilationConfig
+    from compiler.progress import ProgressEvent
 
 __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expected_cache_key",
            "compilation_config", "pack", "keygen", "sign", "inspect", "verify", "install", "diff", "ls", "rm", "gc"]
+
+# What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
+# imports from this module only (tests/test_cli_layer.py), these names included.
+CLI_NAMES = ("STARTUP_PHASES", "CompilationConfigError", "CompileRunResult", "PullOutcome", "ENGINE_CHOICES",
+             "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging", "pull_refused_outcome")
+
+# The argument types the verbs share.
+SignKey = Union[str, Path, "Ed25519PrivateKey"]  # a key file, or a loaded key
+Trust = Iterable[Union[str, Path, "PublicKey"]]  # public key files or folders, or loaded keys; None: the pinned ones
+Config = Union["CompilationConfig", dict, str, None]  # a CompilationConfig, a dict, a JSON string, or the default
+StartResult = Union[CompileRunResult, "VllmStartResult"]  # a start of the native engine, or of vLLM
 
 
 @dataclass
 class WarmSummary:
     """``warm`` with an optional push: what compiled, what was packed, where it went, and how long each took."""
 
-    compile: Any  # cachetool.warmup.CompileRunResult
-    push: Any = None  # cachetool.pushing.PushResult, when pushed
+    compile: StartResult
+    push: PushResult | None = None  # when pushed
     bytes_raw: int | None = None  # files in the pushed cache folder
     bytes_unique: int | None = None  # after deduplicating identical files
     bytes_compressed: int | None = None  # zstd blobs + manifest, what a store holds
@@ -58,14 +88,14 @@ class WarmSummary:
         }
 
 
-def _hash_folder(result: Any) -> Path:
+def _hash_folder(result: CompileRunResult) -> Path:
     """The ``torch_compile_cache/{hash10}`` folder a warm wrote (all its ranks)."""
     if not result.rank_dir:
         raise UsageError("nothing to push: the compile cache is disabled or the mode does not use it")
     return Path(result.rank_dir).parent
 
 
-def _push_key(push: str | None, sign_key: Any) -> Any:
+def _push_key(push: str | None, sign_key: SignKey | None) -> SignKey | None:
     """Check ``push`` and load ``sign_key`` before minutes of compiling, not after; the loaded key."""
     if push is None:
         return sign_key
@@ -81,16 +111,19 @@ def _push_key(push: str | None, sign_key: Any) -> Any:
     return sign_key
 
 
-def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Any = None,
-         overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: Any = None,
-         store_options: dict | None = None, progress: bool | None = False, engine: str = "native",
+def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
+         overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: SignKey | None = None,
+         store_options: dict[str, Any] | None = None, progress: bool | None = False, engine: str = "native",
          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
-         engine_progress: Any = None, **run_options: Any) -> WarmSummary:
+         engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
+         tensor_parallel_size: int = 1, share_ranks: bool = True,
+         on_progress: Callable[[ProgressEvent], None] | None = None) -> WarmSummary:
     """Compile ``model`` as a server would, filling ``cache_root``; with ``push``, pack the cache folder (signed
-    with ``sign_key``) and push it to that ref. ``run_options`` go to :func:`cachetool.warmup.warm`
-    (``rank``, ``dp_rank``, ...). ``engine="vllm"``: real vLLM starts headless with ``engine_flags`` (``vllm
-    serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy ones),
-    and the key folder it used is packed with vLLM's facts."""
+    with ``sign_key``) and push it to that ref. ``rank``, ``dp_rank``, ``tensor_parallel_size``, ``share_ranks``
+    and ``on_progress`` are the native engine's (:func:`cachetool.warmup.warm`). ``engine="vllm"``: real vLLM
+    starts headless with ``engine_flags`` (``vllm serve`` flags, read by vLLM's own parser; ``load_weights`` reads
+    the model's weights instead of dummy ones; ``engine_progress`` gets its message lines), and the key folder it
+    used is packed with vLLM's facts."""
     from cachetool import engines
 
     chosen = engines.get(engine)
@@ -98,7 +131,9 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
     t0 = time.perf_counter()
     if chosen.name == "native":
         cfg = compilation_config(config, overrides, cache_root)
-        result = chosen.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, **run_options)
+        result = chosen.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank,
+                             dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks,
+                             on_progress=on_progress)
         folder = _hash_folder(result) if push is not None else None
     else:
         result = chosen.warm(model, cache_root=cache_root, flags=list(engine_flags), load_weights=load_weights,
@@ -123,22 +158,25 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
     return summary
 
 
-def _engine_folder(result: Any) -> Path:
+def _engine_folder(result: VllmStartResult) -> Path:
     """What a warm of another engine packs: the one key folder it used, else its whole cache root."""
     if len(result.cache_keys) == 1 and result.cache_dir:
         return Path(result.cache_dir)
     return Path(result.cache_root)
 
 
-def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Any = None,
+def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
           overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str = "native",
-          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False, engine_progress: Any = None,
-          **run_options: Any) -> Any:
-    """Start ``model`` as a server would and report compiled vs loaded graphs (``CompileRunResult``);
-    ``require_hit``: raise :class:`cachetool.errors.CompileInStrictModeError` before anything compiles.
-    ``engine="vllm"``: real vLLM starts on ``cache_root`` with ``engine_flags`` and reports what Inductor
-    compiled and loaded and whether vLLM loaded its AOT artifact (``VllmStartResult``); ``require_hit`` then
-    raises :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start."""
+          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
+          engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
+          tensor_parallel_size: int = 1) -> StartResult:
+    """Start ``model`` as a server would and report compiled vs loaded graphs (``CompileRunResult``; ``rank``,
+    ``dp_rank`` and ``tensor_parallel_size`` as for :func:`cachetool.warmup.check`); ``require_hit``: raise
+    :class:`cachetool.errors.CompileInStrictModeError` before anything compiles. ``engine="vllm"``: real vLLM
+    starts on ``cache_root`` with ``engine_flags`` and reports what Inductor compiled and loaded and whether vLLM
+    loaded its AOT artifact (``VllmStartResult``); ``require_hit`` then raises
+    :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start, with the start as its
+    ``start`` (what the CLI's ``--json`` object of the failure carries)."""
     from cachetool import engines
 
     chosen = engines.get(engine)
@@ -147,10 +185,10 @@ def check(model: str, *, cache_root: str | Path | None = None, device: str = "cp
                             load_weights=load_weights, progress=engine_progress)
     cfg = compilation_config(config, overrides, cache_root)
     return chosen.check(model, cache_root=cache_root, device=device, compilation_config=cfg,
-                        require_hit=require_hit, **run_options)
+                        require_hit=require_hit, rank=rank, dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size)
 
 
-def expected_cache_key(model: str, *, device: str = "cpu", config: Any = None,
+def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None,
                        overrides: list[str] | tuple[str, ...] = (), rank: int = 0, dp_rank: int = 0) -> dict:
     """The cache key (``{"hash", "factors"}``) a server running ``model`` with this config will look up, computed
     by a Dynamo trace without compiling or writing anything. Pull uses it to refuse, before any download, a bundle
@@ -161,56 +199,97 @@ def expected_cache_key(model: str, *, device: str = "cpu", config: Any = None,
                                      dp_rank=dp_rank)
 
 
-def push(source: Any, ref: str, *, sign_key: Any = None, **options: Any) -> Any:
-    """Push a ``.ctb`` file, a packed bundle or a cache folder (packed and signed on the way) to ``ref``;
-    returns :class:`cachetool.pushing.PushResult` (blobs uploaded vs already in the store)."""
+def push(source: str | Path | PackedBundle, ref: str, *, sign_key: SignKey | None = None, layout: str = "auto",
+         store: Store | None = None, store_options: dict[str, Any] | None = None, workers: int = 8,
+         progress: bool | None = None) -> PushResult:
+    """Push a ``.ctb`` file, a packed bundle or a cache folder (packed with ``layout`` and signed on the way) to
+    ``ref``, through ``store`` or the ref's store opened with ``store_options``; returns
+    :class:`cachetool.pushing.PushResult` (blobs uploaded vs already in the store)."""
     from cachetool.pushing import push as push_bundle
 
-    return push_bundle(source, ref, sign_key=sign_key, **options)
+    return push_bundle(source, ref, sign_key=sign_key, layout=layout, store=store, store_options=store_options,
+                       workers=workers, progress=progress)
 
 
-def pull(ref: str, cache_root: str | Path, *, trust: Any = None, model: str | None = None, config: Any = None,
-         overrides: list[str] | tuple[str, ...] = (), device: str | None = None, tensor_parallel_size: int = 1,
-         engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (), **options: Any) -> Any:
-    """Pull ``ref`` into ``cache_root``: signature checked against the pinned keys, then preflight, then blobs,
-    each verified, installed atomically. With ``model`` (and ``config``, ``tensor_parallel_size``), preflight also
-    compares the cache key this server will need — predicted from the bundle's own factors without a trace,
-    re-hashing here the traced files it lists — naming a differing config field or traced file. Returns
+def default_cache_root(engine: str | None = None) -> Path:
+    """Where the server of ``engine`` reads its cache, so where a pull puts it: vLLM's own root for ``vllm``
+    (``VLLM_CACHE_ROOT``), else cachetool's (``CACHETOOL_CACHE_ROOT`` or ``~/.cache/cachetool``)."""
+    from cachetool import engines, envs
+
+    return envs.cache_root() if engine is None else engines.get(engine).default_cache_root()
+
+
+def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None = None,
+         insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None, device: str | None = None,
+         model: str | None = None, config: Config = None, overrides: list[str] | tuple[str, ...] = (),
+         tensor_parallel_size: int = 1, engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (),
+         force: bool = False, keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
+         store_options: dict[str, Any] | None = None, timeout: float | None = None, progress: bool | None = None,
+         workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullResult:
+    """Pull ``ref`` into ``cache_root`` (default: :func:`default_cache_root` of ``engine``): signature checked
+    against the pinned keys, then preflight, then blobs, each verified, installed atomically. With ``model`` (and
+    ``config``, ``tensor_parallel_size``), preflight also compares the cache key this server will need —
+    predicted from the bundle's own factors without a trace, re-hashing here the traced files it lists — naming a
+    differing config field or traced file. The other arguments as for :func:`cachetool.pulling.pull`. Returns
     :class:`cachetool.pulling.PullResult`."""
     from cachetool.engines.native import NativeEngine
     from cachetool.pulling import pull as pull_bundle
 
-    options.pop("rank", None), options.pop("dp_rank", None)  # every rank of a server computes one key
+    root = default_cache_root(engine) if cache_root is None else cache_root
+    rest = dict(trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device, engine=engine,
+                force=force, keep_changed=keep_changed, preflight=preflight, store=store, store_options=store_options,
+                timeout=timeout, progress=progress, workers=workers, warn=warn)
     if engine not in (None, "native"):
         from cachetool import engines
 
         if config is not None or overrides:
             raise UsageError("--compilation-config/-cc are native-engine options: with --engine vllm pass vLLM's "
                              "own flags after --")
-        check = engines.get(engine).key_check(model, cache_root=cache_root, flags=list(engine_flags),
-                                              timeout=options.get("timeout")) if model else None
+        check = engines.get(engine).key_check(model, cache_root=root, flags=list(engine_flags),
+                                              timeout=timeout) if model else None
         if engine_flags and model is None:
             raise UsageError("vLLM flags after -- on pull need --model (the server's model)")
-        return pull_bundle(ref, cache_root, trust=trust, device=device, engine=engine, expected_key=check, **options)
-    return pull_bundle(ref, cache_root, trust=trust, device=device, engine=engine, **options,
+        return pull_bundle(ref, root, expected_key=check, **rest)
+    return pull_bundle(ref, root, **rest,
                        expected_key=NativeEngine().key_check(model, config=config, overrides=overrides,
                                                          device=device or "cpu",
                                                          tensor_parallel_size=tensor_parallel_size))
 
 
-def pull_outcome(ref: str, cache_root: str | Path, *, on_miss: str = "fail", timeout: float | None = None,
-                 **options: Any) -> Any:
+def pull_outcome(ref: str, cache_root: str | Path | None = None, *, on_miss: OnMiss = "fail",
+                 timeout: float | None = None, trust: Trust | None = None, insecure_skip_verify: bool = False,
+                 ranks: str | Iterable[str] | None = None, device: str | None = None, model: str | None = None,
+                 config: Config = None, overrides: list[str] | tuple[str, ...] = (), tensor_parallel_size: int = 1,
+                 engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (), force: bool = False,
+                 keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
+                 store_options: dict[str, Any] | None = None, progress: bool | None = None,
+                 workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullOutcome:
     """:func:`pull` under the init-container policy (:mod:`cachetool.pull_policy`): returns a
     :class:`cachetool.pull_policy.PullOutcome` whatever happens (``installed``, ``already-installed``, or the
     failure's outcome and exit code; ``on_miss="continue"`` gives exit 0 for a cache that is missing, stale,
-    unreachable, slow or refused), with the read-only-root temporary folder and the hard ``timeout`` applied."""
+    unreachable, slow or refused), with the read-only-root temporary folder and the hard ``timeout`` applied.
+    The other arguments as for :func:`pull`."""
     from cachetool.pull_policy import pull_with_policy
 
-    return pull_with_policy(pull, ref, cache_root, on_miss=on_miss, timeout=timeout, **options)
+    try:
+        root = default_cache_root(engine) if cache_root is None else cache_root
+    except Exception as exc:  # an engine that is none: its outcome too
+        return failure_outcome(ref, on_miss, exc)
+    return pull_with_policy(pull, ref, root, on_miss=on_miss, timeout=timeout, trust=trust,
+                            insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device, model=model,
+                            config=config, overrides=overrides, tensor_parallel_size=tensor_parallel_size,
+                            engine=engine, engine_flags=engine_flags, force=force, keep_changed=keep_changed,
+                            preflight=preflight, store=store, store_options=store_options, progress=progress,
+                            workers=workers, warn=warn)
+
+
+def pull_refused_outcome(ref: str | None, exc: BaseException, on_miss: str = "fail") -> PullOutcome:
+    """The outcome of a pull refused before it ran (a flag the CLI could not take), under the same policy."""
+    return failure_outcome(ref, on_miss, exc)
 
 
 # ---------------------------------------------------------------------------------------- bundles and stores
-def pack(path: str | Path, output: str | Path, *, sign_key: Any = None, layout: str = "auto",
+def pack(path: str | Path, output: str | Path, *, sign_key: SignKey | None = None, layout: str = "auto",
          level: int = 3) -> PackResult:
     """Pack a cache (root, hash folder or rank folder) into the single-file bundle ``output``, signed with
     ``sign_key`` (a path or a loaded key) when given."""
@@ -252,7 +331,7 @@ def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None 
         return SignResult(str(out), key_id(k.public_key()), b.manifest_digest)
 
 
-def inspect(bundle: str, *, platform: str | None = None, store_options: dict | None = None) -> BundleInfo:
+def inspect(bundle: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> BundleInfo:
     """What a bundle file or a ref's bundle holds (its manifest and signature only; nothing is verified)."""
     from cachetool.read_bundle import open_bundle
     from cachetool.signing import envelope_key_ids
@@ -267,8 +346,8 @@ def inspect(bundle: str, *, platform: str | None = None, store_options: dict | N
             bytes=Sizes.of(m), file_list=[f.to_json() for f in m.files])
 
 
-def verify(bundle: str, *, trust: Any = None, platform: str | None = None,
-           store_options: dict | None = None) -> VerifyResult:
+def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = None,
+           store_options: dict[str, Any] | None = None) -> VerifyResult:
     """Check the signature against the trusted keys and every blob against the manifest (a ref's blobs are
     downloaded to a temporary folder); nothing is installed."""
     from cachetool.install import verify_bundle
@@ -279,19 +358,27 @@ def verify(bundle: str, *, trust: Any = None, platform: str | None = None,
         return VerifyResult(str(bundle), b.manifest_digest, kid, len(m.blobs), len(m.files))
 
 
-def install(bundle: str | Path, cache_root: str | Path, **options: Any) -> Any:
-    """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root``; ``options`` as for
-    :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
+def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: Trust | None = None,
+            insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None, preflight: bool = True,
+            device: str | None = None, expected_key: KeyCheck | dict[str, Any] | None = None, force: bool = False,
+            keep_changed: bool = False, warn: Callable[[str], None] | None = None, workers: int | None = None,
+            deadline: float | None = None) -> InstallResult:
+    """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root`` (default:
+    :func:`default_cache_root`); the other arguments as for :func:`cachetool.install.install_bundle`. Returns its
+    :class:`~cachetool.install.InstallResult`."""
     from cachetool.bundle import open_ctb
     from cachetool.install import install_bundle
 
     with open_ctb(bundle) as b:
-        return install_bundle(b, cache_root, **options)
+        return install_bundle(b, default_cache_root() if cache_root is None else cache_root, trust=trust,
+                              insecure_skip_verify=insecure_skip_verify, ranks=ranks, preflight=preflight,
+                              device=device, expected_key=expected_key, force=force, keep_changed=keep_changed,
+                              warn=warn, workers=workers, deadline=deadline)
 
 
 def diff(a: str, b: str, *, device: str | None = None, engine: str = "native", model: str | None = None,
          flags: list[str] | tuple[str, ...] = (), platform: str | None = None,
-         store_options: dict | None = None) -> list:
+         store_options: dict[str, Any] | None = None) -> list[Difference]:
     """Every hash factor that differs between A and B (bundle files, refs, cache folders or ``local``), as
     :class:`cachetool.factors.Difference` items; with ``engine="vllm"``, B is ``local``: this machine and, with
     ``model`` and the server's ``flags``, the key inputs vLLM computes for that server."""
@@ -307,7 +394,7 @@ def diff(a: str, b: str, *, device: str | None = None, engine: str = "native", m
     return diff_against_server(a, engine=engine, model=model, flags=list(flags), device=device, reading=reading)
 
 
-def ls(store: str, *, store_options: dict | None = None) -> Listing:
+def ls(store: str, *, store_options: dict[str, Any] | None = None) -> Listing:
     """Every platform's bundle under every tag of ``store`` (or of one ref's tag)."""
     from cachetool.refs import parse_store_or_ref
     from cachetool.stores import open_store
@@ -321,7 +408,7 @@ def ls(store: str, *, store_options: dict | None = None) -> Listing:
                                    dict(e.fingerprint or {})) for idx in refs for e in idx.entries])
 
 
-def rm(ref: str, *, platform: str | None = None, store_options: dict | None = None) -> RemoveResult:
+def rm(ref: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> RemoveResult:
     """Remove the tag, or one platform's entry of it (blobs stay until :func:`gc`)."""
     from cachetool.store_admin import remove
 
@@ -329,13 +416,29 @@ def rm(ref: str, *, platform: str | None = None, store_options: dict | None = No
     return RemoveResult(ref, platform or "all", [e.platform for e in left.entries] if left else [])
 
 
-def gc(store: str, *, dry_run: bool = False, older_than: float | None = None, store_options: dict | None = None) -> Any:
+def gc(store: str, *, dry_run: bool = False, older_than: float | None = None,
+       store_options: dict[str, Any] | None = None) -> GcReport:
     """Delete what no ref of ``store`` reaches and is older than ``older_than`` seconds (default: the stores'
     minimum age); returns the :class:`cachetool.stores.gc.GcReport` (deleted, kept and why)."""
     from cachetool.refs import parse_store_or_ref
     from cachetool.store_admin import gc as collect
-    from cachetool.stores.base import GC_MIN_AGE_S
 
     su, _ = parse_store_or_ref(store)
     return collect(su.url, dry_run=dry_run, older_than=GC_MIN_AGE_S if older_than is None else older_than,
                    store_options=store_options)
+
+
+# -------------------------------------------------------------------------------------- what the CLI sets up
+def layout_choices() -> tuple[str, ...]:
+    """``--layout``'s choices: ``auto`` and every layout of the registry (:data:`cachetool.layouts.CHOICES`)."""
+    from cachetool.layouts import CHOICES
+
+    return tuple(CHOICES)
+
+
+def init_logging() -> None:
+    """Log lines of the compiler and of cachetool on stderr, at ``CACHETOOL_LOGGING_LEVEL`` (what ``warm`` and
+    ``check`` show while they run; an embedder configures its own logging instead)."""
+    from compiler.logger import init_logging as to_stderr
+
+    to_stderr("cachetool")

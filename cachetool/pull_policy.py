@@ -19,18 +19,48 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import os
 import shutil
 import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, get_args
 
 from cachetool import exit_codes
 from cachetool.errors import CachetoolError, WaitTimeoutError, os_error_line
 
-ON_MISS = ("fail", "continue")
+if TYPE_CHECKING:
+    from cachetool.pulling import PullResult
+
+OnMiss = Literal["fail", "continue"]
+ON_MISS: tuple[OnMiss, ...] = get_args(OnMiss)
+
+
+class Outcome(enum.StrEnum):
+    """How a pull ended: it installed, found its bundle installed, or failed with a row of the exit-code table
+    (the value is the row's name, so ``pull: outcome=`` and ``--json`` show the table's words)."""
+
+    INSTALLED = "installed"
+    ALREADY_INSTALLED = "already-installed"
+    ERROR = exit_codes.ERROR.name
+    USAGE_ERROR = exit_codes.USAGE.name
+    REFUSED = exit_codes.VERIFICATION.name
+    MISS = exit_codes.MISS.name
+    NOT_FOUND = exit_codes.NOT_FOUND.name
+    STORE_ERROR = exit_codes.STORE.name
+    TIMEOUT = exit_codes.TIMEOUT.name
+    COMPILED = exit_codes.COMPILED.name
+    DISK_FULL = exit_codes.DISK_FULL.name
+
+    @classmethod
+    def of_failure(cls, row: exit_codes.ExitCode) -> Outcome:
+        """The outcome of a failure of ``row`` (one no pull ends in, such as ``differs``, is an ``error``)."""
+        try:
+            return cls(row.name)
+        except ValueError:
+            return cls.ERROR
 
 
 @dataclasses.dataclass
@@ -39,10 +69,10 @@ class PullOutcome:
     installed (or found installed); ``error`` the failure otherwise."""
 
     ref: str | None
-    outcome: str            # installed, already-installed, or a row name of the exit-code table
+    outcome: Outcome
     exit_code: int          # what the process exits with under the policy (0 for a continued failure)
     on_miss: str
-    result: Any = None
+    result: PullResult | None = None
     error: BaseException | None = None
     error_exit_code: int | None = None  # the failure's own code (the table's), continued or not
     message: str = ""       # one line
@@ -67,7 +97,7 @@ class PullOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.result.to_dict() if self.result is not None else {"ref": self.ref}
-        doc.update(outcome=self.outcome, exit_code=self.exit_code, on_miss=self.on_miss, installed=self.installed,
+        doc.update(outcome=self.outcome.value, exit_code=self.exit_code, on_miss=self.on_miss, installed=self.installed,
                    continued=self.continued)
         if self.error is not None:
             doc.update(error_exit_code=self.error_exit_code, message=self.message)
@@ -79,12 +109,12 @@ def failure_outcome(ref: str | None, on_miss: str, exc: BaseException) -> PullOu
     code = exc.exit_code if isinstance(exc, CachetoolError) else exit_codes.for_os_error(exc).code
     row = exit_codes.for_code(code)
     exit_code = 0 if row.continuable and on_miss == "continue" else code
-    return PullOutcome(ref=ref, outcome=row.name, exit_code=exit_code, on_miss=on_miss, error=exc,
+    return PullOutcome(ref=ref, outcome=Outcome.of_failure(row), exit_code=exit_code, on_miss=on_miss, error=exc,
                        error_exit_code=code, message=one_line(exc))
 
 
-def success_outcome(result: Any, on_miss: str) -> PullOutcome:
-    outcome = "already-installed" if result.install.already_installed else "installed"
+def success_outcome(result: PullResult, on_miss: str) -> PullOutcome:
+    outcome = Outcome.ALREADY_INSTALLED if result.install.already_installed else Outcome.INSTALLED
     return PullOutcome(ref=result.ref, outcome=outcome, exit_code=0, on_miss=on_miss, result=result)
 
 
@@ -95,7 +125,7 @@ def one_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-def pull_with_policy(pull: Callable[..., Any], ref: str, cache_root: str | os.PathLike, *, on_miss: str = "fail",
+def pull_with_policy(pull: Callable[..., PullResult], ref: str, cache_root: str | os.PathLike, *, on_miss: str = "fail",
                      timeout: float | None = None, **options: Any) -> PullOutcome:
     """``pull(ref, cache_root, timeout=timeout, **options)`` under the policy; returns the outcome, never raises for
     a failure of the pull (``KeyboardInterrupt`` and ``SystemExit`` pass)."""

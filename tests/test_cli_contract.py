@@ -113,26 +113,47 @@ def test_readme_exit_code_table_is_the_codes_table():
     assert "\n".join(lines[start:end]) == exit_codes.markdown_table()
 
 
-def test_a_vllm_check_that_missed_with_require_hit_is_one_object(cli, monkeypatch, tmp_path):
+class _MissedStart:
+    """A vLLM start that compiled (a stand-in for the child process; tests/vllm runs real vLLM)."""
+
+    command, model, cache_key, hit, key_existed = "check", "m", "abc", False, True
+    vllm_version, tensor_parallel_size, cache_root, log = "0.32", 1, "/r", "/r/log"
+    inductor_compiled, inductor_loaded, dynamo_traces, aot_loaded, aot_error = 3, 0, 1, False, None
+    startup_seconds, seconds, phases = 1.0, 2.0, {"engine init": 1.0}
+
+    def to_json(self):
+        return {"engine": "vllm", "hit": False, "inductor_compiled": 3}
+
+    def miss_reason(self):
+        return "Inductor compiled 3 kernel(s)"
+
+
+@pytest.fixture
+def missed_vllm_start(monkeypatch):
+    """vLLM's start stood in for by one that compiled: the engine's own --require-hit rule (VllmEngine.check,
+    reached through api.check) decides the miss, as it does for real vLLM."""
+    from cachetool.engines.vllm import engine
+
+    monkeypatch.setattr(engine, "start", lambda *a, **k: _MissedStart())
+
+
+def test_a_vllm_check_that_missed_with_require_hit_is_one_object(cli, missed_vllm_start, tmp_path):
     """The vLLM check printed its result's object and then the failure's: two objects. Now one, exit 4, with the
-    start's fields and the miss's error. (The start itself is a stand-in here; tests/vllm runs real vLLM.)"""
-    import cachetool.api
-
-    class Start:
-        command, model, cache_key, hit = "check", "m", "abc", False
-
-        def to_json(self):
-            return {"engine": "vllm", "hit": False, "inductor_compiled": 3}
-
-        def miss_reason(self):
-            return "Inductor compiled 3 kernel(s)"
-
-    monkeypatch.setattr(cachetool.api, "check", lambda *a, **k: Start())
+    start's fields and the miss's error."""
     r = cli("check", "--engine", "vllm", "--model", tmp_path, "--require-hit", "--json")
     assert r.rc == exit_codes.MISS.code, r
     doc = json.loads(r.out)
     assert doc["ok"] is False and doc["error"] == "miss" and doc["inductor_compiled"] == 3
     assert "Inductor compiled 3" in doc["message"] and _error_lines(r.err) == [f"error: {doc['message']}"]
+
+
+def test_a_vllm_check_that_missed_with_require_hit_shows_the_start_then_one_error(cli, missed_vllm_start, tmp_path):
+    r = cli("check", "--engine", "vllm", "--model", tmp_path, "--require-hit")
+    assert r.rc == exit_codes.MISS.code, r
+    assert "MISS: Inductor compiled 3 kernel(s)" in r.out and "AOT artifact   not loaded" in r.out
+    assert r.err.strip().splitlines()[-1] == "error: check: not a hit: Inductor compiled 3 kernel(s)"
+    r = cli("check", "--engine", "vllm", "--model", tmp_path, "--json")  # without --require-hit: the start, exit 0
+    assert r.rc == 0 and json.loads(r.out)["hit"] is False
 
 
 def test_every_option_is_described_and_shared_options_have_one_wording():

@@ -19,6 +19,8 @@ from cachetool import __version__, exit_codes
 from cachetool.cli import output
 from cachetool.errors import CachetoolError, os_error_line
 
+__all__ = ["cli", "main", "entry", "EXIT_WITHOUT_JOINING"]
+
 # Set by a command that abandoned worker threads blocked in I/O (pull past its hard --timeout): the process then
 # exits at once with its code instead of joining threads stuck in a socket read for minutes.
 EXIT_WITHOUT_JOINING = threading.Event()

@@ -7,13 +7,13 @@ import json
 import click
 
 from cachetool import exit_codes
+from cachetool.api import ENGINE_CHOICES
 from cachetool.cli import cli
-from cachetool.cli.common import (OneLineCommand, cache_root_default, cache_root_option, human_size, json_option,
+from cachetool.cli.common import (OneLineCommand, cache_root_option, human_size, json_option,
                                   layout_option, ranks_option, replace_options, sign_key_option, trust_option,
                                   warn_loud)
 from cachetool.cli.output import emit
 from cachetool.cli.store_options import options_dict, store_options
-from cachetool.engines import CHOICES as ENGINE_CHOICES
 
 platform_option = click.option("--platform", default=None, metavar="PLATFORM",
                                help="For a ref: the tag's bundle of this platform (default: the only one, else "
@@ -135,7 +135,7 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, k
     """Verify, preflight and atomically install a bundle into a cache root."""
     from cachetool import api
 
-    r = api.install(bundle, cache_root or cache_root_default(), trust=list(trust) or None,
+    r = api.install(bundle, cache_root or None, trust=list(trust) or None,
                     insecure_skip_verify=insecure_skip_verify, ranks=ranks, preflight=not no_preflight, device=device,
                     force=force, keep_changed=keep_changed, warn=warn_loud)
     if r.units_installed:

@@ -1,5 +1,5 @@
 """What every CLI command module shares: the one-line error command class, byte sizes, loud
-warnings, the cache-root default and the ``--layout`` option (its choices come from the layout registry)."""
+warnings and the shared options (``--layout``'s choices come from the layout registry)."""
 
 from __future__ import annotations
 
@@ -34,18 +34,11 @@ def warn_loud(msg: str) -> None:
     click.secho(msg, fg="red", bold=True, err=True)
 
 
-def cache_root_default() -> str:
-    """``CACHETOOL_CACHE_ROOT`` or ``~/.cache/cachetool`` (read through the environment registry)."""
-    from cachetool import envs
-
-    return str(envs.cache_root())
-
-
 def layout_option(help: str | None = None):
     """``--layout`` with the registry's choices (``auto`` and every layout in :mod:`cachetool.layouts`)."""
-    from cachetool.layouts import CHOICES
+    from cachetool.api import layout_choices
 
-    return click.option("--layout", type=click.Choice(list(CHOICES)), default="auto", show_default=True,
+    return click.option("--layout", type=click.Choice(list(layout_choices())), default="auto", show_default=True,
                         help=help or "Layout of the cache folder (auto: recognised from its files).")
 
 

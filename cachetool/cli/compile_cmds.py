@@ -1,4 +1,5 @@
-"""``cachetool warm`` and ``cachetool check``: thin click commands over :mod:`cachetool.warmup`.
+"""``cachetool warm`` and ``cachetool check``: thin click commands over :func:`cachetool.api.warm` and
+:func:`cachetool.api.check`.
 
 Both take ``--model M --cache-root DIR [--device cpu|cuda] [--compilation-config JSON] [-cc.KEY=VALUE ...] [--json]``;
 ``-cc.dynamic_shapes_config.type=unbacked`` style overrides are collected from the extra arguments.
@@ -15,9 +16,9 @@ from cachetool.cli import cli, output
 from cachetool.cli.store_options import options_dict, store_options as _store_options
 from cachetool.cli.common import CC_HELP, OneLineCommand, cache_root_option, json_option, sign_key_option
 from cachetool.cli.output import emit
-from cachetool.engines import CHOICES as ENGINE_CHOICES
-from cachetool.errors import UsageError
-from cachetool.api import STARTUP_PHASES, CompilationConfigError, CompileRunResult, compilation_config
+from cachetool.errors import EngineMissError, UsageError
+from cachetool.api import (ENGINE_CHOICES, STARTUP_PHASES, CompilationConfigError, CompileRunResult,
+                           compilation_config, init_logging)
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 _OVERRIDE_PREFIXES = ("-cc.", "--cc.", "--compilation-config.")
@@ -174,10 +175,8 @@ def _say(as_json: bool):
 
 
 def _setup(ctx: click.Context, json_text: str | None, cache_root: str | None) -> Any:
-    from compiler.logger import init_logging
-
     cfg = compilation_config(json_text, _overrides(ctx), cache_root)
-    init_logging("cachetool")
+    init_logging()
     return cfg
 
 
@@ -201,17 +200,15 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
     flags = engine_flags(ctx, engine, engine_args)
     cfg = _setup(ctx, compilation_config, cache_root) if engine == "native" else None
     if engine != "native":
-        from compiler.logger import init_logging
-
-        init_logging("cachetool")
+        init_logging()
     from cachetool.cli.progress import progress_renderer
 
     with progress_renderer(as_json) as render:  # piece i of n, compile sizes, autotune (stderr; none with --json)
-        native = {"on_progress": render} if engine == "native" else {}
         summary = warm_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
                            tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
                            store_options=options_dict(endpoint_url, profile, insecure), engine=engine,
-                           engine_flags=flags, load_weights=load_weights, engine_progress=render, **native)
+                           engine_flags=flags, load_weights=load_weights, engine_progress=render,
+                           on_progress=render if engine == "native" else None)
     if summary.push is None:
         return _show(summary.compile, as_json, engine == "native")
     if as_json:
@@ -241,16 +238,17 @@ def check(ctx: click.Context, model: str, cache_root: str | None, device: str, c
 
     flags = engine_flags(ctx, engine, engine_args)
     if engine != "native":
-        result = check_api(model, cache_root=cache_root, engine=engine, engine_flags=flags,
-                           load_weights=load_weights, engine_progress=_say(as_json))
-        if not (require_hit and not result.hit):
-            return _show(result, as_json, native=False)
-        from cachetool.errors import EngineMissError
-
-        if not as_json:
-            _print_engine(result)
-        output.add_failure_fields(**result.to_json())  # the failure's one object carries the start's fields
-        raise EngineMissError(f"check: not a hit: {result.miss_reason()}")
+        try:
+            result = check_api(model, cache_root=cache_root, engine=engine, engine_flags=flags,
+                               load_weights=load_weights, engine_progress=_say(as_json), require_hit=require_hit)
+        except EngineMissError as exc:  # the start compiled: its lines (or fields), then the one error line
+            start = getattr(exc, "start", None)
+            if start is not None:
+                if not as_json:
+                    _print_engine(start)
+                output.add_failure_fields(**start.to_json())  # the failure's one object carries the start's fields
+            raise
+        return _show(result, as_json, native=False)
     cfg = _setup(ctx, compilation_config, cache_root)
     result = check_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
                        require_hit=require_hit, tensor_parallel_size=tensor_parallel_size)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import click
 
+from cachetool.api import ENGINE_CHOICES, GC_MIN_AGE_S, ON_MISS, PullOutcome
 from cachetool.cli import cli, output
 from cachetool.cli.output import emit
-from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_default, cache_root_option, human_size, json_option,
+from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, human_size, json_option,
                                   layout_option, ranks_option, replace_options, sign_key_option, trust_option,
                                   warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
-from cachetool.engines import CHOICES as ENGINE_CHOICES
-from cachetool.pull_policy import ON_MISS
-from cachetool.stores.base import GC_MIN_AGE_S
 from cachetool.errors import CachetoolError, UsageError
 
 
@@ -48,7 +46,7 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
           + f"\npinned: {r.pinned}")
 
 
-def _render(outcome, as_json: bool) -> int:
+def _render(outcome: PullOutcome, as_json: bool) -> int:
     """A pull's outcome, rendered: its ``pull: outcome=`` line; the result (one JSON object or its lines); a failure
     that the policy does not continue is raised for the CLI's one error line (with the outcome's JSON fields)."""
     from cachetool.cli import EXIT_WITHOUT_JOINING
@@ -63,7 +61,7 @@ def _render(outcome, as_json: bool) -> int:
         click.echo(f"pull: no usable bundle ({outcome.outcome}); continuing without it (--on-miss continue): "
                    "the server will compile", err=True)
         return emit(as_json, outcome.to_dict(), "")
-    r, i = outcome.result, outcome.result.install
+    r, i = outcome.result, outcome.result.install  # no error: it installed, or found its bundle installed
     return emit(as_json, outcome.to_dict(),
                 f"{outcome.outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), "
                 f"{i.files} files ({human_size(i.bytes)}); {r.blobs_downloaded} blob(s) downloaded, "
@@ -75,7 +73,7 @@ def _render(outcome, as_json: bool) -> int:
                 + (f"; preflight: {', '.join(i.preflight)}" if i.preflight else "; preflight skipped"))
 
 
-def _report(outcome) -> None:
+def _report(outcome: PullOutcome) -> None:
     """The outcome line every pull prints, and its fields for the JSON object of a failure."""
     click.echo(outcome.line(), err=True)
     if outcome.error is not None:
@@ -89,9 +87,9 @@ class PullCommand(CompileCommand):
         try:
             return super().parse_args(ctx, args)
         except CachetoolError as exc:
-            from cachetool.pull_policy import failure_outcome
+            from cachetool.api import pull_refused_outcome
 
-            _report(failure_outcome(next((a for a in args if "://" in a), None), "fail", exc))
+            _report(pull_refused_outcome(next((a for a in args if "://" in a), None), exc))
             raise
 
 
@@ -132,24 +130,13 @@ def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
     Each outcome is one `pull: outcome=...` line on stderr: installed, already-installed, miss, not-found,
     store-error, timeout, refused, usage-error or error.
     """
-    from cachetool.api import pull_outcome
-    from cachetool.pull_policy import failure_outcome
+    from cachetool.api import pull_outcome, pull_refused_outcome
 
     try:
         arguments = _pull_arguments(ctx, **kwargs)
     except CachetoolError as exc:  # a wrong flag is an outcome too
-        return _render(failure_outcome(ref, on_miss, exc), as_json)
+        return _render(pull_refused_outcome(ref, exc, on_miss), as_json)
     return _render(pull_outcome(ref, on_miss=on_miss, **arguments), as_json)
-
-
-def _default_root(engine: str | None) -> str:
-    """Where the server of ``engine`` reads its cache: vLLM's own root for ``--engine vllm`` (VLLM_CACHE_ROOT),
-    else cachetool's (an init-container that pulled elsewhere would leave the server cold)."""
-    if engine is None:
-        return cache_root_default()
-    from cachetool import engines
-
-    return str(engines.get(engine).default_cache_root())
 
 
 def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout,
@@ -163,7 +150,9 @@ def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, 
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
     flags = engine_flags(ctx, engine or "native", engine_args, shared=("device",))
     quiet = ctx.params.get("as_json")
-    return dict(cache_root=cache_root or _default_root(engine), trust=list(trust) or None,
+    # no --cache-root: the root the server of --engine reads (an init-container that pulled elsewhere would leave
+    # the server cold), api.default_cache_root's
+    return dict(cache_root=cache_root or None, trust=list(trust) or None,
                 insecure_skip_verify=insecure_skip_verify, ranks=ranks, model=model, config=compilation_config,
                 overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=flags,
                 device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,

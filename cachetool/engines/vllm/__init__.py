@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from cachetool import envs
+from cachetool.errors import EngineMissError
+
+__all__ = ["VllmEngine"]
 
 
 class VllmEngine:
@@ -25,11 +28,17 @@ class VllmEngine:
         return start("warm", model, cache_root=cache_root or self.default_cache_root(), **options)
 
     def check(self, model: str, *, cache_root: str | Path | None, require_hit: bool = False, **options: Any):
+        """Start vLLM on ``cache_root``; ``require_hit``: a start that compiled raises :class:`EngineMissError`
+        naming why, with the start as its ``start`` (a caller reports what the start did beside the failure)."""
         from cachetool.engines.vllm.engine import require_hit as must_hit, start
 
         out = start("check", model, cache_root=cache_root or self.default_cache_root(), **options)
         if require_hit:
-            must_hit(out)
+            try:
+                must_hit(out)
+            except EngineMissError as exc:
+                exc.start = out  # the start that missed, for the caller to report beside the failure
+                raise
         return out
 
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
