@@ -22,6 +22,25 @@ from compiler.torch_compat.hot_start import (STAND_INS, hot_load_report, load_co
                                              load_compiled_function, prefetch_artifact_loader, runtime_stand_ins,
                                              torch_extern_kernel, wait_for_prefetch)
 
+__all__ = [
+    "TORCH_VERSION",
+    # Dynamo: marks, guards, stances (BackendCompilerFailed is looked up on first use: Dynamo is not imported here)
+    "mark_dynamic", "mark_unbacked", "skip_all_guards", "fail_on_recompile", "is_recompile_refusal",
+    "BackendCompilerFailed", "size_oblivious", "register_bytecode_hook", "tracing_context", "traced_code",
+    # FX, fake tensors, ops
+    "detect_fake_mode", "is_fake_tensor", "python_dispatcher", "is_op_overload", "is_op_overload_packet",
+    "serializable_callable_base",
+    # AOT compile, Inductor, the compiler's keys
+    "aot_supported", "aot_compile_fullgraph", "standalone_compile", "inductor_config", "inductor_config_portable",
+    "compute_torch_key", "preset_torch_key", "preset_triton_key", "triton_key", "autotune_hooks",
+    "shutdown_compile_workers", "dynamo_counters",
+    # CUDA graphs, tensor parallelism
+    "storage_from_data_pointer", "process_group_name", "resolve_process_group", "functional_all_reduce",
+    # the hot start's loading side (hot_start.py)
+    "STAND_INS", "hot_load_report", "load_compiled_artifact", "load_compiled_function", "prefetch_artifact_loader",
+    "runtime_stand_ins", "torch_extern_kernel", "wait_for_prefetch",
+]
+
 logger = logging.getLogger(__name__)
 
 TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
