@@ -325,12 +325,8 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
             blobs = list(ex.map(comp, sorted(first.items())))
 
         if fingerprint is None:
-            compiler_values = None
-            for k in scan.keys:
-                fac = k.factors or {}
-                if isinstance(fac.get("compiler"), dict) and isinstance(fac["compiler"].get("values"), dict):
-                    compiler_values = fac["compiler"]["values"]
-                    break
+            compiler_values = next((k.factors.values("compiler") for k in scan.keys
+                                    if k.factors is not None and k.factors.values("compiler") is not None), None)
             fp = local_fingerprint(device="cpu")
             fp.update(scan.fingerprint_hints)
             fingerprint = fingerprint_from_factors(compiler_values, fp)

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import NotFoundError, UsageError
-from cachetool.factors import FACTORS, UNSET, Difference, compare_factors
+from cachetool.factors import FACTORS, UNSET, Difference, Factors, compare_factors
+
 
 @dataclasses.dataclass
 class Side:
     label: str
-    keys: list[tuple[str, dict | None]]  # (cache hash, factors)
+    keys: list[tuple[str, Factors | None]]  # (cache hash, factors)
     fingerprint: dict
     partial: bool = False  # True for "local": only env + compiler known
     layout: str | None = None  # the cache's layout (None for "local")
@@ -39,8 +40,8 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
         fp = local_fingerprint(device=device)
         dev = device or fp["device"]
         env, comp = ck.local_env_factors(), ck.local_compiler_factors(dev)
-        factors = {"env": {"hash": ck.factor_hash(env), "values": env},
-                   "compiler": {"hash": ck.factor_hash(comp), "values": comp}}
+        factors = Factors.from_entries({"env": ck.Factor(ck.factor_hash(env), env),
+                                        "compiler": ck.Factor(ck.factor_hash(comp), comp)})
         return Side("local", [("local", factors)], fp, partial=True)
     from cachetool.read_bundle import is_ref, open_bundle
 
@@ -55,25 +56,20 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
     from cachetool.layouts import scan
 
     s = scan(p)
-    comp = None
-    for k in s.keys:
-        f = k.factors or {}
-        if isinstance(f.get("compiler"), dict):
-            comp = f["compiler"].get("values")
-            break
+    comp = next((k.factors.values("compiler") for k in s.keys
+                 if k.factors is not None and k.factors.values("compiler") is not None), None)
     fp = local_fingerprint(device="cpu")
     fp.update(s.fingerprint_hints)
     return Side(str(p), [(k.hash, k.factors) for k in s.keys], fingerprint_from_factors(comp, fp), layout=s.kind)
 
 
 def diff_sides(a: Side, b: Side) -> list[Difference]:
-    from cachetool.fingerprint import FIELDS
+    """The fingerprint fields that decide a hit, compared as the install preflight compares them
+    (:func:`cachetool.fingerprint.compare`: the driver and the GPU's name are recorded, not compared), then the
+    factors of each pair of caches."""
+    from cachetool.fingerprint import compare
 
-    out: list[Difference] = []
-    for f in FIELDS:
-        va, vb = a.fingerprint.get(f), b.fingerprint.get(f)
-        if va is not None and vb is not None and va != vb:
-            out.append(Difference("fingerprint", f, va, vb))
+    out = [Difference("fingerprint", f, va, vb) for f, va, vb in compare(a.fingerprint, b.fingerprint)]
     only = ("env", "compiler") if (a.partial or b.partial) else FACTORS
     if not a.keys or not b.keys:
         if a.keys or b.keys:

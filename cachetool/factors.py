@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from compiler.cache_key import FACTOR_NAMES as FACTORS  # the one list: the order the key hashes them in
-from compiler.cache_key import UNSET, field_differences, flatten, short_repr  # noqa: F401 - re-exported
+from compiler.cache_key import UNSET, Factors, field_differences, flatten, short_repr  # noqa: F401 - re-exported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,43 +38,31 @@ def _fmt(v: Any) -> str:
     return v if v == UNSET else short_repr(v, 80)
 
 
-def factor_entry(factors: dict | None, name: str) -> tuple[str | None, dict | None]:
-    """``(hash, values)`` of factor ``name`` in a ``factors`` mapping, ``(None, None)`` where it has none."""
-    if not isinstance(factors, dict):
-        return None, None
-    f = factors.get(name)
-    if isinstance(f, dict) and "values" in f:
-        return f.get("hash"), f["values"] if isinstance(f["values"], dict) else {"value": f["values"]}
-    return None, None
-
-
-def factor_values(factors: dict | None, name: str) -> dict | None:
-    """The ``values`` of factor ``name`` in a ``factors`` mapping, None where it has none."""
-    return factor_entry(factors, name)[1]
-
-
-def compare_factors(fa: dict | None, fb: dict | None, *, only: tuple[str, ...] = FACTORS,
+def compare_factors(fa: Factors | None, fb: Factors | None, *, only: tuple[str, ...] = FACTORS,
                     cache: str = "") -> list[Difference]:
-    """Every field where two factor mappings differ (config fields dotted), factor by factor in ``only``'s order;
-    a factor whose hashes are equal is skipped."""
+    """Every field where two caches' factors differ (config fields dotted), factor by factor in ``only``'s order;
+    a factor whose hashes are equal is skipped. Factors of another shape (e.g. vLLM's own) are compared field by
+    field as they were written."""
+    fa, fb = Factors.parse(fa), Factors.parse(fb)
+    if not (fa is not None and fa.structured and fb is not None and fb.structured):
+        return [Difference("factors", d.field, d.a, d.b, cache)
+                for d in field_differences(_raw(fa), _raw(fb))]
     out: list[Difference] = []
-    structured = any(factor_entry(fa, n)[1] is not None for n in FACTORS) and any(factor_entry(fb, n)[1] is not None for n in FACTORS)
-    if not structured:
-        # Unknown (e.g. vLLM's own) factor files: compare them field by field.
-        def raw(f):
-            return f["raw"] if isinstance(f, dict) and set(f) == {"raw"} else (f or {})
-
-        return [Difference("factors", d.field, d.a, d.b, cache) for d in field_differences(raw(fa), raw(fb))]
     for name in only:
-        ha, va = factor_entry(fa, name)
-        hb, vb = factor_entry(fb, name)
-        if va is None and vb is None:
+        a, b = fa.factor(name), fb.factor(name)
+        if a is None and b is None:
             continue
+        ha, hb = (a.hash if a else None), (b.hash if b else None)
         if ha is not None and ha == hb:
             continue
         # config fields are named by their dotted path; the other factors' values by their top-level key
-        fields = field_differences(va or {}, vb or {}, nested=name == "config")
+        fields = field_differences(a.values if a else {}, b.values if b else {}, nested=name == "config")
         out += [Difference(name, d.field, d.a, d.b, cache) for d in fields]
         if not fields and ha != hb:
             out.append(Difference(name, "<hash>", ha, hb, cache))
     return out
+
+
+def _raw(f: Factors | None) -> dict:
+    raw = f.raw if f is not None else {}
+    return raw["raw"] if set(raw) == {"raw"} else raw

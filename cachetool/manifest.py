@@ -22,7 +22,7 @@ from typing import Any
 
 from cachetool import __version__
 from cachetool.factors import short_repr
-from compiler.cache_key import CacheKey
+from compiler.cache_key import CacheKey, Factors
 from cachetool.errors import ManifestError, UnsafePathError, UnsupportedSchemaError, VerificationError  # noqa: F401
 from cachetool.bundle_paths import short_path, validate_relpath
 from cachetool.digests import BlobRef, is_digest
@@ -146,14 +146,18 @@ class KeyFolder:
 
     hash: str
     kind: str  # "piecewise" (torch_compile_cache/{hash}) or "aot" (torch_compile_cache/torch_aot_compile/{hash})
-    factors: dict | None  # {"env": {"hash", "values"}, "config": ..., "code": ..., "compiler": ...} or raw
+    factors: Factors | None  # env, config, code, compiler (or another engine's own); JSON is parsed on the way in
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "factors", Factors.parse(self.factors))
 
     def to_json(self) -> dict:
-        return {"hash": self.hash, "kind": self.kind, "factors": self.factors}
+        return {"hash": self.hash, "kind": self.kind,
+                "factors": self.factors.to_json() if self.factors is not None else None}
 
     def cache_key(self) -> CacheKey | None:
-        """The recorded cache key, or None where the folder records no factors (or another engine's raw ones)."""
-        return CacheKey(self.hash, self.factors) if isinstance(self.factors, dict) else None
+        """The recorded cache key, or None where the folder records no factors."""
+        return CacheKey(self.hash, self.factors) if self.factors is not None else None
 
 
 _TOP_KEYS = {"schema", "media_type", "tool", "layout", "save_format", "keys", "fingerprint", "ranks", "units",

@@ -4,9 +4,9 @@
 :func:`factor_hash` of its ``values`` (canonical JSON), and both are written to ``cache_key_factors.json``
 (format in docs/ARCHITECTURE.md) so that a mismatch can be explained factor by factor.
 
-Public API used by ``cachetool`` (preflight, diff): :func:`local_env_factors`,
-:func:`local_compiler_factors`, :func:`factor_hash`, and the one comparison of factor values,
-:func:`field_differences`.
+Public API used by ``cachetool`` (preflight, diff): the typed :class:`CacheKey` and :class:`Factors`,
+:func:`local_env_factors`, :func:`local_compiler_factors`, :func:`factor_hash`, and the one comparison of factor
+values, :func:`field_differences`.
 """
 
 from __future__ import annotations
@@ -151,16 +151,16 @@ def local_compiler_factors(device: str) -> dict[str, Any]:
 _FROM_EVIDENCE = ("torch_key", "triton_key", "inductor_config")
 
 
-def cheap_compiler_factors(device: str, recorded: dict[str, Any]) -> dict[str, Any] | None:
-    """This machine's compiler factor values without importing torch, given a recorded compiler factor entry
-    (``{"values", "evidence"}`` of a ``cache_key_factors.json``) — or ``None`` when they cannot be had so.
+def cheap_compiler_factors(device: str, recorded: Factor) -> dict[str, Any] | None:
+    """This machine's compiler factor values without importing torch, given a recorded compiler factor (its
+    values and evidence, from a ``cache_key_factors.json``) — or ``None`` when they cannot be had so.
 
     Versions and devices are read here (:mod:`compiler.build_identity`); the values that only torch can compute
     are taken from ``recorded`` when its evidence equals this machine's (same installed torch and Triton files,
     same Inductor settings, same Python: the same values by construction). A ``None`` means: compute them with
     :func:`local_compiler_factors`."""
-    theirs = recorded.get("values") if isinstance(recorded, dict) else None
-    if not isinstance(theirs, dict) or recorded.get("evidence") != build_identity.evidence():
+    theirs = recorded.values
+    if recorded.evidence is None or recorded.evidence != build_identity.evidence():
         return None
     build = build_identity.torch_build()
     kind = device.split(":")[0]
@@ -268,6 +268,85 @@ def short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+# ---------------------------------------------------------------------- the factors, typed
+
+@dataclass(frozen=True)
+class Factor:
+    """One hash factor as ``cache_key_factors.json`` records it: the hash, the values it hashes and, for the
+    compiler factor, the build evidence written beside it (not hashed)."""
+
+    hash: str | None
+    values: dict[str, Any]
+    evidence: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"hash": self.hash, "values": self.values}
+        if self.evidence is not None:
+            out["evidence"] = self.evidence
+        return out
+
+
+class Factors:
+    """A key folder's factors, parsed once: ``{name: {"hash", "values"[, "evidence"]}}`` as :class:`Factor`
+    entries (ours: env, config, code, compiler; the vLLM engine's add ``serve``). The JSON is kept as read
+    (:attr:`raw`), so another engine's factor file of any shape round-trips and can still be compared field by
+    field; :attr:`structured` says whether it had any entry of our shape."""
+
+    __slots__ = ("raw", "_entries")
+
+    def __init__(self, raw: dict[str, Any]):
+        self.raw = raw
+        self._entries: dict[str, Factor] = {}
+        for name, entry in raw.items():
+            if isinstance(entry, dict) and "values" in entry:
+                values = entry["values"] if isinstance(entry["values"], dict) else {"value": entry["values"]}
+                evidence = entry.get("evidence") if isinstance(entry.get("evidence"), dict) else None
+                h = entry.get("hash")
+                self._entries[str(name)] = Factor(h if isinstance(h, str) else None, values, evidence)
+
+    @classmethod
+    def parse(cls, data: Any) -> Factors | None:
+        """Factors from JSON (or already parsed); ``None`` where there are none (not a JSON object)."""
+        if isinstance(data, Factors) or data is None:
+            return data
+        return cls(data) if isinstance(data, dict) else None
+
+    @classmethod
+    def from_entries(cls, entries: dict[str, Factor]) -> Factors:
+        return cls({name: f.to_json() for name, f in entries.items()})
+
+    @property
+    def structured(self) -> bool:
+        return bool(self._entries)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._entries)
+
+    def factor(self, name: str) -> Factor | None:
+        return self._entries.get(name)
+
+    def values(self, name: str) -> dict[str, Any] | None:
+        f = self._entries.get(name)
+        return None if f is None else f.values
+
+    def hash_of(self, name: str) -> str | None:
+        f = self._entries.get(name)
+        return None if f is None else f.hash
+
+    def to_json(self) -> dict[str, Any]:
+        return self.raw
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Factors) and self.raw == other.raw
+
+    def __hash__(self) -> int:
+        return hash(canonical_json(self.raw))
+
+    def __repr__(self) -> str:
+        return f"Factors({', '.join(self._entries) or 'raw'})"
+
+
 # ---------------------------------------------------------------------- the key
 
 def write_atomic(path: Path, text: str) -> None:
@@ -286,23 +365,28 @@ def write_atomic(path: Path, text: str) -> None:
 
 @dataclass(frozen=True)
 class CacheKey:
+    """A cache key: the ``hash10`` folder name and the factors it hashes (JSON factors are parsed on the way in)."""
+
     hash: str
-    factors: dict[str, dict[str, Any]]  # name -> {"hash": ..., "values": ...}
+    factors: Factors
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.factors, Factors):
+            object.__setattr__(self, "factors", Factors.parse(self.factors) or Factors({}))
 
     @classmethod
     def from_values(cls, *, env: dict[str, Any], config: dict[str, Any], code: dict[str, Any],
                     compiler: dict[str, Any], evidence: dict[str, Any] | None = None) -> CacheKey:
         """``evidence`` (:func:`compiler.build_identity.evidence`) is written beside the compiler factor, not
         hashed: what lets a preflight reuse the recorded compiler values (:func:`cheap_compiler_factors`)."""
-        factors: dict[str, dict[str, Any]] = {
-            name: {"hash": factor_hash(values), "values": values}
-            for name, values in (("env", env), ("config", config), ("code", code), ("compiler", compiler))}
+        factors = {name: Factor(factor_hash(values), values)
+                   for name, values in (("env", env), ("config", config), ("code", code), ("compiler", compiler))}
         if evidence is not None:
-            factors["compiler"]["evidence"] = evidence
-        return cls(hash=combine({n: f["hash"] for n, f in factors.items()}), factors=factors)
+            factors["compiler"] = Factor(factors["compiler"].hash, compiler, evidence)
+        return cls(hash=combine({n: f.hash for n, f in factors.items()}), factors=Factors.from_entries(factors))
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "hash": self.hash, "factors": self.factors}
+        return {"schema": SCHEMA, "hash": self.hash, "factors": self.factors.to_json()}
 
     def write(self, directory: Path) -> Path:
         path = Path(directory) / FACTORS_FILE

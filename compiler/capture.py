@@ -218,7 +218,7 @@ class _Compiled:
                                          dp_rank=self.ctx.dp_rank, prefix=self.ctx.prefix)
             self.key_source = local.source
             if local.source == "evidence":  # Inductor then need not hash torch's (or Triton's) sources
-                values = key.factors["compiler"]["values"]
+                values = key.factors.values("compiler") or {}
                 torch_compat.preset_torch_key(values["torch_key"])
                 if isinstance(values.get("triton_key"), str):
                     torch_compat.preset_triton_key(values["triton_key"])

@@ -56,17 +56,16 @@ class LocalFactors:
         return getattr(self, name)
 
 
-def compiler_factors_for(device: str, recorded: dict[str, Any] | None,
+def compiler_factors_for(device: str, recorded: cache_key.Factor | None,
                          exact: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], str]:
     """``(values, source)``: this machine's compiler factor values to match a cache's ``recorded`` compiler factor
-    (``{"hash", "values", "evidence"}``) with. From the recorded build evidence where it equals this machine's
+    (its values and build evidence) with. From the recorded build evidence where it equals this machine's
     (``source`` ``"evidence"``: no torch or Triton source hashing, no Inductor import), else ``exact()``
     (``"computed"``): any mismatch, in the evidence or in the values that follow from it, takes the exact
     computation, so a real difference is named by real values. The one home of "cheap, else exact": the hot
     start, the server key predictor and the install preflight all ask here."""
-    recorded = recorded if isinstance(recorded, dict) else {}
-    cheap = cache_key.cheap_compiler_factors(device, recorded)
-    if cheap is not None and cheap == recorded.get("values"):
+    cheap = cache_key.cheap_compiler_factors(device, recorded) if recorded is not None else None
+    if cheap is not None and cheap == recorded.values:
         return cheap, "evidence"
     return exact(), "computed"
 
@@ -88,7 +87,7 @@ class HotStartFactors:
         return self._exact
 
     def __call__(self, candidate: cache_key.CacheKey) -> LocalFactors:
-        compiler, self.source = compiler_factors_for(self.device, candidate.factors.get("compiler"), self.exact)
+        compiler, self.source = compiler_factors_for(self.device, candidate.factors.factor("compiler"), self.exact)
         return LocalFactors(env=self.env, config=self.config, compiler=compiler)
 
 
@@ -144,11 +143,10 @@ def match_candidate(candidate: cache_key.CacheKey, local: LocalFactors) -> cache
     """The key this machine computes for ``candidate``'s traced files; :class:`KeyMiss` naming the first
     differing factor if it is not ``candidate``."""
     for name in ("env", "config", "compiler"):
-        theirs = candidate.factors.get(name, {})
         ours = local.values(name)
-        if theirs.get("hash") != cache_key.factor_hash(ours):
-            raise KeyMiss(first_difference(name, theirs.get("values", {}) or {}, ours))
-    listed = (candidate.factors.get("code") or {}).get("values") or {}
+        if candidate.factors.hash_of(name) != cache_key.factor_hash(ours):
+            raise KeyMiss(first_difference(name, candidate.factors.values(name) or {}, ours))
+    listed = candidate.factors.values("code") or {}
     code, problems = rehash_code_factor(listed)
     if problems:
         raise KeyMiss(problems[0])
@@ -222,7 +220,7 @@ class ServerKeyPredictor:
         return config_values(cfg, default_dtype(self.device), parallel)
 
     def local_factors(self, candidate: cache_key.CacheKey) -> LocalFactors:
-        compiler, _ = compiler_factors_for(self.device, candidate.factors.get("compiler"),
+        compiler, _ = compiler_factors_for(self.device, candidate.factors.factor("compiler"),
                                            lambda: cache_key.local_compiler_factors(self.device))
         return LocalFactors(env=cache_key.local_env_factors(),
                             config=cache_key.config_factors(self.compilation_config, self.model_config()),

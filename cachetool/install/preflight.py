@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from cachetool.errors import PreflightError, UsageError, clip
-from cachetool.factors import FACTORS, compare_factors, factor_values, short_repr
+from cachetool.errors import PreflightError, clip
+from cachetool.factors import FACTORS, Factors, compare_factors, short_repr
 from cachetool.manifest import Manifest
 
 log = logging.getLogger("cachetool.install")
@@ -29,14 +29,14 @@ def check_expected_key(manifest: Manifest, expected: dict) -> str:
     want = expected.get("hash")
     if any(k.hash == want for k in manifest.keys):
         return want
-    with_factors = [k for k in manifest.keys if isinstance(k.factors, dict)]
+    with_factors = [k for k in manifest.keys if k.factors is not None]
     if not with_factors:
         raise PreflightError(f"preflight: bundle cannot hit here: it holds cache(s) "
                              f"{', '.join(k.hash for k in manifest.keys) or '(none)'}, this config needs {want}")
     k = with_factors[0]
-    ours = expected.get("factors") or {}
+    ours = Factors.parse(expected.get("factors")) or Factors({})
     for name in FACTORS:  # the first factor present on both sides that differs
-        if factor_values(k.factors, name) is None or factor_values(ours, name) is None:
+        if k.factors.factor(name) is None or ours.factor(name) is None:
             continue
         diffs = compare_factors(k.factors, ours, only=(name,))
         if diffs:
@@ -79,8 +79,8 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     if engine.name != "native":
         return checked  # the native compiler's factors below do not describe another engine's caches
 
-    with_factors = [k for k in manifest.keys if factor_values(k.factors, "compiler") is not None
-                    or factor_values(k.factors, "env") is not None]
+    with_factors = [k for k in manifest.keys if k.factors is not None
+                    and (k.factors.factor("compiler") is not None or k.factors.factor("env") is not None)]
     if not with_factors:
         return checked
     # The device this machine really has (asked for cuda on a machine without a GPU: the cpu); a bundle's own
@@ -94,9 +94,10 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     local_env = ck.local_env_factors()
     for k in with_factors:
         for name, local in (("compiler", _local_compiler_values(ck, local_dev, k.factors)), ("env", local_env)):
-            values = factor_values(k.factors, name)
-            diff = compare_factors({name: {"values": values}}, {name: {"values": local}}, only=(name,)) \
-                if values is not None else []
+            values = k.factors.values(name)
+            # values against values, no hashes: a difference is named field by field
+            diff = compare_factors(Factors({name: {"values": values}}), Factors({name: {"values": local}}),
+                                   only=(name,)) if values is not None else []
             if diff:
                 raise _factor_refusal(diff, f"{name} factor", "this machine", "", 5, of=f" of cache {k.hash}")
     checked += ["compiler factors", "env factors"]
@@ -108,37 +109,39 @@ def _expected(manifest: Manifest, expected_key) -> dict:
     predict = getattr(expected_key, "predict", None)
     if predict is None:
         return expected_key
+    from cachetool.warmup import compiler_errors_mapped
     from compiler.key_prediction import KeyMiss
-    from compiler.models.llama_config import ModelSpecError
 
     candidates = [key for key in (k.cache_key() for k in manifest.keys) if key is not None]
     if not candidates:
         raise PreflightError(f"preflight: bundle cannot hit here: it records no hash factors for "
                              f"{', '.join(k.hash for k in manifest.keys) or 'its caches'}")
     try:
-        key = predict(candidates)
+        with compiler_errors_mapped():  # a model or config the compiler refuses: its kind's cachetool error
+            key = predict(candidates)
     except KeyMiss as miss:
         raise PreflightError(f"preflight: bundle cannot hit here: {miss.reason}") from None
-    except ModelSpecError as exc:
-        raise UsageError(str(exc)) from None
     except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
         raise _factors_unavailable(getattr(expected_key, "device", "?"), exc) from None
-    return {"hash": key.hash, "factors": key.factors}
+    return key.to_json()
 
 
-def _local_compiler_values(ck, device: str, factors: dict) -> dict:
+def _local_compiler_values(ck, device: str, factors: Factors) -> dict:
     """This machine's compiler factor values for a bundle key, "cheap, else exact" as the hot start takes them
     (:func:`compiler.key_prediction.compiler_factors_for`): from the bundle's evidence when it matches (no torch
     import), else computed, so a refusal names a real difference."""
     from compiler.key_prediction import compiler_factors_for
 
     def exact() -> dict:
+        from cachetool.warmup import compiler_errors_mapped
+
         try:
-            return ck.local_compiler_factors(device)
+            with compiler_errors_mapped():
+                return ck.local_compiler_factors(device)
         except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
             raise _factors_unavailable(device, exc) from None
 
-    return compiler_factors_for(device, factors.get("compiler") if isinstance(factors, dict) else None, exact)[0]
+    return compiler_factors_for(device, factors.factor("compiler"), exact)[0]
 
 
 def _factors_unavailable(device: str, exc: BaseException) -> PreflightError:

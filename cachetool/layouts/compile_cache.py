@@ -20,6 +20,7 @@ import stat
 from pathlib import Path
 
 from cachetool.errors import UsageError
+from cachetool.factors import Factors
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
 from cachetool.manifest import KeyFolder, Unit
 
@@ -93,7 +94,9 @@ def iter_limited(top: Path, max_depth: int = 6, limit: int = 20000):
                 stack.append((Path(e.path), depth + 1))
 
 
-def read_factors(rank_dirs: list[Path]) -> dict | None:
+def read_factors(rank_dirs: list[Path]) -> Factors | None:
+    """The first ``cache_key_factors.json`` of a hash folder's ranks, parsed; a file of another shape is kept as
+    ``{"raw": ...}`` (diff still compares it field by field)."""
     for r in rank_dirs:
         for cand in sorted(r.glob("cache_key_factors.json")) + sorted(r.glob("*/cache_key_factors.json")):
             try:
@@ -101,8 +104,8 @@ def read_factors(rank_dirs: list[Path]) -> dict | None:
             except (OSError, ValueError) as exc:
                 raise UsageError(f"{cand} is not valid JSON ({exc})") from None
             if isinstance(obj, dict) and isinstance(obj.get("factors"), dict):
-                return obj["factors"]
-            return {"raw": obj}
+                return Factors(obj["factors"])
+            return Factors({"raw": obj})
     return None
 
 

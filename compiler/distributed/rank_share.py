@@ -57,7 +57,7 @@ def _compiler_factors(prefix_dir: Path) -> dict[str, Any] | None:
     """The ``compiler`` factor values of a prefix folder (device type, device name, torch/triton builds), read
     through :meth:`compiler.cache_key.CacheKey.read`, or None."""
     try:
-        values = CacheKey.read(prefix_dir / FACTORS_FILE).factors["compiler"]["values"]
+        values = CacheKey.read(prefix_dir / FACTORS_FILE).factors.values("compiler")
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return values if isinstance(values, dict) else None

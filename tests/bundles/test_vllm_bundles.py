@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from cachetool.engines.vllm import key
-from cachetool.factors import UNSET
+from cachetool.factors import UNSET, Factors
 from cachetool.layouts import scan
 from cachetool.manifest import platform_key
 
@@ -75,16 +75,16 @@ def _recorded(**kw):
 
 
 def test_equal_key_inputs_differ_in_nothing():
-    assert key.differences(_recorded(), _inputs(), {"vllm/model_executor/models/llama.py": "d" * 64}) == []
+    assert key.differences(Factors(_recorded()), _inputs(), {"vllm/model_executor/models/llama.py": "d" * 64}) == []
 
 
 def test_each_kind_of_difference_is_named_once():
     names = lambda diffs: [(d.category, d.name) for d in diffs]  # noqa: E731
-    assert names(key.differences(_recorded(), _inputs(model="/models/b"))) == [("config", "model")]
-    assert names(key.differences(_recorded(), _inputs(max_len=128))) == [("config", "model_config.max_model_len")]
-    assert names(key.differences(_recorded(), _inputs(env_bind="0|1"))) == [("env", "VLLM_CPU_OMP_THREADS_BIND")]
-    assert names(key.differences(_recorded(), _inputs(vllm="0.33.0"))) == [("compiler", "vllm")]
-    traced = key.differences(_recorded(), _inputs(), {"vllm/model_executor/models/llama.py": None})
+    assert names(key.differences(Factors(_recorded()), _inputs(model="/models/b"))) == [("config", "model")]
+    assert names(key.differences(Factors(_recorded()), _inputs(max_len=128))) == [("config", "model_config.max_model_len")]
+    assert names(key.differences(Factors(_recorded()), _inputs(env_bind="0|1"))) == [("env", "VLLM_CPU_OMP_THREADS_BIND")]
+    assert names(key.differences(Factors(_recorded()), _inputs(vllm="0.33.0"))) == [("compiler", "vllm")]
+    traced = key.differences(Factors(_recorded()), _inputs(), {"vllm/model_executor/models/llama.py": None})
     assert [(d.category, d.name, d.b) for d in traced] == [("code", "vllm/model_executor/models/llama.py", UNSET)]
 
 
@@ -93,7 +93,7 @@ def test_the_recorded_factors_file_is_what_the_layout_reads(tmp_path):
     doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": _recorded()}
     (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
     (k,) = scan(src).keys
-    assert k.kind == "aot" and k.factors["serve"]["values"]["model"] == "/models/a"
+    assert k.kind == "aot" and k.factors.values("serve")["model"] == "/models/a"
 
 
 def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factors(tmp_path, cli, keys):

@@ -25,13 +25,15 @@ def base_key(tmp_path_factory: pytest.TempPathFactory):
 def test_key_layout_and_public_factor_functions(base_key) -> None:
     key, layout = base_key
     assert len(key.hash) == 10 and layout.dir.parts[-4:] == ("torch_compile_cache", key.hash, "rank_0_0", "backbone")
-    assert set(key.factors) == {"env", "config", "code", "compiler"}
+    assert set(key.factors.names) == {"env", "config", "code", "compiler"}
     # cachetool's preflight contract: the local functions reproduce the env and compiler factors.
-    assert key.factors["env"]["values"] == cache_key.local_env_factors()
-    assert key.factors["compiler"]["values"] == cache_key.local_compiler_factors("cpu")
-    for name, f in key.factors.items():
-        assert cache_key.factor_hash(f["values"]) == f["hash"], name
-    assert cache_key.combine({n: f["hash"] for n, f in key.factors.items()}) == key.hash
+    assert key.factors.values("env") == cache_key.local_env_factors()
+    assert key.factors.values("compiler") == cache_key.local_compiler_factors("cpu")
+    for name in key.factors.names:
+        f = key.factors.factor(name)
+        assert cache_key.factor_hash(f.values) == f.hash, name
+    assert cache_key.combine({n: key.factors.hash_of(n) for n in key.factors.names}) == key.hash
+    assert key.factors.factor("compiler").evidence is not None  # what a preflight's cheap path compares
     doc = key.to_json()
     assert doc["schema"] == 1 and doc["hash"] == key.hash
     assert set(doc["factors"]["config"]["values"]) == {"compilation_config", "model_config"}
@@ -40,7 +42,7 @@ def test_key_layout_and_public_factor_functions(base_key) -> None:
 
 def test_code_factor_is_path_independent(base_key) -> None:
     key, _ = base_key
-    code = key.factors["code"]["values"]
+    code = key.factors.values("code")
     assert "module:compiler.models.llama" in code
     assert all(not k.split(":", 1)[1].startswith("/") for k in code), code
     assert not any(str(REPO) in k or "site-packages" in k for k in code)
@@ -57,15 +59,15 @@ def test_hashed_field_changes_folder_excluded_and_root_do_not(base_key, tmp_path
         "tiny", compilation_config=CompilationConfig.from_dict(
             {"cache_dir": str(layout.root), "dynamic_shapes_config": {"type": "unbacked"}}))
     assert diff.hash != key.hash and diff_layout.hash_dir != layout.hash_dir
-    assert diff.factors["config"]["hash"] != key.factors["config"]["hash"]
-    assert diff.factors["code"]["hash"] == key.factors["code"]["hash"]
+    assert diff.factors.hash_of("config") != key.factors.hash_of("config")
+    assert diff.factors.hash_of("code") == key.factors.hash_of("code")
 
 
 _KEY_SCRIPT = """
 import json, compiler
 from compiler.runner import compute_cache_key
 key, layout = compute_cache_key("tiny")
-print(json.dumps({"hash": key.hash, "file": compiler.__file__, "code": key.factors["code"]["values"]}))
+print(json.dumps({"hash": key.hash, "file": compiler.__file__, "code": key.factors.values("code")}))
 """
 
 
@@ -98,3 +100,23 @@ def test_root_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path, base_k
     key, layout = compute_cache_key("tiny")
     assert layout.root == (tmp_path / "envroot").resolve()
     assert key.hash == base_key[0].hash  # the root is not part of the key
+
+
+def test_factors_file_round_trips_typed(base_key, tmp_path) -> None:
+    """``cache_key_factors.json`` is parsed once into typed factors and written back as read."""
+    key, _ = base_key
+    back = cache_key.CacheKey.read(key.write(tmp_path))
+    assert back == key and isinstance(back.factors, cache_key.Factors)
+    assert back.factors.factor("compiler") == key.factors.factor("compiler")
+    assert json.loads((tmp_path / cache_key.FACTORS_FILE).read_text())["factors"] == key.factors.to_json()
+
+
+def test_factors_of_another_shape_stay_raw_and_unstructured() -> None:
+    """Another engine's file (or a damaged one) parses without error: no typed entries, the JSON kept as it was,
+    and a non-dict ``values`` is one ``value`` field."""
+    raw = cache_key.Factors.parse({"raw": {"vllm": "0.32"}})
+    assert raw is not None and not raw.structured and raw.factor("raw") is None and raw.to_json() == {"raw": {"vllm": "0.32"}}
+    assert cache_key.Factors.parse([1, 2]) is None and cache_key.Factors.parse(None) is None
+    odd = cache_key.Factors.parse({"env": {"hash": 5, "values": "x"}, "serve": {"values": {"model": "/m"}}})
+    assert odd.factor("env") == cache_key.Factor(None, {"value": "x"}) and odd.values("serve") == {"model": "/m"}
+    assert odd.names == ("env", "serve") and cache_key.Factors.parse(odd) is odd

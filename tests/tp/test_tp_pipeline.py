@@ -98,7 +98,7 @@ def test_tensor_parallel_size_is_hashed_and_dp_rank_names_the_folder(tp_warm) ->
     assert parallel == {"tensor_parallel_size": 2, "all_reduce": "functional"}
     key, layout = compute_cache_key("tiny", "cpu", dp_rank=1)  # TP=1: another hash; dp rank in the folder name
     assert key.hash != warm["cache_key"]
-    assert key.factors["config"]["values"]["model_config"]["parallel_config"]["tensor_parallel_size"] == 1
+    assert key.factors.values("config")["model_config"]["parallel_config"]["tensor_parallel_size"] == 1
     assert layout.rank_dir.name == "rank_0_1"
     helptext = run_cli("warm", "--help").stdout
     assert "--tensor-parallel-size" in helptext and "--data-parallel-rank" in helptext

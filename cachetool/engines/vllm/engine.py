@@ -366,11 +366,11 @@ class ServerKeyCheck:
     def closest(self, keys: Any) -> tuple[Any, list]:
         """The bundle key (``manifest.KeyFolder``) this server will use with no difference, or the first one and
         its differences (model path, config fields, env variables, vLLM or torch version, traced files)."""
-        candidates = [k for k in keys if isinstance(k.factors, dict) and "serve" in k.factors]
+        candidates = [k for k in keys if k.factors is not None and k.factors.factor("serve") is not None]
         if not candidates:
             raise PreflightError("preflight: bundle cannot hit here: it records no vLLM key inputs (warm it with "
                                  "cachetool warm --engine vllm)")
-        traced = sorted({fid for k in candidates for fid in (k.factors.get("code") or {}).get("values", {})})
+        traced = sorted({fid for k in candidates for fid in k.factors.values("code") or {}})
         local = self.local_inputs(traced)
         first = None
         for k in candidates:

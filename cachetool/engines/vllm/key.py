@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachetool.factors import UNSET, Difference, field_differences
+from cachetool.factors import UNSET, Difference, Factors, field_differences
 
 SCHEMA = 1
 FACTORS_FILE = "cache_key_factors.json"
@@ -45,12 +45,11 @@ def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict,
     }
 
 
-def _values(factors: dict | None, name: str) -> dict:
-    f = (factors or {}).get(name)
-    return f.get("values") if isinstance(f, dict) and isinstance(f.get("values"), dict) else {}
+def _values(factors: Factors, name: str) -> dict:
+    return factors.values(name) or {}
 
 
-def differences(recorded: dict, local: dict, local_traced: dict[str, str | None] | None = None) -> list[Difference]:
+def differences(recorded: Factors, local: dict, local_traced: dict[str, str | None] | None = None) -> list[Difference]:
     """Where the key inputs a bundle recorded (``recorded``: its factors) and this server's (``local``: the
     child's key inputs) differ, most telling first: vLLM and torch versions, the model, env factors, config
     fields (only of sub-configs whose hashes differ: vLLM hashes a subset of the fields), traced files."""
@@ -63,9 +62,9 @@ def differences(recorded: dict, local: dict, local_traced: dict[str, str | None]
     paths = {model, local.get("model")}
     if model != local.get("model"):
         out.append(Difference("config", "model", model, local.get("model")))
-    if (recorded.get("env") or {}).get("hash") != local["env"]["hash"]:
+    if recorded.hash_of("env") != local["env"]["hash"]:
         out += _field_diffs("env", _values(recorded, "env"), local["env"]["values"])
-    if (recorded.get("config") or {}).get("hash") != local["config"]["hash"]:
+    if recorded.hash_of("config") != local["config"]["hash"]:
         # the model path also fills model_config.model, .tokenizer, .served_model_name: named once above
         out += [d for d in _config_diffs(_values(recorded, "config"), local["config"]["values"])
                 if not _only_the_path(d, paths)]
