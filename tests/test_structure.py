@@ -10,7 +10,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cachetool", "compiler")
@@ -419,21 +418,8 @@ def _compiler_errors_caught_by_class() -> list[str]:
 
 
 # Branches that still map a compiler error by class, in files whose owner changes them (each: who, and why).
-COMPILER_ERRORS_BY_CLASS_PENDING = {
-    "cachetool/install/preflight.py": "lead (engineer B does not own it): _expected maps ModelSpecError to a "
-                                      "UsageError by class; `with warmup.compiler_errors_mapped(): key = "
-                                      "predict(candidates)` keeps exit 2 (ModelError is a UsageError)",
-}
-
-
 def test_compiler_errors_become_cachetools_in_one_place_by_kind():
     assert {"CompileInStrictMode", "ConfigError", "ModelSpecError", "RankFailed"} <= _compiler_error_classes()
-    assert [b for b in _compiler_errors_caught_by_class()
-            if b.split(":")[0] not in COMPILER_ERRORS_BY_CLASS_PENDING] == []
-
-
-@pytest.mark.xfail(strict=True, reason="; ".join(f"{k}: {v}" for k, v in COMPILER_ERRORS_BY_CLASS_PENDING.items()))
-def test_compiler_errors_by_class_pending_in_other_owners_files():
     assert _compiler_errors_caught_by_class() == []
 
 
