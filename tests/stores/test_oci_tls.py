@@ -4,8 +4,11 @@ a registry or a namespace lists its repositories."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
+
+import requests
 
 import pytest
 
@@ -72,3 +75,21 @@ def test_ls_of_a_registry_or_namespace_lists_repositories(oci_registry, bundle, 
     assert {f"{ns}/team/llama:v1", f"{ns}/tiny:v1"} <= {x["ref"] for x in json.loads(r.out)["refs"]}
     r = cli("ls", f"{oci_registry.url}/{ns}-none")
     assert r.rc == 5, r
+
+
+def test_ls_of_a_registry_skips_a_catalogued_repository_without_tags(oci_registry, bundle, cli, tmp_path):
+    # Before: a repository the catalog lists but whose tag list is 404 (a push that uploaded blobs and never a
+    # manifest, or every tag deleted) made `ls oci://host` exit 5 "repository ... not found".
+    ns = f"ns{uuid.uuid4().hex[:6]}"
+    blob = b"a blob and never a manifest"
+    base = f"http://{oci_registry.host}/v2/{ns}/blobs-only/blobs/uploads/"
+    started = requests.post(base, timeout=10)
+    assert started.status_code == 202, started.text
+    location = requests.compat.urljoin(base, started.headers["Location"])
+    done = requests.put(location, params={"digest": "sha256:" + hashlib.sha256(blob).hexdigest()}, data=blob,
+                        timeout=10)
+    assert done.status_code == 201, done.text
+    assert cli("push", write_ctb(bundle, tmp_path / "b.ctb"), f"{oci_registry.url}/{ns}/tiny:v1").rc == 0
+    r = cli("ls", f"{oci_registry.url}/{ns}", "--json")
+    assert r.rc == 0, r
+    assert [x["ref"] for x in json.loads(r.out)["refs"]] == [f"{ns}/tiny:v1"]

@@ -64,7 +64,7 @@ def test_a_misspelled_store_option_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="unknown store option 'endpoint'") as err:
         open_store(f"file://{tmp_path}/store", endpoint="http://127.0.0.1:1")
     assert err.value.store == f"file://{tmp_path}/store"
-    with open_store(f"file://{tmp_path}/store", endpoint_url="http://x", insecure=True) as st:  # other kinds': ignored
+    with open_store(f"file://{tmp_path}/store", endpoint_url=None, insecure=False) as st:  # other kinds', unset
         assert isinstance(st, FileStore)
 
 

@@ -218,7 +218,11 @@ class TagRefs:
                                 f"registry {self.host} has no repositories", store=self.url)
         for sub in subs:
             with type(self)(self.host, sub, **self._opts) as child:
-                yield from (RefIndex(sub, i.tag, i.entries) for i in child._refs_of_repo(sub))
+                try:
+                    refs = list(child._refs_of_repo(sub))
+                except NotFoundError:
+                    continue  # in the catalog with no tags (blobs only, every tag deleted) or removed while listing
+                yield from (RefIndex(sub, i.tag, i.entries) for i in refs)
 
 
 def _has_entries(x) -> bool:
