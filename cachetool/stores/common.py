@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from cachetool.digests import hexof
-from cachetool.errors import CachetoolError, OversizeBlobError, StoreError, VerificationError  # noqa: F401
+from cachetool.errors import OversizeBlobError, StoreError, VerificationError
 from cachetool.retry import pause
 from cachetool.stores.base import RefEntry, RefIndex, TransferCounters
 
@@ -25,15 +25,6 @@ MAX_SIGNATURE = 1 << 30
 MAX_REF = 16 << 20
 # Downloads read in small pieces: a read cut mid-piece loses that piece, and what was written is resumed.
 DL_CHUNK = 64 << 10
-
-
-def filled(exc: CachetoolError, **fields) -> CachetoolError:
-    """``exc`` with the fields its raise left empty (None) set from ``fields``: a layer that knows more than the
-    raise below it (the ref a tag read was for) adds it on the way up, without rewording the message."""
-    for name, value in fields.items():
-        if getattr(exc, name) is None:
-            setattr(exc, name, value)
-    return exc
 
 
 def now_iso() -> str:

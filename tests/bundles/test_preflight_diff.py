@@ -92,6 +92,26 @@ def test_diff_against_local(tmp_path, cli, keys):
     assert "compiler: torch_key:" in r.out and "env: ATEN_CPU_CAPABILITY: 'avx2' vs <unset>" in r.out, r
 
 
+def test_diff_ignores_what_the_preflight_records_but_does_not_compare(tmp_path, cli, keys):
+    # Before: diff compared its own wider field list, so two bundles of one tree whose only difference is the GPU
+    # driver (recorded, never compared: the install preflight passes either on the other's machine) were
+    # reported as differing and `diff --exit-code` exited 10.
+    from cachetool.bundle import pack, write_ctb
+    from cachetool.fingerprint import local_fingerprint
+
+    src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
+    paths = []
+    for driver in ("550.54", "570.86"):
+        with pack(src, sign_key=keys["key"], fingerprint=dict(local_fingerprint(device="cpu"), gpu_driver=driver)) as b:
+            paths.append(write_ctb(b, tmp_path / f"driver-{driver}.ctb"))
+    r = cli("diff", *paths, "--exit-code")
+    assert r.rc == 0 and "no differences" in r.out, r
+    with pack(src, sign_key=keys["key"], fingerprint=dict(local_fingerprint(device="cpu"), os="Darwin")) as b:
+        other_os = write_ctb(b, tmp_path / "other-os.ctb")
+    r = cli("diff", paths[0], other_os, "--exit-code")
+    assert r.rc == 10 and "fingerprint: os: 'linux' vs 'Darwin'" in r.out, r
+
+
 def test_diff_vllm_raw_factors(tmp_path, cli):
     a = make_vllm_tree(tmp_path / "a")
     b = make_vllm_tree(tmp_path / "b")

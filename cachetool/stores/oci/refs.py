@@ -15,7 +15,7 @@ from cachetool.errors import (CachetoolError, DigestMismatchError, NotABundleErr
                               VerificationError)
 from cachetool.retry import log as retry_log
 from cachetool.stores.base import RefEntry, RefIndex
-from cachetool.stores.common import filled, now_iso, ref_entry
+from cachetool.stores.common import now_iso, ref_entry
 from cachetool.stores.oci import media
 from cachetool.stores.oci.media import A, CREATED
 
