@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from compiler.cache_key import FACTOR_NAMES as FACTORS  # the one list: the order the key hashes them in
-from compiler.cache_key import UNSET, Factors, field_differences, flatten, short_repr  # noqa: F401 - re-exported
+from compiler.cache_key import UNSET, Factors, field_differences, short_repr  # noqa: F401 - re-exported
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,7 @@ from cachetool import __version__
 from cachetool.factors import short_repr
 from compiler.cache_key import CacheKey, Factors
 from cachetool.errors import ManifestError, UnsupportedSchemaError
-from cachetool.bundle_paths import short_path, validate_relpath
+from cachetool.bundle_paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
 
 SCHEMA_VERSION = 1

@@ -149,6 +149,19 @@ class S3Backend(ObjectBackend):
         except (bexc.BotoCoreError, bexc.ClientError, ConnectionError) as exc:
             raise self._error(exc, what, missing, kwargs.get("Key")) from None
 
+    def _unless_missing(self, what: str, full_key: str, call):
+        """``call()``, or None when S3 answers that ``full_key`` does not exist; any other failure as ``_error``."""
+        import botocore.exceptions as bexc
+
+        try:
+            return call()
+        except bexc.ClientError as exc:
+            if self._code(exc) in _MISSING:
+                return None
+            raise self._error(exc, what, key=full_key) from None
+        except (bexc.BotoCoreError, ConnectionError) as exc:
+            raise self._error(exc, what, key=full_key) from None
+
     @staticmethod
     def _code(exc) -> str:
         return str(exc.response.get("Error", {}).get("Code"))
@@ -160,33 +173,25 @@ class S3Backend(ObjectBackend):
                    missing=f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS'}")
 
     def stat(self, key: str) -> ObjectInfo | None:
-        import botocore.exceptions as bexc
-
-        what, full = f"check {key} in {self.url}", self._key(key)
-        try:
-            h = self.client.head_object(Bucket=self.bucket, Key=full)
-        except bexc.ClientError as exc:
-            if self._code(exc) in _MISSING:
-                return None
-            raise self._error(exc, what, key=full) from None
-        except (bexc.BotoCoreError, ConnectionError) as exc:
-            raise self._error(exc, what, key=full) from None
+        full = self._key(key)
+        h = self._unless_missing(f"check {key} in {self.url}", full,
+                                 lambda: self.client.head_object(Bucket=self.bucket, Key=full))
+        if h is None:
+            return None
         modified = h.get("LastModified")
         return ObjectInfo(key, int(h.get("ContentLength", -1)), modified.timestamp() if modified else 0.0)
 
     def get(self, key: str, limit: int, what: str) -> StoredObject | None:
-        import botocore.exceptions as bexc
-
         full = self._key(key)
-        try:
+
+        def read() -> tuple[dict, bytes]:
             resp = self.client.get_object(Bucket=self.bucket, Key=full)
-            data = _read_bounded(resp, limit, what, store=self.url, key=full)
-        except bexc.ClientError as exc:
-            if self._code(exc) in _MISSING:
-                return None
-            raise self._error(exc, what, key=full) from None
-        except (bexc.BotoCoreError, ConnectionError) as exc:
-            raise self._error(exc, what, key=full) from None
+            return resp, _read_bounded(resp, limit, what, store=self.url, key=full)
+
+        got = self._unless_missing(what, full, read)
+        if got is None:
+            return None
+        resp, data = got
         self.counters.down(len(data))
         return StoredObject(data, str(resp.get("ETag") or ""))
 

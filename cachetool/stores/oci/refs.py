@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 from cachetool.digests import hexof
 from cachetool.errors import (CachetoolError, DigestMismatchError, NotABundleError, NotFoundError, StoreError,
-                              VerificationError)
+                              VerificationError, filled)
 from cachetool.retry import log as retry_log
 from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.stores.common import now_iso, ref_entry
