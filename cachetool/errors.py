@@ -20,6 +20,8 @@ added where every catcher of that builtin would handle the error the same way (`
 
 from __future__ import annotations
 
+from typing import Any
+
 from cachetool import exit_codes
 
 
@@ -210,4 +212,9 @@ class EngineFailedError(CachetoolError):
 
 
 class EngineMissError(CacheMissError):
-    """A start compiled what it should have loaded (``check --require-hit``); the message says what and why."""
+    """A start compiled what it should have loaded (``check --require-hit``); the message says what and why, and
+    ``start`` is that start's result (an engine's ``StartResult``), for a caller to report beside the failure."""
+
+    def __init__(self, message: str = "", *, start: Any = None, **fields):
+        super().__init__(message, **fields)
+        self.start = start

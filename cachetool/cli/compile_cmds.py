@@ -242,11 +242,10 @@ def check(ctx: click.Context, model: str, cache_root: str | None, device: str, c
             result = check_api(model, cache_root=cache_root, engine=engine, engine_flags=flags,
                                load_weights=load_weights, engine_progress=_say(as_json), require_hit=require_hit)
         except EngineMissError as exc:  # the start compiled: its lines (or fields), then the one error line
-            start = getattr(exc, "start", None)
-            if start is not None:
+            if exc.start is not None:
                 if not as_json:
-                    _print_engine(start)
-                output.add_failure_fields(**start.to_json())  # the failure's one object carries the start's fields
+                    _print_engine(exc.start)
+                output.add_failure_fields(**exc.start.to_json())  # the failure's one object carries the start's fields
             raise
         return _show(result, as_json, native=False)
     cfg = _setup(ctx, compilation_config, cache_root)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from cachetool import envs
-from cachetool.errors import EngineMissError
 
 __all__ = ["VllmEngine"]
 
@@ -34,11 +33,7 @@ class VllmEngine:
 
         out = start("check", model, cache_root=cache_root or self.default_cache_root(), **options)
         if require_hit:
-            try:
-                must_hit(out)
-            except EngineMissError as exc:
-                exc.start = out  # the start that missed, for the caller to report beside the failure
-                raise
+            must_hit(out)
         return out
 
     def machine_facts(self, device: str | None) -> dict[str, str | None]:

@@ -346,7 +346,7 @@ def _record(root: Path, out: VllmStartResult, result: dict, argv: list[str]) -> 
 
 def require_hit(out: VllmStartResult) -> None:
     if not out.hit:
-        raise EngineMissError(f"check: not a hit: {out.miss_reason()}")
+        raise EngineMissError(f"check: not a hit: {out.miss_reason()}", start=out)
 
 
 # ---------------------------------------------------------------------------------------------- pull's key check
