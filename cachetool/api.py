@@ -95,13 +95,15 @@ def _hash_folder(result: CompileRunResult) -> Path:
     return Path(result.rank_dir).parent
 
 
-def _push_key(push: str | None, sign_key: SignKey | None) -> SignKey | None:
-    """Check ``push`` and load ``sign_key`` before minutes of compiling, not after; the loaded key."""
+def _push_key(push: str | None, sign_key: SignKey | None, store_options: dict[str, Any] | None) -> SignKey | None:
+    """Check ``push``, its store options and load ``sign_key`` before minutes of compiling, not after; the loaded
+    key."""
     if push is None:
         return sign_key
     from cachetool.refs import parse_ref
+    from cachetool.stores import checked_options
 
-    parse_ref(push)
+    checked_options(parse_ref(push).store, store_options or {})
     if sign_key is None:
         raise UsageError("--push needs --sign-key: pulls verify signatures by default")
     if isinstance(sign_key, (str, Path)):
@@ -127,7 +129,7 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
     from cachetool import engines
 
     chosen = engines.get(engine)
-    sign_key = _push_key(push, sign_key)
+    sign_key = _push_key(push, sign_key, store_options)
     t0 = time.perf_counter()
     if chosen.name == "native":
         cfg = compilation_config(config, overrides, cache_root)

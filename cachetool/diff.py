@@ -69,7 +69,9 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
     factors of each pair of caches."""
     from cachetool.fingerprint import compare
 
-    out = [Difference("fingerprint", f, va, vb) for f, va, vb in compare(a.fingerprint, b.fingerprint)]
+    # a field either side leaves unrecorded is not compared (diff A B and diff B A name the same fields)
+    out = [Difference("fingerprint", f, va, vb) for f, va, vb in compare(a.fingerprint, b.fingerprint)
+           if vb is not None]
     only = ("env", "compiler") if (a.partial or b.partial) else FACTORS
     if not a.keys or not b.keys:
         if a.keys or b.keys:
@@ -99,10 +101,29 @@ def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | No
     """Differences between two bundles / refs / cache folders / ``"local"``; empty when nothing differs. A vLLM
     cache against ``"local"`` is compared as :func:`diff_against_server` does (vLLM's facts, not the native
     factors)."""
-    side_a = load_side(str(a), device=device, reading=reading)
+    reading_a, reading_b = _readings(str(a), str(b), reading or {})
+    side_a = load_side(str(a), device=device, reading=reading_a)
     if str(b) == "local" and side_a.layout not in (None, "native", "triton"):
-        return diff_against_server(a, engine=side_a.layout, device=device, reading=reading)
-    return diff_sides(side_a, load_side(str(b), device=device, reading=reading))
+        return diff_against_server(a, engine=side_a.layout, device=device, reading=reading_a)
+    return diff_sides(side_a, load_side(str(b), device=device, reading=reading_b))
+
+
+def _readings(a: str, b: str, reading: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each ref side's reading with the store options its kind takes (S3's endpoint for the S3 side, OCI's
+    --insecure for the registry), when the two refs are stores of different kinds; the same store kind, or one
+    ref, gets them all, so that an option no side takes is refused by ``open_store`` as a usage error."""
+    from cachetool.read_bundle import is_ref
+    from cachetool.refs import parse_ref
+    from cachetool.stores import options_taken
+
+    options = reading.get("store_options") or {}
+    if not (is_ref(a) and is_ref(b)) or parse_ref(a).store.scheme == parse_ref(b).store.scheme:
+        return reading, reading
+    given = {k: v for k, v in options.items() if v is not None and v is not False}
+    taken_a, taken_b = options_taken(parse_ref(a).store, given), options_taken(parse_ref(b).store, given)
+    if set(given) - set(taken_a) - set(taken_b):
+        return reading, reading  # an option neither kind takes: open_store names it
+    return {**reading, "store_options": taken_a}, {**reading, "store_options": taken_b}
 
 
 def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | None = None,

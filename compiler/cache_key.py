@@ -290,7 +290,7 @@ class Factors:
     """A key folder's factors, parsed once: ``{name: {"hash", "values"[, "evidence"]}}`` as :class:`Factor`
     entries (ours: env, config, code, compiler; the vLLM engine's add ``serve``). The JSON is kept as read
     (:attr:`raw`), so another engine's factor file of any shape round-trips and can still be compared field by
-    field; :attr:`structured` says whether it had any entry of our shape."""
+    field; :attr:`structured` says whether it had one of our factors (:data:`FACTOR_NAMES`) in our shape."""
 
     __slots__ = ("raw", "_entries")
 
@@ -317,7 +317,7 @@ class Factors:
 
     @property
     def structured(self) -> bool:
-        return bool(self._entries)
+        return any(name in self._entries for name in FACTOR_NAMES)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -21,21 +21,30 @@ from cachetool.refs import StoreURL, parse_store
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.gc import GcReport
 
-__all__ = ["open_store", "OPTIONS", "Store", "BlobRef", "RefEntry", "RefIndex", "GcReport"]
+__all__ = ["open_store", "checked_options", "options_taken", "OPTIONS", "Store", "BlobRef", "RefEntry", "RefIndex", "GcReport"]
 
 OPTIONS: dict[str, tuple[str, ...]] = {"file": (), "s3": ("endpoint_url", "profile", "region"),
                                        "oci": ("insecure", "plain_http")}
 
 
-def open_store(url: str | StoreURL, **options: Any) -> Store:
+def checked_options(url: str | StoreURL, options: dict[str, Any]) -> dict[str, Any]:
+    """The options given (set) for ``url``'s store, after refusing a name that is no option and a set option of
+    another kind as usage errors: what :func:`open_store` opens with, and what a command checks before long work
+    (``warm --push``, before it compiles)."""
     unknown = sorted(set(options) - {name for names in OPTIONS.values() for name in names})
     if unknown:
         known = ", ".join(sorted(n for names in OPTIONS.values() for n in names))
         raise UsageError(f"unknown store option {', '.join(map(repr, unknown))} (the options are: {known})",
                          store=str(url))
     su = url if isinstance(url, StoreURL) else parse_store(url)
-    mine = {k: v for k, v in options.items() if v is not None and v is not False}  # the given ones
-    _refuse_foreign(su, mine, str(url))
+    given = {k: v for k, v in options.items() if v is not None and v is not False}
+    _refuse_foreign(su, given, str(url))
+    return given
+
+
+def open_store(url: str | StoreURL, **options: Any) -> Store:
+    mine = checked_options(url, options)
+    su = url if isinstance(url, StoreURL) else parse_store(url)
     if su.scheme == "file":
         from cachetool.stores.file import FileStore
 
@@ -47,6 +56,13 @@ def open_store(url: str | StoreURL, **options: Any) -> Store:
     from cachetool.stores.oci import OCIStore
 
     return OCIStore(su.location, su.path, **{k: bool(v) for k, v in mine.items()})
+
+
+def options_taken(url: str | StoreURL, options: dict[str, Any]) -> dict[str, Any]:
+    """The ``options`` that ``url``'s kind of store takes: for a command over two stores of different kinds
+    (``diff s3://... oci://... --endpoint-url X``), whose one set of flags holds both kinds' options."""
+    su = url if isinstance(url, StoreURL) else parse_store(url)
+    return {k: v for k, v in options.items() if k in OPTIONS[su.scheme]}
 
 
 def _refuse_foreign(su: StoreURL, given: dict[str, Any], store: str) -> None:

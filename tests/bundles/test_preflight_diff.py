@@ -141,3 +141,32 @@ def test_real_tiny_model_cache(tmp_path, keys, cli, tiny_warm):
     assert tree_snapshot(tmp_path / "fresh") == tree_snapshot(warm)
     r = cli("diff", tmp_path / "tiny.ctb", "local", "--device", "cpu")
     assert "no differences" in r.out, r
+
+
+def test_diff_names_the_same_fingerprint_fields_both_ways(tmp_path, cli, keys):
+    # Before: a field only A recorded (a vLLM bundle's vllm version, against a bundle without one) was reported
+    # by `diff A B` and not by `diff B A`; a field either side leaves unrecorded is not compared.
+    from cachetool.bundle import pack, write_ctb
+    from cachetool.fingerprint import local_fingerprint
+
+    src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
+    fp = local_fingerprint(device="cpu")
+    out = {}
+    for name, extra in (("with", {"vllm": "0.32.0"}), ("without", {"vllm": None})):
+        with pack(src, sign_key=keys["key"], fingerprint=dict(fp, **extra)) as b:
+            out[name] = write_ctb(b, tmp_path / f"{name}.ctb")
+    for a, b in ((out["with"], out["without"]), (out["without"], out["with"])):
+        r = cli("diff", a, b, "--exit-code")
+        assert r.rc == 0 and "no differences" in r.out, r
+
+
+def test_factor_files_of_another_shape_are_compared_field_by_field():
+    # Before: any entry with "values" made a file count as ours, so a file of other factor names was compared
+    # over env/config/code/compiler only and nothing differed.
+    from cachetool.factors import compare_factors
+    from compiler.cache_key import Factors
+
+    a, b = Factors({"serve": {"values": {"max_model_len": 256}}}), Factors({"serve": {"values": {"max_model_len": 512}}})
+    assert not a.structured
+    assert [(d.category, d.name, d.a, d.b) for d in compare_factors(a, b)] == \
+        [("factors", "serve.values.max_model_len", 256, 512)]

@@ -61,3 +61,37 @@ def test_a_pull_with_a_store_flag_of_another_store_is_a_usage_outcome(cli, tmp_p
     assert out.startswith("pull: outcome=usage-error ") and "exit=2" in out
     assert err == "error: option 'profile' does not apply to file:// stores (they take no options)"
     assert not (tmp_path / "root").exists()
+
+
+def test_diff_of_refs_in_two_kinds_of_store_gives_each_side_its_own_options(rgw, s3_env, shared_bucket, bundle,
+                                                                              cli, tmp_path, monkeypatch):
+    """One set of flags, two stores: the S3 side takes --endpoint-url, the file side nothing (diff opened both
+    with every flag, so the file side refused --endpoint-url, exit 2). A flag that neither side takes is still
+    refused."""
+    import uuid
+
+    from cachetool.bundle import write_ctb
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)  # the flag is the only way to the S3 server
+    ctb = write_ctb(bundle, tmp_path / "b.ctb")
+    s3_ref = f"s3://{shared_bucket}/diff-{uuid.uuid4().hex[:6]}/llama:v1"
+    file_ref = f"file://{tmp_path}/store/llama:v1"
+    assert cli("push", ctb, s3_ref, "--endpoint-url", rgw.endpoint).rc == 0
+    assert cli("push", ctb, file_ref).rc == 0
+    for a, b in ((s3_ref, file_ref), (file_ref, s3_ref)):
+        r = cli("diff", a, b, "--endpoint-url", rgw.endpoint, "--exit-code")
+        assert r.rc == 0 and "no differences" in r.out, r
+    r = cli("diff", file_ref, file_ref, "--endpoint-url", rgw.endpoint)
+    assert r.rc == exit_codes.USAGE.code and "'endpoint_url' does not apply to file:// stores" in r.error_line()
+    r = cli("diff", s3_ref, file_ref, "--plain-http")
+    assert r.rc == exit_codes.USAGE.code and "'plain_http' does not apply to s3:// stores" in r.error_line()
+
+
+def test_warm_push_refuses_a_store_flag_of_another_store_before_compiling(cli, tmp_path, keys):
+    """warm checks --push and its flags before minutes of compiling (the flag was refused only at the push,
+    after the compile)."""
+    root = tmp_path / "root"
+    r = cli("warm", "--model", "tiny", "--cache-root", root, "--push", f"file://{tmp_path}/store/tiny:v1",
+            "--sign-key", keys["priv"], "--endpoint-url", "http://127.0.0.1:1")
+    assert r.rc == exit_codes.USAGE.code and "'endpoint_url' does not apply to file:// stores" in r.error_line()
+    assert not root.exists() and not (tmp_path / "store").exists()
