@@ -142,3 +142,47 @@ def test_an_upload_that_fails_and_left_nothing_still_fails(oci_registry, monkeyp
             st._upload_retrying(media.sha(data), len(data), "upload test blob", data=data)
     finally:
         st.close()
+
+
+def test_a_push_through_a_shared_store_closes_its_plan(oci_registry, bundles):
+    """A plan lives from missing_blobs to its push's manifest: a server pushing many bundles through one store
+    kept every plan (and consulted them all on each later put_blob)."""
+    from cachetool.pushing import push
+
+    repo = _repo(oci_registry)
+    with open_store(repo) as st:
+        for name in ("packed", "small"):
+            push(bundles[name][1], f"{repo}:{name}", store=st)
+        assert st._push_plans == {}
+
+
+def test_a_failed_check_after_a_failed_upload_leaves_the_retries_to_run(oci_registry, monkeypatch):
+    """The HEAD after a failed PUT is a question, not a request of its own to fail on: when it fails too (the
+    registry briefly down), the upload is tried again with a new session (it ended the loop with the HEAD's
+    error)."""
+    monkeypatch.setenv("CACHETOOL_STORE_MAX_ATTEMPTS", "3")
+    st = open_store(_repo(oci_registry))
+    data = b'{"cachetool": "flaky"}'
+    digest = media.sha(data)
+    real_upload, real_head = st._upload, st._head_blob
+    failures = {"put": 1, "head": 1}
+
+    def flaky_upload(d, size, what, **kw):
+        if failures["put"]:
+            failures["put"] -= 1
+            raise StoreError(f"{what}: registry answered 503", store=st.url, key=d, status=503)
+        return real_upload(d, size, what, **kw)
+
+    def flaky_head(d, **kw):
+        if failures["head"]:
+            failures["head"] -= 1
+            raise StoreError(f"check blob {d[:19]}: registry answered 503", store=st.url, key=d, status=503)
+        return real_head(d, **kw)
+
+    monkeypatch.setattr(st, "_upload", flaky_upload)
+    monkeypatch.setattr(st, "_head_blob", flaky_head)
+    try:
+        st._upload_retrying(digest, len(data), "upload test blob", data=data)
+        assert failures == {"put": 0, "head": 0} and real_head(digest) == len(data)
+    finally:
+        st.close()

@@ -23,8 +23,9 @@ class RepositoryAccess:
             raise UsageError(f"{self.url} names a registry, not a repository (oci://host/repo)", store=self.url)
         return self.client.v2(rest)
 
-    def _head_blob(self, digest: str) -> int | None:
-        r = self._req("HEAD", self._v2(f"blobs/{digest}"), f"check blob {digest[:19]} in {self.url}", ok=(200, 404))
+    def _head_blob(self, digest: str, *, retry: bool = True) -> int | None:
+        r = self._req("HEAD", self._v2(f"blobs/{digest}"), f"check blob {digest[:19]} in {self.url}", ok=(200, 404),
+                      retry=retry)
         if r.status_code == 404:
             return None
         try:

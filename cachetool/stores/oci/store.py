@@ -68,6 +68,8 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
 
     def close(self) -> None:
         self.client.close()
+        with self._lock:
+            self._push_plans.clear()  # their pack files go with the scratch folder
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
@@ -90,7 +92,8 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
             self._upload_retrying(digest, len(manifest_bytes), what, data=manifest_bytes)
         man = Manifest.from_bytes(manifest_bytes)
         uniq = {b.digest: b for b in blobs}
-        planned = self._push_plans.get(frozenset(b.stored_digest for b in uniq.values()))
+        with self._lock:  # this push is done with its plan: a later push's put_blob must not upload its packs
+            planned = self._push_plans.pop(frozenset(b.stored_digest for b in uniq.values()), None)
         if planned is not None:
             layers, singles = list(planned.layers), planned.singles
         else:  # no missing_blobs for this push (no packs planned): one layer per blob, as before packs

@@ -111,11 +111,19 @@ class BlobTransfer:
             except StoreError:
                 # Two pushers committing one blob at once: docker-registry may fail the loser's PUT (400
                 # DIGEST_INVALID) although the blob is there now. Content-addressed, so theirs is ours.
-                if self._head_blob(digest) in (size, -1):
+                if self._blob_there(digest, size):
                     return
                 if attempt + 1 >= self.max_attempts:
                     raise
                 pause(what, attempt, "upload failed; new upload session")
+
+    def _blob_there(self, digest: str, size: int) -> bool:
+        """Whether the registry has the blob now, asked once (the upload's own attempts are the retries); a failed
+        check is a no, so the upload is tried again and its failure is the one reported."""
+        try:
+            return self._head_blob(digest, retry=False) in (size, -1)
+        except StoreError:
+            return False
 
     def _lock_for(self, key: str) -> threading.Lock:
         with self._lock:
@@ -123,7 +131,8 @@ class BlobTransfer:
 
     def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
         """Upload what any open push plan needs for ``blob``: each pack that holds it (once), and the blob itself
-        where a plan sends it alone (a small bundle's plan packs nothing) or no plan knows it."""
+        where a plan sends it alone (a small bundle's plan packs nothing) or no plan knows it. A plan is open from
+        ``missing_blobs`` until its push's ``put_manifest`` (or the store's close)."""
         with self._lock:
             plans = list(self._push_plans.values())
         holders = {p.pack_of[blob.digest] for p in plans if blob.digest in p.pack_of}
