@@ -109,7 +109,8 @@ class _Compiled:
         self.phases = StartupPhases()
         self._compiled_here = 0
         self._import_wait = 0.0
-        if self._aot_usable():
+        # (already running when the model runner started it: the AOT check would wait for it, losing the overlap)
+        if not torch_compat.prefetch_running() and self._aot_usable():
             torch_compat.prefetch_artifact_loader()  # overlaps the loader's imports with the model build
 
     # ---------------------------------------------------------------- dynamic dims

@@ -19,8 +19,8 @@ import torch
 
 # The hot start's loading side lives in hot_start.py (this package's second module); its names are ours too.
 from compiler.torch_compat.hot_start import (STAND_INS, hot_load_report, load_compiled_artifact,  # noqa: F401
-                                             load_compiled_function, prefetch_artifact_loader, runtime_stand_ins,
-                                             torch_extern_kernel, wait_for_prefetch)
+                                             load_compiled_function, prefetch_artifact_loader, prefetch_running,
+                                             runtime_stand_ins, torch_extern_kernel, wait_for_prefetch)
 
 __all__ = [
     "TORCH_VERSION",
@@ -38,7 +38,7 @@ __all__ = [
     "storage_from_data_pointer", "process_group_name", "resolve_process_group", "functional_all_reduce",
     # the hot start's loading side (hot_start.py)
     "STAND_INS", "hot_load_report", "load_compiled_artifact", "load_compiled_function", "prefetch_artifact_loader",
-    "runtime_stand_ins", "torch_extern_kernel", "wait_for_prefetch",
+    "prefetch_running", "runtime_stand_ins", "torch_extern_kernel", "wait_for_prefetch",
 ]
 
 logger = logging.getLogger(__name__)
@@ -168,6 +168,10 @@ def serializable_callable_base() -> type:
 
 
 def aot_supported() -> bool:
+    # Dynamo's import is circular with Inductor's: imported here while the background prefetch imports them, one
+    # thread can meet a partly initialized torch._dynamo ("has no attribute 'utils'") and the start fails. The
+    # prefetch imports this module too, so waiting for it costs only the overlap with what the caller does meanwhile.
+    wait_for_prefetch()
     try:
         from torch._dynamo.aot_compile import aot_compile_fullgraph  # noqa: F401
     except ImportError:  # pragma: no cover

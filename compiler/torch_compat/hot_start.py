@@ -78,6 +78,11 @@ def prefetch_artifact_loader() -> None:
     _prefetch.start()
 
 
+def prefetch_running() -> bool:
+    """Whether :func:`prefetch_artifact_loader`'s thread is still importing."""
+    return _prefetch is not None and _prefetch.is_alive()
+
+
 def wait_for_prefetch() -> None:
     """Block until :func:`prefetch_artifact_loader`'s imports are done (no-op if it never started): two threads
     importing Inductor's circularly dependent modules at once could deadlock the import system."""

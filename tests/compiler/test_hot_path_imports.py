@@ -50,3 +50,32 @@ def test_stand_ins_give_way_to_the_real_modules() -> None:
                           cwd=str(REPO), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == {"before": False, "still": False, "mm": True, "real": True, "left": []}
+
+
+def test_the_start_imports_no_dynamo_or_inductor_module_while_the_prefetch_does() -> None:
+    """Dynamo's and Inductor's modules import each other: a second thread importing one of them while the
+    background prefetch imports them can meet a partly initialized module, and the start fails with "partially
+    initialized module 'torch._dynamo' has no attribute 'utils'" (seen in a full suite run). Building the model
+    runner (the prefetch runs through it) imports none of them on the main thread while the prefetch is alive
+    (enable_compile's AOT check imported torch._dynamo.aot_compile)."""
+    code = (
+        "import builtins, json, threading\n"
+        "import torch\n"
+        "from compiler.config import CompilationConfig\n"
+        "from compiler.runner import ModelRunner\n"
+        "from compiler.torch_compat import hot_start\n"
+        "real, seen = builtins.__import__, []\n"
+        "def watch(name, globals=None, locals=None, fromlist=(), level=0):\n"
+        "    running = hot_start.prefetch_running()\n"
+        "    if running and threading.current_thread() is threading.main_thread():\n"
+        "        names = [name] + [f'{name}.{x}' for x in fromlist or ()]\n"
+        "        seen.extend(n for n in names if n.startswith(('torch._dynamo', 'torch._inductor')))\n"
+        "    return real(name, globals, locals, fromlist, level)\n"
+        "builtins.__import__ = watch\n"
+        "ModelRunner('tiny', 'cpu', CompilationConfig())\n"
+        "builtins.__import__ = real\n"
+        "print(json.dumps(seen))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
+                          cwd=str(REPO), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
