@@ -17,6 +17,14 @@ from compiler import torch_compat
 from tests.compiler.conftest import REPO, cli_env
 
 
+def _fresh_process_json(code: str):
+    """What ``code``, run in a fresh interpreter (nothing of torch's imported yet), prints last, as JSON."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
+                          cwd=str(REPO), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_the_torch_shortcut_is_the_registered_kernel_or_nothing() -> None:
     select_algorithm = importlib.import_module("torch._inductor.select_algorithm")  # fills the registry
     registry = select_algorithm.ExternKernelChoice._registry
@@ -46,10 +54,7 @@ def test_stand_ins_give_way_to_the_real_modules() -> None:
         "left = [n for n in torch_compat.STAND_INS if type(sys.modules.get(n)).__name__ == '_StandIn']\n"
         "print(json.dumps({'before': before, 'still': still, 'mm': mm is torch.mm,\n"
         "                  'real': 'torch._inductor.lowering' in sys.modules, 'left': left}))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
-                          cwd=str(REPO), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout) == {"before": False, "still": False, "mm": True, "real": True, "left": []}
+    assert _fresh_process_json(code) == {"before": False, "still": False, "mm": True, "real": True, "left": []}
 
 
 def test_the_start_imports_no_dynamo_or_inductor_module_while_the_prefetch_does() -> None:
@@ -75,7 +80,4 @@ def test_the_start_imports_no_dynamo_or_inductor_module_while_the_prefetch_does(
         "ModelRunner('tiny', 'cpu', CompilationConfig())\n"
         "builtins.__import__ = real\n"
         "print(json.dumps(seen))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
-                          cwd=str(REPO), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+    assert _fresh_process_json(code) == []
