@@ -39,12 +39,13 @@ def _repo(oci_registry) -> str:
     return f"{oci_registry.url}/team/race-{uuid.uuid4().hex[:6]}"
 
 
-@pytest.mark.parametrize("pair", [("packed", "packed-more"), ("small", "packed")])
+@pytest.mark.parametrize("pair", [("packed", "packed-more"), ("small", "packed"), ("packed", "packed")])
 def test_two_interleaved_pushes_through_one_store_each_list_their_own_packs(oci_registry, bundles, pair, keys,
                                                                             tmp_path):
     """Plan A, plan B, then A's blobs and manifest: A's manifest lists A's packs and singles, and each was uploaded
     (the plan was one slot on the store: A's manifest fell back to one layer per blob, never uploaded; and a blob
-    that B packs and A sends alone went up only in B's pack)."""
+    that B packs and A sends alone went up only in B's pack). Two pushes of one bundle each find a plan for
+    their manifest."""
     (tree_a, a), (tree_b, b) = bundles[pair[0]], bundles[pair[1]]
     repo = _repo(oci_registry)
     st = open_store(repo)
@@ -97,7 +98,7 @@ def test_pack_files_of_simultaneous_plans_do_not_share_a_name(oci_registry, pack
         assert not errors, errors
         for bundle in (a, b):  # every pack file holds what its digest says
             blobs = frozenset(x.stored_digest for x in bundle.blobs)
-            plan = st._push_plans[blobs]
+            [plan] = st._push_plans[blobs]
             files = {digest: path for digest, _, path in plan.pack_of.values()}
             assert {layer["digest"] for layer in plan.layers} == set(files)
             for digest, path in files.items():

@@ -53,7 +53,9 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
         self._entries: dict[str, tuple[str, dict, int]] = {}  # OCI digest -> (platform, fingerprint, size)
         self._blob_bundle: dict[str, str] = {}  # stored digest -> bundle manifest digest (pulls with packs)
         self._members: dict[str, dict[str, BlobRef]] = {}  # bundle digest -> pack member name -> blob
-        self._push_plans: dict[frozenset[str], PushPlan] = {}  # a push's blob set -> its packing
+        # a push's blob set -> the open plans of the pushes of that set (one per push, from missing_blobs to its
+        # manifest)
+        self._push_plans: dict[frozenset[str], list[PushPlan]] = {}
         self._head_cache: dict[str, bool] = {}
         self._pack_locks: dict[str, threading.Lock] = {}
         self._scratch: str | None = None
@@ -74,6 +76,18 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
 
+    def _close_plan(self, blobs: frozenset[str]) -> PushPlan | None:
+        """The plan of a push of ``blobs`` whose manifest is being written, removed: a later push's put_blob must
+        not upload its packs. None where that push planned nothing (no missing_blobs)."""
+        with self._lock:
+            open_plans = self._push_plans.get(blobs)
+            if not open_plans:
+                return None
+            plan = open_plans.pop()
+            if not open_plans:
+                del self._push_plans[blobs]
+            return plan
+
     def _scratch_dir(self) -> Path:
         with self._lock:
             if self._scratch is None:
@@ -92,8 +106,7 @@ class OCIStore(BlobTransfer, ReferrerSignatures, TagRefs, SignatureGc, Repositor
             self._upload_retrying(digest, len(manifest_bytes), what, data=manifest_bytes)
         man = Manifest.from_bytes(manifest_bytes)
         uniq = {b.digest: b for b in blobs}
-        with self._lock:  # this push is done with its plan: a later push's put_blob must not upload its packs
-            planned = self._push_plans.pop(frozenset(b.stored_digest for b in uniq.values()), None)
+        planned = self._close_plan(frozenset(b.stored_digest for b in uniq.values()))
         if planned is not None:
             layers, singles = list(planned.layers), planned.singles
         else:  # no missing_blobs for this push (no packs planned): one layer per blob, as before packs

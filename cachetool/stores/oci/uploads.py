@@ -52,9 +52,10 @@ class BlobTransfer:
         pack is, and uploading it uploads its pack once. Then one HEAD per pack or single blob, ``workers`` at a
         time."""
         plan = self._plan_packs(blobs, blob_path)
-        # keyed by the push's blob set: two pushes through one store at once (threads) each find their own plan
+        # keyed by the push's blob set: two pushes through one store at once (threads) each find their own plan;
+        # two pushes of one bundle plan alike, and each manifest takes one of their plans
         with self._lock:
-            self._push_plans[frozenset(b.stored_digest for b in blobs)] = plan
+            self._push_plans.setdefault(frozenset(b.stored_digest for b in blobs), []).append(plan)
         with ThreadPoolExecutor(max(1, workers)) as ex:
             present = list(ex.map(lambda b: self._has_blob(plan, b), blobs))
         return [b for b, there in zip(blobs, present) if not there]
@@ -134,7 +135,7 @@ class BlobTransfer:
         where a plan sends it alone (a small bundle's plan packs nothing) or no plan knows it. A plan is open from
         ``missing_blobs`` until its push's ``put_manifest`` (or the store's close)."""
         with self._lock:
-            plans = list(self._push_plans.values())
+            plans = [p for same_blobs in self._push_plans.values() for p in same_blobs]
         holders = {p.pack_of[blob.digest] for p in plans if blob.digest in p.pack_of}
         for digest, size, path in sorted(holders):
             with self._lock_for(digest):
