@@ -114,14 +114,16 @@ def _readings(a: str, b: str, reading: dict[str, Any]) -> tuple[dict[str, Any], 
     ref, gets them all, so that an option no side takes is refused by ``open_store`` as a usage error."""
     from cachetool.read_bundle import is_ref
     from cachetool.refs import parse_ref
-    from cachetool.stores import options_taken
+    from cachetool.stores import given_options, options_taken
 
-    options = reading.get("store_options") or {}
-    if not (is_ref(a) and is_ref(b)) or parse_ref(a).store.scheme == parse_ref(b).store.scheme:
+    if not (is_ref(a) and is_ref(b)):
         return reading, reading
-    given = {k: v for k, v in options.items() if v is not None and v is not False}
-    taken_a, taken_b = options_taken(parse_ref(a).store, given), options_taken(parse_ref(b).store, given)
-    if set(given) - set(taken_a) - set(taken_b):
+    store_a, store_b = parse_ref(a).store, parse_ref(b).store
+    if store_a.scheme == store_b.scheme:
+        return reading, reading
+    options = reading.get("store_options") or {}
+    taken_a, taken_b = options_taken(store_a, options), options_taken(store_b, options)
+    if set(given_options(options)) - set(taken_a) - set(taken_b):
         return reading, reading  # an option neither kind takes: open_store names it
     return {**reading, "store_options": taken_a}, {**reading, "store_options": taken_b}
 

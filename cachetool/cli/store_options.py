@@ -23,9 +23,8 @@ def _remember_plain_http(ctx, _param, value):
 
 
 def options_dict(endpoint_url, profile, insecure) -> dict:
-    """The store options given on the command line, and only those: a store refuses one that is not its kind's
-    (``--endpoint-url`` for a ``file://`` store), so a flag left out must not reach it."""
+    """The store flags as the library's store options; a flag left out is None or False, which the library does not
+    count as given (``stores.given_options``), so it never reaches a store that would refuse it."""
     ctx = click.get_current_context(silent=True)
     plain_http = bool(ctx and ctx.meta.get("cachetool.plain_http"))
-    given = {"endpoint_url": endpoint_url, "profile": profile, "insecure": insecure, "plain_http": plain_http}
-    return {k: v for k, v in given.items() if v is not None and v is not False}
+    return {"endpoint_url": endpoint_url, "profile": profile, "insecure": insecure, "plain_http": plain_http}

@@ -21,7 +21,7 @@ from cachetool.refs import StoreURL, parse_store
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.gc import GcReport
 
-__all__ = ["open_store", "checked_options", "options_taken", "OPTIONS", "Store", "BlobRef", "RefEntry", "RefIndex", "GcReport"]
+__all__ = ["open_store", "checked_options", "given_options", "options_taken", "OPTIONS", "Store", "BlobRef", "RefEntry", "RefIndex", "GcReport"]
 
 OPTIONS: dict[str, tuple[str, ...]] = {"file": (), "s3": ("endpoint_url", "profile", "region"),
                                        "oci": ("insecure", "plain_http")}
@@ -37,7 +37,7 @@ def checked_options(url: str | StoreURL, options: dict[str, Any]) -> dict[str, A
         raise UsageError(f"unknown store option {', '.join(map(repr, unknown))} (the options are: {known})",
                          store=str(url))
     su = url if isinstance(url, StoreURL) else parse_store(url)
-    given = {k: v for k, v in options.items() if v is not None and v is not False}
+    given = given_options(options)
     _refuse_foreign(su, given, str(url))
     return given
 
@@ -58,11 +58,16 @@ def open_store(url: str | StoreURL, **options: Any) -> Store:
     return OCIStore(su.location, su.path, **{k: bool(v) for k, v in mine.items()})
 
 
+def given_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options a caller gave: one left at its default (``None``, or ``False`` for the OCI switches) is not."""
+    return {k: v for k, v in options.items() if v is not None and v is not False}
+
+
 def options_taken(url: str | StoreURL, options: dict[str, Any]) -> dict[str, Any]:
-    """The ``options`` that ``url``'s kind of store takes: for a command over two stores of different kinds
+    """The given ``options`` that ``url``'s kind of store takes: for a command over two stores of different kinds
     (``diff s3://... oci://... --endpoint-url X``), whose one set of flags holds both kinds' options."""
     su = url if isinstance(url, StoreURL) else parse_store(url)
-    return {k: v for k, v in options.items() if k in OPTIONS[su.scheme]}
+    return {k: v for k, v in given_options(options).items() if k in OPTIONS[su.scheme]}
 
 
 def _refuse_foreign(su: StoreURL, given: dict[str, Any], store: str) -> None:
