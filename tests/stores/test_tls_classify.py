@@ -156,8 +156,21 @@ def test_a_plain_http_answer_is_not_tls(certs):
 
 def test_a_hang_up_mid_handshake_is_not_tls(certs):
     err = _handshake(Client(certs["ca"]), eof=True)
-    assert isinstance(err, ssl.SSLEOFError)
+    # Python 3.11.7 raises SSLEOFError (UNEXPECTED_EOF_WHILE_READING); 3.11.2 (Debian's) SSLZeroReturnError
+    assert isinstance(err, (ssl.SSLEOFError, ssl.SSLZeroReturnError))
     assert tls.describe_tls_error(_as_requests_raises(err, "hostname does not match")) == \
+        ("it does not speak TLS on that port", False)
+    assert tls.classify_tls_error(_as_requests_raises(err)).case == tls.NOT_TLS
+
+
+@pytest.mark.parametrize("err", [
+    ssl.SSLEOFError(8, "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of protocol (_ssl.c:1006)"),
+    ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF) (_ssl.c:992)"),
+], ids=["eof", "zero-return"])
+def test_each_kind_of_hang_up_is_not_tls(err):
+    """Both ways ``ssl`` reports a peer that closed mid-handshake, whatever Python runs this: 3.11.2 raised
+    SSLZeroReturnError (no ``reason``) where 3.11.7 raises SSLEOFError, and it was called a handshake failure."""
+    assert tls.describe_tls_error(_as_requests_raises(err, "certificate verify failed")) == \
         ("it does not speak TLS on that port", False)
     assert tls.classify_tls_error(_as_requests_raises(err)).case == tls.NOT_TLS
 

@@ -110,6 +110,9 @@ _NAME_MISMATCH_CODES = frozenset({62, 63, 64})
 # reply read as a record header (OpenSSL < 3.2: WRONG_VERSION_NUMBER; 3.2 and later: RECORD_LAYER_FAILURE) or a
 # close before the handshake ended (UNEXPECTED_EOF_WHILE_READING; ``ssl.SSLEOFError`` too).
 _NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "UNEXPECTED_EOF_WHILE_READING"})
+# The peer closed the connection before the handshake ended: ``ssl`` says so as ``SSLEOFError`` (Python 3.11.7) or,
+# on some builds (Debian's 3.11.2), as ``SSLZeroReturnError`` with no ``reason``; both mean the same hang-up.
+_HANG_UPS = (ssl.SSLEOFError, ssl.SSLZeroReturnError)
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,8 @@ def classify_tls_error(exc: BaseException) -> TLSFailure:
         if isinstance(e, Urllib3CertificateError):  # urllib3's own host name check (where ssl does not check it)
             return TLSFailure(WRONG_HOST, "certificate is not valid for this host name")
     for e in chain:
-        if isinstance(e, ssl.SSLEOFError) or (isinstance(e, ssl.SSLError)
-                                              and getattr(e, "reason", None) in _NOT_TLS_REASONS):
+        if isinstance(e, _HANG_UPS) or (isinstance(e, ssl.SSLError)
+                                        and getattr(e, "reason", None) in _NOT_TLS_REASONS):
             return TLSFailure(NOT_TLS, getattr(e, "reason", None) or type(e).__name__)
     inner = next((e for e in reversed(chain) if isinstance(e, ssl.SSLError)), exc)
     return TLSFailure(HANDSHAKE, clip(inner, 120))
