@@ -22,7 +22,7 @@ class Side:
     label: str
     keys: list[tuple[str, Factors | None]]  # (cache hash, factors)
     fingerprint: dict
-    partial: bool = False  # True for "local": only env + compiler known
+    partial: bool = False  # True for "local": this machine's facts (not a requirement), only env + compiler known
     layout: str | None = None  # the cache's layout (None for "local")
 
 
@@ -63,15 +63,31 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
     return Side(str(p), [(k.hash, k.factors) for k in s.keys], fingerprint_from_factors(comp, fp), layout=s.kind)
 
 
-def diff_sides(a: Side, b: Side) -> list[Difference]:
-    """The fingerprint fields that decide a hit, compared as the install preflight compares them
-    (:func:`cachetool.fingerprint.compare`: the driver and the GPU's name are recorded, not compared), then the
-    factors of each pair of caches."""
-    from cachetool.fingerprint import compare
+def _engine(side: Side) -> str:
+    from cachetool import engines
 
-    # a field either side leaves unrecorded is not compared (diff A B and diff B A name the same fields)
-    out = [Difference("fingerprint", f, va, vb) for f, va, vb in compare(a.fingerprint, b.fingerprint)
-           if vb is not None]
+    return engines.for_layout(side.layout).name if side.layout else "native"
+
+
+def fingerprint_differences(a: Side, b: Side) -> list[Difference]:
+    """The fingerprint fields that decide a hit, by the install preflight's own comparison
+    (:func:`cachetool.fingerprint.compare`). A recorded side (bundle, ref, folder) is a requirement and this machine
+    (``local``) a set of facts: against ``local``, the preflight's question exactly; between two recorded sides,
+    each against the other, so that diff A B and diff B A name the same fields."""
+    from cachetool.fingerprint import CHECKED, compare
+
+    found: dict[str, tuple] = {}
+    if not a.partial:
+        found.update({f: (va, vb) for f, va, vb in compare(a.fingerprint, b.fingerprint, _engine(a))})
+    if not b.partial:
+        found.update({f: (va, vb) for f, vb, va in compare(b.fingerprint, a.fingerprint, _engine(b))})
+    return [Difference("fingerprint", f, *found[f]) for f in CHECKED if f in found]
+
+
+def diff_sides(a: Side, b: Side) -> list[Difference]:
+    """The fingerprint fields that decide a hit (:func:`fingerprint_differences`: the driver and the GPU's name are
+    recorded, not compared), then the factors of each pair of caches."""
+    out = fingerprint_differences(a, b)
     only = ("env", "compiler") if (a.partial or b.partial) else FACTORS
     if not a.keys or not b.keys:
         if a.keys or b.keys:
@@ -143,7 +159,7 @@ def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | No
     eng = engines.get(engine)
     fp = local_fingerprint(device=require_device(device))
     fp.update({k: v for k, v in eng.machine_facts(fp["device"]).items() if k != "engine"})
-    out = diff_sides(side, Side("local", [], fp))
+    out = diff_sides(side, Side("local", [], fp, partial=True))
     out = [d for d in out if d.category == "fingerprint"]
     if model is None:
         return out

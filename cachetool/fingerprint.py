@@ -23,6 +23,11 @@ FIELDS = ("os", "arch", "device", "torch", "cuda", "triton", "gpu", "capability"
 # driver is recorded, not compared (a newer driver runs the same kernels). "vllm" and "cpu_isa" are set in
 # bundles of real vLLM trees only (cachetool.engines.vllm.facts) and compared against the same facts here.
 CHECKED = ("device", "os", "arch", "torch", "cuda", "triton", "capability", "vllm", "cpu_isa")
+# Checked fields that can change what is loaded only on a GPU: a CPU cache's kernels are Inductor's C++, which no
+# Triton reads (its compiler factor records no Triton), so a CPU bundle hits whatever Triton is here or not.
+GPU_ONLY = ("cuda", "triton", "capability")
+# Checked fields that only an engine's own caches depend on (a native cache loads the same beside any vLLM).
+ENGINE_ONLY = {"vllm": ("vllm", "cpu_isa")}
 ENGINE_FIELDS = ("vllm", "cpu_isa", "gpu_driver")  # taken from an engine's compiler factor values as they are
 
 
@@ -140,13 +145,21 @@ def fingerprint_from_factors(compiler_values: dict | None, fallback: dict) -> di
     return fp
 
 
-def compare(bundle_fp: dict, local_fp: dict) -> list[tuple[str, object, object]]:
-    """Checked fields that differ: ``[(field, bundle value, local value)]``. A field the bundle leaves None is skipped."""
+def fields_that_matter(bundle_fp: dict, engine: str = "native") -> tuple[str, ...]:
+    """The checked fields that can change what a cache of ``engine`` built under ``bundle_fp`` loads: the GPU's
+    only for a CUDA cache, an engine's own only for its caches."""
+    on_gpu = bundle_fp.get("device") == "cuda"
+    others = {f for name, fields in ENGINE_ONLY.items() if name != engine for f in fields}
+    return tuple(f for f in CHECKED if (on_gpu or f not in GPU_ONLY) and f not in others)
+
+
+def compare(bundle_fp: dict, local_fp: dict, engine: str = "native") -> list[tuple[str, object, object]]:
+    """The one fingerprint comparison (install preflight, ``diff``, pull's reasons): the fields that matter
+    (:func:`fields_that_matter`) that differ, ``[(field, bundle value, local value)]``. A field the bundle leaves
+    None is skipped (it recorded nothing to require); a local None is a fact (this machine has no Triton)."""
     out = []
-    for k in CHECKED:
+    for k in fields_that_matter(bundle_fp, engine):
         b = bundle_fp.get(k)
-        if b is None:
-            continue
-        if b != local_fp.get(k):
+        if b is not None and b != local_fp.get(k):
             out.append((k, b, local_fp.get(k)))
     return out

@@ -64,7 +64,7 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     dev = device or bundle_fp.get("device") or "cpu"
     local_fp = local_fingerprint(device=dev)
     local_fp.update(engine.machine_facts(local_fp["device"]))
-    diffs = compare(bundle_fp, local_fp)
+    diffs = compare(bundle_fp, local_fp, engine.name)
     if diffs:
         field, b, l = diffs[0]
         more = f" (also: {', '.join(d[0] for d in diffs[1:])})" if len(diffs) > 1 else ""

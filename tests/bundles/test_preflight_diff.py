@@ -170,3 +170,51 @@ def test_factor_files_of_another_shape_are_compared_field_by_field():
     assert not a.structured
     assert [(d.category, d.name, d.a, d.b) for d in compare_factors(a, b)] == \
         [("factors", "serve.values.max_model_len", 256, 512)]
+
+
+@pytest.mark.parametrize("bundle_triton,here_triton", [("3.9.0", None), ("9.9.9", "3.9.0")],
+                         ids=["triton-only-in-the-bundle", "another-triton"])
+def test_a_cpu_bundle_hits_whatever_triton_is_here(tmp_path, cli, keys, monkeypatch, bundle_triton, here_triton):
+    # Before: a CPU bundle warmed where Triton was installed was refused where it is not ("fingerprint 'triton'
+    # differs: bundle '3.9.0', this machine None", exit 4) while `diff B local` said "no differences" and the cache
+    # hit once installed: a CPU cache's kernels are C++, no Triton reads them (its compiler factor records none).
+    from cachetool.bundle import pack, write_ctb
+    from cachetool.fingerprint import local_fingerprint
+    from compiler import build_identity
+
+    src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
+    with pack(src, sign_key=keys["key"], fingerprint=dict(local_fingerprint(device="cpu"), triton=bundle_triton)) as b:
+        ctb = write_ctb(b, tmp_path / "cpu.ctb")
+    monkeypatch.setattr(build_identity, "triton_version", lambda: here_triton)
+    assert local_fingerprint(device="cpu")["triton"] == here_triton
+    r = cli("install", ctb, "--cache-root", tmp_path / "d", "--trust", keys["pub"])
+    assert r.rc == 0 and "preflight: fingerprint, compiler factors, env factors" in r.out, r
+    r = cli("diff", ctb, "local", "--device", "cpu", "--exit-code")
+    assert r.rc == 0 and "no differences" in r.out, r
+
+
+CUDA_FP = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0",
+           "triton": "3.6.0", "gpu": "NVIDIA H200", "capability": "sm90"}
+
+
+def test_triton_is_compared_for_a_cuda_bundle_only():
+    from cachetool.fingerprint import compare
+
+    assert compare(CUDA_FP, dict(CUDA_FP, triton=None)) == [("triton", "3.6.0", None)]
+    cpu = dict(CUDA_FP, device="cpu", torch="2.13.0+cpu", cuda=None, gpu=None, capability=None)
+    assert compare(cpu, dict(cpu, triton=None)) == []
+    assert compare(cpu, dict(cpu, triton="9.9.9")) == []
+
+
+def test_diff_against_this_machine_is_the_preflights_comparison():
+    # Before: diff dropped a field this machine leaves None (to name the same fields both ways between two bundles),
+    # so a CUDA bundle against a GPU machine without Triton showed no difference while the preflight refused it.
+    from cachetool.diff import Side, diff_sides
+    from cachetool.fingerprint import compare
+
+    bundle = Side("b.ctb", [], dict(CUDA_FP), layout="native")
+    here = Side("local", [], dict(CUDA_FP, triton=None), partial=True)
+    preflight = compare(bundle.fingerprint, here.fingerprint)
+    assert preflight == [("triton", "3.6.0", None)]
+    for a, b in ((bundle, here), (here, bundle)):
+        assert [(d.category, d.name) for d in diff_sides(a, b)] == [("fingerprint", "triton")]
