@@ -78,6 +78,23 @@ def test_device_cuda_on_a_machine_without_one_is_one_usage_line(cli, tmp_path, k
     assert r.rc == 2 and "no CUDA device" in r.error_line() and "Traceback" not in r.err, r
 
 
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_install_and_pull_refuse_a_cuda_device_this_machine_lacks_alike(cli, tmp_path, keys_for_device, device):
+    """install --device cuda on a machine without CUDA installed the CPU bundle and exited 0 where pull refused the
+    same with exit 2: one rule (fingerprint.require_device) for both, before anything is written."""
+    from cachetool.fingerprint import local_fingerprint
+
+    if local_fingerprint("cuda")["device"] == "cuda":
+        pytest.skip("this machine has a CUDA device")
+    store, ctb, pub = keys_for_device
+    for verb, source in (("install", ctb), ("pull", f"file://{store}/tiny:cpu")):
+        root = tmp_path / f"root-{verb}"
+        r = cli(verb, source, "--cache-root", root, "--trust", pub, "--device", device)
+        assert r.rc == 2 and r.error_line() == \
+            f"error: --device {device}: this machine has no CUDA device (NVML and torch see none)", (verb, r)
+        assert not root.exists(), verb
+
+
 @pytest.fixture
 def keys_for_device(cli, tmp_path):
     """A CPU bundle (the native tree of tests/bundles) pushed to a file store: (store, .ctb, public key)."""

@@ -78,10 +78,10 @@ def install_bundle(
     even with ``keep_changed`` (replacing is the default; the flag stays for old callers). ``deadline``
     (``time.monotonic()``): waiting for the root's lock past it raises :class:`WaitTimeoutError` (exit 7).
     """
-    from cachetool.fingerprint import check_device
+    from cachetool.fingerprint import require_device
 
     t0 = time.monotonic()
-    device = check_device(device)
+    device = require_device(device)  # pull's rule too: --device cuda without CUDA must not take the CPU bundle
     mbytes, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify,
                                                  warn=warn)
     units = select_units(manifest, parse_ranks(ranks))
