@@ -43,20 +43,42 @@ class PullResult:
         return d
 
 
+DEFAULT_ENGINE = "native"  # the server a pull that names no --engine is for: this project's
+
+
+def entry_engine(entry: RefEntry) -> str:
+    """The engine whose server reads an entry's bundle: a real vLLM tree records vLLM's version in its fingerprint."""
+    return "vllm" if (entry.fingerprint or {}).get("vllm") else "native"
+
+
+def entry_device(entry: RefEntry) -> str:
+    """``cuda`` or ``cpu``: the device the entry's fingerprint records, else the one its platform key names (a
+    vLLM key starts with the engine: ``vllm0.26.0-cuda-sm90-...``)."""
+    recorded = (entry.fingerprint or {}).get("device")
+    if recorded:
+        return "cuda" if recorded.startswith("cuda") else recorded
+    return "cuda" if "cuda" in entry.platform.split("-") else "cpu"
+
+
+def device_to_probe(entries: Iterable[RefEntry], device: str | None) -> str | None:
+    """The device to ask :func:`cachetool.fingerprint.local_fingerprint` for: ``device`` when named, else None (probe
+    the GPU) when any entry is a GPU bundle, whatever its engine, else the CPU (no NVML or torch asked)."""
+    if device is not None:
+        return device
+    return None if any(entry_device(e) == "cuda" for e in entries) else "cpu"
+
+
 def local_platform(entries: Iterable[RefEntry], device: str | None = None,
                    engine: str | None = None) -> tuple[list[str], dict]:
     """This machine's platform keys (one per engine whose bundles the tag holds, or the ``engine`` asked for)
-    and fingerprint (with those engines' facts); probes the GPU only when some entry is a CUDA bundle."""
+    and fingerprint (with those engines' facts); probes the GPU only when some entry is a GPU bundle."""
     from cachetool import engines
     from cachetool.fingerprint import local_fingerprint
     from cachetool.manifest import platform_key
 
     entries = list(entries)
-    if device is None:
-        device = None if any(e.platform.startswith("cuda") for e in entries) else "cpu"
-    fp = local_fingerprint(device=device)
-    wanted = [engine] if engine else ["native"] + (["vllm"] if any((e.fingerprint or {}).get("vllm")
-                                                                   for e in entries) else [])
+    fp = local_fingerprint(device=device_to_probe(entries, device))
+    wanted = [engine] if engine else ["native"] + (["vllm"] if any(entry_engine(e) == "vllm" for e in entries) else [])
     keys, full = [], dict(fp)
     for name in wanted:
         facts = {k: v for k, v in engines.get(name).machine_facts(fp["device"]).items() if k != "engine"}
@@ -65,10 +87,20 @@ def local_platform(entries: Iterable[RefEntry], device: str | None = None,
     return keys, full
 
 
-def select_entry(index: RefIndex, ref_text: str, device: str | None = None, engine: str | None = None) -> RefEntry:
-    """The entry for this machine, or a one-line CacheMissError saying why each entry does not fit."""
+def why_not(entry: RefEntry, fp: dict, engine: str | None) -> str:
+    """Why ``entry`` does not fit this machine (``fp``) and a server of ``engine`` (None: any), in a few words."""
     from cachetool.fingerprint import compare
 
+    theirs = entry_engine(entry)
+    if engine is not None and theirs != engine:
+        return f"a {theirs} bundle, not for a {engine} server: pull it with --engine {theirs}"
+    diffs = compare(entry.fingerprint or {}, fp, theirs)
+    return ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
+
+
+def select_entry(index: RefIndex, ref_text: str, device: str | None = None, engine: str | None = None) -> RefEntry:
+    """The entry for this machine and a server of ``engine`` (None: any engine's, as reading a ref takes it), or
+    a one-line CacheMissError saying why each entry does not fit."""
     if not index.entries:
         raise CacheMissError(f"{ref_text} holds no bundles", ref=ref_text)
     keys, fp = local_platform(index.entries, device, engine)
@@ -76,13 +108,9 @@ def select_entry(index: RefIndex, ref_text: str, device: str | None = None, engi
         for e in index.entries:
             if e.platform == key:
                 return e
-    key = " or ".join(keys)
-    reasons = []
-    for e in index.entries:
-        diffs = compare(e.fingerprint or {}, fp)
-        why = ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
-        reasons.append(f"{e.platform} ({why})")
-    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({key}): " + "; ".join(reasons), ref=ref_text)
+    reasons = "; ".join(f"{e.platform} ({why_not(e, fp, engine)})" for e in index.entries)
+    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({' or '.join(keys)}): {reasons}",
+                         ref=ref_text)
 
 
 class StoreSource(BundleSource):
@@ -225,8 +253,9 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     """Resolve ``ref``, pick this machine's bundle, and install it into ``cache_root`` (see the module docstring).
 
     ``timeout``: seconds for the whole pull (:class:`WaitTimeoutError` past it). ``engine``: the server's engine
-    (``native``, ``vllm``), whose bundles the platform choice takes; None: any whose platform fits. Other
-    arguments as for :func:`cachetool.install.install_bundle`.
+    (``native``, ``vllm``; None: :data:`DEFAULT_ENGINE`), whose bundles alone the platform choice takes: another
+    engine's bundle is a miss, since this server would not read it. Other arguments as for
+    :func:`cachetool.install.install_bundle`.
     """
     from cachetool.install import install_bundle
 
@@ -245,7 +274,7 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     try:
         down0 = st.counters.bytes_down
         try:
-            entry = select_entry(read_index(st, r), r.url, device, engine)
+            entry = select_entry(read_index(st, r), r.url, device, engine or DEFAULT_ENGINE)
         except CachetoolError as exc:
             raise filled(exc, store=st.url, ref=r.url)
         with TransferProgress(progress_default(progress)) as prog:

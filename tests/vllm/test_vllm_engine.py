@@ -121,7 +121,8 @@ def test_a_bundle_for_another_vllm_or_cpu_is_refused_before_any_blob(warmed, tmp
     store = tmp_path / "store"
     ok(cachetool("push", ctb, f"file://{store}/tiny:edited"))
     shutil.rmtree(store / "blobs")
-    r = cachetool("pull", f"file://{store}/tiny:edited", "--cache-root", root, "--trust", warmed["pub"])
+    r = cachetool("pull", f"file://{store}/tiny:edited", "--cache-root", root, "--trust", warmed["pub"],
+                  "--engine", "vllm")
     assert r.returncode == 4, r
     assert field in error_line(r) and value in error_line(r)
     assert not root.exists()
@@ -136,7 +137,7 @@ def test_without_model_the_preflight_imports_neither_torch_nor_vllm(warmed, tmp_
     ok(cachetool("push", warmed["base"] / "x.ctb", f"file://{store}/tiny:main"))
     script = ("import json, sys\nfrom cachetool.cli import main\n"
               f"rc = main(['pull', 'file://{store}/tiny:main', '--cache-root', {str(tmp_path / 'root')!r}, "
-              f"'--trust', {str(warmed['pub'])!r}])\n"
+              f"'--trust', {str(warmed['pub'])!r}, '--engine', 'vllm'])\n"
               "print(json.dumps({'rc': rc, 'loaded': sorted(m for m in ('torch', 'vllm') if m in sys.modules)}))\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"rc": 0, "loaded": []}, proc.stderr[-2000:]
@@ -152,7 +153,8 @@ def test_a_corrupted_blob_is_refused_and_nothing_is_installed(warmed, tmp_path):
     data[len(data) // 2] ^= 0xFF
     blob.write_bytes(bytes(data))
     root = tmp_path / "root"
-    r = cachetool("pull", f"file://{store}/tiny:main", "--cache-root", root, "--trust", warmed["pub"])
+    r = cachetool("pull", f"file://{store}/tiny:main", "--cache-root", root, "--trust", warmed["pub"],
+                  "--engine", "vllm")
     assert r.returncode == 3, r
     error_line(r)
     assert not root.exists() or not any(p.is_file() for p in root.rglob("*") if ".cachetool" not in str(p))
