@@ -30,8 +30,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cachetool.errors import BundleFormatError, NotFoundError, UnsafePathError, UsageError
-from cachetool.layouts import scan as scan_layout
+from cachetool.errors import BundleFormatError, IncompleteCacheError, NotFoundError, UnsafePathError, UsageError
+from cachetool.layouts import incomplete_reason, scan as scan_layout
 from cachetool.bundle_paths import validate_relpath
 from cachetool.manifest import DirEntry, FileEntry, Manifest, manifest_digest, platform_key
 from cachetool.source import BundleSource
@@ -286,6 +286,16 @@ def _check_paths(scan) -> None:
             raise UnsafePathError(f"cannot pack: {exc}", key=exc.key or rel) from None
 
 
+def _check_complete(scan) -> None:
+    """Refuse a cache whose warm did not complete: installed, its units would replace complete ones."""
+    for unit in scan.units:
+        folder = scan.unit_dirs.get(unit.path)
+        reason = incomplete_reason(scan.kind, folder, unit.rank is not None) if folder is not None else None
+        if reason is not None:
+            raise IncompleteCacheError(f"cannot pack {folder}: its warm did not complete ({reason}); run the warm "
+                                       "again", key=unit.path)
+
+
 def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, workdir: str | os.PathLike | None = None,
          level: int = 3, fingerprint: dict | None = None) -> DirPackedBundle:
     """Pack the cache at ``cache_path`` (a root, one hash folder or one rank folder).
@@ -301,6 +311,7 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
         sign_key = load_private_key(sign_key)
     scan = scan_layout(cache_path, layout)
     _check_paths(scan)
+    _check_complete(scan)
     if workdir is None:
         owned = Path(tempfile.mkdtemp(prefix="cachetool-pack-"))
         blob_dir = owned / "blobs"

@@ -155,6 +155,11 @@ class BundleFormatError(VerificationError):
     """A ``.ctb`` file is truncated, not a tar, or holds unexpected members."""
 
 
+class IncompleteCacheError(UsageError):
+    """``pack`` was given a cache whose warm did not complete (an index or an artifact missing): its units would
+    replace complete ones wherever it is installed."""
+
+
 # ------------------------------------------------------------------------------------------------ stores
 class OversizeBlobError(VerificationError):
     """A store sent more bytes for a blob than the manifest declares (a hostile or broken store)."""
@@ -196,6 +201,11 @@ class UnitChangedError(CacheMissError):
 
 class PathTooLongError(VerificationError):
     """A bundle path is longer than the cache root's file system allows (a name or the whole path)."""
+
+
+class IncompleteUnitError(VerificationError):
+    """A bundle's install unit is not a complete cache (what an interrupted warm leaves): never installed, so
+    that it cannot replace a complete unit."""
 
 
 # ---------------------------------------------------------------------------- engines (cachetool/engines/)

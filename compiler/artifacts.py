@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compiler.layout import INDEX_FILE
+
 INDEX_SCHEMA = 1
 
 
@@ -109,3 +111,61 @@ class CompileIndex:
 def _sort_key(k: str) -> tuple[int, int]:
     piece, _, shape = k.partition("@")
     return int(piece), int(shape) if shape else -1
+
+
+# ---------------------------------------------------------------------- completeness
+def incomplete_reason(directory: Path) -> str | None:
+    """Why the prefix folder ``directory`` is not a complete cache, or None when it is one: its index names every
+    piece (0 up) at the general shape and at each compile size its recorded config asks for, and every artifact
+    it names is there. A compiling start writes ``cache_key_factors.json`` first and the index only once every
+    piece has compiled, then one entry per piece at each compile size as the warm runs it: a warm stopped midway
+    leaves no index, or one that lacks a size. (The AOT entry is not required: without it a start traces and
+    still loads every piece.) Reads files only; no torch."""
+    from compiler.cache_key import FACTORS_FILE, CacheKey
+    from compiler.config import resolve_compile_sizes
+
+    directory = Path(directory)
+    try:
+        config = CacheKey.read(directory / FACTORS_FILE).factors.values("config") or {}
+        compilation = config.get("compilation_config") or {}
+        sizes = resolve_compile_sizes(compilation.get("compile_sizes") or [],
+                                      compilation.get("cudagraph_capture_sizes"))
+    except FileNotFoundError:
+        return f"no {FACTORS_FILE}"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return f"{FACTORS_FILE} is not a readable cache key"
+    try:
+        data = json.loads((directory / INDEX_FILE).read_text())
+    except FileNotFoundError:
+        return f"no {INDEX_FILE}"
+    except (OSError, ValueError):
+        return f"{INDEX_FILE} is not readable JSON"
+    pieces = data.get("pieces") if isinstance(data, dict) and data.get("schema") == INDEX_SCHEMA else None
+    if not isinstance(pieces, dict) or not pieces:
+        return f"{INDEX_FILE} names no pieces"
+    return _missing_piece(pieces, sizes) or _missing_artifact(directory, pieces)
+
+
+def _missing_piece(pieces: dict[str, Any], sizes: list[int]) -> str | None:
+    """The first piece the index lacks: every piece it mentions, and those before it, at the general shape and at
+    every compile size."""
+    numbers = {k.partition("@")[0] for k in pieces}
+    if not all(n.isascii() and n.isdigit() for n in numbers):
+        return f"{INDEX_FILE} has a piece key that is not a piece number"
+    last = min(max(int(n) for n in numbers), len(pieces))  # past len(pieces), one below is surely missing
+    for i in range(last + 1):
+        for size in [None, *sizes]:
+            if piece_key(i, size) not in pieces:
+                at = "" if size is None else f" for compile size {size}"
+                return f"{INDEX_FILE} has no artifact of piece {i}{at}"
+    return None
+
+
+def _missing_artifact(directory: Path, pieces: dict[str, Any]) -> str | None:
+    for key, entry in pieces.items():
+        name = entry.get("artifact") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
+            return f"{INDEX_FILE} names no artifact file for piece {key}"
+        if not (directory / name).exists():
+            return f"artifact {name} of piece {key} is missing"
+    return None

@@ -216,13 +216,7 @@ class CompilationConfig:
 
     @property
     def resolved_compile_sizes(self) -> list[int]:
-        sizes: set[int] = set()
-        for s in self.compile_sizes:
-            if s == "cudagraph_capture_sizes":
-                sizes.update(self.cudagraph_capture_sizes or [])
-            else:
-                sizes.add(int(s))
-        return sorted(sizes)
+        return resolve_compile_sizes(self.compile_sizes, self.cudagraph_capture_sizes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -246,6 +240,19 @@ class CompilationConfig:
     def compute_hash(self) -> str:
         text = json.dumps(self.hash_values(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def resolve_compile_sizes(compile_sizes: list[int | str], cudagraph_capture_sizes: list[int] | None) -> list[int]:
+    """The token counts that get a compile of their own, ascending: ``compile_sizes`` with the entry
+    ``"cudagraph_capture_sizes"`` standing for those sizes. Also reads a recorded config (``cache_key_factors.json``),
+    where a bad entry raises ``ValueError`` or ``TypeError``."""
+    sizes: set[int] = set()
+    for s in compile_sizes:
+        if s == "cudagraph_capture_sizes":
+            sizes.update(int(c) for c in cudagraph_capture_sizes or [])
+        else:
+            sizes.add(int(s))
+    return sorted(sizes)
 
 
 # ---------------------------------------------------------------------- field coercion

@@ -16,7 +16,7 @@ from cachetool.install.fs import STAGING_PREFIX, fs_error, lock_root, open_root,
 from cachetool.install.plan import Plan, plan_install
 from cachetool.install.preflight import run_preflight
 from cachetool.install.ranks import parse_ranks, select_units
-from cachetool.install.stage import stage
+from cachetool.install.stage import check_complete, stage
 from cachetool.install.verify import verified_manifest
 from cachetool.manifest import Manifest, Unit, manifest_digest
 from cachetool.source import BundleSource
@@ -124,6 +124,7 @@ def _install_locked(source: BundleSource, manifest: Manifest, units: list[Unit],
         if plan.units:
             staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
             nbytes, nfiles, fetched = stage(source, manifest, plan, staging, workers)
+            check_complete(manifest, plan, staging)
             commit(plan, manifest, staging, root_fd, root)
         return plan, nbytes, nfiles, fetched
     except OSError as exc:

@@ -9,9 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
+from cachetool.errors import IncompleteUnitError
 from cachetool.install import blobs
 from cachetool.install.fs import copy_file
 from cachetool.install.plan import Plan
+from cachetool.layouts import incomplete_reason
 from cachetool.manifest import FileEntry, Manifest
 from cachetool.source import BundleSource
 
@@ -79,3 +81,13 @@ def stage(source: BundleSource, manifest: Manifest, plan: Plan, staging: Path,
     for d in sorted(need_dirs, key=lambda p: -p.count("/")):
         os.chmod(tree / d, dir_modes.get(d, 0o755))
     return nbytes, len(wanted), len(sizes)
+
+
+def check_complete(manifest: Manifest, plan: Plan, staging: Path) -> None:
+    """Refuse, before anything is committed, a staged unit that is not a complete cache of its layout (what an
+    interrupted warm leaves, from an old pack or a signer gone bad): it would replace a complete unit."""
+    for u in plan.units:
+        reason = incomplete_reason(manifest.layout, staging / "tree" / u.path, u.rank is not None)
+        if reason is not None:
+            raise IncompleteUnitError(f"{u.path} in the bundle is incomplete ({reason}); refused: nothing "
+                                      "installed", key=u.path)

@@ -30,7 +30,7 @@ LAYOUTS = {name: importlib.import_module(f"cachetool.layouts.{name}") for name i
 AUTO_ORDER = ("vllm", "native", "triton")  # the most specific first: a vLLM root also looks native
 CHOICES = ("auto", *LAYOUTS)  # the CLI's --layout
 
-__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "scan"]
+__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "incomplete_reason", "scan"]
 
 
 def detect(path: str | Path) -> str:
@@ -53,3 +53,11 @@ def scan(path: str | Path, layout: str = "auto") -> LayoutScan:
     if layout not in LAYOUTS:
         raise UsageError(f"unknown layout {layout!r} (auto, {', '.join(LAYOUTS)})")
     return LAYOUTS[layout].scan(p)
+
+
+def incomplete_reason(layout: str, unit_dir: str | Path, ranked: bool) -> str | None:
+    """Why the install unit of ``layout`` in ``unit_dir`` (``ranked``: a rank folder) is not a complete cache, or
+    None (complete, or a layout that states no such rule: only ``native`` does). ``pack`` and the install refuse
+    such a unit: an interrupted warm's unit installed over a complete one would lose it."""
+    rule = getattr(LAYOUTS.get(layout), "incomplete_reason", None)
+    return rule(Path(unit_dir), ranked) if rule is not None else None

@@ -29,6 +29,7 @@ class LayoutScan:
     ranks: list[str]
     save_format: str | None = None
     fingerprint_hints: dict = dataclasses.field(default_factory=dict)  # e.g. from Triton kernel metadata
+    unit_dirs: dict[str, Path] = dataclasses.field(default_factory=dict)  # unit's manifest path -> its folder
 
 
 def walk_tree(top: Path, rel_prefix: str) -> tuple[list[ScannedFile], list[tuple[str, int]]]:

@@ -123,6 +123,7 @@ def scan_compile_cache(path: Path, kind: str) -> LayoutScan:
 
     dirs[TCC] = mode_of(tcc_real)
     units: list[Unit] = []
+    unit_dirs: dict[str, Path] = {}
     keys: list[KeyFolder] = []
     ranks: set[str] = set()
     for kind_, h, hdir in hash_dirs:
@@ -145,6 +146,7 @@ def scan_compile_cache(path: Path, kind: str) -> LayoutScan:
             files.extend(f)
             dirs.update(d)
             units.append(Unit(hrel, h, None))
+            unit_dirs[hrel] = hdir
             continue
         # Folders beside the rank folders (vLLM's AOT ``inductor_cache/``) are shared by every rank: each is a
         # unit of its own without a rank, installed with whichever ranks a pull selects.
@@ -153,11 +155,12 @@ def scan_compile_cache(path: Path, kind: str) -> LayoutScan:
             files.extend(f)
             dirs.update(d)
             units.append(Unit(f"{hrel}/{c.name}", h, rank))
+            unit_dirs[f"{hrel}/{c.name}"] = c
         keys.append(KeyFolder(h, kind_, read_factors(rank_dirs)))
     if not files and not units:
         raise UsageError(f"{path} holds no cache files")
     return LayoutScan(kind=kind, files=files, dirs=sorted(dirs.items()), units=units, keys=keys,
-                      ranks=sorted(ranks), save_format=save_format_of(files, dirs))
+                      ranks=sorted(ranks), save_format=save_format_of(files, dirs), unit_dirs=unit_dirs)
 
 
 def save_format_of(files: list[ScannedFile], dirs: dict[str, int]) -> str | None:

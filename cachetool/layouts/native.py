@@ -6,6 +6,8 @@ from pathlib import Path
 
 from cachetool.layouts.base import LayoutScan
 from cachetool.layouts.compile_cache import locate, scan_compile_cache
+from compiler.artifacts import INDEX_FILE, incomplete_reason as prefix_incomplete
+from compiler.cache_key import FACTORS_FILE
 
 NAME = "native"
 
@@ -20,3 +22,28 @@ def detect(path: Path) -> bool:
 
 def scan(path: Path) -> LayoutScan:
     return scan_compile_cache(path, NAME)
+
+
+def incomplete_reason(unit_dir: Path, ranked: bool) -> str | None:
+    """Why the install unit in ``unit_dir`` is not a complete cache, or None: each of its prefix folders (a folder
+    with a cache key or an index, the unit itself or up to two levels down) must be complete
+    (:func:`compiler.artifacts.incomplete_reason`), and a rank folder must hold one."""
+    prefixes = _prefix_folders(Path(unit_dir))
+    if not prefixes:
+        return f"no {FACTORS_FILE}" if ranked else None
+    for prefix in prefixes:
+        reason = prefix_incomplete(prefix)
+        if reason is not None:
+            where = prefix.relative_to(unit_dir).as_posix()
+            return reason if where == "." else f"{where}: {reason}"
+    return None
+
+
+def _prefix_folders(unit_dir: Path, depth: int = 2) -> list[Path]:
+    found: list[Path] = []
+    level = [unit_dir]
+    for n in range(depth + 1):
+        found += [d for d in level if (d / FACTORS_FILE).is_file() or (d / INDEX_FILE).is_file()]
+        if n < depth:
+            level = [c for d in level for c in sorted(d.iterdir()) if c.is_dir() and not c.is_symlink()]
+    return found

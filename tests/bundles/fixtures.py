@@ -75,6 +75,8 @@ def make_native_tree(root: Path, *, ranks=("rank_0_0", "rank_1_0"), layers: int 
     factors = factors or local_factors()
     h = factors["hash"]
     middle = b"MIDDLE-LAYER-ARTIFACT" * 2000
+    config = factors.get("factors", {}).get("config", {}).get("values", {}).get("compilation_config", {})
+    sizes = config.get("compile_sizes", [])
     for r in ranks:
         d = root / "torch_compile_cache" / h / r / "backbone"
         _w(d / "cache_key_factors.json", json.dumps(factors, indent=2, sort_keys=True).encode())
@@ -89,8 +91,14 @@ def make_native_tree(root: Path, *, ranks=("rank_0_0", "rank_1_0"), layers: int 
                 _w(d / name / "meta.json", b"{}")
             else:
                 _w(d / name, content)
-            index[str(i)] = {"graph_hash": "g" + str(i), "shape": "general", "artifact": name}
-        _w(d / "compile_index.json", json.dumps(index, sort_keys=True).encode())
+            index[str(i)] = {"graph_hash": "g" + str(i), "shape": "general", "artifact": name, "format": save_format}
+            for size in sizes:
+                # a compile size's piece: its own graph hash; the fixture reuses the general artifact file
+                index[f"{i}@{size}"] = {"graph_hash": f"g{i}@{size}", "shape": size, "artifact": name,
+                                        "format": save_format}
+        # compiler/artifacts.py's format: a warm that completed names every piece at every compile size
+        _w(d / "compile_index.json", json.dumps({"schema": 1, "cache_key": h, "pieces": index},
+                                                sort_keys=True).encode())
         _w(d / "inductor_cache" / "ab" / "cabcdef.so", b"\x7fELF" + b"\0" * 3000, 0o755)
         _w(d / "inductor_cache" / "ab" / "cabcdef.cpp", b"// kernel\n" * 50)
         (d / "triton_cache").mkdir(parents=True, exist_ok=True)  # empty folder: kept by pack/install
@@ -180,6 +188,18 @@ def blob_entry(content: bytes, stored: bytes | None = None, size: int | None = N
     return ({"digest": "sha256:" + hashlib.sha256(content).hexdigest(),
              "size": len(content) if size is None else size,
              "stored_digest": "sha256:" + hashlib.sha256(stored).hexdigest(), "stored_size": len(stored)}, stored)
+
+
+def complete_unit_files(unit: str = "torch_compile_cache/h/rank_0_0") -> list[tuple[str, bytes]]:
+    """The files of the smallest native unit that is a complete cache (an install refuses an incomplete one): a
+    prefix folder with a key, an index naming one piece, and that piece's artifact."""
+    factors = {"schema": 1, "hash": "h", "factors": {"config": {"hash": "c", "values": {
+        "compilation_config": {"compile_sizes": []}}}}}
+    index = {"schema": 1, "cache_key": "h", "pieces": {"0": {"graph_hash": "g0", "shape": "general",
+                                                             "artifact": "artifact_0", "format": "binary"}}}
+    return [(f"{unit}/backbone/cache_key_factors.json", json.dumps(factors).encode()),
+            (f"{unit}/backbone/compile_index.json", json.dumps(index).encode()),
+            (f"{unit}/backbone/artifact_0", b"artifact")]
 
 
 def manifest_obj(files: list[tuple[str, bytes]], *, unit: str = "torch_compile_cache/h/rank_0_0",

@@ -11,7 +11,8 @@ import pytest
 from cachetool.errors import CachetoolError
 from cachetool.manifest import canonical_json
 from tests.bundles.conftest import one_error_line
-from tests.bundles.fixtures import dir_is_empty_or_absent, manifest_obj, sign_bytes, write_raw_ctb
+from tests.bundles.fixtures import (complete_unit_files, dir_is_empty_or_absent, manifest_obj, sign_bytes,
+                                    write_raw_ctb)
 
 FILE = ("torch_compile_cache/h/rank_0_0/f", b"content")
 
@@ -102,8 +103,10 @@ def test_a_spoofed_trusted_keyid_fails_wherever_it_stands(tmp_path, keys, cli, s
              "does not verify")
 
 
-def test_other_signers_next_to_a_valid_one_are_fine(tmp_path, keys, cli, signed):
-    mb, env, stored = signed
+def test_other_signers_next_to_a_valid_one_are_fine(tmp_path, keys, cli):
+    obj, stored = manifest_obj([FILE, *complete_unit_files()])  # a unit that installs
+    mb = canonical_json(obj)
+    env = json.loads(sign_bytes(mb, keys["key"]))
     other = json.loads(sign_bytes(mb, keys["other_key"]))["signatures"][0]
     root = tmp_path / "root"
     r = _install(cli, keys, _ctb(tmp_path, mb, dict(env, signatures=[other, env["signatures"][0]]), stored), root)
