@@ -128,16 +128,20 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
     used is packed with vLLM's facts."""
     from cachetool import engines
 
+    from cachetool.writable_root import require_writable
+
     chosen = engines.get(engine)
     sign_key = _push_key(push, sign_key, store_options)
     t0 = time.perf_counter()
     if chosen.name == "native":
         cfg = compilation_config(config, overrides, cache_root)
+        require_writable(cfg.cache_dir or chosen.default_cache_root(), "warm")  # before minutes of compiling
         result = chosen.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank,
                              dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks,
                              on_progress=on_progress)
         folder = _hash_folder(result) if push is not None else None
     else:
+        require_writable(cache_root or chosen.default_cache_root(), "warm")
         result = chosen.warm(model, cache_root=cache_root, flags=list(engine_flags), load_weights=load_weights,
                              progress=engine_progress)
         folder = _engine_folder(result)

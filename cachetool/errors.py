@@ -208,6 +208,12 @@ class IncompleteUnitError(VerificationError):
     that it cannot replace a complete unit."""
 
 
+# ------------------------------------------------------------------------------------------------ writable_root.py
+class UnwritableRootError(UsageError):
+    """The cache root a verb would write into cannot be written (a read-only mount, a file on its path, no
+    permission): a deployment mistake, found before anything is compiled."""
+
+
 # ---------------------------------------------------------------------------- engines (cachetool/engines/)
 class EngineUnavailableError(UsageError):
     """The engine asked for (``--engine vllm``) is not installed where cachetool looks for it."""
