@@ -299,8 +299,8 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
                                         keep_changed=keep_changed,
                                         warn=warn, workers=workers, deadline=deadline)
             except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
+                # the root itself is not ours to remove: install_bundle removes it again only if it created it
                 _remove_if_empty(partial)
-                _remove_if_empty(root)
                 # Every install-phase refusal (signature, manifest, preflight, plan, blob, commit, the lock) is of
                 # this bundle: a raise below that did not know the store, ref or manifest says so on the way up.
                 raise filled(exc, store=st.url, ref=r.url, key=entry.manifest_digest)

@@ -103,6 +103,33 @@ def test_signature_and_preflight_come_before_any_blob(bundle, cuda_bundle, keys,
         assert "get_blob" not in st.calls
 
 
+@pytest.mark.parametrize("refusal", ["untrusted", "preflight-miss", "no-platform"])
+def test_a_refused_pull_keeps_a_cache_root_it_did_not_create(bundle, cuda_bundle, keys, tmp_path, refusal):
+    """`mkdir R; pull REF --cache-root R --trust other.pub` (or an exit-4 miss) removed R: pull removed an empty
+    root whatever made it. Only a root the pull itself created goes again."""
+    from cachetool.bundle import pack
+    from tests.bundles.fixtures import local_factors, make_native_tree
+
+    store = f"file://{tmp_path}/store"
+    push(bundle, f"{store}/llama:cpu")
+    push(cuda_bundle, f"{store}/llama:gpu")
+    other = make_native_tree(tmp_path / "other", factors=local_factors(**{"compiler.torch_key": "0" * 64}))
+    with pack(other, sign_key=keys["key"]) as b:  # this machine's platform key, another torch build's factors
+        push(b, f"{store}/llama:other-torch")
+    ref, trust, error = {
+        "untrusted": (f"{store}/llama:cpu", keys["other_pub"], VerificationError),
+        "preflight-miss": (f"{store}/llama:other-torch", keys["pub"], PreflightError),
+        "no-platform": (f"{store}/llama:gpu", keys["pub"], CacheMissError),
+    }[refusal]
+    for existed in (True, False):
+        root = tmp_path / f"root-{existed}"
+        if existed:
+            root.mkdir()
+        with pytest.raises(error):
+            pull(ref, root, trust=[trust])
+        assert root.is_dir() == existed and (not existed or not any(root.iterdir())), (refusal, existed)
+
+
 def test_preflight_runs_before_blobs_even_when_platform_matches(bundle, keys, tmp_path, monkeypatch):
     """A bundle whose platform key matches but whose compiler factors differ is refused before any download."""
     from cachetool.bundle import pack
@@ -119,10 +146,10 @@ def test_preflight_runs_before_blobs_even_when_platform_matches(bundle, keys, tm
         assert "get_blob" not in st.calls
 
 
-def test_unknown_tag_and_missing_store_are_not_found(any_store, bundle, tmp_path):
+def test_unknown_tag_and_missing_store_are_not_found(any_store, bundle, keys, tmp_path):
     push(bundle, any_store.ref("v1"))
     with pytest.raises(NotFoundError) as ei:
-        pull(any_store.ref("nope"), tmp_path / "root")
+        pull(any_store.ref("nope"), tmp_path / "root", trust=[keys["pub"]])
     assert "\n" not in str(ei.value) and "nope" in str(ei.value) or "no such tag" in str(ei.value)
     assert not (tmp_path / "root").exists()
 
