@@ -7,7 +7,9 @@ The first source that names any key wins, in this order:
 3. the config folder ``$CACHETOOL_CONFIG_DIR/trusted_keys/`` (default
    ``${XDG_CONFIG_HOME:-~/.config}/cachetool/trusted_keys/``): every ``*.pub`` file in it.
 
-There is no "trust everything" default: with no key configured, verification fails and names these places.
+There is no "trust everything" default: with no key configured (nothing set, or only folders without ``*.pub``
+files, as an unmounted ConfigMap leaves), :func:`load_trusted_keys` raises a usage error naming these places: a
+configuration mistake like a missing key file, which ``pull --on-miss continue`` does not turn into a cold start.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def _load(paths: Iterable[Path]) -> list[PublicKey]:
 
 
 def load_trusted_keys(explicit: Iterable[str | os.PathLike | PublicKey] | None = None) -> list[PublicKey]:
-    """The keys to verify against (see the module docstring for the order of sources)."""
+    """The keys to verify against (see the module docstring for the order of sources); never empty: no key
+    configured is a :class:`KeyFileError` (exit 2)."""
     explicit = list(explicit or [])
     if explicit:
         out: list[PublicKey] = []
@@ -61,7 +64,11 @@ def load_trusted_keys(explicit: Iterable[str | os.PathLike | PublicKey] | None =
                 out.append(e)
             else:
                 paths.extend(_expand(e, strict=True))
-        return out + _load(paths)
+        keys = out + _load(paths)
+        if not keys:
+            named = ", ".join(str(Path(e).expanduser()) for e in explicit)
+            raise KeyFileError(f"no trusted keys: --trust {named} holds no *.pub key file")
+        return keys
     env = ":".join(envs.trusted_keys())
     if env.strip():
         paths = []
@@ -71,6 +78,9 @@ def load_trusted_keys(explicit: Iterable[str | os.PathLike | PublicKey] | None =
         if paths:
             return _load(paths)
     d = trusted_keys_dir()
-    if d.is_dir():
-        return _load(_expand(d, strict=False))
-    return []
+    keys = _load(_expand(d, strict=False)) if d.is_dir() else []
+    if not keys:
+        also = f" ({ENV_VAR}={env} holds none)" if env.strip() else ""
+        raise KeyFileError(f"no trusted keys configured: pass --trust PUB, set {ENV_VAR}, or put *.pub files in {d}"
+                           + also)
+    return keys

@@ -182,7 +182,7 @@ def test_trusted_keys_from_env_and_config_dir(tmp_path, keys, cli, monkeypatch):
     b = tmp_path / "b.ctb"
     cli("pack", src, "-o", b, "--sign-key", keys["priv"])
     r = cli("verify", b)
-    assert r.rc == 3 and "no trusted keys" in one_error_line(r.err)
+    assert r.rc == 2 and "no trusted keys" in one_error_line(r.err)  # a configuration mistake, not a refusal
     monkeypatch.setenv("CACHETOOL_TRUSTED_KEYS", f"{keys['other_pub']}:{keys['pub']}")
     assert cli("verify", b).rc == 0
     monkeypatch.delenv("CACHETOOL_TRUSTED_KEYS")
@@ -194,6 +194,33 @@ def test_trusted_keys_from_env_and_config_dir(tmp_path, keys, cli, monkeypatch):
     # an explicit --trust overrides the pinned set
     r = cli("verify", b, "--trust", keys["other_pub"])
     assert r.rc == 3 and "untrusted key" in one_error_line(r.err)
+
+
+@pytest.mark.parametrize("on_miss", ["fail", "continue"])
+@pytest.mark.parametrize("trust", ["empty-folder", "none-configured"])
+def test_a_missing_trust_configuration_is_a_usage_error_that_continue_does_not_cover(tmp_path, keys, cli, trust,
+                                                                                      on_miss):
+    """`pull --trust EMPTY_FOLDER` (or no key configured anywhere) was a refusal, exit 3, and exit 0 under
+    --on-miss continue: the server started cold and nobody noticed an unmounted key. It is a configuration mistake
+    like a missing key file: exit 2 whatever --on-miss says, nothing written. Keys configured but not the signer's
+    stay a refusal (exit 3)."""
+    b = tmp_path / "b.ctb"
+    assert cli("pack", make_native_tree(tmp_path / "src", layers=3), "-o", b, "--sign-key", keys["priv"]).rc == 0
+    ref = f"file://{tmp_path}/store/t:v1"
+    assert cli("push", b, ref).rc == 0
+    (tmp_path / "keys").mkdir()
+    flags = ["--trust", tmp_path / "keys"] if trust == "empty-folder" else []
+    root = tmp_path / "root"
+    for verb, source in (("pull", ref), ("install", b)):
+        extra = ["--on-miss", on_miss] if verb == "pull" else []
+        r = cli(verb, source, "--cache-root", root, *flags, *extra)
+        assert r.rc == 2, (verb, r)
+        line = one_error_line(r.err)
+        assert "no trusted keys" in line and (trust != "empty-folder" or str(tmp_path / "keys") in line), line
+        assert not root.exists(), verb
+        assert verb != "pull" or "pull: outcome=usage-error " in r.err, r
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["other_pub"], "--on-miss", on_miss)
+    assert r.rc == (3 if on_miss == "fail" else 0), r
 
 
 def test_insecure_skip_verify_warns_loudly(tmp_path, cli):

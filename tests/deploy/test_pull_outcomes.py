@@ -118,7 +118,8 @@ def test_installed_and_already_installed_are_outcomes_too(store, tmp_path, cli):
 
 def test_a_usage_error_still_fails_with_on_miss_continue(store, tmp_path, cli):
     """A wrong ref is a deployment bug that no restart fixes: exit 2, said in the JSON too."""
-    r = cli("pull", "not-a-ref", "--cache-root", tmp_path / "root", "--on-miss", "continue", "--json")
+    r = cli("pull", "not-a-ref", "--cache-root", tmp_path / "root", "--on-miss", "continue", "--json",
+            "--trust", store["pub"])
     assert r.rc == 2, r
     doc = _one_json(r.out)
     assert doc["outcome"] == "usage-error" and doc["exit_code"] == 2 and doc["continued"] is False, doc
@@ -149,7 +150,7 @@ def test_a_root_that_cannot_be_a_folder_is_a_usage_error_even_with_on_miss_conti
     assert (tmp_path / "file").read_text() == "x"
 
 
-def test_timeout_bounds_a_store_that_stops_answering(tmp_path):
+def test_timeout_bounds_a_store_that_stops_answering(store, tmp_path):
     """A registry that accepts the connection and never answers: --timeout still ends the pull (the store's own
     read timeout and retries would take minutes), and with --on-miss continue the pod starts cold."""
     import os
@@ -166,7 +167,7 @@ def test_timeout_bounds_a_store_that_stops_answering(tmp_path):
         silent.listen(16)  # connections are accepted by the kernel; nothing ever reads or answers
         ref = f"oci://127.0.0.1:{silent.getsockname()[1]}/ml/llama:v1"
         r = subprocess.run([sys.executable, "-m", "cachetool", "pull", ref, "--cache-root", str(tmp_path / "root"),
-                            "--timeout", "1", "--on-miss", "continue", "--json"],
+                            "--timeout", "1", "--on-miss", "continue", "--json", "--trust", store["pub"]],
                            capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r
     doc = _one_json(r.stdout)

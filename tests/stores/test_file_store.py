@@ -32,7 +32,7 @@ def test_documented_layout_and_no_temp_files(bundle, tmp_path):
     assert leftovers == []
 
 
-def test_a_failed_write_leaves_no_partial_object(bundle, tmp_path, monkeypatch):
+def test_a_failed_write_leaves_no_partial_object(bundle, keys, tmp_path, monkeypatch):
     import cachetool.atomic as atomic
 
     root = tmp_path / "store"
@@ -47,17 +47,17 @@ def test_a_failed_write_leaves_no_partial_object(bundle, tmp_path, monkeypatch):
     files = [p for p in root.rglob("*") if p.is_file()]
     assert files == []  # not a single half-written blob, manifest or ref
     with pytest.raises(NotFoundError):
-        pull(f"file://{root}/llama:v1", tmp_path / "root")
+        pull(f"file://{root}/llama:v1", tmp_path / "root", trust=[keys["pub"]])
 
 
-def test_missing_store_tag_and_name(tmp_path, bundle):
+def test_missing_store_tag_and_name(tmp_path, bundle, keys):
     with pytest.raises(NotFoundError, match="does not exist"):
-        pull(f"file://{tmp_path}/nowhere/llama:v1", tmp_path / "root")
+        pull(f"file://{tmp_path}/nowhere/llama:v1", tmp_path / "root", trust=[keys["pub"]])
     push(bundle, f"file://{tmp_path}/store/llama:v1")
     with pytest.raises(NotFoundError, match=r"llama:v2 not found \(no such tag; tags: v1\)"):
-        pull(f"file://{tmp_path}/store/llama:v2", tmp_path / "root")
+        pull(f"file://{tmp_path}/store/llama:v2", tmp_path / "root", trust=[keys["pub"]])
     with pytest.raises(NotFoundError, match="no bundle named 'other'"):
-        pull(f"file://{tmp_path}/store/other:v1", tmp_path / "root")
+        pull(f"file://{tmp_path}/store/other:v1", tmp_path / "root", trust=[keys["pub"]])
     assert not (tmp_path / "root").exists()
 
 
@@ -138,10 +138,10 @@ def test_progress_bars_and_cli_miss_handling(bundle, cuda_bundle, keys, tmp_path
     assert r.rc == 2, r
 
 
-def test_unsigned_push_warns_and_pull_refuses(tree, tmp_path, cli):
+def test_unsigned_push_warns_and_pull_refuses(tree, keys, tmp_path, cli):
     r = cli("push", tree, f"file://{tmp_path}/store/llama:v1")
     assert r.rc == 0 and "UNSIGNED" in r.err, r
-    r = cli("pull", f"file://{tmp_path}/store/llama:v1", "--cache-root", tmp_path / "root")
+    r = cli("pull", f"file://{tmp_path}/store/llama:v1", "--cache-root", tmp_path / "root", "--trust", keys["pub"])
     assert r.rc == 3, r
     assert not (tmp_path / "root" / "torch_compile_cache").exists()
     assert os.path.isdir(tmp_path / "store" / "blobs")

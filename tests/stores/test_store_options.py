@@ -54,8 +54,9 @@ def test_the_cli_refuses_a_store_flag_of_another_store(cli, tmp_path):
     assert not (tmp_path / "store").exists()
 
 
-def test_a_pull_with_a_store_flag_of_another_store_is_a_usage_outcome(cli, tmp_path):
-    r = cli("pull", f"file://{tmp_path}/store/llama:v1", "--cache-root", tmp_path / "root", "--profile", "ceph")
+def test_a_pull_with_a_store_flag_of_another_store_is_a_usage_outcome(cli, tmp_path, keys):
+    r = cli("pull", f"file://{tmp_path}/store/llama:v1", "--cache-root", tmp_path / "root", "--profile", "ceph",
+            "--trust", keys["pub"])
     assert r.rc == exit_codes.USAGE.code
     out, err = r.err.strip().splitlines()
     assert out.startswith("pull: outcome=usage-error ") and "exit=2" in out
