@@ -165,9 +165,8 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
 
 
 def _engine_folder(result: VllmStartResult) -> Path:
-    """What a warm of another engine packs: the one key folder it used, else its whole cache root."""
-    if len(result.cache_keys) == 1 and result.cache_dir:
-        return Path(result.cache_dir)
+    """What a warm of another engine packs: its cache root, which holds everything the server reads on a hit
+    (vLLM: the AOT key folder, the piecewise folder(s) its backend loads, ``modelinfos/``)."""
     return Path(result.cache_root)
 
 
@@ -251,10 +250,9 @@ def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None 
         if config is not None or overrides:
             raise UsageError("--compilation-config/-cc are native-engine options: with --engine vllm pass vLLM's "
                              "own flags after --")
+        # the server's own command line after --: its model as --model, `vllm serve M`'s tag or `--model M`
         check = engines.get(engine).key_check(model, cache_root=root, flags=list(engine_flags),
-                                              timeout=timeout) if model else None
-        if engine_flags and model is None:
-            raise UsageError("vLLM flags after -- on pull need --model (the server's model)")
+                                              timeout=timeout) if (model or engine_flags) else None
         return pull_bundle(ref, root, expected_key=check, **rest)
     return pull_bundle(ref, root, **rest,
                        expected_key=NativeEngine().key_check(model, config=config, overrides=overrides,

@@ -91,9 +91,18 @@ def inspect_cmd(bundle, as_json, show_files, platform, endpoint_url, profile, in
              "fingerprint " + " ".join(f"{k}={v}" for k, v in info.fingerprint.items() if v is not None)]
     for k in info.keys:
         fac = k.get("factors") or {}
-        hashes = " ".join(f"{n}={str(f.get('hash'))[:12]}" for n, f in fac.items() if isinstance(f, dict) and "hash" in f)
+        hashes = " ".join(f"{n}={str(f.get('hash'))[:12]}" for n, f in fac.items()
+                          if isinstance(f, dict) and f.get("hash") is not None)
         lines.append(f"cache key {k['hash']} ({k['kind']}) "
                      f"{hashes or ('factors: none' if not fac else 'factors: raw')}")
+        serve = (fac.get("serve") or {}).get("values") if isinstance(fac.get("serve"), dict) else None
+        if serve:  # a vLLM key folder: what the server must be started with to use it
+            compiler = (fac.get("compiler") or {}).get("values") or {}
+            lines.append(f"  serves    model {serve.get('model')}  flags {' '.join(serve.get('flags') or []) or '-'}"
+                         f"  tp {serve.get('tensor_parallel_size', 1)}")
+            lines.append("  built by  " + " ".join(f"{n} {compiler[n]}" for n in ("vllm", "torch", "device",
+                                                                                 "cpu_isa", "gpu", "capability")
+                                                   if compiler.get(n) is not None))
     dedupe = (b.raw / b.unique) if b.unique else 1.0
     lines += [f"ranks     {', '.join(info.ranks) or '-'}  ({len(info.units)} install units)",
               f"files     {info.files} files, {info.unique_blobs} unique",

@@ -74,8 +74,8 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, expected_key
     checked.append("fingerprint")
     if asks_engine:  # the engine itself says which key folder the server will use (vLLM: its parser and config)
         h = expected_key.expected_for(manifest)
-        cost = getattr(expected_key, "seconds", None)
-        checked.append(f"cache key {h}" + (f" ({engine.name} asked: {cost:.1f} s)" if cost else ""))
+        how = expected_key.describe() if hasattr(expected_key, "describe") else None
+        checked.append(f"cache key {h}" + (f" ({how})" if how else ""))
     if engine.name != "native":
         return checked  # the native compiler's factors below do not describe another engine's caches
 

@@ -4,7 +4,8 @@
     cachetool pull --engine vllm --model M -- FLAGS  (init-container: vLLM's key checked before any blob)
     cachetool check --engine vllm --require-hit      (the server start: real vLLM on the pulled root)
 
-One warm for the module; the refusals use its root, its bundle, or edited and re-signed copies of it.
+One warm for the session (tests/vllm/conftest.py's ``warmed``); the refusals use its root, its bundle, or
+edited and re-signed copies of it.
 """
 
 from __future__ import annotations
@@ -21,18 +22,6 @@ from cachetool.engines.vllm.facts import cpu_isa
 from tests.vllm.conftest import FLAGS, cachetool, error_line, json_out, ok, write_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
-
-
-@pytest.fixture(scope="module")
-def warmed(tmp_path_factory, tiny_model, signing_key, oci_registry):
-    """`cachetool warm --engine vllm --push oci://...` once: the CI job."""
-    base = tmp_path_factory.mktemp("vllm-warm")
-    ref = f"{oci_registry.repo_url('vllm-tiny')}:ci"
-    r = ok(cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", base / "ci-root", "--push",
-                     ref, "--sign-key", signing_key, "--json", "--", *FLAGS))
-    ok(cachetool("pack", base / "ci-root", "-o", base / "x.ctb", "--sign-key", signing_key))  # the root, single file
-    return {"base": base, "ref": ref, "root": base / "ci-root", "summary": json_out(r), "key": signing_key,
-            "pub": Path(f"{signing_key}.pub"), "model": tiny_model}
 
 
 def test_warm_records_vllms_facts_and_key_inputs(warmed):

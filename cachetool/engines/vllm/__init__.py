@@ -42,6 +42,6 @@ class VllmEngine:
         return machine_facts(device)
 
     def key_check(self, model: str, *, cache_root: str | Path, flags=(), timeout: float | None = None):
-        from cachetool.engines.vllm.engine import server_key_check
+        from cachetool.engines.vllm.key_check import server_key_check
 
         return server_key_check(model, flags, cache_root, timeout)

@@ -1,18 +1,29 @@
 """The child process that runs real vLLM for ``cachetool warm|check|pull --engine vllm``.
 
-Run as a script by the interpreter that has vLLM (``python child.py REQUEST.json RESULT.json``): it imports only
-the standard library, vLLM and torch, so it works from any virtual environment that has vLLM, with or without
-cachetool. The request names a mode:
+Run as a script by the interpreter that has vLLM (``python child.py``, the request as JSON on stdin, the result as
+one JSON object written to the file descriptor the request names): it imports only the standard library, vLLM and
+torch, so it works from any virtual environment that has vLLM, with or without cachetool. It is shaped like
+``vllm serve``, so that the key folder it computes is the server's:
 
-- ``key``: vLLM's own parser (``EngineArgs``) reads the server's flags, ``create_engine_config`` builds the
-  config the server will build, and the inputs of vLLM's AOT cache key are reported (:func:`key_inputs`): the
-  env factors, each sub-config's hash and fields, the vLLM and torch versions, the model. Nothing starts;
-  nothing is written. With ``traced_files`` it also re-hashes those files here.
-- ``warm`` / ``check``: the same, then the engine starts on ``VLLM_CACHE_ROOT`` exactly as ``vllm serve`` builds
-  it (usage context of the OpenAI server, so its defaults apply), a few prefill and decode requests run, and
-  every worker reports what it compiled or loaded (:func:`worker_report`, through ``collective_rpc``).
+- the flags are read by the server's own parser (``make_arg_parser``: ``--host``, ``--port``, ``--api-key`` and
+  the uvicorn flags are accepted; a positional model as in ``vllm serve M``), the config is built as the server
+  builds it (``AsyncEngineArgs``, usage context of the OpenAI server);
+- the engine core runs in its own process, started by vLLM as the server starts it (multiprocessing on): vLLM's
+  platform sets Inductor variables while it builds the config (``TORCHINDUCTOR_CPP_DYNAMIC_THREADS=1`` on the
+  CPU), which only a process that imports Inductor afterwards sees, and with the mega AOT artifact Inductor's
+  config is part of vLLM's key.
 
-The result is one JSON object; any failure is ``{"ok": false, "error": "<vLLM's last error line>"}``.
+The request names a mode:
+
+- ``key``: the config is built and the inputs of vLLM's key are reported (:func:`key_inputs`): the env factors,
+  each sub-config's hash and fields, Inductor's config as a process started after the config sees it, the vLLM and
+  torch versions, the model. Nothing starts; nothing is written but the scratch root. With ``traced_files`` it
+  also re-hashes those files here.
+- ``warm`` / ``check``: the same, then the engine starts on ``VLLM_CACHE_ROOT``, a few prefill and decode requests
+  run, and every worker reports what it compiled or loaded (``cachetool_vllm_probe``, through ``collective_rpc``).
+
+Any failure is ``{"ok": false, "error": "<vLLM's last error line>"}``. The child dies with its parent (Linux
+``PR_SET_PDEATHSIG``, set by the parent): a killed pull leaves no vLLM behind.
 """
 
 from __future__ import annotations
@@ -21,11 +32,22 @@ import dataclasses
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
 
 LONG = 200  # a field value longer than this is recorded by its digest
+PROBE_MODULE = "cachetool_vllm_probe"
+PROBE_CLASS = f"{PROBE_MODULE}.CachetoolProbe"
+# Inductor's and functorch's config as a process that imports them now sees it (the engine core does so after
+# vLLM's platform has set its variables): what vLLM's mega AOT key hashes beside the torch build.
+INDUCTOR_PROBE = (
+    "import json, sys\n"
+    "from torch._inductor import config as inductor\n"
+    "from torch._functorch import config as functorch\n"
+    "json.dump({'inductor': inductor.save_config_portable(), 'functorch': functorch.save_config_portable()},"
+    " sys.stdout, sort_keys=True, default=repr)\n")
 
 
 # ---------------------------------------------------------------------------------------------- key inputs
@@ -50,16 +72,33 @@ def _config_fields(config) -> dict:
         if f.name.startswith("_"):
             continue
         try:
-            out[f.name] = _describe(getattr(config, f.name))
+            value = getattr(config, f.name)
+            # the model's config.json, field by field: a miss then names `hf_config.num_hidden_layers`
+            out[f.name] = ({k: _describe(v) for k, v in sorted(value.to_dict().items())}
+                           if f.name == "hf_config" and hasattr(value, "to_dict") else _describe(value))
         except Exception as exc:  # a property that cannot be read before the engine starts
             out[f.name] = f"<unreadable: {type(exc).__name__}>"
     return out
 
 
+def inductor_config() -> dict:
+    """Inductor's and functorch's portable config as a process started now sees it (see :data:`INDUCTOR_PROBE`),
+    in cachetool's factor shape; a probe that fails is recorded as such (the comparison then names it)."""
+    proc = subprocess.run([sys.executable, "-c", INDUCTOR_PROBE], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"hash": f"<failed: {tail[:200]}>", "values": {}}
+    values = {f"{name}.{k}": _describe(v) for name, cfg in json.loads(proc.stdout).items() for k, v in cfg.items()}
+    text = json.dumps(values, sort_keys=True, default=str)
+    return {"hash": hashlib.sha256(text.encode()).hexdigest(), "values": values}
+
+
 def key_inputs(vllm_config) -> dict:
     """What vLLM's AOT key (``aot_compile_hash_factors`` + the forward's identity) is made of, before the engine
     starts, in cachetool's factor shape: ``env``, ``config`` (one entry per sub-config: its hash and fields),
-    ``compiler`` (versions). Deterministic for the same flags, environment and installation."""
+    ``inductor`` (Inductor's config as the engine core will read it), ``compiler`` (versions). Deterministic for
+    the same flags, environment and installation."""
     import torch
     import vllm
     import vllm.envs as envs
@@ -77,6 +116,7 @@ def key_inputs(vllm_config) -> dict:
     return {
         "env": {"hash": hash_factors(envs.compile_factors()), "values": env_values},
         "config": {"hash": vllm_config.compute_hash(), "values": configs},
+        "inductor": inductor_config(),
         "compiler": {"hash": None, "values": {"vllm": vllm.__version__, "torch": torch.__version__,
                                               "mega_aot_artifact": bool(getattr(envs, "VLLM_USE_MEGA_AOT_ARTIFACT",
                                                                                 False))}},
@@ -84,28 +124,10 @@ def key_inputs(vllm_config) -> dict:
     }
 
 
-def file_id(path: str) -> str:
-    """A traced file's path-independent id: relative to the ``sys.path`` entry that holds it (the same file of
-    the same install at another prefix gets the same id), else its absolute path."""
-    real = os.path.realpath(path)
-    best = None
-    for entry in sys.path:
-        base = os.path.realpath(entry or ".")
-        if real.startswith(base + os.sep) and (best is None or len(base) > len(best)):
-            best = base
-    return os.path.relpath(real, best) if best else real
-
-
-def file_digest(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-
-
 def rehash(ids: list[str]) -> dict[str, str | None]:
     """sha256 of each traced file id as this installation has it (None: not here)."""
+    from cachetool_vllm_probe import file_digest
+
     out = {}
     for i in ids:
         if os.path.isabs(i):
@@ -116,43 +138,62 @@ def rehash(ids: list[str]) -> dict[str, str | None]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------- the engine
+# ---------------------------------------------------------------------------------------------- the flags
 
-def worker_report(worker) -> dict:
-    """Run inside each worker (``collective_rpc``): what this rank compiled and loaded, and where."""
-    import torch._dynamo.utils as dynamo_utils
-    from vllm.compilation.counter import compilation_counter
+class FlagError(ValueError):
+    """vLLM's parser refused a flag."""
 
-    inductor = dict(dynamo_utils.counters.get("inductor", {}))
-    stats = dict(dynamo_utils.counters.get("stats", {}))
-    aot = []
-    model = getattr(getattr(worker, "model_runner", None), "model", None)
-    if model is not None:
-        for m in model.modules():
-            path = getattr(m, "_aot_compilation_path", None)
-            if path:
-                aot.append(str(path))
-    mapped = set()
+
+def server_parser():
+    """``vllm serve``'s own parser (its module moved between vLLM versions), refusing with one line."""
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
     try:
-        with open("/proc/self/maps") as f:  # the kernel libraries this process loaded (Inductor's CPU kernels)
-            for line in f:
-                path = line.split(None, 5)[-1].strip()
-                if "/inductor_cache/" in path and path.endswith(".so"):
-                    mapped.add(path)
-    except OSError:
-        pass
-    config = getattr(worker, "vllm_config", None)
-    traced = sorted(config.compilation_config.traced_files) if config is not None else []
-    return {
-        "rank": getattr(worker, "rank", 0),
-        "aot_paths": sorted(set(aot)),
-        "mapped_kernels": sorted(mapped),
-        "inductor": {k: int(v) for k, v in inductor.items()},
-        "dynamo_unique_graphs": int(stats.get("unique_graphs", 0)),
-        "vllm_counters": dataclasses.asdict(compilation_counter),
-        "traced_files": {file_id(p): file_digest(p) for p in traced},
-    }
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser  # vLLM >= 0.30
+    except ImportError:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
 
+    class Parser(FlexibleArgumentParser):
+        def error(self, message):  # one line for the user, not argparse's usage screen and exit
+            raise FlagError(f"vLLM refused the flags: {message}")
+
+    return make_arg_parser(Parser(prog="vllm serve"))
+
+
+def server_only_options(parser) -> dict[str, bool]:
+    """The options ``vllm serve`` has and the engine's parser lacks (``--host``, ``--port``, ``--api-key``, the
+    uvicorn flags...): none is in vLLM's key. Each maps to whether it takes a value (cachetool's torch-free key
+    check strips them)."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    engine = set()  # the engine's own options (the async front end's request logging is not among them)
+    for action in EngineArgs.add_cli_args(FlexibleArgumentParser())._actions:
+        engine.update(action.option_strings)
+    out = {}
+    for action in parser._actions:
+        for opt in action.option_strings:
+            if opt not in engine and opt not in ("-h", "--help"):
+                out[opt] = action.nargs != 0
+    return dict(sorted(out.items()))
+
+
+def engine_args_of(request: dict):
+    """The server's parser over ``[--model M] FLAGS`` (a positional model tag wins, as in ``vllm serve M``);
+    returns (engine args, the server-only options)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    parser = server_parser()
+    argv = list(request["argv"])
+    args = parser.parse_args(argv)
+    if getattr(args, "model_tag", None):
+        args.model = args.model_tag
+    elif request.get("model"):
+        args.model = request["model"]
+    return AsyncEngineArgs.from_cli_args(args), server_only_options(parser)
+
+
+# ---------------------------------------------------------------------------------------------- the engine
 
 def drive(engine, prompts: list[list[int]], max_tokens: int) -> int:
     """Prefill every prompt and decode ``max_tokens`` tokens each, as a server's first requests would."""
@@ -177,29 +218,28 @@ def inspect_models_in_process() -> None:
         registry._run_in_subprocess = lambda fn: fn()
 
 
-class FlagError(ValueError):
-    """vLLM's parser refused a flag."""
+def with_probe(engine_args) -> None:
+    """Every worker gets :mod:`cachetool_vllm_probe` as its extension (the parent put its folder on
+    ``PYTHONPATH``, so spawned workers find it too)."""
+    if engine_args.worker_extension_cls and engine_args.worker_extension_cls != PROBE_CLASS:
+        raise FlagError("--worker-extension-cls: cachetool's start sets it itself (to report what each worker "
+                        "compiled); start vLLM without it")
+    engine_args.worker_extension_cls = PROBE_CLASS
 
 
 def run(request: dict) -> dict:
     t0 = time.perf_counter()
-    from vllm.engine.arg_utils import EngineArgs
     from vllm.usage.usage_lib import UsageContext
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    class Parser(FlexibleArgumentParser):
-        def error(self, message):  # one line for the user, not argparse's usage screen and exit
-            raise FlagError(f"vLLM refused the flags: {message}")
 
     if request["mode"] == "key":
         inspect_models_in_process()
-    parser = EngineArgs.add_cli_args(Parser(prog="vllm serve"))
-    args = parser.parse_args(["--model", request["model"], *request["argv"]])
-    engine_args = EngineArgs.from_cli_args(args)
+    engine_args, server_only = engine_args_of(request)
     usage = UsageContext.OPENAI_API_SERVER  # what `vllm serve` builds its config with
     imported = time.perf_counter() - t0
-    inputs = key_inputs(engine_args.create_engine_config(usage))
-    result = {"ok": True, "key_inputs": inputs, "seconds": {"import": round(imported, 3)}}
+    vllm_config = engine_args.create_engine_config(usage)
+    inputs = key_inputs(vllm_config)
+    result = {"ok": True, "key_inputs": inputs, "server_only_options": server_only,
+              "seconds": {"import": round(imported, 3)}}
     if request.get("traced_files"):
         result["traced_files"] = rehash(request["traced_files"])
     result["seconds"]["key"] = round(time.perf_counter() - t0 - imported, 3)
@@ -208,12 +248,13 @@ def run(request: dict) -> dict:
 
     from vllm.v1.engine.llm_engine import LLMEngine
 
+    with_probe(engine_args)
     t1 = time.perf_counter()
     engine = LLMEngine.from_engine_args(engine_args, usage_context=usage)
     t2 = time.perf_counter()
     finished = drive(engine, request["prompts"], request["max_tokens"])
     t3 = time.perf_counter()
-    result["workers"] = engine.collective_rpc(worker_report)
+    result["workers"] = engine.collective_rpc("cachetool_report")
     result["requests_finished"] = finished
     try:
         engine.engine_core.shutdown()  # worker processes end with the engine, not after the child
@@ -232,10 +273,27 @@ def last_error(exc: BaseException) -> str:
     return line if len(line) <= 500 else line[:497].rsplit(" ", 1)[0] + " …"  # a cut is marked
 
 
-def main(argv: list[str]) -> int:
-    request_path, result_path = argv
-    with open(request_path) as f:
-        request = json.load(f)
+def scratch_root() -> str:
+    """A cache root of the child's own (vLLM writes its model-inspection cache even for a key question), removed
+    when the child ends, also on SIGTERM (the parent's death signal)."""
+    import shutil
+    import signal
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="cachetool-vllm-key-")
+    os.environ["VLLM_CACHE_ROOT"] = root
+
+    def remove(*_):
+        shutil.rmtree(root, ignore_errors=True)
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, remove)
+    return root
+
+
+def main() -> int:
+    request = json.load(sys.stdin)
+    scratch = scratch_root() if request.get("scratch_root") else None
     try:
         result = run(request)
         code = 0
@@ -246,13 +304,16 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         result = {"ok": False, "error": last_error(exc)}
         code = 1
-    with open(result_path + ".tmp", "w") as f:
-        json.dump(result, f, sort_keys=True, default=str)
-    os.replace(result_path + ".tmp", result_path)
+    with os.fdopen(request["result_fd"], "w") as out:
+        json.dump(result, out, sort_keys=True, default=str)
+    if scratch:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # vLLM's engine threads and worker processes must not hold the exit
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

@@ -21,17 +21,19 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
-from cachetool.engines.vllm import facts, key
+from cachetool.engines.vllm import facts, key, launch
 from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissError, EngineUnavailableError,
                               PreflightError, UsageError, WaitTimeoutError)
 from cachetool.factors import short_repr
+from cachetool.layouts.vllm import TRITON_CACHE
 from cachetool import envs
 from compiler import build_identity
 
@@ -42,7 +44,6 @@ KERNEL_SUFFIXES = (".so", ".cubin", ".hsaco")
 # tokenizer out): given before the user's flags, so that a flag after `--` still wins.
 HEADLESS_FLAGS = ("--skip-tokenizer-init",)
 DUMMY_WEIGHTS = ("--load-format", "dummy")
-OWNED_FLAGS = ("--model",)  # cachetool's own --model names the model
 # The first requests of a server: a short and a longer prompt, and a one-token one (decode-sized batches follow).
 PROMPTS = ([1, 5, 7, 11], list(range(1, 48)), [3])
 MAX_TOKENS = 4
@@ -50,6 +51,8 @@ MAX_TOKENS = 4
 _AOT_FAILED = re.compile(r"Compiling model again due to a load failure from (\S+), reason: (.*)$")
 _AOT_LOADED = re.compile(r"Directly load AOT compilation from path (\S+)")
 _AOT_SAVED = re.compile(r"saved AOT compiled function to (\S+)")
+_PIECE_LOADED = re.compile(r"Directly load the compiled graph\(s\)")
+_PIECE_COMPILED = re.compile(r"Compiling a graph for (?:compile range|dynamic shape)")
 
 
 @dataclasses.dataclass
@@ -70,12 +73,17 @@ class VllmStartResult:
     aot_loaded: bool                 # vLLM loaded its AOT artifact (no trace)
     aot_saved: bool
     aot_error: str | None            # vLLM's own reason for not loading it
+    aot_artifacts_loaded: int        # vLLM's counter num_aot_artifacts_loaded, summed over the workers
+    compiled_artifacts_loaded: int   # vLLM's counter num_compiled_artifacts_loaded (GPU: loaded graphs)
+    piecewise_loaded: int            # vLLM's log: "Directly load the compiled graph(s)" lines
+    piecewise_compiled: int          # vLLM's log: "Compiling a graph for compile range" lines
     startup_seconds: float           # engine init, as vLLM's `LLMEngine` takes it
     seconds: float                   # the whole child process, exec to exit
     phases: dict[str, float]         # import, key, engine_init, workload
     tensor_parallel_size: int
     ranks: list[dict[str, Any]]
     log: str                         # vLLM's log of this start
+    aot_paths: list[str] = dataclasses.field(default_factory=list)  # the AOT files loaded or saved
     engine: str = "vllm"
 
     @property
@@ -87,8 +95,8 @@ class VllmStartResult:
         return self.inductor_compiled
 
     @property
-    def graphs_loaded(self) -> int:
-        return self.inductor_loaded
+    def graphs_loaded(self) -> int:  # CPU: kernel libraries mapped; GPU (cubins are not mapped): vLLM's counter
+        return self.inductor_loaded or self.compiled_artifacts_loaded
 
     @property
     def cache_dir(self) -> str | None:
@@ -152,10 +160,15 @@ def _foreign_vllm_version() -> str | None:
 
 def check_model(model: str) -> None:
     """A model folder must hold ``config.json`` (dummy weights are built from it); a name that is no path is a
-    hub id, served offline from the local Hugging Face cache."""
+    hub id, served offline from the local Hugging Face cache, unless it is one of the native engine's presets."""
+    from compiler.models.llama_config import PRESETS
+
     p = Path(model).expanduser()
     looks_like_path = model.startswith((".", "/", "~")) or p.exists()
     if not looks_like_path:
+        if model in PRESETS:
+            raise UsageError(f"--model {model}: a preset of the native engine; --engine vllm --model takes a model "
+                             "folder with config.json (or a hub id in the local Hugging Face cache)")
         return
     if not p.is_dir():
         raise UsageError(f"--model {model}: not a model folder (vLLM needs a folder with config.json, or a hub id)")
@@ -163,10 +176,16 @@ def check_model(model: str) -> None:
         raise UsageError(f"--model {model}: the folder has no config.json")
 
 
-def check_flags(flags: list[str]) -> None:
-    for f in flags:
-        if f.split("=", 1)[0] in OWNED_FLAGS:
-            raise EngineFlagsError(f"{f.split('=', 1)[0]} after --: name the model with cachetool's --model")
+def server_model(model: str | None, flags: list[str]) -> tuple[str, list[str]]:
+    """The model a server command line serves and its flags without it: ``vllm serve M`` (a positional tag),
+    ``--model M`` after ``--``, or cachetool's ``--model``; two that disagree are a usage error."""
+    named, rest = launch.split_model(flags, None)
+    if named and model and named != model:
+        raise EngineFlagsError(f"the model after -- ({named}) and --model ({model}) differ: name it once")
+    chosen = named or model
+    if not chosen:
+        raise UsageError("--engine vllm needs the server's model: --model M, or M after -- as in `vllm serve M`")
+    return chosen, rest
 
 
 def tensor_parallel_size(flags: list[str]) -> int:
@@ -185,13 +204,23 @@ def server_argv(flags: list[str], load_weights: bool = False) -> list[str]:
     return [*HEADLESS_FLAGS, *(() if load_weights else DUMMY_WEIGHTS), *flags]
 
 
-def child_env(cache_root: Path, tp: int) -> dict[str, str]:
-    """The child's environment: offline, engine core in-process, the cache root, and, for tensor parallel on
-    the CPU, one core group per rank (vLLM's CPU workers need ``VLLM_CPU_OMP_THREADS_BIND``; it is one of vLLM's
-    hashed env factors, so a server must set the same value: ``docs/vllm.md``)."""
+def child_env(cache_root: Path | None, tp: int) -> dict[str, str]:
+    """The child's environment, as the server's: this process's, offline, the cache root (``None``: the child
+    makes a scratch root of its own), and, for tensor parallel on the CPU, one core group per rank (vLLM's CPU
+    workers need ``VLLM_CPU_OMP_THREADS_BIND``; it is one of vLLM's hashed env factors, so a server must set the
+    same value: ``docs/vllm.md``). The engine core runs in its own process, as under ``vllm serve``."""
     env = dict(os.environ)
-    env.update(VLLM_CACHE_ROOT=str(cache_root), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1")
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1")
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # vLLM's default (on): the server's process structure
+    if cache_root is not None:
+        env["VLLM_CACHE_ROOT"] = str(cache_root)
+        # vLLM's own Triton kernels (JIT-compiled at start, outside torch.compile's cache) land in the root and
+        # ship with it; a server reads them with the same variable (docs/vllm.md). Not in vLLM's key.
+        env.setdefault("TRITON_CACHE_DIR", str(Path(cache_root) / TRITON_CACHE))
+    else:
+        env.pop("VLLM_CACHE_ROOT", None)
+    # vLLM's workers import cachetool_vllm_probe by name (spawned workers too): its folder goes on their path
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHILD.parent), env.get("PYTHONPATH")) if p)
     # only where vLLM runs on the CPU: on a GPU the variable means nothing, but vLLM would still hash it
     if tp > 1 and not env.get("VLLM_CPU_OMP_THREADS_BIND") and build_identity.cuda_device(0) is None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(tp)
@@ -210,60 +239,113 @@ def cpu_binding(tp: int) -> str:
 
 # ---------------------------------------------------------------------------------------------- the child
 
-def run_child(request: dict, cache_root: Path, log_path: Path, *, timeout: float | None = None) -> dict:
-    """Run the child with ``request``; its result, or the one-line error (vLLM's last) as an exception."""
+def die_with_parent() -> None:
+    """In the child, before exec: Linux sends it SIGTERM when cachetool dies (a SIGKILLed pull leaves no vLLM)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_child(request: dict, cache_root: Path | None, log: BinaryIO, *, timeout: float | None = None) -> dict:
+    """Run the child with ``request`` (on its stdin) and vLLM's output into ``log``; its result (read from an
+    unlinked file, so that nothing is left behind whatever happens), or the one-line error (vLLM's last) as an
+    exception. ``cache_root`` None: the child uses a scratch root of its own and removes it."""
     tp = tensor_parallel_size(request["argv"])
-    with tempfile.TemporaryDirectory(prefix="cachetool-vllm-") as tmp:
-        req, res = Path(tmp, "request.json"), Path(tmp, "result.json")
-        req.write_text(json.dumps(request))
-        with open(log_path, "ab") as log:
-            try:
-                proc = subprocess.run([python(), str(CHILD), str(req), str(res)], stdin=subprocess.DEVNULL,
-                                      stdout=log, stderr=subprocess.STDOUT, env=child_env(cache_root, tp),
-                                      timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise WaitTimeoutError(f"vLLM did not finish within {timeout:g} s (log: {log_path})") from None
-        if not res.exists():
-            raise EngineFailedError(f"vLLM exited with code {proc.returncode} before reporting: "
-                                    f"{last_log_error(log_path)} (log: {log_path})")
-        result = json.loads(res.read_text())
+    with tempfile.TemporaryFile() as result_file:
+        fd = result_file.fileno()
+        body = json.dumps({**request, "result_fd": fd, "scratch_root": cache_root is None}).encode()
+        proc = subprocess.Popen([python(), str(CHILD)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                env=child_env(cache_root, tp), pass_fds=(fd,), preexec_fn=die_with_parent)
+        try:
+            proc.communicate(body, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            proc.wait()
+            raise WaitTimeoutError(f"vLLM did not finish within {timeout:g} s{log_note(log)}") from None
+        except BaseException:  # interrupted: the child goes with us
+            proc.terminate()
+            proc.wait()
+            raise
+        result_file.seek(0)
+        text = result_file.read()
+    if not text:
+        raise EngineFailedError(f"vLLM exited with code {proc.returncode} before reporting: "
+                                f"{last_log_error(log)}{log_note(log)}")
+    result = json.loads(text)
     if not result.get("ok"):
         cls = EngineFlagsError if result.get("usage") else EngineFailedError
-        raise cls(f"{result.get('error')} (log: {log_path})")
+        raise cls(f"{result.get('error')}{log_note(log)}")
     return result
 
 
-def last_log_error(log_path: Path) -> str:
-    """The last line of vLLM's log that names an error, else its last line."""
+def log_note(log: BinaryIO) -> str:
+    """`` (log: PATH)`` for a named log file; nothing for an unlinked one."""
+    name = getattr(log, "name", None)
+    return f" (log: {name})" if isinstance(name, str) and os.path.exists(name) else ""
+
+
+def log_lines(log: BinaryIO | Path) -> list[str]:
     try:
-        lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        if isinstance(log, Path):
+            return log.read_text(errors="replace").splitlines()
+        log.flush()
+        log.seek(0)
+        return log.read().decode(errors="replace").splitlines()
     except OSError:
-        return "(no log)"
+        return []
+
+
+def last_log_error(log: BinaryIO | Path) -> str:
+    """The last line of vLLM's log that names an error, else its last line."""
+    lines = [ln.strip() for ln in log_lines(log) if ln.strip()]
     for ln in reversed(lines):
         if re.search(r"(Error|Exception|error:)", ln):
             return ln[-300:]
     return lines[-1][-300:] if lines else "(empty log)"
 
 
-def aot_outcome(log_path: Path) -> tuple[bool, bool, str | None]:
-    """(loaded, saved, vLLM's reason for not loading) from vLLM's log of the start."""
-    loaded = saved = False
-    error = None
-    for line in log_path.read_text(errors="replace").splitlines():
+@dataclasses.dataclass
+class AotOutcome:
+    """What vLLM's log says of its AOT artifact and its piecewise graphs in one start."""
+
+    loaded: bool = False
+    saved: bool = False
+    error: str | None = None
+    paths: list[str] = dataclasses.field(default_factory=list)   # the AOT files it loaded or saved
+    piecewise_loaded: int = 0                                    # "Directly load the compiled graph(s)"
+    piecewise_compiled: int = 0                                  # "Compiling a graph for compile range"
+
+
+def aot_outcome(log_path: Path) -> AotOutcome:
+    """vLLM's AOT and piecewise outcome from its log of the start (vLLM 0.26 sets the workers' AOT path only when
+    it saves, so a load is known from the log's path alone)."""
+    out = AotOutcome()
+    for line in log_lines(log_path):
         if m := _AOT_FAILED.search(line):
-            error = m.group(2).strip()
-        elif _AOT_LOADED.search(line):
-            loaded = True
-        elif _AOT_SAVED.search(line):
-            saved = True
-    return loaded, saved, error
+            out.error = m.group(2).strip()
+        elif m := _AOT_LOADED.search(line):
+            out.loaded = True
+            out.paths.append(m.group(1))
+        elif m := _AOT_SAVED.search(line):
+            out.saved = True
+            out.paths.append(m.group(1))
+        elif _PIECE_LOADED.search(line):
+            out.piecewise_loaded += 1
+        elif _PIECE_COMPILED.search(line):
+            out.piecewise_compiled += 1
+    return out
 
 
 def kernel_files(cache_root: Path) -> set[str]:
-    top = cache_root.joinpath(*AOT_DIR[:1])
-    if not top.is_dir():
-        return set()
-    return {str(p) for p in top.rglob("*") if p.suffix in KERNEL_SUFFIXES and p.is_file()}
+    """Kernel binaries under the root's compile cache and Triton cache (a new one is a kernel compiled)."""
+    out: set[str] = set()
+    for top in (cache_root.joinpath(*AOT_DIR[:1]), cache_root / TRITON_CACHE):
+        if top.is_dir():
+            out.update(str(p) for p in top.rglob("*") if p.suffix in KERNEL_SUFFIXES and p.is_file())
+    return out
 
 
 def key_folders(cache_root: Path) -> set[str]:
@@ -273,45 +355,52 @@ def key_folders(cache_root: Path) -> set[str]:
 
 # ---------------------------------------------------------------------------------------------- one start
 
-def start(command: str, model: str, *, cache_root: str | Path, flags: list[str] | tuple[str, ...] = (),
+def start(command: str, model: str | None, *, cache_root: str | Path, flags: list[str] | tuple[str, ...] = (),
           load_weights: bool = False, progress: Callable[[str], None] | None = None) -> VllmStartResult:
-    """Start real vLLM headless on ``cache_root`` as ``vllm serve --model MODEL FLAGS`` would configure it; see
-    the module docstring for the phases. ``command``: ``warm`` (records the key inputs) or ``check``."""
+    """Start real vLLM headless on ``cache_root`` as ``vllm serve MODEL FLAGS`` would configure and run it; see
+    the module docstring for the phases. ``command``: ``warm`` (records the key inputs) or ``check``. ``model``
+    may instead be named in ``flags`` as the server names it (a positional tag, ``--model``)."""
     say = progress or (lambda _m: None)
     version = require_vllm()
+    model, rest = server_model(model, list(flags))
     check_model(model)
-    flags = list(flags)
-    check_flags(flags)
     root = Path(cache_root).expanduser().resolve()
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     before, keys_before = kernel_files(root), key_folders(root)
-    argv = server_argv(flags, load_weights)
+    argv = server_argv(rest, load_weights)
     log_path = Path(tempfile.mkstemp(prefix=f"cachetool-vllm-{command}-", suffix=".log")[1])
     say(f"{command}: starting vLLM {version} on {root} (vLLM's log: {log_path})")
     t0 = time.perf_counter()
     try:
-        result = run_child({"mode": command, "model": model, "argv": argv, "prompts": list(PROMPTS),
-                            "max_tokens": MAX_TOKENS}, root, log_path)
+        with open(log_path, "w+b") as log:
+            result = run_child({"mode": command, "model": model, "argv": argv, "prompts": list(PROMPTS),
+                                "max_tokens": MAX_TOKENS}, root, log)
     except BaseException:
         if created:  # a root this failed start made holds only what the failed start wrote
             shutil.rmtree(root, ignore_errors=True)
         raise
     wall = time.perf_counter() - t0
     say(f"{command}: engine ready in {result['seconds'].get('engine_init', 0):.1f} s")
-    out = _report(command, model, root, flags, version, result, before, keys_before, log_path, wall)
+    out = _report(command, model, root, rest, version, result, before, keys_before, log_path, wall)
     if command == "warm":
-        _record(root, out, result, argv=flags)
+        _record(out, result, model, rest)
     return out
+
+
+def _key_of(aot_path: str) -> str:
+    return Path(aot_path).parent.parent.name  # .../torch_aot_compile/{key}/rank_r_dp/model
 
 
 def _report(command, model, root, flags, version, result, before, keys_before, log_path, wall) -> VllmStartResult:
     workers = sorted(result["workers"], key=lambda w: w["rank"])
-    keys = sorted({Path(p).parent.parent.name for w in workers for p in w["aot_paths"]})
-    rank0 = next((Path(p).parent.parent.name for p in workers[0]["aot_paths"]), None) if workers else None
+    aot = aot_outcome(log_path)
+    paths = sorted({p for w in workers for p in w["aot_paths"]} | set(aot.paths))
+    keys = sorted({_key_of(p) for p in paths})
+    rank0 = next((_key_of(p) for p in paths if Path(p).parent.name.startswith("rank_0_")), keys[0] if keys else None)
     after = kernel_files(root)
     mapped = {p for w in workers for p in w.get("mapped_kernels", [])}
-    loaded, saved, error = aot_outcome(log_path)
+    counters = [w["vllm_counters"] for w in workers]
     ranks = [{"rank": w["rank"], "aot_paths": w["aot_paths"], "dynamo_traces": w["dynamo_unique_graphs"],
               "mapped_kernels": len(w.get("mapped_kernels", [])), "vllm_counters": w["vllm_counters"]}
              for w in workers]
@@ -320,13 +409,17 @@ def _report(command, model, root, flags, version, result, before, keys_before, l
         cache_key=rank0, cache_keys=keys, key_existed=bool(keys) and set(keys) <= keys_before,
         inductor_compiled=len(after - before), inductor_loaded=len(mapped & before),
         dynamo_traces=sum(w["dynamo_unique_graphs"] for w in workers),
-        aot_loaded=loaded or any(w["vllm_counters"].get("num_aot_artifacts_loaded") for w in workers),
-        aot_saved=saved, aot_error=error, startup_seconds=result["seconds"].get("engine_init", 0.0),
-        seconds=round(wall, 3), phases=result["seconds"], tensor_parallel_size=max(1, len(workers)),
-        ranks=ranks, log=str(log_path))
+        aot_loaded=aot.loaded or any(c.get("num_aot_artifacts_loaded") for c in counters),
+        aot_saved=aot.saved, aot_error=aot.error,
+        aot_artifacts_loaded=sum(int(c.get("num_aot_artifacts_loaded", 0)) for c in counters),
+        compiled_artifacts_loaded=sum(int(c.get("num_compiled_artifacts_loaded", 0)) for c in counters),
+        piecewise_loaded=aot.piecewise_loaded, piecewise_compiled=aot.piecewise_compiled,
+        startup_seconds=result["seconds"].get("engine_init", 0.0), seconds=round(wall, 3),
+        phases=result["seconds"], tensor_parallel_size=max(1, len(workers)), ranks=ranks, log=str(log_path),
+        aot_paths=paths)
 
 
-def _record(root: Path, out: VllmStartResult, result: dict, argv: list[str]) -> None:
+def _record(out: VllmStartResult, result: dict, model: str, flags: list[str]) -> None:
     """Write the key inputs beside every rank folder vLLM used (what a pull compares before downloading)."""
     traced: dict[str, str | None] = {}
     for w in result["workers"]:
@@ -336,82 +429,16 @@ def _record(root: Path, out: VllmStartResult, result: dict, argv: list[str]) -> 
                "gpu": gpu["device"] if gpu else None,
                "capability": gpu["capability"] if gpu else None}
     machine.pop("engine", None)
-    factors = key.recorded_factors(result["key_inputs"], traced, machine, argv, out.tensor_parallel_size)
-    for w in result["workers"]:
-        for p in w["aot_paths"]:
-            rank_dir = Path(p).parent
-            doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": rank_dir.parent.name, "factors": factors}
-            (rank_dir / key.FACTORS_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
+    server_only = result.get("server_only_options") or {}
+    inputs = launch.LaunchInputs.of(model, flags, child_env(None, out.tensor_parallel_size), server_only)
+    factors = key.recorded_factors(result["key_inputs"], traced, machine, flags, out.tensor_parallel_size,
+                                   launch=inputs.to_values(server_only))
+    for p in out.aot_paths:
+        rank_dir = Path(p).parent
+        doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": rank_dir.parent.name, "factors": factors}
+        (rank_dir / key.FACTORS_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
 
 
 def require_hit(out: VllmStartResult) -> None:
     if not out.hit:
         raise EngineMissError(f"check: not a hit: {out.miss_reason()}", start=out)
-
-
-# ---------------------------------------------------------------------------------------------- pull's key check
-
-@dataclasses.dataclass
-class ServerKeyCheck:
-    """Pull's question for a vLLM server (``pull --engine vllm --model M -- FLAGS``): will the bundle's key folder
-    be the one this server looks up? Asked of vLLM itself (a ``key`` child: vLLM's parser and config, no engine),
-    before any blob is fetched."""
-
-    model: str
-    flags: list[str]
-    cache_root: Path
-    timeout: float | None = None
-    seconds: float = 0.0  # what asking vLLM cost (its import dominates)
-
-    def closest(self, keys: Any) -> tuple[Any, list]:
-        """The bundle key (``manifest.KeyFolder``) this server will use with no difference, or the first one and
-        its differences (model path, config fields, env variables, vLLM or torch version, traced files)."""
-        candidates = [k for k in keys if k.factors is not None and k.factors.factor("serve") is not None]
-        if not candidates:
-            raise PreflightError("preflight: bundle cannot hit here: it records no vLLM key inputs (warm it with "
-                                 "cachetool warm --engine vllm)")
-        traced = sorted({fid for k in candidates for fid in k.factors.values("code") or {}})
-        local = self.local_inputs(traced)
-        first = None
-        for k in candidates:
-            diffs = key.differences(k.factors, local["key_inputs"], local.get("traced_files"))
-            if not diffs:
-                return k, []
-            first = first or (k, diffs)
-        return first
-
-    def expected_for(self, manifest: Any) -> str:
-        """The hash of the bundle's key folder this server will use, or :class:`PreflightError` naming the first
-        difference."""
-        k, diffs = self.closest(manifest.keys)
-        if not diffs:
-            return k.hash
-        d = diffs[0]
-        more = f" (also: {', '.join(x.name for x in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
-            if len(diffs) > 1 else ""
-        what = {"compiler": "version", "config": "config field", "env": "env factor", "code": "traced file"}
-        raise PreflightError(f"preflight: bundle cannot hit here: {what.get(d.category, d.category)} {d.name!r} "
-                             f"differs: bundle {short_repr(d.a, 160)}, this server {short_repr(d.b, 160)}{more} "
-                             f"(cache {short_key(k.hash)})")
-
-    def local_inputs(self, traced: list[str]) -> dict:
-        require_vllm()
-        log_path = Path(tempfile.mkstemp(prefix="cachetool-vllm-key-", suffix=".log")[1])
-        t0 = time.perf_counter()
-        # vLLM writes its model-inspection cache under VLLM_CACHE_ROOT (not hashed): a scratch root keeps the
-        # pull's root untouched until the install.
-        with tempfile.TemporaryDirectory(prefix="cachetool-vllm-key-") as scratch:
-            try:
-                return run_child({"mode": "key", "model": self.model, "argv": server_argv(self.flags),
-                                  "traced_files": traced}, Path(scratch), log_path, timeout=self.timeout)
-            finally:
-                self.seconds = round(time.perf_counter() - t0, 3)
-
-
-def server_key_check(model: str, flags: list[str] | tuple[str, ...], cache_root: str | Path,
-                     timeout: float | None = None) -> ServerKeyCheck:
-    """The arguments checked now (before anything is fetched), the question asked at preflight."""
-    require_vllm()
-    check_model(model)
-    check_flags(list(flags))
-    return ServerKeyCheck(model, list(flags), Path(cache_root).expanduser().resolve(), timeout)

@@ -5,19 +5,25 @@ vLLM names its AOT cache folder by sha256 over ``aot_compile_hash_factors(vllm_c
 from the config *after* the engine has started (the platform and the model runner adjust it). That final config
 cannot be had without starting an engine, so cachetool compares what it follows from: the **key inputs** of
 :func:`cachetool.engines.vllm.child.key_inputs`, taken from ``EngineArgs.create_engine_config`` before any engine
-starts. A warm records them beside the folder vLLM then wrote (``rank_*/cache_key_factors.json``); a pull
+starts, in a process shaped like ``vllm serve``, plus **Inductor's config as the engine core will read it** (vLLM's
+platform sets Inductor variables while it builds the config; with the mega AOT artifact Inductor's config is in
+vLLM's key). A warm records them beside the folder vLLM then wrote (``rank_*/cache_key_factors.json``); a pull
 computes them for the server's model and flags. Equal inputs (same vLLM, torch, flags, environment, model) give
-the folder the warm recorded; any difference is named, down to the config field, the env variable or the traced
-file.
+the folder the warm recorded; any difference is named, down to the config field (the fields a user changes
+first: ``hf_config.num_hidden_layers`` before the sizes it implies), the env variable, the Inductor setting or the
+traced file. The ``launch`` factor (:mod:`cachetool.engines.vllm.launch`) lets a pull skip asking vLLM when the
+server is launched exactly as the warm was.
 
 Recorded factors (``cache_key_factors.json``, the cachetool factor shape)::
 
     {"schema": 1, "engine": "vllm", "hash": "<the folder's sha256>",
      "factors": {"env":      {"hash", "values": {VAR: value}},          vllm.envs.compile_factors()
-                 "config":   {"hash", "values": {sub_config: {"hash", field: value}}},
+                 "config":   {"hash", "values": {sub_config: {"hash", field: value}}},   hf_config field by field
+                 "inductor": {"hash", "values": {"inductor.NAME" | "functorch.NAME": value}},
                  "compiler": {"values": {"vllm", "torch", "mega_aot_artifact", "device", "cpu_isa", "gpu", ...}},
                  "code":     {"values": {traced file id: sha256}},
-                 "serve":    {"values": {"model": path or id, "flags": [...], "tensor_parallel_size": n}}}}
+                 "serve":    {"values": {"model": path or id, "flags": [...], "tensor_parallel_size": n}},
+                 "launch":   {"values": {"vllm", "torch", "model", "model_config", "flags", "env", ...}}}}
 """
 
 from __future__ import annotations
@@ -31,18 +37,23 @@ FACTORS_FILE = "cache_key_factors.json"
 
 
 def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict, flags: list[str],
-                     tensor_parallel_size: int) -> dict:
-    """The ``factors`` a warm writes for the folder vLLM used, from the child's key inputs and worker reports."""
+                     tensor_parallel_size: int, launch: dict | None = None) -> dict:
+    """The ``factors`` a warm writes for the folder vLLM used, from the child's key inputs and worker reports,
+    and the launch inputs (:mod:`cachetool.engines.vllm.launch`) of the pull's fast path."""
     compiler = dict(inputs["compiler"]["values"])
     compiler.update(machine)
-    return {
+    out = {
         "env": inputs["env"],
         "config": inputs["config"],
+        "inductor": inputs.get("inductor") or {"hash": None, "values": {}},
         "compiler": {"hash": None, "values": compiler},
         "code": {"hash": None, "values": dict(sorted(traced.items()))},
         "serve": {"hash": None, "values": {"model": inputs["model"], "flags": list(flags),
                                            "tensor_parallel_size": tensor_parallel_size}},
     }
+    if launch is not None:
+        out["launch"] = {"hash": None, "values": launch}
+    return out
 
 
 def _values(factors: Factors, name: str) -> dict:
@@ -62,17 +73,31 @@ def differences(recorded: Factors, local: dict, local_traced: dict[str, str | No
     paths = {model, local.get("model")}
     if model != local.get("model"):
         out.append(Difference("config", "model", model, local.get("model")))
-    if recorded.hash_of("env") != local["env"]["hash"]:
-        out += _field_diffs("env", _values(recorded, "env"), local["env"]["values"])
     if recorded.hash_of("config") != local["config"]["hash"]:
         # the model path also fills model_config.model, .tokenizer, .served_model_name: named once above
-        out += [d for d in _config_diffs(_values(recorded, "config"), local["config"]["values"])
-                if not _only_the_path(d, paths)]
+        out += sorted((d for d in _config_diffs(_values(recorded, "config"), local["config"]["values"])
+                       if not _only_the_path(d, paths)), key=_telling)
+    if recorded.hash_of("env") != local["env"]["hash"]:
+        out += _field_diffs("env", _values(recorded, "env"), local["env"]["values"])
+    inductor = local.get("inductor") or {}
+    if recorded.factor("inductor") is not None and recorded.hash_of("inductor") != inductor.get("hash"):
+        out += _field_diffs("inductor", _values(recorded, "inductor"), inductor.get("values") or {}) or [
+            Difference("inductor", "(config)", recorded.hash_of("inductor"), inductor.get("hash"))]
     for fid, digest in sorted(_values(recorded, "code").items()):
         here = (local_traced or {}).get(fid, digest)
         if here != digest:
             out.append(Difference("code", fid, digest, UNSET if here is None else here))
     return out
+
+
+# The config fields a user changes on purpose, named before what follows from them (another config.json also
+# changes the derived sizes; another mode also changes custom_ops).
+TELLING = ("model_config.hf_config.", "compilation_config.mode", "compilation_config.", "parallel_config.",
+           "cache_config.", "scheduler_config.", "model_config.")
+
+
+def _telling(d: Difference) -> tuple[int, str]:
+    return next((i for i, prefix in enumerate(TELLING) if d.name.startswith(prefix)), len(TELLING)), d.name
 
 
 def _only_the_path(d: Difference, paths: set) -> bool:
@@ -82,8 +107,8 @@ def _only_the_path(d: Difference, paths: set) -> bool:
     return len(paths) == 2 and {strip(d.a), strip(d.b)} == paths
 
 
-def _field_diffs(category: str, a: dict, b: dict, prefix: str = "") -> list[Difference]:
-    return [Difference(category, f"{prefix}{d.field}", d.a, d.b) for d in field_differences(a, b, nested=False)]
+def _field_diffs(category: str, a: dict, b: dict, prefix: str = "", nested: bool = False) -> list[Difference]:
+    return [Difference(category, f"{prefix}{d.field}", d.a, d.b) for d in field_differences(a, b, nested=nested)]
 
 
 def _config_diffs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
@@ -93,6 +118,6 @@ def _config_diffs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
         if sa.get("hash") == sb.get("hash"):
             continue
         fields = _field_diffs("config", {k: v for k, v in sa.items() if k != "hash"},
-                              {k: v for k, v in sb.items() if k != "hash"}, prefix=f"{name}.")
+                              {k: v for k, v in sb.items() if k != "hash"}, prefix=f"{name}.", nested=True)
         out += fields or [Difference("config", f"{name} (hash)", sa.get("hash", UNSET), sb.get("hash", UNSET))]
     return out

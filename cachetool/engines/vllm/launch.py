@@ -1,0 +1,171 @@
+"""What a ``vllm serve`` start is launched with, read without importing vLLM or torch: the key check's fast path.
+
+vLLM's key folder is a deterministic function of the installation (vLLM, torch, the traced source files), the
+environment, the flags and the model's ``config.json`` on a given device. A warm records those **launch inputs**
+beside the key folder (the ``launch`` factor); a pull computes them for the server's model, flags and environment
+in milliseconds. Equal launch inputs (and equal traced files) mean the server computes the warm's folder, so the
+pull needs no vLLM. Any difference sends the pull to vLLM itself (``ServerKeyCheck``'s ``key`` child), which
+decides whether the difference reaches the key and names the field: a launch difference is never a miss on its
+own (a server flag such as ``--port`` or an unhashed variable changes nothing).
+
+Recorded (``factors.launch.values``)::
+
+    {"vllm": "0.32.0", "torch": "2.13.0+cpu", "model": "/models/m", "model_config": "<sha256 of config.json>",
+     "flags": [...],             the server's flags without the model and without server-only options
+     "env": {NAME: value},       the variables vLLM, torch, Inductor and Triton read (secrets by digest)
+     "server_only_options": {"--port": true, ...}}   vLLM's own list, from the warm (not compared)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from cachetool.engines.vllm import facts
+from compiler import build_identity
+
+# Variables that can change what vLLM, torch, Inductor or Triton compile (names with these prefixes) ...
+ENV_PREFIXES = ("VLLM_", "TORCH", "PYTORCH_", "INDUCTOR_", "TRITON_", "CUDA_", "ATEN_", "OMP_", "KMP_", "MKL_",
+                "LD_PRELOAD")
+# ... except where a cache or log lives, which cachetool sets itself or which cannot change compiled code
+# (vLLM's compile_factors ignores the same VLLM_ ones).
+ENV_IGNORED = frozenset({
+    "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_NO_USAGE_STATS",
+    "VLLM_DO_NOT_TRACK", "VLLM_USAGE_STATS_SERVER", "VLLM_LOGGING_LEVEL", "VLLM_LOGGING_PREFIX",
+    "VLLM_LOGGING_STREAM", "VLLM_LOGGING_CONFIG_PATH", "VLLM_LOGGING_COLOR", "VLLM_PORT", "VLLM_HOST_IP",
+    "VLLM_RPC_BASE_PATH", "VLLM_API_KEY", "VLLM_SERVER_DEV_MODE", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+    "TRITON_HOME", "TORCH_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "CUDA_CACHE_PATH",
+    "CUDA_VISIBLE_DEVICES", "TORCH_LOGS", "TORCH_TRACE"})
+SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+# Engine flags a headless start adds and vLLM does not hash (dummy weights, no tokenizer): a server that loads
+# its weights and tokenizer is launched as the warm was. Each maps to whether it takes a value.
+UNHASHED_ENGINE_OPTIONS = {"--load-format": True, "--skip-tokenizer-init": False, "--no-skip-tokenizer-init": False}
+# Server options that can change the engine's arguments: never stripped, and --config (a file of flags) sends
+# the check to vLLM.
+ENGINE_AFFECTING = ("--config",)
+
+
+def launch_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that can reach vLLM's key; a secret-looking one by its digest."""
+    out = {}
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIXES) or name in ENV_IGNORED:
+            continue
+        value = env[name]
+        if any(mark in name for mark in SECRET_MARKS):
+            value = "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+        out[name] = value
+    return out
+
+
+def split_model(flags: list[str], model: str | None) -> tuple[str | None, list[str]]:
+    """The model a server's command line names (``vllm serve M``'s positional tag, ``--model M``, else
+    ``model``) and the flags without it."""
+    rest = list(flags)
+    found = None
+    if rest and not rest[0].startswith("-"):
+        found = rest.pop(0)
+    out = []
+    i = 0
+    while i < len(rest):
+        name, eq, value = rest[i].partition("=")
+        if name == "--model":
+            found = value if eq else (rest[i + 1] if i + 1 < len(rest) else None)
+            i += 1 if eq else 2
+            continue
+        out.append(rest[i])
+        i += 1
+    return found or model, out
+
+
+def strip_options(flags: list[str], options: Mapping[str, bool]) -> list[str]:
+    """``flags`` without the options in ``options`` (each mapped to whether it takes a value)."""
+    out = []
+    i = 0
+    while i < len(flags):
+        name, eq, _ = flags[i].partition("=")
+        if name in options:
+            i += 1 if (eq or not options[name]) else 2
+            continue
+        out.append(flags[i])
+        i += 1
+    return out
+
+
+def model_config_digest(model: str) -> str | None:
+    """sha256 of the model folder's ``config.json`` (None for a hub id or a folder without it)."""
+    from cachetool.digests import hexof, sha256_file
+
+    try:
+        return hexof(sha256_file(Path(model).expanduser() / "config.json")[0])
+    except OSError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchInputs:
+    vllm: str | None
+    torch: str | None
+    model: str
+    model_config: str | None
+    flags: tuple[str, ...]
+    env: dict[str, str]
+
+    @classmethod
+    def of(cls, model: str, flags: list[str], env: Mapping[str, str],
+           server_only: Mapping[str, bool]) -> "LaunchInputs":
+        unhashed = {**{k: v for k, v in server_only.items() if k not in ENGINE_AFFECTING}, **UNHASHED_ENGINE_OPTIONS}
+        return cls(vllm=facts.vllm_version(), torch=(build_identity.torch_build() or {}).get("torch"), model=model,
+                   model_config=model_config_digest(model), flags=tuple(strip_options(flags, unhashed)),
+                   env=launch_env(env))
+
+    def to_values(self, server_only: Mapping[str, bool]) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["flags"] = list(self.flags)
+        d["server_only_options"] = dict(server_only)
+        return d
+
+    def differences(self, recorded: Mapping[str, Any]) -> list[str]:
+        """The names of the launch inputs that differ from ``recorded`` (``env.NAME`` per variable); a flag file
+        (``--config``) is a difference in itself: its content is not read here."""
+        if any(f.partition("=")[0] in ENGINE_AFFECTING for f in self.flags):
+            return ["flags (--config)"]
+        out = [name for name in ("vllm", "torch", "model", "model_config", "flags")
+               if recorded.get(name) != (list(self.flags) if name == "flags" else getattr(self, name))]
+        renv = recorded.get("env") or {}
+        out += [f"env.{n}" for n in sorted(set(renv) | set(self.env)) if renv.get(n) != self.env.get(n)]
+        return out
+
+
+def interpreter_path(python: str) -> list[str]:
+    """``sys.path`` of the interpreter that runs vLLM (this one's own, or asked of it: tens of milliseconds)."""
+    if python == sys.executable:
+        return list(sys.path)
+    try:
+        out = subprocess.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return json.loads(out.stdout) if out.returncode == 0 else []
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return []
+
+
+def traced_digests(ids: list[str], python: str) -> dict[str, str | None]:
+    """sha256 of each traced file id (relative to a ``sys.path`` entry of ``python``, or absolute) as this
+    installation has it; None where it is not here. The ids are the warm's (``cachetool_vllm_probe.file_id``)."""
+    from cachetool.digests import hexof, sha256_file
+
+    roots = [Path(p or ".") for p in interpreter_path(python)]
+    out: dict[str, str | None] = {}
+    for fid in ids:
+        cands = [Path(fid)] if Path(fid).is_absolute() else [r / fid for r in roots]
+        found = next((c for c in cands if c.is_file()), None)
+        try:
+            out[fid] = hexof(sha256_file(found)[0]) if found else None
+        except OSError:
+            out[fid] = None
+    return out

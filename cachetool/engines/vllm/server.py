@@ -1,0 +1,132 @@
+"""The real OpenAI server, ``vllm serve``, started once on a cache root: the oracle for cachetool's verdicts.
+
+:func:`serve_once` runs ``python -m vllm.entrypoints.cli.main serve MODEL FLAGS`` (what the ``vllm`` command
+runs: the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT`` = the root, waits for
+``/health``, sends one completion, stops the server (SIGTERM to its process group) and reports what it did to the
+root: the key folders it added (a new folder is a key cachetool did not predict), the kernel binaries it wrote
+(what it compiled), and what its log says (AOT artifact loaded, piecewise graphs loaded or compiled, engine init
+and torch.compile seconds). The tests and ``benchmarks/bench_vllm.py`` judge pull, check and diff by it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from cachetool.engines.vllm.engine import aot_outcome, kernel_files, key_folders, python
+
+_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+_COMPILE_TOTAL = re.compile(r"torch\.compile takes ([\d.]+) s in total")
+
+
+@dataclasses.dataclass
+class ServerRun:
+    """What one real server start did on a cache root."""
+
+    command: list[str]
+    ready_seconds: float                 # exec to /health answering
+    engine_init_seconds: float | None    # vLLM's "init engine ... took N s"
+    compile_seconds: float | None        # vLLM's "torch.compile takes N s in total"
+    completion: dict | None              # the completion's JSON (None: it failed)
+    new_key_folders: list[str]           # AOT key folders the server added to the root
+    new_kernels: int                     # kernel binaries the server wrote under the root
+    aot_loaded: bool
+    aot_error: str | None
+    piecewise_loaded: int
+    piecewise_compiled: int
+    log: str
+
+    @property
+    def compiled(self) -> bool:
+        """The server compiled something: a key folder cachetool did not have, a kernel, or a piecewise graph."""
+        return bool(self.new_key_folders or self.new_kernels or self.piecewise_compiled)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def _complete(port: int, model: str, api_key: str | None) -> dict | None:
+    body = json.dumps({"model": model, "prompt": [1, 5, 7, 11], "max_tokens": 4}).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (API server, engine core, workers), SIGKILL after 30 s."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dict[str, str] | None = None,
+               api_key: str | None = None, timeout: float = 900) -> ServerRun:
+    """Start ``vllm serve MODEL FLAGS`` on ``cache_root`` (host 127.0.0.1, a free port, ``api_key`` if given),
+    send one completion, stop it; see the module docstring. ``env`` adds to this process's environment."""
+    root = Path(cache_root).resolve()
+    before, keys_before = kernel_files(root), key_folders(root)
+    port = free_port()
+    cmd = [python(), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags, "--host", "127.0.0.1",
+           "--port", str(port), *(["--api-key", api_key] if api_key else [])]
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                **(env or {}), "VLLM_CACHE_ROOT": str(root)}
+    log_path = Path(tempfile.mkstemp(prefix="cachetool-vllm-serve-", suffix=".log")[1])
+    t0 = time.perf_counter()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True)
+        try:
+            ready = None
+            while time.perf_counter() - t0 < timeout and proc.poll() is None:
+                if _get(f"http://127.0.0.1:{port}/health") == 200:
+                    ready = time.perf_counter() - t0
+                    break
+                time.sleep(0.5)
+            completion = _complete(port, model, api_key) if ready is not None else None
+        finally:
+            _stop(proc)
+    text = log_path.read_text(errors="replace")
+    aot = aot_outcome(log_path)
+    init = _ENGINE_INIT.findall(text)
+    comp = _COMPILE_TOTAL.findall(text)
+    return ServerRun(command=cmd, ready_seconds=round(ready, 3) if ready is not None else -1.0,
+                     engine_init_seconds=float(init[-1]) if init else None,
+                     compile_seconds=float(comp[-1]) if comp else None, completion=completion,
+                     new_key_folders=sorted(key_folders(root) - keys_before),
+                     new_kernels=len(kernel_files(root) - before), aot_loaded=aot.loaded, aot_error=aot.error,
+                     piecewise_loaded=aot.piecewise_loaded, piecewise_compiled=aot.piecewise_compiled,
+                     log=str(log_path))
