@@ -115,6 +115,13 @@ class DiskFullError(CachetoolError):
     exit_code = exit_codes.DISK_FULL.code
 
 
+class StopSignalError(CachetoolError):
+    """A stop signal (SIGINT, SIGTERM) ended the operation; what it wrote was cleaned up (a pull's partial downloads
+    are kept for a rerun)."""
+
+    exit_code = exit_codes.INTERRUPTED.code
+
+
 # ------------------------------------------------------------------------------------------------ manifest.py
 class ManifestError(VerificationError):
     """The manifest is malformed, non-canonical or unsafe."""

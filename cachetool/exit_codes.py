@@ -40,9 +40,12 @@ COMPILED = ExitCode(8, "compiled", "`check --require-hit` (native engine): somet
 DISK_FULL = ExitCode(9, "disk-full", "disk full: the cache root's (or a store folder's) file system is full, ENOSPC "
                      "or a quota (EDQUOT)", False)
 DIFFERS = ExitCode(10, "differs", "`diff --exit-code`: A and B differ (the differences are printed)", False)
+INTERRUPTED = ExitCode(130, "interrupted", "stopped by SIGINT (Ctrl-C) or SIGTERM (Kubernetes stopping the pod), 128 + "
+                       "SIGINT's number as shells report Ctrl-C: `pull` stops within a second, every unit installed "
+                       "whole or not at all, its partial downloads kept for a rerun to resume", False)
 
 TABLE: tuple[ExitCode, ...] = (OK, ERROR, USAGE, VERIFICATION, MISS, NOT_FOUND, STORE, TIMEOUT, COMPILED, DISK_FULL,
-                               DIFFERS)
+                               DIFFERS, INTERRUPTED)
 BY_CODE = {e.code: e for e in TABLE}
 
 

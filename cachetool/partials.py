@@ -1,7 +1,8 @@
 """The partial-download policy of pull: blobs are downloaded into ``{cache_root}/.cachetool-partial/`` (the install
 staging's file system, so a finished blob is hard-linked, not copied). An interrupted pull leaves finished and partial
 blobs there; the rerun keeps finished ones and resumes partial ones with a ``Range`` request. They are kept only where
-a rerun can use them (:data:`RETRYABLE`: the store failed, exit 6, or ``--timeout`` ran out, exit 7); after a success
+a rerun can use them (:data:`RETRYABLE`: the store failed, exit 6, ``--timeout`` ran out, exit 7, or a stop signal
+came, exit 130); after a success
 or a failure no rerun can mend (a blob missing from the store, bytes that fail a check, a full disk) the pull's own
 files are deleted. Either way the folder is then cut to ``CACHETOOL_PARTIAL_MAX_BYTES`` (default 4 GiB), oldest files
 first, under the cache root's lock (:meth:`cachetool.pulling.StoreSource.settle`)."""
@@ -11,12 +12,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cachetool.errors import StoreError, UsageError, WaitTimeoutError, clip
+from cachetool.errors import StopSignalError, StoreError, UsageError, WaitTimeoutError, clip
 from cachetool import envs
 
 PARTIAL_DIR = ".cachetool-partial"
 PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)
-RETRYABLE = (StoreError, WaitTimeoutError, KeyboardInterrupt)  # failures after which a rerun uses the partial files
+# failures after which a rerun uses the partial files
+RETRYABLE = (StoreError, WaitTimeoutError, StopSignalError, KeyboardInterrupt)
 
 
 def partial_cap() -> int:

@@ -10,7 +10,10 @@ exit code the policy gives it. The policy:
   end (:func:`temporary_folder_for`);
 - ``timeout``: the whole pull is bounded, also when a store stops answering in the middle of a request
   (:func:`hard_timeout`); worker threads still blocked in a read are then abandoned, which the outcome says
-  (``abandoned_threads``) so that a process can exit without joining them.
+  (``abandoned_threads``) so that a process can exit without joining them;
+- SIGINT and SIGTERM (how Kubernetes stops an init-container) end the pull within a second, cleanly, as outcome
+  ``interrupted`` (exit 130, whatever ``on_miss`` says): the staging folder removed, every unit installed whole or
+  not at all, the partial downloads kept for a rerun to resume (:func:`stopped_by_signals`).
 
 :func:`pull_with_policy` runs :func:`cachetool.pulling.pull` under this policy and never raises for a failure.
 """
@@ -28,8 +31,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, get_args
 
-from cachetool import exit_codes
-from cachetool.errors import CachetoolError, WaitTimeoutError, os_error_line
+from cachetool import bounds, exit_codes
+from cachetool.errors import CachetoolError, StopSignalError, WaitTimeoutError, os_error_line
+from cachetool.partials import PARTIAL_DIR
 
 if TYPE_CHECKING:
     from cachetool.pulling import PullResult
@@ -53,6 +57,7 @@ class Outcome(enum.StrEnum):
     TIMEOUT = exit_codes.TIMEOUT.name
     COMPILED = exit_codes.COMPILED.name
     DISK_FULL = exit_codes.DISK_FULL.name
+    INTERRUPTED = exit_codes.INTERRUPTED.name
 
     @classmethod
     def of_failure(cls, row: exit_codes.ExitCode) -> Outcome:
@@ -135,7 +140,8 @@ def pull_with_policy(pull: Callable[..., PullResult], ref: str, cache_root: str 
             from cachetool.errors import UsageError
 
             raise UsageError(f"on_miss must be one of {', '.join(ON_MISS)}, got {on_miss!r}")
-        with hard_timeout(timeout, abandoned), temporary_folder_for(Path(cache_root).expanduser()):
+        root = Path(cache_root).expanduser()
+        with stopped_by_signals(root), hard_timeout(timeout, abandoned), temporary_folder_for(root):
             out = success_outcome(pull(ref, cache_root, timeout=timeout, **options), on_miss)
     except Exception as exc:
         out = failure_outcome(ref, on_miss, exc)
@@ -201,3 +207,34 @@ def hard_timeout(seconds: float | None, abandoned: threading.Event) -> Iterator[
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stopped_by_signals(root: Path) -> Iterator[None]:
+    """End the block cleanly on SIGINT or SIGTERM: the first one stops the pull's worker threads at their next chunk
+    (a :class:`~cachetool.bounds.Bound` they check) and raises :class:`StopSignalError` in the main thread, whose
+    unwinding removes the staging folder; a later one only asks again (the cleanup is not cut). Only in the main
+    thread, where signals are delivered."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stop = bounds.Bound()
+
+    def handle(signum: int, frame: object) -> None:
+        first = not stop.requested.is_set()
+        name = signal.Signals(signum).name
+        stop.stop(name)
+        if first:
+            raise StopSignalError(f"pull stopped by {name}: every unit is installed whole or not at all; a rerun "
+                                  f"resumes the partial downloads kept in {root / PARTIAL_DIR}")
+
+    previous = {s: signal.signal(s, handle) for s in STOP_SIGNALS}
+    try:
+        with bounds.applied(stop):
+            yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

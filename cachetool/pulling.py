@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
+from cachetool import bounds
 from cachetool.digests import hexof, sha256_bytes, sha256_file
 from cachetool.errors import (CacheMissError, CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
                               WaitTimeoutError, filled)
@@ -243,6 +244,7 @@ class StoreSource(BundleSource):
             self.on_blob(blob)
 
 
+@bounds.timeout_applied  # --timeout bounds every download's chunks and retry waits, in every thread
 def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_skip_verify: bool = False,
          ranks=None, device: str | None = None, expected_key: dict | None = None, force: bool = False,
          keep_changed: bool = False,

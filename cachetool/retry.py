@@ -9,7 +9,8 @@ CLI sets up logging, silent for library users who configure nothing).
 from __future__ import annotations
 
 import logging
-import time
+
+from cachetool import bounds
 
 log = logging.getLogger("cachetool.retry")
 
@@ -20,7 +21,8 @@ def backoff_seconds(attempt: int, base: float = 0.5, cap: float = 8.0) -> float:
 
 
 def pause(what: str, attempt: int, reason: str, seconds: float | None = None) -> None:
-    """Log that ``what`` failed (``reason``) on attempt ``attempt`` (0-based) and wait before the next one."""
+    """Log that ``what`` failed (``reason``) on attempt ``attempt`` (0-based) and wait before the next one; a bound
+    the caller applied (:mod:`cachetool.bounds`) cuts the wait short and raises."""
     wait = backoff_seconds(attempt) if seconds is None else seconds
     log.info("%s: %s; attempt %d failed, retrying in %.2f s", what, reason, attempt + 1, wait)
-    time.sleep(wait)
+    bounds.sleep(wait, what)

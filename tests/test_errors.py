@@ -51,11 +51,11 @@ def test_every_category_takes_its_code_and_name_from_the_one_table():
 
 
 def test_a_cut_download_retry_is_logged(tmp_path, monkeypatch, caplog):
-    from cachetool import retry
+    from cachetool import bounds
     from cachetool.stores.base import TransferCounters
     from cachetool.stores.common import download_resumable
 
-    monkeypatch.setattr(retry.time, "sleep", lambda s: None)
+    monkeypatch.setattr(bounds.time, "sleep", lambda s: None)  # the backoff waits through cachetool.bounds
     data = b"x" * 100
     calls = []
 

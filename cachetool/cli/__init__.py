@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         rv = cli.main(args=argv, prog_name="cachetool", standalone_mode=False)
     except CachetoolError as exc:
         return output.fail(exc.message or type(exc).__name__, exc.exit_code, exc)
-    except click.exceptions.Abort:
-        return output.fail("aborted", exit_codes.ERROR.code)
+    except click.exceptions.Abort:  # Ctrl-C outside a verb's own handling (pull stops on signals itself)
+        return output.fail("interrupted (SIGINT)", exit_codes.INTERRUPTED.code)
     except click.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `cachetool`: show the help, as click does
             exc.show()

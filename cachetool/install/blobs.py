@@ -7,6 +7,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from cachetool import bounds
 from cachetool.errors import BlobVerificationError
 from cachetool.install.fs import CHUNK
 from cachetool.stores.base import BlobRef
@@ -59,6 +60,7 @@ def expand_blob(blob: BlobRef, zst: Path, out) -> None:
         try:
             reader = dctx.stream_reader(f, read_across_frames=True)
             while True:
+                bounds.check(f"expand blob {blob.digest[:19]}", key=blob.digest)  # pull --timeout, a stop signal
                 chunk = reader.read(min(CHUNK, blob.size - n + 1))
                 if not chunk:
                     break

@@ -3,6 +3,7 @@ file system as the root), duplicates copied locally, folder modes set last."""
 
 from __future__ import annotations
 
+import contextvars
 import os
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
@@ -19,9 +20,10 @@ from cachetool.source import BundleSource
 
 
 def _all(ex: ThreadPoolExecutor, fn: Callable, items: Iterable) -> list:
-    """``fn`` over ``items`` in ``ex``; on the first failure the tasks not yet started are cancelled (a missing
-    blob must not be followed by downloads of all the others)."""
-    futures = [ex.submit(fn, x) for x in items]
+    """``fn`` over ``items`` in ``ex``, each in a copy of the caller's context (the bounds it applied:
+    :mod:`cachetool.bounds`); on the first failure the tasks not yet started are cancelled (a missing blob must not
+    be followed by downloads of all the others)."""
+    futures = [ex.submit(contextvars.copy_context().run, fn, x) for x in items]
     try:
         return [f.result() for f in futures]
     except BaseException:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
+from cachetool import bounds
 from cachetool.digests import hexof
 from cachetool.errors import OversizeBlobError, StoreError, VerificationError
 from cachetool.retry import pause
@@ -88,8 +89,10 @@ def write_bounded(chunks: Iterable[bytes], out, room: int, what: str, count: Cal
                   fields: dict | None = None) -> None:
     """Write ``chunks`` to ``out``, refusing to go past ``room`` bytes: a store can't fill the disk with a blob
     larger than the (signed) manifest says. ``count`` receives each piece's length as it is written; ``fields``:
-    the refusal's error fields (store, key)."""
+    the refusal's error fields (store, key). A bound applied by the caller (:mod:`cachetool.bounds`: ``pull
+    --timeout``, a stop signal) is checked at every chunk, so a store that streams steadily stops there too."""
     for chunk in chunks:
+        bounds.check(what, **(fields or {}))
         if len(chunk) > room:
             raise OversizeBlobError(f"{what}: the store sends more bytes than the manifest declares", **(fields or {}))
         out.write(chunk)
