@@ -27,7 +27,9 @@ ERROR = ExitCode(1, "error", "unexpected failure, or a local fault that is not a
                  "refuses a write); `--engine vllm`: vLLM did not start (its own last error)", False)
 USAGE = ExitCode(2, "usage-error", "usage or configuration: a wrong flag, value, ref, model or config key; a missing or "
                  "unreadable key file (`--sign-key`, `--trust`), or no trusted key configured; a cache root that "
-                 "cannot be a folder; a device this machine lacks (`--device cuda` without CUDA); vLLM missing or refusing the flags after `--`", False)
+                 "cannot be a folder, or that `warm` cannot write; a warm that did not complete, to `pack`; a device "
+                 "this machine lacks (`--device cuda` without CUDA); vLLM missing or refusing the flags after `--`",
+                 False)
 VERIFICATION = ExitCode(3, "refused", "verification: tampered blob or manifest, untrusted or missing signature, unsafe "
                         "path, size lie, decompression bomb", True)
 MISS = ExitCode(4, "miss", "cache miss: a hash factor or the fingerprint differs (the message names it), or the tag "
