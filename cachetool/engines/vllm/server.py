@@ -26,7 +26,7 @@ from pathlib import Path
 from cachetool.engines.vllm.engine import aot_outcome, kernel_files, key_folders, python
 
 _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
-_COMPILE_TOTAL = re.compile(r"torch\.compile takes ([\d.]+) s in total")
+_COMPILE_TOTAL = re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total")
 
 
 @dataclasses.dataclass

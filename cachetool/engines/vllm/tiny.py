@@ -21,3 +21,19 @@ def write_model(folder: Path, **changes) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({**TINY_LLAMA, **changes}))
     return folder
+
+# Llama-3.2-1B's config.json (its published shape; dummy weights): the GPU runs' model (docs/gpu.md).
+LLAMA_3_2_1B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+                "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "num_hidden_layers": 16, "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072,
+                "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True,
+                "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": 128001,
+                "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                 "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+GPU_FLAGS = ["--max-model-len", "2048", "--gpu-memory-utilization", "0.5"]
+
+
+def write_llama_1b(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(LLAMA_3_2_1B))
+    return folder
