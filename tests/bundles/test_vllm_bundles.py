@@ -220,3 +220,63 @@ def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_mac
                  dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2"))
     index = RefIndex(name="tiny", tag="v1", entries=(cpu, gpu))
     assert select_entry(index, "file:///s/tiny:v1", None, "vllm") is gpu
+
+
+def test_the_triton_cache_ships_as_a_unit_of_its_own_and_installs_where_the_server_reads_it(tmp_path, cli, keys):
+    """vLLM's own Triton kernels (TRITON_CACHE_DIR = ROOT/triton_cache in the warm and the server) are an install
+    unit without a rank beside the compile cache: a pulled root has them, so a fresh pod JIT-compiles nothing."""
+    src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
+    _w(src / "triton_cache" / ("cd" * 16) / "triton_.cubin", b"\x7fELF" + b"\1" * 500)
+    _w(src / "triton_cache" / ("cd" * 16) / "triton_.json", b'{"name": "triton_"}')
+    s = scan(src)
+    assert {u.path: u.rank for u in s.units}["triton_cache"] is None
+    ctb = tmp_path / "x.ctb"
+    assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
+    root = tmp_path / "root"
+    assert cli("install", ctb, "--cache-root", root, "--trust", keys["pub"], "--no-preflight").rc == 0
+    assert (root / "triton_cache" / ("cd" * 16) / "triton_.cubin").read_bytes().startswith(b"\x7fELF")
+
+
+def test_a_native_preset_is_refused_for_vllm_in_one_line():
+    import pytest
+
+    from cachetool.engines.vllm.engine import check_model
+    from cachetool.errors import UsageError
+
+    with pytest.raises(UsageError, match="a preset of the native engine; --engine vllm --model takes a model folder"):
+        check_model("tiny")
+
+
+def test_the_servers_command_line_gives_its_model_and_flags():
+    from cachetool.engines.vllm import launch
+
+    assert launch.split_model(["/m", "--max-model-len", "8"], None) == ("/m", ["--max-model-len", "8"])
+    assert launch.split_model(["--model=/m", "-tp", "2"], None) == ("/m", ["-tp", "2"])
+    assert launch.split_model(["-tp", "2"], "/x") == ("/x", ["-tp", "2"])
+    server_only = {"--port": True, "--disable-uvicorn-access-log": False}
+    flags = ["-tp", "2", "--port", "8000", "--disable-uvicorn-access-log", "--load-format", "dummy"]
+    assert launch.strip_options(flags, {**server_only, **launch.UNHASHED_ENGINE_OPTIONS}) == ["-tp", "2"]
+
+
+def test_launch_inputs_name_what_differs_and_keep_secrets_out(tmp_path):
+    from cachetool.engines.vllm import launch
+
+    model = str(write_tiny(tmp_path / "m"))
+    env = {"VLLM_API_KEY": "secret", "VLLM_FOO": "1", "TORCHINDUCTOR_X": "0", "HOME": "/root", "HF_TOKEN": "t",
+           "VLLM_CACHE_ROOT": "/somewhere"}
+    a = launch.LaunchInputs.of(model, ["--port", "1", "-tp", "1"], env, {"--port": True})
+    assert a.env == {"VLLM_FOO": "1", "TORCHINDUCTOR_X": "0"} and a.flags == ("-tp", "1")
+    recorded = a.to_values({"--port": True})
+    assert a.differences(recorded) == []
+    b = launch.LaunchInputs.of(model, ["-tp", "1", "--port", "2"], {**env, "TORCHINDUCTOR_X": "1"}, {"--port": True})
+    assert b.differences(recorded) == ["env.TORCHINDUCTOR_X"]
+    c = launch.LaunchInputs.of(model, ["-tp", "1", "--config", "f.yaml"], env, {"--port": True})
+    assert c.differences(recorded) == ["flags (--config)"]
+    (Path(model) / "config.json").write_text("{}")
+    assert launch.LaunchInputs.of(model, ["-tp", "1"], env, {}).differences(recorded) == ["model_config"]
+
+
+def write_tiny(folder: Path) -> Path:
+    from cachetool.engines.vllm.tiny import write_model
+
+    return write_model(folder)
