@@ -17,8 +17,8 @@ The request names a mode:
 
 - ``key``: the config is built and the inputs of vLLM's key are reported (:func:`key_inputs`): the env factors,
   each sub-config's hash and fields, Inductor's config as a process started after the config sees it, the vLLM and
-  torch versions, the model. Nothing starts; nothing is written but the scratch root. With ``traced_files`` it
-  also re-hashes those files here.
+  torch versions, the model. Nothing starts; nothing is written but the scratch root. (The traced files are
+  re-hashed by cachetool itself, on this interpreter's ``sys.path``: ``launch.traced_digests``.)
 - ``warm`` / ``check``: the same, then the engine starts on ``VLLM_CACHE_ROOT``, a few prefill and decode requests
   run, and every worker reports what it compiled or loaded (``cachetool_vllm_probe``, through ``collective_rpc``).
 
@@ -124,20 +124,6 @@ def key_inputs(vllm_config) -> dict:
     }
 
 
-def rehash(ids: list[str]) -> dict[str, str | None]:
-    """sha256 of each traced file id as this installation has it (None: not here)."""
-    from cachetool_vllm_probe import file_digest
-
-    out = {}
-    for i in ids:
-        if os.path.isabs(i):
-            out[i] = file_digest(i)
-            continue
-        found = next((os.path.join(e, i) for e in sys.path if os.path.isfile(os.path.join(e or ".", i))), None)
-        out[i] = file_digest(found) if found else None
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- the flags
 
 class FlagError(ValueError):
@@ -240,8 +226,6 @@ def run(request: dict) -> dict:
     inputs = key_inputs(vllm_config)
     result = {"ok": True, "key_inputs": inputs, "server_only_options": server_only,
               "seconds": {"import": round(imported, 3)}}
-    if request.get("traced_files"):
-        result["traced_files"] = rehash(request["traced_files"])
     result["seconds"]["key"] = round(time.perf_counter() - t0 - imported, 3)
     if request["mode"] == "key":
         return result

@@ -31,8 +31,7 @@ from typing import Any, BinaryIO, Callable
 
 from cachetool.engines.vllm import facts, key, launch
 from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissError, EngineUnavailableError,
-                              PreflightError, UsageError, WaitTimeoutError)
-from cachetool.factors import short_repr
+                              UsageError, WaitTimeoutError)
 from cachetool.layouts.vllm import TRITON_CACHE
 from cachetool import envs
 from compiler import build_identity
@@ -87,8 +86,8 @@ class VllmStartResult:
     engine: str = "vllm"
 
     @property
-    def hit(self) -> bool:
-        return self.inductor_compiled == 0 and self.key_existed
+    def hit(self) -> bool:  # the server's folder was there and nothing compiled: no kernel, no piecewise graph
+        return self.inductor_compiled == 0 and self.piecewise_compiled == 0 and self.key_existed
 
     @property
     def graphs_compiled(self) -> int:  # the name the native engine's results use (warm summaries, CI scripts)
@@ -109,7 +108,9 @@ class VllmStartResult:
             return (f"vLLM used key folder {short_key(self.cache_key)}, which {self.cache_root} did not hold "
                     "(another model path, flag, environment or install than the cache was warmed with)")
         aot = "" if self.aot_loaded else f"; vLLM did not load its AOT artifact: {self.aot_error or 'none saved'}"
-        return f"Inductor compiled {self.inductor_compiled} kernel(s) in key folder {short_key(self.cache_key)}{aot}"
+        graphs = f", vLLM compiled {self.piecewise_compiled} piecewise graph(s)" if self.piecewise_compiled else ""
+        return (f"Inductor compiled {self.inductor_compiled} kernel(s){graphs} in key folder "
+                f"{short_key(self.cache_key)}{aot}")
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

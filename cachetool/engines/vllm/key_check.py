@@ -41,15 +41,17 @@ class ServerKeyCheck:
                                  "cachetool warm --engine vllm)")
         t0 = time.perf_counter()
         try:
+            # the traced files as this installation has them, read once for both paths (no vLLM needed)
+            ids = sorted({fid for k in candidates for fid in k.factors.values("code") or {}})
+            traced = launch.traced_digests(ids, python())
             for k in candidates:
-                if self.same_launch(k.factors):
+                if self.same_launch(k.factors, traced):
                     return k, []
             self.asked_vllm = True
-            traced = sorted({fid for k in candidates for fid in k.factors.values("code") or {}})
-            local = self.local_inputs(traced)
+            local = self.local_inputs()
             first = None
             for k in candidates:
-                diffs = key.differences(k.factors, local["key_inputs"], local.get("traced_files"))
+                diffs = key.differences(k.factors, local["key_inputs"], traced)
                 if not diffs:
                     return k, []
                 first = first or (k, diffs)
@@ -57,8 +59,8 @@ class ServerKeyCheck:
         finally:
             self.seconds = round(time.perf_counter() - t0, 3)
 
-    def same_launch(self, factors: Any) -> bool:
-        """The fast path: equal launch inputs and traced files (read here, no vLLM, no torch)."""
+    def same_launch(self, factors: Any, traced: dict[str, str | None]) -> bool:
+        """The fast path: equal launch inputs and traced files (``traced``: as read here; no vLLM, no torch)."""
         recorded = factors.values("launch")
         if not recorded:
             return False
@@ -68,7 +70,7 @@ class ServerKeyCheck:
         if here.differences(recorded):
             return False
         code = factors.values("code") or {}
-        return launch.traced_digests(list(code), python()) == code
+        return all(traced.get(fid) == digest for fid, digest in code.items())
 
     def expected_for(self, manifest: Any) -> str:
         """The hash of the bundle's key folder this server will use, or :class:`PreflightError` naming the first
@@ -90,13 +92,13 @@ class ServerKeyCheck:
         how = "vLLM asked" if self.asked_vllm else "launch inputs equal, vLLM not asked"
         return f"{how}: {self.seconds:.1f} s"
 
-    def local_inputs(self, traced: list[str]) -> dict:
+    def local_inputs(self) -> dict:
         require_vllm()
         # vLLM writes its model-inspection cache under VLLM_CACHE_ROOT (not hashed): the child's own scratch root
         # keeps the pull's root untouched until the install, and its log an unlinked file.
         with tempfile.TemporaryFile() as log:
-            return run_child({"mode": "key", "model": self.model, "argv": server_argv(self.flags),
-                              "traced_files": traced}, None, log, timeout=self.timeout)
+            return run_child({"mode": "key", "model": self.model, "argv": server_argv(self.flags)}, None, log,
+                             timeout=self.timeout)
 
 
 def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cache_root: str | Path,
