@@ -108,8 +108,22 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
             out.append(Difference("keys", h, UNSET, "present"))
     multi = len(pairs) > 1
     for (ha, fa), (hb, fb) in pairs:
-        out += compare_factors(fa, fb, only=only, cache=f"{ha} vs {hb}" if multi else "")
+        cache = f"{ha} vs {hb}" if multi else ""
+        names = only if (a.partial or b.partial) else _factor_names(fa, fb)
+        found = compare_factors(fa, fb, only=names, cache=cache)
+        if not found and ha != hb and not (a.partial or b.partial):
+            # two caches in different key folders are two keys, whatever their recorded inputs say (a server
+            # looks up one folder): never "no differences"
+            found = [Difference("keys", "cache key", ha, hb, cache)]
+        out += found
     return out
+
+
+def _factor_names(fa: Factors | None, fb: Factors | None) -> tuple[str, ...]:
+    """Our four factors first, then every other factor either side records (vLLM's ``inductor``, ``serve``,
+    ``launch``): each can tell why two keys differ."""
+    extra = {n for f in (fa, fb) if f is not None for n in f.names} - set(FACTORS)
+    return (*FACTORS, *sorted(extra))
 
 
 def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | None = None,

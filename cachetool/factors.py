@@ -55,8 +55,9 @@ def compare_factors(fa: Factors | None, fb: Factors | None, *, only: tuple[str, 
         ha, hb = (a.hash if a else None), (b.hash if b else None)
         if ha is not None and ha == hb:
             continue
-        # config fields are named by their dotted path; the other factors' values by their top-level key
-        fields = field_differences(a.values if a else {}, b.values if b else {}, nested=name == "config")
+        # config fields (and a vLLM launch's env and flags) are named by their dotted path; the other factors'
+        # values by their top-level key
+        fields = field_differences(a.values if a else {}, b.values if b else {}, nested=name in ("config", "launch"))
         out += [Difference(name, d.field, d.a, d.b, cache) for d in fields]
         if not fields and ha != hb:
             out.append(Difference(name, "<hash>", ha, hb, cache))

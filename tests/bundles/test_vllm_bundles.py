@@ -295,3 +295,24 @@ def test_a_start_that_compiled_a_piecewise_graph_is_not_a_hit():
     assert VllmStartResult(**fields).hit and VllmStartResult(**fields).graphs_loaded == 3
     missed = VllmStartResult(**{**fields, "piecewise_compiled": 1})
     assert not missed.hit and "1 piecewise graph(s)" in missed.miss_reason()
+
+
+def test_diff_of_two_vllm_bundles_names_inductor_and_never_says_nothing_for_two_keys():
+    """Two warms whose key folders differ only by an Inductor setting (the server's TORCHINDUCTOR_* variable) or
+    by nothing recorded at all: diff names the Inductor field and the launch variable, or at least the two keys;
+    "no differences" (exit 0 under --exit-code) for two folders a server tells apart was a lie."""
+    from cachetool.diff import Side, diff_sides
+
+    def factors(scalar_asserts: bool, env: dict) -> Factors:
+        return Factors({"env": {"hash": "e", "values": {}}, "config": {"hash": "c", "values": {}},
+                        "compiler": {"hash": None, "values": {"vllm": "0.32.0"}},
+                        "inductor": {"hash": str(scalar_asserts), "values": {"inductor.scalar_asserts": scalar_asserts}},
+                        "launch": {"hash": None, "values": {"env": env}}})
+
+    fp = {"device": "cpu", "engine": "vllm"}
+    a = Side("a", [("aa" * 32, factors(True, {}))], fp, layout="vllm")
+    b = Side("b", [("bb" * 32, factors(False, {"TORCHINDUCTOR_SCALAR_ASSERTS": "0"}))], fp, layout="vllm")
+    names = [(d.category, d.name) for d in diff_sides(a, b)]
+    assert ("inductor", "inductor.scalar_asserts") in names and ("launch", "env.TORCHINDUCTOR_SCALAR_ASSERTS") in names
+    same = Side("c", [("cc" * 32, factors(True, {}))], fp, layout="vllm")
+    assert [(d.category, d.name) for d in diff_sides(a, same)] == [("keys", "cache key")]
