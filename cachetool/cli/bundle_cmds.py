@@ -183,9 +183,12 @@ def diff_cmd(a, b, device, as_json, exit_code, engine, model, platform, endpoint
                      store_options=options_dict(endpoint_url, profile, insecure))
     code = exit_codes.DIFFERS.code if exit_code and diffs else 0
     if not diffs:
-        text = "no differences: same factors and fingerprint"
+        text = message = "no differences: same factors and fingerprint"
     else:
         text = f"{len(diffs)} difference(s) (A={a}, B={b}):" + "".join("\n  " + d.line() for d in diffs)
-    return emit(as_json, {"a": a, "b": b, "differs": bool(diffs),
+        # the JSON message is one complete line: the count and the differences themselves (the first few)
+        shown = "; ".join(d.line() for d in diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+        message = f"{len(diffs)} difference(s) between A={a} and B={b}: {shown}"
+    return emit(as_json, {"a": a, "b": b, "differs": bool(diffs), "message": message,
                           "differences": [json.loads(json.dumps(d.to_json(), default=repr)) for d in diffs]},
                 text, exit_code=code)

@@ -2,7 +2,8 @@
 else its lines, and a failure as one ``error:`` line on stderr.
 
 Every object has ``ok`` (``exit_code == 0``), ``exit_code``, ``command`` (the verb) and ``message`` (one line);
-a success adds the verb's fields (a list goes inside the object, e.g. ``ls``'s ``refs``), a failure adds
+a success adds the verb's fields (a list goes inside the object, e.g. ``ls``'s ``refs``), a failure (a result whose
+exit is not 0 included: ``diff --exit-code``'s ``differs``) adds
 ``error`` (the exit-code row's name, :mod:`cachetool.exit_codes`), the error's ``store``/``ref``/``key``/``status``
 where it knows them, and what the verb recorded with :func:`add_failure_fields` (``pull``: its outcome).
 :func:`begin` is called once per CLI call with its arguments; :func:`emit` prints a result, :func:`fail` a failure.
@@ -55,8 +56,10 @@ def emit(as_json: bool, doc: dict[str, Any], text: str, *, exit_code: int = 0) -
             click.echo(text)
         return exit_code
     message = (text.splitlines() or [""])[0]
+    # a non-zero exit that is a verb's result (``diff --exit-code``: 10) is a failure like any other: its row's name
+    failure = {} if exit_code == 0 else {"error": exit_codes.for_code(exit_code).name}
     _print({**doc, "ok": exit_code == 0, "exit_code": exit_code, "command": _call.command,
-            "message": doc.get("message", message)})
+            "message": doc.get("message", message), **failure})
     return exit_code
 
 
