@@ -20,6 +20,8 @@ added where every catcher of that builtin would handle the error the same way (`
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from cachetool import exit_codes
@@ -60,9 +62,48 @@ def clip(text: object, limit: int = 200) -> str:
 
 
 def os_error_line(exc: OSError, who: str) -> str:
-    """An OSError no layer mapped as one line naming its file: ``who: /path: No space left on device``."""
-    where = f" {exc.filename}" if exc.filename else ""
-    return f"{who}:{where}: {exc.strerror or clip(exc)}"
+    """An OSError no layer mapped as one line naming its file: ``who: /path: No space left on device`` (the file
+    the user knows, :func:`user_path`, not a staging or temporary one)."""
+    where = f" {user_path(exc.filename)}" if exc.filename else ""
+    return f"{who}:{where}: {exc.strerror or cause(exc)}"
+
+
+# {root}/.cachetool-staging-XXXXXXXX[/tree][/path]: an install's staging folder (cachetool.install.fs.STAGING_PREFIX)
+_STAGING = re.compile(r"/\.cachetool-staging-[^/]+(?:/tree)?(?=/|$)")
+# {folder}/.{name}.XXXXXXXX.tmp: an atomic write's temporary file (cachetool.atomic)
+_ATOMIC_TMP = re.compile(r"(^|/)\.([^/]+)\.[A-Za-z0-9_]{8}\.tmp$")
+
+
+def user_path(path: Any) -> str:
+    """``path`` as the user knows it, for a message: a file inside an install's staging folder is named where it is
+    installed (``{root}/{path}``), an atomic write's temporary file by the file it becomes."""
+    text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    return _ATOMIC_TMP.sub(r"\1\2", _STAGING.sub("", text))
+
+
+# Builtins whose class name is all they say (raised without a message): what they mean, in words
+_BUILTIN_WORDS = {"EOFError": "unexpected end of file", "TimeoutError": "timed out",
+                  "RecursionError": "nested too deeply", "MemoryError": "out of memory"}
+
+
+def cause(exc: BaseException, *, detail: bool = False) -> str:
+    """Why ``exc`` happened, in words for a one-line message. A Python builtin's class name is never shown (it says
+    nothing a user can act on): its message (an OSError's ``strerror``, a ``KeyError``'s missing key), else the
+    name in words (``ConnectionResetError`` → ``connection reset``). Another library's class name is (requests'
+    ``ConnectTimeout``, botocore's ``EndpointConnectionError`` say what failed), with its message if ``detail``."""
+    if isinstance(exc, KeyError) and exc.args:
+        text = f"no {exc.args[0]!r}"
+    elif isinstance(exc, OSError) and exc.strerror:
+        text = str(exc.strerror)
+    else:
+        text = clip((str(exc).strip().splitlines() or [""])[0], 80)
+    name = type(exc).__name__
+    if type(exc).__module__ == "builtins":
+        if text:
+            return text
+        words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name.removesuffix("Error").removesuffix("Exception"))
+        return _BUILTIN_WORDS.get(name) or words.lower() or "failed"
+    return f"{name}: {text}" if detail and text else name
 
 
 # ------------------------------------------------------------------------------------------------ categories

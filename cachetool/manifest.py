@@ -23,7 +23,7 @@ from typing import Any
 from cachetool import __version__
 from cachetool.factors import short_repr
 from compiler.cache_key import CacheKey, Factors
-from cachetool.errors import ManifestError, UnsupportedSchemaError
+from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
 from cachetool.bundle_paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
 
@@ -288,12 +288,19 @@ def _load_json(data: bytes) -> dict:
     except ManifestError:
         raise
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ManifestError(f"manifest is not valid ASCII JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
+        raise ManifestError(f"manifest is not valid ASCII JSON ({_json_error(exc)})") from None
     except RecursionError:
         raise ManifestError("manifest JSON is nested too deeply") from None
     if not isinstance(obj, dict):
         raise ManifestError("manifest is not a JSON object")
     return obj
+
+
+def _json_error(exc: ValueError) -> str:
+    """Where the JSON went wrong, in words (no exception class name)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return cause(exc)
 
 
 def _check_header(obj: dict) -> None:

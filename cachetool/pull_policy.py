@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, get_args
 
 from cachetool import bounds, exit_codes
-from cachetool.errors import CachetoolError, StopSignalError, WaitTimeoutError, os_error_line
+from cachetool.errors import CachetoolError, StopSignalError, WaitTimeoutError, cause, os_error_line
 from cachetool.partials import PARTIAL_DIR
 
 if TYPE_CHECKING:
@@ -97,8 +97,10 @@ class PullOutcome:
             r = self.result
             return (f"pull: outcome={self.outcome} ref={r.ref} exit=0 platform={r.platform} digest={r.manifest_digest} "
                     f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}")
-        return (f"pull: outcome={self.outcome} ref={self.ref} exit={self.exit_code} code={self.error_exit_code} "
-                f"on_miss={self.on_miss} reason={self.message}")
+        # a field the pull never learned (no ref before a flag was refused) is left out, not shown as None
+        fields = {"ref": self.ref, "exit": self.exit_code, "code": self.error_exit_code, "on_miss": self.on_miss}
+        return (f"pull: outcome={self.outcome} " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+                + f" reason={self.message}")
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.result.to_dict() if self.result is not None else {"ref": self.ref}
@@ -127,7 +129,7 @@ def one_line(exc: BaseException) -> str:
     """A failure as one line (an OSError no layer mapped names its file)."""
     if isinstance(exc, OSError) and not isinstance(exc, CachetoolError):
         return os_error_line(exc, "pull")
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
+    return (str(exc).splitlines() or [cause(exc)])[0]
 
 
 def pull_with_policy(pull: Callable[..., PullResult], ref: str, cache_root: str | os.PathLike, *, on_miss: str = "fail",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cachetool.errors import (BadSignatureError, KeyFileError, SignatureError, UnsignedError, UntrustedKeyError,
-                              UsageError)
+                              UsageError, cause)
 from cachetool.manifest import MEDIA_TYPE, canonical_json
 
 PAYLOAD_TYPE = MEDIA_TYPE
@@ -134,7 +134,7 @@ def load_public_key(path: str | os.PathLike) -> PublicKey:
     except (ValueError, TypeError, Exception) as exc:  # cryptography raises several types
         if "PRIVATE KEY" in data[:200].decode("ascii", "replace"):
             raise UsageError(f"{p} is a private key; pass the public key ({p}.pub)") from None
-        raise UsageError(f"{p} is not a PEM or ssh-ed25519 public key ({type(exc).__name__})") from None
+        raise UsageError(f"{p} is not a PEM or ssh-ed25519 public key ({cause(exc, detail=True)})") from None
     if not isinstance(key, Ed25519PublicKey):
         raise UsageError(f"{p} is not an Ed25519 public key")
     return PublicKey(key, key_id(key), str(p))

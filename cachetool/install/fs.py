@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from cachetool.errors import (CachetoolError, DiskFullError, InstallIOError, PathTooLongError, UnsafeDestinationError,
-                              UsageError, WaitTimeoutError)
+                              UsageError, WaitTimeoutError, user_path)
 from cachetool.exit_codes import DISK_FULL_ERRNOS
 from cachetool.bundle_paths import RESERVED_PREFIX, short_path
 from cachetool.manifest import FileEntry, Unit
@@ -136,7 +136,7 @@ def copy_file(src: Path, dest: Path, mode: int) -> None:
 
 def fs_error(exc: OSError, root: Path, doing: str) -> CachetoolError:
     """An OSError as one short line: a full disk and a name too long get their own classes (and exit codes)."""
-    where = short_path(os.fsdecode(exc.filename)) if exc.filename else ""
+    where = short_path(user_path(exc.filename)) if exc.filename else ""  # not the staging folder's name
     if exc.errno in DISK_FULL_ERRNOS:
         return DiskFullError(f"{doing}: the file system of {root} is full ({exc.strerror}); nothing was installed: "
                              "free space or use another cache root")

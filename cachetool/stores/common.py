@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 from cachetool import bounds
 from cachetool.digests import hexof
-from cachetool.errors import OversizeBlobError, StoreError, VerificationError
+from cachetool.errors import OversizeBlobError, StoreError, VerificationError, cause
 from cachetool.retry import pause
 from cachetool.stores.base import RefEntry, RefIndex, TransferCounters
 
@@ -164,5 +164,5 @@ def download_resumable(dest: Path, size: int, what: str,
         except cut_errors as exc:
             if attempt + 1 >= max_attempts:
                 raise cut_error(exc) from None
-            pause(what, attempt, f"transfer cut ({type(exc).__name__}); resuming")
+            pause(what, attempt, f"transfer cut ({cause(exc)}); resuming")
     raise StoreError(f"{what}: gave up after {max_attempts} attempts", **(fields or {}))

@@ -28,3 +28,64 @@ def test_diff_exit_code_json_carries_error_differs_and_a_complete_message(tmp_pa
     # without --exit-code the same differences are a success (exit 0): no error field
     doc = json.loads(cli("diff", a, b, "--json").out)
     assert doc["ok"] is True and "error" not in doc
+
+
+# ---------------------------------------------------------------------------------- 9: no internals in messages
+def test_pull_outcome_line_omits_fields_that_are_none():
+    """A flag click refused before any ref was read: the outcome line said `ref=None ... code=...`."""
+    from cachetool.errors import UsageError
+    from cachetool.pull_policy import failure_outcome
+
+    line = failure_outcome(None, "fail", UsageError("no such option: --bogus")).line()
+    assert "None" not in line and line.startswith("pull: outcome=usage-error exit=2 "), line
+    assert "reason=no such option: --bogus" in line
+
+
+def test_a_builtin_exception_class_name_is_not_shown(tmp_path):
+    """`not a PEM or ssh-ed25519 public key (ValueError)`: the class name of a Python builtin says nothing to a
+    user; what went wrong does."""
+    import pytest
+
+    from cachetool.errors import UsageError, cause
+    from cachetool.signing import load_public_key
+
+    bad = tmp_path / "k.pub"
+    bad.write_text("-----BEGIN PUBLIC KEY-----\nnot base64 at all\n-----END PUBLIC KEY-----\n")
+    with pytest.raises(UsageError) as e:
+        load_public_key(bad)
+    assert "Error" not in e.value.message and "(" in e.value.message, e.value.message
+    assert cause(ConnectionResetError()) == "connection reset"
+    assert cause(ConnectionResetError(104, "Connection reset by peer")) == "Connection reset by peer"
+    assert cause(KeyError("layers")) == "no 'layers'"
+    assert cause(EOFError()) == "unexpected end of file"
+    assert cause(ValueError("bad digest"), detail=True) == "bad digest"
+
+
+def test_a_manifest_that_is_not_json_names_no_builtin_class():
+    import pytest
+
+    from cachetool.errors import ManifestError
+    from cachetool.manifest import Manifest
+
+    for data in (b"\xff{}", b"{not json"):
+        with pytest.raises(ManifestError) as e:
+            Manifest.from_bytes(data)
+        assert "UnicodeDecodeError" not in e.value.message and "JSONDecodeError" not in e.value.message
+
+
+def test_os_error_lines_name_the_destination_not_a_staging_or_temp_file(tmp_path):
+    """An install that failed inside its staging folder named `.cachetool-staging-xxxx/tree/...`, an atomic write
+    its temp file `.name.abc123.tmp`: the user knows neither; the file they asked for is what the line names."""
+    import errno
+
+    from cachetool.errors import os_error_line
+    from cachetool.install.fs import fs_error
+
+    root = tmp_path / "root"
+    staged = OSError(errno.EACCES, "Permission denied", f"{root}/.cachetool-staging-k3j9x_2a/tree/abc/rank_0_0/x.bin")
+    for line in (os_error_line(staged, "pull"), fs_error(staged, root, "install").message):
+        assert ".cachetool-staging" not in line and "tree/" not in line, line
+        assert "abc/rank_0_0/x.bin" in line and "Permission denied" in line, line
+    tmp = OSError(errno.EROFS, "Read-only file system", f"{tmp_path}/store/.refs.json.x8k2m1qz.tmp")
+    line = os_error_line(tmp, "push")
+    assert ".tmp" not in line and line == f"push: {tmp_path}/store/refs.json: Read-only file system", line

@@ -27,7 +27,7 @@ import tarfile
 from pathlib import Path
 from typing import Callable
 
-from cachetool.errors import VerificationError
+from cachetool.errors import VerificationError, cause
 from cachetool.stores.base import BlobRef
 
 PACK_FROM = 1000  # distinct blobs above which small ones are packed (the manifest limit is ~13,600 layers)
@@ -115,7 +115,7 @@ def split_pack(path: Path, wanted: dict[str, BlobRef], out_dir: Path, what: str,
                 tmp.replace(tmp.with_suffix(""))
                 got.append(b)
     except (tarfile.TarError, EOFError) as exc:
-        raise VerificationError(f"{what}: not a pack ({type(exc).__name__})", **fields) from None
+        raise VerificationError(f"{what}: not a pack ({cause(exc)})", **fields) from None
     return got
 
 

@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 from cachetool.digests import hexof
 from cachetool.errors import (CachetoolError, DigestMismatchError, NotABundleError, NotFoundError, StoreError,
-                              VerificationError, filled)
+                              VerificationError, cause, filled)
 from cachetool.retry import log as retry_log
 from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.stores.common import now_iso, ref_entry
@@ -83,7 +83,7 @@ class TagRefs:
         except (KeyError, ValueError, TypeError, AttributeError, RecursionError, VerificationError) as exc:
             if isinstance(exc, DigestMismatchError):  # a hostile registry: refused as such, not "malformed"
                 raise
-            raise StoreError(f"{what}: malformed cachetool index ({type(exc).__name__}: {str(exc)[:80]})",
+            raise StoreError(f"{what}: malformed cachetool index ({cause(exc, detail=True)})",
                              store=self.url, key=ref) from None
         return sorted(entries, key=lambda x: x[0].platform)
 

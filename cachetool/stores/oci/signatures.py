@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from cachetool.errors import NotFoundError, StoreError, VerificationError
+from cachetool.errors import NotFoundError, StoreError, VerificationError, cause
 from cachetool.stores.common import now_iso
 from cachetool.stores.oci import media
 from cachetool.stores.oci.media import A, CREATED
@@ -112,7 +112,7 @@ class ReferrerSignatures:
                 raise ValueError("subject")
             digest = layer["digest"]
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
-            raise VerificationError(f"{what}: malformed signature artifact ({type(exc).__name__}: {str(exc)[:40]})",
+            raise VerificationError(f"{what}: malformed signature artifact ({cause(exc, detail=True)})",
                                     store=self.url, key=subject) from None
         # The envelope holds the manifest (base64, up to 64 MiB here) and every signature.
         return self._get_blob_bytes(digest, what, limit=128 << 20)
