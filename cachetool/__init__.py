@@ -9,7 +9,7 @@ The Python API (typed results, :mod:`cachetool.errors` on failure)::
     cachetool.pull_outcome(REF, cache_root, on_miss="continue", ...)           -> PullOutcome (never raises)
 
 Every other verb of the CLI is a function here too (pack, keygen, sign, inspect, verify, ls, rm, gc), and of
-:mod:`cachetool.api`, which also has ``install`` and ``diff`` (here those names are the modules).
+:mod:`cachetool.api`, which also has ``install``, ``diff`` and ``prune`` (here those names are the modules).
 
 Names are loaded on first use so that ``import cachetool`` stays cheap (no torch, no boto3).
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# api's functions, but install and diff: cachetool.install and cachetool.diff are modules (cachetool.api has both)
+# api's functions, but install, diff and prune: modules of that name (cachetool.api has all three)
 _API = {"warm", "check", "push", "pull", "pull_outcome", "expected_cache_key", "compilation_config", "WarmSummary",
         "pack", "keygen", "sign", "inspect", "verify", "ls", "rm", "gc"}
 __all__ = sorted(_API) + ["__version__"]

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from cachetool.factors import Difference
     from cachetool.install import InstallResult
     from cachetool.pulling import PullResult
+    from cachetool.prune import PruneReport
     from cachetool.pushing import PushResult
     from cachetool.signing import PublicKey
     from cachetool.stores.base import Store
@@ -47,7 +48,8 @@ if TYPE_CHECKING:
     from compiler.progress import ProgressEvent
 
 __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expected_cache_key",
-           "compilation_config", "pack", "keygen", "sign", "inspect", "verify", "install", "diff", "ls", "rm", "gc"]
+           "compilation_config", "pack", "keygen", "sign", "inspect", "verify", "install", "diff", "ls", "rm", "gc",
+           "prune"]
 
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
 # imports from this module only (tests/test_cli_layer.py), these names included.
@@ -430,6 +432,15 @@ def gc(store: str, *, dry_run: bool = False, older_than: float | None = None,
     su, _ = parse_store_or_ref(store)
     return collect(su.url, dry_run=dry_run, older_than=GC_MIN_AGE_S if older_than is None else older_than,
                    store_options=store_options)
+
+
+def prune(cache_root: str | Path, *, older_than: float | None = None, dry_run: bool = False) -> PruneReport:
+    """Remove from a local cache root what no later start reads (vLLM's per-start AOTAutograd entries but the
+    newest of each key folder), if older than ``older_than`` seconds (default: the stores' minimum age); returns
+    :class:`cachetool.prune.PruneReport`."""
+    from cachetool.prune import prune as prune_root
+
+    return prune_root(cache_root, older_than=GC_MIN_AGE_S if older_than is None else older_than, dry_run=dry_run)
 
 
 # -------------------------------------------------------------------------------------- what the CLI sets up

@@ -33,6 +33,7 @@ BAD_CALLS = {
     "ls": (["bogus://store"], exit_codes.USAGE),
     "rm": (["file://{tmp}/no-store/t:v1"], exit_codes.NOT_FOUND),
     "gc": (["file://{tmp}/no-store"], exit_codes.NOT_FOUND),
+    "prune": (["--cache-root", "{tmp}/missing-root"], exit_codes.USAGE),
 }
 
 

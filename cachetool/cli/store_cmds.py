@@ -222,3 +222,25 @@ def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure)
                 f"{'would delete' if dry_run else 'deleted'} {len(out)} object(s) from {report.store}; kept {report.kept}: "
                 + ", ".join(why)
                 + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))
+
+
+@cli.command("prune", cls=OneLineCommand)
+@cache_root_option
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=True,
+              metavar="SECONDS", help="Keep entries written more recently (a server may be starting now).")
+@json_option
+def prune_cmd(cache_root, dry_run, older_than, as_json):
+    """Remove from a local cache root what no later start reads: vLLM's per-start AOTAutograd entries but the
+    newest of each key folder (a kept root grows by one per restart). Safe while a server runs."""
+    from cachetool import api
+
+    if cache_root is None:  # the root a server restarts on is named, never guessed: prune deletes
+        raise UsageError("prune needs --cache-root (the root a server restarts on, e.g. its VLLM_CACHE_ROOT)")
+    report = api.prune(cache_root, older_than=older_than, dry_run=dry_run)
+    out = report.removed
+    return emit(as_json, report.to_json(),
+                f"{'would remove' if dry_run else 'removed'} {len(out)} entr{'y' if len(out) == 1 else 'ies'} "
+                f"({human_size(report.bytes_freed)}) from {report.root}; kept the newest of each key folder and "
+                f"{report.kept_young} younger than {older_than:g} s (--older-than)"
+                + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))

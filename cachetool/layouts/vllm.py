@@ -14,7 +14,9 @@ vLLM (V1 engine) writes::
                                                                 of a server started as docs/vllm.md says): the
                                                                 Triton kernels vLLM's own ops JIT-compile at start
 
-The compile tree is the same shape as the native one; only detection differs. The root's ``modelinfos/`` (one
+The compile tree is the same shape as the native one; only detection differs. Of each AOT folder's
+``inductor_cache/aotautograd/`` only the newest entry is packed (:func:`stale_aotautograd`; ``cachetool prune``
+removes the others from a local root). The root's ``modelinfos/`` (one
 small JSON per architecture, checked by vLLM against its module's hash) and ``triton_cache/`` (Triton's own
 content-addressed kernel cache: a folder per kernel hash, valid for the Triton version, GPU and CUDA the bundle's
 fingerprint records) are packed with the root or any folder in it, each an install unit without a rank: a pulled
@@ -24,10 +26,11 @@ fresh pod JIT-compiles vLLM's Triton kernels again (12-17 s on the H200).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cachetool.layouts.base import LayoutScan, walk_tree
-from cachetool.layouts.compile_cache import AOT, iter_limited, locate, scan_compile_cache
+from cachetool.layouts.compile_cache import AOT, TCC as TCC_NAME, iter_limited, locate, scan_compile_cache
 from cachetool.manifest import Unit
 
 NAME = "vllm"
@@ -51,9 +54,28 @@ def detect(path: Path) -> bool:
     return False
 
 
+def stale_aotautograd(tcc: Path) -> list[Path]:
+    """The AOTAutograd entries of each AOT key folder's ``inductor_cache/aotautograd/`` but its newest: vLLM's
+    compile writes one per start and none is read by a later one (torch 2.13 names the compiled function with a
+    fresh UUID, which is in the entry's key; on the GPU a hit loads the AOT artifact and asks AOTAutograd
+    nothing), so a root grows by one entry per restart. The newest is kept all the same."""
+    out: list[Path] = []
+    for cache in sorted(tcc.glob(f"{AOT}/*/inductor_cache/aotautograd")):
+        if cache.is_symlink() or not cache.is_dir():
+            continue
+        entries = [e for e in cache.iterdir() if e.is_dir() and not e.is_symlink()]
+        out += sorted(entries, key=lambda e: (e.stat().st_mtime, e.name))[:-1]
+    return out
+
+
 def scan(path: Path) -> LayoutScan:
     result = scan_compile_cache(path, NAME)
     _, _, tcc = locate(Path(path))
+    if tcc is not None:  # what later starts never read is not shipped
+        stale = [str(e) + os.sep for e in stale_aotautograd(tcc)]
+        result.files = [f for f in result.files if not str(f.abspath).startswith(tuple(stale))]
+        dropped = {f"{TCC_NAME}/{Path(e).relative_to(tcc)}".rstrip("/") for e in stale}
+        result.dirs = [(d, m) for d, m in result.dirs if not any(d == x or d.startswith(x + "/") for x in dropped)]
     for name in SHARED_FOLDERS:
         folder = tcc.parent / name if tcc is not None else None  # the root's, also for one key folder
         if folder is not None and folder.is_dir() and not folder.is_symlink():

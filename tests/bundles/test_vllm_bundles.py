@@ -4,6 +4,9 @@ platform key, and the comparison of recorded key inputs (tests/vllm runs the sam
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 from pathlib import Path
 
 from cachetool.engines.vllm import key
@@ -316,3 +319,41 @@ def test_diff_of_two_vllm_bundles_names_inductor_and_never_says_nothing_for_two_
     assert ("inductor", "inductor.scalar_asserts") in names and ("launch", "env.TORCHINDUCTOR_SCALAR_ASSERTS") in names
     same = Side("c", [("cc" * 32, factors(True, {}))], fp, layout="vllm")
     assert [(d.category, d.name) for d in diff_sides(a, same)] == [("keys", "cache key")]
+
+
+def _aot_with_starts(root: Path, n: int) -> list[Path]:
+    """An AOT key folder after ``n`` starts: one AOTAutograd entry each, oldest first."""
+    make_aot_tree(root, ranks=("rank_0_0",))
+    shutil.rmtree(root / AOT / "inductor_cache" / "aotautograd")
+    entries = []
+    for i in range(n):
+        e = root / AOT / "inductor_cache" / "aotautograd" / f"start{i}"
+        _w(e / "entry", f"start {i}".encode() * 100)
+        os.utime(e, (1_000_000 + i, 1_000_000 + i))
+        entries.append(e)
+    return entries
+
+
+def test_pack_ships_only_the_newest_aotautograd_entry_of_a_key_folder(tmp_path):
+    """vLLM adds an AOTAutograd entry per start that no later start reads: a bundle packed after restarts carries
+    one, not all of them."""
+    entries = _aot_with_starts(tmp_path / "root", 3)
+    files = {f.rel for f in scan(tmp_path / "root").files}
+    assert {r for r in files if "/aotautograd/" in r} == {f"{AOT}/inductor_cache/aotautograd/start2/entry"}
+    assert f"{AOT}/inductor_cache/ab/cab.so" in files and f"{AOT}/rank_0_0/model" in files
+
+
+def test_prune_removes_old_aotautograd_entries_but_the_newest_and_the_young(tmp_path, cli):
+    root = tmp_path / "root"
+    entries = _aot_with_starts(root, 3)
+    now = time.time()
+    os.utime(entries[1], (now - 10, now - 10))  # young, not the newest (two starts just now): kept by --older-than
+    os.utime(entries[2], (now, now))
+    r = cli("prune", "--cache-root", root, "--dry-run", "--json")
+    assert r.rc == 0 and all(e.exists() for e in entries)
+    r = cli("prune", "--cache-root", root, "--json")
+    assert r.rc == 0, r
+    assert not entries[0].exists() and entries[1].exists() and entries[2].exists()
+    assert (root / "modelinfos").is_dir() and (root / AOT / "rank_0_0" / "model").is_file()
+    assert not list((root / AOT / "inductor_cache" / "aotautograd").glob(".cachetool-prune-*"))
+    assert cli("prune", "--cache-root", tmp_path / "none").rc == 2

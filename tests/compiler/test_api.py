@@ -21,7 +21,7 @@ def test_api_names_are_the_top_level_functions() -> None:
     from cachetool import api
 
     top = [n for n in cachetool.__all__ if n != "__version__"]
-    assert set(api.__all__) - set(top) == {"install", "diff"}  # at the top those names are modules
+    assert set(api.__all__) - set(top) == {"install", "diff", "prune"}  # at the top those names are modules
     for name in top:
         assert getattr(cachetool, name) is getattr(api, name), name
 
