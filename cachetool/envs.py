@@ -50,3 +50,16 @@ def store_max_attempts() -> int:
 def trusted_keys() -> list[str]:
     """``CACHETOOL_TRUSTED_KEYS``: ``:``-separated public key files."""
     return [p for p in (get("CACHETOOL_TRUSTED_KEYS") or "").split(":") if p]
+
+
+def logging_level() -> str:
+    """``CACHETOOL_LOGGING_LEVEL``, checked (:func:`compiler.envs.logging_level`'s rule): a value that is not a
+    level is a :class:`~cachetool.errors.UsageError` (exit 2) naming the variable and the levels."""
+    from compiler.envs import LOGGING_LEVELS, bad_logging_level
+
+    from cachetool.errors import UsageError
+
+    value = get("CACHETOOL_LOGGING_LEVEL") or "INFO"
+    if value.strip().upper() not in LOGGING_LEVELS:
+        raise UsageError(bad_logging_level(value))
+    return value.strip().upper()

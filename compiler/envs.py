@@ -97,9 +97,23 @@ def compile_cache_save_format() -> str:
     return get("CACHETOOL_COMPILE_CACHE_SAVE_FORMAT").strip().lower()
 
 
+LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def logging_level() -> str:
-    """``CACHETOOL_LOGGING_LEVEL`` (default ``INFO``)."""
-    return get("CACHETOOL_LOGGING_LEVEL").strip().upper()
+    """``CACHETOOL_LOGGING_LEVEL`` (default ``INFO``; any case), one of :data:`LOGGING_LEVELS`; another value is a
+    configuration mistake (a ``CompilerError`` of kind ``config``), not a silent ``INFO``."""
+    level = (get("CACHETOOL_LOGGING_LEVEL") or "INFO").strip().upper()
+    if level not in LOGGING_LEVELS:
+        from compiler.errors import CONFIG, CompilerError
+
+        raise CompilerError(bad_logging_level(get("CACHETOOL_LOGGING_LEVEL")), kind=CONFIG)
+    return level
+
+
+def bad_logging_level(value: str) -> str:
+    """The one line that says ``value`` is not a level (the compiler's error and cachetool's usage error)."""
+    return f"CACHETOOL_LOGGING_LEVEL={value!r} is not a logging level: use one of {', '.join(LOGGING_LEVELS)}"
 
 
 def env_factor_values() -> dict[str, str]:

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     output.begin(argv)
     _load_commands()
     try:
+        _check_environment(argv)
         rv = cli.main(args=argv, prog_name="cachetool", standalone_mode=False)
     except CachetoolError as exc:
         return output.fail(exc.message or type(exc).__name__, exc.exit_code, exc)
@@ -82,7 +83,16 @@ _DEBUG_VARIABLE = "CACHETOOL_LOGGING_LEVEL"
 def _debug() -> bool:
     from cachetool import envs
 
-    return str(envs.get(_DEBUG_VARIABLE)).upper() == "DEBUG"
+    return str(envs.get(_DEBUG_VARIABLE)).strip().upper() == "DEBUG"
+
+
+def _check_environment(argv: list[str]) -> None:
+    """A variable every call reads that holds no value it takes is a usage error before any verb runs (a logging
+    level of LOUD was taken silently as INFO); ``--help`` and ``--version`` still answer."""
+    from cachetool import envs
+
+    if not {"-h", "--help", "--version"} & set(argv[: argv.index("--")] if "--" in argv else argv):
+        envs.logging_level()
 
 
 def _first_line(exc: BaseException) -> str:

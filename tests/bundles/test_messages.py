@@ -89,3 +89,27 @@ def test_os_error_lines_name_the_destination_not_a_staging_or_temp_file(tmp_path
     tmp = OSError(errno.EROFS, "Read-only file system", f"{tmp_path}/store/.refs.json.x8k2m1qz.tmp")
     line = os_error_line(tmp, "push")
     assert ".tmp" not in line and line == f"push: {tmp_path}/store/refs.json: Read-only file system", line
+
+
+# ---------------------------------------------------------------------------------- 11: a bad logging level
+def test_a_logging_level_that_is_not_one_is_a_usage_error(tmp_path, cli, monkeypatch):
+    """CACHETOOL_LOGGING_LEVEL=LOUD was taken silently (INFO); it is a configuration mistake: one line, exit 2,
+    naming the variable and the levels it takes; `debug` in any case still works."""
+    import pytest
+
+    from compiler import envs
+    from compiler.errors import CONFIG, CompilerError
+
+    monkeypatch.setenv("CACHETOOL_LOGGING_LEVEL", "LOUD")
+    r = cli("ls", f"file://{tmp_path}/store", "--json")
+    assert r.rc == 2, r
+    line = [x for x in r.err.splitlines() if x.startswith("error: ")]
+    assert len(line) == 1 and "CACHETOOL_LOGGING_LEVEL" in line[0] and "'LOUD'" in line[0], r.err
+    assert "DEBUG, INFO, WARNING, ERROR, CRITICAL" in line[0], line
+    assert json.loads(r.out)["error"] == "usage-error"
+    with pytest.raises(CompilerError) as e:  # an embedder of the compiler is told too, by kind
+        envs.logging_level()
+    assert e.value.kind == CONFIG and "CACHETOOL_LOGGING_LEVEL" in str(e.value)
+    monkeypatch.setenv("CACHETOOL_LOGGING_LEVEL", "debug")
+    assert envs.logging_level() == "DEBUG"
+    assert cli("ls", f"file://{tmp_path}/store").rc != 2
