@@ -75,8 +75,16 @@ def _bad(text: str, why: str) -> UsageError:
                       "or oci://host[:port]/repo:tag)")
 
 
-def _split_scheme(text: str) -> tuple[str, str]:
+# What a ref and a store URL of each scheme look like, for a message about one of them.
+_FORMS = {"ref": {"file": "file:///dir/name:tag", "s3": "s3://bucket/prefix/name:tag", "oci": "oci://host[:port]/repo:tag"},
+          "store": {"file": "file:///dir", "s3": "s3://bucket/prefix", "oci": "oci://host[:port]/repo"}}
+
+
+def _split_scheme(text: str, what: str = "ref") -> tuple[str, str]:
     if not isinstance(text, str) or "://" not in text:
+        head, colon, _ = str(text).partition(":")
+        if colon and head.lower() in SCHEMES:  # a known scheme with a malformed separator (s3:/bucket, file:/dir)
+            raise UsageError(f"bad {what} {text}: expected {_FORMS[what][head.lower()]} ('://' after the scheme)")
         raise _bad(str(text), "no scheme")
     scheme, rest = text.split("://", 1)
     scheme = scheme.lower()
@@ -132,7 +140,7 @@ def _store_from(text: str, scheme: str, rest: str) -> StoreURL:
 
 def parse_store(text: str) -> StoreURL:
     """Parse a store URL (``file:///dir``, ``s3://bucket/prefix``, ``oci://host/repo``); no tag allowed."""
-    scheme, rest = _split_scheme(text)
+    scheme, rest = _split_scheme(text, "store")
     stripped = rest.rstrip("/")
     if scheme == "oci" and "/" in stripped and ":" in stripped.rsplit("/", 1)[-1]:
         raise _bad(text, "a store URL has no tag (use oci://host/repo)")
@@ -167,7 +175,7 @@ def parse_ref(text: str) -> Ref:
 def parse_store_or_ref(text: str) -> tuple[StoreURL, Ref | None]:
     """For ``ls``/``gc``: a store URL, or a ref (``...:tag``) whose store is meant. ``oci://host`` (a whole
     registry) is a store URL here with an empty repository: ``ls`` lists every repository."""
-    scheme, rest = _split_scheme(text)
+    scheme, rest = _split_scheme(text, "store")
     if scheme == "oci" and "/" not in rest.strip("/"):
         host = rest.strip("/")
         if not host or not _HOST_RE.match(host):

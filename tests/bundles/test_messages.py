@@ -113,3 +113,29 @@ def test_a_logging_level_that_is_not_one_is_a_usage_error(tmp_path, cli, monkeyp
     monkeypatch.setenv("CACHETOOL_LOGGING_LEVEL", "debug")
     assert envs.logging_level() == "DEBUG"
     assert cli("ls", f"file://{tmp_path}/store").rc != 2
+
+
+# ---------------------------------------------------------------------------------- 10: a known scheme, a bad separator
+def test_a_known_scheme_with_a_malformed_separator_says_so():
+    """`s3:/bad` was "no scheme": it has one, with one slash; the message says what the scheme's ref looks like."""
+    import pytest
+
+    from cachetool.errors import UsageError
+    from cachetool.refs import parse_ref, parse_store, parse_store_or_ref
+
+    for text, expected in (("s3:/bad", "s3://bucket/prefix/name:tag"), ("S3:bucket/x:v1", "s3://bucket/prefix/name:tag"),
+                           ("file:/abs/dir/x:v1", "file:///dir/name:tag"), ("oci:/host/repo:v1", "oci://host[:port]/repo:tag"),
+                           ("s3:\\\\bucket\\x", "s3://bucket/prefix/name:tag")):
+        with pytest.raises(UsageError) as e:
+            parse_ref(text)
+        msg = e.value.message
+        assert "no scheme" not in msg and f"{text}: expected {expected}" in msg, msg
+    with pytest.raises(UsageError) as e:
+        parse_store("s3:/bucket")
+    assert "s3:/bucket: expected s3://bucket/prefix" in e.value.message and ":tag" not in e.value.message
+    with pytest.raises(UsageError) as e:
+        parse_store_or_ref("oci:/host")
+    assert "expected oci://host[:port]/repo" in e.value.message
+    with pytest.raises(UsageError) as e:  # no scheme at all is still that
+        parse_ref("bucket/x:v1")
+    assert "no scheme" in e.value.message
