@@ -209,7 +209,8 @@ def verify_envelope(envelope: bytes | None, manifest_bytes: bytes, trusted: Iter
 
     trusted = list(trusted)
     if envelope is None:
-        raise UnsignedError("bundle is not signed (sign it with `cachetool sign`, or pass --insecure-skip-verify)")
+        # no flag named here: which flags a caller has is the caller's (install and pull add theirs)
+        raise UnsignedError("bundle is not signed (sign it with `cachetool sign`)")
     env = parse_envelope(envelope)
     if env["payloadType"] != PAYLOAD_TYPE:
         raise SignatureError(f"signature payloadType {env['payloadType']!r} is not {PAYLOAD_TYPE}")

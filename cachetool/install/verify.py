@@ -21,9 +21,14 @@ INSECURE_WARNING = (
 
 
 def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
-                      warn: Callable[[str], None] | None = None) -> tuple[bytes, Manifest, str | None]:
+                      warn: Callable[[str], None] | None = None,
+                      skip_hint: bool = True) -> tuple[bytes, Manifest, str | None]:
     """Phase 1 of verify and install: the manifest's bytes, checked against the signature and the pinned keys
-    (unless ``insecure_skip_verify``, which warns), then parsed and validated. Returns (bytes, manifest, key id)."""
+    (unless ``insecure_skip_verify``, which warns), then parsed and validated. Returns (bytes, manifest, key id).
+    ``skip_hint``: an unsigned bundle's message offers ``--insecure-skip-verify`` (install and pull have it; verify,
+    whose whole point is the check, has not)."""
+    from cachetool.errors import UnsignedError
+
     mbytes = source.manifest_bytes()
     key_id = None
     if insecure_skip_verify:
@@ -32,7 +37,15 @@ def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, in
         from cachetool.signing import verify_envelope
         from cachetool.trust import load_trusted_keys
 
-        key_id = verify_envelope(source.signature_bytes(), mbytes, load_trusted_keys(trust)).keyid
+        envelope = source.signature_bytes()
+        try:
+            key_id = verify_envelope(envelope, mbytes, load_trusted_keys(trust)).keyid
+        except UnsignedError as exc:
+            if not skip_hint or envelope is not None:
+                raise
+            raise UnsignedError("bundle is not signed (sign it with `cachetool sign`, or pass --insecure-skip-verify "
+                                "to install it unverified)", store=exc.store, ref=exc.ref, key=exc.key,
+                                status=exc.status) from None
     return mbytes, Manifest.from_bytes(mbytes), key_id
 
 
@@ -42,7 +55,8 @@ def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecu
 
     Returns (manifest, key id of the verifying key or None).
     """
-    _, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify, warn=warn)
+    _, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify, warn=warn,
+                                            skip_hint=False)
     with tempfile.TemporaryDirectory(prefix="cachetool-verify-") as tmp:
         for blob in manifest.blobs:
             zst = Path(tmp) / "blob.zst"

@@ -139,3 +139,29 @@ def test_a_known_scheme_with_a_malformed_separator_says_so():
     with pytest.raises(UsageError) as e:  # no scheme at all is still that
         parse_ref("bucket/x:v1")
     assert "no scheme" in e.value.message
+
+
+# ---------------------------------------------------------------------------------- 1: hints name the verb's flags
+def _flags(verb: str) -> set[str]:
+    from cachetool.cli import _load_commands, cli as group
+
+    _load_commands()
+    return {o for p in group.commands[verb].params for o in getattr(p, "opts", ())}
+
+
+def test_an_unsigned_bundle_hint_names_only_flags_the_verb_has(tmp_path, cli, keys):
+    """`verify` of an unsigned bundle suggested --insecure-skip-verify, which verify refuses as no such option."""
+    import re
+
+    src = make_native_tree(tmp_path / "src", layers=2, factors=local_factors())
+    ctb = tmp_path / "u.ctb"
+    assert cli("pack", src, "-o", ctb).rc == 0
+    for verb, args in (("verify", [ctb, "--trust", keys["pub"]]),
+                       ("install", [ctb, "--cache-root", tmp_path / "root", "--trust", keys["pub"]])):
+        r = cli(verb, *args)
+        assert r.rc == 3, r
+        line = [x for x in r.err.splitlines() if x.startswith("error: ")][-1]
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", line))
+        assert named <= _flags(verb), (verb, named - _flags(verb), line)
+        assert "not signed" in line
+    assert "--insecure-skip-verify" in line  # install has the flag: it is still offered
