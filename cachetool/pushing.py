@@ -26,7 +26,7 @@ class PushResult:
     ref: str
     manifest_digest: str
     platform: str
-    signed: bool
+    signed: bool  # a signature went with the push, or the store already held one for this manifest
     blobs_total: int
     blobs_uploaded: int
     blobs_skipped: int  # already in the store
@@ -94,6 +94,15 @@ def merge_index(old: RefIndex | None, name: str, tag: str, entry: RefEntry) -> R
     return RefIndex(name, tag, tuple(sorted([*kept, entry], key=lambda e: e.platform)))
 
 
+def _store_signs(st: Store, digest: str) -> bool:
+    """Whether ``st`` holds a signature for manifest ``digest`` (a store that cannot say now: no, and the push still
+    warns)."""
+    try:
+        return st.get_signature(digest) is not None
+    except CachetoolError:
+        return False
+
+
 def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: Store | None = None,
          store_options: dict | None = None, workers: int = 8, progress: bool | None = None) -> PushResult:
     """Push ``source`` (a PackedBundle, a ``.ctb`` path or a cache folder, packed on the way) to ``ref``.
@@ -138,9 +147,12 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
                              key=digest, **fields)
         entry = RefEntry(manifest_digest=digest, platform=bundle.platform,
                          fingerprint=dict(bundle.manifest.fingerprint or {}), size=bundle.stored_size, created=now_iso())
+        # an unsigned copy of a manifest the store already holds a signature for (an earlier signed push) is signed
+        # for every reader of the ref: say so, rather than warn that pull refuses it
+        signed = sig is not None or _store_signs(st, digest)
         index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
         up1 = st.counters.bytes_up
-        return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=sig is not None,
+        return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=signed,
                           blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
                           bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
                           platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0,

@@ -165,3 +165,25 @@ def test_an_unsigned_bundle_hint_names_only_flags_the_verb_has(tmp_path, cli, ke
         assert named <= _flags(verb), (verb, named - _flags(verb), line)
         assert "not signed" in line
     assert "--insecure-skip-verify" in line  # install has the flag: it is still offered
+
+
+# ---------------------------------------------------------------------------------- 2: re-push of an unsigned copy
+def test_a_repush_of_an_unsigned_copy_is_not_called_unsigned_when_the_store_holds_its_signature(tmp_path, cli, keys):
+    """The store already held a signature for the manifest (an earlier signed push): pull accepts the ref, yet the
+    push of an unsigned copy warned that the ref is UNSIGNED and pull refuses it."""
+    from cachetool.bundle import open_ctb, write_ctb
+
+    signed = _bundle(tmp_path, cli, keys, "s")
+    unsigned = tmp_path / "u.ctb"
+    with open_ctb(signed) as b:
+        write_ctb(b.with_signature(None), unsigned)
+    store = f"file://{tmp_path}/store"
+    lone = cli("push", unsigned, f"{store}/other:v1", "--json")  # nothing signed it anywhere: the warning stands
+    assert lone.rc == 0 and "UNSIGNED" in lone.err and json.loads(lone.out)["signed"] is False, lone
+    first = cli("push", signed, f"{store}/m:v1")
+    assert first.rc == 0 and "UNSIGNED" not in first.err, first
+    again = cli("push", unsigned, f"{store}/m:v2", "--json")
+    assert again.rc == 0 and "UNSIGNED" not in again.err, again
+    assert json.loads(again.out)["signed"] is True
+    pulled = cli("pull", f"{store}/m:v2", "--cache-root", tmp_path / "root", "--trust", keys["pub"])
+    assert pulled.rc == 0, pulled  # as the push said: the ref is signed
