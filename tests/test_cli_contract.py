@@ -171,7 +171,14 @@ def test_every_option_is_described_and_shared_options_have_one_wording():
                     undescribed.append(f"{verb} {p.opts[0]}")
                 wordings.setdefault(p.opts[0], set()).add(p.help)
     assert undescribed == []
-    for shared in ("--json", "--cache-root", "--trust", "--ranks", "--endpoint-url", "--profile", "--insecure",
-                   "--plain-http"):
+    for shared in ("--json", "--trust", "--ranks", "--endpoint-url", "--profile", "--insecure", "--plain-http"):
         assert len(wordings[shared]) == 1, (shared, wordings[shared])
+    # --cache-root: one wording where it has a default (prune's is required), and the vLLM root only on verbs that
+    # have --engine (install has not)
+    assert {w.split(";")[0].rstrip(").") for w in wordings["--cache-root"] if "(required" not in w} == {
+        "Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool"}, wordings["--cache-root"]
+    for verb, cmd in cli.commands.items():
+        opts = {p.opts[0]: p for p in cmd.params if isinstance(p, click.Option)}
+        if "--cache-root" in opts:
+            assert ("--engine" in opts) == ("--engine" in opts["--cache-root"].help), verb
     assert all("--json" in {o for p in cmd.params for o in getattr(p, "opts", ())} for cmd in cli.commands.values())

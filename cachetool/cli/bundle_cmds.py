@@ -9,9 +9,9 @@ import click
 from cachetool import exit_codes
 from cachetool.api import ENGINE_CHOICES
 from cachetool.cli import cli
-from cachetool.cli.common import (OneLineCommand, cache_root_option, human_size, json_option,
-                                  layout_option, ranks_option, replace_options, sign_key_option, trust_option,
-                                  warn_loud)
+from cachetool.cli.common import (OneLineCommand, device_option, human_size, json_option, layout_option,
+                                  native_cache_root_option, ranks_option, replace_options, sign_key_option,
+                                  trust_option, warn_loud)
 from cachetool.cli.output import emit
 from cachetool.cli.store_options import options_dict, store_options
 
@@ -132,10 +132,10 @@ def verify_cmd(bundle, trust, as_json, platform, endpoint_url, profile, insecure
 
 @cli.command("install", cls=OneLineCommand)
 @click.argument("bundle", type=click.Path(dir_okay=False))
-@cache_root_option
+@native_cache_root_option
 @trust_option
 @ranks_option
-@click.option("--device", default=None, help="Device preflight compares against (default: the bundle's).")
+@device_option("Device the preflight compares the bundle against", "the bundle's")
 @click.option("--no-preflight", is_flag=True, help="Skip comparing factors/fingerprint with this machine.")
 @replace_options
 @json_option
@@ -162,7 +162,7 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, k
 @cli.command("diff", cls=OneLineCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("a")
 @click.argument("b")
-@click.option("--device", default=None, help="Device for `local` (default: cuda if available, else cpu).")
+@device_option("Device of `local`", "this machine's: cuda if it has a GPU, else cpu")
 @json_option
 @click.option("--exit-code", is_flag=True,
               help=f"Exit {exit_codes.DIFFERS.code} when something differs (0 when nothing does).")

@@ -58,9 +58,20 @@ trust_option = click.option(
     help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
          "~/.config/cachetool/trusted_keys/*.pub.")
 
+_CACHE_ROOT_HELP = "Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool"
+# verbs with --engine (warm, check, pull): the root of the engine's server
 cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-                                 help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool; with "
-                                      "--engine vllm: VLLM_CACHE_ROOT or ~/.cache/vllm).")
+                                 help=_CACHE_ROOT_HELP + "; with --engine vllm: VLLM_CACHE_ROOT or ~/.cache/vllm).")
+# verbs without --engine (install): no word of a flag they lack
+native_cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
+                                        help=_CACHE_ROOT_HELP + ").")
+
+
+def device_option(what: str, default: str, extra: str = "", value: str | None = None):
+    """``--device``, in the one wording every verb uses: what it is for, what it takes (``cpu``, ``cuda``,
+    ``cuda:N``), and its default in words (``value`` is the default's value, when it has one)."""
+    return click.option("--device", default=value, metavar="DEVICE",
+                        help=f"{what}: cpu, cuda or cuda:N{extra} (default: {default}).")
 
 # -cc.KEY=VALUE is collected before click parses (cachetool.cli.compile_cmds.CompileCommand)
 CC_HELP = "CompilationConfig as JSON; -cc.KEY=VALUE (KEY dotted, e.g. -cc.dynamic_shapes_config.type=unbacked) " \

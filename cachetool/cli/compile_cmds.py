@@ -12,9 +12,11 @@ from typing import Any
 
 import click
 
+from cachetool import exit_codes
 from cachetool.cli import cli, output
 from cachetool.cli.store_options import options_dict, store_options as _store_options
-from cachetool.cli.common import CC_HELP, OneLineCommand, cache_root_option, json_option, sign_key_option
+from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, device_option, json_option,
+                                  sign_key_option)
 from cachetool.cli.output import emit
 from cachetool.errors import EngineMissError, UsageError
 from cachetool.api import (ENGINE_CHOICES, STARTUP_PHASES, CompilationConfigError, CompileRunResult,
@@ -60,7 +62,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--model", "-m", required=True, help="Preset (tiny, llama-3.2-1b, llama-3.1-8b), config.json or HF folder."),
         cache_root_option,
-        click.option("--device", default="cpu", show_default=True, help="cpu or cuda (bf16 on cuda, fp32 on cpu)."),
+        device_option("Device to run on", "cpu", extra="; bf16 on cuda, fp32 on cpu", value="cpu"),
         click.option("--compilation-config", "-cc", "compilation_config", default=None,
                      help=CC_HELP),
         click.option("--rank", default=0, show_default=True, type=click.IntRange(min=0), help="Tensor-parallel rank (folder name)."),
@@ -226,7 +228,9 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
 
 @cli.command(cls=CompileCommand, context_settings=_CONTEXT)
 @_common
-@click.option("--require-hit", is_flag=True, help="Exit non-zero (code 8) if anything would compile.")
+@click.option("--require-hit", is_flag=True,
+              help=f"Exit non-zero if anything compiles: {exit_codes.COMPILED.code} (native engine, before the start "
+                   f"compiles), {exit_codes.MISS.code} with --engine vllm (a miss, naming why).")
 @click.pass_context
 def check(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
           rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,

@@ -7,7 +7,7 @@ import click
 from cachetool.api import ENGINE_CHOICES, GC_MIN_AGE_S, ON_MISS, PullOutcome
 from cachetool.cli import cli, output
 from cachetool.cli.output import emit
-from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, human_size, json_option,
+from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, device_option, human_size, json_option,
                                   layout_option, ranks_option, replace_options, sign_key_option, trust_option,
                                   warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
@@ -98,7 +98,8 @@ class PullCommand(CompileCommand):
 @cache_root_option
 @trust_option
 @ranks_option
-@click.option("--device", default=None, help="Device to match and preflight against (default: probe when needed).")
+@device_option("Device to choose the tag's bundle for and preflight against",
+               "this machine's: cuda if the tag holds a GPU bundle and this machine a GPU, else cpu")
 @replace_options
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the whole pull; past it exit 7.")
@@ -106,7 +107,8 @@ class PullCommand(CompileCommand):
               help="continue: exit 0 when nothing could be installed because the cache is unavailable or "
                    "unusable (miss 4, not found 5, store error 6, timeout 7, verification refused 3), so the "
                    "server starts cold; a usage error (2) or a local fault (1) still fails.")
-@click.option("--workers", type=click.IntRange(1, 64), default=None, help="Parallel downloads.")
+@click.option("--workers", type=click.IntRange(1, 64), default=None, show_default="2 per CPU core, from 2 to 8",
+              help="Parallel downloads.")
 @json_option
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
 @click.option("--model", "-m", default=None,
@@ -199,11 +201,20 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
                 f"removed {ref}" + (f" [{platform}]; left: {', '.join(r.remaining)}" if r.remaining else ""))
 
 
+def _age(seconds: float) -> str:
+    """A default age as a person reads it: ``3600`` → ``3600 s (1 hour)``."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{seconds:g} s ({n} {unit}{'s' if n > 1 else ''})"
+    return f"{seconds:g} s"
+
+
 @cli.command("gc", cls=OneLineCommand)
 @click.argument("store")
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=True, metavar="SECONDS",
-              help="Keep objects written more recently (a push in flight writes blobs before its ref).")
+@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=_age(GC_MIN_AGE_S),
+              metavar="SECONDS", help="Keep objects written more recently (a push in flight writes blobs before its ref).")
 @json_option
 @store_options
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
@@ -225,9 +236,10 @@ def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure)
 
 
 @cli.command("prune", cls=OneLineCommand)
-@cache_root_option
+@click.option("--cache-root", type=click.Path(file_okay=False), default=None,
+              help="Cache root to prune (required: prune deletes, so the root is named, never a default).")
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
-@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=True,
+@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=_age(GC_MIN_AGE_S),
               metavar="SECONDS", help="Keep entries written more recently (a server may be starting now).")
 @json_option
 def prune_cmd(cache_root, dry_run, older_than, as_json):

@@ -187,3 +187,53 @@ def test_a_repush_of_an_unsigned_copy_is_not_called_unsigned_when_the_store_hold
     assert json.loads(again.out)["signed"] is True
     pulled = cli("pull", f"{store}/m:v2", "--cache-root", tmp_path / "root", "--trust", keys["pub"])
     assert pulled.rc == 0, pulled  # as the push said: the ref is signed
+
+
+# ---------------------------------------------------------------------------------- 4-8: help that is true
+def _option(verb: str, flag: str):
+    from cachetool.cli import _load_commands, cli as group
+
+    _load_commands()
+    return next(p for p in group.commands[verb].params if flag in getattr(p, "opts", ()))
+
+
+def _help_line(cli, verb: str, flag: str) -> str:
+    """The option's entry in `cachetool VERB --help`, as a person reads it (wrapped lines joined)."""
+    import re
+
+    out = cli(verb, "--help").out
+    start = out.index(f"  {flag}") if f"  {flag}" in out else out.index(f", {flag}")
+    block = out[start:].split("\n  -", 1)[0]
+    return re.sub(r"\s+", " ", block)
+
+
+def test_install_cache_root_help_names_no_engine_flag(cli):
+    """install --cache-root's help told of --engine vllm, a flag install has not."""
+    assert "--engine" not in _help_line(cli, "install", "--cache-root")
+    assert "--engine vllm" in _help_line(cli, "pull", "--cache-root")  # pull has --engine: its help says it
+
+
+def test_device_help_is_one_wording_true_for_each_verb(cli):
+    """--device's default was told three ways (show_default, "(default: ...)", none) and warm said "cpu or cuda"
+    although it takes cuda:N like the others."""
+    import re
+
+    lines = {v: _help_line(cli, v, "--device") for v in ("warm", "check", "install", "pull", "diff")}
+    for verb, line in lines.items():
+        assert "cpu, cuda or cuda:N" in line, (verb, line)
+        assert len(re.findall(r"default", line)) == 1 and "(default: " in line, (verb, line)
+    assert "(default: cpu)" in lines["warm"] and "(default: cpu)" in lines["check"]
+    assert "(default: the bundle's)" in lines["install"]
+
+
+def test_require_hit_help_gives_both_codes(cli):
+    line = _help_line(cli, "check", "--require-hit")
+    assert "8" in line and "4" in line and "--engine vllm" in line, line
+
+
+def test_defaults_are_shown_as_a_person_reads_them(cli):
+    """pull --workers showed no default; gc --older-than showed 3600.0."""
+    workers = _help_line(cli, "pull", "--workers")
+    assert "default:" in workers and "CPU" in workers, workers
+    older = _help_line(cli, "gc", "--older-than")
+    assert "3600.0" not in older and "1 hour" in older, older
