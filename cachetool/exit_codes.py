@@ -5,7 +5,8 @@ it (``exit_code``, and ``error``: the row's name), and ``pull`` names its outcom
 whether ``pull --on-miss continue`` turns the failure into exit 0 (the server then starts cold): yes for a cache
 that is missing, stale, unreachable, slow or refused; never for a mistake in the deployment (a wrong flag, ref or key
 file, a cache root that cannot be one, a device the machine lacks) or a local fault, which a restart will not fix.
-``tests/deploy/test_readme.py`` checks that README's table is :func:`markdown_table`'s output, row for row.
+``tests/test_cli_contract.py`` checks that README's table and docs/deploy.md's are :func:`markdown_table`'s
+output, row for row (docs/stores.md links to README's).
 """
 
 from __future__ import annotations

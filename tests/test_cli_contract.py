@@ -103,15 +103,27 @@ def test_json_success_is_one_object_with_ok(cli, tmp_path):
     assert len(doc["key_id"]) == 64 and Path(doc["public_key"]).is_file()
 
 
-def test_readme_exit_code_table_is_the_codes_table():
-    lines = (REPO / "README.md").read_text().splitlines()
-    start = lines.index("### Exit codes") + 1
+def _table_after(path: Path, heading: str) -> str:
+    lines = path.read_text().splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith(heading)) + 1
     while not lines[start].startswith("|"):
         start += 1
     end = start
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
-    assert "\n".join(lines[start:end]) == exit_codes.markdown_table()
+    return "\n".join(lines[start:end])
+
+
+def test_readme_exit_code_table_is_the_codes_table():
+    assert _table_after(REPO / "README.md", "### Exit codes") == exit_codes.markdown_table()
+
+
+def test_the_docs_exit_code_tables_are_the_codes_table_or_link_to_it():
+    """docs/deploy.md's table and docs/stores.md's list stopped at 7 (no disk-full 9, no compiled 8, no differs 10):
+    deploy.md's is now the table, row for row; stores.md links to README's."""
+    assert _table_after(REPO / "docs" / "deploy.md", "## Exit codes") == exit_codes.markdown_table()
+    stores = (REPO / "docs" / "stores.md").read_text()
+    assert "README.md#exit-codes" in stores and "6 store,\n7 timeout." not in stores
 
 
 class _MissedStart:
