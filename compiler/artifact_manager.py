@@ -150,8 +150,13 @@ class ArtifactManager:
         if fn is None:
             return None
         counters.graphs_reused += 1
-        progress.emit(progress.PIECE, f"{piece.describe()} reused (identical to one done)", index=piece.index,
-                      total=piece.total, action="reused", shape=piece.shape, seconds=0.0)
+        if progress.current_step() == progress.SAVE:  # the AOT entry's capture takes each piece compiled above
+            progress.emit(progress.PIECE, f"{piece.describe()} added to the AOT entry (compiled above; nothing "
+                          "compiles)", index=piece.index, total=piece.total, action="aot_entry", shape=piece.shape,
+                          seconds=0.0)
+        else:
+            progress.emit(progress.PIECE, f"{piece.describe()} reused (identical to one done)", index=piece.index,
+                          total=piece.total, action="reused", shape=piece.shape, seconds=0.0)
         known = self._saved.get(piece.memo)
         if known is not None:
             self.index.record(piece.index, piece.shape, known)  # identical piece: same artifact file

@@ -260,7 +260,7 @@ class _Compiled:
         progress.emit(progress.SAVE, "saving the AOT entry (a second Dynamo capture, nothing compiles)")
         fn = type(self.module).forward
         try:
-            with torch_compat.size_oblivious(self._size_oblivious()):
+            with torch_compat.size_oblivious(self._size_oblivious()), progress.during(progress.SAVE):
                 compiled = torch_compat.aot_compile_fullgraph(getattr(fn, "__func__", fn), (self.module, *args),
                                                               kwargs, entry_backend(self.backend))
             path = write_entry(layout.dir, compiled)

@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 # Event kinds, in the order a warm emits them.
 TRACE = "trace"          # Dynamo starts capturing the forward
 KEY = "key"              # the cache key is known (fields: key, pieces, unique)
-PIECE = "piece"          # one piece done (fields: index, total, action: compiled|loaded|reused, shape, seconds)
+PIECE = "piece"          # one piece done (fields: index, total, action: compiled|loaded|reused|aot_entry, shape,
+                         # seconds; aot_entry: a compiled piece taken into the AOT entry being saved)
 PIECE_START = "piece_start"  # a compile of one piece begins (fields: index, total, shape)
 AUTOTUNE = "autotune"    # Inductor benchmarks choices for a compile size (fields: shape, choices)
 SAVE = "save"            # the AOT entry is being written
@@ -56,6 +57,24 @@ def emit(kind: str, message: str, **fields: Any) -> None:
             listener(event)
         except Exception:  # a display must never fail a compile
             logger.debug("progress listener failed", exc_info=True)
+
+
+_steps: list[str] = []  # the opening steps the pipeline is inside (``during``), innermost last
+
+
+@contextlib.contextmanager
+def during(kind: str) -> Iterator[None]:
+    """The pipeline is inside step ``kind`` (``SAVE``): an event emitted within can say what it is part of."""
+    _steps.append(kind)
+    try:
+        yield
+    finally:
+        _steps.pop()
+
+
+def current_step() -> str | None:
+    """The innermost :func:`during` step, or None."""
+    return _steps[-1] if _steps else None
 
 
 @contextlib.contextmanager

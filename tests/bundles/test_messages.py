@@ -237,3 +237,26 @@ def test_defaults_are_shown_as_a_person_reads_them(cli):
     assert "default:" in workers and "CPU" in workers, workers
     older = _help_line(cli, "gc", "--older-than")
     assert "3600.0" not in older and "1 hour" in older, older
+
+
+# ---------------------------------------------------------------------------------- 12: the AOT entry's progress
+def test_the_aot_entry_save_does_not_read_as_pieces_reused(tmp_path, monkeypatch):
+    """After the compile, warm printed "piece i/5 reused (identical to one done)" five times: that was the AOT entry
+    being saved (a second capture that takes each compiled piece), which the lines now say."""
+    from compiler import compiler_interface, piecewise_backend, progress
+    from compiler.config import CompilationConfig
+    from compiler.runner import ModelRunner
+
+    monkeypatch.setattr(piecewise_backend, "InductorStandaloneAdaptor", compiler_interface.EagerAdaptor)
+    monkeypatch.setenv("CACHETOOL_CACHE_ROOT", str(tmp_path / "root"))
+    events: list = []
+    with progress.listening(events.append):
+        ModelRunner("tiny", "cpu", CompilationConfig(), max_num_batched_tokens=8).warmup()
+    kinds = [e.kind for e in events]
+    assert progress.SAVE in kinds, [str(e) for e in events]
+    after = [e for e in events[kinds.index(progress.SAVE) + 1:] if e.kind == progress.PIECE]
+    assert after, [str(e) for e in events]
+    for e in after:
+        assert "reused" not in e.message and "AOT entry" in e.message and e.fields["action"] == "aot_entry", e
+    before = [e for e in events[:kinds.index(progress.SAVE)] if e.kind == progress.PIECE]
+    assert {e.fields["action"] for e in before} == {"compiled", "reused"}
