@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from compiler.cache_key import FACTOR_NAMES as FACTORS  # the one list: the order the key hashes them in
-from compiler.cache_key import UNSET, Factors, field_differences, short_repr  # noqa: F401 - re-exported
+from compiler.cache_key import UNSET, Factors, field_differences, most_telling_first, short_repr  # noqa: F401 - re-exported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,8 @@ def compare_factors(fa: Factors | None, fb: Factors | None, *, only: tuple[str, 
             continue
         # config fields (and a vLLM launch's env and flags) are named by their dotted path; the other factors'
         # values by their top-level key
-        fields = field_differences(a.values if a else {}, b.values if b else {}, nested=name in ("config", "launch"))
+        fields = most_telling_first(field_differences(a.values if a else {}, b.values if b else {},
+                                                      nested=name in ("config", "launch")))
         out += [Difference(name, d.field, d.a, d.b, cache) for d in fields]
         if not fields and ha != hb:
             out.append(Difference(name, "<hash>", ha, hb, cache))

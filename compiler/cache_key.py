@@ -251,6 +251,22 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+# The fields a user sets, in the order a miss should name them: what follows from them (the all-reduce choice a
+# tensor-parallel size implies, the head size a hidden size implies) is named after them.
+USER_SET_FIELDS = ("tensor_parallel_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
+                   "num_key_value_heads", "intermediate_size", "vocab_size", "architecture", "dtype", "mode")
+
+
+def most_telling_first(diffs: list[FieldDifference]) -> list[FieldDifference]:
+    """``diffs`` with the fields a user sets (:data:`USER_SET_FIELDS`, by their last dotted part) first, in that
+    order, the rest after them as they were (by name)."""
+    def rank(d: FieldDifference) -> int:
+        leaf = d.field.rsplit(".", 1)[-1]
+        return USER_SET_FIELDS.index(leaf) if leaf in USER_SET_FIELDS else len(USER_SET_FIELDS)
+
+    return sorted(diffs, key=rank)
+
+
 def field_differences(a: Any, b: Any, *, nested: bool = True) -> list[FieldDifference]:
     """Every field where two factor values differ, sorted by name: the dotted leaves of nested dicts
     (``nested``), else their top-level keys. The one comparison that the hot start's miss reason, the install

@@ -132,9 +132,10 @@ def rehash_code_factor(listed: dict[str, str]) -> tuple[dict[str, str], list[str
 # ---------------------------------------------------------------------- candidates
 
 def first_difference(name: str, theirs: Any, ours: Any) -> str:
-    """``<name> factor field 'a.b' differs: cache X, here Y`` for the first dotted field where two values differ
-    (:func:`compiler.cache_key.field_differences`)."""
-    first = (cache_key.field_differences(theirs, ours) or [cache_key.FieldDifference("(all)", theirs, ours)])[0]
+    """``<name> factor field 'a.b' differs: cache X, here Y`` for the most telling dotted field where two values
+    differ (:func:`compiler.cache_key.field_differences`, the fields a user sets first)."""
+    first = (cache_key.most_telling_first(cache_key.field_differences(theirs, ours))
+             or [cache_key.FieldDifference("(all)", theirs, ours)])[0]
     return (f"{name} factor field {first.field!r} differs: cache {cache_key.short_repr(first.a)}, "
             f"here {cache_key.short_repr(first.b)}")
 

@@ -218,3 +218,22 @@ def test_diff_against_this_machine_is_the_preflights_comparison():
     assert preflight == [("triton", "3.6.0", None)]
     for a, b in ((bundle, here), (here, bundle)):
         assert [(d.category, d.name) for d in diff_sides(a, b)] == [("fingerprint", "triton")]
+
+
+def test_a_miss_names_the_field_a_user_set_before_what_follows_from_it():
+    """-tp 2 changes the all-reduce choice too, another model the head size: the user set tensor_parallel_size and
+    num_hidden_layers / hidden_size, so those are named first (by name, all_reduce and head_dim came first)."""
+    from cachetool.factors import compare_factors
+    from compiler.cache_key import Factors
+
+    def config(tp: int, all_reduce: str, hidden: int, head_dim: int, layers: int) -> Factors:
+        model = {"head_dim": head_dim, "hidden_size": hidden, "num_hidden_layers": layers,
+                 "parallel_config": {"all_reduce": all_reduce, "tensor_parallel_size": tp}}
+        return Factors({"config": {"hash": f"{tp}{hidden}{layers}", "values": {"model_config": model}}})
+
+    tp = compare_factors(config(1, "none", 64, 16, 2), config(2, "graph", 64, 16, 2), only=("config",))
+    assert [d.name for d in tp] == ["model_config.parallel_config.tensor_parallel_size",
+                                    "model_config.parallel_config.all_reduce"]
+    model = compare_factors(config(1, "none", 64, 16, 2), config(1, "none", 128, 32, 4), only=("config",))
+    assert [d.name for d in model] == ["model_config.num_hidden_layers", "model_config.hidden_size",
+                                       "model_config.head_dim"]
