@@ -436,7 +436,7 @@ def gc(store: str, *, dry_run: bool = False, older_than: float | None = None,
 
 def prune(cache_root: str | Path, *, older_than: float | None = None, dry_run: bool = False) -> PruneReport:
     """Remove from a local cache root what no later start reads (vLLM's per-start AOTAutograd entries but the
-    newest of each key folder), if older than ``older_than`` seconds (default: the stores' minimum age); returns
+    last start's of each key folder: one per rank), if older than ``older_than`` seconds (default: the stores' minimum age); returns
     :class:`cachetool.prune.PruneReport`."""
     from cachetool.prune import prune as prune_root
 

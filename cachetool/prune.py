@@ -2,8 +2,9 @@
 
 vLLM writes a new AOTAutograd entry into its AOT key folder's ``inductor_cache/aotautograd/`` at every start and no
 later start reads it (:func:`cachetool.layouts.vllm.stale_aotautograd` says why), so a kept root grows by one entry
-per restart. ``prune`` removes every such entry but the newest of each key folder, and only those older than
-``older_than`` seconds: a server starting now writes the newest, young entry, which stays. Each entry is first
+per rank and restart. ``prune`` removes every such entry but the last start's (the newest one per rank folder of
+each key folder), and only those older than ``older_than`` seconds: a server starting now writes the newest, young
+entries, which stay. Each entry is first
 renamed out of the way (one atomic step; a reader sees it whole or not at all), then deleted. ``pack`` leaves the
 same entries out of a bundle.
 """

@@ -244,7 +244,7 @@ def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure)
 @json_option
 def prune_cmd(cache_root, dry_run, older_than, as_json):
     """Remove from a local cache root what no later start reads: vLLM's per-start AOTAutograd entries but the
-    newest of each key folder (a kept root grows by one per restart). Safe while a server runs."""
+    last start's of each key folder (a kept root grows by one per rank and restart). Safe while a server runs."""
     from cachetool import api
 
     if cache_root is None:  # the root a server restarts on is named, never guessed: prune deletes
@@ -253,6 +253,6 @@ def prune_cmd(cache_root, dry_run, older_than, as_json):
     out = report.removed
     return emit(as_json, report.to_json(),
                 f"{'would remove' if dry_run else 'removed'} {len(out)} entr{'y' if len(out) == 1 else 'ies'} "
-                f"({human_size(report.bytes_freed)}) from {report.root}; kept the newest of each key folder and "
+                f"({human_size(report.bytes_freed)}) from {report.root}; kept the last start's of each key folder and "
                 f"{report.kept_young} younger than {older_than:g} s (--older-than)"
                 + "".join(f"\n  {x}" for x in out[:50]) + (f"\n  ... {len(out) - 50} more" if len(out) > 50 else ""))

@@ -30,7 +30,8 @@ import os
 from pathlib import Path
 
 from cachetool.layouts.base import LayoutScan, walk_tree
-from cachetool.layouts.compile_cache import AOT, TCC as TCC_NAME, iter_limited, locate, scan_compile_cache
+from cachetool.layouts.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
+                                             scan_compile_cache)
 from cachetool.manifest import Unit
 
 NAME = "vllm"
@@ -55,16 +56,19 @@ def detect(path: Path) -> bool:
 
 
 def stale_aotautograd(tcc: Path) -> list[Path]:
-    """The AOTAutograd entries of each AOT key folder's ``inductor_cache/aotautograd/`` but its newest: vLLM's
-    compile writes one per start and none is read by a later one (torch 2.13 names the compiled function with a
-    fresh UUID, which is in the entry's key; on the GPU a hit loads the AOT artifact and asks AOTAutograd
-    nothing), so a root grows by one entry per restart. The newest is kept all the same."""
+    """The AOTAutograd entries of each AOT key folder's ``inductor_cache/aotautograd/`` but those of its last
+    start: each rank's compile writes one per start and none is read by a later one (torch 2.13 names the compiled
+    function with a fresh UUID, which is in the entry's key; on the GPU a hit loads the AOT artifact and asks
+    AOTAutograd nothing), so a root grows by one entry per rank and restart. The newest entry of each rank folder
+    the key folder holds (the last start's) is kept all the same."""
     out: list[Path] = []
     for cache in sorted(tcc.glob(f"{AOT}/*/inductor_cache/aotautograd")):
         if cache.is_symlink() or not cache.is_dir():
             continue
         entries = [e for e in cache.iterdir() if e.is_dir() and not e.is_symlink()]
-        out += sorted(entries, key=lambda e: (e.stat().st_mtime, e.name))[:-1]
+        ranks = sum(1 for r in cache.parent.parent.iterdir() if RANK_RE.match(r.name) and r.is_dir())
+        keep = max(1, ranks)  # one entry per rank per start
+        out += sorted(entries, key=lambda e: (e.stat().st_mtime, e.name))[:-keep]
     return out
 
 

@@ -357,3 +357,13 @@ def test_prune_removes_old_aotautograd_entries_but_the_newest_and_the_young(tmp_
     assert (root / "modelinfos").is_dir() and (root / AOT / "rank_0_0" / "model").is_file()
     assert not list((root / AOT / "inductor_cache" / "aotautograd").glob(".cachetool-prune-*"))
     assert cli("prune", "--cache-root", tmp_path / "none").rc == 2
+
+
+def test_a_tensor_parallel_key_folder_keeps_one_aotautograd_entry_per_rank(tmp_path):
+    """With -tp 2 each rank writes its own entry per start: the last start's two are what a pack keeps."""
+    root = tmp_path / "root"
+    entries = _aot_with_starts(root, 4)
+    _w(root / AOT / "rank_1_0" / "model", b"AOT-rank_1_0" * 500)
+    files = {f.rel for f in scan(root).files}
+    kept = {r.split("/aotautograd/")[1].split("/")[0] for r in files if "/aotautograd/" in r}
+    assert kept == {entries[2].name, entries[3].name}
