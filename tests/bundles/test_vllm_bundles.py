@@ -132,15 +132,7 @@ def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monke
 def test_pull_for_vllm_without_a_cache_root_installs_where_vllm_reads(tmp_path, cli, keys, monkeypatch):
     """`pull --engine vllm` without --cache-root installed into cachetool's root, where `vllm serve` never looks:
     the server started cold. It now takes vLLM's own root, as warm and check do (VLLM_CACHE_ROOT)."""
-    from cachetool.engines.vllm import facts
-
-    src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
-    recorded = key.recorded_factors(_inputs(vllm=facts.vllm_version() or "0.32.0"), {},
-                                    {"cpu_isa": facts.cpu_isa(), "device": "cpu"}, [], 1)
-    doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": recorded}
-    (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
-    ref = f"file://{tmp_path}/store/tiny:v1"
-    assert cli("push", src, ref, "--sign-key", keys["priv"]).rc == 0
+    ref = _pushed_vllm_bundle(tmp_path, cli, keys)
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm-root"))
     monkeypatch.setenv("CACHETOOL_CACHE_ROOT", str(tmp_path / "cachetool-root"))
     r = cli("pull", ref, "--engine", "vllm", "--trust", keys["pub"], "--json")
