@@ -1,6 +1,7 @@
-"""Push: a bundle (or a cache folder, packed on the way) into a store. Blobs go first, only those the store lacks
-(``Store.missing_blobs``, asked once: a re-push of unchanged content uploads nothing), each checked against the
-manifest before the first write; then the manifest with its signature (``Store.put_manifest``), and the ref last,
+"""Push: a bundle (or a cache folder, packed on the way) into a store, through one push session
+(``with store.push(...) as session``). Blobs go first, only those the store lacks (``session.missing()``, asked once:
+a re-push of unchanged content uploads nothing), each checked against the manifest before the first write; then the
+manifest with its signature (``session.commit``), and the ref last,
 merging this bundle's platform into the tag's index (one tag holds bundles for several platforms; an entry of the
 same platform is replaced)."""
 
@@ -118,29 +119,30 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
     bundle, own_bundle = _load_bundle(source, sign_key, layout)
     fields = {"store": st.url, "ref": r.url}  # of every failure of this push
     try:
-        blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
-        missing = st.missing_blobs(blobs, bundle.blob_path, workers=max(1, workers))
-        lacking = {b.stored_digest for b in missing}
-        skipped = [b for b in blobs if b.stored_digest not in lacking]
-        # A store is content-addressed and skips what it has: bytes written under a digest they don't match would
-        # poison it for every later push and pull. Check everything before the first write.
-        with ThreadPoolExecutor(max(1, workers)) as ex:
-            list(ex.map(lambda b: _check_stored_bytes(bundle, b, fields), missing))
-        _check_envelope(bundle, fields)
-        up0 = st.counters.bytes_up
-        with TransferProgress(progress_default(progress)) as prog:
-            task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",
-                             sum(b.stored_size for b in missing))
-
-            def up(b: BlobRef) -> None:
-                st.put_blob(b, bundle.blob_path(b))
-                prog.advance(task, b.stored_size)
-
+        with st.push(bundle.blobs, bundle.blob_path) as session:
+            blobs = session.blobs  # unique by stored digest
+            missing = session.missing(workers=max(1, workers))
+            lacking = {b.stored_digest for b in missing}
+            skipped = [b for b in blobs if b.stored_digest not in lacking]
+            # A store is content-addressed and skips what it has: bytes written under a digest they don't match
+            # would poison it for every later push and pull. Check everything before the first write.
             with ThreadPoolExecutor(max(1, workers)) as ex:
-                for _ in ex.map(up, sorted(missing, key=lambda b: -b.stored_size)):
-                    pass
-        sig = bundle.signature_bytes()
-        stored = st.put_manifest(bundle.manifest_bytes(), blobs, sig)
+                list(ex.map(lambda b: _check_stored_bytes(bundle, b, fields), missing))
+            _check_envelope(bundle, fields)
+            up0 = st.counters.bytes_up
+            with TransferProgress(progress_default(progress)) as prog:
+                task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",
+                                 sum(b.stored_size for b in missing))
+
+                def up(b: BlobRef) -> None:
+                    session.put_blob(b)
+                    prog.advance(task, b.stored_size)
+
+                with ThreadPoolExecutor(max(1, workers)) as ex:
+                    for _ in ex.map(up, sorted(missing, key=lambda b: -b.stored_size)):
+                        pass
+            sig = bundle.signature_bytes()
+            stored = session.commit(bundle.manifest_bytes(), sig)
         digest = stored.digest
         if digest != bundle.manifest_digest:  # the ref is not written: no reader is sent to the wrong manifest
             raise StoreError(f"{st.url} stored the manifest as {digest}, expected {bundle.manifest_digest}",

@@ -9,8 +9,9 @@ A store holds bundles in their *store form*, content-addressed:
 - signatures: the DSSE envelope over a manifest, stored next to the manifest it signs;
 - refs: ``name:tag`` → a :class:`RefIndex`, one entry per platform (multi-platform tags).
 
-Write order on push is blobs → manifest → signature (one :meth:`Store.put_manifest`) → ref, so a reader that
-sees a ref can always fetch everything it names. Implementations raise subclasses of :mod:`cachetool.errors`
+Write order on push is blobs → manifest → signature (one :meth:`PushSession.commit`) → ref, so a reader that
+sees a ref can always fetch everything it names. A push is a session (:meth:`Store.push`): it holds that push's own
+state (on OCI its plan of packs), so two pushes through one store object never mix. Implementations raise subclasses of :mod:`cachetool.errors`
 (``NotFoundError`` for a missing ref/bucket/repository/blob, ``StoreError`` for transport failures and
 bad credentials), each with a one-line message naming the store URL and the object, and every field it knows:
 ``store`` (the store URL), ``ref`` (``name:tag`` or ``name@sha256:...``), ``key`` (the object: a key, a digest)
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from cachetool.digests import BlobRef  # noqa: F401  (part of the store interface)
+from cachetool.errors import UsageError
 from cachetool.stores.gc import GcReport  # noqa: F401  (part of the store interface)
 
 
@@ -93,50 +95,111 @@ class RefIndex:
 
 @dataclasses.dataclass(frozen=True)
 class StoredManifest:
-    """What :meth:`Store.put_manifest` wrote: the bundle manifest's digest, and the digest a pin of this bundle
+    """What :meth:`PushSession.commit` wrote: the bundle manifest's digest, and the digest a pin of this bundle
     names in this store (``ref@sha256:...``: the bundle manifest's on file and S3, the OCI manifest's on OCI)."""
 
     digest: str
     pin: str
 
 
+class PushSession(abc.ABC):
+    """One push's writes to a store, from :meth:`Store.push` to :meth:`commit`; a context manager::
+
+        with store.push(blobs, blob_path) as p:
+            for blob in p.missing():
+                p.put_blob(blob)
+            stored = p.commit(manifest_bytes, signature)
+
+    Its state is its own (not the store's), so pushes through one store object, from threads, never see each
+    other's. Leaving the ``with`` without :meth:`commit` aborts: the session's scratch goes, no manifest is written
+    (blobs already uploaded stay: content-addressed, maybe another push's too; gc collects them if no ref comes).
+    A session that committed or aborted refuses further calls. ``put_blob`` may be called from threads."""
+
+    def __init__(self, store_url: str, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]):
+        self.store_url = store_url
+        self.blobs = list({b.stored_digest: b for b in blobs}.values())  # unique by stored digest, in order
+        self.blob_path = blob_path
+        self.state = "open"  # then "committed", "failed" (commit raised) or "aborted"
+
+    def missing(self, *, workers: int = 8) -> list[BlobRef]:
+        """The session's blobs that the store lacks, in order: exactly what to :meth:`put_blob` (a re-push of
+        unchanged content uploads nothing). Ask once, first: a backend answers in bulk (``workers`` checks at a
+        time), and OCI groups small blobs into packs here."""
+        self._check_open("ask what is missing")
+        return self._missing(workers)
+
+    def put_blob(self, blob: BlobRef) -> None:
+        """Upload the zstd bytes of ``blob`` (one :meth:`missing` named) from ``blob_path(blob)``."""
+        self._check_open("upload a blob")
+        self._put_blob(blob)
+
+    def commit(self, manifest_bytes: bytes, signature: bytes | None = None) -> StoredManifest:
+        """Store the manifest, then its DSSE ``signature`` if given (a reader that finds the signature finds the
+        manifest it signs), and close the session. Call after the blobs, before the ref."""
+        self._check_open("commit")
+        self.state = "failed"  # until it has committed: a failed commit is not tried again on this session
+        try:
+            stored = self._commit(manifest_bytes, signature)
+            self.state = "committed"
+            return stored
+        finally:
+            self._discard()
+
+    def abort(self) -> None:
+        """Give up this push: no manifest is written; the session's scratch goes. Idempotent."""
+        if self.state == "open":
+            self.state = "aborted"
+            self._discard()
+
+    def _check_open(self, what: str) -> None:
+        if self.state != "open":
+            raise UsageError(f"push to {self.store_url}: cannot {what}, the push session was {self.state}",
+                             store=self.store_url)
+
+    def __enter__(self) -> "PushSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.abort()
+
+    # what each backend implements
+    @abc.abstractmethod
+    def _missing(self, workers: int) -> list[BlobRef]: ...
+
+    @abc.abstractmethod
+    def _put_blob(self, blob: BlobRef) -> None: ...
+
+    @abc.abstractmethod
+    def _commit(self, manifest_bytes: bytes, signature: bytes | None) -> StoredManifest: ...
+
+    def _discard(self) -> None:
+        """Drop the session's scratch (after commit or abort)."""
+
+
 class Store(abc.ABC):
     """A place bundles live. Construct through :func:`cachetool.stores.open_store`.
 
-    What push, pull, ``ls``/``rm``/``gc`` and the readers call, and nothing more: a push asks
-    :meth:`missing_blobs` once, uploads those with :meth:`put_blob`, writes :meth:`put_manifest` (manifest, then its
-    signature) and :meth:`update_ref` last; a pull reads :meth:`get_ref`, :meth:`get_manifest`,
-    :meth:`get_signature` and each blob with :meth:`get_blob`."""
+    What push, pull, ``ls``/``rm``/``gc`` and the readers call, and nothing more: a push opens a session with
+    :meth:`push` (asks what is missing, uploads it, commits manifest and signature) and then calls
+    :meth:`update_ref`; a pull reads :meth:`get_ref`, :meth:`get_manifest`, :meth:`get_signature` and each blob
+    with :meth:`get_blob`."""
 
     url: str
     counters: TransferCounters  # set by each store's constructor
     capabilities: Capabilities  # declared by each store class
 
+    # writing a bundle
+    @abc.abstractmethod
+    def push(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> PushSession:
+        """A session for one push of a bundle with these ``blobs``, whose stored (zstd) bytes are at
+        ``blob_path(blob)``."""
+
     # blobs
-    @abc.abstractmethod
-    def missing_blobs(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path], *,
-                      workers: int = 8) -> list[BlobRef]:
-        """The blobs of a push (unique by stored digest) that the store lacks, in the order given: push uploads
-        exactly these with :meth:`put_blob` (a re-push of unchanged content uploads nothing). Asked once per push,
-        so a backend answers in bulk: ``workers`` checks in parallel; OCI first groups small blobs into packs,
-        which is why it is told where their bytes are (``blob_path``)."""
-
-    @abc.abstractmethod
-    def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
-        """Upload the zstd bytes at ``stored_bytes_path`` (a blob :meth:`missing_blobs` named)."""
-
     @abc.abstractmethod
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
         """Download the zstd bytes to ``dest`` (may resume a partial ``dest``). Does not decompress."""
 
     # manifests and their signatures
-    @abc.abstractmethod
-    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef],
-                     signature: bytes | None = None) -> StoredManifest:
-        """Store the manifest, then its DSSE ``signature`` if given (the write order: a reader that finds the
-        signature finds the manifest it signs). ``blobs`` lets OCI list them as layers. Call after the blobs,
-        before the ref."""
-
     @abc.abstractmethod
     def get_manifest(self, manifest_digest: str) -> bytes: ...
 

@@ -23,7 +23,8 @@ from typing import Callable, Iterable, Iterator
 from cachetool.digests import hexof, sha256_bytes
 from cachetool.errors import CachetoolError, NotFoundError, StoreError, filled
 from cachetool.retry import pause
-from cachetool.stores.base import GC_MIN_AGE_S, BlobRef, Capabilities, RefEntry, RefIndex, Store, StoredManifest
+from cachetool.stores.base import (GC_MIN_AGE_S, BlobRef, Capabilities, PushSession, RefEntry, RefIndex, Store,
+                                   StoredManifest)
 from cachetool.stores.common import MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, index_from_json, index_to_json
 from cachetool.stores.gc import GcReport, reachable
 from cachetool.stores.objects import ObjectBackend, ObjectInfo, StoredObject
@@ -68,38 +69,17 @@ class ObjectStore(Store):
     def close(self) -> None:
         self.backend.close()
 
+    # writing a bundle
+    def push(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]) -> PushSession:
+        return ObjectPush(self, blobs, blob_path)
+
     # blobs
-    def missing_blobs(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path], *,
-                      workers: int = 8) -> list[BlobRef]:
-        """One stat per blob, ``workers`` at a time; a blob of the wrong size (truncated) counts as missing."""
-        with ThreadPoolExecutor(max(1, workers)) as ex:
-            present = list(ex.map(self._has_blob, blobs))
-        return [b for b, there in zip(blobs, present) if not there]
-
-    def _has_blob(self, blob: BlobRef) -> bool:
-        info = self.backend.stat(blob_key(blob))
-        return info is not None and info.size == blob.stored_size
-
-    def put_blob(self, blob: BlobRef, stored_bytes_path: Path) -> None:
-        self.backend.put(blob_key(blob), f"upload blob {blob.stored_digest[:19]} to {self.url}",
-                         src=Path(stored_bytes_path))
-
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
         self.backend.download(blob_key(blob), blob.stored_size, Path(dest),
                               f"download blob {blob.stored_digest[:19]} from {self.url}",
                               f"blob {blob.stored_digest[:19]} is missing from store {self.url}")
 
     # manifests and signatures
-    def put_manifest(self, manifest_bytes: bytes, blobs: list[BlobRef],
-                     signature: bytes | None = None) -> StoredManifest:
-        digest = sha256_bytes(manifest_bytes)
-        key = manifest_key(digest)
-        if self.backend.stat(key) is None:  # content-addressed: a re-push writes it once
-            self.backend.put(key, f"upload manifest {digest[:19]} to {self.url}", data=manifest_bytes)
-        if signature is not None:  # after its manifest (the write order)
-            self.backend.put(signature_key(digest), f"upload signature to {self.url}", data=signature)
-        return StoredManifest(digest, digest)
-
     def get_manifest(self, manifest_digest: str) -> bytes:
         return self._manifest(manifest_digest, None)
 
@@ -244,3 +224,36 @@ class ObjectStore(Store):
     def _still_removed(self, key: str) -> bool:
         got = self.backend.get(key, MAX_REF, f"read {self.url}/{key}")
         return got is not None and not index_from_json(got.data, f"{self.url}/{key}").entries
+
+
+class ObjectPush(PushSession):
+    """A push to an object store: it keeps no scratch, and nothing of it is visible before :meth:`commit` writes
+    the manifest (blobs are content-addressed, so uploading them early changes no reader)."""
+
+    def __init__(self, store: ObjectStore, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]):
+        super().__init__(store.url, blobs, blob_path)
+        self.store = store
+
+    def _missing(self, workers: int) -> list[BlobRef]:
+        """One stat per blob, ``workers`` at a time."""
+        with ThreadPoolExecutor(max(1, workers)) as ex:
+            present = list(ex.map(self._stored_whole, self.blobs))
+        return [b for b, there in zip(self.blobs, present) if not there]
+
+    def _stored_whole(self, blob: BlobRef) -> bool:
+        """A truncated object (of the wrong size) counts as missing: the push uploads it again."""
+        info = self.store.backend.stat(blob_key(blob))
+        return info is not None and info.size == blob.stored_size
+
+    def _put_blob(self, blob: BlobRef) -> None:
+        self.store.backend.put(blob_key(blob), f"upload blob {blob.stored_digest[:19]} to {self.store_url}",
+                               src=Path(self.blob_path(blob)))
+
+    def _commit(self, manifest_bytes: bytes, signature: bytes | None) -> StoredManifest:
+        backend, digest = self.store.backend, sha256_bytes(manifest_bytes)
+        key = manifest_key(digest)
+        if backend.stat(key) is None:  # content-addressed: a re-push writes it once
+            backend.put(key, f"upload manifest {digest[:19]} to {self.store_url}", data=manifest_bytes)
+        if signature is not None:  # after its manifest (the write order)
+            backend.put(signature_key(digest), f"upload signature to {self.store_url}", data=signature)
+        return StoredManifest(digest, digest)

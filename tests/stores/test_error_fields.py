@@ -139,7 +139,8 @@ def not_a_manifest(tmp_path):
 
     store = f"file://{tmp_path}/store"
     with open_store(store) as st:
-        digest = st.put_manifest(b'{"schema": 1}', []).digest
+        with st.push([], lambda b: None) as p:
+            digest = p.commit(b'{"schema": 1}').digest
         st.update_ref("llama", "v1", lambda old: RefIndex("llama", "v1", (RefEntry(digest, "cpu-x", {}, 1, ""),)))
     return store, digest
 

@@ -83,10 +83,12 @@ def test_missing_blobs_checks_the_size(bundle, tmp_path):
     push(bundle, f"{store}/llama:v1")
     b = bundle.blobs[0]
     with open_store(store) as st:
-        assert st.missing_blobs([b], bundle.blob_path) == []
+        with st.push([b], bundle.blob_path) as session:
+            assert session.missing() == []
         p = tmp_path / "store" / "blobs" / "sha256" / hexof(b.stored_digest)
         p.write_bytes(p.read_bytes()[:-1])  # a truncated object is re-uploaded by the next push
-        assert st.missing_blobs([b], bundle.blob_path) == [b]
+        with st.push([b], bundle.blob_path) as session:
+            assert session.missing() == [b]
     assert push(bundle, f"{store}/llama:v1").blobs_uploaded == 1
 
 

@@ -99,13 +99,13 @@ def test_credentials_from_docker_config_variants(tmp_path, monkeypatch):
 
 
 def test_plain_http_only_for_localhost():
-    assert OCIStore("127.0.0.1:5000", "x").base == "http://127.0.0.1:5000"
-    assert OCIStore("localhost", "x").base == "http://localhost"
-    assert OCIStore("registry.example", "x").base == "https://registry.example"
+    assert OCIStore("127.0.0.1:5000", "x").client.base == "http://127.0.0.1:5000"
+    assert OCIStore("localhost", "x").client.base == "http://localhost"
+    assert OCIStore("registry.example", "x").client.base == "https://registry.example"
     # --insecure is what its help says (unverified TLS); plain HTTP is its own switch
     st = OCIStore("registry.example:5000", "x", insecure=True)
-    assert st.base == "https://registry.example:5000" and st.client.tls.verify is False
-    assert OCIStore("registry.example:5000", "x", plain_http=True).base == "http://registry.example:5000"
+    assert st.client.base == "https://registry.example:5000" and st.client.tls.verify is False
+    assert OCIStore("registry.example:5000", "x", plain_http=True).client.base == "http://registry.example:5000"
 
 
 # ------------------------------------------------------------------------------------------- the containers tools

@@ -44,21 +44,17 @@ def test_two_interleaved_pushes_through_one_store_each_list_their_own_packs(oci_
                                                                             tmp_path):
     """Plan A, plan B, then A's blobs and manifest: A's manifest lists A's packs and singles, and each was uploaded
     (the plan was one slot on the store: A's manifest fell back to one layer per blob, never uploaded; and a blob
-    that B packs and A sends alone went up only in B's pack). Two pushes of one bundle each find a plan for
-    their manifest."""
+    that B packs and A sends alone went up only in B's pack). Two pushes of one bundle each commit their own plan."""
     (tree_a, a), (tree_b, b) = bundles[pair[0]], bundles[pair[1]]
     repo = _repo(oci_registry)
     st = open_store(repo)
     try:
-        planned = []
-        for bundle in (a, b):  # both plans first, as two threads would
-            blobs = list({x.stored_digest: x for x in bundle.blobs}.values())
-            planned.append((bundle, blobs, st.missing_blobs(blobs, bundle.blob_path)))
-        for bundle, _, missing in planned:
+        sessions = [st.push(bundle.blobs, bundle.blob_path) for bundle in (a, b)]
+        planned = [(bundle, p, p.missing()) for bundle, p in zip((a, b), sessions)]  # both plans first
+        for _, p, missing in planned:
             for blob in missing:
-                st.put_blob(blob, bundle.blob_path(blob))
-        pins = [st.put_manifest(bundle.manifest_bytes(), blobs, bundle.signature_bytes()).pin
-                for bundle, blobs, _ in planned]
+                p.put_blob(blob)
+        pins = [p.commit(bundle.manifest_bytes(), bundle.signature_bytes()).pin for bundle, p, _ in planned]
     finally:
         st.close()
     for pin, tree in zip(pins, (tree_a, tree_b)):
@@ -85,9 +81,12 @@ def test_pack_files_of_simultaneous_plans_do_not_share_a_name(oci_registry, pack
     monkeypatch.setattr(packs, "write_pack", write_after_both_opened)
     errors = []
 
+    sessions = {}
+
     def plan(bundle):
         try:
-            st.missing_blobs(list({x.stored_digest: x for x in bundle.blobs}.values()), bundle.blob_path)
+            sessions[bundle.manifest_digest] = st.push(bundle.blobs, bundle.blob_path)
+            sessions[bundle.manifest_digest].missing()
         except Exception as exc:  # reported below
             errors.append(exc)
 
@@ -97,8 +96,7 @@ def test_pack_files_of_simultaneous_plans_do_not_share_a_name(oci_registry, pack
         [t.join() for t in ts]
         assert not errors, errors
         for bundle in (a, b):  # every pack file holds what its digest says
-            blobs = frozenset(x.stored_digest for x in bundle.blobs)
-            [plan] = st._push_plans[blobs]
+            plan = sessions[bundle.manifest_digest].plan
             files = {digest: path for digest, _, path in plan.pack_of.values()}
             assert {layer["digest"] for layer in plan.layers} == set(files)
             for digest, path in files.items():
@@ -116,14 +114,14 @@ def test_an_upload_lost_to_another_pusher_counts_as_done(oci_registry, monkeypat
     digest = media.sha(data)
 
     def lose_the_race(d, size, what, **kw):
-        theirs._upload(d, size, what, **kw)  # the other pusher's commit lands first
+        theirs.repository.upload(d, size, what, **kw)  # the other pusher's commit lands first
         raise StoreError(f"{what}: registry {ours.host} answered 400 DIGEST_INVALID: provided digest did not "
                          "match uploaded content", store=ours.url, key=d, status=400)
 
-    monkeypatch.setattr(ours, "_upload", lose_the_race)
+    monkeypatch.setattr(ours.repository, "upload", lose_the_race)
     try:
-        ours._upload_retrying(digest, len(data), "upload test blob", data=data)
-        assert ours._head_blob(digest) == len(data)
+        ours.repository.upload_retrying(digest, len(data), "upload test blob", data=data)
+        assert ours.repository.head_blob(digest) == len(data)
     finally:
         ours.close()
         theirs.close()
@@ -137,24 +135,49 @@ def test_an_upload_that_fails_and_left_nothing_still_fails(oci_registry, monkeyp
     def fail(d, size, what, **kw):
         raise StoreError(f"{what}: registry answered 400 DIGEST_INVALID", store=st.url, key=d, status=400)
 
-    monkeypatch.setattr(st, "_upload", fail)
+    monkeypatch.setattr(st.repository, "upload", fail)
     try:
         with pytest.raises(StoreError, match="DIGEST_INVALID"):
-            st._upload_retrying(media.sha(data), len(data), "upload test blob", data=data)
+            st.repository.upload_retrying(media.sha(data), len(data), "upload test blob", data=data)
     finally:
         st.close()
 
 
-def test_a_push_through_a_shared_store_closes_its_plan(oci_registry, bundles):
-    """A plan lives from missing_blobs to its push's manifest: a server pushing many bundles through one store
-    kept every plan (and consulted them all on each later put_blob)."""
+def test_a_push_through_a_shared_store_leaves_no_pack_files(oci_registry, bundles):
+    """A push's pack files live in its session's folder, removed at commit or abort (they stayed until the store's
+    close: a server pushing many bundles through one store kept every pack it ever wrote on disk)."""
     from cachetool.pushing import push
 
     repo = _repo(oci_registry)
     with open_store(repo) as st:
         for name in ("packed", "small"):
             push(bundles[name][1], f"{repo}:{name}", store=st)
-        assert st._push_plans == {}
+        with st.push(bundles["packed-more"][1].blobs, bundles["packed-more"][1].blob_path) as p:
+            p.missing()
+            assert p.plan.pack_of and all(path.exists() for _, _, path in p.plan.pack_of.values())
+        assert p.state == "aborted"
+        assert list(st.blobs.scratch().iterdir()) == []
+
+
+def test_an_abandoned_push_sends_nothing_for_a_later_one(oci_registry, bundles):
+    """A push that planned and gave up (its session left without commit) has no say in later pushes: before, its
+    plan stayed open on the store until close, and every later put_blob of a blob it packed uploaded its packs."""
+    (_, packed), (_, more) = bundles["packed"], bundles["packed-more"]
+    repo = _repo(oci_registry)
+    with open_store(repo) as st:
+        with st.push(more.blobs, more.blob_path) as abandoned:
+            abandoned.missing()
+        with st.push(packed.blobs, packed.blob_path) as p:
+            missing = p.missing()
+            before = st.counters.bytes_up
+            for blob in missing:
+                p.put_blob(blob)
+            sent = st.counters.bytes_up - before
+            singles = {b.digest for b in p.plan.singles}
+            expected = sum(layer["size"] for layer in p.plan.layers) + sum(
+                b.stored_size for b in missing if b.digest in singles)
+            assert sent == expected
+            p.commit(packed.manifest_bytes(), packed.signature_bytes())
 
 
 def test_a_failed_check_after_a_failed_upload_leaves_the_retries_to_run(oci_registry, monkeypatch):
@@ -165,7 +188,7 @@ def test_a_failed_check_after_a_failed_upload_leaves_the_retries_to_run(oci_regi
     st = open_store(_repo(oci_registry))
     data = b'{"cachetool": "flaky"}'
     digest = media.sha(data)
-    real_upload, real_head = st._upload, st._head_blob
+    real_upload, real_head = st.repository.upload, st.repository.head_blob
     failures = {"put": 1, "head": 1}
 
     def flaky_upload(d, size, what, **kw):
@@ -180,10 +203,10 @@ def test_a_failed_check_after_a_failed_upload_leaves_the_retries_to_run(oci_regi
             raise StoreError(f"check blob {d[:19]}: registry answered 503", store=st.url, key=d, status=503)
         return real_head(d, **kw)
 
-    monkeypatch.setattr(st, "_upload", flaky_upload)
-    monkeypatch.setattr(st, "_head_blob", flaky_head)
+    monkeypatch.setattr(st.repository, "upload", flaky_upload)
+    monkeypatch.setattr(st.repository, "head_blob", flaky_head)
     try:
-        st._upload_retrying(digest, len(data), "upload test blob", data=data)
+        st.repository.upload_retrying(digest, len(data), "upload test blob", data=data)
         assert failures == {"put": 0, "head": 0} and real_head(digest) == len(data)
     finally:
         st.close()

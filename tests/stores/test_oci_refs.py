@@ -11,6 +11,7 @@ from cachetool.errors import StoreError
 from cachetool.stores import open_store
 from cachetool.stores.base import RefEntry
 from cachetool.stores.oci import OCIStore
+from cachetool.stores.oci.repository import Repository
 from cachetool.pulling import pull
 from cachetool.pushing import merge_index, push
 from cachetool.store_admin import remove
@@ -22,10 +23,10 @@ def _repo(reg) -> str:
 
 def _stage(st, bundle) -> RefEntry:
     """What a push writes before its ref: blobs, manifest, signature (a push in flight)."""
-    blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
-    for b in st.missing_blobs(blobs, bundle.blob_path):
-        st.put_blob(b, bundle.blob_path(b))
-    digest = st.put_manifest(bundle.manifest_bytes(), blobs, bundle.signature_bytes()).digest
+    with st.push(bundle.blobs, bundle.blob_path) as p:
+        for b in p.missing():
+            p.put_blob(b)
+        digest = p.commit(bundle.manifest_bytes(), bundle.signature_bytes()).digest
     return RefEntry(digest, bundle.platform, dict(bundle.manifest.fingerprint), bundle.stored_size,
                     "2026-12-01T00:00:00Z")
 
@@ -54,18 +55,18 @@ def test_gc_stops_on_a_read_error_and_deletes_nothing(oci_registry, bundle, keys
     # Before: `except StoreError: continue` took a live signature for an orphan when one tag read failed.
     repo = _repo(oci_registry)
     push(bundle, f"{repo}:v1")
-    real = OCIStore._get_manifest
+    real = Repository.get_manifest
 
     def flaky(self, ref, what, *a, **kw):
         if ref == "v1":
             raise StoreError(f"{what}: registry answered 503")
         return real(self, ref, what, *a, **kw)
 
-    monkeypatch.setattr(OCIStore, "_get_manifest", flaky)
+    monkeypatch.setattr(Repository, "get_manifest", flaky)
     with open_store(repo) as st:
         with pytest.raises(StoreError, match="nothing deleted"):
             st.gc(older_than=0)
-    monkeypatch.setattr(OCIStore, "_get_manifest", real)
+    monkeypatch.setattr(Repository, "get_manifest", real)
     assert pull(f"{repo}:v1", tmp_path / "root", trust=[keys["pub"]]).install.verified
 
 
@@ -73,7 +74,7 @@ def test_a_write_between_read_and_write_is_not_lost(oci_registry, bundle, cuda_b
     """Writer A reads the tag; writer B adds its platform; A's write must keep B's entry."""
     repo = _repo(oci_registry)
     with open_store(repo) as a, open_store(repo) as b:
-        a.settle_s = b.settle_s = 0.05
+        a.tags.settle_s = b.tags.settle_s = 0.05
         ea = _stage(a, bundle)
         eb = _stage(b, cuda_bundle)
         fired = []
@@ -115,4 +116,4 @@ def test_rm_of_the_last_platform_deletes_the_tag(oci_registry, bundle):
     push(bundle, f"{repo}:v1")
     assert remove(f"{repo}:v1", platform=bundle.platform) is None
     with open_store(repo) as st:
-        assert "v1" not in st.tags()
+        assert "v1" not in st.repository.tags()

@@ -1,20 +1,22 @@
 """The Store interface, the same on every backend: only what callers use (issue 22), declared counters and
 capabilities, one gc default, one bulk question for what a push must upload, gc that spares young objects, says what
-it kept and why, and is idempotent, ref removals that leave nothing behind, and resumed downloads (each test runs
-over file, S3 and OCI)."""
+it kept and why, and is idempotent, ref removals that leave nothing behind, resumed downloads, and push sessions that
+keep their own state (each test runs over file, S3 and OCI)."""
 
 from __future__ import annotations
 
+import abc
 import inspect
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
 from cachetool.digests import sha256_file
-from cachetool.errors import UsageError
+from cachetool.errors import NotFoundError, UsageError
 from cachetool.stores import GcReport, open_store
-from cachetool.stores.base import GC_MIN_AGE_S, Capabilities, Store, TransferCounters
+from cachetool.stores.base import GC_MIN_AGE_S, Capabilities, PushSession, Store, TransferCounters
 from cachetool.stores.file import FileStore
 from cachetool.stores.oci.store import OCIStore
 from cachetool.stores.s3 import S3Store
@@ -39,24 +41,123 @@ def test_every_store_declares_capabilities_and_one_gc_default():
 def test_the_interface_is_what_push_pull_and_admin_call():
     # Before (issue 22): 12 abstract methods and two hooks (has_blob + prepare_push, put_signature, get_pinned,
     # pinned_digest); a signature is now written with its manifest, a pin read with get_ref.
-    assert Store.__abstractmethods__ == {"missing_blobs", "put_blob", "get_blob", "put_manifest", "get_manifest",
-                                         "get_signature", "get_ref", "update_ref", "list_refs", "gc"}
-    for gone in ("has_blob", "prepare_push", "put_signature", "get_pinned", "pinned_digest"):
+    # Before (issue 30): missing_blobs, put_blob and put_manifest on the store, and OCI told one push from another
+    # by its blob set; a push is now a session of its own.
+    assert Store.__abstractmethods__ == {"push", "get_blob", "get_manifest", "get_signature", "get_ref",
+                                         "update_ref", "list_refs", "gc"}
+    assert PushSession.__abstractmethods__ == {"_missing", "_put_blob", "_commit"}
+    for gone in ("has_blob", "prepare_push", "put_signature", "get_pinned", "pinned_digest", "missing_blobs",
+                 "put_blob", "put_manifest"):
         assert not any(hasattr(cls, gone) for cls in (Store, FileStore, S3Store, OCIStore)), gone
+    assert OCIStore.__mro__ == (OCIStore, Store, abc.ABC, object)  # parts, not mixins
 
 
-def test_missing_blobs_is_what_a_push_uploads(any_store, bundle):
-    blobs = list({b.stored_digest: b for b in bundle.blobs}.values())
+def _unique(bundle) -> list:
+    return list({b.stored_digest: b for b in bundle.blobs}.values())
+
+
+def _upload(session, blobs) -> None:
+    for b in blobs:
+        session.put_blob(b)
+
+
+def test_a_push_session_uploads_what_is_missing_then_commits(any_store, bundle):
+    blobs = _unique(bundle)
     with open_store(any_store.store) as st:
-        assert st.missing_blobs(blobs, bundle.blob_path) == blobs  # a new store lacks them all, in push's order
-        r = push(bundle, any_store.ref("v1"), store=st)
-        assert r.blobs_uploaded == len(blobs) and r.blobs_skipped == 0
-        assert st.missing_blobs(blobs, bundle.blob_path) == []
-        assert push(bundle, any_store.ref("v2"), store=st).blobs_uploaded == 0
-        stored = st.put_manifest(bundle.manifest_bytes(), blobs, bundle.signature_bytes())
+        with st.push(bundle.blobs, bundle.blob_path) as p:
+            assert p.blobs == blobs
+            assert p.missing() == blobs  # a new store lacks them all, in push's order
+            _upload(p, blobs)
+            stored = p.commit(bundle.manifest_bytes(), bundle.signature_bytes())
+        assert p.state == "committed"
         assert stored.digest == bundle.manifest_digest and st.get_signature(stored.digest) == bundle.signature_bytes()
+        with st.push(bundle.blobs, bundle.blob_path) as again:
+            assert again.missing() == []
+        assert push(bundle, any_store.ref("v2"), store=st).blobs_uploaded == 0
         pinned = st.get_ref("any", "label", digest=stored.pin)
         assert [e.manifest_digest for e in pinned.entries] == [bundle.manifest_digest]
+    _read_back(any_store.store, stored.pin, bundle)
+
+
+def test_a_session_left_without_commit_writes_no_manifest(any_store, bundle):
+    with open_store(any_store.store) as st:
+        with pytest.raises(RuntimeError, match="the push fails"):
+            with st.push(bundle.blobs, bundle.blob_path) as p:
+                _upload(p, p.missing())
+                raise RuntimeError("the push fails before its commit")
+        assert p.state == "aborted"
+        with pytest.raises(NotFoundError):
+            st.get_manifest(bundle.manifest_digest)
+        with st.push(bundle.blobs, bundle.blob_path) as q:  # its blobs stay (content-addressed): none to send
+            assert q.missing() == []
+
+
+def test_a_closed_session_refuses_more(any_store, bundle):
+    with open_store(any_store.store) as st:
+        p = st.push(bundle.blobs, bundle.blob_path)
+        p.missing()
+        p.abort()
+        p.abort()  # idempotent
+        with pytest.raises(UsageError, match="aborted"):
+            p.commit(bundle.manifest_bytes(), bundle.signature_bytes())
+        with pytest.raises(UsageError, match="aborted"):
+            p.put_blob(bundle.blobs[0])
+        with pytest.raises(NotFoundError):
+            st.get_manifest(bundle.manifest_digest)
+        with st.push(bundle.blobs, bundle.blob_path) as q:
+            _upload(q, q.missing())
+            q.commit(bundle.manifest_bytes())
+        with pytest.raises(UsageError, match="committed"):
+            q.commit(bundle.manifest_bytes(), bundle.signature_bytes())
+        with pytest.raises(UsageError, match="committed"):
+            q.missing()
+        assert st.get_signature(bundle.manifest_digest) is None  # the refused commit wrote nothing
+
+
+def test_two_sessions_of_one_blob_set_through_one_store_each_commit_their_own(any_store, bundle):
+    """Both plan, one aborts, the other commits, from threads: each session's state is its own (OCI kept open
+    plans in a dict keyed by the blob set, so a push's manifest took whichever plan was there)."""
+    blobs = _unique(bundle)
+    with open_store(any_store.store) as st:
+        both_planned = threading.Barrier(2, timeout=60)
+        out: dict[str, object] = {}
+
+        def run(name: str) -> None:
+            try:
+                with st.push(bundle.blobs, bundle.blob_path) as p:
+                    missing = p.missing()
+                    both_planned.wait()
+                    if name == "aborted":
+                        return
+                    _upload(p, missing)
+                    out[name] = p.commit(bundle.manifest_bytes(), bundle.signature_bytes())
+            except Exception as exc:  # reported below
+                out[name] = exc
+
+        ts = [threading.Thread(target=run, args=(n,)) for n in ("aborted", "committed")]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        stored = out["committed"]
+        assert set(out) == {"committed"} and stored.digest == bundle.manifest_digest, out
+        with st.push(bundle.blobs, bundle.blob_path) as p:  # interleaved on one thread: plan, plan, commit, commit
+            with st.push(bundle.blobs, bundle.blob_path) as q:
+                assert p.missing() == q.missing() == []
+                assert q.commit(bundle.manifest_bytes()).pin == p.commit(bundle.manifest_bytes()).pin == stored.pin
+        assert len(blobs) > 1
+    _read_back(any_store.store, stored.pin, bundle)
+
+
+def _read_back(store_url: str, pin: str, bundle) -> None:
+    """A fresh store object reads the pinned bundle back: its manifest, signature and every blob."""
+    import tempfile
+
+    with open_store(store_url) as st, tempfile.TemporaryDirectory() as d:
+        [entry] = st.get_ref("any", "label", digest=pin).entries
+        assert st.get_manifest(entry.manifest_digest) == bundle.manifest_bytes()
+        for b in _unique(bundle):
+            dest = Path(d) / b.stored_digest[7:]  # a new file each: a partial dest would be resumed
+            st.get_blob(b, dest)
+            assert sha256_file(dest) == (b.stored_digest, b.stored_size)
 
 
 def test_a_misspelled_store_option_is_a_usage_error(tmp_path):

@@ -10,7 +10,9 @@ from cachetool.stores.base import GC_MIN_AGE_S
 from cachetool.stores.gc import GcReport
 from cachetool.stores.oci import media
 from cachetool.stores.oci.media import A, CREATED
-from cachetool.stores.oci.refs import LEGACY_SIG_TAG, REFERRERS_TAG
+from cachetool.stores.oci.refs import LEGACY_SIG_TAG, REFERRERS_TAG, Tags
+from cachetool.stores.oci.repository import Repository
+from cachetool.stores.oci.signatures import Signatures
 
 
 def _age_seconds(created: str) -> float:
@@ -25,9 +27,16 @@ def _age_seconds(created: str) -> float:
 
 
 class SignatureGc:
-    """Mixed into :class:`cachetool.stores.oci.store.OCIStore`."""
+    """Collects the orphaned signatures of ``repository``: ``tags`` says which bundles are live, ``signatures``
+    reads the referrers tags."""
 
-    def gc(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> GcReport:
+    def __init__(self, repository: Repository, tags: Tags, signatures: Signatures):
+        self.repository = repository
+        self.tags = tags
+        self.signatures = signatures
+        self.url = repository.url
+
+    def collect(self, dry_run: bool = False, older_than: float = GC_MIN_AGE_S) -> GcReport:
         """Delete signatures whose bundle no tag reaches, written at least ``older_than`` seconds ago.
 
         Every tag is read first; a tag that cannot be read (a transient error) stops the collection before
@@ -47,7 +56,7 @@ class SignatureGc:
             if subject in live:
                 reached += 1
                 continue
-            descs, _ = self._read_referrers_tag(subject)
+            descs, _ = self.signatures.read_referrers_tag(subject)
             ours = [d for d in descs or [] if d.get("artifactType") == media.SIGNATURE_ARTIFACT_TYPE
                     or d.get("artifactType") is None and str((d.get("annotations") or {}).get(A + "manifest.digest", ""))]
             if len(ours) != len(descs or []):
@@ -66,7 +75,7 @@ class SignatureGc:
         """(OCI digests of every bundle a tag reaches, the referrers tags, the legacy signature tags)."""
         live: set[str] = set()
         referrer_tags, legacy = [], []
-        for t in self.tags():
+        for t in self.repository.tags():
             if REFERRERS_TAG.match(t):
                 referrer_tags.append(t)
                 continue
@@ -74,7 +83,7 @@ class SignatureGc:
                 legacy.append(t)
                 continue
             try:
-                live.update(oci for _, oci in self._resolve_with_digests(t, f"{what}: read {t}"))
+                live.update(oci for _, oci in self.tags.resolve_with_digests(t, f"{what}: read {t}"))
             except NotFoundError:
                 continue  # the tag went away meanwhile
             except StoreError as exc:
@@ -83,8 +92,6 @@ class SignatureGc:
         return live, referrer_tags, legacy
 
     def _delete_tag_and(self, tag: str, manifests: list[str], what: str) -> None:
-        d = self._tag_digest(tag)
-        if d is not None:
-            self._req("DELETE", self._v2(f"manifests/{d}"), what, ok=(202, 200, 404))
-        for m in manifests:
-            self._req("DELETE", self._v2(f"manifests/{m}"), what, ok=(202, 200, 404))
+        d = self.repository.tag_digest(tag)
+        for m in ([d] if d is not None else []) + manifests:
+            self.repository.delete_manifest(m, what)

@@ -1,6 +1,6 @@
 """Tags on OCI: a tag is an image index of bundle manifests, one per platform. Reading accepts any wrapping (our
 index, one a copy rewrote, a tag straight on a bundle manifest); writing converges, for the distribution API has no
-compare-and-swap (:meth:`TagRefs._converge`)."""
+compare-and-swap (:meth:`Tags.converge`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import random
 import re
 import time
-from typing import Callable, Iterator
+from typing import Callable, ContextManager, Iterator
 
 from cachetool.digests import hexof
 from cachetool.errors import (CachetoolError, DigestMismatchError, NotABundleError, NotFoundError, StoreError,
@@ -17,18 +17,27 @@ from cachetool.retry import log as retry_log
 from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.stores.common import now_iso, ref_entry
 from cachetool.stores.oci import media
+from cachetool.stores.oci.manifests import BundleManifests
 from cachetool.stores.oci.media import A, CREATED
+from cachetool.stores.oci.repository import Repository
 
 REFERRERS_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
 LEGACY_SIG_TAG = re.compile(r"^sha256-([0-9a-f]{64})\.sig$")
 
 
-class TagRefs:
-    """Mixed into :class:`cachetool.stores.oci.store.OCIStore`: get_ref (a tag or a pin), update_ref, list_refs."""
+class Tags:
+    """The tags of ``repository``: get_ref (a tag or a pin), update_ref, list_refs. Every bundle a tag reaches is
+    noted in ``manifests`` (its OCI manifest and packs), for the pull that follows."""
 
     # Ref updates: how long a writer waits before it re-reads the tag to see that its write stuck.
     settle_s = 0.25
     update_attempts = 10
+
+    def __init__(self, repository: Repository, manifests: BundleManifests):
+        self.repository = repository
+        self.manifests = manifests
+        self.url = repository.url
+        self._entries: dict[str, tuple[str, dict, int]] = {}  # OCI digest -> (platform, fingerprint, size)
 
     def _entry_of(self, oci: str, doc: dict, what: str) -> tuple[str, str, dict, int]:
         """(bundle manifest digest, platform, fingerprint, size) of a bundle's OCI manifest ``doc``."""
@@ -42,7 +51,7 @@ class TagRefs:
             else:  # cachetool before these annotations: read our manifest itself
                 from cachetool.manifest import Manifest
 
-                man = Manifest.from_bytes(self._get_blob_bytes(md, what, limit=512 << 20))
+                man = Manifest.from_bytes(self.repository.get_blob_bytes(md, what, limit=512 << 20))
                 fp, platform = dict(man.fingerprint or {}), man.platform
             size = ann.get(A + "size") or (sum(int(l.get("size") or 0) for l in doc.get("layers") or [])
                                           + int(doc["config"].get("size") or 0))
@@ -50,12 +59,12 @@ class TagRefs:
         return (md, *self._entries[oci])
 
     def _resolve(self, ref: str, what: str) -> list[RefEntry]:
-        return [e for e, _ in self._resolve_with_digests(ref, what)]
+        return [e for e, _ in self.resolve_with_digests(ref, what)]
 
-    def _resolve_with_digests(self, ref: str, what: str) -> list[tuple[RefEntry, str]]:
+    def resolve_with_digests(self, ref: str, what: str) -> list[tuple[RefEntry, str]]:
         """The bundles a tag (or an OCI digest) reaches, each recognised by its own manifest. An index child that
         is not a bundle is skipped; an empty list means "not a cachetool bundle"."""
-        body, mt, digest = self._get_manifest(ref, what)
+        body, mt, digest = self.repository.get_manifest(ref, what)
         try:
             doc = json.loads(body)
             if not isinstance(doc, dict):
@@ -69,13 +78,13 @@ class TagRefs:
             entries = []
             for m, child, ann in children:
                 hexof(child)
-                cdoc = doc if m is None else json.loads(self._get_manifest(child, what, media.ACCEPT)[0])
+                cdoc = doc if m is None else json.loads(self.repository.get_manifest(child, what, media.ACCEPT)[0])
                 if not media.is_bundle_manifest(cdoc):
                     continue
                 md, platform, fp, size = self._entry_of(child, cdoc, what)
                 created = ann.get(CREATED) or idx_created or (cdoc.get("annotations") or {}).get(CREATED, "")
                 body_size = int(m["size"]) if m is not None else len(body)
-                self._remember(md, child, body_size, cdoc.get("layers") or [])
+                self.manifests.remember(md, child, body_size, cdoc.get("layers") or [])
                 entries.append((ref_entry(md, platform, fp, size, created), child))
         except NotFoundError as exc:
             raise StoreError(f"{what}: the index names a manifest the registry does not have", store=self.url,
@@ -109,7 +118,7 @@ class TagRefs:
     def _index_body(self, index: RefIndex) -> bytes:
         manifests = []
         for e in index.entries:
-            oci, size = self._oci_of(e.manifest_digest)
+            oci, size = self.manifests.oci_of(e.manifest_digest)
             manifests.append({
                 "mediaType": media.OCI_MANIFEST, "digest": oci, "size": size, "artifactType": media.ARTIFACT_TYPE,
                 "platform": media.platform_of(e.fingerprint),
@@ -120,18 +129,18 @@ class TagRefs:
         return media.compose_index(manifests, {A + "name": index.name, A + "tag": index.tag}, media.ARTIFACT_TYPE)
 
     def put_ref(self, index: RefIndex) -> None:
-        self._put_manifest(index.tag, self._index_body(index), media.OCI_INDEX, f"write ref {self.url}:{index.tag}")
+        self.repository.put_manifest(index.tag, self._index_body(index), media.OCI_INDEX, f"write ref {self.url}:{index.tag}")
 
     def _read_ref(self, name: str, tag: str) -> tuple[RefIndex | None, str | None]:
         try:
-            digest = self._tag_digest(tag)
+            digest = self.repository.tag_digest(tag)
             if digest is None:
                 return None, None
             return self.get_ref(name, tag), digest
         except NotFoundError:
             return None, None
 
-    def _converge(self, tag: str, read, update, write, what: str):
+    def converge(self, tag: str, read, update, write, what: str):
         """Read-modify-write of a tag without compare-and-swap (the distribution API has none):
 
         1. read the tag (value and digest) and compute the update;
@@ -148,7 +157,7 @@ class TagRefs:
             new = update(old)
             if old is not None and new == old:
                 return new
-            if self._tag_digest(tag) != digest:
+            if self.repository.tag_digest(tag) != digest:
                 retry_log.info("%s: %s:%s changed since it was read; merging again", what, self.url, tag)
                 continue
             write(new)
@@ -171,21 +180,22 @@ class TagRefs:
             else:
                 self.delete_ref(name, tag)
 
-        return self._converge(tag, lambda: self._read_ref(name, tag), update, write, f"update {self.url}:{tag}")
+        return self.converge(tag, lambda: self._read_ref(name, tag), update, write, f"update {self.url}:{tag}")
 
     def delete_ref(self, name: str, tag: str) -> None:
         """Delete the tag's index (by digest: the distribution API deletes manifests, not tags)."""
         what = f"delete {self.url}:{tag}"
-        d = self._tag_digest(tag)
+        d = self.repository.tag_digest(tag)
         if d is None:
             fields = {"store": self.url, "ref": f"{name}:{tag}", "key": tag, "status": 404}
-            if not self._repo_exists():
-                raise NotFoundError(f"repository {self.repo!r} not found on {self.host}", **fields)
+            if not self.repository.exists():
+                raise NotFoundError(f"repository {self.repository.repo!r} not found on {self.repository.host}",
+                                    **fields)
             raise NotFoundError(f"{self.url}:{tag} not found", **fields)
-        self._req("DELETE", self._v2(f"manifests/{d}"), what, ok=(202, 200))
+        self.repository.delete_manifest(d, what, gone_ok=False)
 
-    def _refs_of_repo(self, name: str) -> Iterator[RefIndex]:
-        for tag in sorted(self.tags()):
+    def refs_of_repo(self, name: str) -> Iterator[RefIndex]:
+        for tag in sorted(self.repository.tags()):
             if REFERRERS_TAG.match(tag) or LEGACY_SIG_TAG.match(tag):
                 continue
             try:
@@ -195,34 +205,36 @@ class TagRefs:
             except NotABundleError:
                 continue  # another tool's tag
 
-    def list_refs(self) -> Iterator[RefIndex]:
+    def list_refs(self, sibling: Callable[[str], ContextManager["Tags"]]) -> Iterator[RefIndex]:
         """The refs of the repository; for a registry (``oci://host``) or a namespace (``oci://host/team``), those
-        of every repository under it, named by their path."""
+        of every repository under it, named by their path, each read through ``with sibling(path) as tags`` (the
+        tags of another repository of this registry, with its own credentials scope)."""
+        repo, host = self.repository.repo, self.repository.host
         found = False
-        if self.repo:
+        if repo:
             try:
-                refs = list(self._refs_of_repo(self.repo.rsplit("/", 1)[-1]))
+                refs = list(self.refs_of_repo(repo.rsplit("/", 1)[-1]))
                 found = True
                 yield from refs
             except NotFoundError:
                 pass
-        prefix = self.repo + "/" if self.repo else ""
+        prefix = repo + "/" if repo else ""
         try:
-            subs = [r for r in self.repositories() if r.startswith(prefix)]
+            subs = [r for r in self.repository.repositories() if r.startswith(prefix)]
         except StoreError:
             if found:
                 return  # the registry hides its catalog; the repository itself was listed
             raise
         if not subs and not found:
-            raise NotFoundError(f"repository {self.repo!r} not found on {self.host}" if self.repo else
-                                f"registry {self.host} has no repositories", store=self.url)
+            raise NotFoundError(f"repository {repo!r} not found on {host}" if repo else
+                                f"registry {host} has no repositories", store=self.url)
         for sub in subs:
-            with type(self)(self.host, sub, **self._opts) as child:
+            with sibling(sub) as tags:
                 try:
-                    refs = list(child._refs_of_repo(sub))
+                    refs = list(tags.refs_of_repo(sub))
                 except NotFoundError:
                     continue  # in the catalog with no tags (blobs only, every tag deleted) or removed while listing
-                yield from (RefIndex(sub, i.tag, i.entries) for i in refs)
+            yield from (RefIndex(sub, i.tag, i.entries) for i in refs)
 
 
 def _has_entries(x) -> bool:

@@ -9,26 +9,35 @@ import json
 from cachetool.errors import NotFoundError, StoreError, VerificationError, cause
 from cachetool.stores.common import now_iso
 from cachetool.stores.oci import media
+from cachetool.stores.oci.manifests import BundleManifests
 from cachetool.stores.oci.media import A, CREATED
+from cachetool.stores.oci.refs import Tags
+from cachetool.stores.oci.repository import Repository
 
 
-class ReferrerSignatures:
-    """Mixed into :class:`cachetool.stores.oci.store.OCIStore` (uses its repository access and ``_converge``):
-    ``put_manifest`` attaches the signature, ``get_signature`` reads it."""
+class Signatures:
+    """The signatures of the bundles in ``repository``: a push's commit attaches one (``tags`` writes the referrers
+    tag, converging), ``get_signature`` reads it; ``manifests`` names the OCI manifest each signs."""
 
-    def _attach_signature(self, manifest_digest: str, envelope: bytes) -> None:
+    def __init__(self, repository: Repository, manifests: BundleManifests, tags: Tags):
+        self.repository = repository
+        self.manifests = manifests
+        self.tags = tags
+        self.url = repository.url
+
+    def attach(self, manifest_digest: str, envelope: bytes) -> None:
         what = f"upload signature to {self.url}"
-        oci, size = self._oci_of(manifest_digest)
+        oci, size = self.manifests.oci_of(manifest_digest)
         env_digest = media.sha(envelope)
-        if self._head_blob(env_digest) is None:
-            self._upload_retrying(env_digest, len(envelope), what, data=envelope)
-        if self._head_blob(media.EMPTY_DIGEST) is None:
-            self._upload_retrying(media.EMPTY_DIGEST, len(media.EMPTY_JSON), what, data=media.EMPTY_JSON)
+        if self.repository.head_blob(env_digest) is None:
+            self.repository.upload_retrying(env_digest, len(envelope), what, data=envelope)
+        if self.repository.head_blob(media.EMPTY_DIGEST) is None:
+            self.repository.upload_retrying(media.EMPTY_DIGEST, len(media.EMPTY_JSON), what, data=media.EMPTY_JSON)
         created = now_iso()
         body = media.compose_signature(envelope, {"mediaType": media.OCI_MANIFEST, "digest": oci, "size": size},
                                        manifest_digest, created)
         sig = media.sha(body)
-        r = self._put_manifest(sig, body, media.OCI_MANIFEST, what)
+        r = self.repository.put_manifest(sig, body, media.OCI_MANIFEST, what)
         if r.headers.get("OCI-Subject"):
             return  # the registry keeps the referrers list itself
         desc = {"mediaType": media.OCI_MANIFEST, "digest": sig, "size": len(body),
@@ -40,13 +49,13 @@ class ReferrerSignatures:
             kept = [d for d in old or [] if d.get("artifactType") != media.SIGNATURE_ARTIFACT_TYPE or d.get("digest") == sig]
             return kept if any(d.get("digest") == sig for d in kept) else kept + [desc]
 
-        self._converge(media.referrers_tag(oci), lambda: self._read_referrers_tag(oci), add,
+        self.tags.converge(media.referrers_tag(oci), lambda: self.read_referrers_tag(oci), add,
                        lambda descs: self._write_referrers_tag(oci, descs), f"attach signature to {oci[:19]}")
 
-    def _read_referrers_tag(self, subject: str) -> tuple[list[dict] | None, str | None]:
+    def read_referrers_tag(self, subject: str) -> tuple[list[dict] | None, str | None]:
         tag = media.referrers_tag(subject)
         try:
-            body, _, digest = self._get_manifest(tag, f"read referrers of {subject[:19]} in {self.url}")
+            body, _, digest = self.repository.get_manifest(tag, f"read referrers of {subject[:19]} in {self.url}")
         except NotFoundError:
             return None, None
         try:
@@ -62,32 +71,32 @@ class ReferrerSignatures:
 
     def _write_referrers_tag(self, subject: str, descs: list[dict]) -> None:
         tag = media.referrers_tag(subject)
-        self._put_manifest(tag, media.compose_index(descs), media.OCI_INDEX, f"write {self.url}:{tag}")
+        self.repository.put_manifest(tag, media.compose_index(descs), media.OCI_INDEX, f"write {self.url}:{tag}")
 
     def _referrers(self, subject: str) -> list[dict]:
         """Descriptors of the referrers of ``subject``: the referrers API, else the referrers tag."""
         what = f"list referrers of {subject[:19]} in {self.url}"
-        r = self._req("GET", self._v2(f"referrers/{subject}"), what, ok=(200, 400, 404, 405),
+        r = self.repository.request("GET", self.repository.v2(f"referrers/{subject}"), what, ok=(200, 400, 404, 405),
                       headers={"Accept": media.OCI_INDEX}, stream=True)
         if r.status_code == 200 and r.headers.get("Content-Type", "").startswith(media.OCI_INDEX):
             try:
-                return [d for d in json.loads(self.client.read_body(r, 4 << 20, what)).get("manifests") or []
+                return [d for d in json.loads(self.repository.client.read_body(r, 4 << 20, what)).get("manifests") or []
                         if isinstance(d, dict)]
             except (ValueError, AttributeError, RecursionError):
                 raise StoreError(f"{what}: the registry's answer is not an index", store=self.url, key=subject,
                                  status=r.status_code) from None
         r.close()
-        return self._read_referrers_tag(subject)[0] or []
+        return self.read_referrers_tag(subject)[0] or []
 
     def get_signature(self, manifest_digest: str) -> bytes | None:
         what = f"download signature of {manifest_digest[:19]} from {self.url}"
-        oci, _ = self._oci_of(manifest_digest)
+        oci, _ = self.manifests.oci_of(manifest_digest)
         # a copy may drop the descriptors' artifactType: then the manifest itself says what it is
         sigs = [d for d in self._referrers(oci) if d.get("artifactType") in (None, media.SIGNATURE_ARTIFACT_TYPE)]
         sigs.sort(key=lambda d: str((d.get("annotations") or {}).get(CREATED, "")))
         for d in reversed(sigs):
             try:
-                body, _, _ = self._get_manifest(str(d.get("digest")), what, media.OCI_MANIFEST)
+                body, _, _ = self.repository.get_manifest(str(d.get("digest")), what, media.OCI_MANIFEST)
             except NotFoundError:
                 continue  # listed but gone (a registry GC): try the next one
             try:
@@ -97,7 +106,7 @@ class ReferrerSignatures:
                 continue
             return self._envelope_of(body, oci, what)
         try:  # cachetool before referrers: the signature manifest under sha256-<hex>.sig
-            body, _, _ = self._get_manifest(media.legacy_signature_tag(oci), what, media.OCI_MANIFEST)
+            body, _, _ = self.repository.get_manifest(media.legacy_signature_tag(oci), what, media.OCI_MANIFEST)
         except NotFoundError:
             return None
         return self._envelope_of(body, oci, what)
@@ -115,5 +124,5 @@ class ReferrerSignatures:
             raise VerificationError(f"{what}: malformed signature artifact ({cause(exc, detail=True)})",
                                     store=self.url, key=subject) from None
         # The envelope holds the manifest (base64, up to 64 MiB here) and every signature.
-        return self._get_blob_bytes(digest, what, limit=128 << 20)
+        return self.repository.get_blob_bytes(digest, what, limit=128 << 20)
 
