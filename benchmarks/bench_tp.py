@@ -2,7 +2,7 @@
 
     python benchmarks/bench_tp.py [--model tiny] [--keep DIR]
 
-Warms the model at TP=1 and at TP=2 (two gloo ranks) into fresh cache roots with ``cachetool.warmup.warm``, then
+Warms the model at TP=1 and at TP=2 (two gloo ranks) into fresh cache roots with ``cachetool.engines.native.run.warm``, then
 packs each hash folder with the bundle API (``cachetool.bundle.pack`` + ``write_ctb``; content-addressed zstd blobs,
 identical files stored once) and prints one table:
 
@@ -56,7 +56,7 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep the cache roots and bundles in this folder")
     args = ap.parse_args()
 
-    from cachetool.warmup import warm
+    from cachetool.engines.native.run import warm
     from compiler.distributed.rank_share import share_rank_folders
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-tp-"))

@@ -22,30 +22,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
+from cachetool import engines
+from cachetool.cache_root import CacheRoot
 from cachetool.engines import CHOICES as ENGINE_CHOICES
-from cachetool.errors import UsageError
+from cachetool.engines.base import KeyCheckRequest, StartRequest, StartResult
+# the native engine's own public helpers, cachetool's API since its first release
+from cachetool.engines.native.keys import traced_key
+from cachetool.engines.native.run import compilation_config
+from cachetool.errors import CompilationConfigError, UsageError
 from cachetool.pull_policy import ON_MISS, OnMiss, PullOutcome, failure_outcome
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
 from cachetool.stores.base import GC_MIN_AGE_S
-from cachetool.warmup import compilation_config
-from cachetool.warmup import STARTUP_PHASES, CompilationConfigError, CompileRunResult
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from cachetool.bundle import PackedBundle
     from cachetool.engines.base import KeyCheck
-    from cachetool.engines.vllm.engine import VllmStartResult
     from cachetool.factors import Difference
     from cachetool.install import InstallResult
-    from cachetool.pulling import PullResult
+    from cachetool.pulling import PullRequest, PullResult
     from cachetool.prune import PruneReport
     from cachetool.pushing import PushResult
     from cachetool.signing import PublicKey
     from cachetool.stores.base import Store
     from cachetool.stores.gc import GcReport
-    from compiler.config import CompilationConfig
-    from compiler.progress import ProgressEvent
 
 __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expected_cache_key",
            "compilation_config", "pack", "keygen", "sign", "inspect", "verify", "install", "diff", "ls", "rm", "gc",
@@ -53,14 +54,13 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
 
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
 # imports from this module only (tests/test_cli_layer.py), these names included.
-CLI_NAMES = ("STARTUP_PHASES", "CompilationConfigError", "CompileRunResult", "PullOutcome", "ENGINE_CHOICES",
-             "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging", "pull_refused_outcome")
+CLI_NAMES = ("CompilationConfigError", "PullOutcome", "ENGINE_CHOICES", "ON_MISS", "GC_MIN_AGE_S",
+             "layout_choices", "init_logging", "pull_refused_outcome")
 
 # The argument types the verbs share.
 SignKey = Union[str, Path, "Ed25519PrivateKey"]  # a key file, or a loaded key
 Trust = Iterable[Union[str, Path, "PublicKey"]]  # public key files or folders, or loaded keys; None: the pinned ones
-Config = Union["CompilationConfig", dict, str, None]  # a CompilationConfig, a dict, a JSON string, or the default
-StartResult = Union[CompileRunResult, "VllmStartResult"]  # a start of the native engine, or of vLLM
+Config = Any  # the native engine's compilation config: a CompilationConfig, a dict, a JSON string, or None
 
 
 @dataclass
@@ -90,13 +90,6 @@ class WarmSummary:
         }
 
 
-def _hash_folder(result: CompileRunResult) -> Path:
-    """The ``torch_compile_cache/{hash10}`` folder a warm wrote (all its ranks)."""
-    if not result.rank_dir:
-        raise UsageError("nothing to push: the compile cache is disabled or the mode does not use it")
-    return Path(result.rank_dir).parent
-
-
 def _push_key(push: str | None, sign_key: SignKey | None, store_options: dict[str, Any] | None) -> SignKey | None:
     """Check ``push``, its store options and load ``sign_key`` before minutes of compiling, not after; the loaded
     key."""
@@ -115,42 +108,65 @@ def _push_key(push: str | None, sign_key: SignKey | None, store_options: dict[st
     return sign_key
 
 
+def _engine(name: str | None) -> engines.Engine:
+    return engines.get(name) if name is not None else engines.default()
+
+
+def _given(**options: Any) -> frozenset[str]:
+    """The start options a library caller set: those that differ from the verbs' defaults."""
+    defaults = {"device": "cpu", "config": None, "overrides": (), "rank": 0, "dp_rank": 0, "tensor_parallel_size": 1,
+                "flags": (), "load_weights": False}
+    return frozenset(k for k, v in options.items() if v != defaults[k] and not (v == [] and defaults[k] == ()))
+
+
+def start_request(command: str, model: str, root: CacheRoot, *, device: str = "cpu", config: Config = None,
+                  overrides: Iterable[str] = (), engine_flags: Iterable[str] = (), load_weights: bool = False,
+                  rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
+                  require_hit: bool = False, progress: Callable[[Any], None] | None = None,
+                  given: Iterable[str] | None = None) -> StartRequest:
+    """One engine start, typed (``given``: the options the caller set; default: those that differ from the
+    defaults)."""
+    options = dict(device=device, config=config, overrides=tuple(overrides), rank=rank, dp_rank=dp_rank,
+                   tensor_parallel_size=tensor_parallel_size, flags=tuple(engine_flags), load_weights=load_weights)
+    return StartRequest(command=command, model=model, cache_root=root.path, share_ranks=share_ranks,
+                        require_hit=require_hit, progress=progress,
+                        given=frozenset(given) if given is not None else _given(**options), **options)
+
+
 def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
          overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: SignKey | None = None,
-         store_options: dict[str, Any] | None = None, progress: bool | None = False, engine: str = "native",
+         store_options: dict[str, Any] | None = None, progress: bool | None = False, engine: str | None = None,
          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
          engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
          tensor_parallel_size: int = 1, share_ranks: bool = True,
-         on_progress: Callable[[ProgressEvent], None] | None = None) -> WarmSummary:
-    """Compile ``model`` as a server would, filling ``cache_root``; with ``push``, pack the cache folder (signed
-    with ``sign_key``) and push it to that ref. ``rank``, ``dp_rank``, ``tensor_parallel_size``, ``share_ranks``
-    and ``on_progress`` are the native engine's (:func:`cachetool.warmup.warm`). ``engine="vllm"``: real vLLM
-    starts headless with ``engine_flags`` (``vllm serve`` flags, read by vLLM's own parser; ``load_weights`` reads
-    the model's weights instead of dummy ones; ``engine_progress`` gets its message lines), and the key folder it
-    used is packed with vLLM's facts."""
-    from cachetool import engines
-
+         on_progress: Callable[[Any], None] | None = None, given: Iterable[str] | None = None) -> WarmSummary:
+    """Compile ``model`` as a server would, filling the cache root (:class:`~cachetool.cache_root.CacheRoot`:
+    ``cache_root``, else the engine's variable, else its default); with ``push``, pack what the start wrote
+    (signed with ``sign_key``) and push it to that ref. The native engine (the default) takes ``device``,
+    ``config``/``overrides``, ``rank``, ``dp_rank``, ``tensor_parallel_size``, ``share_ranks`` and
+    ``on_progress`` (its progress events); ``engine="vllm"`` starts real vLLM headless with ``engine_flags``
+    (``vllm serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy
+    ones; ``engine_progress`` gets its message lines). An engine refuses another engine's options in one line."""
     from cachetool.writable_root import require_writable
 
-    chosen = engines.get(engine)
+    chosen = _engine(engine)
     sign_key = _push_key(push, sign_key, store_options)
+    root = CacheRoot.of(cache_root, chosen)
+    request = start_request("warm", model, root, device=device, config=config, overrides=overrides,
+                            engine_flags=engine_flags, load_weights=load_weights, rank=rank, dp_rank=dp_rank,
+                            tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks,
+                            progress=on_progress or engine_progress, given=given)
     t0 = time.perf_counter()
-    if chosen.name == "native":
-        cfg = compilation_config(config, overrides, cache_root)
-        require_writable(cfg.cache_dir or chosen.default_cache_root(), "warm")  # before minutes of compiling
-        result = chosen.warm(model, cache_root=cache_root, device=device, compilation_config=cfg, rank=rank,
-                             dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks,
-                             on_progress=on_progress)
-        folder = _hash_folder(result) if push is not None else None
-    else:
-        require_writable(cache_root or chosen.default_cache_root(), "warm")
-        result = chosen.warm(model, cache_root=cache_root, flags=list(engine_flags), load_weights=load_weights,
-                             progress=engine_progress)
-        folder = _engine_folder(result)
+    require_writable(root.path, "warm")  # before minutes of compiling
+    result = chosen.warm(request)
     summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
-    if push is None:
-        return summary
+    if push is not None:
+        _pack_and_push(summary, result.pack_folder(), push, sign_key, store_options, progress)
+    return summary
 
+
+def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: SignKey | None,
+                   store_options: dict[str, Any] | None, progress: bool | None) -> None:
     from cachetool.bundle import pack
     from cachetool.pushing import push as push_bundle
 
@@ -163,47 +179,31 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
         t2 = time.perf_counter()
         summary.push = push_bundle(bundle, push, store_options=store_options, progress=progress)
         summary.phases["push"] = round(time.perf_counter() - t2, 3)
-    return summary
-
-
-def _engine_folder(result: VllmStartResult) -> Path:
-    """What a warm of another engine packs: its cache root, which holds everything the server reads on a hit
-    (vLLM: the AOT key folder, the piecewise folder(s) its backend loads, ``modelinfos/``)."""
-    return Path(result.cache_root)
 
 
 def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
-          overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str = "native",
+          overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str | None = None,
           engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
           engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
-          tensor_parallel_size: int = 1) -> StartResult:
-    """Start ``model`` as a server would and report compiled vs loaded graphs (``CompileRunResult``; ``rank``,
-    ``dp_rank`` and ``tensor_parallel_size`` as for :func:`cachetool.warmup.check`); ``require_hit``: raise
-    :class:`cachetool.errors.CompileInStrictModeError` before anything compiles. ``engine="vllm"``: real vLLM
-    starts on ``cache_root`` with ``engine_flags`` and reports what Inductor compiled and loaded and whether vLLM
-    loaded its AOT artifact (``VllmStartResult``); ``require_hit`` then raises
+          tensor_parallel_size: int = 1, given: Iterable[str] | None = None) -> StartResult:
+    """Start ``model`` as a server would and report compiled vs loaded graphs (the engine's
+    :class:`~cachetool.engines.base.StartResult`; options as for :func:`warm`). ``require_hit``: the native engine
+    raises :class:`cachetool.errors.CompileInStrictModeError` before anything compiles; vLLM raises
     :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start, with the start as its
     ``start`` (what the CLI's ``--json`` object of the failure carries)."""
-    from cachetool import engines
-
-    chosen = engines.get(engine)
-    if chosen.name != "native":
-        return chosen.check(model, cache_root=cache_root, require_hit=require_hit, flags=list(engine_flags),
-                            load_weights=load_weights, progress=engine_progress)
-    cfg = compilation_config(config, overrides, cache_root)
-    return chosen.check(model, cache_root=cache_root, device=device, compilation_config=cfg,
-                        require_hit=require_hit, rank=rank, dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size)
+    chosen = _engine(engine)
+    request = start_request("check", model, CacheRoot.of(cache_root, chosen), device=device, config=config,
+                            overrides=overrides, engine_flags=engine_flags, load_weights=load_weights, rank=rank,
+                            dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size, require_hit=require_hit,
+                            progress=engine_progress, given=given)
+    return chosen.check(request)
 
 
 def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None,
                        overrides: list[str] | tuple[str, ...] = (), rank: int = 0, dp_rank: int = 0) -> dict:
-    """The cache key (``{"hash", "factors"}``) a server running ``model`` with this config will look up, computed
-    by a Dynamo trace without compiling or writing anything. Pull uses it to refuse, before any download, a bundle
-    whose config or code factors differ, naming the field."""
-    from cachetool.engines.native import NativeEngine
-
-    return NativeEngine().traced_key(model, device=device, config=compilation_config(config, overrides), rank=rank,
-                                     dp_rank=dp_rank)
+    """The cache key (``{"hash", "factors"}``) a server of the native engine running ``model`` with this config
+    will look up, computed by a Dynamo trace without compiling or writing anything."""
+    return traced_key(model, device=device, config=compilation_config(config, overrides), rank=rank, dp_rank=dp_rank)
 
 
 def push(source: str | Path | PackedBundle, ref: str, *, sign_key: SignKey | None = None, layout: str = "auto",
@@ -219,11 +219,35 @@ def push(source: str | Path | PackedBundle, ref: str, *, sign_key: SignKey | Non
 
 
 def default_cache_root(engine: str | None = None) -> Path:
-    """Where the server of ``engine`` reads its cache, so where a pull puts it: vLLM's own root for ``vllm``
-    (``VLLM_CACHE_ROOT``), else cachetool's (``CACHETOOL_CACHE_ROOT`` or ``~/.cache/cachetool``)."""
-    from cachetool import engines, envs
+    """Where the server of ``engine`` (default: the native engine's) reads its cache, so where a pull puts it: the
+    engine's variable (``CACHETOOL_CACHE_ROOT``, ``VLLM_CACHE_ROOT``), else its default."""
+    return CacheRoot.of(None, _engine(engine)).path
 
-    return envs.cache_root() if engine is None else engines.get(engine).default_cache_root()
+
+def pull_request(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None = None,
+                 insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None,
+                 device: str | None = None, model: str | None = None, config: Config = None,
+                 overrides: list[str] | tuple[str, ...] = (), tensor_parallel_size: int = 1,
+                 engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (), force: bool = False,
+                 keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
+                 store_options: dict[str, Any] | None = None, timeout: float | None = None,
+                 progress: bool | None = None, workers: int | None = None,
+                 warn: Callable[[str], None] | None = None) -> PullRequest:
+    """A pull's every option settled into one :class:`cachetool.pulling.PullRequest` (arguments as for
+    :func:`pull`): the engine, the cache root, and the server's key question when it names a model (or, for vLLM,
+    its flags after ``--``)."""
+    from cachetool.pulling import PullRequest
+
+    chosen = _engine(engine)
+    root = CacheRoot.of(cache_root, chosen).path
+    asks_key = model is not None or bool(engine_flags) or config is not None or bool(overrides)
+    key = KeyCheckRequest(model=model, cache_root=root, device=device or "cpu", config=config,
+                          overrides=tuple(overrides), flags=tuple(engine_flags),
+                          tensor_parallel_size=tensor_parallel_size, timeout=timeout) if asks_key else None
+    return PullRequest(ref=ref, cache_root=root, engine=chosen, key=key, trust=trust,
+                       insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device, force=force,
+                       keep_changed=keep_changed, preflight=preflight, store=store, store_options=store_options,
+                       timeout=timeout, progress=progress, workers=workers, warn=warn)
 
 
 def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None = None,
@@ -235,31 +259,16 @@ def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None 
          workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullResult:
     """Pull ``ref`` into ``cache_root`` (default: :func:`default_cache_root` of ``engine``): signature checked
     against the pinned keys, then preflight, then blobs, each verified, installed atomically. With ``model`` (and
-    ``config``, ``tensor_parallel_size``), preflight also compares the cache key this server will need —
-    predicted from the bundle's own factors without a trace, re-hashing here the traced files it lists — naming a
-    differing config field or traced file. The other arguments as for :func:`cachetool.pulling.pull`. Returns
-    :class:`cachetool.pulling.PullResult`."""
-    from cachetool.engines.native import NativeEngine
-    from cachetool.pulling import pull as pull_bundle
+    ``config``, ``tensor_parallel_size``; for ``engine="vllm"`` the server's flags as ``engine_flags``), preflight
+    also asks the engine which key folder this server will look up, naming a differing config field or traced
+    file. Returns :class:`cachetool.pulling.PullResult`; raises on failure."""
+    from cachetool.pulling import pull as run_pull
 
-    root = default_cache_root(engine) if cache_root is None else cache_root
-    rest = dict(trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device, engine=engine,
-                force=force, keep_changed=keep_changed, preflight=preflight, store=store, store_options=store_options,
-                timeout=timeout, progress=progress, workers=workers, warn=warn)
-    if engine not in (None, "native"):
-        from cachetool import engines
-
-        if config is not None or overrides:
-            raise UsageError("--compilation-config/-cc are native-engine options: with --engine vllm pass vLLM's "
-                             "own flags after --")
-        # the server's own command line after --: its model as --model, `vllm serve M`'s tag or `--model M`
-        check = engines.get(engine).key_check(model, cache_root=root, flags=list(engine_flags),
-                                              timeout=timeout) if (model or engine_flags) else None
-        return pull_bundle(ref, root, expected_key=check, **rest)
-    return pull_bundle(ref, root, **rest,
-                       expected_key=NativeEngine().key_check(model, config=config, overrides=overrides,
-                                                         device=device or "cpu",
-                                                         tensor_parallel_size=tensor_parallel_size))
+    return run_pull(pull_request(
+        ref, cache_root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device,
+        model=model, config=config, overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine,
+        engine_flags=engine_flags, force=force, keep_changed=keep_changed, preflight=preflight, store=store,
+        store_options=store_options, timeout=timeout, progress=progress, workers=workers, warn=warn))
 
 
 def pull_outcome(ref: str, cache_root: str | Path | None = None, *, on_miss: OnMiss = "fail",
@@ -278,15 +287,15 @@ def pull_outcome(ref: str, cache_root: str | Path | None = None, *, on_miss: OnM
     from cachetool.pull_policy import pull_with_policy
 
     try:
-        root = default_cache_root(engine) if cache_root is None else cache_root
+        request = pull_request(
+            ref, cache_root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device,
+            model=model, config=config, overrides=overrides, tensor_parallel_size=tensor_parallel_size,
+            engine=engine, engine_flags=engine_flags, force=force, keep_changed=keep_changed, preflight=preflight,
+            store=store, store_options=store_options, timeout=timeout, progress=progress, workers=workers,
+            warn=warn)
     except Exception as exc:  # an engine that is none: its outcome too
         return failure_outcome(ref, on_miss, exc)
-    return pull_with_policy(pull, ref, root, on_miss=on_miss, timeout=timeout, trust=trust,
-                            insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device, model=model,
-                            config=config, overrides=overrides, tensor_parallel_size=tensor_parallel_size,
-                            engine=engine, engine_flags=engine_flags, force=force, keep_changed=keep_changed,
-                            preflight=preflight, store=store, store_options=store_options, progress=progress,
-                            workers=workers, warn=warn)
+    return pull_with_policy(request, on_miss)
 
 
 def pull_refused_outcome(ref: str | None, exc: BaseException, on_miss: str = "fail") -> PullOutcome:
@@ -366,7 +375,7 @@ def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = No
 
 def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: Trust | None = None,
             insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None, preflight: bool = True,
-            device: str | None = None, expected_key: KeyCheck | dict[str, Any] | None = None, force: bool = False,
+            device: str | None = None, key_check: KeyCheck | None = None, force: bool = False,
             keep_changed: bool = False, warn: Callable[[str], None] | None = None, workers: int | None = None,
             deadline: float | None = None) -> InstallResult:
     """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root`` (default:
@@ -378,26 +387,21 @@ def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: 
     with open_ctb(bundle) as b:
         return install_bundle(b, default_cache_root() if cache_root is None else cache_root, trust=trust,
                               insecure_skip_verify=insecure_skip_verify, ranks=ranks, preflight=preflight,
-                              device=device, expected_key=expected_key, force=force, keep_changed=keep_changed,
+                              device=device, key_check=key_check, force=force, keep_changed=keep_changed,
                               warn=warn, workers=workers, deadline=deadline)
 
 
-def diff(a: str, b: str, *, device: str | None = None, engine: str = "native", model: str | None = None,
+def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None, model: str | None = None,
          flags: list[str] | tuple[str, ...] = (), platform: str | None = None,
          store_options: dict[str, Any] | None = None) -> list[Difference]:
     """Every hash factor that differs between A and B (bundle files, refs, cache folders or ``local``), as
-    :class:`cachetool.factors.Difference` items; with ``engine="vllm"``, B is ``local``: this machine and, with
-    ``model`` and the server's ``flags``, the key inputs vLLM computes for that server."""
-    from cachetool.diff import diff_against_server, diff_sources
+    :class:`cachetool.factors.Difference` items. The engine (``engine``, else A's by its layout) reads and
+    compares the keys; against ``local`` an engine whose server computes its key (vLLM) compares this machine's
+    facts and, with ``model`` and the server's ``flags``, the key inputs its server computes."""
+    from cachetool.diff import diff_sources
 
-    reading = {"platform": platform, "store_options": store_options}
-    if engine == "native":
-        if model or flags:
-            raise UsageError("--model and flags after -- on diff are for --engine vllm")
-        return diff_sources(a, b, device=device, reading=reading)
-    if b != "local":
-        raise UsageError(f"diff --engine {engine} compares A with this machine: B must be 'local'")
-    return diff_against_server(a, engine=engine, model=model, flags=list(flags), device=device, reading=reading)
+    return diff_sources(a, b, device=device, engine=_engine(engine) if engine is not None else None, model=model,
+                        flags=list(flags), reading={"platform": platform, "store_options": store_options})
 
 
 def ls(store: str, *, store_options: dict[str, Any] | None = None) -> Listing:
@@ -454,6 +458,4 @@ def layout_choices() -> tuple[str, ...]:
 def init_logging() -> None:
     """Log lines of the compiler and of cachetool on stderr, at ``CACHETOOL_LOGGING_LEVEL`` (what ``warm`` and
     ``check`` show while they run; an embedder configures its own logging instead)."""
-    from compiler.logger import init_logging as to_stderr
-
-    to_stderr("cachetool")
+    engines.init_logging()

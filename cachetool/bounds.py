@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -87,15 +86,3 @@ def sleep(seconds: float, what: str) -> None:
             return
         deadlines = [r for r in (b.remaining() for b in _bounds.get()) if r is not None]
         time.sleep(max(0.0, min([left, POLL_SECONDS if _bounds.get() else left, *deadlines])))
-
-
-def timeout_applied(fn):
-    """Decorate a function that takes a ``timeout`` keyword (seconds for its whole run, None: none): its run is
-    under that bound, in every thread it hands work to."""
-
-    @functools.wraps(fn)
-    def run(*args, timeout: float | None = None, **kwargs):
-        with applied(Bound.timeout(timeout)):
-            return fn(*args, timeout=timeout, **kwargs)
-
-    return run

@@ -1,9 +1,11 @@
 """``cachetool diff A B``: name every hash factor that differs between two caches ("why did my cache miss").
 
-A side is a ``.ctb`` bundle, a store ref (its manifest is read), a cache folder (any layout; a root, hash or rank folder) or ``local``: this machine
-(its ``env`` and ``compiler`` factors from ``compiler.cache_key`` and its fingerprint; ``config`` and ``code``
-need the model and are not known for ``local``, so they are skipped). Bundles are read, not verified: diff only
-reports.
+A side is a ``.ctb`` bundle, a store ref (its manifest is read), a cache folder (any layout; a root, hash or rank
+folder) or ``local``: this machine (its fingerprint and the factors its engine records without a model:
+``Engine.local_factors``; ``config`` and ``code`` need the model and are not known for ``local``, so they are
+skipped). An engine whose server computes its key (vLLM) compares ``local`` by asking it
+(:func:`diff_against_server`). The engine reads and compares the keys (``Engine.compare_keys``); nothing here
+names one. Bundles are read, not verified: diff only reports.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import NotFoundError, UsageError
-from cachetool.factors import FACTORS, UNSET, Difference, Factors, compare_factors
+from cachetool import engines
+from cachetool.engines.base import Engine
+from cachetool.factors import UNSET, Difference, Factors
 
 
 @dataclasses.dataclass
@@ -26,23 +30,18 @@ class Side:
     layout: str | None = None  # the cache's layout (None for "local")
 
 
-def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] | None = None) -> Side:
-    """A side of a diff: ``local``, a store ref (its manifest only: ``reading`` holds ``platform`` and
-    ``store_options``, :func:`cachetool.read_bundle.open_bundle`), a bundle file or a cache folder."""
+def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] | None = None,
+              engine: Engine | None = None) -> Side:
+    """A side of a diff: ``local`` (as ``engine``, default the default engine, records it), a store ref (its
+    manifest only: ``reading`` holds ``platform`` and ``store_options``,
+    :func:`cachetool.read_bundle.open_bundle`), a bundle file or a cache folder."""
     from cachetool.fingerprint import fingerprint_from_factors, local_fingerprint, require_device
 
     if spec == "local":
-        try:
-            from compiler import cache_key as ck
-        except ImportError as exc:
-            raise UsageError(f"'local' needs the compiler package ({exc})") from None
         device = require_device(device)
         fp = local_fingerprint(device=device)
-        dev = device or fp["device"]
-        env, comp = ck.local_env_factors(), ck.local_compiler_factors(dev)
-        factors = Factors.from_entries({"env": ck.Factor(ck.factor_hash(env), env),
-                                        "compiler": ck.Factor(ck.factor_hash(comp), comp)})
-        return Side("local", [("local", factors)], fp, partial=True)
+        factors = (engine or engines.default()).local_factors(device or fp["device"])
+        return Side("local", [("local", factors)] if factors is not None else [], fp, partial=True)
     from cachetool.read_bundle import is_ref, open_bundle
 
     p = Path(spec)
@@ -63,10 +62,8 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
     return Side(str(p), [(k.hash, k.factors) for k in s.keys], fingerprint_from_factors(comp, fp), layout=s.kind)
 
 
-def _engine(side: Side) -> str:
-    from cachetool import engines
-
-    return engines.for_layout(side.layout).name if side.layout else "native"
+def _engine(side: Side) -> Engine:
+    return engines.for_layout(side.layout)
 
 
 def fingerprint_differences(a: Side, b: Side) -> list[Difference]:
@@ -78,17 +75,21 @@ def fingerprint_differences(a: Side, b: Side) -> list[Difference]:
 
     found: dict[str, tuple] = {}
     if not a.partial:
-        found.update({f: (va, vb) for f, va, vb in compare(a.fingerprint, b.fingerprint, _engine(a))})
+        found.update({f: (va, vb) for f, va, vb in compare(a.fingerprint, b.fingerprint,
+                                                           engines.fields_ignored_by(_engine(a)))})
     if not b.partial:
-        found.update({f: (va, vb) for f, vb, va in compare(b.fingerprint, a.fingerprint, _engine(b))})
+        found.update({f: (va, vb) for f, vb, va in compare(b.fingerprint, a.fingerprint,
+                                                           engines.fields_ignored_by(_engine(b)))})
     return [Difference("fingerprint", f, *found[f]) for f in CHECKED if f in found]
 
 
-def diff_sides(a: Side, b: Side) -> list[Difference]:
+def diff_sides(a: Side, b: Side, engine: Engine | None = None) -> list[Difference]:
     """The fingerprint fields that decide a hit (:func:`fingerprint_differences`: the driver and the GPU's name are
-    recorded, not compared), then the factors of each pair of caches."""
+    recorded, not compared), then the factors of each pair of caches, compared by ``engine`` (default: A's, or
+    B's where A is ``local``)."""
     out = fingerprint_differences(a, b)
-    only = ("env", "compiler") if (a.partial or b.partial) else FACTORS
+    eng = engine or _engine(b if a.partial else a)
+    partial = a.partial or b.partial
     if not a.keys or not b.keys:
         if a.keys or b.keys:
             out.append(Difference("keys", "caches", [h for h, _ in a.keys] or UNSET, [h for h, _ in b.keys] or UNSET))
@@ -109,8 +110,10 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
     multi = len(pairs) > 1
     for (ha, fa), (hb, fb) in pairs:
         cache = f"{ha} vs {hb}" if multi else ""
-        names = only if (a.partial or b.partial) else _factor_names(fa, fb)
-        found = compare_factors(fa, fb, only=names, cache=cache)
+        # against "local" only what this machine records (the env and compiler factors) is compared
+        mine = fa if a.partial else fb
+        names = tuple(mine.names) if partial and mine is not None else None
+        found = eng.compare_keys(fa, fb, only=names, cache=cache)
         if not found and ha != hb and not (a.partial or b.partial):
             # two caches in different key folders are two keys, whatever their recorded inputs say (a server
             # looks up one folder): never "no differences"
@@ -119,23 +122,25 @@ def diff_sides(a: Side, b: Side) -> list[Difference]:
     return out
 
 
-def _factor_names(fa: Factors | None, fb: Factors | None) -> tuple[str, ...]:
-    """Our four factors first, then every other factor either side records (vLLM's ``inductor``, ``serve``,
-    ``launch``): each can tell why two keys differ."""
-    extra = {n for f in (fa, fb) if f is not None for n in f.names} - set(FACTORS)
-    return (*FACTORS, *sorted(extra))
-
-
 def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | None = None,
+                 engine: Engine | None = None, model: str | None = None, flags: list[str] | tuple[str, ...] = (),
                  reading: dict[str, Any] | None = None) -> list[Difference]:
-    """Differences between two bundles / refs / cache folders / ``"local"``; empty when nothing differs. A vLLM
-    cache against ``"local"`` is compared as :func:`diff_against_server` does (vLLM's facts, not the native
-    factors)."""
+    """Differences between two bundles / refs / cache folders / ``"local"``; empty when nothing differs. The
+    engine is ``engine``, else A's (by its layout). Against ``"local"``, an engine whose server computes its key
+    is asked (:func:`diff_against_server`: its facts and, with ``model`` and the server's ``flags``, its key)."""
     reading_a, reading_b = _readings(str(a), str(b), reading or {})
-    side_a = load_side(str(a), device=device, reading=reading_a)
-    if str(b) == "local" and side_a.layout not in (None, "native", "triton"):
-        return diff_against_server(a, engine=side_a.layout, device=device, reading=reading_a)
-    return diff_sides(side_a, load_side(str(b), device=device, reading=reading_b))
+    side_a = load_side(str(a), device=device, reading=reading_a, engine=engine)
+    eng = engine or _engine(side_a)
+    if eng.local_by_server:
+        if str(b) != "local":
+            if engine is not None:
+                raise UsageError(f"diff --engine {eng.name} compares A with this machine: B must be 'local'")
+        else:
+            return diff_against_server(side_a, eng, model=model, flags=flags, device=device)
+    if model or flags:
+        by_server = [e.name for e in engines.ENGINES.values() if e.local_by_server]
+        raise UsageError(f"--model and flags after -- on diff are for --engine {' or '.join(by_server)}")
+    return diff_sides(side_a, load_side(str(b), device=device, reading=reading_b, engine=eng), eng)
 
 
 def _readings(a: str, b: str, reading: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -158,28 +163,21 @@ def _readings(a: str, b: str, reading: dict[str, Any]) -> tuple[dict[str, Any], 
     return {**reading, "store_options": taken_a}, {**reading, "store_options": taken_b}
 
 
-def diff_against_server(spec: str | os.PathLike, *, engine: str, model: str | None = None,
-                        flags: list[str] | tuple[str, ...] = (), device: str | None = None,
-                        reading: dict[str, Any] | None = None) -> list[Difference]:
-    """Differences between a bundle or cache folder and a server of ``engine`` on this machine: the fingerprint
-    with the engine's facts (vLLM version, CPU ISA) and, with ``model`` (and the server's ``flags``), the key
-    inputs as the engine itself computes them for that server."""
+def diff_against_server(side: Side, engine: Engine, *, model: str | None = None,
+                        flags: list[str] | tuple[str, ...] = (), device: str | None = None) -> list[Difference]:
+    """Differences between a bundle or cache folder (``side``) and a server of ``engine`` on this machine: the
+    fingerprint with the engine's facts (vLLM version, CPU ISA) and, with ``model`` (and the server's ``flags``),
+    the key inputs as the engine itself computes them for that server."""
     import tempfile
 
-    from cachetool import engines
     from cachetool.fingerprint import local_fingerprint, require_device
-
-    side = load_side(str(spec), device=device, reading=reading)
-    eng = engines.get(engine)
-    fp = local_fingerprint(device=require_device(device))
-    fp.update({k: v for k, v in eng.machine_facts(fp["device"]).items() if k != "engine"})
-    out = diff_sides(side, Side("local", [], fp, partial=True))
-    out = [d for d in out if d.category == "fingerprint"]
-    if model is None:
-        return out
     from cachetool.manifest import KeyFolder
 
+    fp = local_fingerprint(device=require_device(device))
+    fp.update({k: v for k, v in engine.machine_facts(fp["device"]).items() if k != "engine"})
+    out = [d for d in diff_sides(side, Side("local", [], fp, partial=True), engine) if d.category == "fingerprint"]
+    if model is None:
+        return out
     with tempfile.TemporaryDirectory(prefix="cachetool-diff-") as scratch:
-        check = eng.key_check(model, cache_root=scratch, flags=list(flags))
-        _key, diffs = check.closest([KeyFolder(h, "aot", f) for h, f in side.keys])
-    return out + diffs
+        return out + engine.server_differences([KeyFolder(h, "aot", f) for h, f in side.keys], model, list(flags),
+                                               Path(scratch))

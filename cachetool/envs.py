@@ -1,18 +1,34 @@
-"""cachetool's environment variables, registered on the one registry (:mod:`compiler.envs`, the only module that
-reads the environment): stores, trust, the vLLM engine, and the other tools' conventions cachetool honours (boto3,
-docker/podman, XDG). cachetool's modules read every variable through this module, which re-exports the registry's
-readers, so that importing it is what registers these names."""
+"""cachetool's environment variables: its registry, and the one module of cachetool that reads the environment.
+
+:data:`VARIABLES` lists every variable cachetool reads, with its default and meaning: stores, trust, the engines'
+cache roots, and the other tools' conventions cachetool honours (boto3, docker/podman, XDG). The pipeline keeps
+its own registry (:mod:`compiler.envs`; cachetool does not import it); a variable both read (the native cache root,
+the logging level) is in both, with the same default (tests/test_structure.py). README.md's "Configuration
+reference" documents each. Code reads a variable through :func:`get` (an empty value counts as unset) or a typed
+reader below; an unregistered name is a ``KeyError``. Values are read on each access, not at import.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
-from compiler.envs import EnvVar, cache_root, get, raw, register
+__all__ = ["VARIABLES", "EnvVar", "config_home", "get", "logging_level", "raw", "store_max_attempts",
+           "trusted_keys"]
 
-__all__ = ["VARIABLES", "cache_root", "config_home", "get", "raw", "store_max_attempts", "trusted_keys"]
 
-VARIABLES = register(
+@dataclasses.dataclass(frozen=True)
+class EnvVar:
+    name: str
+    default: str | None  # None: unset
+    meaning: str
+    standard: bool = False  # another tool's convention, honoured here
+
+
+VARIABLES: tuple[EnvVar, ...] = (
+    EnvVar("CACHETOOL_CACHE_ROOT", "~/.cache/cachetool", "the native engine's cache root (the pipeline's too)"),
+    EnvVar("CACHETOOL_LOGGING_LEVEL", "INFO", "level of the compiler and cachetool loggers"),
     EnvVar("CACHETOOL_TRUSTED_KEYS", None, ":-separated public key files/folders trusted on pull/install/verify"),
     EnvVar("CACHETOOL_CONFIG_DIR", None, "configuration folder (trusted_keys/*.pub); default XDG_CONFIG_HOME/cachetool"),
     EnvVar("CACHETOOL_STORE_MAX_ATTEMPTS", "5", "attempts of one S3/OCI request before the store error"),
@@ -35,6 +51,19 @@ VARIABLES = register(
     EnvVar("REQUESTS_CA_BUNDLE", None, "CA bundle for OCI registries (then CURL_CA_BUNDLE)", True),
     EnvVar("CURL_CA_BUNDLE", None, "CA bundle for OCI registries", True),
 )
+_BY_NAME = {v.name: v for v in VARIABLES}
+LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def get(name: str) -> str | None:
+    """The value of the registered variable ``name``; its default when unset or empty."""
+    value = os.environ.get(name)
+    return _BY_NAME[name].default if value is None or value == "" else value
+
+
+def raw(name: str) -> str | None:
+    """The value exactly as set (None when unset), of a registered variable."""
+    return os.environ.get(_BY_NAME[name].name)
 
 
 def config_home() -> Path:
@@ -53,13 +82,12 @@ def trusted_keys() -> list[str]:
 
 
 def logging_level() -> str:
-    """``CACHETOOL_LOGGING_LEVEL``, checked (:func:`compiler.envs.logging_level`'s rule): a value that is not a
-    level is a :class:`~cachetool.errors.UsageError` (exit 2) naming the variable and the levels."""
-    from compiler.envs import LOGGING_LEVELS, bad_logging_level
-
+    """``CACHETOOL_LOGGING_LEVEL``, checked: a value that is not a level is a :class:`~cachetool.errors.UsageError`
+    (exit 2) naming the variable and the levels (the pipeline refuses it too, as a configuration error)."""
     from cachetool.errors import UsageError
 
     value = get("CACHETOOL_LOGGING_LEVEL") or "INFO"
     if value.strip().upper() not in LOGGING_LEVELS:
-        raise UsageError(bad_logging_level(value))
+        raise UsageError(f"CACHETOOL_LOGGING_LEVEL={value!r} is not a logging level: use one of "
+                         f"{', '.join(LOGGING_LEVELS)}")
     return value.strip().upper()

@@ -14,8 +14,8 @@ more (the pull that a blob's check was for) adds the rest on the way up with :fu
 added where every catcher of that builtin would handle the error the same way (``ValueError`` for bad input,
 ``LookupError`` for a missing thing); not ``OSError``, which the installer catches to map file-system failures.
 
-(``cachetool/warmup.py`` keeps its three :class:`UsageError` subclasses next to the model and config parsing:
-``CompilationConfigError``, ``ModelError``, ``DeviceError``.)
+The pipeline's own errors (``compiler.errors.CompilerError`` and its kinds) become these classes in one place,
+``cachetool/engines/native/error_mapping.py``, by kind, never by message.
 """
 
 from __future__ import annotations
@@ -263,6 +263,19 @@ class UnwritableRootError(UsageError):
 
 
 # ---------------------------------------------------------------------------- engines (cachetool/engines/)
+class CompilationConfigError(UsageError):
+    """A bad ``--compilation-config`` / ``-cc`` value (unknown key, bad JSON, bad value), or a batch the config's
+    guards refuse."""
+
+
+class ModelError(UsageError):
+    """The ``--model`` argument is not a preset, config.json or model folder."""
+
+
+class DeviceError(UsageError):
+    """The requested device is not available (``--device cuda`` without a GPU)."""
+
+
 class EngineUnavailableError(UsageError):
     """The engine asked for (``--engine vllm``) is not installed where cachetool looks for it."""
 

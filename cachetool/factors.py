@@ -1,15 +1,71 @@
-"""Comparing hash factors: two caches' factors (or a cache's and this machine's) told apart, factor by factor, as
-typed :class:`Difference` rows. Used by ``diff`` (every difference), the install preflight (the first one, in its
-refusal) and the vLLM engine's key check. The field-by-field comparison itself is the compiler's
-(:func:`compiler.cache_key.field_differences`), which the hot start's miss reason also uses."""
+"""A cache key's recorded hash factors, and how two differ, as a bundle holds them: engine-neutral.
+
+A key folder records its factors as ``{name: {"hash", "values"[, "evidence"]}}`` (the native engine's ``env``,
+``config``, ``code``, ``compiler``; the vLLM engine's add ``serve``, ``inductor``, ``launch``): the manifest,
+``diff`` and the preflight read them as :class:`Factors`, and an engine (``Engine.compare_keys``) names the fields
+that differ as :class:`Difference` rows. A file of another shape is kept as it was read (:attr:`Factors.raw`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
-from compiler.cache_key import FACTOR_NAMES as FACTORS  # the one list: the order the key hashes them in
-from compiler.cache_key import UNSET, Factors, field_differences, most_telling_first, short_repr  # noqa: F401 - re-exported
+from cachetool.errors import clip
+
+UNSET = "<unset>"  # the value of a field one side lacks (the text the compiler's comparison uses too)
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` as one line of at most ``limit`` characters."""
+    return clip(repr(value), limit)
+
+
+class Factors:
+    """A key folder's recorded factors, read once; nothing downstream probes the nested JSON."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: dict[str, Any]):
+        self.raw = raw
+
+    @classmethod
+    def parse(cls, data: Any) -> Factors | None:
+        """Factors from JSON (or already read); ``None`` where there are none (not a JSON object)."""
+        if isinstance(data, Factors) or data is None:
+            return data
+        return cls(data) if isinstance(data, dict) else None
+
+    def _entry(self, name: str) -> dict[str, Any] | None:
+        entry = self.raw.get(name)
+        return entry if isinstance(entry, dict) and "values" in entry else None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(str(n) for n in self.raw if self._entry(n) is not None)
+
+    def values(self, name: str) -> dict[str, Any] | None:
+        entry = self._entry(name)
+        if entry is None:
+            return None
+        return entry["values"] if isinstance(entry["values"], dict) else {"value": entry["values"]}
+
+    def hash_of(self, name: str) -> str | None:
+        entry = self._entry(name)
+        h = entry.get("hash") if entry is not None else None
+        return h if isinstance(h, str) else None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.raw
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Factors) and self.raw == other.raw
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.raw, sort_keys=True, default=repr))
+
+    def __repr__(self) -> str:
+        return f"Factors({', '.join(self.names) or 'raw'})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,35 +92,3 @@ class Difference:
 
 def _fmt(v: Any) -> str:
     return v if v == UNSET else short_repr(v, 80)
-
-
-def compare_factors(fa: Factors | None, fb: Factors | None, *, only: tuple[str, ...] = FACTORS,
-                    cache: str = "") -> list[Difference]:
-    """Every field where two caches' factors differ (config fields dotted), factor by factor in ``only``'s order;
-    a factor whose hashes are equal is skipped. Factors of another shape (e.g. vLLM's own) are compared field by
-    field as they were written."""
-    fa, fb = Factors.parse(fa), Factors.parse(fb)
-    if not (fa is not None and fa.structured and fb is not None and fb.structured):
-        return [Difference("factors", d.field, d.a, d.b, cache)
-                for d in field_differences(_raw(fa), _raw(fb))]
-    out: list[Difference] = []
-    for name in only:
-        a, b = fa.factor(name), fb.factor(name)
-        if a is None and b is None:
-            continue
-        ha, hb = (a.hash if a else None), (b.hash if b else None)
-        if ha is not None and ha == hb:
-            continue
-        # config fields (and a vLLM launch's env and flags) are named by their dotted path; the other factors'
-        # values by their top-level key
-        fields = most_telling_first(field_differences(a.values if a else {}, b.values if b else {},
-                                                      nested=name in ("config", "launch")))
-        out += [Difference(name, d.field, d.a, d.b, cache) for d in fields]
-        if not fields and ha != hb:
-            out.append(Difference(name, "<hash>", ha, hb, cache))
-    return out
-
-
-def _raw(f: Factors | None) -> dict:
-    raw = f.raw if f is not None else {}
-    return raw["raw"] if set(raw) == {"raw"} else raw

@@ -12,8 +12,6 @@ Collecting it imports no torch (versions from files, the GPU from NVML; torch on
 
 from __future__ import annotations
 
-import importlib.metadata
-import platform
 import re
 
 from cachetool.errors import UsageError
@@ -26,16 +24,7 @@ CHECKED = ("device", "os", "arch", "torch", "cuda", "triton", "capability", "vll
 # Checked fields that can change what is loaded only on a GPU: a CPU cache's kernels are Inductor's C++, which no
 # Triton reads (its compiler factor records no Triton), so a CPU bundle hits whatever Triton is here or not.
 GPU_ONLY = ("cuda", "triton", "capability")
-# Checked fields that only an engine's own caches depend on (a native cache loads the same beside any vLLM).
-ENGINE_ONLY = {"vllm": ("vllm", "cpu_isa")}
 ENGINE_FIELDS = ("vllm", "cpu_isa", "gpu_driver")  # taken from an engine's compiler factor values as they are
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def check_device(device: str | None) -> str | None:
@@ -56,44 +45,11 @@ def require_device(device: str | None) -> str | None:
 
 def local_fingerprint(device: str | None = None) -> dict:
     """This machine's fingerprint. ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or None (probe for a GPU).
+    Read without importing torch (the engines' common facts, :func:`cachetool.engines.common_facts`); probing
+    reports what is there: ``device="cuda"`` on a machine without a usable GPU gives ``"cpu"``."""
+    from cachetool import engines
 
-    Read without importing torch (:mod:`compiler.build_identity`): the torch version from ``torch/version.py``
-    (the same value as ``torch.__version__``, which a bundle's compiler factors record; package metadata may
-    lack the ``+cu130`` suffix), the GPU from NVML. Only where NVML cannot answer is torch asked. Probing
-    reports what is there: ``device="cuda"`` on a machine without a usable GPU gives ``"cpu"``.
-    """
-    from compiler import build_identity
-
-    build = build_identity.torch_build() or {}
-    fp = {
-        "os": platform.system().lower(),
-        "arch": platform.machine(),
-        "device": "cpu",
-        "torch": build.get("torch") or _dist_version("torch"),
-        "cuda": None,
-        "triton": build_identity.triton_version(),
-        "gpu": None,
-        "capability": None,
-    }
-    if device in (None, "cuda") or (device or "").startswith("cuda"):
-        index = int(device.split(":")[1]) if device and ":" in device else 0
-        gpu = build_identity.cuda_device(index) or _torch_cuda_device(index)
-        if gpu is not None:
-            fp.update(device="cuda", cuda=build.get("cuda"), gpu=gpu["device"],
-                      capability="sm" + gpu["capability"].replace(".", ""))
-    return fp
-
-
-def _torch_cuda_device(index: int) -> dict | None:
-    """The GPU as torch sees it, where NVML could not tell (imports torch: seconds)."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-        return None
-    major, minor = torch.cuda.get_device_capability(index)
-    return {"device": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"}
+    return engines.common_facts(device)
 
 
 def fingerprint_from_factors(compiler_values: dict | None, fallback: dict) -> dict:
@@ -145,20 +101,19 @@ def fingerprint_from_factors(compiler_values: dict | None, fallback: dict) -> di
     return fp
 
 
-def fields_that_matter(bundle_fp: dict, engine: str = "native") -> tuple[str, ...]:
-    """The checked fields that can change what a cache of ``engine`` built under ``bundle_fp`` loads: the GPU's
-    only for a CUDA cache, an engine's own only for its caches."""
+def fields_that_matter(bundle_fp: dict, ignored: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The checked fields that can change what a cache built under ``bundle_fp`` loads: the GPU's only for a CUDA
+    cache; ``ignored``: those only other engines' caches depend on (:func:`cachetool.engines.fields_ignored_by`)."""
     on_gpu = bundle_fp.get("device") == "cuda"
-    others = {f for name, fields in ENGINE_ONLY.items() if name != engine for f in fields}
-    return tuple(f for f in CHECKED if (on_gpu or f not in GPU_ONLY) and f not in others)
+    return tuple(f for f in CHECKED if (on_gpu or f not in GPU_ONLY) and f not in ignored)
 
 
-def compare(bundle_fp: dict, local_fp: dict, engine: str = "native") -> list[tuple[str, object, object]]:
+def compare(bundle_fp: dict, local_fp: dict, ignored: tuple[str, ...] = ()) -> list[tuple[str, object, object]]:
     """The one fingerprint comparison (install preflight, ``diff``, pull's reasons): the fields that matter
     (:func:`fields_that_matter`) that differ, ``[(field, bundle value, local value)]``. A field the bundle leaves
     None is skipped (it recorded nothing to require); a local None is a fact (this machine has no Triton)."""
     out = []
-    for k in fields_that_matter(bundle_fp, engine):
+    for k in fields_that_matter(bundle_fp, ignored):
         b = bundle_fp.get(k)
         if b is not None and b != local_fp.get(k):
             out.append((k, b, local_fp.get(k)))

@@ -21,8 +21,7 @@ import re
 from typing import Any
 
 from cachetool import __version__
-from cachetool.factors import short_repr
-from compiler.cache_key import CacheKey, Factors
+from cachetool.factors import Factors, short_repr
 from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
 from cachetool.bundle_paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
@@ -30,6 +29,9 @@ from cachetool.digests import BlobRef, is_digest
 SCHEMA_VERSION = 1
 MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
 LAYOUTS = ("native", "vllm", "triton")
+# A fingerprint field that records an engine's own version (cachetool.fingerprint.ENGINE_FIELDS): it leads the
+# platform key of that engine's bundles.
+ENGINE_VERSIONS = ("vllm",)
 
 MAX_FILE_SIZE = 64 << 30  # one file; larger is refused as implausible
 MAX_FILES = 1_000_000
@@ -63,8 +65,9 @@ def platform_key(fingerprint: dict) -> str:
         head = f"cpu-{fp.get('arch') or 'unknown'}" + (f"-{fp['cpu_isa']}" if fp.get("cpu_isa") else "")
     else:
         head = f"{device}-{fp.get('arch') or 'unknown'}"
-    if fp.get("vllm"):  # a real vLLM tree: its version is part of the platform (vllm0.32.0-cpu-x86_64-avx2-...)
-        head = f"vllm{fp['vllm']}-{head}"
+    for engine in ENGINE_VERSIONS:  # an engine's own tree: its version is part of the platform (vllm0.32.0-cpu-...)
+        if fp.get(engine):
+            head = f"{engine}{fp[engine]}-{head}"
     if fp.get("torch"):
         return f"{head}-torch{fp['torch']}"
     if fp.get("triton"):
@@ -140,9 +143,8 @@ class Unit:
 
 @dataclasses.dataclass(frozen=True)
 class KeyFolder:
-    """One hash folder of the tree, as the manifest lists it: its name, its kind and the factors from its
-    ``cache_key_factors.json``. Not a second cache key: :meth:`cache_key` is the compiler's
-    :class:`compiler.cache_key.CacheKey` it records, which the preflight and the hot start match."""
+    """One hash folder of the tree, as the manifest lists it: its name, its kind and the factors its
+    ``cache_key_factors.json`` records (read by its engine: ``Engine.compare_keys``, ``Engine.check_factors``)."""
 
     hash: str
     kind: str  # "piecewise" (torch_compile_cache/{hash}) or "aot" (torch_compile_cache/torch_aot_compile/{hash})
@@ -154,10 +156,6 @@ class KeyFolder:
     def to_json(self) -> dict:
         return {"hash": self.hash, "kind": self.kind,
                 "factors": self.factors.to_json() if self.factors is not None else None}
-
-    def cache_key(self) -> CacheKey | None:
-        """The recorded cache key, or None where the folder records no factors."""
-        return CacheKey(self.hash, self.factors) if self.factors is not None else None
 
 
 _TOP_KEYS = {"schema", "media_type", "tool", "layout", "save_format", "keys", "fingerprint", "ranks", "units",

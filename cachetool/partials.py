@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cachetool.errors import StopSignalError, StoreError, UsageError, WaitTimeoutError, clip
 from cachetool import envs
+from cachetool.cache_root import PARTIAL_DIR
+from cachetool.errors import StopSignalError, StoreError, UsageError, WaitTimeoutError, clip
 
-PARTIAL_DIR = ".cachetool-partial"
 PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)
 # failures after which a rerun uses the partial files
 RETRYABLE = (StoreError, WaitTimeoutError, StopSignalError, KeyboardInterrupt)

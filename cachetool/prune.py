@@ -1,7 +1,7 @@
 """``cachetool prune``: keep a local cache root that a server restarts on from growing without bound.
 
 vLLM writes a new AOTAutograd entry into its AOT key folder's ``inductor_cache/aotautograd/`` at every start and no
-later start reads it (:func:`cachetool.layouts.vllm.stale_aotautograd` says why), so a kept root grows by one entry
+later start reads it (:func:`cachetool.layouts.stale_entries`, by each layout's rule, says why), so a kept root grows by one entry
 per rank and restart. ``prune`` removes every such entry but the last start's (the newest one per rank folder of
 each key folder), and only those older than ``older_than`` seconds: a server starting now writes the newest, young
 entries, which stay. Each entry is first
@@ -40,14 +40,12 @@ def _size(path: Path) -> int:
 
 def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) -> PruneReport:
     """Remove what no later start of the root's servers reads (see the module docstring)."""
-    from cachetool.layouts.compile_cache import TCC
-    from cachetool.layouts.vllm import stale_aotautograd
+    from cachetool.layouts import stale_entries
 
     top = Path(root).expanduser()
     if not top.is_dir() or top.is_symlink():
         raise UsageError(f"--cache-root {root}: not a cache root folder")
-    tcc = top / TCC
-    stale = stale_aotautograd(tcc) if tcc.is_dir() and not tcc.is_symlink() else []
+    stale = stale_entries(top)
     now = time.time()
     removed, young, freed = [], 0, 0
     for entry in stale:

@@ -15,7 +15,7 @@ exit code the policy gives it. The policy:
   ``interrupted`` (exit 130, whatever ``on_miss`` says): the staging folder removed, every unit installed whole or
   not at all, the partial downloads kept for a rerun to resume (:func:`stopped_by_signals`).
 
-:func:`pull_with_policy` runs :func:`cachetool.pulling.pull` under this policy and never raises for a failure.
+:func:`pull_with_policy` runs a :class:`cachetool.pulling.PullRequest` under this policy and never raises for a failure.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, get_args
+from typing import TYPE_CHECKING, Any, Iterator, Literal, get_args
 
 from cachetool import bounds, exit_codes
 from cachetool.errors import CachetoolError, StopSignalError, WaitTimeoutError, cause, os_error_line
-from cachetool.partials import PARTIAL_DIR
+from cachetool.cache_root import PARTIAL_DIR
 
 if TYPE_CHECKING:
-    from cachetool.pulling import PullResult
+    from cachetool.pulling import PullRequest, PullResult
 
 OnMiss = Literal["fail", "continue"]
 ON_MISS: tuple[OnMiss, ...] = get_args(OnMiss)
@@ -132,21 +132,22 @@ def one_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [cause(exc)])[0]
 
 
-def pull_with_policy(pull: Callable[..., PullResult], ref: str, cache_root: str | os.PathLike, *, on_miss: str = "fail",
-                     timeout: float | None = None, **options: Any) -> PullOutcome:
-    """``pull(ref, cache_root, timeout=timeout, **options)`` under the policy; returns the outcome, never raises for
-    a failure of the pull (``KeyboardInterrupt`` and ``SystemExit`` pass)."""
+def pull_with_policy(request: PullRequest, on_miss: str = "fail") -> PullOutcome:
+    """:func:`cachetool.pulling.pull` of ``request`` under the policy (``request.timeout`` is the hard bound too);
+    returns the outcome, never raises for a failure of the pull (``KeyboardInterrupt`` and ``SystemExit`` pass)."""
+    from cachetool.pulling import pull
+
     abandoned = threading.Event()
     try:
         if on_miss not in ON_MISS:
             from cachetool.errors import UsageError
 
             raise UsageError(f"on_miss must be one of {', '.join(ON_MISS)}, got {on_miss!r}")
-        root = Path(cache_root).expanduser()
-        with stopped_by_signals(root), hard_timeout(timeout, abandoned), temporary_folder_for(root):
-            out = success_outcome(pull(ref, cache_root, timeout=timeout, **options), on_miss)
+        root = Path(request.cache_root).expanduser()
+        with stopped_by_signals(root), hard_timeout(request.timeout, abandoned), temporary_folder_for(root):
+            out = success_outcome(pull(request), on_miss)
     except Exception as exc:
-        out = failure_outcome(ref, on_miss, exc)
+        out = failure_outcome(str(request.ref), on_miss, exc)
     out.abandoned_threads = abandoned.is_set()
     return out
 

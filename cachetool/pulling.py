@@ -12,18 +12,22 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from cachetool import bounds
 from cachetool.digests import hexof, sha256_bytes, sha256_file
 from cachetool.errors import (CacheMissError, CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
                               WaitTimeoutError, filled)
-from cachetool.partials import PARTIAL_DIR, RETRYABLE, partial_cap, trim_partials
+from cachetool.cache_root import PARTIAL_DIR
+from cachetool.partials import RETRYABLE, partial_cap, trim_partials
 from cachetool.ref_store import open_ref, read_index
 from cachetool.refs import Ref
 from cachetool.source import BundleSource
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.transfer_progress import TransferProgress, progress_default
+
+if TYPE_CHECKING:
+    from cachetool.engines.base import Engine, KeyCheckRequest
 
 
 @dataclasses.dataclass
@@ -44,12 +48,38 @@ class PullResult:
         return d
 
 
-DEFAULT_ENGINE = "native"  # the server a pull that names no --engine is for: this project's
+@dataclasses.dataclass(frozen=True)
+class PullRequest:
+    """One pull, every option settled by the caller (:func:`cachetool.api.pull` builds it; the init-container
+    policy, :func:`cachetool.pull_policy.pull_with_policy`, runs it). ``engine``: the server's, whose bundles
+    alone the platform choice takes (another engine's bundle is a miss: this server would not read it);
+    ``key``: the server's key question, asked of the engine at the start of the pull (under the policy's
+    timeout and signals), or None."""
+
+    ref: str | Ref
+    cache_root: Path
+    engine: Engine
+    key: KeyCheckRequest | None = None
+    trust: Any = None
+    insecure_skip_verify: bool = False
+    ranks: Any = None
+    device: str | None = None
+    force: bool = False
+    keep_changed: bool = False
+    preflight: bool = True
+    store: Store | None = None
+    store_options: dict | None = None
+    timeout: float | None = None
+    progress: bool | None = None
+    workers: int | None = None
+    warn: Callable[[str], None] | None = None
 
 
-def entry_engine(entry: RefEntry) -> str:
-    """The engine whose server reads an entry's bundle: a real vLLM tree records vLLM's version in its fingerprint."""
-    return "vllm" if (entry.fingerprint or {}).get("vllm") else "native"
+def entry_engine(entry: RefEntry) -> Engine:
+    """The engine whose server reads an entry's bundle (by what its fingerprint records)."""
+    from cachetool import engines
+
+    return engines.for_fingerprint(entry.fingerprint)
 
 
 def entry_device(entry: RefEntry) -> str:
@@ -69,37 +99,42 @@ def device_to_probe(entries: Iterable[RefEntry], device: str | None) -> str | No
     return None if any(entry_device(e) == "cuda" for e in entries) else "cpu"
 
 
-def local_platform(entries: Iterable[RefEntry], device: str | None = None,
-                   engine: str | None = None) -> tuple[list[str], dict]:
-    """This machine's platform keys (one per engine whose bundles the tag holds, or the ``engine`` asked for)
-    and fingerprint (with those engines' facts); probes the GPU only when some entry is a GPU bundle."""
+def local_platform(entries: Iterable[RefEntry], device: str | None,
+                   engine: Engine | None) -> tuple[list[str], dict]:
+    """This machine's platform keys (for a server of ``engine``; None: one per engine whose bundles the tag
+    holds, the default engine's first) and fingerprint (with those engines' facts); probes the GPU only when some
+    entry is a GPU bundle."""
     from cachetool import engines
     from cachetool.fingerprint import local_fingerprint
     from cachetool.manifest import platform_key
 
     entries = list(entries)
     fp = local_fingerprint(device=device_to_probe(entries, device))
-    wanted = [engine] if engine else ["native"] + (["vllm"] if any(entry_engine(e) == "vllm" for e in entries) else [])
+    wanted = [engine] if engine is not None else \
+        [engines.default()] + [e for e in engines.ENGINES.values()
+                               if e is not engines.default() and any(entry_engine(x) is e for x in entries)]
     keys, full = [], dict(fp)
-    for name in wanted:
-        facts = {k: v for k, v in engines.get(name).machine_facts(fp["device"]).items() if k != "engine"}
+    for eng in wanted:
+        facts = {k: v for k, v in eng.machine_facts(fp["device"]).items() if k != "engine"}
         keys.append(platform_key({**fp, **facts}))
         full.update({k: v for k, v in facts.items() if v is not None})
     return keys, full
 
 
-def why_not(entry: RefEntry, fp: dict, engine: str | None) -> str:
+def why_not(entry: RefEntry, fp: dict, engine: Engine | None) -> str:
     """Why ``entry`` does not fit this machine (``fp``) and a server of ``engine`` (None: any), in a few words."""
+    from cachetool import engines
     from cachetool.fingerprint import compare
 
     theirs = entry_engine(entry)
-    if engine is not None and theirs != engine:
-        return f"a {theirs} bundle, not for a {engine} server: pull it with --engine {theirs}"
-    diffs = compare(entry.fingerprint or {}, fp, theirs)
+    if engine is not None and theirs is not engine:
+        return f"a {theirs.name} bundle, not for a {engine.name} server: pull it with --engine {theirs.name}"
+    diffs = compare(entry.fingerprint or {}, fp, engines.fields_ignored_by(theirs))
     return ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
 
 
-def select_entry(index: RefIndex, ref_text: str, device: str | None = None, engine: str | None = None) -> RefEntry:
+def select_entry(index: RefIndex, ref_text: str, device: str | None = None,
+                 engine: Engine | None = None) -> RefEntry:
     """The entry for this machine and a server of ``engine`` (None: any engine's, as reading a ref takes it), or
     a one-line CacheMissError saying why each entry does not fit."""
     if not index.entries:
@@ -244,70 +279,37 @@ class StoreSource(BundleSource):
             self.on_blob(blob)
 
 
-@bounds.timeout_applied  # --timeout bounds every download's chunks and retry waits, in every thread
-def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_skip_verify: bool = False,
-         ranks=None, device: str | None = None, expected_key: dict | None = None, force: bool = False,
-         keep_changed: bool = False,
-         preflight: bool = True,
-         store: Store | None = None, store_options: dict | None = None, timeout: float | None = None,
-         progress: bool | None = None, workers: int | None = None, warn: Callable[[str], None] | None = None,
-         engine: str | None = None) -> PullResult:
-    """Resolve ``ref``, pick this machine's bundle, and install it into ``cache_root`` (see the module docstring).
+def pull(request: PullRequest) -> PullResult:
+    """Resolve the ref, pick this machine's bundle for the server's engine, and install it into the cache root
+    (see the module docstring), in named phases: the arguments (device, pinned keys, the engine's key question),
+    the entry, then the install from a lazy :class:`StoreSource`. ``request.timeout``: seconds for the whole pull
+    (:class:`WaitTimeoutError` past it)."""
+    with bounds.applied(bounds.Bound.timeout(request.timeout)):  # every download's chunks and retry waits, every thread
+        return _pull(request)
 
-    ``timeout``: seconds for the whole pull (:class:`WaitTimeoutError` past it). ``engine``: the server's engine
-    (``native``, ``vllm``; None: :data:`DEFAULT_ENGINE`), whose bundles alone the platform choice takes: another
-    engine's bundle is a miss, since this server would not read it. Other arguments as for
-    :func:`cachetool.install.install_bundle`.
-    """
-    from cachetool.install import install_bundle
 
+def _pull(request: PullRequest) -> PullResult:
     from cachetool.fingerprint import require_device
 
     t0 = time.monotonic()
-    deadline = t0 + timeout if timeout else None
-    device = require_device(device)
-    if not insecure_skip_verify:  # the pinned keys first: a missing key file is a usage error, before any request
+    deadline = t0 + request.timeout if request.timeout else None
+    device = require_device(request.device)
+    trust = request.trust
+    if not request.insecure_skip_verify:  # the pinned keys first: a missing key file is a usage error, before any request
         from cachetool.trust import load_trusted_keys
 
         trust = load_trusted_keys(trust)
-    r, st, own_store = open_ref(ref, store, store_options)
-    root = Path(cache_root).expanduser()
-    partial = root / PARTIAL_DIR
+    key_check = request.engine.key_check(request.key) if request.key is not None else None
+    r, st, own_store = open_ref(request.ref, request.store, request.store_options)
+    root = Path(request.cache_root).expanduser()
     try:
         down0 = st.counters.bytes_down
         try:
-            entry = select_entry(read_index(st, r), r.url, device, engine or DEFAULT_ENGINE)
+            entry = select_entry(read_index(st, r), r.url, device, request.engine)
         except CachetoolError as exc:
             raise filled(exc, store=st.url, ref=r.url)
-        with TransferProgress(progress_default(progress)) as prog:
-            if prog.enabled:
-                # The entry's size is the blobs' stored bytes plus the manifest's (push): the bar counts the blobs,
-                # made on the first one, once the manifest is read; it ends at what was fetched (finish below).
-                holder: dict = {}
-                lock = threading.Lock()
-
-                def on_blob(b: BlobRef) -> None:
-                    with lock:
-                        if "task" not in holder:
-                            holder["task"] = prog.task(f"pull {r.name}:{r.tag} [{entry.platform}]",
-                                                       entry.size - len(src.manifest_bytes()))
-                    prog.advance(holder["task"], b.stored_size)
-            else:
-                on_blob = None
-            src = StoreSource(st, r, entry, partial, deadline=deadline, on_blob=on_blob)
-            try:
-                result = install_bundle(src, root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks,
-                                        preflight=preflight, device=device, expected_key=expected_key, force=force,
-                                        keep_changed=keep_changed,
-                                        warn=warn, workers=workers, deadline=deadline)
-            except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
-                # the root itself is not ours to remove: install_bundle removes it again only if it created it
-                _remove_if_empty(partial)
-                # Every install-phase refusal (signature, manifest, preflight, plan, blob, commit, the lock) is of
-                # this bundle: a raise below that did not know the store, ref or manifest says so on the way up.
-                raise filled(exc, store=st.url, ref=r.url, key=entry.manifest_digest)
-            if prog.enabled and "task" in holder:
-                prog.finish(holder["task"])
+        src, result = _install_entry(request, st, r, entry, root, trust=trust, device=device,
+                                     key_check=key_check, deadline=deadline)
         down1 = st.counters.bytes_down
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
@@ -315,6 +317,44 @@ def pull(ref: str | Ref, cache_root: str | os.PathLike, *, trust=None, insecure_
     finally:
         if own_store:
             st.close()
+
+
+def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, root: Path, *, trust: Any,
+                   device: str | None, key_check: Any, deadline: float | None) -> tuple[StoreSource, Any]:
+    """Install ``entry`` from the store through a lazy source, with the progress bar; the source and the result."""
+    from cachetool.install import install_bundle
+
+    partial = root / PARTIAL_DIR
+    with TransferProgress(progress_default(request.progress)) as prog:
+        if prog.enabled:
+            # The entry's size is the blobs' stored bytes plus the manifest's (push): the bar counts the blobs,
+            # made on the first one, once the manifest is read; it ends at what was fetched (finish below).
+            holder: dict = {}
+            lock = threading.Lock()
+
+            def on_blob(b: BlobRef) -> None:
+                with lock:
+                    if "task" not in holder:
+                        holder["task"] = prog.task(f"pull {r.name}:{r.tag} [{entry.platform}]",
+                                                   entry.size - len(src.manifest_bytes()))
+                prog.advance(holder["task"], b.stored_size)
+        else:
+            on_blob = None
+        src = StoreSource(st, r, entry, partial, deadline=deadline, on_blob=on_blob)
+        try:
+            result = install_bundle(src, root, trust=trust, insecure_skip_verify=request.insecure_skip_verify,
+                                    ranks=request.ranks, preflight=request.preflight, device=device,
+                                    key_check=key_check, force=request.force, keep_changed=request.keep_changed,
+                                    warn=request.warn, workers=request.workers, deadline=deadline)
+        except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
+            # the root itself is not ours to remove: install_bundle removes it again only if it created it
+            _remove_if_empty(partial)
+            # Every install-phase refusal (signature, manifest, preflight, plan, blob, commit, the lock) is of
+            # this bundle: a raise below that did not know the store, ref or manifest says so on the way up.
+            raise filled(exc, store=st.url, ref=r.url, key=entry.manifest_digest)
+        if prog.enabled and "task" in holder:
+            prog.finish(holder["task"])
+    return src, result
 
 
 def _remove_if_empty(p: Path) -> None:

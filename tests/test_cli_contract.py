@@ -140,6 +140,11 @@ class _MissedStart:
     def miss_reason(self):
         return "Inductor compiled 3 kernel(s)"
 
+    def lines(self):  # the real result's rendering, on these fields
+        from cachetool.engines.vllm.engine import VllmStartResult
+
+        return VllmStartResult.lines(self)
+
 
 @pytest.fixture
 def missed_vllm_start(monkeypatch):

@@ -1,5 +1,5 @@
 """cachetool turns the pipeline's errors into its own in one place, by ``kind`` (compiler/errors.py,
-``warmup.KIND_TO_ERROR``): ``warmup.cachetool_error`` / ``warmup.compiler_errors_mapped``. warmup and the native
+``error_mapping.KIND_TO_ERROR``): ``error_mapping.cachetool_error`` / ``error_mapping.compiler_errors_mapped`` (cachetool/engines/native/error_mapping.py). warmup and the native
 engine mapped ConfigError and ModelSpecError by class at five sites, so an error of kind ``model`` or ``config``
 from any other class (or one raised under ``traced_key``/``key_check`` where only ModelSpecError was caught) was an
 "unexpected" exit 1; the message never decides.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cachetool import exit_codes, warmup
+from cachetool import errors, exit_codes
+from cachetool.engines.native import error_mapping
 from cachetool.errors import CompileInStrictModeError
 from compiler import errors as compiler_errors
 
@@ -21,9 +22,9 @@ from compiler import errors as compiler_errors
 ODD = "strict mode: unknown model 'x'; unknown compilation config key (a guard refused)\nsecond line"
 
 EXPECTED = {compiler_errors.STRICT_MODE: (CompileInStrictModeError, exit_codes.COMPILED.code),
-            compiler_errors.GUARDS: (warmup.CompilationConfigError, exit_codes.USAGE.code),
-            compiler_errors.CONFIG: (warmup.CompilationConfigError, exit_codes.USAGE.code),
-            compiler_errors.MODEL: (warmup.ModelError, exit_codes.USAGE.code)}
+            compiler_errors.GUARDS: (errors.CompilationConfigError, exit_codes.USAGE.code),
+            compiler_errors.CONFIG: (errors.CompilationConfigError, exit_codes.USAGE.code),
+            compiler_errors.MODEL: (errors.ModelError, exit_codes.USAGE.code)}
 UNMAPPED = (compiler_errors.INTERNAL, compiler_errors.AOT_ENTRY, compiler_errors.DISTRIBUTED)
 
 
@@ -32,7 +33,7 @@ class OddError(compiler_errors.CompilerError):
 
 
 def test_every_mapped_kind_is_expected_here():
-    assert set(warmup.KIND_TO_ERROR) == set(EXPECTED)
+    assert set(error_mapping.KIND_TO_ERROR) == set(EXPECTED)
 
 
 @pytest.mark.parametrize("kind", sorted(EXPECTED))
@@ -40,7 +41,7 @@ def test_every_mapped_kind_is_expected_here():
 def test_the_kind_picks_the_error_not_the_class_or_message(kind, wrapped):
     cls, code = EXPECTED[kind]
     with pytest.raises(cls) as err:
-        with warmup.compiler_errors_mapped("warm: "):
+        with error_mapping.compiler_errors_mapped("warm: "):
             try:
                 raise OddError(ODD, kind=kind)
             except OddError as exc:
@@ -56,24 +57,24 @@ def test_the_kind_picks_the_error_not_the_class_or_message(kind, wrapped):
 def test_a_kind_with_no_mapping_passes_unchanged(kind):
     raised = OddError(ODD, kind=kind)
     with pytest.raises(OddError) as err:
-        with warmup.compiler_errors_mapped():
+        with error_mapping.compiler_errors_mapped():
             raise raised
     assert err.value is raised
-    assert warmup.cachetool_error(raised) is None
+    assert error_mapping.cachetool_error(raised) is None
 
 
 def test_other_errors_and_cachetool_errors_pass_unchanged():
-    assert warmup.cachetool_error(RuntimeError("strict mode")) is None  # the text alone says nothing
-    already = warmup.ModelError("unknown model 'x'")
+    assert error_mapping.cachetool_error(RuntimeError("strict mode")) is None  # the text alone says nothing
+    already = errors.ModelError("unknown model 'x'")
     for exc in (RuntimeError("strict mode"), already):
         with pytest.raises(type(exc)) as err:
-            with warmup.compiler_errors_mapped("check: "):
+            with error_mapping.compiler_errors_mapped("check: "):
                 raise exc
         assert err.value is exc
 
 
 def test_an_empty_message_names_the_class():
-    assert warmup.cachetool_error(OddError("", kind=compiler_errors.MODEL)).message == "OddError"
+    assert error_mapping.cachetool_error(OddError("", kind=compiler_errors.MODEL)).message == "OddError"
 
 
 # ------------------------------------------------------------------------- real failures through the CLI

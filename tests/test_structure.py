@@ -94,18 +94,21 @@ def test_no_function_in_cachetool_reaches_80_lines():
 
 
 def test_every_environment_variable_is_registered_and_in_the_readme():
-    import cachetool.envs  # noqa: F401  (registers cachetool's variables)
+    import cachetool.envs
     from compiler import envs
 
-    assert {v.name for v in cachetool.envs.VARIABLES}.isdisjoint(v.name for v in envs.COMPILER_VARIABLES)
+    ours = {v.name: v for v in cachetool.envs.VARIABLES}
+    theirs = {v.name: v for v in envs.VARIABLES.values()}
+    # a variable both packages read (the native cache root, the logging level) has one default
+    assert [n for n in set(ours) & set(theirs) if ours[n].default != theirs[n].default] == []
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## Configuration reference"):readme.index("### Exit codes")]
-    assert [n for n in envs.VARIABLES if f"`{n}`" not in table] == []
+    assert [n for n in {**ours, **theirs} if f"`{n}`" not in table] == []
     assert not any(v.name.startswith(("CACHETOOL_STORE", "CACHETOOL_TRUSTED", "AWS_", "DOCKER"))
                    for v in envs.COMPILER_VARIABLES)  # the stores' and trust's variables are cachetool's
     read_outside = []
     for mod, path in _modules().items():
-        if mod == "compiler.envs":
+        if mod in ("compiler.envs", "cachetool.envs"):
             continue
         for m in re.finditer(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[[^\]]+\](?!\s*=)|in os\.environ",
                              path.read_text()):
@@ -134,68 +137,116 @@ def test_no_module_reaches_500_lines():
     assert long == []
 
 
-# What cachetool may import from compiler (docs/ARCHITECTURE.md, "What cachetool uses of compiler"): the engine
-# that runs the pipeline may use all of it; every other module only these public modules. The list here and the
-# list there are the same list (checked both ways); the package itself (``import compiler``, ``from compiler import
-# <not a module>``) is not on it.
-NATIVE_ENGINE = ("cachetool.engines.native", "cachetool.warmup")
-COMPILER_PUBLIC = ("compiler.envs", "compiler.errors", "compiler.logger", "compiler.progress",
-                   "compiler.build_identity", "compiler.config", "compiler.cache_key", "compiler.key_prediction",
-                   "compiler.artifacts", "compiler.models.llama_config")
+# The engine as the one boundary (docs/ARCHITECTURE.md, "The engine boundary"). cachetool reaches compiler
+# through these modules of the native engine alone (at most five, all under cachetool/engines/native/); ARCHITECTURE
+# names the same list.
+COMPILER_DOORS = ("cachetool.engines.native.run", "cachetool.engines.native.error_mapping",
+                  "cachetool.engines.native.keys", "cachetool.engines.native.machine",
+                  "cachetool.engines.native.layout")
+# Outside cachetool/engines/, a module reaches an engine through the registry (cachetool.engines) and the
+# interface (cachetool.engines.base) only; the API re-exports the native engine's two public helpers, which have
+# been cachetool's API since its first release (compilation_config, expected_cache_key).
+ENGINE_IMPORTS_ALLOWED = {"cachetool.api": ("cachetool.engines.native.run", "cachetool.engines.native.keys")}
 
 
-def _architecture_public_modules(arch: str) -> list[str]:
-    """The modules ARCHITECTURE's list names: the backticked ``compiler...`` names outside parentheses in the
-    sentence after "imports only these public modules" (the parentheses say what of each module is used)."""
+def _compiler_importers() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for mod, path in _modules().items():
+        if mod.startswith("cachetool"):
+            for line, target, _name in _imports(mod, path):
+                if target.split(".")[0] == "compiler":
+                    out.setdefault(mod, []).append(f"{path.relative_to(ROOT)}:{line} {target}")
+    return out
+
+
+def test_cachetool_reaches_compiler_only_through_the_native_engines_doors():
+    assert len(COMPILER_DOORS) <= 5 and all(d.startswith("cachetool.engines.native.") for d in COMPILER_DOORS)
+    assert [m for m in COMPILER_DOORS if m not in _modules()] == []
+    outside = [line for mod, lines in _compiler_importers().items() if mod not in COMPILER_DOORS for line in lines]
+    assert outside == []
+
+
+def test_the_doors_are_architectures_list():
+    arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     section = arch[arch.index("### What cachetool uses of compiler"):]
-    text = section[section.index("imports only these public modules"):]
-    names, depth, i = [], 0, 0
-    while i < len(text):
-        c = text[i]
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "." and depth == 0 and (i + 1 == len(text) or text[i + 1].isspace()):
-            break  # the sentence's end
-        elif c == "`":
-            end = text.index("`", i + 1)
-            if depth == 0 and re.fullmatch(r"compiler(\.[a-z_]+)*", text[i + 1:end]):
-                names.append(text[i + 1:end])
-            i = end
-        i += 1
-    return names
+    section = section[:section.index("\n#", 1)]
+    named = set(re.findall(r"`(cachetool/engines/native/[a-z_]+)\.py`", section))
+    assert named == {m.replace(".", "/") for m in COMPILER_DOORS}
 
 
-def test_cachetool_uses_compiler_only_through_the_engine_and_its_public_modules():
-    mods = _modules()
+def _engine_names() -> set[str]:
+    from cachetool.engines import ENGINES
+
+    return set(ENGINES)
+
+
+def _engine_classes() -> set[str]:
+    from cachetool.engines import ENGINES
+
+    return {type(e).__name__ for e in ENGINES.values()}
+
+
+def _names_an_engine(node: ast.AST, names: set[str]) -> bool:
+    """A comparison with an engine's name (``== "vllm"``, ``in ("native", ...)``)."""
+    if not isinstance(node, ast.Compare):
+        return False
+    for side in (node.left, *node.comparators):
+        items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        if any(isinstance(i, ast.Constant) and i.value in names for i in items):
+            return True
+    return False
+
+
+def test_no_code_outside_the_engines_names_an_engine_or_builds_one():
+    """Outside cachetool/engines/ nothing compares with an engine's name, calls an engine class, or imports an
+    engine's modules (only the registry and the interface): adding an engine touches cachetool/engines/ alone."""
+    names, classes = _engine_names(), _engine_classes()
     bad = []
-    for mod, path in mods.items():
-        if not mod.startswith("cachetool") or mod in NATIVE_ENGINE:
+    for mod, path in _modules().items():
+        if not mod.startswith("cachetool") or mod.startswith("cachetool.engines"):
             continue
-        for line, target, name in _imports(mod, path):
-            full = f"{target}.{name}" if name else target
-            used = full if full in mods else target
-            if used.split(".")[0] == "compiler" and used not in COMPILER_PUBLIC:
-                bad.append(f"{path.relative_to(ROOT)}:{line} {used}")
+        rel = path.relative_to(ROOT)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if _names_an_engine(node, names):
+                bad.append(f"{rel}:{node.lineno} compares with an engine's name")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in classes:
+                bad.append(f"{rel}:{node.lineno} builds an engine")
+        for line, target, _name in _imports(mod, path):
+            if target.startswith("cachetool.engines.") and target != "cachetool.engines.base" \
+                    and target not in ENGINE_IMPORTS_ALLOWED.get(mod, ()):
+                bad.append(f"{rel}:{line} imports {target}")
     assert bad == []
 
 
-def test_the_public_compiler_modules_are_architectures_list():
-    """Both ways: a module added here is documented there, and one named there is allowed here; and each is a
-    module (a renamed one fails)."""
-    named = _architecture_public_modules((ROOT / "docs" / "ARCHITECTURE.md").read_text())
-    assert sorted(named) == sorted(COMPILER_PUBLIC)
-    assert [m for m in COMPILER_PUBLIC if m not in _modules()] == []
+def test_the_engine_rule_catches_what_it_names():
+    names = {"native", "vllm"}
+    for src in ('engine == "native"', 'x.name != "vllm"', 'layout in ("vllm", "triton")'):
+        assert _names_an_engine(ast.parse(src, mode="eval").body, names), src
+    for src in ('layout == "triton"', 'engine == default'):
+        assert not _names_an_engine(ast.parse(src, mode="eval").body, names), src
 
 
-def test_the_architecture_list_is_read_as_written():
-    """The parser of ARCHITECTURE's list, on a sentence with the same shape: nested parentheses and backticked
-    names inside them do not count, the sentence ends at its period, and the package alone counts when listed."""
-    doc = ("### What cachetool uses of compiler\nmay use any of `compiler`. Every other module imports only these "
-           "public modules (x.py): `compiler.envs` (the registry, `compiler.secret` (nested)), `compiler` and\n"
-           "`compiler.models.llama_config` (`read_config`).\nLater: `compiler.after`.\n")
-    assert _architecture_public_modules(doc) == ["compiler.envs", "compiler", "compiler.models.llama_config"]
+# The pull path, top-down: each room calls only rooms after it (the policy runs the pull; it does not call back
+# into the API).
+PULL_PATH = ("cachetool.cli", "cachetool.api", "cachetool.pull_policy", "cachetool.pulling", "cachetool.install")
+
+
+def _room(mod: str) -> int | None:
+    return next((i for i, r in enumerate(PULL_PATH) if mod == r or mod.startswith(r + ".")), None)
+
+
+def test_the_pull_path_reads_top_down():
+    back = []
+    for mod, path in _modules().items():
+        here = _room(mod)
+        if here is None:
+            continue
+        for line, target, name in _imports(mod, path):
+            full = f"{target}.{name}" if name else target
+            there = _room(full)
+            if there is not None and there < here:
+                back.append(f"{path.relative_to(ROOT)}:{line} {PULL_PATH[here]} -> {PULL_PATH[there]}")
+    assert back == []
 
 
 # cachetool/engines/vllm/child.py and cachetool_vllm_probe.py run in vLLM's interpreter (the probe inside vLLM's
@@ -429,8 +480,12 @@ def test_one_comparison_of_factor_values():
     """compiler.cache_key.field_differences is the one field-by-field comparison and compiler.key_prediction's
     compiler_factors_for the one "recorded evidence, else exact values" rule (key_prediction and the install
     preflight each had their own sentinel, diff helper and cheap-else-exact code)."""
+    from cachetool.factors import UNSET
+    from compiler.cache_key import UNSET as COMPILER_UNSET
+
+    assert UNSET == COMPILER_UNSET  # the two packages' one sentinel each, the same text (cachetool reads both)
     bad = []
-    for rel, node in _nodes(("compiler/cache_key.py",)):
+    for rel, node in _nodes(("compiler/cache_key.py", "cachetool/factors.py")):
         if isinstance(node, ast.Constant) and node.value == "<unset>":
             bad.append(f"{rel}:{node.lineno} its own <unset> sentinel")
         if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) \

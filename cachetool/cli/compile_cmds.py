@@ -18,9 +18,8 @@ from cachetool.cli.store_options import options_dict, store_options as _store_op
 from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, device_option, json_option,
                                   sign_key_option)
 from cachetool.cli.output import emit
-from cachetool.errors import EngineMissError, UsageError
-from cachetool.api import (ENGINE_CHOICES, STARTUP_PHASES, CompilationConfigError, CompileRunResult,
-                           compilation_config, init_logging)
+from cachetool.errors import EngineMissError
+from cachetool.api import ENGINE_CHOICES, CompilationConfigError, init_logging
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 _OVERRIDE_PREFIXES = ("-cc.", "--cc.", "--compilation-config.")
@@ -73,7 +72,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
                      type=click.IntRange(min=1),
                      help="Launch N tensor-parallel ranks (gloo on cpu, NCCL on cuda), one cache folder each."),
         json_option,
-        click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="native", show_default=True,
+        click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=ENGINE_CHOICES[0], show_default=True,
                      help="native: this project's pipeline; vllm: real vLLM, headless, with vLLM's own flags "
                           "after -- (e.g. -- -tp 2 --max-model-len 256)."),
         click.option("--load-weights", is_flag=True,
@@ -86,55 +85,19 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _print(result: CompileRunResult) -> None:
-    """The native engine's start as a few lines (the JSON object is :func:`_show`'s)."""
-    click.echo(f"{result.command}: model {result.model} on {result.device}")
-    click.echo(f"  cache dir      {result.cache_dir or '(cache disabled)'}")
-    click.echo(f"  cache key      {result.cache_key}")
-    click.echo(f"  pieces         {result.pieces} ({result.unique_pieces} unique)")
-    click.echo(f"  graphs         compiled {result.graphs_compiled}, loaded {result.graphs_loaded}, "
-               f"reused {result.graphs_reused}")
-
-    ph = result.phases  # the sum rules of docs/compiler.md, "Timing names", written out
-    parts = [f"{k} {ph[k]:.2f}" for k in STARTUP_PHASES if ph.get(k)]
-    click.echo(f"  start-up       {result.startup_seconds:.2f} s" + (" = " + " + ".join(parts) if parts else ""))
-    outer = [(k, ph[k]) for k in ("import", "build") if k in ph] + [("start-up", result.startup_seconds)] \
-        + [(k, ph[k]) for k in ("workload", "exit") if k in ph]
-    click.echo(f"  total          {sum(v for _, v in outer):.2f} s = " + " + ".join(f"{k} {v:.2f}" for k, v in outer))
-    path = result.hot_path or "-"
-    if result.hot_path == "aot" and result.key_source:
-        path += f" (key from {'the build evidence' if result.key_source == 'evidence' else 'computed factors'})"
-    if result.aot_fallback_reason and result.hot_path != "aot":
-        path += f" (no AOT entry used: {result.aot_fallback_reason})"
-    click.echo(f"  hot path       {path}, Dynamo traces {result.dynamo_traces}")
-    for r in result.ranks:
-        click.echo(f"  rank {r['rank']}         compiled {r['graphs_compiled']}, loaded {r['graphs_loaded']}, "
-                   f"reused {r['graphs_reused']}  {r['rank_dir']}")
-    click.echo(f"  result         {'HIT: nothing compiled' if result.hit else 'compiled ' + str(result.graphs_compiled) + ' graph(s)'}")
+# The start options a command line sets, by the name the engines' StartRequest gives them: an engine refuses
+# another engine's option only when it was given (a default is no choice).
+_REQUEST_FIELDS = {"device": "device", "compilation_config": "config", "rank": "rank", "dp_rank": "dp_rank",
+                   "tensor_parallel_size": "tensor_parallel_size", "load_weights": "load_weights"}
 
 
-# Options that belong to the native engine: with --engine vllm the same things are vLLM flags after --.
-_NATIVE_ONLY = {"device": "--device", "compilation_config": "--compilation-config", "rank": "--rank",
-                "dp_rank": "--dp-rank", "tensor_parallel_size": "--tensor-parallel-size"}
-
-
-def engine_flags(ctx: click.Context, engine: str, engine_args: tuple[str, ...],
-                 shared: tuple[str, ...] = ()) -> list[str]:
-    """The flags after ``--`` for ``engine`` (vLLM's own, read by its parser), refusing the mix-ups: flags after
-    ``--`` for the native engine, native options (but those in ``shared``) or ``-cc.k=v`` for vLLM."""
+def given_options(ctx: click.Context) -> list[str]:
+    """The start options set on this command line (StartRequest field names)."""
     from click.core import ParameterSource
 
-    if engine == "native":
-        if engine_args:
-            raise UsageError(f"unexpected argument(s) {' '.join(engine_args)!r}: flags after -- are vLLM's, "
-                             "for --engine vllm")
-        return []
-    given = [flag for name, flag in _NATIVE_ONLY.items()
-             if name not in shared and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
-    if given or _overrides(ctx):
-        raise UsageError(f"{(given or ['-cc.*'])[0]} is a native-engine option: with --engine {engine} pass "
-                         "vLLM's own flags after -- (e.g. -- -tp 2 -cc.mode=0)")
-    return list(engine_args)
+    given = [field for name, field in _REQUEST_FIELDS.items()
+             if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    return given + (["overrides"] if _overrides(ctx) else [])
 
 
 def _summary(result: Any) -> str:
@@ -143,43 +106,17 @@ def _summary(result: Any) -> str:
     return f"{result.command} {result.model}: {verdict} (cache key {result.cache_key or '-'})"
 
 
-def _show(result: Any, as_json: bool, native: bool) -> int:
+def _show(result: Any, as_json: bool) -> int:
     """A start's result: one JSON object, or its lines."""
     if as_json:
         return emit(True, result.to_json(), _summary(result))
-    (_print if native else _print_engine)(result)
+    for line in result.lines():
+        click.echo(line)
     return 0
-
-
-def _print_engine(result: Any) -> None:
-    """Another engine's start (``VllmStartResult``) as a few lines."""
-    click.echo(f"{result.command}: model {result.model} with vLLM {result.vllm_version} "
-               f"(tensor parallel {result.tensor_parallel_size})")
-    click.echo(f"  cache root     {result.cache_root}")
-    click.echo(f"  cache key      {result.cache_key or '-'}" + ("" if result.key_existed else " (new)"))
-    click.echo(f"  inductor       compiled {result.inductor_compiled} kernel(s), loaded {result.inductor_loaded}; "
-               f"Dynamo traces {result.dynamo_traces}")
-    aot = "loaded" if result.aot_loaded else f"not loaded ({result.aot_error or 'none saved yet'})"
-    click.echo(f"  AOT artifact   {aot}")
-    click.echo(f"  start-up       {result.startup_seconds:.2f} s engine init (process {result.seconds:.2f} s); "
-               + ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items()))
-    click.echo(f"  vLLM log       {result.log}")
-    if result.command == "warm":
-        verdict = (f"warmed: Inductor compiled {result.inductor_compiled} kernel(s)" if result.inductor_compiled
-                   else "already warm: Inductor compiled nothing")
-    else:
-        verdict = "HIT: Inductor compiled nothing" if result.hit else f"MISS: {result.miss_reason()}"
-    click.echo(f"  result         {verdict}")
 
 
 def _say(as_json: bool):
     return None if as_json else (lambda m: click.echo(m, err=True))
-
-
-def _setup(ctx: click.Context, json_text: str | None, cache_root: str | None) -> Any:
-    cfg = compilation_config(json_text, _overrides(ctx), cache_root)
-    init_logging()
-    return cfg
 
 
 @cli.command(cls=CompileCommand, context_settings=_CONTEXT)
@@ -198,24 +135,21 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
     sign and push the result. With --engine vllm, real vLLM runs headless (`warm --engine vllm --model DIR --
     [vllm serve flags]`) and the key folder it wrote is packed with vLLM's facts."""
     from cachetool.api import warm as warm_api
-
-    flags = engine_flags(ctx, engine, engine_args)
-    cfg = _setup(ctx, compilation_config, cache_root) if engine == "native" else None
-    if engine != "native":
-        init_logging()
     from cachetool.cli.progress import progress_renderer
 
+    init_logging()
     with progress_renderer(as_json) as render:  # piece i of n, compile sizes, autotune (stderr; none with --json)
-        summary = warm_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
+        summary = warm_api(model, cache_root=cache_root, device=device, config=compilation_config,
+                           overrides=_overrides(ctx), rank=rank, dp_rank=dp_rank,
                            tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
                            store_options=options_dict(endpoint_url, profile, insecure), engine=engine,
-                           engine_flags=flags, load_weights=load_weights, engine_progress=render,
-                           on_progress=render if engine == "native" else None)
+                           engine_flags=list(engine_args), load_weights=load_weights, on_progress=render,
+                           given=given_options(ctx))
     if summary.push is None:
-        return _show(summary.compile, as_json, engine == "native")
+        return _show(summary.compile, as_json)
     if as_json:
         return emit(True, summary.to_json(), f"{_summary(summary.compile)}; pushed {summary.push.ref}")
-    _show(summary.compile, False, engine == "native")
+    _show(summary.compile, False)
     p = summary.push
     click.echo(f"  bytes          {summary.bytes_raw} raw, {summary.bytes_unique} unique, "
                f"{summary.bytes_compressed} compressed")
@@ -240,19 +174,17 @@ def check(ctx: click.Context, model: str, cache_root: str | None, device: str, c
     and loaded and whether vLLM loaded its AOT artifact; --require-hit then exits 4 on a miss, naming why."""
     from cachetool.api import check as check_api
 
-    flags = engine_flags(ctx, engine, engine_args)
-    if engine != "native":
-        try:
-            result = check_api(model, cache_root=cache_root, engine=engine, engine_flags=flags,
-                               load_weights=load_weights, engine_progress=_say(as_json), require_hit=require_hit)
-        except EngineMissError as exc:  # the start compiled: its lines (or fields), then the one error line
-            if exc.start is not None:
-                if not as_json:
-                    _print_engine(exc.start)
-                output.add_failure_fields(**exc.start.to_json())  # the failure's one object carries the start's fields
-            raise
-        return _show(result, as_json, native=False)
-    cfg = _setup(ctx, compilation_config, cache_root)
-    result = check_api(model, cache_root=cache_root, device=device, config=cfg, rank=rank, dp_rank=dp_rank,
-                       require_hit=require_hit, tensor_parallel_size=tensor_parallel_size)
-    return _show(result, as_json, native=True)
+    init_logging()
+    try:
+        result = check_api(model, cache_root=cache_root, device=device, config=compilation_config,
+                           overrides=_overrides(ctx), rank=rank, dp_rank=dp_rank, require_hit=require_hit,
+                           tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=list(engine_args),
+                           load_weights=load_weights, engine_progress=_say(as_json), given=given_options(ctx))
+    except EngineMissError as exc:  # the start compiled: its lines (or fields), then the one error line
+        if exc.start is not None:
+            if not as_json:
+                for line in exc.start.lines():
+                    click.echo(line)
+            output.add_failure_fields(**exc.start.to_json())  # the failure's one object carries the start's fields
+        raise
+    return _show(result, as_json)

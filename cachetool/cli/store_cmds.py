@@ -145,18 +145,15 @@ def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, 
                     workers, progress, model, compilation_config, tensor_parallel_size, engine, engine_args,
                     endpoint_url, profile, insecure) -> dict:
     """The library's arguments for this pull (a flag that cannot be one is refused here)."""
-    from cachetool.cli.compile_cmds import engine_flags
-
     overrides = ctx.meta.get("cc_overrides", [])
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
-    flags = engine_flags(ctx, engine or "native", engine_args, shared=("device",))
     quiet = ctx.params.get("as_json")
     # no --cache-root: the root the server of --engine reads (an init-container that pulled elsewhere would leave
     # the server cold), api.default_cache_root's
     return dict(cache_root=cache_root or None, trust=list(trust) or None,
                 insecure_skip_verify=insecure_skip_verify, ranks=ranks, model=model, config=compilation_config,
-                overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=flags,
+                overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=list(engine_args),
                 device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
                 warn=warn_loud, store_options=options_dict(endpoint_url, profile, insecure),
                 progress=False if quiet else progress)

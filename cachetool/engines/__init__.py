@@ -1,31 +1,64 @@
 """Engines: the compilers cachetool warms caches with, checks hits of and predicts server keys for.
 
-``native`` is this project's pipeline (:mod:`compiler`), ``vllm`` is real vLLM run headless in a child process
-(:mod:`cachetool.engines.vllm`). Each is an :class:`~cachetool.engines.base.Engine`; ``warm``, ``check``, the pull
-preflight and ``diff`` reach a compiler only through :func:`get` (by ``--engine``) or :func:`for_layout` (by a
-bundle's layout).
+``native`` is this project's pipeline (:mod:`cachetool.engines.native`, the only part of cachetool that imports
+:mod:`compiler`), ``vllm`` is real vLLM run headless in a child process (:mod:`cachetool.engines.vllm`). Each is an
+:class:`~cachetool.engines.base.Engine`. This registry is how the rest of cachetool reaches one, never by naming
+it: :func:`get` (by ``--engine``), :func:`for_layout` (by a bundle's layout), :func:`for_fingerprint` (by what a
+bundle's fingerprint records), :func:`default` (a pull or a warm that names none).
 """
 
 from __future__ import annotations
 
-from cachetool.engines.base import Engine
+from cachetool.engines.base import Engine, KeyCheck, KeyCheckRequest, StartRequest, StartResult
 from cachetool.engines.native import NativeEngine
 from cachetool.engines.vllm import VllmEngine
 from cachetool.errors import UsageError
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (NativeEngine(), VllmEngine())}
-CHOICES = tuple(ENGINES)
+# The most specific first: for_fingerprint takes the first engine that recognizes a bundle (native takes any).
+ENGINES: dict[str, Engine] = {e.name: e for e in (VllmEngine(), NativeEngine())}
+DEFAULT = "native"  # the server a verb that names no --engine is for: this project's
+CHOICES = (DEFAULT, *(n for n in ENGINES if n != DEFAULT))
 
-__all__ = ["CHOICES", "ENGINES", "Engine", "for_layout", "get"]
+__all__ = ["CHOICES", "DEFAULT", "ENGINES", "Engine", "KeyCheck", "KeyCheckRequest", "StartRequest", "StartResult",
+           "common_facts", "default", "fields_ignored_by", "for_fingerprint", "for_layout", "get", "init_logging"]
 
 
 def get(name: str) -> Engine:
     try:
         return ENGINES[name]
     except KeyError:
-        raise UsageError(f"unknown engine {name!r} ({', '.join(ENGINES)})") from None
+        raise UsageError(f"unknown engine {name!r} ({', '.join(CHOICES)})") from None
 
 
-def for_layout(layout: str) -> Engine:
-    """The engine whose caches a bundle of ``layout`` holds (a Triton-only bundle: the native engine's rules)."""
-    return next((e for e in ENGINES.values() if e.layout == layout), ENGINES["native"])
+def default() -> Engine:
+    return ENGINES[DEFAULT]
+
+
+def for_layout(layout: str | None) -> Engine:
+    """The engine whose caches a bundle of ``layout`` holds (a Triton-only bundle: the default engine's rules)."""
+    return next((e for e in ENGINES.values() if e.layout == layout), default())
+
+
+def for_fingerprint(fingerprint: dict | None) -> Engine:
+    """The engine whose server reads a bundle with this fingerprint."""
+    return next(e for e in ENGINES.values() if e.recognizes(fingerprint or {}))
+
+
+def fields_ignored_by(engine: Engine) -> tuple[str, ...]:
+    """Fingerprint fields only other engines' caches depend on (a native cache loads the same beside any vLLM)."""
+    return tuple(f for e in ENGINES.values() if e is not engine for f in e.fingerprint_fields
+                 if f not in engine.fingerprint_fields)
+
+
+def init_logging() -> None:
+    """Log lines of the compiler and of cachetool on stderr, at ``CACHETOOL_LOGGING_LEVEL``."""
+    from cachetool.engines.native.machine import init_logging as to_stderr
+
+    to_stderr("cachetool")
+
+
+def common_facts(device: str | None = None) -> dict:
+    """The fingerprint fields every engine's caches depend on, as this machine has them (read without torch)."""
+    from cachetool.engines.native.machine import common_facts as read
+
+    return read(device)

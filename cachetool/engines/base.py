@@ -1,14 +1,61 @@
-"""What cachetool needs from a compiler, declared once.
+"""What cachetool needs from a compiler, declared once: the one boundary between cachetool and an engine.
 
-An engine warms a cache root headless, reports one start (hit or miss and why, what compiled and loaded,
-seconds), says which facts of this machine its caches depend on, predicts (before any download) whether a
-bundle's key is the one a server will look up, and names the variable its servers read their cache root from.
+An engine warms a cache root headless and reports one start (:class:`StartRequest` in, a :class:`StartResult` that
+renders itself out), says which facts of this machine its caches depend on, answers pull's key question before
+any download (:class:`KeyCheckRequest` in, a :class:`KeyCheck` out), checks and compares its keys' recorded
+factors, and names the variable its servers read their cache root from. Nothing outside ``cachetool/engines/``
+names an engine or builds one (tests/test_structure.py): it asks the registry (:mod:`cachetool.engines`) by
+``--engine`` name, by a bundle's layout or by a bundle's fingerprint.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from cachetool.factors import Difference, Factors
+
+
+@dataclasses.dataclass(frozen=True)
+class StartRequest:
+    """One start of an engine (``warm`` or ``check``), with the options of every engine. An engine refuses, in one
+    line, an option of another engine that the caller set (``given``): the native engine flags after ``--``,
+    the vLLM engine ``--device``, ``-cc`` and the rank options."""
+
+    command: str                      # "warm" or "check"
+    model: str
+    cache_root: Path                  # resolved (cachetool.cache_root.CacheRoot.path)
+    device: str = "cpu"
+    config: Any = None                # native: a CompilationConfig, dict or JSON text
+    overrides: tuple[str, ...] = ()   # native: -cc.k=v
+    flags: tuple[str, ...] = ()       # vLLM: `vllm serve` flags
+    load_weights: bool = False        # vLLM: the model's weights instead of dummy ones
+    rank: int = 0
+    dp_rank: int = 0
+    tensor_parallel_size: int = 1
+    share_ranks: bool = True
+    require_hit: bool = False
+    progress: Callable[[Any], None] | None = None  # the engine's progress events or message lines
+    given: frozenset[str] = frozenset()  # the options above that the caller set, by field name
+
+    def set(self, name: str) -> bool:
+        return name in self.given
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyCheckRequest:
+    """Pull's key question for a server (``pull --model M`` and, for vLLM, its flags after ``--``)."""
+
+    model: str | None
+    cache_root: Path
+    device: str = "cpu"
+    config: Any = None
+    overrides: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    tensor_parallel_size: int = 1
+    timeout: float | None = None
 
 
 @runtime_checkable
@@ -31,6 +78,14 @@ class StartResult(Protocol):
 
     def to_json(self) -> dict[str, Any]: ...
 
+    def lines(self) -> list[str]:
+        """The start as a few lines for a terminal."""
+        ...
+
+    def pack_folder(self) -> Path:
+        """What a warm's ``--push`` packs."""
+        ...
+
 
 class KeyCheck(Protocol):
     """Pull's preflight question for a server: which of a bundle's key folders it will use (or a
@@ -38,21 +93,49 @@ class KeyCheck(Protocol):
 
     def expected_for(self, manifest: Any) -> str: ...
 
+    def describe(self) -> str | None:
+        """How the verdict was reached, for the preflight's line (None: nothing to add)."""
+        ...
+
 
 class Engine(Protocol):
     name: str                       # --engine
     layout: str                     # the bundle layout its cache trees pack as
     cache_root_variable: str        # where its servers read the cache root from
+    cache_root_default: str         # where they read it without the variable
+    fingerprint_fields: tuple[str, ...]  # the fingerprint fields only its caches depend on
+    local_by_server: bool           # diff's "local" side: its server computes the key (needs the server's flags)
 
-    def default_cache_root(self) -> Path: ...
+    def warm(self, request: StartRequest) -> StartResult: ...
 
-    def warm(self, model: str, *, cache_root: str | Path | None, **options: Any) -> StartResult: ...
-
-    def check(self, model: str, *, cache_root: str | Path | None, require_hit: bool = False,
-              **options: Any) -> StartResult: ...
+    def check(self, request: StartRequest) -> StartResult:
+        """``request.require_hit``: a start that compiled raises a cache-miss error naming why."""
+        ...
 
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
         """Fingerprint fields beyond the common ones (``cachetool.fingerprint``) that its caches depend on."""
         ...
 
-    def key_check(self, model: str, *, cache_root: str | Path, **options: Any) -> KeyCheck | None: ...
+    def recognizes(self, fingerprint: dict) -> bool:
+        """Whether a bundle of this fingerprint holds this engine's caches."""
+        ...
+
+    def key_check(self, request: KeyCheckRequest) -> KeyCheck | None: ...
+
+    def check_factors(self, manifest: Any, device: str) -> list[str]:
+        """The install preflight's own checks of a bundle's recorded factors against this machine (raises a
+        ``PreflightError`` naming the first difference); what it checked."""
+        ...
+
+    def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
+                     cache: str = "") -> list[Difference]:
+        """Every field where two keys' recorded factors differ (``only``: these factors; None: all)."""
+        ...
+
+    def local_factors(self, device: str) -> Factors | None:
+        """The factors this machine would record without a model (diff's ``local``), or None."""
+        ...
+
+    def server_differences(self, keys: list, model: str, flags: list[str], scratch: Path) -> list[Difference]:
+        """How the closest of a bundle's keys differs from the key this engine's server computes."""
+        ...

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from cachetool.install.blobs import expand_blob
 from cachetool.install.installer import InstallResult, install_bundle
-from cachetool.install.preflight import check_expected_key, run_preflight
+from cachetool.install.preflight import run_preflight
 from cachetool.install.ranks import parse_ranks
 from cachetool.install.verify import INSECURE_WARNING, verified_manifest, verify_bundle
 
-__all__ = ["INSECURE_WARNING", "InstallResult", "check_expected_key", "expand_blob", "install_bundle", "parse_ranks",
+__all__ = ["INSECURE_WARNING", "InstallResult", "expand_blob", "install_bundle", "parse_ranks",
            "run_preflight", "verified_manifest", "verify_bundle"]

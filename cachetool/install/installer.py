@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from cachetool.install.commit import commit
 from cachetool.install.fs import STAGING_PREFIX, fs_error, lock_root, open_root, remove_empty_tree, remove_stale_staging
@@ -20,6 +20,9 @@ from cachetool.install.stage import check_complete, stage
 from cachetool.install.verify import verified_manifest
 from cachetool.manifest import Manifest, Unit, manifest_digest
 from cachetool.source import BundleSource
+
+if TYPE_CHECKING:
+    from cachetool.engines.base import KeyCheck
 
 log = logging.getLogger("cachetool.install")
 
@@ -61,7 +64,7 @@ def install_bundle(
     ranks: str | Iterable | None = None,
     preflight: bool = True,
     device: str | None = None,
-    expected_key: dict | None = None,
+    key_check: KeyCheck | None = None,
     force: bool = False,
     keep_changed: bool = False,
     warn: Callable[[str], None] | None = None,
@@ -72,8 +75,8 @@ def install_bundle(
 
     ``trust``: public key paths / :class:`cachetool.signing.PublicKey` objects; None = the pinned keys
     (:func:`cachetool.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
-    preflight compares against (default: the bundle's). ``expected_key``: the key the server's config needs
-    (see :func:`check_expected_key`). A unit present with files that differ from the bundle is replaced (one
+    preflight compares against (default: the bundle's). ``key_check``: which key folder the server will look up
+    (its engine's :class:`~cachetool.engines.base.KeyCheck`). A unit present with files that differ from the bundle is replaced (one
     ``warn`` line each); ``keep_changed``: refuse instead (:class:`UnitChangedError`, a miss). ``force``: replace
     even with ``keep_changed`` (replacing is the default; the flag stays for old callers). ``deadline``
     (``time.monotonic()``): waiting for the root's lock past it raises :class:`WaitTimeoutError` (exit 7).
@@ -86,7 +89,7 @@ def install_bundle(
                                                  warn=warn)
     units = select_units(manifest, parse_ranks(ranks))
     t_pre = time.monotonic()
-    checked = run_preflight(manifest, device=device, expected_key=expected_key) if preflight else []
+    checked = run_preflight(manifest, device=device, key_check=key_check) if preflight else []
     preflight_seconds = time.monotonic() - t_pre
 
     root, root_fd, created_root = open_root(Path(cache_root).expanduser())

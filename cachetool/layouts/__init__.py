@@ -13,8 +13,9 @@ root (``torch_compile_cache/...``) so an install recreates the same place. :func
 (``"auto"`` tries vllm, native, triton in that order).
 
 This is the registry: the names a manifest may carry are :data:`cachetool.manifest.LAYOUTS` (the schema, the
-one list of names), each served by the module ``cachetool/layouts/<name>.py``; :data:`CHOICES` is what the CLI's
-``--layout`` accepts. A new layout is a module here plus its name in that tuple.
+one list of names), each served by the module :data:`MODULES` names: an engine's own layout lives in its engine
+(``cachetool/engines/<engine>/layout.py``), a layout no engine writes (``triton``) here; :data:`CHOICES` is what
+the CLI's ``--layout`` accepts. A new layout is a module plus its name in that tuple and in :data:`MODULES`.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from cachetool import manifest
 from cachetool.errors import NotFoundError, UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile
 
-LAYOUTS = {name: importlib.import_module(f"cachetool.layouts.{name}") for name in manifest.LAYOUTS}
+MODULES = {"native": "cachetool.engines.native.layout", "vllm": "cachetool.engines.vllm.layout",
+           "triton": "cachetool.layouts.triton"}
+LAYOUTS = {name: importlib.import_module(MODULES[name]) for name in manifest.LAYOUTS}
 AUTO_ORDER = ("vllm", "native", "triton")  # the most specific first: a vLLM root also looks native
 CHOICES = ("auto", *LAYOUTS)  # the CLI's --layout
 
-__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "incomplete_reason", "scan"]
+__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "incomplete_reason", "scan", "stale_entries"]
 
 
 def detect(path: str | Path) -> str:
@@ -61,3 +64,14 @@ def incomplete_reason(layout: str, unit_dir: str | Path, ranked: bool) -> str | 
     such a unit: an interrupted warm's unit installed over a complete one would lose it."""
     rule = getattr(LAYOUTS.get(layout), "incomplete_reason", None)
     return rule(Path(unit_dir), ranked) if rule is not None else None
+
+
+def stale_entries(root: str | Path) -> list[Path]:
+    """What no later start reads under a cache root, by every layout that states such a rule (only ``vllm`` does:
+    its per-start AOTAutograd entries); ``cachetool prune`` removes them."""
+    out: list[Path] = []
+    for module in LAYOUTS.values():
+        rule = getattr(module, "stale_entries", None)
+        if rule is not None:
+            out += rule(Path(root))
+    return out

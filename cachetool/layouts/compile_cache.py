@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from pathlib import Path
 
 from cachetool.errors import UsageError
+from cachetool.cache_root import AOT, FACTORS_FILE, RANK_RE, TCC
 from cachetool.factors import Factors
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
 from cachetool.manifest import KeyFolder, Unit
 
-TCC = "torch_compile_cache"
-AOT = "torch_aot_compile"
-RANK_RE = re.compile(r"^rank_\d+_\d+$")
 
 
 def _is_dir(p: Path) -> bool:
@@ -98,7 +95,7 @@ def read_factors(rank_dirs: list[Path]) -> Factors | None:
     """The first ``cache_key_factors.json`` of a hash folder's ranks, parsed; a file of another shape is kept as
     ``{"raw": ...}`` (diff still compares it field by field)."""
     for r in rank_dirs:
-        for cand in sorted(r.glob("cache_key_factors.json")) + sorted(r.glob("*/cache_key_factors.json")):
+        for cand in sorted(r.glob(FACTORS_FILE)) + sorted(r.glob(f"*/{FACTORS_FILE}")):
             try:
                 obj = json.loads(cand.read_text())
             except (OSError, ValueError) as exc:

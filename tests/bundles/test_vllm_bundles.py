@@ -196,7 +196,7 @@ def test_the_gpu_is_probed_when_any_entry_is_a_gpu_bundle_whatever_its_engine():
 
 
 def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_machine(monkeypatch):
-    from cachetool import fingerprint
+    from cachetool import engines, fingerprint
     from cachetool.engines.vllm import facts
     from cachetool.pulling import select_entry
     from cachetool.stores.base import RefIndex
@@ -208,13 +208,13 @@ def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_mac
 
     monkeypatch.setattr(fingerprint, "local_fingerprint", local_fingerprint)
     monkeypatch.setattr(facts, "vllm_version", lambda: "0.26.0")
-    monkeypatch.setattr(facts.build_identity, "cuda_device", lambda index=0: {"device": "NVIDIA H200",
+    monkeypatch.setattr(facts.machine, "cuda_device", lambda index=0: {"device": "NVIDIA H200",
                                                                              "capability": "9.0"})
     gpu = _entry(platform_key(CUDA_VLLM), CUDA_VLLM)
     cpu = _entry(platform_key(dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2")),
                  dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2"))
     index = RefIndex(name="tiny", tag="v1", entries=(cpu, gpu))
-    assert select_entry(index, "file:///s/tiny:v1", None, "vllm") is gpu
+    assert select_entry(index, "file:///s/tiny:v1", None, engines.get("vllm")) is gpu
 
 
 def test_the_triton_cache_ships_as_a_unit_of_its_own_and_installs_where_the_server_reads_it(tmp_path, cli, keys):

@@ -13,7 +13,8 @@ import cachetool
 from cachetool.api import WarmSummary
 from cachetool.errors import UsageError
 from cachetool.pushing import PushResult
-from cachetool.warmup import CompilationConfigError, CompileRunResult, ModelError
+from cachetool.engines.native.run import CompileRunResult
+from cachetool.errors import CompilationConfigError, ModelError
 from compiler.config import CompilationConfig, CompilationMode, CUDAGraphMode, DynamicShapesType
 
 

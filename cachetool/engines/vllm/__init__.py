@@ -1,47 +1,95 @@
 """Real vLLM as an engine (``--engine vllm``): warm and check start it headless in a child process
 (:mod:`~cachetool.engines.vllm.engine`, :mod:`~cachetool.engines.vllm.child`); its key inputs are recorded and
-compared in :mod:`~cachetool.engines.vllm.key`; the facts its caches depend on, read without importing vLLM, are in
-:mod:`~cachetool.engines.vllm.facts`. See docs/vllm.md."""
+compared in :mod:`~cachetool.engines.vllm.key`, pull's key question is :mod:`~cachetool.engines.vllm.key_check`;
+the facts its caches depend on, read without importing vLLM, are in :mod:`~cachetool.engines.vllm.facts`; its
+cache tree as a bundle layout is :mod:`~cachetool.engines.vllm.layout`. See docs/vllm.md."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from cachetool import envs
+from cachetool.engines.base import KeyCheckRequest, StartRequest
+from cachetool.errors import UsageError
+from cachetool.factors import Difference, Factors
 
 __all__ = ["VllmEngine"]
+
+# Options of the native engine, as a caller names them: with --engine vllm the same things are vLLM flags after --.
+NATIVE_ONLY = {"device": "--device", "config": "--compilation-config", "overrides": "-cc.*", "rank": "--rank",
+               "dp_rank": "--dp-rank", "tensor_parallel_size": "--tensor-parallel-size"}
 
 
 class VllmEngine:
     name = "vllm"
     layout = "vllm"
     cache_root_variable = "VLLM_CACHE_ROOT"
+    cache_root_default = "~/.cache/vllm"
+    fingerprint_fields = ("vllm", "cpu_isa")
+    local_by_server = True
 
-    def default_cache_root(self) -> Path:
-        return Path(envs.get("VLLM_CACHE_ROOT") or "~/.cache/vllm").expanduser()
-
-    def warm(self, model: str, *, cache_root: str | Path | None, **options: Any):
+    # ------------------------------------------------------------------------------------------ starts
+    def warm(self, request: StartRequest):
         from cachetool.engines.vllm.engine import start
 
-        return start("warm", model, cache_root=cache_root or self.default_cache_root(), **options)
+        self._refuse_native(request)
+        return start("warm", request.model, cache_root=request.cache_root, flags=list(request.flags),
+                     load_weights=request.load_weights, progress=request.progress)
 
-    def check(self, model: str, *, cache_root: str | Path | None, require_hit: bool = False, **options: Any):
-        """Start vLLM on ``cache_root``; ``require_hit``: a start that compiled raises :class:`EngineMissError`
+    def check(self, request: StartRequest):
+        """Start vLLM on the cache root; ``require_hit``: a start that compiled raises :class:`EngineMissError`
         naming why, with the start as its ``start`` (a caller reports what the start did beside the failure)."""
         from cachetool.engines.vllm.engine import require_hit as must_hit, start
 
-        out = start("check", model, cache_root=cache_root or self.default_cache_root(), **options)
-        if require_hit:
+        self._refuse_native(request)
+        out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
+                    load_weights=request.load_weights, progress=request.progress)
+        if request.require_hit:
             must_hit(out)
         return out
 
+    def _refuse_native(self, request: StartRequest) -> None:
+        given = [flag for name, flag in NATIVE_ONLY.items() if request.set(name)]
+        if given or request.overrides or request.config is not None:
+            raise UsageError(f"{(given or ['-cc.*'])[0]} is a native-engine option: with --engine {self.name} pass "
+                             "vLLM's own flags after -- (e.g. -- -tp 2 -cc.mode=0)")
+
+    # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
         from cachetool.engines.vllm.facts import machine_facts
 
         return machine_facts(device)
 
-    def key_check(self, model: str, *, cache_root: str | Path, flags=(), timeout: float | None = None):
+    def recognizes(self, fingerprint: dict) -> bool:
+        return bool((fingerprint or {}).get("vllm"))  # a real vLLM tree records vLLM's version
+
+    # ------------------------------------------------------------------------------------------ keys
+    def key_check(self, request: KeyCheckRequest):
+        """The server's own command line after ``--`` (its model as ``--model``, ``vllm serve M``'s tag or
+        ``--model M``) checked now; vLLM's verdict at preflight. None without a model or flags."""
         from cachetool.engines.vllm.key_check import server_key_check
 
-        return server_key_check(model, flags, cache_root, timeout)
+        if request.config is not None or request.overrides or request.tensor_parallel_size != 1:
+            raise UsageError("--compilation-config/-cc/--tensor-parallel-size are native-engine options: with "
+                             "--engine vllm pass vLLM's own flags after -- (e.g. -- -tp 2)")
+        if not (request.model or request.flags):
+            return None
+        return server_key_check(request.model, list(request.flags), request.cache_root, request.timeout)
+
+    def check_factors(self, manifest, device: str) -> list[str]:
+        return []  # the native compiler's factors do not describe vLLM's caches: its key check does
+
+    def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
+                     cache: str = "") -> list[Difference]:
+        from cachetool.engines.native.keys import compare_keys
+
+        return compare_keys(a, b, only=only, cache=cache)  # the one comparison of recorded factors
+
+    def local_factors(self, device: str) -> Factors | None:
+        return None  # vLLM computes its key from the server's flags: see server_differences
+
+    def server_differences(self, keys: list, model: str, flags: list[str], scratch: Path) -> list[Difference]:
+        from cachetool.engines.vllm.key_check import server_key_check
+
+        check = server_key_check(model, list(flags), scratch)
+        _key, diffs = check.closest(keys)
+        return diffs

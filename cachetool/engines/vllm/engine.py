@@ -32,12 +32,12 @@ from typing import Any, BinaryIO, Callable
 from cachetool.engines.vllm import facts, key, launch
 from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissError, EngineUnavailableError,
                               UsageError, WaitTimeoutError)
-from cachetool.layouts.vllm import TRITON_CACHE
+from cachetool.cache_root import AOT, TCC, TRITON_CACHE
 from cachetool import envs
-from compiler import build_identity
+from cachetool.engines.native import machine  # the torch-free machine facts, the native engine's presets
 
 CHILD = Path(__file__).with_name("child.py")
-AOT_DIR = ("torch_compile_cache", "torch_aot_compile")
+AOT_DIR = (TCC, AOT)
 KERNEL_SUFFIXES = (".so", ".cubin", ".hsaco")
 # What a headless start needs and a server's key does not hash (vLLM's compute_hash leaves load_config and the
 # tokenizer out): given before the user's flags, so that a flag after `--` still wins.
@@ -118,6 +118,31 @@ class VllmStartResult:
                  graphs_loaded=self.graphs_loaded, cache_dir=self.cache_dir)
         return d
 
+    def pack_folder(self) -> Path:
+        """What a warm's push packs: the whole cache root, which holds everything the server reads on a hit (the
+        AOT key folder, the piecewise folder(s) its backend loads, ``modelinfos/``, ``triton_cache/``)."""
+        return Path(self.cache_root)
+
+    def lines(self) -> list[str]:
+        """The start as a few lines for a terminal (the JSON object is :meth:`to_json`'s)."""
+        aot = "loaded" if self.aot_loaded else f"not loaded ({self.aot_error or 'none saved yet'})"
+        if self.command == "warm":
+            verdict = (f"warmed: Inductor compiled {self.inductor_compiled} kernel(s)" if self.inductor_compiled
+                       else "already warm: Inductor compiled nothing")
+        else:
+            verdict = "HIT: Inductor compiled nothing" if self.hit else f"MISS: {self.miss_reason()}"
+        return [f"{self.command}: model {self.model} with vLLM {self.vllm_version} "
+                f"(tensor parallel {self.tensor_parallel_size})",
+                f"  cache root     {self.cache_root}",
+                f"  cache key      {self.cache_key or '-'}" + ("" if self.key_existed else " (new)"),
+                f"  inductor       compiled {self.inductor_compiled} kernel(s), loaded {self.inductor_loaded}; "
+                f"Dynamo traces {self.dynamo_traces}",
+                f"  AOT artifact   {aot}",
+                f"  start-up       {self.startup_seconds:.2f} s engine init (process {self.seconds:.2f} s); "
+                + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()),
+                f"  vLLM log       {self.log}",
+                f"  result         {verdict}"]
+
 
 def short_key(h: str | None) -> str:
     return (h[:16] + "...") if h else "(none)"
@@ -162,12 +187,10 @@ def _foreign_vllm_version() -> str | None:
 def check_model(model: str) -> None:
     """A model folder must hold ``config.json`` (dummy weights are built from it); a name that is no path is a
     hub id, served offline from the local Hugging Face cache, unless it is one of the native engine's presets."""
-    from compiler.models.llama_config import PRESETS
-
     p = Path(model).expanduser()
     looks_like_path = model.startswith((".", "/", "~")) or p.exists()
     if not looks_like_path:
-        if model in PRESETS:
+        if model in machine.model_presets():
             raise UsageError(f"--model {model}: a preset of the native engine; --engine vllm --model takes a model "
                              "folder with config.json (or a hub id in the local Hugging Face cache)")
         return
@@ -223,7 +246,7 @@ def child_env(cache_root: Path | None, tp: int) -> dict[str, str]:
     # vLLM's workers import cachetool_vllm_probe by name (spawned workers too): its folder goes on their path
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHILD.parent), env.get("PYTHONPATH")) if p)
     # only where vLLM runs on the CPU: on a GPU the variable means nothing, but vLLM would still hash it
-    if tp > 1 and not env.get("VLLM_CPU_OMP_THREADS_BIND") and build_identity.cuda_device(0) is None:
+    if tp > 1 and not env.get("VLLM_CPU_OMP_THREADS_BIND") and machine.cuda_device(0) is None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(tp)
     return env
 
@@ -425,14 +448,14 @@ def _record(out: VllmStartResult, result: dict, model: str, flags: list[str]) ->
     traced: dict[str, str | None] = {}
     for w in result["workers"]:
         traced.update(w["traced_files"])
-    gpu = build_identity.cuda_device(0)
-    machine = {"device": "cuda" if gpu else "cpu", **facts.machine_facts("cuda" if gpu else "cpu"),
-               "gpu": gpu["device"] if gpu else None,
-               "capability": gpu["capability"] if gpu else None}
-    machine.pop("engine", None)
+    gpu = machine.cuda_device(0)
+    here = {"device": "cuda" if gpu else "cpu", **facts.machine_facts("cuda" if gpu else "cpu"),
+            "gpu": gpu["device"] if gpu else None,
+            "capability": gpu["capability"] if gpu else None}
+    here.pop("engine", None)
     server_only = result.get("server_only_options") or {}
     inputs = launch.LaunchInputs.of(model, flags, child_env(None, out.tensor_parallel_size), server_only)
-    factors = key.recorded_factors(result["key_inputs"], traced, machine, flags, out.tensor_parallel_size,
+    factors = key.recorded_factors(result["key_inputs"], traced, here, flags, out.tensor_parallel_size,
                                    launch=inputs.to_values(server_only))
     for p in out.aot_paths:
         rank_dir = Path(p).parent

@@ -5,7 +5,7 @@ hurry: ``import vllm`` costs 5-15 s, ``import torch`` 2 s. Everything here reads
 
 - the vLLM version from ``vllm/_version.py`` (what ``vllm.__version__`` is; found on ``sys.path`` without
   importing the package);
-- the torch build from ``torch/version.py`` (:func:`compiler.build_identity.torch_build`);
+- the torch build from ``torch/version.py`` (:func:`cachetool.engines.native.machine.torch_version`);
 - the device: the GPU's name and capability and the driver from NVML, or the CPU's vector ISA from its flags.
 
 These land in a vLLM bundle's fingerprint (flat strings; see :data:`FINGERPRINT_FIELDS`) and are compared by
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import platform
 
-from compiler import build_identity
+from cachetool.engines.native import machine  # the torch-free machine facts
 
 # Fingerprint fields a vLLM bundle adds to the common ones (cachetool.fingerprint.FIELDS).
 FINGERPRINT_FIELDS = ("engine", "vllm", "cpu_isa", "gpu_driver")
@@ -24,10 +24,10 @@ FINGERPRINT_FIELDS = ("engine", "vllm", "cpu_isa", "gpu_driver")
 
 def vllm_version() -> str | None:
     """``vllm.__version__`` as the installed package would give it, or None when vLLM is not installed."""
-    path = build_identity.module_file("vllm._version")
+    path = machine.module_file("vllm._version")
     if path is None:
         return None
-    value = build_identity.literal_assignments(path).get("__version__")
+    value = machine.literal_assignments(path).get("__version__")
     return value if isinstance(value, str) else None
 
 
@@ -36,8 +36,8 @@ def cpu_isa() -> str:
     AMX tiles), ``avx512``, ``avx2``, ``default`` on x86; the machine name elsewhere (``aarch64``)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return platform.machine().lower()
-    best = build_identity.cpu_capability().lower()  # honours ATEN_CPU_CAPABILITY
-    if best == "avx512" and {"amx_tile", "amx_bf16"} <= build_identity.cpu_flags():
+    best = machine.cpu_capability().lower()  # honours ATEN_CPU_CAPABILITY
+    if best == "avx512" and {"amx_tile", "amx_bf16"} <= machine.cpu_flags():
         return "amx"
     return best
 
@@ -46,9 +46,9 @@ def machine_facts(device: str | None) -> dict[str, str | None]:
     """The vLLM fingerprint fields of this machine for ``device`` (``cpu``, ``cuda``/``cuda:N`` or None: probe)."""
     facts: dict[str, str | None] = {"engine": "vllm", "vllm": vllm_version(), "cpu_isa": None, "gpu_driver": None}
     on_gpu = device is None or device.startswith("cuda")
-    gpu = build_identity.cuda_device(int(device.split(":")[1]) if device and ":" in device else 0) if on_gpu else None
+    gpu = machine.cuda_device(int(device.split(":")[1]) if device and ":" in device else 0) if on_gpu else None
     if gpu is not None:
-        facts["gpu_driver"] = build_identity.cuda_driver()
+        facts["gpu_driver"] = machine.cuda_driver()
     else:
         facts["cpu_isa"] = cpu_isa()
     return facts

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachetool.factors import UNSET, Difference, Factors, field_differences
+from cachetool.cache_root import FACTORS_FILE  # noqa: F401 - where a warm records them
+from cachetool.engines.native.keys import field_differences  # the one field-by-field comparison
+from cachetool.factors import UNSET, Difference, Factors
 
 SCHEMA = 1
-FACTORS_FILE = "cache_key_factors.json"
 
 
 def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict, flags: list[str],
@@ -80,7 +81,7 @@ def differences(recorded: Factors, local: dict, local_traced: dict[str, str | No
     if recorded.hash_of("env") != local["env"]["hash"]:
         out += _field_diffs("env", _values(recorded, "env"), local["env"]["values"])
     inductor = local.get("inductor") or {}
-    if recorded.factor("inductor") is not None and recorded.hash_of("inductor") != inductor.get("hash"):
+    if recorded.values("inductor") is not None and recorded.hash_of("inductor") != inductor.get("hash"):
         out += _field_diffs("inductor", _values(recorded, "inductor"), inductor.get("values") or {}) or [
             Difference("inductor", "(config)", recorded.hash_of("inductor"), inductor.get("hash"))]
     for fid, digest in sorted(_values(recorded, "code").items()):

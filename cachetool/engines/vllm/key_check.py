@@ -35,7 +35,7 @@ class ServerKeyCheck:
     def closest(self, keys: Any) -> tuple[Any, list]:
         """The bundle key (``manifest.KeyFolder``) this server will use with no difference, or the first one and
         its differences (model path, config fields, env variables, Inductor config, versions, traced files)."""
-        candidates = [k for k in keys if k.factors is not None and k.factors.factor("serve") is not None]
+        candidates = [k for k in keys if k.factors is not None and k.factors.values("serve") is not None]
         if not candidates:
             raise PreflightError("preflight: bundle cannot hit here: it records no vLLM key inputs (warm it with "
                                  "cachetool warm --engine vllm)")

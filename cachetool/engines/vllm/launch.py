@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cachetool.engines.vllm import facts
-from compiler import build_identity
+from cachetool.engines.native import machine  # the torch-free machine facts
 
 # Variables that can change what vLLM, torch, Inductor or Triton compile (names with these prefixes) ...
 ENV_PREFIXES = ("VLLM_", "TORCH", "PYTORCH_", "INDUCTOR_", "TRITON_", "CUDA_", "ATEN_", "OMP_", "KMP_", "MKL_",
@@ -120,7 +120,7 @@ class LaunchInputs:
     def of(cls, model: str, flags: list[str], env: Mapping[str, str],
            server_only: Mapping[str, bool]) -> "LaunchInputs":
         unhashed = {**{k: v for k, v in server_only.items() if k not in ENGINE_AFFECTING}, **UNHASHED_ENGINE_OPTIONS}
-        return cls(vllm=facts.vllm_version(), torch=(build_identity.torch_build() or {}).get("torch"), model=model,
+        return cls(vllm=facts.vllm_version(), torch=machine.torch_version(), model=model,
                    model_config=model_config_digest(model), flags=tuple(strip_options(flags, unhashed)),
                    env=launch_env(env))
 

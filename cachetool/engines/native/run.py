@@ -1,4 +1,4 @@
-"""Warm and check orchestration: the library API behind ``cachetool warm`` and ``cachetool check``.
+"""The native engine's start: the pipeline run the way a server starts, for ``warm`` and ``check``.
 
 ``warm`` runs the compile pipeline for a model and config the way a server starts (compile or load on a
 dummy batch, then prefill/decode batches), leaving a populated cache tree under the cache root. ``check``
@@ -11,60 +11,12 @@ from __future__ import annotations
 import contextlib
 import time
 import json
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachetool.errors import CachetoolError, CompileInStrictModeError, UsageError
-from compiler import errors as compiler_errors  # torch-free: the kinds the pipeline's errors carry
-
-
-class CompilationConfigError(UsageError):
-    """A bad ``--compilation-config`` / ``-cc`` value (unknown key, bad JSON, bad value)."""
-
-
-class ModelError(UsageError):
-    """The ``--model`` argument is not a preset, config.json or model folder."""
-
-
-class DeviceError(UsageError):
-    """The requested device is not available (``--device cuda`` without a GPU)."""
-
-
-# The pipeline's error kinds (compiler/errors.py) as cachetool's errors; other kinds are unexpected failures.
-KIND_TO_ERROR = {compiler_errors.STRICT_MODE: CompileInStrictModeError,
-                 compiler_errors.GUARDS: CompilationConfigError,  # evaluate_guards refused a batch the workload needs
-                 compiler_errors.CONFIG: CompilationConfigError,
-                 compiler_errors.MODEL: ModelError}
-
-
-def cachetool_error(exc: BaseException, context: str = "") -> CachetoolError | None:
-    """The cachetool error for the pipeline's error in ``exc`` or the exceptions it was raised from (Dynamo wraps a
-    backend's error in its own: :func:`compiler.errors.find` looks through), chosen by its ``kind`` through
-    :data:`KIND_TO_ERROR`, never by its class or message; None when there is none or its kind maps to nothing (an
-    unexpected failure, reported as one). The message is the error's first line after ``context``."""
-    found = compiler_errors.find(exc)
-    mapped = KIND_TO_ERROR.get(found.kind) if found is not None else None
-    if mapped is None:
-        return None
-    lines = str(found).splitlines()
-    return mapped(f"{context}{lines[0] if lines else type(found).__name__}")
-
-
-@contextlib.contextmanager
-def compiler_errors_mapped(context: str = "") -> Iterator[None]:
-    """Run the block with the pipeline's errors raised as :func:`cachetool_error`'s (the one place cachetool turns
-    a compiler error into its own); anything else, and a kind that maps to nothing, passes unchanged."""
-    try:
-        yield
-    except CachetoolError:
-        raise
-    except Exception as exc:
-        mapped = cachetool_error(exc, context)
-        if mapped is None:
-            raise
-        raise mapped from None
+from cachetool.engines.native.error_mapping import compiler_errors_mapped
+from cachetool.errors import CompilationConfigError, DeviceError, UsageError
 
 
 @dataclass
@@ -115,6 +67,40 @@ class CompileRunResult:
         d["hit"] = self.hit
         return d
 
+    def pack_folder(self) -> Path:
+        """What a warm's push packs: the ``torch_compile_cache/{hash10}`` folder it wrote (all its ranks)."""
+        if not self.rank_dir:
+            raise UsageError("nothing to push: the compile cache is disabled or the mode does not use it")
+        return Path(self.rank_dir).parent
+
+    def lines(self) -> list[str]:
+        """The start as a few lines for a terminal (the JSON object is :meth:`to_json`'s)."""
+        out = [f"{self.command}: model {self.model} on {self.device}",
+               f"  cache dir      {self.cache_dir or '(cache disabled)'}",
+               f"  cache key      {self.cache_key}",
+               f"  pieces         {self.pieces} ({self.unique_pieces} unique)",
+               f"  graphs         compiled {self.graphs_compiled}, loaded {self.graphs_loaded}, "
+               f"reused {self.graphs_reused}"]
+        ph = self.phases  # the sum rules of docs/compiler.md, "Timing names", written out
+        parts = [f"{k} {ph[k]:.2f}" for k in STARTUP_PHASES if ph.get(k)]
+        out.append(f"  start-up       {self.startup_seconds:.2f} s" + (" = " + " + ".join(parts) if parts else ""))
+        outer = [(k, ph[k]) for k in ("import", "build") if k in ph] + [("start-up", self.startup_seconds)] \
+            + [(k, ph[k]) for k in ("workload", "exit") if k in ph]
+        out.append(f"  total          {sum(v for _, v in outer):.2f} s = "
+                   + " + ".join(f"{k} {v:.2f}" for k, v in outer))
+        path = self.hot_path or "-"
+        if self.hot_path == "aot" and self.key_source:
+            path += f" (key from {'the build evidence' if self.key_source == 'evidence' else 'computed factors'})"
+        if self.aot_fallback_reason and self.hot_path != "aot":
+            path += f" (no AOT entry used: {self.aot_fallback_reason})"
+        out.append(f"  hot path       {path}, Dynamo traces {self.dynamo_traces}")
+        for r in self.ranks:
+            out.append(f"  rank {r['rank']}         compiled {r['graphs_compiled']}, loaded {r['graphs_loaded']}, "
+                       f"reused {r['graphs_reused']}  {r['rank_dir']}")
+        out.append("  result         " + ("HIT: nothing compiled" if self.hit
+                                          else f"compiled {self.graphs_compiled} graph(s)"))
+        return out
+
 
 def parse_compilation_config(json_text: str | None = None, overrides: list[str] | tuple[str, ...] = (),
                              cache_root: str | Path | None = None) -> Any:
@@ -133,7 +119,7 @@ def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...
     """A ``compiler.config.CompilationConfig`` from an instance (copied: the caller's is left as it is), a dict,
     a JSON string or None (the default), plus ``-cc``-style ``overrides`` (``"dynamic_shapes_config.type=unbacked"``
     or ``"-cc.mode=2"``); ``cache_root`` sets ``cache_dir``. A bad key, value or JSON raises
-    :class:`cachetool.warmup.CompilationConfigError` (a :class:`~cachetool.errors.UsageError`)."""
+    :class:`cachetool.errors.CompilationConfigError` (a :class:`~cachetool.errors.UsageError`)."""
     import enum
 
     from compiler.config import CompilationConfig
@@ -161,7 +147,7 @@ def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...
 
 def check_model(model: str) -> None:
     """``model`` is a preset, a Llama ``config.json`` or a folder with one (and readable safetensors headers);
-    else :class:`ModelError`. Reads no weights."""
+    else :class:`~cachetool.errors.ModelError`. Reads no weights."""
     from compiler.models.llama import resolve_model
 
     with compiler_errors_mapped():

@@ -32,12 +32,11 @@ from pathlib import Path
 from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.layouts.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
                                              scan_compile_cache)
+from cachetool.cache_root import MODELINFOS, TRITON_CACHE
 from cachetool.manifest import Unit
 
 NAME = "vllm"
 MARKERS = ("vllm_compile_cache.py",)
-MODELINFOS = "modelinfos"
-TRITON_CACHE = "triton_cache"
 SHARED_FOLDERS = (MODELINFOS, TRITON_CACHE)  # beside torch_compile_cache/, shared by every rank
 
 
@@ -88,3 +87,10 @@ def scan(path: Path) -> LayoutScan:
             result.dirs = sorted([*result.dirs, *dirs])
             result.units.append(Unit(name, None, None))
     return result
+
+
+def stale_entries(root: Path) -> list[Path]:
+    """What no later start of a vLLM server on ``root`` reads (``cachetool prune``): the per-start AOTAutograd
+    entries but the last start's of each rank (:func:`stale_aotautograd`)."""
+    tcc = Path(root) / TCC_NAME
+    return stale_aotautograd(tcc) if tcc.is_dir() and not tcc.is_symlink() else []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cachetool.cache_root import FACTORS_FILE
 from cachetool.layouts.base import LayoutScan
 from cachetool.layouts.compile_cache import locate, scan_compile_cache
 from compiler.artifacts import INDEX_FILE, incomplete_reason as prefix_incomplete
-from compiler.cache_key import FACTORS_FILE
 
 NAME = "native"
 

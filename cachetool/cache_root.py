@@ -1,0 +1,65 @@
+"""The cache root: one value, resolved once, and every name cachetool gives or reads on disk under it.
+
+A verb that reads or writes a cache root (warm, check, pull, install) resolves it once, with :meth:`CacheRoot.of`:
+the ``--cache-root`` flag, else the variable the engine's servers read it from (``CACHETOOL_CACHE_ROOT`` for the
+native engine, ``VLLM_CACHE_ROOT`` for vLLM), else that engine's default; every layer after that takes the value.
+
+The tree (names defined here once; the layouts, the installer and the engines import them)::
+
+    {root}/
+      torch_compile_cache/                               TCC: both engines' compiled code
+        {hash10}/rank_{r}_{dp}/{prefix}/                 a piecewise key folder per rank (RANK_RE); the native
+          cache_key_factors.json                         engine's, and vLLM's piecewise graphs (prefix "backbone")
+          compile_index.json, artifact_*, aot_entry.bin  (the native engine's: docs/ARCHITECTURE.md)
+          inductor_cache/, triton_cache/                 Inductor's and Triton's caches during compile and load
+        torch_aot_compile/{hash}/rank_{r}_{dp}/          AOT: vLLM's AOT key folder (torch >= 2.10)
+          model, cache_key_factors.json                  the artifact; the key inputs `warm --engine vllm` records
+      modelinfos/                                        MODELINFOS: vLLM's model inspection cache
+      triton_cache/                                      TRITON_CACHE: TRITON_CACHE_DIR of a vLLM server
+      .cachetool-partial/                                PARTIAL_DIR: a pull's partial downloads (a rerun resumes)
+      .cachetool-staging-*/                              an install's staging folder (cachetool.install.fs)
+
+An install unit is a key folder (one per rank where it has ranks) or a shared folder (``modelinfos/``,
+``triton_cache/``): installed whole or not at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cachetool.engines.base import Engine
+
+TCC = "torch_compile_cache"
+AOT = "torch_aot_compile"
+RANK_RE = re.compile(r"^rank_\d+_\d+$")
+FACTORS_FILE = "cache_key_factors.json"
+MODELINFOS = "modelinfos"
+TRITON_CACHE = "triton_cache"
+PARTIAL_DIR = ".cachetool-partial"
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheRoot:
+    """A resolved cache root: its path, the engine whose servers read it, and where the path came from."""
+
+    path: Path
+    source: str  # "flag", the variable's name, or "default"
+
+    @classmethod
+    def of(cls, flag: str | Path | None, engine: Engine) -> CacheRoot:
+        """``flag`` (``--cache-root``), else ``engine``'s variable, else its default; ``~`` expanded."""
+        from cachetool import envs
+
+        if flag is not None and str(flag) != "":
+            return cls(Path(flag).expanduser(), "flag")
+        value = envs.get(engine.cache_root_variable)
+        if value:
+            return cls(Path(value).expanduser(), engine.cache_root_variable)
+        return cls(Path(engine.cache_root_default).expanduser(), "default")
+
+    def __fspath__(self) -> str:
+        return str(self.path)

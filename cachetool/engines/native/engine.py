@@ -1,0 +1,91 @@
+"""This project's pipeline (:mod:`compiler`) as an engine: warm and check run it in this process (or N rank
+processes, :mod:`.run`); pull's key check predicts the key from the bundle's own factors without a trace
+(:mod:`.keys`); its facts and its layout are the compiler's (:mod:`.machine`, :mod:`.layout`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cachetool.engines.base import KeyCheckRequest, StartRequest
+from cachetool.errors import UsageError
+from cachetool.factors import Difference, Factors
+
+# Options of another engine, as a caller names them: flags after -- are the vLLM server's.
+FOREIGN = {"flags": "flags after --", "load_weights": "--load-weights"}
+
+
+class NativeEngine:
+    name = "native"
+    layout = "native"
+    cache_root_variable = "CACHETOOL_CACHE_ROOT"
+    cache_root_default = "~/.cache/cachetool"
+    fingerprint_fields: tuple[str, ...] = ()
+    local_by_server = False
+
+    # ------------------------------------------------------------------------------------------ starts
+    def warm(self, request: StartRequest):
+        from cachetool.engines.native import run
+
+        self._refuse_foreign(request)
+        return run.warm(request.model, cache_root=request.cache_root, device=request.device,
+                        compilation_config=run.compilation_config(request.config, request.overrides,
+                                                                  request.cache_root),
+                        rank=request.rank, dp_rank=request.dp_rank,
+                        tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
+                        on_progress=request.progress)
+
+    def check(self, request: StartRequest):
+        from cachetool.engines.native import run
+
+        self._refuse_foreign(request)
+        return run.check(request.model, cache_root=request.cache_root, device=request.device,
+                         compilation_config=run.compilation_config(request.config, request.overrides,
+                                                                   request.cache_root),
+                         rank=request.rank, dp_rank=request.dp_rank, require_hit=request.require_hit,
+                         tensor_parallel_size=request.tensor_parallel_size)
+
+    @staticmethod
+    def _refuse_foreign(request: StartRequest) -> None:
+        if request.flags:
+            raise UsageError(f"unexpected argument(s) {' '.join(request.flags)!r}: flags after -- are vLLM's, "
+                             "for --engine vllm")
+        if request.load_weights:
+            raise UsageError("--load-weights is for --engine vllm (the native engine builds weights itself)")
+
+    # ------------------------------------------------------------------------------------------ facts
+    def machine_facts(self, device: str | None) -> dict[str, str | None]:
+        return {}  # the common fingerprint fields say all (cachetool.fingerprint)
+
+    def recognizes(self, fingerprint: dict) -> bool:
+        return True  # the registry's last resort: a bundle no other engine claims is ours
+
+    # ------------------------------------------------------------------------------------------ keys
+    def key_check(self, request: KeyCheckRequest):
+        """What pull's preflight asks for the key of a server running ``request.model`` (None without a model):
+        the key predicted from the bundle's own factors, no trace; the model and config are checked now."""
+        from cachetool.engines.native.keys import server_key_check
+
+        if request.flags:
+            raise UsageError(f"unexpected argument(s) {' '.join(request.flags)!r}: flags after -- are vLLM's, "
+                             "for --engine vllm")
+        return server_key_check(request.model, config=request.config, overrides=tuple(request.overrides),
+                                device=request.device or "cpu", tensor_parallel_size=request.tensor_parallel_size)
+
+    def check_factors(self, manifest, device: str) -> list[str]:
+        from cachetool.engines.native.keys import check_machine_factors
+
+        return check_machine_factors(manifest, device)
+
+    def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
+                     cache: str = "") -> list[Difference]:
+        from cachetool.engines.native.keys import compare_keys
+
+        return compare_keys(a, b, only=only, cache=cache)
+
+    def local_factors(self, device: str) -> Factors | None:
+        from cachetool.engines.native.keys import local_factors
+
+        return local_factors(device)
+
+    def server_differences(self, keys: list, model: str, flags: list[str], scratch: Path) -> list[Difference]:
+        raise UsageError("--model and flags after -- on diff are for --engine vllm")

@@ -1,0 +1,115 @@
+"""This machine as the compiler sees it, read without importing torch: the one door through which cachetool reads
+:mod:`compiler.build_identity` (versions from files, the GPU from NVML, the CPU's ISA), the compiler's own
+settings (its cache root, its log handler) and its model presets. The vLLM engine reads the same facts from here:
+both engines' caches are torch's, and a fact read two ways could disagree."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+from pathlib import Path
+
+from compiler import build_identity, envs as compiler_envs
+
+__all__ = ["cache_root", "common_facts", "cpu_capability", "cpu_flags", "cuda_device", "cuda_driver",
+           "init_logging", "literal_assignments", "model_presets", "module_file", "torch_version"]
+
+
+def common_facts(device: str | None = None) -> dict:
+    """The fingerprint fields every engine's caches depend on (``cachetool.fingerprint.FIELDS``' first eight).
+    ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or None (probe for a GPU).
+
+    The torch version from ``torch/version.py`` (the same value as ``torch.__version__``, which a bundle's
+    compiler factors record; package metadata may lack the ``+cu130`` suffix), the GPU from NVML. Only where NVML
+    cannot answer is torch asked. Probing reports what is there: ``device="cuda"`` on a machine without a usable
+    GPU gives ``"cpu"``."""
+    build = build_identity.torch_build() or {}
+    fp = {
+        "os": platform.system().lower(),
+        "arch": platform.machine(),
+        "device": "cpu",
+        "torch": build.get("torch") or _dist_version("torch"),
+        "cuda": None,
+        "triton": build_identity.triton_version(),
+        "gpu": None,
+        "capability": None,
+    }
+    if device in (None, "cuda") or (device or "").startswith("cuda"):
+        index = int(device.split(":")[1]) if device and ":" in device else 0
+        gpu = build_identity.cuda_device(index) or torch_cuda_device(index)
+        if gpu is not None:
+            fp.update(device="cuda", cuda=build.get("cuda"), gpu=gpu["device"],
+                      capability="sm" + gpu["capability"].replace(".", ""))
+    return fp
+
+
+# compiler.build_identity's readers, looked up when called (a test that stands in for one there is seen here)
+def cuda_device(index: int = 0) -> dict | None:
+    """The GPU ``index`` as NVML reports it (``{"device", "capability"}``), or None."""
+    return build_identity.cuda_device(index)
+
+
+def cuda_driver() -> str | None:
+    return build_identity.cuda_driver()
+
+
+def cpu_capability() -> str:
+    """The vector ISA torch's CPU kernels use here (honours ``ATEN_CPU_CAPABILITY``)."""
+    return build_identity.cpu_capability()
+
+
+def cpu_flags() -> frozenset[str]:
+    return build_identity.cpu_flags()
+
+
+def module_file(name: str) -> Path | None:
+    """Where module ``name`` would be found on ``sys.path``, without importing it."""
+    return build_identity.module_file(name)
+
+
+def literal_assignments(path: Path) -> dict:
+    """The ``NAME = literal`` assignments of a Python file, read without running it."""
+    return build_identity.literal_assignments(path)
+
+
+def torch_version() -> str | None:
+    """The installed torch's version as ``torch.__version__`` gives it, without importing torch."""
+    return (build_identity.torch_build() or {}).get("torch")
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def torch_cuda_device(index: int) -> dict | None:
+    """The GPU as torch sees it, where NVML could not tell (imports torch: seconds)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        return None
+    major, minor = torch.cuda.get_device_capability(index)
+    return {"device": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"}
+
+
+def cache_root() -> Path:
+    """The compiler's cache root: ``CACHETOOL_CACHE_ROOT`` (default ``~/.cache/cachetool``)."""
+    return compiler_envs.cache_root()
+
+
+def init_logging(*names: str) -> None:
+    """The compiler's log lines (and those of the loggers ``names``) on stderr at ``CACHETOOL_LOGGING_LEVEL``."""
+    from compiler.logger import init_logging as to_stderr
+
+    to_stderr(*names)
+
+
+def model_presets() -> tuple[str, ...]:
+    """The names ``--model`` takes as the pipeline's presets (``tiny``, ``llama-3.2-1b``, ...)."""
+    from compiler.models.llama_config import PRESETS
+
+    return tuple(PRESETS)
