@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from cachetool.version import __version__
 
 # api's functions, but install, diff and prune: modules of that name (cachetool.api has all three)
 _API = {"warm", "check", "push", "pull", "pull_outcome", "expected_cache_key", "compilation_config", "WarmSummary",

@@ -20,7 +20,7 @@ import posixpath
 import re
 from typing import Any
 
-from cachetool import __version__
+from cachetool.version import __version__
 from cachetool.factors import Factors, short_repr
 from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
 from cachetool.bundle_paths import validate_relpath

@@ -519,3 +519,18 @@ def test_no_module_uses_a_name_nothing_binds():
         for path in sorted((ROOT / package).rglob("*.py")):
             checkPath(str(path), reporter)
     assert reporter.found == []
+
+
+def test_the_version_is_pyprojects_and_nothing_imports_the_front_door():
+    """``__version__`` has its own module (cachetool/version.py): no module of the package imports a name from
+    ``cachetool/__init__.py``, whose names load the API lazily."""
+    import tomllib
+
+    from cachetool.version import __version__
+
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"] == __version__
+    mods = _modules()
+    front = [f"{path.relative_to(ROOT)}:{line} {name}" for mod, path in mods.items() if mod.startswith("cachetool.")
+             for line, target, name in _imports(mod, path)
+             if target == "cachetool" and name is not None and f"cachetool.{name}" not in mods]
+    assert front == []

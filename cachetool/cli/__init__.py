@@ -15,7 +15,8 @@ import traceback
 
 import click
 
-from cachetool import __version__, exit_codes
+from cachetool import exit_codes
+from cachetool.version import __version__
 from cachetool.cli import output
 from cachetool.errors import CachetoolError, os_error_line
 

@@ -166,7 +166,7 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, k
 @json_option
 @click.option("--exit-code", is_flag=True,
               help=f"Exit {exit_codes.DIFFERS.code} when something differs (0 when nothing does).")
-@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="native", show_default=True,
+@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=None, show_default="A's, by its layout",
               help="The engine of the `local` server: vllm compares vLLM's facts and, with --model and vLLM's "
                    "flags after --, the key inputs vLLM computes for that server.")
 @click.option("--model", "-m", default=None, help="--engine vllm: the server's model (folder or hub id).")

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from cachetool import bounds
+from cachetool.digests import sha256_stream
 from cachetool.errors import BlobVerificationError
 from cachetool.install.fs import CHUNK
 from cachetool.stores.base import BlobRef
@@ -24,16 +25,11 @@ def check_stored(blob: BlobRef, zst: Path) -> None:
     st = zst.stat()
     if st.st_size != blob.stored_size:
         raise _refused(blob, f" is {st.st_size} bytes stored, manifest says {blob.stored_size} (truncated or size lie)")
-    h = hashlib.sha256()
     with open(zst, "rb") as f:
         head = f.read(18)
-        h.update(head)
-        while True:
-            chunk = f.read(CHUNK)
-            if not chunk:
-                break
-            h.update(chunk)
-    if "sha256:" + h.hexdigest() != blob.stored_digest:
+        f.seek(0)
+        digest, _n = sha256_stream(f)
+    if digest != blob.stored_digest:
         raise _refused(blob, ": stored bytes do not match their digest (tampered)")
     try:
         params = zstandard.get_frame_parameters(head)

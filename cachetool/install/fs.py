@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import functools
-import hashlib
 import os
 import posixpath
 import shutil
@@ -20,6 +19,7 @@ from cachetool.errors import (CachetoolError, DiskFullError, InstallIOError, Pat
                               UsageError, WaitTimeoutError, user_path)
 from cachetool.exit_codes import DISK_FULL_ERRNOS
 from cachetool.bundle_paths import RESERVED_PREFIX, short_path
+from cachetool.digests import sha256_stream
 from cachetool.manifest import FileEntry, Unit
 
 STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
@@ -84,13 +84,8 @@ def hash_existing(dir_fd: int, rel: str) -> tuple[str, int, int] | None:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 return None
-            h = hashlib.sha256()
-            while True:
-                chunk = f.read(CHUNK)
-                if not chunk:
-                    break
-                h.update(chunk)
-            return "sha256:" + h.hexdigest(), st.st_size, stat.S_IMODE(st.st_mode)
+            digest, _n = sha256_stream(f)
+            return digest, st.st_size, stat.S_IMODE(st.st_mode)
     except UnsafeDestinationError:
         return None
     finally:
