@@ -153,7 +153,7 @@ class PushSession(abc.ABC):
 
     def _check_open(self, what: str) -> None:
         if self.state != "open":
-            raise UsageError(f"push to {self.store_url}: cannot {what}, the push session was {self.state}",
+            raise UsageError(f"push to {self.store_url}: cannot {what}: the push session has {self.state}",
                              store=self.store_url)
 
     def __enter__(self) -> "PushSession":
