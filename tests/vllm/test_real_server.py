@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm.server import serve_once
-from tests.vllm.conftest import FLAGS, cachetool, json_out, ok, write_model
+from tests.vllm.conftest import FLAGS, cachetool, files_under, json_out, ok, write_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
@@ -35,15 +35,25 @@ def pull(warmed, root: Path, server_args: list[str], env: dict | None = None) ->
 
 def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(warmed, tmp_path):
     """The init-container copies the server's arguments (a positional model, API and uvicorn flags): the pull
-    installs without asking vLLM, and `vllm serve` on the pulled root answers a completion, adds no key folder and
-    builds no kernel."""
+    installs without asking vLLM, and `vllm serve` on the pulled root (another path than the warm's) answers a
+    completion, adds no key folder and builds no kernel. A pull given ``--model M -- FLAGS`` instead installs the
+    same files (so the same server start judges it too)."""
     root = tmp_path / "server-root"
     server_args = [str(warmed["model"]), *FLAGS, *HEADLESS, *API_FLAGS]
     doc = json_out(ok(pull(warmed, root, server_args)))
     assert doc["outcome"] == "installed", doc
+    key = warmed["summary"]["compile"]["cache_key"]
     line = next(p for p in doc["install"]["preflight"] if p.startswith("cache key"))
-    assert warmed["summary"]["compile"]["cache_key"] in line and "vLLM not asked" in line, line
-    assert (root / "modelinfos").is_dir()
+    assert key in line and "vLLM not asked" in line, line
+    assert (root / "modelinfos").is_dir()  # vLLM's model inspection cache comes with the bundle
+
+    other = tmp_path / "model-flag-root"
+    by_flag = json_out(ok(cachetool("pull", warmed["ref"], "--cache-root", other, "--trust", warmed["pub"],
+                                    "--engine", "vllm", "--model", warmed["model"], "--json", "--", *FLAGS)))
+    assert by_flag["outcome"] == "installed"
+    assert any(c.startswith(f"cache key {key}") for c in by_flag["install"]["preflight"]), by_flag["install"]
+    for sub in ("torch_compile_cache", "modelinfos"):
+        assert files_under(other / sub) == files_under(root / sub), sub
 
     run = serve_once(str(warmed["model"]), root, [*FLAGS, *HEADLESS], api_key="secret")
     assert run.completion and run.completion["usage"]["completion_tokens"] == 4, run.log

@@ -53,5 +53,10 @@ def test_ranks_pulled_one_at_a_time_give_the_full_tree_and_hit(warmed_tp, tmp_pa
 
     c = json_out(ok(cachetool("check", "--engine", "vllm", "--model", warmed_tp["model"], "--cache-root", root,
                               "--require-hit", "--json", "--", *FLAGS, *TP)))
-    assert c["hit"] and c["tensor_parallel_size"] == 2 and c["inductor_compiled"] == 0, c
-    assert len(c["ranks"]) == 2 and c["inductor_loaded"] > 0
+    assert c["engine"] == "vllm" and c["hit"] is True and c["tensor_parallel_size"] == 2, c
+    assert c["cache_key"] == warmed_tp["warm"]["cache_key"] and c["key_existed"], c
+    assert c["inductor_compiled"] == 0 and c["inductor_loaded"] > 0, c
+    assert len(c["ranks"]) == 2, c
+    assert c["startup_seconds"] > 0 and isinstance(c["dynamo_traces"], int)
+    # vLLM 0.32 on the CPU cannot load its own AOT artifact; the check reports vLLM's reason, as vLLM gives it
+    assert c["aot_loaded"] or c["aot_error"], c
