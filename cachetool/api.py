@@ -27,7 +27,7 @@ from cachetool.cache_root import CacheRoot
 from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.engines.base import KeyCheckRequest, StartRequest, StartResult
 # the native engine's own public helpers, cachetool's API since its first release
-from cachetool.engines.native.keys import traced_key
+from cachetool.engines.native.keys import NativeKeyCheck, traced_key
 from cachetool.engines.native.run import compilation_config
 from cachetool.errors import CompilationConfigError, UsageError
 from cachetool.pull_policy import ON_MISS, OnMiss, PullOutcome, failure_outcome
@@ -122,14 +122,14 @@ def _given(**options: Any) -> frozenset[str]:
 def start_request(command: str, model: str, root: CacheRoot, *, device: str = "cpu", config: Config = None,
                   overrides: Iterable[str] = (), engine_flags: Iterable[str] = (), load_weights: bool = False,
                   rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
-                  require_hit: bool = False, progress: Callable[[Any], None] | None = None,
-                  given: Iterable[str] | None = None) -> StartRequest:
+                  require_hit: bool = False, events: Callable[[Any], None] | None = None,
+                  messages: Callable[[str], None] | None = None, given: Iterable[str] | None = None) -> StartRequest:
     """One engine start, typed (``given``: the options the caller set; default: those that differ from the
     defaults)."""
     options = dict(device=device, config=config, overrides=tuple(overrides), rank=rank, dp_rank=dp_rank,
                    tensor_parallel_size=tensor_parallel_size, flags=tuple(engine_flags), load_weights=load_weights)
     return StartRequest(command=command, model=model, cache_root=root.path, share_ranks=share_ranks,
-                        require_hit=require_hit, progress=progress,
+                        require_hit=require_hit, events=events, messages=messages,
                         given=frozenset(given) if given is not None else _given(**options), **options)
 
 
@@ -151,11 +151,11 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
 
     chosen = _engine(engine)
     sign_key = _push_key(push, sign_key, store_options)
-    root = CacheRoot.of(cache_root, chosen)
+    root = CacheRoot.of(cache_root, chosen, chosen.configured_root(config, tuple(overrides)))
     request = start_request("warm", model, root, device=device, config=config, overrides=overrides,
                             engine_flags=engine_flags, load_weights=load_weights, rank=rank, dp_rank=dp_rank,
                             tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks,
-                            progress=on_progress or engine_progress, given=given)
+                            events=on_progress, messages=engine_progress, given=given)
     t0 = time.perf_counter()
     require_writable(root.path, "warm")  # before minutes of compiling
     result = chosen.warm(request)
@@ -192,10 +192,11 @@ def check(model: str, *, cache_root: str | Path | None = None, device: str = "cp
     :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start, with the start as its
     ``start`` (what the CLI's ``--json`` object of the failure carries)."""
     chosen = _engine(engine)
-    request = start_request("check", model, CacheRoot.of(cache_root, chosen), device=device, config=config,
-                            overrides=overrides, engine_flags=engine_flags, load_weights=load_weights, rank=rank,
-                            dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size, require_hit=require_hit,
-                            progress=engine_progress, given=given)
+    root = CacheRoot.of(cache_root, chosen, chosen.configured_root(config, tuple(overrides)))
+    request = start_request("check", model, root, device=device, config=config, overrides=overrides,
+                            engine_flags=engine_flags, load_weights=load_weights, rank=rank, dp_rank=dp_rank,
+                            tensor_parallel_size=tensor_parallel_size, require_hit=require_hit,
+                            messages=engine_progress, given=given)
     return chosen.check(request)
 
 
@@ -240,7 +241,8 @@ def pull_request(ref: str, cache_root: str | Path | None = None, *, trust: Trust
 
     chosen = _engine(engine)
     root = CacheRoot.of(cache_root, chosen).path
-    asks_key = model is not None or bool(engine_flags) or config is not None or bool(overrides)
+    asks_key = model is not None or bool(engine_flags) or config is not None or bool(overrides) \
+        or tensor_parallel_size != 1
     key = KeyCheckRequest(model=model, cache_root=root, device=device or "cpu", config=config,
                           overrides=tuple(overrides), flags=tuple(engine_flags),
                           tensor_parallel_size=tensor_parallel_size, timeout=timeout) if asks_key else None
@@ -375,15 +377,19 @@ def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = No
 
 def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: Trust | None = None,
             insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None, preflight: bool = True,
-            device: str | None = None, key_check: KeyCheck | None = None, force: bool = False,
+            device: str | None = None, key_check: KeyCheck | None = None,
+            expected_key: dict[str, Any] | None = None, force: bool = False,
             keep_changed: bool = False, warn: Callable[[str], None] | None = None, workers: int | None = None,
             deadline: float | None = None) -> InstallResult:
     """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root`` (default:
-    :func:`default_cache_root`); the other arguments as for :func:`cachetool.install.install_bundle`. Returns its
-    :class:`~cachetool.install.InstallResult`."""
+    :func:`default_cache_root`); ``key_check``: the server's key question (an engine's ``KeyCheck``), or
+    ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). The other arguments as for
+    :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
     from cachetool.bundle import open_ctb
     from cachetool.install import install_bundle
 
+    if expected_key is not None:
+        key_check = NativeKeyCheck(expected=expected_key)
     with open_ctb(bundle) as b:
         return install_bundle(b, default_cache_root() if cache_root is None else cache_root, trust=trust,
                               insecure_skip_verify=insecure_skip_verify, ranks=ranks, preflight=preflight,

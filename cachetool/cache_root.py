@@ -1,7 +1,8 @@
 """The cache root: one value, resolved once, and every name cachetool gives or reads on disk under it.
 
 A verb that reads or writes a cache root (warm, check, pull, install) resolves it once, with :meth:`CacheRoot.of`:
-the ``--cache-root`` flag, else the variable the engine's servers read it from (``CACHETOOL_CACHE_ROOT`` for the
+the ``--cache-root`` flag, else the root the engine's own configuration names (the native engine's
+``-cc.cache_dir``), else the variable the engine's servers read it from (``CACHETOOL_CACHE_ROOT`` for the
 native engine, ``VLLM_CACHE_ROOT`` for vLLM), else that engine's default; every layer after that takes the value.
 
 The tree (names defined here once; the layouts, the installer and the engines import them)::
@@ -47,16 +48,19 @@ class CacheRoot:
     """A resolved cache root: its path, the engine whose servers read it, and where the path came from."""
 
     path: Path
-    source: str  # "flag", the variable's name, or "default"
+    source: str  # "flag", "config" (the engine's own configuration names it), the variable's name, or "default"
 
     @classmethod
-    def of(cls, flag: str | Path | None, engine: Engine) -> CacheRoot:
-        """``flag`` (``--cache-root``), else ``engine``'s variable, else its default; ``~`` expanded."""
+    def of(cls, flag: str | Path | None, engine: Engine, configured: str | Path | None = None) -> CacheRoot:
+        """``flag`` (``--cache-root``), else the root the engine's own configuration names (``configured``: the
+        native engine's ``-cc.cache_dir``), else ``engine``'s variable, else its default; ``~`` expanded."""
         from cachetool import envs
 
         if flag is not None and str(flag) != "":
             return cls(Path(flag).expanduser(), "flag")
-        value = envs.get(engine.cache_root_variable)
+        if configured:
+            return cls(Path(configured).expanduser(), "config")
+        value = envs.raw(engine.cache_root_variable)
         if value:
             return cls(Path(value).expanduser(), engine.cache_root_variable)
         return cls(Path(engine.cache_root_default).expanduser(), "default")

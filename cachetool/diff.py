@@ -128,15 +128,17 @@ def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | No
     """Differences between two bundles / refs / cache folders / ``"local"``; empty when nothing differs. The
     engine is ``engine``, else A's (by its layout). Against ``"local"``, an engine whose server computes its key
     is asked (:func:`diff_against_server`: its facts and, with ``model`` and the server's ``flags``, its key)."""
+    if engine is not None and engine.local_by_server and str(b) != "local":
+        raise UsageError(f"diff --engine {engine.name} compares A with this machine: B must be 'local'")
     reading_a, reading_b = _readings(str(a), str(b), reading or {})
     side_a = load_side(str(a), device=device, reading=reading_a, engine=engine)
     eng = engine or _engine(side_a)
-    if eng.local_by_server:
-        if str(b) != "local":
-            if engine is not None:
-                raise UsageError(f"diff --engine {eng.name} compares A with this machine: B must be 'local'")
-        else:
-            return diff_against_server(side_a, eng, model=model, flags=flags, device=device)
+    if engine is not None and side_a.layout is not None and _engine(side_a) is not engine \
+            and engines.for_layout(side_a.layout).layout == side_a.layout:
+        raise UsageError(f"A is a {_engine(side_a).name} cache: diff it with --engine {_engine(side_a).name} "
+                         f"(or without --engine), not --engine {engine.name}")
+    if eng.local_by_server and str(b) == "local":
+        return diff_against_server(side_a, eng, model=model, flags=flags, device=device)
     if model or flags:
         by_server = [e.name for e in engines.ENGINES.values() if e.local_by_server]
         raise UsageError(f"--model and flags after -- on diff are for --engine {' or '.join(by_server)}")

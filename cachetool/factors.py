@@ -11,14 +11,14 @@ import dataclasses
 import json
 from typing import Any
 
-from cachetool.errors import clip
-
 UNSET = "<unset>"  # the value of a field one side lacks (the text the compiler's comparison uses too)
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` as one line of at most ``limit`` characters."""
-    return clip(repr(value), limit)
+    """``repr(value)``, cut to ``limit`` characters for a one-line message (whitespace kept: it may be the
+    difference)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 2] + " …"
 
 
 class Factors:

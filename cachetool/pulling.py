@@ -293,13 +293,15 @@ def _pull(request: PullRequest) -> PullResult:
 
     t0 = time.monotonic()
     deadline = t0 + request.timeout if request.timeout else None
+    # the arguments, before any request: the server's (its model and config, refused in one line), the device,
+    # the pinned keys (a missing key file is a usage error)
+    key_check = request.engine.key_check(request.key) if request.key is not None else None
     device = require_device(request.device)
     trust = request.trust
-    if not request.insecure_skip_verify:  # the pinned keys first: a missing key file is a usage error, before any request
+    if not request.insecure_skip_verify:
         from cachetool.trust import load_trusted_keys
 
         trust = load_trusted_keys(trust)
-    key_check = request.engine.key_check(request.key) if request.key is not None else None
     r, st, own_store = open_ref(request.ref, request.store, request.store_options)
     root = Path(request.cache_root).expanduser()
     try:

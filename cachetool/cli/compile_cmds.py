@@ -144,6 +144,7 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
                            tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
                            store_options=options_dict(endpoint_url, profile, insecure), engine=engine,
                            engine_flags=list(engine_args), load_weights=load_weights, on_progress=render,
+                           engine_progress=render,
                            given=given_options(ctx))
     if summary.push is None:
         return _show(summary.compile, as_json)

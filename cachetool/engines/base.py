@@ -37,7 +37,8 @@ class StartRequest:
     tensor_parallel_size: int = 1
     share_ranks: bool = True
     require_hit: bool = False
-    progress: Callable[[Any], None] | None = None  # the engine's progress events or message lines
+    events: Callable[[Any], None] | None = None     # native: its progress events (piece i of n, sizes, autotune)
+    messages: Callable[[str], None] | None = None   # vLLM: its message lines
     given: frozenset[str] = frozenset()  # the options above that the caller set, by field name
 
     def set(self, name: str) -> bool:
@@ -105,6 +106,11 @@ class Engine(Protocol):
     cache_root_default: str         # where they read it without the variable
     fingerprint_fields: tuple[str, ...]  # the fingerprint fields only its caches depend on
     local_by_server: bool           # diff's "local" side: its server computes the key (needs the server's flags)
+
+    def configured_root(self, config: Any, overrides: tuple[str, ...]) -> str | None:
+        """The cache root the engine's own configuration names (the native engine's ``-cc.cache_dir``), or None:
+        it comes after ``--cache-root`` and before the engine's variable (:class:`cachetool.cache_root.CacheRoot`)."""
+        ...
 
     def warm(self, request: StartRequest) -> StartResult: ...
 

@@ -23,6 +23,11 @@ class NativeEngine:
     local_by_server = False
 
     # ------------------------------------------------------------------------------------------ starts
+    def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
+        from cachetool.engines.native import run
+
+        return run.compilation_config(config, overrides).cache_dir or None
+
     def warm(self, request: StartRequest):
         from cachetool.engines.native import run
 
@@ -32,7 +37,7 @@ class NativeEngine:
                                                                   request.cache_root),
                         rank=request.rank, dp_rank=request.dp_rank,
                         tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
-                        on_progress=request.progress)
+                        on_progress=request.events)
 
     def check(self, request: StartRequest):
         from cachetool.engines.native import run

@@ -28,12 +28,15 @@ class VllmEngine:
     local_by_server = True
 
     # ------------------------------------------------------------------------------------------ starts
+    def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
+        return None  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
+
     def warm(self, request: StartRequest):
         from cachetool.engines.vllm.engine import start
 
         self._refuse_native(request)
         return start("warm", request.model, cache_root=request.cache_root, flags=list(request.flags),
-                     load_weights=request.load_weights, progress=request.progress)
+                     load_weights=request.load_weights, progress=request.messages)
 
     def check(self, request: StartRequest):
         """Start vLLM on the cache root; ``require_hit``: a start that compiled raises :class:`EngineMissError`
@@ -42,7 +45,7 @@ class VllmEngine:
 
         self._refuse_native(request)
         out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
-                    load_weights=request.load_weights, progress=request.progress)
+                    load_weights=request.load_weights, progress=request.messages)
         if request.require_hit:
             must_hit(out)
         return out
