@@ -74,25 +74,29 @@ def tiny_warm(tmp_path_factory) -> dict:
 # The files that take longest, longest first: xdist (--dist loadfile) hands a worker the next file in collection
 # order when it is nearly done, so a long file that starts late keeps one worker busy while the other idles (the
 # two-test real-vLLM TP file ran last, alone, for minutes). Seconds of one worker in a full `-n 2` run on the 2-core
-# box (2026-12-02, scripts/test.sh with its C++ builds through ccache; junit times, module fixtures included);
-# files not listed keep their order after these. A new file that takes minutes belongs here.
+# box (2026-12-03, scripts/test.sh with its C++ builds through ccache; junit times, module and session fixtures
+# included; that run shared the box with other runs, 1052 s in all, so the figures are ~1.5x CI's: the order is
+# what counts); files not listed keep their order after these. A new file that takes minutes belongs here.
 LONGEST_FIRST = {
-    "tests/vllm/test_vllm_tp.py": 136,  # the two real-vLLM files: one unit (TOGETHER), ~270 s
-    "tests/vllm/test_vllm_engine.py": 130,
-    "tests/compiler/test_aot_hot_start.py": 197,
-    "tests/compiler/test_pipeline.py": 111,  # builds the shared tiny_warm when it is the first to ask
-    "tests/tp/test_tp_pipeline.py": 108,
-    "tests/compiler/test_artifact_manager.py": 42,
-    "tests/e2e/test_deploy_path.py": 41,
-    "tests/stores/test_layout_compat.py": 40,
-    "tests/compiler/test_cache_key.py": 26,
-    "tests/stores/test_push_pull.py": 24,
-    "tests/stores/test_oci_mirror.py": 24,
-    "tests/compiler/test_timing_names.py": 23,
-    "tests/stores/test_store_interface.py": 20,
-    "tests/tp/test_collectives.py": 20,
-    "tests/deploy/test_readme.py": 19,
-    "tests/stores/test_failures.py": 19,
+    "tests/vllm/test_vllm_tp.py": 297,  # the real-vLLM files: one unit (TOGETHER), started first
+    "tests/vllm/test_real_server.py": 286,  # builds the session's vLLM warm (94 s of it)
+    "tests/vllm/test_vllm_engine.py": 99,  # 166 with the tp=1 check that test_real_server's server start replaced
+    "tests/compiler/test_aot_hot_start.py": 219,  # builds the shared tiny_warm when it is the first to ask
+    "tests/tp/test_tp_pipeline.py": 127,
+    "tests/compiler/test_pipeline.py": 107,
+    "tests/compiler/test_artifact_manager.py": 105,
+    "tests/stores/test_oci_mirror.py": 82,
+    "tests/compiler/test_cache_key.py": 70,
+    "tests/e2e/test_deploy_path.py": 68,
+    "tests/stores/test_layout_compat.py": 63,
+    "tests/compiler/test_timing_names.py": 54,
+    "tests/deploy/test_readme.py": 50,
+    "tests/tp/test_collectives.py": 41,
+    "tests/stores/test_oci_concurrency.py": 32,
+    "tests/stores/test_push_pull.py": 31,
+    "tests/stores/test_failures.py": 27,
+    "tests/stores/test_store_interface.py": 27,
+    "tests/stores/test_oci_packs.py": 17,
 }
 
 
