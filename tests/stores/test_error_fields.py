@@ -85,7 +85,7 @@ def test_oci_refused_login_carries_the_http_status(oci_registry_auth, bundle, cl
 def test_a_pull_whose_install_refuses_names_the_store_ref_and_manifest(any_store, bundle, keys, cli, tmp_path):
     """Install refusals (here an untrusted signature) were raised without the pull's store, ref or manifest."""
     from cachetool.errors import UntrustedKeyError
-    from cachetool.pulling import pull
+    from cachetool.api import pull
 
     ref = any_store.ref("v1")
     push(bundle, ref)
@@ -109,7 +109,7 @@ def _tamper_file_store_blob(store_dir, bundle):
 
 def test_a_tampered_blob_keeps_its_digest_as_key_and_gets_the_pulls_store_and_ref(bundle, keys, cli, tmp_path):
     from cachetool.errors import BlobVerificationError
-    from cachetool.pulling import pull
+    from cachetool.api import pull
 
     store = f"file://{tmp_path}/store"
     ref = f"{store}/llama:v1"

@@ -19,7 +19,7 @@ from cachetool.errors import StoreError, VerificationError
 from cachetool.stores import open_store
 from cachetool.digests import hexof
 from cachetool.partials import PARTIAL_DIR
-from cachetool.pulling import pull
+from cachetool.api import pull
 from cachetool.pushing import push
 from tests.bundles.fixtures import tree_snapshot
 

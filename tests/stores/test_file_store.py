@@ -11,7 +11,7 @@ from cachetool.errors import NotFoundError, WaitTimeoutError
 from cachetool.stores import open_store
 from cachetool.digests import hexof
 from cachetool.stores.base import RefEntry, RefIndex
-from cachetool.pulling import pull
+from cachetool.api import pull
 from cachetool.pushing import merge_index, push
 from cachetool.store_admin import remove
 

@@ -14,7 +14,7 @@ import pytest
 
 from cachetool.bundle import write_ctb
 from cachetool.digests import hexof
-from cachetool.pulling import pull
+from cachetool.api import pull
 from cachetool.pushing import push
 from cachetool.store_admin import gc, remove
 

@@ -10,7 +10,7 @@ import pytest
 
 from cachetool.bundle import pack
 from cachetool.errors import StoreError
-from cachetool.pulling import pull
+from cachetool.api import pull
 from cachetool.stores import open_store
 from cachetool.stores.oci import media, packs
 from tests.bundles.fixtures import tree_snapshot

@@ -12,7 +12,7 @@ from cachetool.stores import open_store
 from cachetool.stores.base import RefEntry
 from cachetool.stores.oci import OCIStore
 from cachetool.stores.oci.repository import Repository
-from cachetool.pulling import pull
+from cachetool.api import pull
 from cachetool.pushing import merge_index, push
 from cachetool.store_admin import remove
 

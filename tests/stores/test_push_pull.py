@@ -12,7 +12,7 @@ from cachetool.errors import CacheMissError, NotFoundError, VerificationError
 from cachetool.errors import PreflightError
 from cachetool.stores import open_store
 from cachetool.partials import PARTIAL_DIR
-from cachetool.pulling import pull
+from cachetool.api import pull
 from cachetool.pushing import push
 from tests.bundles.fixtures import tree_snapshot
 
