@@ -88,9 +88,9 @@ def main() -> int:
     global REPEAT
     REPEAT = max(1, args.repeat)
 
-    from cachetool.bundle import pack, write_ctb, open_ctb
+    from cachetool.bundle.packing import pack, write_ctb, open_ctb
     from cachetool.install import install_bundle
-    from cachetool.signing import generate_keypair
+    from cachetool.bundle.signing import generate_keypair
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench-bundle-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,7 @@ def main() -> None:
     import torch
 
     import cachetool
-    from cachetool.signing import generate_keypair
+    from cachetool.bundle.signing import generate_keypair
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="ct-bench-deploy-"))
     work.mkdir(parents=True, exist_ok=True)

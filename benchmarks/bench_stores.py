@@ -103,17 +103,17 @@ def plain_push_pull(tree: Path, work: Path, s3, bucket: str, key: str) -> dict:
 
 
 def cachetool_push_pull(tree: Path, work: Path, ref: str, key_path: Path, pub: Path) -> dict:
-    from cachetool.bundle import pack
+    from cachetool.bundle.packing import pack
     from cachetool.stores import open_store
-    from cachetool.pulling import pull
-    from cachetool.pushing import push
+    from cachetool.api import pull
+    from cachetool.transfer.push import push
 
     out = {}
     t0 = time.monotonic()
     b = pack(tree, sign_key=key_path)
     out["pack_s"] = time.monotonic() - t0
     out["unique_blobs"] = len(b.blobs)
-    from cachetool.refs import parse_ref
+    from cachetool.stores.addresses import parse_ref
 
     st = open_store(parse_ref(ref).store)
     t1 = time.monotonic()
@@ -162,7 +162,7 @@ def add_small_files(tree: Path, n: int) -> None:
 def oci_packs(work: Path, n_files: int, size_mib: int) -> dict:
     """A bundle of ``n_files`` small files plus the artifacts through docker-registry (packs): push, re-push,
     one artifact changed, one small file changed, pull."""
-    from cachetool.signing import generate_keypair
+    from cachetool.bundle.signing import generate_keypair
     from tests.servers import OCIRegistry
 
     reg = OCIRegistry(work / "registry")
@@ -174,8 +174,8 @@ def oci_packs(work: Path, n_files: int, size_mib: int) -> dict:
         add_small_files(tree, n_files)
         priv, pub, _ = generate_keypair(work / "signer")
         out = cachetool_push_pull(tree, work, f"{reg.url}/ct/llama:bench", priv, pub)
-        from cachetool.bundle import pack
-        from cachetool.pushing import push
+        from cachetool.bundle.packing import pack
+        from cachetool.transfer.push import push
 
         f = next(tree.glob("torch_compile_cache/*/rank_0_0/backbone/inductor_cache/k000/kernel_7.json"))
         f.write_text("changed")
@@ -216,7 +216,7 @@ def main() -> int:
             print(f"  {k:30} {o[k]:.2f}" if isinstance(o[k], float) else f"  {k:30} {o[k]}")
         return 0
 
-    from cachetool.signing import generate_keypair
+    from cachetool.bundle.signing import generate_keypair
 
     work = Path(tempfile.mkdtemp(prefix="ct-bench-"))
     rgw = None

@@ -3,7 +3,7 @@
     python benchmarks/bench_tp.py [--model tiny] [--keep DIR]
 
 Warms the model at TP=1 and at TP=2 (two gloo ranks) into fresh cache roots with ``cachetool.engines.native.run.warm``, then
-packs each hash folder with the bundle API (``cachetool.bundle.pack`` + ``write_ctb``; content-addressed zstd blobs,
+packs each hash folder with the bundle API (``cachetool.bundle.packing.pack`` + ``write_ctb``; content-addressed zstd blobs,
 identical files stored once) and prints one table:
 
 - ``raw``: the bytes of every file in the cache tree (what a naive tarball would hold before compression);
@@ -43,7 +43,7 @@ def tree_bytes(path: Path) -> tuple[int, int, int]:
 
 def ctb_bytes(hash_dir: Path, out: Path) -> tuple[int, int]:
     """(.ctb size, blobs) of a bundle of ``hash_dir``."""
-    from cachetool.bundle import pack, write_ctb
+    from cachetool.bundle.packing import pack, write_ctb
 
     with pack(hash_dir) as bundle:
         write_ctb(bundle, out)

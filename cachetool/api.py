@@ -30,21 +30,21 @@ from cachetool.engines.base import KeyCheckRequest, StartRequest, StartResult
 from cachetool.engines.native.keys import NativeKeyCheck, traced_key
 from cachetool.engines.native.run import compilation_config
 from cachetool.errors import CompilationConfigError, UsageError
-from cachetool.pull_policy import ON_MISS, OnMiss, PullOutcome, failure_outcome
+from cachetool.transfer.pull_policy import ON_MISS, OnMiss, PullOutcome, failure_outcome
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
 from cachetool.stores.base import GC_MIN_AGE_S
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from cachetool.bundle import PackedBundle
+    from cachetool.bundle.packing import PackedBundle
     from cachetool.engines.base import KeyCheck
-    from cachetool.factors import Difference
+    from cachetool.bundle.factors import Difference
     from cachetool.install import InstallResult
-    from cachetool.pulling import PullRequest, PullResult
+    from cachetool.transfer.pull import PullRequest, PullResult
     from cachetool.prune import PruneReport
-    from cachetool.pushing import PushResult
-    from cachetool.signing import PublicKey
+    from cachetool.transfer.push import PushResult
+    from cachetool.bundle.signing import PublicKey
     from cachetool.stores.base import Store
     from cachetool.stores.gc import GcReport
 
@@ -95,14 +95,14 @@ def _push_key(push: str | None, sign_key: SignKey | None, store_options: dict[st
     key."""
     if push is None:
         return sign_key
-    from cachetool.refs import parse_ref
+    from cachetool.stores.addresses import parse_ref
     from cachetool.stores import checked_options
 
     checked_options(parse_ref(push).store, store_options or {})
     if sign_key is None:
         raise UsageError("--push needs --sign-key: pulls verify signatures by default")
     if isinstance(sign_key, (str, Path)):
-        from cachetool.signing import load_private_key
+        from cachetool.bundle.signing import load_private_key
 
         sign_key = load_private_key(sign_key)
     return sign_key
@@ -167,8 +167,8 @@ def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu
 
 def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: SignKey | None,
                    store_options: dict[str, Any] | None, progress: bool | None) -> None:
-    from cachetool.bundle import pack
-    from cachetool.pushing import push as push_bundle
+    from cachetool.bundle.packing import pack
+    from cachetool.transfer.push import push as push_bundle
 
     t1 = time.perf_counter()
     with pack(folder, sign_key=sign_key) as bundle:
@@ -212,8 +212,8 @@ def push(source: str | Path | PackedBundle, ref: str, *, sign_key: SignKey | Non
          progress: bool | None = None) -> PushResult:
     """Push a ``.ctb`` file, a packed bundle or a cache folder (packed with ``layout`` and signed on the way) to
     ``ref``, through ``store`` or the ref's store opened with ``store_options``; returns
-    :class:`cachetool.pushing.PushResult` (blobs uploaded vs already in the store)."""
-    from cachetool.pushing import push as push_bundle
+    :class:`cachetool.transfer.push.PushResult` (blobs uploaded vs already in the store)."""
+    from cachetool.transfer.push import push as push_bundle
 
     return push_bundle(source, ref, sign_key=sign_key, layout=layout, store=store, store_options=store_options,
                        workers=workers, progress=progress)
@@ -234,10 +234,10 @@ def pull_request(ref: str, cache_root: str | Path | None = None, *, trust: Trust
                  store_options: dict[str, Any] | None = None, timeout: float | None = None,
                  progress: bool | None = None, workers: int | None = None,
                  warn: Callable[[str], None] | None = None) -> PullRequest:
-    """A pull's every option settled into one :class:`cachetool.pulling.PullRequest` (arguments as for
+    """A pull's every option settled into one :class:`cachetool.transfer.pull.PullRequest` (arguments as for
     :func:`pull`): the engine, the cache root, and the server's key question when it names a model (or, for vLLM,
     its flags after ``--``)."""
-    from cachetool.pulling import PullRequest
+    from cachetool.transfer.pull import PullRequest
 
     chosen = _engine(engine)
     root = CacheRoot.of(cache_root, chosen).path
@@ -263,8 +263,8 @@ def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None 
     against the pinned keys, then preflight, then blobs, each verified, installed atomically. With ``model`` (and
     ``config``, ``tensor_parallel_size``; for ``engine="vllm"`` the server's flags as ``engine_flags``), preflight
     also asks the engine which key folder this server will look up, naming a differing config field or traced
-    file. Returns :class:`cachetool.pulling.PullResult`; raises on failure."""
-    from cachetool.pulling import pull as run_pull
+    file. Returns :class:`cachetool.transfer.pull.PullResult`; raises on failure."""
+    from cachetool.transfer.pull import pull as run_pull
 
     return run_pull(pull_request(
         ref, cache_root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device,
@@ -281,12 +281,12 @@ def pull_outcome(ref: str, cache_root: str | Path | None = None, *, on_miss: OnM
                  keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
                  store_options: dict[str, Any] | None = None, progress: bool | None = None,
                  workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullOutcome:
-    """:func:`pull` under the init-container policy (:mod:`cachetool.pull_policy`): returns a
-    :class:`cachetool.pull_policy.PullOutcome` whatever happens (``installed``, ``already-installed``, or the
+    """:func:`pull` under the init-container policy (:mod:`cachetool.transfer.pull_policy`): returns a
+    :class:`cachetool.transfer.pull_policy.PullOutcome` whatever happens (``installed``, ``already-installed``, or the
     failure's outcome and exit code; ``on_miss="continue"`` gives exit 0 for a cache that is missing, stale,
     unreachable, slow or refused), with the read-only-root temporary folder and the hard ``timeout`` applied.
     The other arguments as for :func:`pull`."""
-    from cachetool.pull_policy import pull_with_policy
+    from cachetool.transfer.pull_policy import pull_with_policy
 
     try:
         request = pull_request(
@@ -310,8 +310,8 @@ def pack(path: str | Path, output: str | Path, *, sign_key: SignKey | None = Non
          level: int = 3) -> PackResult:
     """Pack a cache (root, hash folder or rank folder) into the single-file bundle ``output``, signed with
     ``sign_key`` (a path or a loaded key) when given."""
-    from cachetool.bundle import pack as pack_tree, write_ctb
-    from cachetool.signing import envelope_key_ids
+    from cachetool.bundle.packing import pack as pack_tree, write_ctb
+    from cachetool.bundle.signing import envelope_key_ids
 
     with pack_tree(path, layout=layout, sign_key=sign_key, level=level) as b:
         out = write_ctb(b, output)
@@ -324,7 +324,7 @@ def pack(path: str | Path, output: str | Path, *, sign_key: SignKey | None = Non
 
 def keygen(output: str | Path) -> KeyPair:
     """An Ed25519 key pair: ``output`` (private, mode 0600) and ``output.pub``."""
-    from cachetool.signing import generate_keypair
+    from cachetool.bundle.signing import generate_keypair
 
     priv, pub, kid = generate_keypair(output)
     return KeyPair(str(priv), str(pub), kid)
@@ -332,8 +332,8 @@ def keygen(output: str | Path) -> KeyPair:
 
 def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None = None) -> SignResult:
     """Add (or replace) the signature of ``sign_key`` on a ``.ctb`` file (in place, or into ``output``)."""
-    from cachetool.bundle import open_ctb, write_ctb
-    from cachetool.signing import key_id, load_private_key, sign_manifest
+    from cachetool.bundle.packing import open_ctb, write_ctb
+    from cachetool.bundle.signing import key_id, load_private_key, sign_manifest
 
     k = load_private_key(sign_key)
     with open_ctb(bundle) as b:
@@ -350,8 +350,8 @@ def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None 
 
 def inspect(bundle: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> BundleInfo:
     """What a bundle file or a ref's bundle holds (its manifest and signature only; nothing is verified)."""
-    from cachetool.read_bundle import open_bundle
-    from cachetool.signing import envelope_key_ids
+    from cachetool.bundle.reading import open_bundle
+    from cachetool.bundle.signing import envelope_key_ids
 
     with open_bundle(bundle, platform=platform, store_options=store_options) as b:
         m, sig = b.manifest, b.signature_bytes()
@@ -368,7 +368,7 @@ def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = No
     """Check the signature against the trusted keys and every blob against the manifest (a ref's blobs are
     downloaded to a temporary folder); nothing is installed."""
     from cachetool.install import verify_bundle
-    from cachetool.read_bundle import open_bundle
+    from cachetool.bundle.reading import open_bundle
 
     with open_bundle(bundle, platform=platform, store_options=store_options) as b:
         m, kid = verify_bundle(b, trust=trust)
@@ -385,7 +385,7 @@ def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: 
     :func:`default_cache_root`); ``key_check``: the server's key question (an engine's ``KeyCheck``), or
     ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). The other arguments as for
     :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
-    from cachetool.bundle import open_ctb
+    from cachetool.bundle.packing import open_ctb
     from cachetool.install import install_bundle
 
     if expected_key is not None:
@@ -401,7 +401,7 @@ def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None
          flags: list[str] | tuple[str, ...] = (), platform: str | None = None,
          store_options: dict[str, Any] | None = None) -> list[Difference]:
     """Every hash factor that differs between A and B (bundle files, refs, cache folders or ``local``), as
-    :class:`cachetool.factors.Difference` items. The engine (``engine``, else A's by its layout) reads and
+    :class:`cachetool.bundle.factors.Difference` items. The engine (``engine``, else A's by its layout) reads and
     compares the keys; against ``local`` an engine whose server computes its key (vLLM) compares this machine's
     facts and, with ``model`` and the server's ``flags``, the key inputs its server computes."""
     from cachetool.diff import diff_sources
@@ -412,7 +412,7 @@ def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None
 
 def ls(store: str, *, store_options: dict[str, Any] | None = None) -> Listing:
     """Every platform's bundle under every tag of ``store`` (or of one ref's tag)."""
-    from cachetool.refs import parse_store_or_ref
+    from cachetool.stores.addresses import parse_store_or_ref
     from cachetool.stores import open_store
 
     su, ref = parse_store_or_ref(store)
@@ -426,7 +426,7 @@ def ls(store: str, *, store_options: dict[str, Any] | None = None) -> Listing:
 
 def rm(ref: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> RemoveResult:
     """Remove the tag, or one platform's entry of it (blobs stay until :func:`gc`)."""
-    from cachetool.store_admin import remove
+    from cachetool.stores.admin import remove
 
     left = remove(ref, platform=platform, store_options=store_options)
     return RemoveResult(ref, platform or "all", [e.platform for e in left.entries] if left else [])
@@ -436,8 +436,8 @@ def gc(store: str, *, dry_run: bool = False, older_than: float | None = None,
        store_options: dict[str, Any] | None = None) -> GcReport:
     """Delete what no ref of ``store`` reaches and is older than ``older_than`` seconds (default: the stores'
     minimum age); returns the :class:`cachetool.stores.gc.GcReport` (deleted, kept and why)."""
-    from cachetool.refs import parse_store_or_ref
-    from cachetool.store_admin import gc as collect
+    from cachetool.stores.addresses import parse_store_or_ref
+    from cachetool.stores.admin import gc as collect
 
     su, _ = parse_store_or_ref(store)
     return collect(su.url, dry_run=dry_run, older_than=GC_MIN_AGE_S if older_than is None else older_than,

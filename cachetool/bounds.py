@@ -1,5 +1,5 @@
 """What may end an operation before it is done: a deadline (``pull --timeout``) or a stop request (a SIGINT or
-SIGTERM that :mod:`cachetool.pull_policy` turns into one).
+SIGTERM that :mod:`cachetool.transfer.pull_policy` turns into one).
 
 A :class:`Bound` holds one of them. An operation applies its bounds (:func:`applied`) for the code it runs; the loops
 that take time call :func:`check` (a download's chunks, the expansion of a blob) or wait with :func:`sleep` (a

@@ -18,7 +18,7 @@ from typing import Any
 from cachetool.errors import NotFoundError, UsageError
 from cachetool import engines
 from cachetool.engines.base import Engine
-from cachetool.factors import UNSET, Difference, Factors
+from cachetool.bundle.factors import UNSET, Difference, Factors
 
 
 @dataclasses.dataclass
@@ -34,15 +34,15 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
               engine: Engine | None = None) -> Side:
     """A side of a diff: ``local`` (as ``engine``, default the default engine, records it), a store ref (its
     manifest only: ``reading`` holds ``platform`` and ``store_options``,
-    :func:`cachetool.read_bundle.open_bundle`), a bundle file or a cache folder."""
-    from cachetool.fingerprint import fingerprint_from_factors, local_fingerprint, require_device
+    :func:`cachetool.bundle.reading.open_bundle`), a bundle file or a cache folder."""
+    from cachetool.bundle.fingerprint import fingerprint_from_factors, local_fingerprint, require_device
 
     if spec == "local":
         device = require_device(device)
         fp = local_fingerprint(device=device)
         factors = (engine or engines.default()).local_factors(device or fp["device"])
         return Side("local", [("local", factors)] if factors is not None else [], fp, partial=True)
-    from cachetool.read_bundle import is_ref, open_bundle
+    from cachetool.bundle.reading import is_ref, open_bundle
 
     p = Path(spec)
     if not is_ref(spec) and not p.exists():
@@ -68,10 +68,10 @@ def _engine(side: Side) -> Engine:
 
 def fingerprint_differences(a: Side, b: Side) -> list[Difference]:
     """The fingerprint fields that decide a hit, by the install preflight's own comparison
-    (:func:`cachetool.fingerprint.compare`). A recorded side (bundle, ref, folder) is a requirement and this machine
+    (:func:`cachetool.bundle.fingerprint.compare`). A recorded side (bundle, ref, folder) is a requirement and this machine
     (``local``) a set of facts: against ``local``, the preflight's question exactly; between two recorded sides,
     each against the other, so that diff A B and diff B A name the same fields."""
-    from cachetool.fingerprint import CHECKED, compare
+    from cachetool.bundle.fingerprint import CHECKED, compare
 
     found: dict[str, tuple] = {}
     if not a.partial:
@@ -149,8 +149,8 @@ def _readings(a: str, b: str, reading: dict[str, Any]) -> tuple[dict[str, Any], 
     """Each ref side's reading with the store options its kind takes (S3's endpoint for the S3 side, OCI's
     --insecure for the registry), when the two refs are stores of different kinds; the same store kind, or one
     ref, gets them all, so that an option no side takes is refused by ``open_store`` as a usage error."""
-    from cachetool.read_bundle import is_ref
-    from cachetool.refs import parse_ref
+    from cachetool.bundle.reading import is_ref
+    from cachetool.stores.addresses import parse_ref
     from cachetool.stores import given_options, options_taken
 
     if not (is_ref(a) and is_ref(b)):
@@ -172,8 +172,8 @@ def diff_against_server(side: Side, engine: Engine, *, model: str | None = None,
     the key inputs as the engine itself computes them for that server."""
     import tempfile
 
-    from cachetool.fingerprint import local_fingerprint, require_device
-    from cachetool.manifest import KeyFolder
+    from cachetool.bundle.fingerprint import local_fingerprint, require_device
+    from cachetool.bundle.manifest import KeyFolder
 
     fp = local_fingerprint(device=require_device(device))
     fp.update({k: v for k, v in engine.machine_facts(fp["device"]).items() if k != "engine"})

@@ -53,7 +53,7 @@ def tiny_warm(tmp_path_factory) -> dict:
     "stderr", "ref", "store", "key", "pub"}. Shared by every worker: copy "root" before starting on it."""
 
     def build(d: Path) -> None:
-        from cachetool.signing import generate_keypair
+        from cachetool.bundle.signing import generate_keypair
         from tests.compiler.conftest import cli_env, run_cli
 
         generate_keypair(d / "signing.key")

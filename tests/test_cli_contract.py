@@ -82,7 +82,7 @@ def test_json_failure_is_exactly_one_object(verb, tmp_path, cli):
 
 def test_an_unexpected_exception_is_one_line_and_json(cli, tmp_path, monkeypatch):
     """A bug (here a TypeError inside the library) still gives one line, exit 1 and one JSON object."""
-    from cachetool import signing
+    from cachetool.bundle import signing
 
     def broken(*a, **k):
         raise TypeError("something inside broke\nsecond line")

@@ -66,7 +66,7 @@ def test_a_missing_key_file_is_a_usage_error_on_every_verb(cli, tmp_path, args):
 def test_device_cuda_on_a_machine_without_one_is_one_usage_line(cli, tmp_path, keys_for_device):
     """pull --device cuda took the CPU platform of a tag on a CPU-only machine and exited 0; diff ... local
     --device cuda ended in a traceback. Both now say in one line that this machine has no CUDA device."""
-    from cachetool.fingerprint import local_fingerprint
+    from cachetool.bundle.fingerprint import local_fingerprint
 
     if local_fingerprint("cuda")["device"] == "cuda":
         pytest.skip("this machine has a CUDA device")
@@ -82,7 +82,7 @@ def test_device_cuda_on_a_machine_without_one_is_one_usage_line(cli, tmp_path, k
 def test_install_and_pull_refuse_a_cuda_device_this_machine_lacks_alike(cli, tmp_path, keys_for_device, device):
     """install --device cuda on a machine without CUDA installed the CPU bundle and exited 0 where pull refused the
     same with exit 2: one rule (fingerprint.require_device) for both, before anything is written."""
-    from cachetool.fingerprint import local_fingerprint
+    from cachetool.bundle.fingerprint import local_fingerprint
 
     if local_fingerprint("cuda")["device"] == "cuda":
         pytest.skip("this machine has a CUDA device")

@@ -123,7 +123,7 @@ def test_the_cli_layout_choices_come_from_the_registry():
 
     from cachetool.cli import bundle_cmds, cli, store_cmds  # noqa: F401  (the modules register the commands)
     from cachetool.layouts import CHOICES, LAYOUTS
-    from cachetool.manifest import LAYOUTS as SCHEMA
+    from cachetool.bundle.manifest import LAYOUTS as SCHEMA
 
     assert tuple(LAYOUTS) == SCHEMA and CHOICES == ("auto", *SCHEMA)
     for name in ("pack", "push"):
@@ -228,7 +228,7 @@ def test_the_engine_rule_catches_what_it_names():
 
 # The pull path, top-down: each room calls only rooms after it (the policy runs the pull; it does not call back
 # into the API).
-PULL_PATH = ("cachetool.cli", "cachetool.api", "cachetool.pull_policy", "cachetool.pulling", "cachetool.install")
+PULL_PATH = ("cachetool.cli", "cachetool.api", "cachetool.transfer.pull_policy", "cachetool.transfer.pull", "cachetool.install")
 
 
 def _room(mod: str) -> int | None:
@@ -480,12 +480,12 @@ def test_one_comparison_of_factor_values():
     """compiler.cache_key.field_differences is the one field-by-field comparison and compiler.key_prediction's
     compiler_factors_for the one "recorded evidence, else exact values" rule (key_prediction and the install
     preflight each had their own sentinel, diff helper and cheap-else-exact code)."""
-    from cachetool.factors import UNSET
+    from cachetool.bundle.factors import UNSET
     from compiler.cache_key import UNSET as COMPILER_UNSET
 
     assert UNSET == COMPILER_UNSET  # the two packages' one sentinel each, the same text (cachetool reads both)
     bad = []
-    for rel, node in _nodes(("compiler/cache_key.py", "cachetool/factors.py")):
+    for rel, node in _nodes(("compiler/cache_key.py", "cachetool/bundle/factors.py")):
         if isinstance(node, ast.Constant) and node.value == "<unset>":
             bad.append(f"{rel}:{node.lineno} its own <unset> sentinel")
         if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) \

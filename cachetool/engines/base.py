@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cachetool.factors import Difference, Factors
+from cachetool.bundle.factors import Difference, Factors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +119,7 @@ class Engine(Protocol):
         ...
 
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
-        """Fingerprint fields beyond the common ones (``cachetool.fingerprint``) that its caches depend on."""
+        """Fingerprint fields beyond the common ones (``cachetool.bundle.fingerprint``) that its caches depend on."""
         ...
 
     def recognizes(self, fingerprint: dict) -> bool:

@@ -1,6 +1,6 @@
 """Install a bundle into a cache root: verify, preflight, fetch + verify blobs, stage, rename into place.
 
-The order is the safety contract (see :mod:`cachetool.source`):
+The order is the safety contract (see :mod:`cachetool.bundle.source`):
 
 1. read the manifest and the signature; verify the signature against the pinned keys (unless
    ``insecure_skip_verify``); parse and validate the manifest (schema, paths, modes, sizes, duplicates);

@@ -11,7 +11,7 @@ from pathlib import Path
 from cachetool.errors import ConflictError, UnsafeDestinationError
 from cachetool.install import fs
 from cachetool.install.plan import Plan
-from cachetool.manifest import Manifest
+from cachetool.bundle.manifest import Manifest
 
 
 def commit(plan: Plan, manifest: Manifest, staging: Path, root_fd: int, root: Path) -> None:

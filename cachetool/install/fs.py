@@ -18,9 +18,9 @@ from pathlib import Path
 from cachetool.errors import (CachetoolError, DiskFullError, InstallIOError, PathTooLongError, UnsafeDestinationError,
                               UsageError, WaitTimeoutError, user_path)
 from cachetool.exit_codes import DISK_FULL_ERRNOS
-from cachetool.bundle_paths import RESERVED_PREFIX, short_path
+from cachetool.bundle.paths import RESERVED_PREFIX, short_path
 from cachetool.digests import sha256_stream
-from cachetool.manifest import FileEntry, Unit
+from cachetool.bundle.manifest import FileEntry, Unit
 
 STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
 # mkdtemp's random part, then the tree folder: staged files live at {root}/{STAGING_PREFIX}XXXXXXXX/tree/{path}

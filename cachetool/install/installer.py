@@ -18,8 +18,8 @@ from cachetool.install.preflight import run_preflight
 from cachetool.install.ranks import parse_ranks, select_units
 from cachetool.install.stage import check_complete, stage
 from cachetool.install.verify import verified_manifest
-from cachetool.manifest import Manifest, Unit, manifest_digest
-from cachetool.source import BundleSource
+from cachetool.bundle.manifest import Manifest, Unit, manifest_digest
+from cachetool.bundle.source import BundleSource
 
 if TYPE_CHECKING:
     from cachetool.engines.base import KeyCheck
@@ -73,15 +73,15 @@ def install_bundle(
 ) -> InstallResult:
     """Install ``source`` into ``cache_root``; see the module docstring. Returns an :class:`InstallResult`.
 
-    ``trust``: public key paths / :class:`cachetool.signing.PublicKey` objects; None = the pinned keys
-    (:func:`cachetool.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
+    ``trust``: public key paths / :class:`cachetool.bundle.signing.PublicKey` objects; None = the pinned keys
+    (:func:`cachetool.bundle.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
     preflight compares against (default: the bundle's). ``key_check``: which key folder the server will look up
     (its engine's :class:`~cachetool.engines.base.KeyCheck`). A unit present with files that differ from the bundle is replaced (one
     ``warn`` line each); ``keep_changed``: refuse instead (:class:`UnitChangedError`, a miss). ``force``: replace
     even with ``keep_changed`` (replacing is the default; the flag stays for old callers). ``deadline``
     (``time.monotonic()``): waiting for the root's lock past it raises :class:`WaitTimeoutError` (exit 7).
     """
-    from cachetool.fingerprint import require_device
+    from cachetool.bundle.fingerprint import require_device
 
     t0 = time.monotonic()
     device = require_device(device)  # pull's rule too: --device cuda without CUDA must not take the CPU bundle

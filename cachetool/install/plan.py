@@ -10,8 +10,8 @@ from pathlib import Path
 
 from cachetool.errors import PathTooLongError, UnitChangedError
 from cachetool.install.fs import STAGED_PREFIX_LEN, open_dir_chain, unit_matches
-from cachetool.bundle_paths import short_path
-from cachetool.manifest import FileEntry, Manifest, Unit
+from cachetool.bundle.paths import short_path
+from cachetool.bundle.manifest import FileEntry, Manifest, Unit
 
 
 @dataclasses.dataclass

@@ -6,15 +6,15 @@ is downloaded or written before it passes. The engine is the bundle's (by its la
 from __future__ import annotations
 
 from cachetool.errors import PreflightError
-from cachetool.factors import short_repr
-from cachetool.manifest import Manifest
+from cachetool.bundle.factors import short_repr
+from cachetool.bundle.manifest import Manifest
 
 
 def run_preflight(manifest: Manifest, *, device: str | None = None, key_check=None) -> list[str]:
     """Raise :class:`PreflightError` naming the first difference; return the list of things checked.
     ``key_check``: the server's key question (``Engine.key_check``'s answer), or None."""
     from cachetool import engines
-    from cachetool.fingerprint import compare, local_fingerprint
+    from cachetool.bundle.fingerprint import compare, local_fingerprint
 
     engine = engines.for_layout(manifest.layout)
     bundle_fp = manifest.fingerprint or {}

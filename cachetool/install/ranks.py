@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from cachetool.errors import UsageError
-from cachetool.manifest import Manifest, Unit
+from cachetool.bundle.manifest import Manifest, Unit
 
 
 def parse_ranks(spec: str | Iterable | None) -> set[str] | None:

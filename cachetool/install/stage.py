@@ -15,8 +15,8 @@ from cachetool.install import blobs
 from cachetool.install.fs import copy_file
 from cachetool.install.plan import Plan
 from cachetool.layouts import incomplete_reason
-from cachetool.manifest import FileEntry, Manifest
-from cachetool.source import BundleSource
+from cachetool.bundle.manifest import FileEntry, Manifest
+from cachetool.bundle.source import BundleSource
 
 
 def _all(ex: ThreadPoolExecutor, fn: Callable, items: Iterable) -> list:

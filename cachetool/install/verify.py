@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from cachetool.install.blobs import expand_blob
-from cachetool.manifest import Manifest
-from cachetool.source import BundleSource
+from cachetool.bundle.manifest import Manifest
+from cachetool.bundle.source import BundleSource
 
 log = logging.getLogger("cachetool.install")
 
@@ -34,8 +34,8 @@ def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, in
     if insecure_skip_verify:
         (warn or log.warning)(INSECURE_WARNING)
     else:
-        from cachetool.signing import verify_envelope
-        from cachetool.trust import load_trusted_keys
+        from cachetool.bundle.signing import verify_envelope
+        from cachetool.bundle.trust import load_trusted_keys
 
         envelope = source.signature_bytes()
         try:

@@ -12,7 +12,7 @@ A layout is a small plug-in with ``detect(path) -> bool`` and ``scan(path) -> La
 root (``torch_compile_cache/...``) so an install recreates the same place. :func:`scan` picks the layout
 (``"auto"`` tries vllm, native, triton in that order).
 
-This is the registry: the names a manifest may carry are :data:`cachetool.manifest.LAYOUTS` (the schema, the
+This is the registry: the names a manifest may carry are :data:`cachetool.bundle.manifest.LAYOUTS` (the schema, the
 one list of names), each served by the module :data:`MODULES` names: an engine's own layout lives in its engine
 (``cachetool/engines/<engine>/layout.py``), a layout no engine writes (``triton``) here; :data:`CHOICES` is what
 the CLI's ``--layout`` accepts. A new layout is a module plus its name in that tuple and in :data:`MODULES`.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from cachetool import manifest
+from cachetool.bundle import manifest
 from cachetool.errors import NotFoundError, UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from cachetool.errors import UsageError
 from cachetool.cache_root import AOT, FACTORS_FILE, RANK_RE, TCC
-from cachetool.factors import Factors
+from cachetool.bundle.factors import Factors
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
-from cachetool.manifest import KeyFolder, Unit
+from cachetool.bundle.manifest import KeyFolder, Unit
 
 
 

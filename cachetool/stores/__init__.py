@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachetool.errors import UsageError
-from cachetool.refs import StoreURL, parse_store
+from cachetool.stores.addresses import StoreURL, parse_store
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.gc import GcReport
 

@@ -37,7 +37,7 @@ def reachable(store, indexes: Iterable) -> tuple[set[str], set[str]]:
     A manifest that is missing keeps nothing alive but does not stop the collection; one that is not a manifest
     stops it, naming the store and the manifest.
     """
-    from cachetool.manifest import Manifest
+    from cachetool.bundle.manifest import Manifest
 
     manifests: set[str] = set()
     blobs: set[str] = set()

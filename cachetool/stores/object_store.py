@@ -125,7 +125,7 @@ class ObjectStore(Store):
 
     def _pinned(self, name: str, digest: str) -> RefIndex:
         """Exactly the bundle manifest with that digest, as a one-entry index."""
-        from cachetool.manifest import Manifest
+        from cachetool.bundle.manifest import Manifest
 
         ref = f"{name}@{digest}"
         data = self._manifest(digest, ref)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cachetool.signing import generate_keypair, load_private_key
+from cachetool.bundle.signing import generate_keypair, load_private_key
 
 
 @pytest.fixture(autouse=True)

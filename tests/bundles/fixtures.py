@@ -11,8 +11,8 @@ import stat
 import tarfile
 from pathlib import Path
 
-from cachetool.manifest import MEDIA_TYPE, canonical_json
-from cachetool.signing import pae
+from cachetool.bundle.manifest import MEDIA_TYPE, canonical_json
+from cachetool.bundle.signing import pae
 
 HASH10 = "3f9a1c2b7d"
 
@@ -169,7 +169,7 @@ def dir_is_empty_or_absent(p: Path) -> bool:
 # hostile bundles
 
 def sign_bytes(manifest_bytes: bytes, private_key) -> bytes:
-    from cachetool.signing import key_id
+    from cachetool.bundle.signing import key_id
 
     sig = private_key.sign(pae(MEDIA_TYPE, manifest_bytes))
     return canonical_json({"payload": base64.b64encode(manifest_bytes).decode(), "payloadType": MEDIA_TYPE,

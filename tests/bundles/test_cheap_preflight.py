@@ -71,7 +71,7 @@ def test_the_fingerprint_reads_torchs_own_version_not_package_metadata(monkeypat
 
     import torch
 
-    from cachetool.fingerprint import local_fingerprint
+    from cachetool.bundle.fingerprint import local_fingerprint
 
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.bundle import open_ctb
+from cachetool.bundle.packing import open_ctb
 from tests.bundles.fixtures import make_native_tree, tree_snapshot
 
 RANKS = tuple(f"rank_{r}_0" for r in range(8))
@@ -21,7 +21,7 @@ RANKS = tuple(f"rank_{r}_0" for r in range(8))
 
 @pytest.fixture(scope="module")
 def big_bundle(tmp_path_factory, keys):
-    from cachetool.bundle import pack, write_ctb
+    from cachetool.bundle.packing import pack, write_ctb
 
     d = tmp_path_factory.mktemp("big")
     src = make_native_tree(d / "src", ranks=RANKS, layers=6)

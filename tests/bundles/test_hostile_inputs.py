@@ -9,7 +9,7 @@ import json
 import pytest
 
 from cachetool.errors import CachetoolError
-from cachetool.manifest import canonical_json
+from cachetool.bundle.manifest import canonical_json
 from tests.bundles.conftest import one_error_line
 from tests.bundles.fixtures import (complete_unit_files, dir_is_empty_or_absent, manifest_obj, sign_bytes,
                                     write_raw_ctb)
@@ -136,7 +136,7 @@ def test_bad_flags_are_one_line_usage_errors(tmp_path, cli, args):
 @pytest.mark.parametrize("where", ["under-a-file", "dangling-symlink"])
 def test_unusable_cache_root_is_a_cachetool_error(tmp_path, keys, signed, where):
     # The library raised a bare NotADirectoryError / FileExistsError (the CLI turned it into "install: ...").
-    from cachetool.bundle import open_ctb
+    from cachetool.bundle.packing import open_ctb
     from cachetool.install import install_bundle
 
     mb, env, stored = signed

@@ -34,7 +34,7 @@ def test_diff_exit_code_json_carries_error_differs_and_a_complete_message(tmp_pa
 def test_pull_outcome_line_omits_fields_that_are_none():
     """A flag click refused before any ref was read: the outcome line said `ref=None ... code=...`."""
     from cachetool.errors import UsageError
-    from cachetool.pull_policy import failure_outcome
+    from cachetool.transfer.pull_policy import failure_outcome
 
     line = failure_outcome(None, "fail", UsageError("no such option: --bogus")).line()
     assert "None" not in line and line.startswith("pull: outcome=usage-error exit=2 "), line
@@ -47,7 +47,7 @@ def test_a_builtin_exception_class_name_is_not_shown(tmp_path):
     import pytest
 
     from cachetool.errors import UsageError, cause
-    from cachetool.signing import load_public_key
+    from cachetool.bundle.signing import load_public_key
 
     bad = tmp_path / "k.pub"
     bad.write_text("-----BEGIN PUBLIC KEY-----\nnot base64 at all\n-----END PUBLIC KEY-----\n")
@@ -65,7 +65,7 @@ def test_a_manifest_that_is_not_json_names_no_builtin_class():
     import pytest
 
     from cachetool.errors import ManifestError
-    from cachetool.manifest import Manifest
+    from cachetool.bundle.manifest import Manifest
 
     for data in (b"\xff{}", b"{not json"):
         with pytest.raises(ManifestError) as e:
@@ -121,7 +121,7 @@ def test_a_known_scheme_with_a_malformed_separator_says_so():
     import pytest
 
     from cachetool.errors import UsageError
-    from cachetool.refs import parse_ref, parse_store, parse_store_or_ref
+    from cachetool.stores.addresses import parse_ref, parse_store, parse_store_or_ref
 
     for text, expected in (("s3:/bad", "s3://bucket/prefix/name:tag"), ("S3:bucket/x:v1", "s3://bucket/prefix/name:tag"),
                            ("file:/abs/dir/x:v1", "file:///dir/name:tag"), ("oci:/host/repo:v1", "oci://host[:port]/repo:tag"),
@@ -171,7 +171,7 @@ def test_an_unsigned_bundle_hint_names_only_flags_the_verb_has(tmp_path, cli, ke
 def test_a_repush_of_an_unsigned_copy_is_not_called_unsigned_when_the_store_holds_its_signature(tmp_path, cli, keys):
     """The store already held a signature for the manifest (an earlier signed push): pull accepts the ref, yet the
     push of an unsigned copy warned that the ref is UNSIGNED and pull refuses it."""
-    from cachetool.bundle import open_ctb, write_ctb
+    from cachetool.bundle.packing import open_ctb, write_ctb
 
     signed = _bundle(tmp_path, cli, keys, "s")
     unsigned = tmp_path / "u.ctb"

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from cachetool.bundle import open_ctb, pack, write_ctb
+from cachetool.bundle.packing import open_ctb, pack, write_ctb
 from cachetool.install import install_bundle
-from cachetool.manifest import platform_key
+from cachetool.bundle.manifest import platform_key
 from tests.bundles.conftest import one_error_line
 from tests.bundles.fixtures import (make_native_tree, make_triton_tree, make_vllm_tree, tree_snapshot)
 

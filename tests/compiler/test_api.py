@@ -12,7 +12,7 @@ import pytest
 import cachetool
 from cachetool.api import WarmSummary
 from cachetool.errors import UsageError
-from cachetool.pushing import PushResult
+from cachetool.transfer.push import PushResult
 from cachetool.engines.native.run import CompileRunResult
 from cachetool.errors import CompilationConfigError, ModelError
 from compiler.config import CompilationConfig, CompilationMode, CUDAGraphMode, DynamicShapesType
@@ -191,7 +191,7 @@ def test_a_pull_outcome_is_one_of_the_outcomes_with_the_tables_words():
     """``PullOutcome.outcome`` is typed (an :class:`Outcome`, str-valued so that the outcome line and ``--json`` are
     the words they were): the two successes and one per failure row of the exit-code table."""
     from cachetool import exit_codes
-    from cachetool.pull_policy import Outcome, PullOutcome, failure_outcome
+    from cachetool.transfer.pull_policy import Outcome, PullOutcome, failure_outcome
 
     failures = [row for row in exit_codes.TABLE if row not in (exit_codes.OK, exit_codes.DIFFERS)]
     assert [o.value for o in Outcome] == ["installed", "already-installed", *(row.name for row in failures)]

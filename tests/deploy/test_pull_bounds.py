@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.bundle import pack
-from cachetool.pushing import push
-from cachetool.signing import generate_keypair, load_private_key
+from cachetool.bundle.packing import pack
+from cachetool.transfer.push import push
+from cachetool.bundle.signing import generate_keypair, load_private_key
 from tests.bundles.fixtures import isolate_environment, local_factors, make_native_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,9 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 LAUNCHER = """
 import os, sys, time
 from pathlib import Path
-import cachetool.pulling, cachetool.stores.file as file_store
+import cachetool.transfer.pull, cachetool.stores.file as file_store
 delay, marks = float(os.environ["SLOW_CHUNK_SECONDS"]), Path(os.environ["MARKS"])
-real_write, real_pull = file_store.write_bounded, cachetool.pulling.pull
+real_write, real_pull = file_store.write_bounded, cachetool.transfer.pull.pull
 
 def steady(chunks):
     for chunk in chunks:
@@ -49,7 +49,7 @@ def timed_pull(*args, **kwargs):
     (marks / "pull-started").write_text(repr(time.time()))
     return real_pull(*args, **kwargs)
 
-file_store.write_bounded, cachetool.pulling.pull = slow_write, timed_pull
+file_store.write_bounded, cachetool.transfer.pull.pull = slow_write, timed_pull
 from cachetool.cli import entry
 sys.argv[0] = "cachetool"
 entry()

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from cachetool.bundle import pack
-from cachetool.signing import generate_keypair, load_private_key
-from cachetool.pushing import push
+from cachetool.bundle.packing import pack
+from cachetool.bundle.signing import generate_keypair, load_private_key
+from cachetool.transfer.push import push
 from tests.bundles.fixtures import CUDA_FP, isolate_environment, make_native_tree
 from tests.servers import free_port
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.bundle import pack
-from cachetool.signing import generate_keypair, load_private_key
-from cachetool.pushing import push
+from cachetool.bundle.packing import pack
+from cachetool.bundle.signing import generate_keypair, load_private_key
+from cachetool.transfer.push import push
 from tests.bundles.fixtures import make_native_tree
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from cachetool.bundle import pack
-from cachetool.fingerprint import local_fingerprint
-from cachetool.signing import generate_keypair, load_private_key
+from cachetool.bundle.packing import pack
+from cachetool.bundle.fingerprint import local_fingerprint
+from cachetool.bundle.signing import generate_keypair, load_private_key
 from tests.bundles.fixtures import CUDA_FP, isolate_environment, make_native_tree
 
 
@@ -54,7 +54,7 @@ def cuda_bundle(tree, keys):
 
 @pytest.fixture(scope="session")
 def local_platform():
-    from cachetool.manifest import platform_key
+    from cachetool.bundle.manifest import platform_key
 
     return platform_key(local_fingerprint(device="cpu"))
 

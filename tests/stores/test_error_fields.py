@@ -13,7 +13,7 @@ import pytest
 
 from cachetool.digests import BlobRef
 from cachetool.errors import NotFoundError, StoreError
-from cachetool.pushing import push
+from cachetool.transfer.push import push
 from cachetool.stores import open_store
 
 NO_DIGEST = "sha256:" + "0" * 64
@@ -174,7 +174,7 @@ def test_gc_over_a_bad_stored_manifest_names_the_store_and_the_manifest(not_a_ma
 
 
 def test_a_push_that_refuses_a_tampered_blob_names_the_store_and_ref(tree, keys, tmp_path):
-    from cachetool.bundle import pack
+    from cachetool.bundle.packing import pack
     from cachetool.errors import VerificationError
 
     packed = pack(tree, sign_key=keys["key"], workdir=tmp_path / "work")

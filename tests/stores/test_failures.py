@@ -18,9 +18,9 @@ import pytest
 from cachetool.errors import StoreError, VerificationError
 from cachetool.stores import open_store
 from cachetool.digests import hexof
-from cachetool.partials import PARTIAL_DIR
+from cachetool.transfer.partials import PARTIAL_DIR
 from cachetool.api import pull
-from cachetool.pushing import push
+from cachetool.transfer.push import push
 from tests.bundles.fixtures import tree_snapshot
 
 
@@ -117,15 +117,15 @@ def test_skopeo_reads_the_pushed_artifact(oci_registry, bundle, cuda_bundle):
 
     index = raw(f"{repo}:v1")
     assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
-    assert index["artifactType"] == "application/vnd.cachetool.bundle.v1+json"
+    assert index["artifactType"] == "application/vnd.cachetool.bundle.packing.v1+json"
     by_platform = {m["annotations"]["dev.cachetool.platform"]: m for m in index["manifests"]}
     assert set(by_platform) == {bundle.platform, cuda_bundle.platform}
     entry = by_platform[bundle.platform]
-    assert entry["annotations"]["dev.cachetool.manifest.digest"] == bundle.manifest_digest
+    assert entry["annotations"]["dev.cachetool.bundle.manifest.digest"] == bundle.manifest_digest
     assert entry["platform"]["os"] == "linux"
 
     manifest = raw(f"{repo}@{entry['digest']}")
-    assert manifest["artifactType"] == "application/vnd.cachetool.bundle.v1+json"
+    assert manifest["artifactType"] == "application/vnd.cachetool.bundle.packing.v1+json"
     assert manifest["config"]["digest"] == bundle.manifest_digest  # our manifest is the config blob
     layers = {l["digest"]: l for l in manifest["layers"]}
     for b in bundle.blobs:
@@ -239,7 +239,7 @@ def _corrupt(kind: str, store_url: str, server, blob) -> None:
 
 
 def test_blob_corrupted_in_the_store_is_detected(any_store, keys, tmp_path, cli):
-    from cachetool.bundle import pack
+    from cachetool.bundle.packing import pack
     from tests.bundles.fixtures import make_native_tree
 
     # a bundle of its own: the corruption must not reach other tests through shared blobs
@@ -263,7 +263,7 @@ def test_blob_corrupted_in_the_store_is_detected(any_store, keys, tmp_path, cli)
 
 
 def _ctb(bundle, tmp_path):
-    from cachetool.bundle import write_ctb
+    from cachetool.bundle.packing import write_ctb
 
     p = tmp_path / "bundle.ctb"
     if not p.exists():
@@ -287,8 +287,8 @@ def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bund
     """``rm --platform`` read the ref and wrote it back outside update_ref: a push landing between its read and its
     write was dropped. Here the push of platform Y runs exactly when the removal of Z writes the ref."""
     from cachetool.stores.base import RefEntry
-    from cachetool.pushing import merge_index
-    from cachetool.store_admin import remove
+    from cachetool.transfer.push import merge_index
+    from cachetool.stores.admin import remove
 
     ref = file_or_s3.ref("v1")
     push(bundle, ref)
@@ -341,7 +341,7 @@ def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bund
 
 def test_s3_rm_of_the_last_platform_leaves_a_tag_that_reads_as_missing(rgw, s3_env, shared_bucket, bundle, keys,
                                                                       tmp_path, cli):
-    from cachetool.store_admin import remove
+    from cachetool.stores.admin import remove
 
     store = f"s3://{shared_bucket}/tomb-{uuid.uuid4().hex[:8]}"
     push(bundle, f"{store}/llama:v1")
@@ -381,7 +381,7 @@ def test_s3_reply_200_to_a_range_request_restarts_the_blob(rgw, s3_env, shared_b
 # ------------------------------------------------------------------------------------------- partial files
 def _big_bundle(tmp_path, keys, store):
     """A bundle of about 3 MiB stored (random bytes do not compress), pushed to ``store``."""
-    from cachetool.bundle import pack
+    from cachetool.bundle.packing import pack
     from tests.bundles.fixtures import make_native_tree
 
     src = make_native_tree(tmp_path / "src", layers=2)

@@ -12,8 +12,8 @@ from cachetool.stores import open_store
 from cachetool.digests import hexof
 from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.api import pull
-from cachetool.pushing import merge_index, push
-from cachetool.store_admin import remove
+from cachetool.transfer.push import merge_index, push
+from cachetool.stores.admin import remove
 
 
 def test_documented_layout_and_no_temp_files(bundle, tmp_path):

@@ -10,10 +10,10 @@ import shutil
 import pytest
 
 from cachetool.errors import UsageError, VerificationError
-from cachetool.refs import parse_ref
+from cachetool.stores.addresses import parse_ref
 from cachetool.stores import open_store
 from cachetool.digests import hexof
-from cachetool.pushing import push
+from cachetool.transfer.push import push
 
 
 def _one_line(r):
@@ -113,7 +113,7 @@ def test_push_of_a_tampered_bundle_writes_nothing(bundle, keys, cli, tmp_path):
     # (the store "had" it), so every pull failed from then on.
     import tarfile
 
-    from cachetool.bundle import write_ctb
+    from cachetool.bundle.packing import write_ctb
 
     good = write_ctb(bundle, tmp_path / "good.ctb")
     data = bytearray(good.read_bytes())

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from cachetool.bundle import pack
+from cachetool.bundle.packing import pack
 from cachetool.errors import StoreError
 from cachetool.api import pull
 from cachetool.stores import open_store
@@ -146,7 +146,7 @@ def test_an_upload_that_fails_and_left_nothing_still_fails(oci_registry, monkeyp
 def test_a_push_through_a_shared_store_leaves_no_pack_files(oci_registry, bundles):
     """A push's pack files live in its session's folder, removed at commit or abort (they stayed until the store's
     close: a server pushing many bundles through one store kept every pack it ever wrote on disk)."""
-    from cachetool.pushing import push
+    from cachetool.transfer.push import push
 
     repo = _repo(oci_registry)
     with open_store(repo) as st:

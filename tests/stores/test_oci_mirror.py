@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from cachetool.digests import hexof
-from cachetool.pushing import push
+from cachetool.transfer.push import push
 from tests.bundles.fixtures import tree_snapshot
 from tests.compiler.conftest import warmed_root  # noqa: F401 - the compiled tiny-model root, a fixture
 

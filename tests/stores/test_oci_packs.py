@@ -50,8 +50,8 @@ def packable_tree(root, n: int):
 
 
 def test_packed_bundle_pushes_repushes_nothing_and_pulls(oci_registry, keys, tmp_path, cli):
-    from cachetool.bundle import pack
-    from cachetool.pushing import push
+    from cachetool.bundle.packing import pack
+    from cachetool.transfer.push import push
 
     tree, rank = packable_tree(tmp_path / "tree", packs.PACK_FROM + 500)  # enough small blobs to be packed
     ref = f"{oci_registry.url}/team/packs-{uuid.uuid4().hex[:6]}:v1"

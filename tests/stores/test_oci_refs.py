@@ -13,8 +13,8 @@ from cachetool.stores.base import RefEntry
 from cachetool.stores.oci import OCIStore
 from cachetool.stores.oci.repository import Repository
 from cachetool.api import pull
-from cachetool.pushing import merge_index, push
-from cachetool.store_admin import remove
+from cachetool.transfer.push import merge_index, push
+from cachetool.stores.admin import remove
 
 
 def _repo(reg) -> str:

@@ -11,9 +11,9 @@ import pytest
 from cachetool.errors import CacheMissError, NotFoundError, VerificationError
 from cachetool.errors import PreflightError
 from cachetool.stores import open_store
-from cachetool.partials import PARTIAL_DIR
+from cachetool.transfer.partials import PARTIAL_DIR
 from cachetool.api import pull
-from cachetool.pushing import push
+from cachetool.transfer.push import push
 from tests.bundles.fixtures import tree_snapshot
 
 
@@ -107,7 +107,7 @@ def test_signature_and_preflight_come_before_any_blob(bundle, cuda_bundle, keys,
 def test_a_refused_pull_keeps_a_cache_root_it_did_not_create(bundle, cuda_bundle, keys, tmp_path, refusal):
     """`mkdir R; pull REF --cache-root R --trust other.pub` (or an exit-4 miss) removed R: pull removed an empty
     root whatever made it. Only a root the pull itself created goes again."""
-    from cachetool.bundle import pack
+    from cachetool.bundle.packing import pack
     from tests.bundles.fixtures import local_factors, make_native_tree
 
     store = f"file://{tmp_path}/store"
@@ -132,7 +132,7 @@ def test_a_refused_pull_keeps_a_cache_root_it_did_not_create(bundle, cuda_bundle
 
 def test_preflight_runs_before_blobs_even_when_platform_matches(bundle, keys, tmp_path, monkeypatch):
     """A bundle whose platform key matches but whose compiler factors differ is refused before any download."""
-    from cachetool.bundle import pack
+    from cachetool.bundle.packing import pack
     from tests.bundles.fixtures import local_factors, make_native_tree
 
     other = make_native_tree(tmp_path / "other", factors=local_factors(**{"compiler.torch_key": "0" * 64}))
@@ -155,7 +155,7 @@ def test_unknown_tag_and_missing_store_are_not_found(any_store, bundle, keys, tm
 
 
 def test_cli_push_pull_ls_rm_gc(any_store, bundle, keys, tree, tmp_path, cli, local_platform):
-    from cachetool.bundle import write_ctb
+    from cachetool.bundle.packing import write_ctb
 
     ctb = write_ctb(bundle, tmp_path / "b.ctb")
     ref = any_store.ref("cli")

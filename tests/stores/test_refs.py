@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cachetool.errors import UsageError
-from cachetool.refs import parse_ref, parse_store, parse_store_or_ref
+from cachetool.stores.addresses import parse_ref, parse_store, parse_store_or_ref
 
 
 @pytest.mark.parametrize("text,scheme,location,path,name,tag,url", [

@@ -20,9 +20,9 @@ from cachetool.stores.base import GC_MIN_AGE_S, Capabilities, PushSession, Store
 from cachetool.stores.file import FileStore
 from cachetool.stores.oci.store import OCIStore
 from cachetool.stores.s3 import S3Store
-from cachetool.pushing import push
-from cachetool.store_admin import gc as library_gc
-from cachetool.store_admin import remove
+from cachetool.transfer.push import push
+from cachetool.stores.admin import gc as library_gc
+from cachetool.stores.admin import remove
 
 
 def test_every_store_declares_capabilities_and_one_gc_default():

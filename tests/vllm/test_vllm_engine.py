@@ -61,9 +61,9 @@ def test_server_model_path_unlike_the_warms_is_refused_before_any_blob(warmed, t
 def _edited_bundle(warmed, tmp_path, **fingerprint) -> Path:
     """The warm's key folder packed, its fingerprint edited and the manifest signed again with the trusted key
     (a signer that made a bundle for another vLLM or CPU): a .ctb."""
-    from cachetool.bundle import DirPackedBundle, pack, write_ctb
-    from cachetool.manifest import Manifest
-    from cachetool.signing import load_private_key, sign_manifest
+    from cachetool.bundle.packing import DirPackedBundle, pack, write_ctb
+    from cachetool.bundle.manifest import Manifest
+    from cachetool.bundle.signing import load_private_key, sign_manifest
 
     with pack(warmed["summary"]["compile"]["cache_dir"], workdir=tmp_path / "work") as b:
         m = dataclasses.replace(b.manifest, fingerprint={**b.manifest.fingerprint, **fingerprint})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cachetool.engines.base import KeyCheckRequest, StartRequest
 from cachetool.errors import UsageError
-from cachetool.factors import Difference, Factors
+from cachetool.bundle.factors import Difference, Factors
 
 # Options of another engine, as a caller names them: flags after -- are the vLLM server's.
 FOREIGN = {"flags": "flags after --", "load_weights": "--load-weights"}
@@ -59,7 +59,7 @@ class NativeEngine:
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
-        return {}  # the common fingerprint fields say all (cachetool.fingerprint)
+        return {}  # the common fingerprint fields say all (cachetool.bundle.fingerprint)
 
     def recognizes(self, fingerprint: dict) -> bool:
         return True  # the registry's last resort: a bundle no other engine claims is ours

@@ -2,7 +2,7 @@
 keys' factors differ (:func:`compare_factors`, also the vLLM engine's), the key a server will look up
 (:class:`NativeKeyCheck`: predicted from a bundle's own factors, or traced), and the factors this machine would
 record (:func:`check_machine_factors`, :func:`local_factors`). Everything here works on cachetool's engine-neutral
-:class:`cachetool.factors.Factors`; the compiler's types stay inside this module."""
+:class:`cachetool.bundle.factors.Factors`; the compiler's types stay inside this module."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import PreflightError, UsageError, clip
-from cachetool.factors import Difference, Factors, short_repr
+from cachetool.bundle.factors import Difference, Factors, short_repr
 from compiler import cache_key as ck
 
 __all__ = ["FACTOR_NAMES", "NativeKeyCheck", "check_expected_key", "check_machine_factors", "compare_factors", "compare_keys",

@@ -16,7 +16,7 @@ __all__ = ["cache_root", "common_facts", "cpu_capability", "cpu_flags", "cuda_de
 
 
 def common_facts(device: str | None = None) -> dict:
-    """The fingerprint fields every engine's caches depend on (``cachetool.fingerprint.FIELDS``' first eight).
+    """The fingerprint fields every engine's caches depend on (``cachetool.bundle.fingerprint.FIELDS``' first eight).
     ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or None (probe for a GPU).
 
     The torch version from ``torch/version.py`` (the same value as ``torch.__version__``, which a bundle's

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cachetool.engines.base import KeyCheckRequest, StartRequest
 from cachetool.errors import UsageError
-from cachetool.factors import Difference, Factors
+from cachetool.bundle.factors import Difference, Factors
 
 __all__ = ["VllmEngine"]
 

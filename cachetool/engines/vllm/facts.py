@@ -18,7 +18,7 @@ import platform
 
 from cachetool.engines.native import machine  # the torch-free machine facts
 
-# Fingerprint fields a vLLM bundle adds to the common ones (cachetool.fingerprint.FIELDS).
+# Fingerprint fields a vLLM bundle adds to the common ones (cachetool.bundle.fingerprint.FIELDS).
 FINGERPRINT_FIELDS = ("engine", "vllm", "cpu_isa", "gpu_driver")
 
 

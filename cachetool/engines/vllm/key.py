@@ -32,7 +32,7 @@ from typing import Any
 
 from cachetool.cache_root import FACTORS_FILE  # noqa: F401 - where a warm records them
 from cachetool.engines.native.keys import field_differences  # the one field-by-field comparison
-from cachetool.factors import UNSET, Difference, Factors
+from cachetool.bundle.factors import UNSET, Difference, Factors
 
 SCHEMA = 1
 

@@ -48,7 +48,7 @@ class BundleManifests:
             raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {url}", store=url,
                                 key=manifest_digest, status=exc.status) from None
         if self._layouts.get(manifest_digest):  # which pack holds which blob comes from this manifest's blob list
-            from cachetool.manifest import Manifest
+            from cachetool.bundle.manifest import Manifest
 
             try:
                 man = Manifest.from_bytes(data)

@@ -101,7 +101,7 @@ class OCIPush(PushSession):
         """The bundle manifest as a blob (the config), the OCI manifest listing this push's layers, then the
         signature as a referrer of it. The pin is the OCI manifest's digest (what docker, skopeo and Kubernetes
         use)."""
-        from cachetool.manifest import Manifest
+        from cachetool.bundle.manifest import Manifest
 
         repo = self.repository
         digest = media.sha(manifest_bytes)

@@ -49,7 +49,7 @@ class Tags:
                 fp = json.loads(ann.get(A + "fingerprint") or "{}")
                 platform = ann[A + "platform"]
             else:  # cachetool before these annotations: read our manifest itself
-                from cachetool.manifest import Manifest
+                from cachetool.bundle.manifest import Manifest
 
                 man = Manifest.from_bytes(self.repository.get_blob_bytes(md, what, limit=512 << 20))
                 fp, platform = dict(man.fingerprint or {}), man.platform

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cachetool.refs import Ref, parse_ref
+from cachetool.stores.addresses import Ref, parse_ref
 from cachetool.stores import open_store
 from cachetool.stores.base import RefIndex, Store
 

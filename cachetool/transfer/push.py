@@ -15,11 +15,11 @@ from pathlib import Path
 
 from cachetool.digests import sha256_file
 from cachetool.errors import CachetoolError, StoreError, UsageError, VerificationError, filled
-from cachetool.ref_store import open_ref
-from cachetool.refs import Ref, parse_ref
+from cachetool.transfer.ref_reading import open_ref
+from cachetool.stores.addresses import Ref, parse_ref
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.common import now_iso
-from cachetool.transfer_progress import TransferProgress, progress_default
+from cachetool.transfer.progress import TransferProgress, progress_default
 
 
 @dataclasses.dataclass
@@ -43,7 +43,7 @@ class PushResult:
 
 def _load_bundle(source, sign_key, layout: str):
     """A PackedBundle from a PackedBundle, a ``.ctb`` path or a cache folder; signed with ``sign_key`` if given."""
-    from cachetool.bundle import PackedBundle, open_ctb, pack
+    from cachetool.bundle.packing import PackedBundle, open_ctb, pack
 
     owned = False
     if isinstance(source, PackedBundle):
@@ -57,7 +57,7 @@ def _load_bundle(source, sign_key, layout: str):
         else:
             raise UsageError(f"{p} is neither a bundle file nor a cache folder")
     if sign_key is not None:
-        from cachetool.signing import load_private_key, sign_manifest
+        from cachetool.bundle.signing import load_private_key, sign_manifest
 
         key = load_private_key(sign_key) if isinstance(sign_key, (str, os.PathLike)) else sign_key
         bundle = bundle.with_signature(sign_manifest(bundle.manifest_bytes(), key, bundle.signature_bytes()))
@@ -74,7 +74,7 @@ def _check_stored_bytes(bundle, blob: BlobRef, fields: dict) -> None:
 def _check_envelope(bundle, fields: dict) -> None:
     import base64
 
-    from cachetool.signing import parse_envelope
+    from cachetool.bundle.signing import parse_envelope
 
     sig = bundle.signature_bytes()
     if sig is None:

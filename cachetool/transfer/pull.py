@@ -1,7 +1,7 @@
 """Pull: read the ref, pick the entry whose platform is this machine's (or raise :class:`CacheMissError` naming what
 differs for each entry), and hand a :class:`StoreSource` to :func:`cachetool.install.install_bundle`, which verifies
 the signature and runs preflight before it asks for any blob. The source fetches nothing ahead; its downloads follow
-the partial-download policy of :mod:`cachetool.partials`."""
+the partial-download policy of :mod:`cachetool.transfer.partials`."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from cachetool.digests import hexof, sha256_bytes, sha256_file
 from cachetool.errors import (CacheMissError, CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
                               WaitTimeoutError, filled)
 from cachetool.cache_root import PARTIAL_DIR
-from cachetool.partials import RETRYABLE, partial_cap, trim_partials
-from cachetool.ref_store import open_ref, read_index
-from cachetool.refs import Ref
-from cachetool.source import BundleSource
+from cachetool.transfer.partials import RETRYABLE, partial_cap, trim_partials
+from cachetool.transfer.ref_reading import open_ref, read_index
+from cachetool.stores.addresses import Ref
+from cachetool.bundle.source import BundleSource
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
-from cachetool.transfer_progress import TransferProgress, progress_default
+from cachetool.transfer.progress import TransferProgress, progress_default
 
 if TYPE_CHECKING:
     from cachetool.engines.base import Engine, KeyCheckRequest
@@ -51,7 +51,7 @@ class PullResult:
 @dataclasses.dataclass(frozen=True)
 class PullRequest:
     """One pull, every option settled by the caller (:func:`cachetool.api.pull` builds it; the init-container
-    policy, :func:`cachetool.pull_policy.pull_with_policy`, runs it). ``engine``: the server's, whose bundles
+    policy, :func:`cachetool.transfer.pull_policy.pull_with_policy`, runs it). ``engine``: the server's, whose bundles
     alone the platform choice takes (another engine's bundle is a miss: this server would not read it);
     ``key``: the server's key question, asked of the engine at the start of the pull (under the policy's
     timeout and signals), or None."""
@@ -92,7 +92,7 @@ def entry_device(entry: RefEntry) -> str:
 
 
 def device_to_probe(entries: Iterable[RefEntry], device: str | None) -> str | None:
-    """The device to ask :func:`cachetool.fingerprint.local_fingerprint` for: ``device`` when named, else None (probe
+    """The device to ask :func:`cachetool.bundle.fingerprint.local_fingerprint` for: ``device`` when named, else None (probe
     the GPU) when any entry is a GPU bundle, whatever its engine, else the CPU (no NVML or torch asked)."""
     if device is not None:
         return device
@@ -105,8 +105,8 @@ def local_platform(entries: Iterable[RefEntry], device: str | None,
     holds, the default engine's first) and fingerprint (with those engines' facts); probes the GPU only when some
     entry is a GPU bundle."""
     from cachetool import engines
-    from cachetool.fingerprint import local_fingerprint
-    from cachetool.manifest import platform_key
+    from cachetool.bundle.fingerprint import local_fingerprint
+    from cachetool.bundle.manifest import platform_key
 
     entries = list(entries)
     fp = local_fingerprint(device=device_to_probe(entries, device))
@@ -124,7 +124,7 @@ def local_platform(entries: Iterable[RefEntry], device: str | None,
 def why_not(entry: RefEntry, fp: dict, engine: Engine | None) -> str:
     """Why ``entry`` does not fit this machine (``fp``) and a server of ``engine`` (None: any), in a few words."""
     from cachetool import engines
-    from cachetool.fingerprint import compare
+    from cachetool.bundle.fingerprint import compare
 
     theirs = entry_engine(entry)
     if engine is not None and theirs is not engine:
@@ -289,7 +289,7 @@ def pull(request: PullRequest) -> PullResult:
 
 
 def _pull(request: PullRequest) -> PullResult:
-    from cachetool.fingerprint import require_device
+    from cachetool.bundle.fingerprint import require_device
 
     t0 = time.monotonic()
     deadline = t0 + request.timeout if request.timeout else None
@@ -299,7 +299,7 @@ def _pull(request: PullRequest) -> PullResult:
     device = require_device(request.device)
     trust = request.trust
     if not request.insecure_skip_verify:
-        from cachetool.trust import load_trusted_keys
+        from cachetool.bundle.trust import load_trusted_keys
 
         trust = load_trusted_keys(trust)
     r, st, own_store = open_ref(request.ref, request.store, request.store_options)

@@ -2,7 +2,7 @@
 
 :func:`open_bundle` gives the same reading surface for both: ``manifest`` (parsed and validated; a hostile one is a
 :class:`~cachetool.errors.VerificationError`), ``manifest_digest``, ``platform``, ``description``, and the
-:class:`~cachetool.source.BundleSource` calls (``manifest_bytes``, ``signature_bytes``, ``fetch_blob``). A ref reads
+:class:`~cachetool.bundle.source.BundleSource` calls (``manifest_bytes``, ``signature_bytes``, ``fetch_blob``). A ref reads
 the manifest and signature only; a blob is downloaded when ``fetch_blob`` asks for it (``verify``), into a private
 temporary folder removed by ``close``. Which of a tag's platforms: ``platform`` if given, else the only one, else
 this machine's; a tag of several platforms none of which is this machine's asks for ``--platform``.
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import CachetoolError, NotFoundError, UsageError, filled
-from cachetool.manifest import Manifest
-from cachetool.source import BundleSource
+from cachetool.bundle.manifest import Manifest
+from cachetool.bundle.source import BundleSource
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex
 
 
@@ -28,13 +28,13 @@ def is_ref(spec: str | os.PathLike) -> bool:
 
 def open_bundle(spec: str | os.PathLike, *, platform: str | None = None,
                 store_options: dict[str, Any] | None = None) -> Any:
-    """A ``.ctb`` file (:class:`cachetool.bundle.CtbBundle`) or a ref's bundle (:class:`RefBundle`); use it as a
+    """A ``.ctb`` file (:class:`cachetool.bundle.packing.CtbBundle`) or a ref's bundle (:class:`RefBundle`); use it as a
     context manager."""
     if is_ref(spec):
         return RefBundle(str(spec), platform=platform, store_options=store_options)
     if platform is not None:
         raise UsageError(f"--platform is for a ref (a bundle file holds one platform): {spec}")
-    from cachetool.bundle import open_ctb
+    from cachetool.bundle.packing import open_ctb
 
     return open_ctb(spec)
 
@@ -52,7 +52,7 @@ def choose_entry(index: RefIndex, ref_text: str, platform: str | None) -> RefEnt
     if not index.entries:
         raise NotFoundError(f"{ref_text} holds no bundles", ref=ref_text)
     from cachetool.errors import CacheMissError
-    from cachetool.pulling import select_entry
+    from cachetool.transfer.pull import select_entry
 
     try:
         return select_entry(index, ref_text)
@@ -65,8 +65,8 @@ class RefBundle(BundleSource):
     """A bundle in a store, opened for reading (see the module doc)."""
 
     def __init__(self, ref_text: str, *, platform: str | None, store_options: dict[str, Any] | None):
-        from cachetool.pulling import StoreSource
-        from cachetool.ref_store import open_ref, read_index
+        from cachetool.transfer.pull import StoreSource
+        from cachetool.transfer.ref_reading import open_ref, read_index
 
         self._tmp: Path | None = None
         self.entry: RefEntry | None = None

@@ -20,7 +20,7 @@ from typing import Iterable
 
 from cachetool.errors import KeyFileError
 from cachetool import envs
-from cachetool.signing import PublicKey, load_public_key
+from cachetool.bundle.signing import PublicKey, load_public_key
 
 ENV_VAR = "CACHETOOL_TRUSTED_KEYS"
 

@@ -2,7 +2,7 @@
 
 :func:`pack` scans a cache with a layout, hashes every file, compresses each *unique* content once with zstd
 into a work folder and builds the manifest (and a signature, given a key). The result is a
-:class:`PackedBundle`: a :class:`cachetool.source.BundleSource` (so it installs directly) that also exposes
+:class:`PackedBundle`: a :class:`cachetool.bundle.source.BundleSource` (so it installs directly) that also exposes
 what a store push uploads (blob refs and a local path of each blob's stored bytes).
 
 ``.ctb`` is an uncompressed POSIX tar (blobs are already zstd) holding, in this order::
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from cachetool.errors import BundleFormatError, IncompleteCacheError, NotFoundError, UnsafePathError, UsageError
 from cachetool.layouts import incomplete_reason, scan as scan_layout
-from cachetool.bundle_paths import validate_relpath
-from cachetool.manifest import DirEntry, FileEntry, Manifest, manifest_digest, platform_key
-from cachetool.source import BundleSource
+from cachetool.bundle.paths import validate_relpath
+from cachetool.bundle.manifest import DirEntry, FileEntry, Manifest, manifest_digest, platform_key
+from cachetool.bundle.source import BundleSource
 from cachetool.atomic import atomic_file
 from cachetool.digests import CHUNK as _CHUNK, BlobRef, sha256_file
 
@@ -239,7 +239,7 @@ class CtbBundle(PackedBundle):
 
 
 def open_ctb(path: str | os.PathLike) -> CtbBundle:
-    """Open a ``.ctb`` file. Nothing is trusted yet: verify with :func:`cachetool.signing.verify_envelope`."""
+    """Open a ``.ctb`` file. Nothing is trusted yet: verify with :func:`cachetool.bundle.signing.verify_envelope`."""
     return CtbBundle(Path(path))
 
 
@@ -303,10 +303,10 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
     ``sign_key``: an Ed25519 private key object or a path to one. ``workdir``: where the blobs go (default: a
     new temporary folder, deleted by ``close()``). ``fingerprint``: override the environment fingerprint.
     """
-    from cachetool.fingerprint import fingerprint_from_factors, local_fingerprint
+    from cachetool.bundle.fingerprint import fingerprint_from_factors, local_fingerprint
 
     if isinstance(sign_key, (str, os.PathLike)):  # a missing or bad key fails before anything is read or written
-        from cachetool.signing import load_private_key
+        from cachetool.bundle.signing import load_private_key
 
         sign_key = load_private_key(sign_key)
     scan = scan_layout(cache_path, layout)
@@ -355,7 +355,7 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
         mbytes = manifest.to_bytes()
         signature = None
         if sign_key is not None:
-            from cachetool.signing import load_private_key, sign_manifest
+            from cachetool.bundle.signing import load_private_key, sign_manifest
 
             key = load_private_key(sign_key) if isinstance(sign_key, (str, os.PathLike)) else sign_key
             signature = sign_manifest(mbytes, key)

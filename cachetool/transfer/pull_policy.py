@@ -15,7 +15,7 @@ exit code the policy gives it. The policy:
   ``interrupted`` (exit 130, whatever ``on_miss`` says): the staging folder removed, every unit installed whole or
   not at all, the partial downloads kept for a rerun to resume (:func:`stopped_by_signals`).
 
-:func:`pull_with_policy` runs a :class:`cachetool.pulling.PullRequest` under this policy and never raises for a failure.
+:func:`pull_with_policy` runs a :class:`cachetool.transfer.pull.PullRequest` under this policy and never raises for a failure.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from cachetool.errors import CachetoolError, StopSignalError, WaitTimeoutError, 
 from cachetool.cache_root import PARTIAL_DIR
 
 if TYPE_CHECKING:
-    from cachetool.pulling import PullRequest, PullResult
+    from cachetool.transfer.pull import PullRequest, PullResult
 
 OnMiss = Literal["fail", "continue"]
 ON_MISS: tuple[OnMiss, ...] = get_args(OnMiss)
@@ -70,7 +70,7 @@ class Outcome(enum.StrEnum):
 
 @dataclasses.dataclass
 class PullOutcome:
-    """How a pull ended (see the module doc). ``result`` is the :class:`cachetool.pulling.PullResult` of a pull that
+    """How a pull ended (see the module doc). ``result`` is the :class:`cachetool.transfer.pull.PullResult` of a pull that
     installed (or found installed); ``error`` the failure otherwise."""
 
     ref: str | None
@@ -133,9 +133,9 @@ def one_line(exc: BaseException) -> str:
 
 
 def pull_with_policy(request: PullRequest, on_miss: str = "fail") -> PullOutcome:
-    """:func:`cachetool.pulling.pull` of ``request`` under the policy (``request.timeout`` is the hard bound too);
+    """:func:`cachetool.transfer.pull.pull` of ``request`` under the policy (``request.timeout`` is the hard bound too);
     returns the outcome, never raises for a failure of the pull (``KeyboardInterrupt`` and ``SystemExit`` pass)."""
-    from cachetool.pulling import pull
+    from cachetool.transfer.pull import pull
 
     abandoned = threading.Event()
     try:

@@ -6,7 +6,7 @@ ranks and the *install units* (the folders an install renames into place atomica
 
 The manifest is the signed object, so it is serialised canonically (sorted keys, no whitespace, ASCII) and a
 reader accepts only canonical bytes: no duplicate JSON keys, no unknown fields, no unknown schema version.
-Paths are validated while parsing (:mod:`cachetool.bundle_paths`), once, for everyone who reads a manifest
+Paths are validated while parsing (:mod:`cachetool.bundle.paths`), once, for everyone who reads a manifest
 (install, inspect, diff, push).
 """
 
@@ -21,15 +21,15 @@ import re
 from typing import Any
 
 from cachetool.version import __version__
-from cachetool.factors import Factors, short_repr
+from cachetool.bundle.factors import Factors, short_repr
 from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
-from cachetool.bundle_paths import validate_relpath
+from cachetool.bundle.paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
 
 SCHEMA_VERSION = 1
-MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
+MEDIA_TYPE = "application/vnd.cachetool.bundle.manifest.v1+json"
 LAYOUTS = ("native", "vllm", "triton")
-# A fingerprint field that records an engine's own version (cachetool.fingerprint.ENGINE_FIELDS): it leads the
+# A fingerprint field that records an engine's own version (cachetool.bundle.fingerprint.ENGINE_FIELDS): it leads the
 # platform key of that engine's bundles.
 ENGINE_VERSIONS = ("vllm",)
 

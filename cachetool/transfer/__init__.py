@@ -1,0 +1,1 @@
+"""Moving bundles between a store and a machine: push, pull, the init-container pull policy, partial downloads, progress bars, reading a ref's index."""
