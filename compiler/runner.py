@@ -27,6 +27,19 @@ logger = logging.getLogger(__name__)
 WORKLOAD_TOKEN_COUNTS = (7, 64, 2, 1)
 
 
+@dataclass(frozen=True)
+class StartReport:
+    """A start as :meth:`ModelRunner.start_report` tells it (None where the cache is disabled or unused)."""
+
+    cache_dir: str | None
+    rank_dir: str | None
+    cache_key: str | None
+    hot_path: str | None             # "aot" or "dynamo"
+    aot_fallback_reason: str | None  # why the AOT entry was not used
+    key_source: str | None           # AOT path: "evidence" or "computed"
+    phases: Any                      # compiler.capture.StartupPhases of the first call, or None
+
+
 @dataclass
 class Sequence:
     seq_id: int
@@ -96,6 +109,20 @@ class ModelRunner:
     @property
     def compile_state(self) -> Any:
         return self.model.model.compile_state
+
+    def start_report(self) -> StartReport:
+        """How this runner's start went, typed, for an embedder (cachetool's native engine): where the cache is,
+        its key, the hot path taken and why not the AOT one, and the first call's start-up phases."""
+        backend, state = self.backend, self.compile_state
+        layout = getattr(backend, "layout", None)
+        key = getattr(backend, "key", None)
+        return StartReport(cache_dir=str(layout.dir) if layout is not None else None,
+                           rank_dir=str(layout.rank_dir) if layout is not None else None,
+                           cache_key=key.hash if key is not None else None,
+                           hot_path=getattr(state, "hot_path", None),
+                           aot_fallback_reason=getattr(state, "aot_fallback_reason", None),
+                           key_source=getattr(state, "key_source", None),
+                           phases=getattr(state, "phases", None))
 
     @property
     def backend(self) -> Any:

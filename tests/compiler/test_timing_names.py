@@ -24,11 +24,6 @@ from compiler.counters import CompileCounters
 from tests.compiler.conftest import REPO, cli_env
 
 
-class _State:
-    def __init__(self, phases: StartupPhases) -> None:
-        self.phases = phases
-
-
 def _startup_sum(phases: dict) -> float:
     return sum(phases[k] for k in STARTUP_PHASES)
 
@@ -38,7 +33,7 @@ def test_a_cold_start_reports_compile_not_load() -> None:
     compiled later (2 s) is compile too. Old names: load 16.0 (all of it), compile_seconds unrelated."""
     first = StartupPhases(trace=1.5, compile=14.0, load=0.5, save=1.2, counted_load=0.5)
     during = CompileCounters(inductor_compile_seconds=16.0, artifact_load_seconds=0.5)
-    phases = startup_phases(2.0, 0.3, 20.0, _State(first), 0.0, during)
+    phases = startup_phases(2.0, 0.3, 20.0, first, 0.0, during)
     assert phases["compile"] == 16.0 and phases["load"] == 0.5 and phases["trace"] == 1.5
     assert phases["save"] == 1.2 and phases["first_forward"] == pytest.approx(0.8)
     assert _startup_sum(phases) == pytest.approx(20.0)
@@ -50,7 +45,7 @@ def test_a_hot_start_is_key_load_and_first_forward() -> None:
     batches. Later loads (compile sizes) add to load; nothing is counted twice."""
     first = StartupPhases(key=0.05, load=0.9, counted_load=0.4)
     during = CompileCounters(artifact_load_seconds=0.6)  # 0.4 inside the entry, 0.2 afterwards
-    phases = startup_phases(3.0, 0.2, 1.5, _State(first), 0.1, during)
+    phases = startup_phases(3.0, 0.2, 1.5, first, 0.1, during)
     assert phases["compile"] == 0 and phases["trace"] == 0
     assert phases["load"] == pytest.approx(1.1)
     assert phases["first_forward"] == pytest.approx(1.5 - 0.05 - 1.1 - 0.1)
@@ -60,7 +55,7 @@ def test_a_hot_start_is_key_load_and_first_forward() -> None:
 def test_import_is_never_inside_the_start_up() -> None:
     """check once said `import 1.63 s` + `load 1.89 s` beside `start-up 1.91 s`: the import phase is before the
     model is built and no start-up phase holds it."""
-    phases = startup_phases(1.63, 0.2, 1.91, _State(StartupPhases(key=0.02, load=1.6)), 0.0, CompileCounters())
+    phases = startup_phases(1.63, 0.2, 1.91, StartupPhases(key=0.02, load=1.6), 0.0, CompileCounters())
     assert _startup_sum(phases) == pytest.approx(1.91)
     assert phases["import"] == 1.63 and "import" not in STARTUP_PHASES
 

@@ -209,28 +209,23 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
             progress.emit(progress.STEP, f"{command}: prefill and decode batches")
         wl = runner.run_workload().as_dict() if workload else {}
     delta = counters.delta(before)
-    backend = runner.backend
-    layout = getattr(backend, "layout", None)
-    key = getattr(backend, "key", None)
-    state = runner.compile_state
+    report = runner.start_report()
     seconds = time.perf_counter() - t0
-    phases = startup_phases(imported, built, startup, state, runner.graphs.capture_seconds, during)
+    phases = startup_phases(imported, built, startup, report.phases, runner.graphs.capture_seconds, during)
     phases["workload"] = round(max(0.0, seconds - built - startup), 3)
     t_exit = time.perf_counter()
     runner.close()
     phases["exit"] = round(time.perf_counter() - t_exit, 3)
     return CompileRunResult(
         command=command, model=model, device=str(runner.device), cache_root=str(resolve_root(cfg.cache_dir)),
-        cache_dir=str(layout.dir) if layout is not None else None,
-        rank_dir=str(layout.rank_dir) if layout is not None else None,
-        cache_key=key.hash if key is not None else None,
+        cache_dir=report.cache_dir, rank_dir=report.rank_dir, cache_key=report.cache_key,
         graphs_compiled=delta.graphs_compiled, graphs_loaded=delta.graphs_loaded, graphs_reused=delta.graphs_reused,
         pieces=delta.pieces, unique_pieces=delta.unique_pieces, dynamo_compiles=delta.dynamo_compiles,
         dynamo_traces=delta.dynamo_traces,
         seconds=round(seconds, 3), startup_seconds=round(startup, 3),
         compile_seconds=phases["compile"], workload=wl, compilation_config=cfg.to_dict(),
-        hot_path=getattr(state, "hot_path", None), aot_fallback_reason=getattr(state, "aot_fallback_reason", None),
-        phases=phases, key_source=getattr(state, "key_source", None),
+        hot_path=report.hot_path, aot_fallback_reason=report.aot_fallback_reason, phases=phases,
+        key_source=report.key_source,
     )
 
 
@@ -252,13 +247,12 @@ def process_age_seconds() -> float | None:
 STARTUP_PHASES = ("key", "trace", "compile", "load", "save", "cudagraph_capture", "first_forward")
 
 
-def startup_phases(imported: float | None, built: float, startup: float, state: Any, capture: float,
+def startup_phases(imported: float | None, built: float, startup: float, first: Any, capture: float,
                    during: Any = None) -> dict[str, float]:
     """The phases of a start up to the warm-up's end (see :attr:`CompileRunResult.phases`). The first call
-    reports its own (``state.phases``); compiles and loads of later warm-up batches (``compile_sizes``) come from
-    the counters' change ``during`` the warm-up; ``first_forward`` is what remains of ``startup``, so the start-up
-    phases sum to it."""
-    first = getattr(state, "phases", None)
+    reports its own (``first``: the runner's ``StartReport.phases``); compiles and loads of later warm-up batches
+    (``compile_sizes``) come from the counters' change ``during`` the warm-up; ``first_forward`` is what remains of
+    ``startup``, so the start-up phases sum to it."""
 
     def part(name: str) -> float:
         return float(getattr(first, name, 0.0) or 0.0)
