@@ -208,6 +208,12 @@ def traced_files(codes: Iterable[CodeType]) -> list[str]:
     return sorted(f for f in files if file_id(f) is not None)
 
 
+def file_digest(path: str | Path) -> str:
+    """The code factor's value for one traced file: the sha256 hex of its content (the warm's and a pull's
+    re-hash, :func:`compiler.key_prediction.rehash_code_factor`, compute it here alike)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def code_factors(files: Iterable[str]) -> dict[str, str]:
     """``{file id: sha256 of content}`` for every traced file."""
     values: dict[str, str] = {}
@@ -215,7 +221,7 @@ def code_factors(files: Iterable[str]) -> dict[str, str]:
         fid = file_id(f)
         if fid is None:
             continue
-        values[fid] = hashlib.sha256(Path(f).read_bytes()).hexdigest()
+        values[fid] = file_digest(f)
     return values
 
 

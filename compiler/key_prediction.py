@@ -12,7 +12,6 @@ Used by the hot start (:mod:`compiler.capture`), which looks for a matching fold
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import sys
@@ -123,7 +122,7 @@ def rehash_code_factor(listed: dict[str, str]) -> tuple[dict[str, str], list[str
         if path is None:
             problems.append(f"traced file {fid} is not on this machine")
             continue
-        values[fid] = hashlib.sha256(path.read_bytes()).hexdigest()
+        values[fid] = cache_key.file_digest(path)
         if values[fid] != digest:
             problems.append(f"traced file {fid} differs ({path})")
     return values, problems
