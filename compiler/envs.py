@@ -1,11 +1,12 @@
-"""Environment variables: the one registry, and the one place that reads them (see docs/ARCHITECTURE.md).
+"""The pipeline's environment variables: its registry, and the one module of compiler that reads the environment.
 
-:data:`VARIABLES` lists every variable the two packages read, with its default and meaning: each package registers
-its own with :func:`register` (this module the pipeline's, ``cachetool/envs.py`` cachetool's); README.md's
-"Configuration reference" documents each (tests/test_structure.py checks both ways). Code reads a variable
+:data:`VARIABLES` lists every variable the pipeline reads, with its default and meaning (:data:`COMPILER_VARIABLES`:
+cache root, disable switch, save format, logging level, torch.distributed's, ``CUDA_VISIBLE_DEVICES``). cachetool
+keeps its own registry (``cachetool/envs.py``) and does not import this one; a variable both read has one default
+(tests/test_structure.py). README.md's "Configuration reference" documents each. Code reads a variable
 through :func:`get` (an empty value counts as unset) or one of the typed accessors below; an unregistered name
 is a ``KeyError``, so a new variable cannot be read without being registered. ``standard`` variables belong to
-other tools' conventions (boto3, docker/podman, XDG, torch.distributed) and are honoured, not invented, here.
+other tools' conventions (torch.distributed) and are honoured, not invented, here.
 
 Values are read on each access (not at import), so tests and the CLI can change them per call.
 """
@@ -25,7 +26,7 @@ class EnvVar:
     standard: bool = False  # another tool's convention, honoured here
 
 
-VARIABLES: dict[str, EnvVar] = {}  # every package's, by name
+VARIABLES: dict[str, EnvVar] = {}  # the pipeline's, by name
 
 
 def register(*variables: EnvVar) -> tuple[EnvVar, ...]:
@@ -37,7 +38,7 @@ def register(*variables: EnvVar) -> tuple[EnvVar, ...]:
     return variables
 
 
-# The pipeline's own (cachetool registers its variables in cachetool/envs.py).
+# The pipeline's own (cachetool's are in its own registry, cachetool/envs.py).
 COMPILER_VARIABLES = register(
     EnvVar("CACHETOOL_CACHE_ROOT", "~/.cache/cachetool", "cache root; the compile cache is under it"),
     EnvVar("CACHETOOL_DISABLE_COMPILE_CACHE", "0", "1: the pipeline reads and writes nothing (always compiles)"),
