@@ -27,7 +27,7 @@ from cachetool.bundle.paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
 
 SCHEMA_VERSION = 1
-MEDIA_TYPE = "application/vnd.cachetool.bundle.manifest.v1+json"
+MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
 LAYOUTS = ("native", "vllm", "triton")
 # A fingerprint field that records an engine's own version (cachetool.bundle.fingerprint.ENGINE_FIELDS): it leads the
 # platform key of that engine's bundles.

@@ -3,7 +3,7 @@
 Envelope (https://github.com/secure-systems-lab/dsse), serialised as canonical JSON::
 
     {"payload": "<base64 of the manifest's canonical bytes>",
-     "payloadType": "application/vnd.cachetool.bundle.manifest.v1+json",
+     "payloadType": "application/vnd.cachetool.manifest.v1+json",
      "signatures": [{"keyid": "<sha256 hex of the raw 32-byte public key>", "sig": "<base64 Ed25519 signature>"}]}
 
 The signature is over DSSE's pre-authentication encoding ``PAE(payloadType, payload)``; the payload *is* the

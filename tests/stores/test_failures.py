@@ -117,15 +117,15 @@ def test_skopeo_reads_the_pushed_artifact(oci_registry, bundle, cuda_bundle):
 
     index = raw(f"{repo}:v1")
     assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
-    assert index["artifactType"] == "application/vnd.cachetool.bundle.packing.v1+json"
+    assert index["artifactType"] == "application/vnd.cachetool.bundle.v1+json"
     by_platform = {m["annotations"]["dev.cachetool.platform"]: m for m in index["manifests"]}
     assert set(by_platform) == {bundle.platform, cuda_bundle.platform}
     entry = by_platform[bundle.platform]
-    assert entry["annotations"]["dev.cachetool.bundle.manifest.digest"] == bundle.manifest_digest
+    assert entry["annotations"]["dev.cachetool.manifest.digest"] == bundle.manifest_digest
     assert entry["platform"]["os"] == "linux"
 
     manifest = raw(f"{repo}@{entry['digest']}")
-    assert manifest["artifactType"] == "application/vnd.cachetool.bundle.packing.v1+json"
+    assert manifest["artifactType"] == "application/vnd.cachetool.bundle.v1+json"
     assert manifest["config"]["digest"] == bundle.manifest_digest  # our manifest is the config blob
     layers = {l["digest"]: l for l in manifest["layers"]}
     for b in bundle.blobs:

@@ -2,12 +2,12 @@
 
 A bundle (one platform) is one OCI image manifest; see docs/stores.md ("OCI layout") for the whole picture::
 
-    artifactType  application/vnd.cachetool.bundle.packing.v1+json
-    config        our bundle manifest JSON (mediaType application/vnd.cachetool.bundle.manifest.v1+json): the config
+    artifactType  application/vnd.cachetool.bundle.v1+json
+    config        our bundle manifest JSON (mediaType application/vnd.cachetool.manifest.v1+json): the config
                   digest *is* the bundle's manifest digest, and the signature is over exactly these bytes
     layers        a large blob: its own layer (application/vnd.cachetool.blob.v1+zstd, the zstd bytes);
                   small blobs: packs (application/vnd.cachetool.pack.v1.tar, see packs.py)
-    annotations   dev.cachetool.bundle.manifest.digest / .platform / .fingerprint / .size
+    annotations   dev.cachetool.manifest.digest / .platform / .fingerprint / .size
 
 A bundle is recognised by this manifest alone (artifactType, or the config media type when a copy dropped the
 artifactType), never by what wraps it: a tag may point at our index, at an index a mirror rewrote, or straight
@@ -19,9 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-ARTIFACT_TYPE = "application/vnd.cachetool.bundle.packing.v1+json"
+ARTIFACT_TYPE = "application/vnd.cachetool.bundle.v1+json"
 SIGNATURE_ARTIFACT_TYPE = "application/vnd.cachetool.signature.v1+json"
-CONFIG_MEDIA_TYPE = "application/vnd.cachetool.bundle.manifest.v1+json"
+CONFIG_MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
 BLOB_MEDIA_TYPE = "application/vnd.cachetool.blob.v1+zstd"
 PACK_MEDIA_TYPE = "application/vnd.cachetool.pack.v1.tar"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
