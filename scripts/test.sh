@@ -25,11 +25,6 @@ if [ "${CACHETOOL_TEST_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
   export CCACHE_DIR CCACHE_NOHASHDIR=1 PATH=$REPO/tests/toolchain:$PATH  # after the venv's bin/ (below)
   trap 'rm -rf "$CCACHE_DIR"' EXIT
 fi
-# Inductor compiles in the process that asks, not in a pool of compile workers: the pool's start (a process that
-# imports torch, ~5 s of CPU) is paid by every compiling process the suite starts, and on 2 cores, with 2 test
-# workers, it compiles nothing faster. Every process of the run (warms, pulls, `vllm serve`) sees the same value,
-# so keys computed here still match each other.
-export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
 # As `. .venv/bin/activate` would: tests that run the `cachetool` entry point by name find the venv's.
 export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH
 start=$(date +%s)

@@ -51,7 +51,7 @@ _AOT_FAILED = re.compile(r"Compiling model again due to a load failure from (\S+
 _AOT_LOADED = re.compile(r"Directly load AOT compilation from path (\S+)")
 _AOT_SAVED = re.compile(r"saved AOT compiled function to (\S+)")
 _PIECE_LOADED = re.compile(r"Directly load the compiled graph\(s\)")
-PIECE_COMPILING = re.compile(r"Compiling a graph for (?:compile range|dynamic shape)")
+_PIECE_COMPILED = re.compile(r"Compiling a graph for (?:compile range|dynamic shape)")
 
 
 @dataclasses.dataclass
@@ -358,7 +358,7 @@ def aot_outcome(log_path: Path) -> AotOutcome:
             out.paths.append(m.group(1))
         elif _PIECE_LOADED.search(line):
             out.piecewise_loaded += 1
-        elif PIECE_COMPILING.search(line):
+        elif _PIECE_COMPILED.search(line):
             out.piecewise_compiled += 1
     return out
 

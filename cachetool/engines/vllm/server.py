@@ -6,10 +6,6 @@ runs: the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT
 root: the key folders it added (a new folder is a key cachetool did not predict), the kernel binaries it wrote
 (what it compiled), and what its log says (AOT artifact loaded, piecewise graphs loaded or compiled, engine init
 and torch.compile seconds). The tests and ``benchmarks/bench_vllm.py`` judge pull, check and diff by it.
-
-A start expected to compile (cachetool said "miss") need not run its whole compile to say so:
-``stop_when_compiling`` stops the server at the first sign (a kernel binary written under the root, or vLLM's
-log line that it compiles a piecewise graph), leaving out the minute a cold CPU compile takes.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from cachetool.engines.vllm.engine import PIECE_COMPILING, aot_outcome, kernel_files, key_folders, python
+from cachetool.engines.vllm.engine import aot_outcome, kernel_files, key_folders, python
 
 _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 _COMPILE_TOTAL = re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total")
@@ -49,12 +45,11 @@ class ServerRun:
     piecewise_loaded: int
     piecewise_compiled: int
     log: str
-    stopped_compiling: bool = False      # stopped at its first compile (stop_when_compiling): no completion sent
 
     @property
     def compiled(self) -> bool:
         """The server compiled something: a key folder cachetool did not have, a kernel, or a piecewise graph."""
-        return bool(self.new_key_folders or self.new_kernels or self.piecewise_compiled or self.stopped_compiling)
+        return bool(self.new_key_folders or self.new_kernels or self.piecewise_compiled)
 
 
 def free_port() -> int:
@@ -98,18 +93,10 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def _compiling(root: Path, kernels_before: set[str], log_path: Path) -> bool:
-    """The server has started to compile: a kernel binary it wrote, or vLLM's line that it compiles a graph."""
-    if kernel_files(root) - kernels_before:
-        return True
-    return bool(PIECE_COMPILING.search(log_path.read_text(errors="replace")))
-
-
 def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dict[str, str] | None = None,
-               api_key: str | None = None, timeout: float = 900, stop_when_compiling: bool = False) -> ServerRun:
+               api_key: str | None = None, timeout: float = 900) -> ServerRun:
     """Start ``vllm serve MODEL FLAGS`` on ``cache_root`` (host 127.0.0.1, a free port, ``api_key`` if given),
-    send one completion, stop it; see the module docstring. ``env`` adds to this process's environment;
-    ``stop_when_compiling``: stop at the first sign of a compile instead (no completion)."""
+    send one completion, stop it; see the module docstring. ``env`` adds to this process's environment."""
     root = Path(cache_root).resolve()
     before, keys_before = kernel_files(root), key_folders(root)
     port = free_port()
@@ -123,11 +110,8 @@ def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dic
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                 start_new_session=True)
         try:
-            ready, stopped = None, False
+            ready = None
             while time.perf_counter() - t0 < timeout and proc.poll() is None:
-                if stop_when_compiling and _compiling(root, before, log_path):
-                    stopped = True
-                    break
                 if _get(f"http://127.0.0.1:{port}/health") == 200:
                     ready = time.perf_counter() - t0
                     break
@@ -145,4 +129,4 @@ def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dic
                      new_key_folders=sorted(key_folders(root) - keys_before),
                      new_kernels=len(kernel_files(root) - before), aot_loaded=aot.loaded, aot_error=aot.error,
                      piecewise_loaded=aot.piecewise_loaded, piecewise_compiled=aot.piecewise_compiled,
-                     log=str(log_path), stopped_compiling=stopped)
+                     log=str(log_path))
