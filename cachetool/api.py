@@ -116,7 +116,7 @@ def _given(**options: Any) -> frozenset[str]:
     """The start options a library caller set: those that differ from the verbs' defaults."""
     defaults = {"device": "cpu", "config": None, "overrides": (), "rank": 0, "dp_rank": 0, "tensor_parallel_size": 1,
                 "flags": (), "load_weights": False}
-    return frozenset(k for k, v in options.items() if v != defaults[k] and not (v == [] and defaults[k] == ()))
+    return frozenset(k for k, v in options.items() if v != defaults[k])
 
 
 def start_request(command: str, model: str, root: CacheRoot, *, device: str = "cpu", config: Config = None,

@@ -64,6 +64,3 @@ class CacheRoot:
         if value:
             return cls(Path(value).expanduser(), engine.cache_root_variable)
         return cls(Path(engine.cache_root_default).expanduser(), "default")
-
-    def __fspath__(self) -> str:
-        return str(self.path)

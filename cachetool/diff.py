@@ -132,11 +132,11 @@ def diff_sources(a: str | os.PathLike, b: str | os.PathLike, *, device: str | No
         raise UsageError(f"diff --engine {engine.name} compares A with this machine: B must be 'local'")
     reading_a, reading_b = _readings(str(a), str(b), reading or {})
     side_a = load_side(str(a), device=device, reading=reading_a, engine=engine)
-    eng = engine or _engine(side_a)
-    if engine is not None and side_a.layout is not None and _engine(side_a) is not engine \
-            and engines.for_layout(side_a.layout).layout == side_a.layout:
-        raise UsageError(f"A is a {_engine(side_a).name} cache: diff it with --engine {_engine(side_a).name} "
-                         f"(or without --engine), not --engine {engine.name}")
+    own = _engine(side_a)  # the default engine's for a layout no engine writes (triton) and for "local"
+    eng = engine or own
+    if engine is not None and own is not engine and own.layout == side_a.layout:
+        raise UsageError(f"A is a {own.name} cache: diff it with --engine {own.name} (or without --engine), "
+                         f"not --engine {engine.name}")
     if eng.local_by_server and str(b) == "local":
         return diff_against_server(side_a, eng, model=model, flags=flags, device=device)
     if model or flags:

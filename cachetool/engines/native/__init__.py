@@ -4,7 +4,7 @@
 - :mod:`.run`: a start (warm, check) in this process or in N rank processes, the compilation config's parsing;
 - :mod:`.error_mapping`: the pipeline's errors as cachetool's, by kind;
 - :mod:`.keys`: its cache keys (comparison, prediction, this machine's factors);
-- :mod:`.machine`: this machine as the compiler sees it (torch-free), its cache root, logging and presets;
+- :mod:`.machine`: this machine as the compiler sees it (torch-free), its logging and presets;
 - :mod:`.layout`: the tree it writes, as a bundle layout.
 """
 

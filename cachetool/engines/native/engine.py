@@ -10,10 +10,6 @@ from cachetool.engines.base import KeyCheckRequest, StartRequest
 from cachetool.errors import UsageError
 from cachetool.bundle.factors import Difference, Factors
 
-# Options of another engine, as a caller names them: flags after -- are the vLLM server's.
-FOREIGN = {"flags": "flags after --", "load_weights": "--load-weights"}
-
-
 class NativeEngine:
     name = "native"
     layout = "native"
@@ -31,31 +27,27 @@ class NativeEngine:
     def warm(self, request: StartRequest):
         from cachetool.engines.native import run
 
-        self._refuse_foreign(request)
         return run.warm(request.model, cache_root=request.cache_root, device=request.device,
-                        compilation_config=run.compilation_config(request.config, request.overrides,
-                                                                  request.cache_root),
-                        rank=request.rank, dp_rank=request.dp_rank,
+                        compilation_config=self._config(request), rank=request.rank, dp_rank=request.dp_rank,
                         tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
                         on_progress=request.events)
 
     def check(self, request: StartRequest):
         from cachetool.engines.native import run
 
-        self._refuse_foreign(request)
         return run.check(request.model, cache_root=request.cache_root, device=request.device,
-                         compilation_config=run.compilation_config(request.config, request.overrides,
-                                                                   request.cache_root),
-                         rank=request.rank, dp_rank=request.dp_rank, require_hit=request.require_hit,
+                         compilation_config=self._config(request), rank=request.rank, dp_rank=request.dp_rank, require_hit=request.require_hit,
                          tensor_parallel_size=request.tensor_parallel_size)
 
     @staticmethod
-    def _refuse_foreign(request: StartRequest) -> None:
-        if request.flags:
-            raise UsageError(f"unexpected argument(s) {' '.join(request.flags)!r}: flags after -- are vLLM's, "
-                             "for --engine vllm")
+    def _config(request: StartRequest):
+        """The start's compilation config on its cache root, once another engine's options are refused."""
+        from cachetool.engines.native import run
+
+        _refuse_flags(request.flags)
         if request.load_weights:
             raise UsageError("--load-weights is for --engine vllm (the native engine builds weights itself)")
+        return run.compilation_config(request.config, request.overrides, request.cache_root)
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
@@ -70,9 +62,7 @@ class NativeEngine:
         the key predicted from the bundle's own factors, no trace; the model and config are checked now."""
         from cachetool.engines.native.keys import server_key_check
 
-        if request.flags:
-            raise UsageError(f"unexpected argument(s) {' '.join(request.flags)!r}: flags after -- are vLLM's, "
-                             "for --engine vllm")
+        _refuse_flags(request.flags)
         return server_key_check(request.model, config=request.config, overrides=tuple(request.overrides),
                                 device=request.device or "cpu", tensor_parallel_size=request.tensor_parallel_size)
 
@@ -94,3 +84,9 @@ class NativeEngine:
 
     def server_differences(self, keys: list, model: str, flags: list[str], scratch: Path) -> list[Difference]:
         raise UsageError("--model and flags after -- on diff are for --engine vllm")
+
+
+def _refuse_flags(flags: tuple[str, ...]) -> None:
+    """Flags after ``--`` are a vLLM server's: the native engine takes none."""
+    if flags:
+        raise UsageError(f"unexpected argument(s) {' '.join(flags)!r}: flags after -- are vLLM's, for --engine vllm")

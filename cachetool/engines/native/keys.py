@@ -6,7 +6,6 @@ record (:func:`check_machine_factors`, :func:`local_factors`). Everything here w
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
@@ -16,8 +15,6 @@ from compiler import cache_key as ck
 
 __all__ = ["FACTOR_NAMES", "NativeKeyCheck", "check_expected_key", "check_machine_factors", "compare_factors", "compare_keys",
            "field_differences", "local_factors", "server_key_check", "traced_key"]
-
-log = logging.getLogger("cachetool.install")
 
 FACTOR_NAMES = ck.FACTOR_NAMES  # the one list: the order the key hashes them in
 field_differences = ck.field_differences  # the one field-by-field comparison (the hot start's miss reason too)

@@ -1,6 +1,6 @@
 """This machine as the compiler sees it, read without importing torch: the one door through which cachetool reads
 :mod:`compiler.build_identity` (versions from files, the GPU from NVML, the CPU's ISA), the compiler's own
-settings (its cache root, its log handler) and its model presets. The vLLM engine reads the same facts from here:
+settings (its log handler) and its model presets. The vLLM engine reads the same facts from here:
 both engines' caches are torch's, and a fact read two ways could disagree."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import importlib.metadata
 import platform
 from pathlib import Path
 
-from compiler import build_identity, envs as compiler_envs
+from compiler import build_identity
 
-__all__ = ["cache_root", "common_facts", "cpu_capability", "cpu_flags", "cuda_device", "cuda_driver",
+__all__ = ["common_facts", "cpu_capability", "cpu_flags", "cuda_device", "cuda_driver",
            "init_logging", "literal_assignments", "model_presets", "module_file", "torch_version"]
 
 
@@ -36,7 +36,7 @@ def common_facts(device: str | None = None) -> dict:
     }
     if device in (None, "cuda") or (device or "").startswith("cuda"):
         index = int(device.split(":")[1]) if device and ":" in device else 0
-        gpu = build_identity.cuda_device(index) or torch_cuda_device(index)
+        gpu = build_identity.cuda_device(index) or _torch_cuda_device(index)
         if gpu is not None:
             fp.update(device="cuda", cuda=build.get("cuda"), gpu=gpu["device"],
                       capability="sm" + gpu["capability"].replace(".", ""))
@@ -84,7 +84,7 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def torch_cuda_device(index: int) -> dict | None:
+def _torch_cuda_device(index: int) -> dict | None:
     """The GPU as torch sees it, where NVML could not tell (imports torch: seconds)."""
     try:
         import torch
@@ -94,11 +94,6 @@ def torch_cuda_device(index: int) -> dict | None:
         return None
     major, minor = torch.cuda.get_device_capability(index)
     return {"device": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}"}
-
-
-def cache_root() -> Path:
-    """The compiler's cache root: ``CACHETOOL_CACHE_ROOT`` (default ``~/.cache/cachetool``)."""
-    return compiler_envs.cache_root()
 
 
 def init_logging(*names: str) -> None:
