@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 from cachetool import envs
-from cachetool.cache_root import PARTIAL_DIR
 from cachetool.errors import StopSignalError, StoreError, UsageError, WaitTimeoutError, clip
 
 PARTIAL_MAX_BYTES = 4 << 30  # default bound of a cache root's partial folder (CACHETOOL_PARTIAL_MAX_BYTES)

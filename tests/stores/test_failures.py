@@ -18,7 +18,7 @@ import pytest
 from cachetool.errors import StoreError, VerificationError
 from cachetool.stores import open_store
 from cachetool.digests import hexof
-from cachetool.transfer.partials import PARTIAL_DIR
+from cachetool.cache_root import PARTIAL_DIR
 from cachetool.api import pull
 from cachetool.transfer.push import push
 from tests.bundles.fixtures import tree_snapshot

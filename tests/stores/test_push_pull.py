@@ -11,7 +11,7 @@ import pytest
 from cachetool.errors import CacheMissError, NotFoundError, VerificationError
 from cachetool.errors import PreflightError
 from cachetool.stores import open_store
-from cachetool.transfer.partials import PARTIAL_DIR
+from cachetool.cache_root import PARTIAL_DIR
 from cachetool.api import pull
 from cachetool.transfer.push import push
 from tests.bundles.fixtures import tree_snapshot
