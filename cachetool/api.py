@@ -26,8 +26,8 @@ from cachetool import engines
 from cachetool.cache_root import CacheRoot
 from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.engines.base import KeyCheckRequest, StartRequest, StartResult
-# the native engine's own public helpers, cachetool's API since its first release
-from cachetool.engines.native.keys import NativeKeyCheck, traced_key
+# the native engine's own public helper, cachetool's API since its first release (expected_cache_key and install's
+# expected_key import its keys module when called: compiler.cache_key is half of this module's import time)
 from cachetool.engines.native.run import compilation_config
 from cachetool.errors import CompilationConfigError, UsageError
 from cachetool.transfer.pull_policy import ON_MISS, OnMiss, PullOutcome, failure_outcome
@@ -204,6 +204,8 @@ def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None
                        overrides: list[str] | tuple[str, ...] = (), rank: int = 0, dp_rank: int = 0) -> dict:
     """The cache key (``{"hash", "factors"}``) a server of the native engine running ``model`` with this config
     will look up, computed by a Dynamo trace without compiling or writing anything."""
+    from cachetool.engines.native.keys import traced_key
+
     return traced_key(model, device=device, config=compilation_config(config, overrides), rank=rank, dp_rank=dp_rank)
 
 
@@ -389,6 +391,8 @@ def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: 
     from cachetool.install import install_bundle
 
     if expected_key is not None:
+        from cachetool.engines.native.keys import NativeKeyCheck
+
         key_check = NativeKeyCheck(expected=expected_key)
     with open_ctb(bundle) as b:
         return install_bundle(b, default_cache_root() if cache_root is None else cache_root, trust=trust,
