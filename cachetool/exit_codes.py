@@ -2,9 +2,12 @@
 
 Each failure category of :mod:`cachetool.errors` takes its code from here; the CLI exits with it, ``--json`` reports
 it (``exit_code``, and ``error``: the row's name), and ``pull`` names its outcome after it. ``continuable`` says
-whether ``pull --on-miss continue`` turns the failure into exit 0 (the server then starts cold): yes for a cache
-that is missing, stale, unreachable, slow or refused; never for a mistake in the deployment (a wrong flag, ref or key
-file, a cache root that cannot be one, a device the machine lacks) or a local fault, which a restart will not fix.
+whether ``pull --on-miss continue`` turns the failure into exit 0 (the server then starts cold). The policy: the
+cache is never the reason a pod does not start, so every failure that leaves nothing installed is continued (a
+cache that is missing, stale, unreachable, slow or refused; a vLLM that fails in the key check; a bug in cachetool;
+a full disk, which the server meets or not on its own), except the deployment's own misconfiguration (a wrong flag,
+ref or key file, a cache root that cannot be one, a device the machine lacks: usage, 2), which no restart fixes and
+which must be seen, and a stop signal (130: the pod is being stopped).
 ``tests/test_cli_contract.py`` checks that README's table and docs/deploy.md's are :func:`markdown_table`'s
 output, row for row (docs/stores.md links to README's).
 """
@@ -23,9 +26,11 @@ class ExitCode:
     continuable: bool    # ``pull --on-miss continue`` exits 0 for it
 
 
-OK = ExitCode(0, "ok", "done (`pull`: `outcome=installed` or `already-installed`)", False)
-ERROR = ExitCode(1, "error", "unexpected failure, or a local fault that is not a usage mistake (a file system that "
-                 "refuses a write); `--engine vllm`: vLLM did not start (its own last error)", False)
+OK = ExitCode(0, "ok", "done (`pull`: `outcome=installed`, `already-installed`, or `not-needed`: the server compiles "
+              "nothing, e.g. `--enforce-eager` or `-O0`, so nothing is read or installed)", False)
+ERROR = ExitCode(1, "error", "unexpected failure (a bug), or a local fault that is not a usage mistake (a file system "
+                 "that refuses a write); `--engine vllm`: vLLM did not start or failed in the key check (its own last "
+                 "error)", True)
 USAGE = ExitCode(2, "usage-error", "usage or configuration: a wrong flag, value, ref, model or config key; a missing or "
                  "unreadable key file (`--sign-key`, `--trust`), or no trusted key configured; a cache root that "
                  "cannot be a folder, or that `warm` cannot write; a warm that did not complete, to `pack`; a device "
@@ -41,7 +46,7 @@ STORE = ExitCode(6, "store-error", "store: network, credentials, server error, i
 TIMEOUT = ExitCode(7, "timeout", "`pull --timeout` ran out", True)
 COMPILED = ExitCode(8, "compiled", "`check --require-hit` (native engine): something would compile", False)
 DISK_FULL = ExitCode(9, "disk-full", "disk full: the cache root's (or a store folder's) file system is full, ENOSPC "
-                     "or a quota (EDQUOT)", False)
+                     "or a quota (EDQUOT); a pull leaves nothing of itself there", True)
 DIFFERS = ExitCode(10, "differs", "`diff --exit-code`: A and B differ (the differences are printed)", False)
 INTERRUPTED = ExitCode(130, "interrupted", "stopped by SIGINT (Ctrl-C) or SIGTERM (Kubernetes stopping the pod), 128 + "
                        "SIGINT's number as shells report Ctrl-C: `pull` stops within a second, every unit installed "

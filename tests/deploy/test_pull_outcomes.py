@@ -205,3 +205,75 @@ def test_the_library_applies_the_same_policy_as_the_cli(store, tmp_path):
     assert (ok.outcome, ok.exit_code, ok.installed) == ("installed", 0, True) and ok.result.install.units_installed
     again = pull_outcome(f"{store['url']}/llama:v1", root, trust=[store["pub"]])
     assert again.outcome == "already-installed"
+
+
+# The rows --on-miss continue also continues since issue 34: the cache is never the reason a pod does not start.
+# name -> (how the failure is made, outcome, its own code)
+
+
+def _comparison_bug(monkeypatch, tmp_path):
+    """A bug in the key comparison (the vLLM comparison once raised ``unhashable type: 'list'``)."""
+    from cachetool.install import installer
+
+    def broken(*args, **kwargs):
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(installer, "run_preflight", broken)
+    return tmp_path / "root"
+
+
+def _full_disk(monkeypatch, tmp_path):
+    """A cache root on a real file system too small for the bundle (a 16 KiB tmpfs)."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if p.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()[:100]}")
+    monkeypatch.setattr(_full_disk, "mounted", mnt, raising=False)
+    return mnt / "root"
+
+
+CONTINUED_SINCE_ISSUE_34 = {"error": (_comparison_bug, "error", 1), "disk-full": (_full_disk, "disk-full", 9)}
+
+
+@pytest.fixture
+def unmount():
+    yield
+    import subprocess
+
+    mnt = getattr(_full_disk, "mounted", None)
+    if mnt is not None:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+        _full_disk.mounted = None
+
+
+@pytest.mark.parametrize("on_miss", ["continue", "fail"])
+@pytest.mark.parametrize("case", sorted(CONTINUED_SINCE_ISSUE_34))
+def test_a_bug_or_a_full_disk_does_not_keep_the_pod_from_starting(case, on_miss, store, tmp_path, cli, monkeypatch,
+                                                                  unmount):
+    """Both exited with their code under --on-miss continue (1 and 9), so the init-container failed and the pod never
+    started; now they are continued like a miss, and still fail with their code under the default --on-miss fail."""
+    make, outcome, code = CONTINUED_SINCE_ISSUE_34[case]
+    root = make(monkeypatch, tmp_path)
+    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", root, "--trust", store["pub"], "--on-miss", on_miss,
+            "--json")
+    doc = _one_json(r.out)
+    want = 0 if on_miss == "continue" else code
+    assert r.rc == want and doc["exit_code"] == want, r
+    assert doc["outcome"] == outcome and doc["error_exit_code"] == code and doc["installed"] is False, doc
+    assert doc["continued"] is (on_miss == "continue"), doc
+    line = _outcome_line(r.err)
+    assert f"outcome={outcome} " in line and f"exit={want} " in line and f"code={code} " in line, line
+    assert not root.exists() or not any(p.name == "torch_compile_cache" for p in root.iterdir())
+
+
+def test_every_row_of_the_table_has_a_stated_on_miss_continue_policy():
+    """The policy per exit code, as README's table shows it: continued but for usage (2) and a stop signal (130);
+    8 and 10 are no pull outcomes."""
+    from cachetool import exit_codes
+
+    continued = {e.code for e in exit_codes.TABLE if e.continuable}
+    assert continued == {1, 3, 4, 5, 6, 7, 9}
+    assert not exit_codes.USAGE.continuable and not exit_codes.INTERRUPTED.continuable
