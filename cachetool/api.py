@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from cachetool.engines.base import KeyCheck
     from cachetool.bundle.factors import Difference
     from cachetool.install import InstallResult
-    from cachetool.transfer.pull import PullRequest, PullResult
+    from cachetool.transfer.pull import NotNeeded, PullRequest, PullResult
     from cachetool.prune import PruneReport
     from cachetool.transfer.push import PushResult
     from cachetool.bundle.signing import PublicKey
@@ -260,12 +260,14 @@ def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None 
          tensor_parallel_size: int = 1, engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (),
          force: bool = False, keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
          store_options: dict[str, Any] | None = None, timeout: float | None = None, progress: bool | None = None,
-         workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullResult:
+         workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullResult | NotNeeded:
     """Pull ``ref`` into ``cache_root`` (default: :func:`default_cache_root` of ``engine``): signature checked
     against the pinned keys, then preflight, then blobs, each verified, installed atomically. With ``model`` (and
     ``config``, ``tensor_parallel_size``; for ``engine="vllm"`` the server's flags as ``engine_flags``), preflight
     also asks the engine which key folder this server will look up, naming a differing config field or traced
-    file. Returns :class:`cachetool.transfer.pull.PullResult`; raises on failure."""
+    file. Returns :class:`cachetool.transfer.pull.PullResult`, or :class:`cachetool.transfer.pull.NotNeeded` for
+    a server that compiles nothing (``--enforce-eager``, ``-O0``: nothing is read or installed); raises on
+    failure."""
     from cachetool.transfer.pull import pull as run_pull
 
     return run_pull(pull_request(

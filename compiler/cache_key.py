@@ -278,10 +278,21 @@ def field_differences(a: Any, b: Any, *, nested: bool = True) -> list[FieldDiffe
     (``nested``), else their top-level keys. The one comparison that the hot start's miss reason, the install
     preflight, ``diff`` and the vLLM engine's key check all name differences with."""
     if not (isinstance(a, dict) and isinstance(b, dict)):
-        return [] if a == b else [FieldDifference("(all)", a, b)]
+        return [] if same_json(a, b) else [FieldDifference("(all)", a, b)]
     fa, fb = (flatten(a), flatten(b)) if nested else (a, b)
     return [FieldDifference(str(k), fa.get(k, UNSET), fb.get(k, UNSET))
-            for k in sorted(set(fa) | set(fb), key=str) if fa.get(k, UNSET) != fb.get(k, UNSET)]
+            for k in sorted(set(fa) | set(fb), key=str) if not same_json(fa.get(k, UNSET), fb.get(k, UNSET))]
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Two recorded values are the same: equal, or the same JSON text (NaN is NaN; a value JSON cannot write is
+    compared by its repr), so the comparison is total over whatever a factor file holds."""
+    try:
+        if a == b:
+            return True
+    except Exception:  # noqa: BLE001 - a value whose == raises is compared by its text below
+        pass
+    return json.dumps(a, sort_keys=True, default=repr) == json.dumps(b, sort_keys=True, default=repr)
 
 
 def short_repr(value: Any, limit: int = 60) -> str:

@@ -147,18 +147,24 @@ class _MissedStart:
 
 
 @pytest.fixture
-def missed_vllm_start(monkeypatch):
+def missed_vllm_start(monkeypatch, tmp_path):
     """vLLM's start stood in for by one that compiled: the engine's own --require-hit rule (VllmEngine.check,
-    reached through api.check) decides the miss, as it does for real vLLM."""
+    reached through api.check) decides the miss, as it does for real vLLM. The root holds a key folder a server
+    wrote itself (no recorded key inputs), so the check cannot answer without starting vLLM. Returns the
+    arguments naming the model and the root."""
     from cachetool.engines.vllm import engine
+    from cachetool.engines.vllm.tiny import write_model
 
     monkeypatch.setattr(engine, "start", lambda *a, **k: _MissedStart())
+    root = tmp_path / "root"
+    (root / "torch_compile_cache" / "torch_aot_compile" / "abc" / "rank_0_0").mkdir(parents=True)
+    return ["--model", write_model(tmp_path / "m"), "--cache-root", root]
 
 
 def test_a_vllm_check_that_missed_with_require_hit_is_one_object(cli, missed_vllm_start, tmp_path):
     """The vLLM check printed its result's object and then the failure's: two objects. Now one, exit 4, with the
     start's fields and the miss's error."""
-    r = cli("check", "--engine", "vllm", "--model", tmp_path, "--require-hit", "--json")
+    r = cli("check", "--engine", "vllm", *missed_vllm_start, "--require-hit", "--json")
     assert r.rc == exit_codes.MISS.code, r
     doc = json.loads(r.out)
     assert doc["ok"] is False and doc["error"] == "miss" and doc["inductor_compiled"] == 3
@@ -166,11 +172,11 @@ def test_a_vllm_check_that_missed_with_require_hit_is_one_object(cli, missed_vll
 
 
 def test_a_vllm_check_that_missed_with_require_hit_shows_the_start_then_one_error(cli, missed_vllm_start, tmp_path):
-    r = cli("check", "--engine", "vllm", "--model", tmp_path, "--require-hit")
+    r = cli("check", "--engine", "vllm", *missed_vllm_start, "--require-hit")
     assert r.rc == exit_codes.MISS.code, r
     assert "MISS: Inductor compiled 3 kernel(s)" in r.out and "AOT artifact   not loaded" in r.out
     assert r.err.strip().splitlines()[-1] == "error: check: not a hit: Inductor compiled 3 kernel(s)"
-    r = cli("check", "--engine", "vllm", "--model", tmp_path, "--json")  # without --require-hit: the start, exit 0
+    r = cli("check", "--engine", "vllm", *missed_vllm_start, "--json")  # without --require-hit: the start, exit 0
     assert r.rc == 0 and json.loads(r.out)["hit"] is False
 
 

@@ -61,6 +61,8 @@ def _render(outcome: PullOutcome, as_json: bool) -> int:
         click.echo(f"pull: no usable bundle ({outcome.outcome}); continuing without it (--on-miss continue): "
                    "the server will compile", err=True)
         return emit(as_json, outcome.to_dict(), "")
+    if outcome.not_needed is not None:
+        return emit(as_json, outcome.to_dict(), f"not needed: {outcome.not_needed.reason}; nothing installed")
     r, i = outcome.result, outcome.result.install  # no error: it installed, or found its bundle installed
     return emit(as_json, outcome.to_dict(),
                 f"{outcome.outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), "

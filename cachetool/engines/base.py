@@ -90,7 +90,10 @@ class StartResult(Protocol):
 
 class KeyCheck(Protocol):
     """Pull's preflight question for a server: which of a bundle's key folders it will use (or a
-    :class:`~cachetool.errors.PreflightError` naming what differs)."""
+    :class:`~cachetool.errors.PreflightError` naming what differs). ``not_needed``: why this server compiles
+    nothing at all (an eager server), so that there is nothing to pull; None when it compiles."""
+
+    not_needed: str | None
 
     def expected_for(self, manifest: Any) -> str: ...
 

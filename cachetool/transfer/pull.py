@@ -49,6 +49,19 @@ class PullResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class NotNeeded:
+    """A pull for a server that compiles nothing at all (``--enforce-eager``, ``-O0``, compilation mode 0): no
+    bundle is read and nothing is installed, because the server would read none of it."""
+
+    ref: str
+    reason: str  # the engine's: what makes the server compile nothing
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class PullRequest:
     """One pull, every option settled by the caller (:func:`cachetool.api.pull` builds it; the init-container
     policy, :func:`cachetool.transfer.pull_policy.pull_with_policy`, runs it). ``engine``: the server's, whose bundles
@@ -279,16 +292,17 @@ class StoreSource(BundleSource):
             self.on_blob(blob)
 
 
-def pull(request: PullRequest) -> PullResult:
+def pull(request: PullRequest) -> PullResult | NotNeeded:
     """Resolve the ref, pick this machine's bundle for the server's engine, and install it into the cache root
     (see the module docstring), in named phases: the arguments (device, pinned keys, the engine's key question),
-    the entry, then the install from a lazy :class:`StoreSource`. ``request.timeout``: seconds for the whole pull
+    the entry, then the install from a lazy :class:`StoreSource`. A server that compiles nothing ends after the
+    arguments (:class:`NotNeeded`: nothing read from the store). ``request.timeout``: seconds for the whole pull
     (:class:`WaitTimeoutError` past it)."""
     with bounds.applied(bounds.Bound.timeout(request.timeout)):  # every download's chunks and retry waits, every thread
         return _pull(request)
 
 
-def _pull(request: PullRequest) -> PullResult:
+def _pull(request: PullRequest) -> PullResult | NotNeeded:
     from cachetool.bundle.fingerprint import require_device
 
     t0 = time.monotonic()
@@ -302,6 +316,8 @@ def _pull(request: PullRequest) -> PullResult:
         from cachetool.bundle.trust import load_trusted_keys
 
         trust = load_trusted_keys(trust)
+    if key_check is not None and key_check.not_needed:
+        return NotNeeded(ref=str(request.ref), reason=key_check.not_needed, seconds=time.monotonic() - t0)
     r, st, own_store = open_ref(request.ref, request.store, request.store_options)
     root = Path(request.cache_root).expanduser()
     try:

@@ -1,10 +1,11 @@
 """The pull policy an init-container relies on, as a typed outcome: every pull ends in a :class:`PullOutcome` that names
-what happened (``installed``, ``already-installed``, or the failure's row of :mod:`cachetool.exit_codes`) and the
-exit code the policy gives it. The policy:
+what happened (``installed``, ``already-installed``, ``not-needed`` for a server that compiles nothing, or the
+failure's row of :mod:`cachetool.exit_codes`) and the exit code the policy gives it. The policy:
 
-- ``on_miss="continue"``: a cache that is missing, stale, unreachable, slow or refused (the table's continuable
-  rows) ends in exit 0 with nothing installed, so the server starts cold and a pod never crash-loops on the cache;
-  a usage or configuration mistake and a local fault still fail, so that they are seen;
+- ``on_miss="continue"``: every failure that leaves nothing installed (the table's continuable rows: a cache that
+  is missing, stale, unreachable, slow or refused, a vLLM that fails in the key check, a bug, a full disk) ends in
+  exit 0, so the server starts cold and a pod never crash-loops on the cache; only the deployment's own usage or
+  configuration mistake (exit 2) still fails, so that it is seen;
 - a read-only root file system with no writable temporary folder: importing torch's compiler needs one (Inductor's
   default cache folder) to compute torch's key, so a private folder inside the cache root serves, removed at the
   end (:func:`temporary_folder_for`);
@@ -36,7 +37,7 @@ from cachetool.errors import CachetoolError, StopSignalError, WaitTimeoutError, 
 from cachetool.cache_root import PARTIAL_DIR
 
 if TYPE_CHECKING:
-    from cachetool.transfer.pull import PullRequest, PullResult
+    from cachetool.transfer.pull import NotNeeded, PullRequest, PullResult
 
 OnMiss = Literal["fail", "continue"]
 ON_MISS: tuple[OnMiss, ...] = get_args(OnMiss)
@@ -48,6 +49,7 @@ class Outcome(enum.StrEnum):
 
     INSTALLED = "installed"
     ALREADY_INSTALLED = "already-installed"
+    NOT_NEEDED = "not-needed"  # the server compiles nothing: nothing to install (exit 0)
     ERROR = exit_codes.ERROR.name
     USAGE_ERROR = exit_codes.USAGE.name
     REFUSED = exit_codes.VERIFICATION.name
@@ -78,6 +80,7 @@ class PullOutcome:
     exit_code: int          # what the process exits with under the policy (0 for a continued failure)
     on_miss: str
     result: PullResult | None = None
+    not_needed: NotNeeded | None = None  # the server compiles nothing: why
     error: BaseException | None = None
     error_exit_code: int | None = None  # the failure's own code (the table's), continued or not
     message: str = ""       # one line
@@ -97,6 +100,10 @@ class PullOutcome:
             r = self.result
             return (f"pull: outcome={self.outcome} ref={r.ref} exit=0 platform={r.platform} digest={r.manifest_digest} "
                     f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}")
+        if self.not_needed is not None:
+            n = self.not_needed
+            return (f"pull: outcome={self.outcome} ref={n.ref} exit=0 seconds={n.seconds:.2f} reason={n.reason}; "
+                    "nothing to install")
         # a field the pull never learned (no ref before a flag was refused) is left out, not shown as None
         fields = {"ref": self.ref, "exit": self.exit_code, "code": self.error_exit_code, "on_miss": self.on_miss}
         return (f"pull: outcome={self.outcome} " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
@@ -104,6 +111,8 @@ class PullOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.result.to_dict() if self.result is not None else {"ref": self.ref}
+        if self.not_needed is not None:
+            doc.update(self.not_needed.to_dict())
         doc.update(outcome=self.outcome.value, exit_code=self.exit_code, on_miss=self.on_miss, installed=self.installed,
                    continued=self.continued)
         if self.error is not None:
@@ -120,7 +129,12 @@ def failure_outcome(ref: str | None, on_miss: str, exc: BaseException) -> PullOu
                        error_exit_code=code, message=one_line(exc))
 
 
-def success_outcome(result: PullResult, on_miss: str) -> PullOutcome:
+def success_outcome(result: PullResult | NotNeeded, on_miss: str) -> PullOutcome:
+    from cachetool.transfer.pull import NotNeeded
+
+    if isinstance(result, NotNeeded):
+        return PullOutcome(ref=result.ref, outcome=Outcome.NOT_NEEDED, exit_code=0, on_miss=on_miss,
+                           not_needed=result)
     outcome = Outcome.ALREADY_INSTALLED if result.install.already_installed else Outcome.INSTALLED
     return PullOutcome(ref=result.ref, outcome=outcome, exit_code=0, on_miss=on_miss, result=result)
 

@@ -244,11 +244,11 @@ def test_a_native_preset_is_refused_for_vllm_in_one_line():
 
 
 def test_the_servers_command_line_gives_its_model_and_flags():
-    from cachetool.engines.vllm import launch
+    from cachetool.engines.vllm import launch, server_command
 
-    assert launch.split_model(["/m", "--max-model-len", "8"], None) == ("/m", ["--max-model-len", "8"])
-    assert launch.split_model(["--model=/m", "-tp", "2"], None) == ("/m", ["-tp", "2"])
-    assert launch.split_model(["-tp", "2"], "/x") == ("/x", ["-tp", "2"])
+    assert server_command.split_model(["/m", "--max-model-len", "8"], None) == ("/m", ["--max-model-len", "8"])
+    assert server_command.split_model(["--model=/m", "-tp", "2"], None) == ("/m", ["-tp", "2"])
+    assert server_command.split_model(["-tp", "2"], "/x") == ("/x", ["-tp", "2"])
     server_only = {"--port": True, "--disable-uvicorn-access-log": False}
     flags = ["-tp", "2", "--port", "8000", "--disable-uvicorn-access-log", "--load-format", "dummy"]
     assert launch.strip_options(flags, {**server_only, **launch.UNHASHED_ENGINE_OPTIONS}) == ["-tp", "2"]

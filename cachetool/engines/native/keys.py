@@ -14,10 +14,11 @@ from cachetool.bundle.factors import Difference, Factors, short_repr
 from compiler import cache_key as ck
 
 __all__ = ["FACTOR_NAMES", "NativeKeyCheck", "check_expected_key", "check_machine_factors", "compare_factors", "compare_keys",
-           "field_differences", "local_factors", "server_key_check", "traced_key"]
+           "field_differences", "same_json", "local_factors", "server_key_check", "traced_key"]
 
 FACTOR_NAMES = ck.FACTOR_NAMES  # the one list: the order the key hashes them in
 field_differences = ck.field_differences  # the one field-by-field comparison (the hot start's miss reason too)
+same_json = ck.same_json  # the one equality of recorded values (total: NaN, lists, any JSON)
 
 
 def _typed(f: Factors | None) -> ck.Factors | None:
@@ -104,8 +105,9 @@ class NativeKeyCheck:
     the bundle's own factors with no trace (``predictor``: :class:`compiler.key_prediction.ServerKeyPredictor`),
     or a key computed beforehand (``expected``: ``{"hash", "factors"}``, e.g. :func:`traced_key`'s)."""
 
-    def __init__(self, *, predictor: Any = None, expected: dict | None = None):
+    def __init__(self, *, predictor: Any = None, expected: dict | None = None, not_needed: str | None = None):
         self.predictor, self.expected = predictor, expected
+        self.not_needed = not_needed  # why this server compiles nothing (compilation mode 0), else None
 
     def expected_for(self, manifest: Any) -> str:
         return check_expected_key(manifest, self.expected if self.expected is not None else self._predict(manifest))
@@ -147,9 +149,10 @@ def server_key_check(model: str | None, *, config: Any = None, overrides: tuple[
         raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
     with compiler_errors_mapped():
         read_config(model)
-        predictor = ServerKeyPredictor(model, compilation_config(config, overrides), device.split(":")[0],
-                                       tensor_parallel_size)
-    return NativeKeyCheck(predictor=predictor)
+        cfg = compilation_config(config, overrides)
+        predictor = ServerKeyPredictor(model, cfg, device.split(":")[0], tensor_parallel_size)
+    eager = "compilation mode 0: the server runs the model without compiling" if int(cfg.mode) == 0 else None
+    return NativeKeyCheck(predictor=predictor, not_needed=eager)
 
 
 def traced_key(model: str, *, device: str = "cpu", config: Any = None, rank: int = 0, dp_rank: int = 0) -> dict:

@@ -33,19 +33,32 @@ class VllmEngine:
 
     def warm(self, request: StartRequest):
         from cachetool.engines.vllm.engine import start
+        from cachetool.engines.vllm.key_check import server_key_check
 
         self._refuse_native(request)
+        check = server_key_check(request.model, list(request.flags), request.cache_root)
+        if check.not_needed:
+            raise UsageError(f"nothing to warm: {check.not_needed}, so the server compiles nothing and reads no "
+                             "compile cache")
         return start("warm", request.model, cache_root=request.cache_root, flags=list(request.flags),
                      load_weights=request.load_weights, progress=request.messages)
 
     def check(self, request: StartRequest):
-        """Start vLLM on the cache root; ``require_hit``: a start that compiled raises :class:`EngineMissError`
-        naming why, with the start as its ``start`` (a caller reports what the start did beside the failure)."""
+        """The key question first (:func:`~cachetool.engines.vllm.check_verdict.before_starting`): a server that
+        compiles nothing, or a root without this server's key folder, is answered without starting vLLM; else
+        vLLM starts on the cache root. ``require_hit``: a start that compiled (or a root that cannot hit) raises
+        :class:`EngineMissError` naming why, with the result as its ``start`` (a caller reports it beside the
+        failure)."""
+        from cachetool.engines.vllm.check_verdict import before_starting
         from cachetool.engines.vllm.engine import require_hit as must_hit, start
+        from cachetool.engines.vllm.key_check import server_key_check
 
         self._refuse_native(request)
-        out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
-                    load_weights=request.load_weights, progress=request.messages)
+        check = server_key_check(request.model, list(request.flags), request.cache_root)
+        out = before_starting(check, check.cache_root, check.model, check.flags)
+        if out is None:
+            out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
+                        load_weights=request.load_weights, progress=request.messages)
         if request.require_hit:
             must_hit(out)
         return out

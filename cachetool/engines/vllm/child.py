@@ -19,8 +19,11 @@ The request names a mode:
   each sub-config's hash and fields, Inductor's config as a process started after the config sees it, the vLLM and
   torch versions, the model. Nothing starts; nothing is written but the scratch root. (The traced files are
   re-hashed by cachetool itself, on this interpreter's ``sys.path``: ``launch.traced_digests``.)
-- ``warm`` / ``check``: the same, then the engine starts on ``VLLM_CACHE_ROOT``, a few prefill and decode requests
-  run, and every worker reports what it compiled or loaded (``cachetool_vllm_probe``, through ``collective_rpc``).
+- ``warm``: the same, plus what vLLM hashes of the server's command line and environment
+  (:mod:`cachetool_vllm_facts`: the pull's fast verdict for a server launched differently); then the engine starts
+  on ``VLLM_CACHE_ROOT``, a few prefill and decode requests run, and every worker reports what it compiled or
+  loaded (``cachetool_vllm_probe``, through ``collective_rpc``);
+- ``check``: the config only (no key inputs: the workers report the folder they used), then the engine as above.
 
 Any failure is ``{"ok": false, "error": "<vLLM's last error line>"}``. The child dies with its parent (Linux
 ``PR_SET_PDEATHSIG``, set by the parent): a killed pull leaves no vLLM behind.
@@ -28,6 +31,7 @@ Any failure is ``{"ok": false, "error": "<vLLM's last error line>"}``. The child
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -164,9 +168,17 @@ def server_only_options(parser) -> dict[str, bool]:
     return dict(sorted(out.items()))
 
 
+def engine_dests() -> set[str]:
+    """The destinations of the engine's own options (the rest of ``vllm serve``'s are the API server's)."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return {a.dest for a in EngineArgs.add_cli_args(FlexibleArgumentParser())._actions}
+
+
 def engine_args_of(request: dict):
     """The server's parser over ``[--model M] FLAGS`` (a positional model tag wins, as in ``vllm serve M``);
-    returns (engine args, the server-only options)."""
+    returns (engine args, the server-only options, the parser)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     parser = server_parser()
@@ -176,7 +188,7 @@ def engine_args_of(request: dict):
         args.model = args.model_tag
     elif request.get("model"):
         args.model = request["model"]
-    return AsyncEngineArgs.from_cli_args(args), server_only_options(parser)
+    return AsyncEngineArgs.from_cli_args(args), server_only_options(parser), parser
 
 
 # ---------------------------------------------------------------------------------------------- the engine
@@ -215,18 +227,27 @@ def with_probe(engine_args) -> None:
 
 def run(request: dict) -> dict:
     t0 = time.perf_counter()
+    env_before = dict(os.environ)  # before vLLM's platform sets its variables (the facts name those it forces)
     from vllm.usage.usage_lib import UsageContext
 
     if request["mode"] == "key":
         inspect_models_in_process()
-    engine_args, server_only = engine_args_of(request)
+    engine_args, server_only, parser = engine_args_of(request)
+    pristine = copy.deepcopy(engine_args)  # building a config may adjust the arguments: the facts start from these
     usage = UsageContext.OPENAI_API_SERVER  # what `vllm serve` builds its config with
     imported = time.perf_counter() - t0
     vllm_config = engine_args.create_engine_config(usage)
-    inputs = key_inputs(vllm_config)
-    result = {"ok": True, "key_inputs": inputs, "server_only_options": server_only,
-              "seconds": {"import": round(imported, 3)}}
+    result = {"ok": True, "server_only_options": server_only, "seconds": {"import": round(imported, 3)}}
+    if request["mode"] != "check":  # a check compares no inputs: it reads the key folder the workers used
+        result["key_inputs"] = key_inputs(vllm_config)
     result["seconds"]["key"] = round(time.perf_counter() - t0 - imported, 3)
+    if request["mode"] == "warm":
+        t1 = time.perf_counter()
+        from cachetool_vllm_facts import server_facts
+
+        result["hashing"] = server_facts(parser, engine_dests(), pristine, vllm_config, usage, env_before,
+                                         _config_fields)
+        result["seconds"]["facts"] = round(time.perf_counter() - t1, 3)
     if request["mode"] == "key":
         return result
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from cachetool.engines.vllm import facts, key, launch
+from cachetool.engines.vllm import facts, key, launch, server_command
 from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissError, EngineUnavailableError,
                               UsageError, WaitTimeoutError)
 from cachetool.cache_root import AOT, TCC, TRITON_CACHE
@@ -203,7 +203,7 @@ def check_model(model: str) -> None:
 def server_model(model: str | None, flags: list[str]) -> tuple[str, list[str]]:
     """The model a server command line serves and its flags without it: ``vllm serve M`` (a positional tag),
     ``--model M`` after ``--``, or cachetool's ``--model``; two that disagree are a usage error."""
-    named, rest = launch.split_model(flags, None)
+    named, rest = server_command.split_model(flags, None)
     if named and model and named != model:
         raise EngineFlagsError(f"the model after -- ({named}) and --model ({model}) differ: name it once")
     chosen = named or model
@@ -456,7 +456,7 @@ def _record(out: VllmStartResult, result: dict, model: str, flags: list[str]) ->
     server_only = result.get("server_only_options") or {}
     inputs = launch.LaunchInputs.of(model, flags, child_env(None, out.tensor_parallel_size), server_only)
     factors = key.recorded_factors(result["key_inputs"], traced, here, flags, out.tensor_parallel_size,
-                                   launch=inputs.to_values(server_only))
+                                   launch=inputs.to_values(server_only), hashing=result.get("hashing"))
     for p in out.aot_paths:
         rank_dir = Path(p).parent
         doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": rank_dir.parent.name, "factors": factors}

@@ -23,7 +23,8 @@ Recorded factors (``cache_key_factors.json``, the cachetool factor shape)::
                  "compiler": {"values": {"vllm", "torch", "mega_aot_artifact", "device", "cpu_isa", "gpu", ...}},
                  "code":     {"values": {traced file id: sha256}},
                  "serve":    {"values": {"model": path or id, "flags": [...], "tensor_parallel_size": n}},
-                 "launch":   {"values": {"vllm", "torch", "model", "model_config", "flags", "env", ...}}}}
+                 "launch":   {"values": {"vllm", "torch", "model", "model_config", "flags", "env", ...}},
+                 "hashing":  {"values": {"options", "defaults", "flags", "env", "hf_config_hashed"}}}}
 """
 
 from __future__ import annotations
@@ -31,16 +32,18 @@ from __future__ import annotations
 from typing import Any
 
 from cachetool.cache_root import FACTORS_FILE  # noqa: F401 - where a warm records them
-from cachetool.engines.native.keys import field_differences  # the one field-by-field comparison
+from cachetool.engines.native.keys import field_differences, same_json  # the one field-by-field comparison
+from cachetool.engines.vllm.server_command import canonical
 from cachetool.bundle.factors import UNSET, Difference, Factors
 
 SCHEMA = 1
 
 
 def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict, flags: list[str],
-                     tensor_parallel_size: int, launch: dict | None = None) -> dict:
+                     tensor_parallel_size: int, launch: dict | None = None, hashing: dict | None = None) -> dict:
     """The ``factors`` a warm writes for the folder vLLM used, from the child's key inputs and worker reports,
-    and the launch inputs (:mod:`cachetool.engines.vllm.launch`) of the pull's fast path."""
+    the launch inputs (:mod:`cachetool.engines.vllm.launch`) of the pull's fast path, and what vLLM hashes of a
+    server's command line (:mod:`cachetool.engines.vllm.cachetool_vllm_facts`: the pull's verdict without vLLM)."""
     compiler = dict(inputs["compiler"]["values"])
     compiler.update(machine)
     out = {
@@ -54,6 +57,8 @@ def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict,
     }
     if launch is not None:
         out["launch"] = {"hash": None, "values": launch}
+    if hashing is not None:
+        out["hashing"] = {"hash": None, "values": hashing}
     return out
 
 
@@ -61,28 +66,35 @@ def _values(factors: Factors, name: str) -> dict:
     return factors.values(name) or {}
 
 
+def _dict(value: Any) -> dict:
+    """A recorded part that should be an object, as one (a file of another shape compares as empty)."""
+    return value if isinstance(value, dict) else {}
+
+
 def differences(recorded: Factors, local: dict, local_traced: dict[str, str | None] | None = None) -> list[Difference]:
     """Where the key inputs a bundle recorded (``recorded``: its factors) and this server's (``local``: the
     child's key inputs) differ, most telling first: vLLM and torch versions, the model, env factors, config
     fields (only of sub-configs whose hashes differ: vLLM hashes a subset of the fields), traced files."""
     out: list[Difference] = []
-    rc, lc = _values(recorded, "compiler"), local["compiler"]["values"]
+    local = _dict(local)
+    rc, lc = _values(recorded, "compiler"), _dict(_dict(local.get("compiler")).get("values"))
     for name in ("vllm", "torch", "mega_aot_artifact"):
-        if rc.get(name, UNSET) != lc.get(name, UNSET):
+        if not same_json(rc.get(name, UNSET), lc.get(name, UNSET)):
             out.append(Difference("compiler", name, rc.get(name, UNSET), lc.get(name, UNSET)))
     model = _values(recorded, "serve").get("model", UNSET)
-    paths = {model, local.get("model")}
-    if model != local.get("model"):
+    paths = [model, local.get("model")]
+    if not same_json(model, local.get("model")):
         out.append(Difference("config", "model", model, local.get("model")))
-    if recorded.hash_of("config") != local["config"]["hash"]:
+    config, env = _dict(local.get("config")), _dict(local.get("env"))
+    if recorded.hash_of("config") != config.get("hash"):
         # the model path also fills model_config.model, .tokenizer, .served_model_name: named once above
-        out += sorted((d for d in _config_diffs(_values(recorded, "config"), local["config"]["values"])
+        out += sorted((d for d in _config_diffs(_values(recorded, "config"), _dict(config.get("values")))
                        if not _only_the_path(d, paths)), key=_telling)
-    if recorded.hash_of("env") != local["env"]["hash"]:
-        out += _field_diffs("env", _values(recorded, "env"), local["env"]["values"])
-    inductor = local.get("inductor") or {}
+    if recorded.hash_of("env") != env.get("hash"):
+        out += _field_diffs("env", _values(recorded, "env"), _dict(env.get("values")))
+    inductor = _dict(local.get("inductor"))
     if recorded.values("inductor") is not None and recorded.hash_of("inductor") != inductor.get("hash"):
-        out += _field_diffs("inductor", _values(recorded, "inductor"), inductor.get("values") or {}) or [
+        out += _field_diffs("inductor", _values(recorded, "inductor"), _dict(inductor.get("values"))) or [
             Difference("inductor", "(config)", recorded.hash_of("inductor"), inductor.get("hash"))]
     for fid, digest in sorted(_values(recorded, "code").items()):
         here = (local_traced or {}).get(fid, digest)
@@ -101,11 +113,14 @@ def _telling(d: Difference) -> tuple[int, str]:
     return next((i for i, prefix in enumerate(TELLING) if d.name.startswith(prefix)), len(TELLING)), d.name
 
 
-def _only_the_path(d: Difference, paths: set) -> bool:
-    def strip(v: Any) -> Any:
-        return v[0] if isinstance(v, list) and len(v) == 1 else v
+def _only_the_path(d: Difference, paths: list) -> bool:
+    """A config field that differs only because the model path does (``model``, ``tokenizer``,
+    ``served_model_name``: one path, or a list of just it). Values of any JSON shape compare by their text."""
+    def text(v: Any) -> str:
+        return canonical(v[0] if isinstance(v, list) and len(v) == 1 else v)
 
-    return len(paths) == 2 and {strip(d.a), strip(d.b)} == paths
+    a, b = (canonical(p) for p in paths)
+    return a != b and sorted((text(d.a), text(d.b))) == sorted((a, b))
 
 
 def _field_diffs(category: str, a: dict, b: dict, prefix: str = "", nested: bool = False) -> list[Difference]:
@@ -114,9 +129,13 @@ def _field_diffs(category: str, a: dict, b: dict, prefix: str = "", nested: bool
 
 def _config_diffs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     out: list[Difference] = []
-    for name in sorted(set(a) | set(b)):
-        sa, sb = a.get(name) or {}, b.get(name) or {}
-        if sa.get("hash") == sb.get("hash"):
+    for name in sorted(set(a) | set(b), key=str):
+        sa, sb = a.get(name, UNSET), b.get(name, UNSET)
+        if not (isinstance(sa, dict) and isinstance(sb, dict)):  # a sub-config of another shape: as a whole
+            if not same_json(sa, sb):
+                out.append(Difference("config", str(name), sa, sb))
+            continue
+        if same_json(sa.get("hash"), sb.get("hash")):
             continue
         fields = _field_diffs("config", {k: v for k, v in sa.items() if k != "hash"},
                               {k: v for k, v in sb.items() if k != "hash"}, prefix=f"{name}.", nested=True)

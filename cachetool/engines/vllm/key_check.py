@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cachetool.engines.vllm import key, launch
+from cachetool.engines.vllm import key, launch, server_command, verdict
 from cachetool.engines.vllm.engine import (check_model, child_env, python, require_vllm, run_child, server_argv,
                                            server_model, short_key, tensor_parallel_size)
 from cachetool.errors import PreflightError
@@ -19,55 +19,89 @@ from cachetool.bundle.factors import short_repr
 @dataclasses.dataclass
 class ServerKeyCheck:
     """Pull's question for a vLLM server (``pull --engine vllm [--model M] -- SERVER FLAGS``): will the bundle's
-    key folder be the one this server looks up? First without vLLM: the server's launch inputs (its model,
-    ``config.json``, flags without the server-only ones, environment, vLLM and torch) equal to those the warm
-    recorded, and the traced files unchanged, mean the warm's folder (milliseconds). Otherwise vLLM itself is
-    asked (a ``key`` child: vLLM's parser and config, no engine), which names the field that differs or finds
-    that the difference does not reach the key. Before any blob is fetched."""
+    key folder be the one this server looks up? Answered in stages, each only when the one before cannot:
+
+    1. the server's launch inputs (model, ``config.json``, flags without the server-only ones, environment, vLLM
+       and torch) equal the warm's and the traced files are unchanged: the warm's folder (milliseconds);
+    2. every difference sorted by what the warm recorded of vLLM's hashing (:mod:`~cachetool.engines.vllm.verdict`):
+       one vLLM hashes is a miss naming it, none but unhashed ones a hit (milliseconds);
+    3. a difference nothing recorded decides: vLLM itself is asked (a ``key`` child: vLLM's parser and config, no
+       engine; seconds), which names the field that differs or finds that nothing reaching the key does.
+
+    A server that compiles nothing at all (``--enforce-eager``, ``-O0``, compilation mode NONE) needs no cache:
+    ``not_needed`` says why, and the pull installs nothing. All of it before any blob is fetched."""
 
     model: str
     flags: list[str]
     cache_root: Path
     timeout: float | None = None
+    not_needed: str | None = None   # why this server compiles nothing (nothing to pull), else None
     seconds: float = 0.0        # what the check cost
-    asked_vllm: bool = False    # the launch inputs differed, so vLLM itself was asked
+    stage: str = ""             # how the verdict was reached (describe())
+    asked_vllm: bool = False    # a difference only vLLM could judge: it was asked
 
     def closest(self, keys: Any) -> tuple[Any, list]:
         """The bundle key (``manifest.KeyFolder``) this server will use with no difference, or the first one and
-        its differences (model path, config fields, env variables, Inductor config, versions, traced files)."""
+        its differences (model path, config fields, flags, env variables, Inductor config, versions, traced
+        files)."""
         candidates = [k for k in keys if k.factors is not None and k.factors.values("serve") is not None]
         if not candidates:
             raise PreflightError("preflight: bundle cannot hit here: it records no vLLM key inputs (warm it with "
                                  "cachetool warm --engine vllm)")
         t0 = time.perf_counter()
         try:
-            # the traced files as this installation has them, read once for both paths (no vLLM needed)
+            # the traced files as this installation has them, read once for every stage (no vLLM needed)
             ids = sorted({fid for k in candidates for fid in k.factors.values("code") or {}})
             traced = launch.traced_digests(ids, python())
             for k in candidates:
                 if self.same_launch(k.factors, traced):
+                    self.stage = "launch inputs equal, vLLM not asked"
                     return k, []
-            self.asked_vllm = True
-            local = self.local_inputs()
-            first = None
-            for k in candidates:
-                diffs = key.differences(k.factors, local["key_inputs"], traced)
-                if not diffs:
+            judged = [(k, self.judge(k.factors, traced)) for k in candidates]
+            for k, v in judged:
+                if v.hit:
+                    self.stage = f"only unhashed differences ({_listed(v.unhashed)}), vLLM not asked"
                     return k, []
-                first = first or (k, diffs)
-            return first
+            open_questions = [(k, v) for k, v in judged if not v.decided]
+            if not open_questions:
+                k, v = judged[0]
+                self.stage = "a difference vLLM hashes, vLLM not asked"
+                return k, v.misses()
+            return self.ask_vllm(open_questions, traced, judged[0])
         finally:
             self.seconds = round(time.perf_counter() - t0, 3)
 
+    def judge(self, factors: Any, traced: dict[str, str | None]) -> verdict.Verdict:
+        """Stage 2 for one bundle key: the server's differences from its warm, sorted without vLLM."""
+        here = self.launch_inputs(factors)
+        return verdict.judge(factors, model=self.model, flags=list(here.flags), env=here.env,
+                             versions={"vllm": here.vllm, "torch": here.torch}, traced=traced)
+
+    def ask_vllm(self, open_questions: list, traced: dict[str, str | None], first: tuple) -> tuple[Any, list]:
+        """Stage 3: vLLM's own key inputs for this server, compared with each key whose verdict was open."""
+        self.asked_vllm = True
+        self.stage = f"vLLM asked ({_listed(open_questions[0][1].unknown)} not decided by the warm's facts)"
+        local = self.local_inputs()
+        for k, _v in open_questions:
+            diffs = key.differences(k.factors, local["key_inputs"], traced)
+            if not diffs:
+                return k, []
+        k, v = first
+        return (k, v.misses()) if v.hashed else (k, key.differences(k.factors, local["key_inputs"], traced))
+
+    def launch_inputs(self, factors: Any) -> launch.LaunchInputs:
+        recorded = factors.values("launch") or {}
+        server_only = recorded.get("server_only_options")
+        server_only = server_only if isinstance(server_only, dict) else {}
+        return launch.LaunchInputs.of(self.model, self.flags, child_env(None, tensor_parallel_size(self.flags)),
+                                      server_only)
+
     def same_launch(self, factors: Any, traced: dict[str, str | None]) -> bool:
-        """The fast path: equal launch inputs and traced files (``traced``: as read here; no vLLM, no torch)."""
+        """Stage 1: equal launch inputs and traced files (``traced``: as read here; no vLLM, no torch)."""
         recorded = factors.values("launch")
         if not recorded:
             return False
-        server_only = recorded.get("server_only_options") or {}
-        tp = tensor_parallel_size(self.flags)
-        here = launch.LaunchInputs.of(self.model, self.flags, child_env(None, tp), server_only)
-        if here.differences(recorded):
+        if self.launch_inputs(factors).differences(recorded):
             return False
         code = factors.values("code") or {}
         return all(traced.get(fid) == digest for fid, digest in code.items())
@@ -75,22 +109,26 @@ class ServerKeyCheck:
     def expected_for(self, manifest: Any) -> str:
         """The hash of the bundle's key folder this server will use, or :class:`PreflightError` naming the first
         difference."""
-        k, diffs = self.closest(manifest.keys)
+        return self.key_among(manifest.keys)
+
+    def key_among(self, keys: Any) -> str:
+        """The hash of the key folder (of a bundle, or of a cache root) this server will use, or
+        :class:`PreflightError` naming the first difference."""
+        k, diffs = self.closest(keys)
         if not diffs:
             return k.hash
         d = diffs[0]
         more = f" (also: {', '.join(x.name for x in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
             if len(diffs) > 1 else ""
-        what = {"compiler": "version", "config": "config field", "env": "env factor", "code": "traced file",
-                "inductor": "Inductor setting"}
+        what = {"compiler": "version", "config": "config field", "flag": "flag", "env": "env factor",
+                "code": "traced file", "inductor": "Inductor setting"}
         raise PreflightError(f"preflight: bundle cannot hit here: {what.get(d.category, d.category)} {d.name!r} "
                              f"differs: bundle {short_repr(d.a, 160)}, this server {short_repr(d.b, 160)}{more} "
                              f"(cache {short_key(k.hash)})")
 
     def describe(self) -> str:
         """How the verdict was reached, for the preflight line."""
-        how = "vLLM asked" if self.asked_vllm else "launch inputs equal, vLLM not asked"
-        return f"{how}: {self.seconds:.1f} s"
+        return f"{self.stage or 'not asked'}: {self.seconds:.1f} s"
 
     def local_inputs(self) -> dict:
         require_vllm()
@@ -108,4 +146,9 @@ def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cach
     require_vllm()
     model, rest = server_model(model, list(flags))
     check_model(model)
-    return ServerKeyCheck(model, rest, Path(cache_root).expanduser().resolve(), timeout)
+    eager = server_command.compiles_nothing(rest, child_env(None, tensor_parallel_size(rest)))
+    return ServerKeyCheck(model, rest, Path(cache_root).expanduser().resolve(), timeout, not_needed=eager)
+
+
+def _listed(items: list[str], limit: int = 3) -> str:
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")

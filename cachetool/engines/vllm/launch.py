@@ -4,15 +4,16 @@ vLLM's key folder is a deterministic function of the installation (vLLM, torch, 
 environment, the flags and the model's ``config.json`` on a given device. A warm records those **launch inputs**
 beside the key folder (the ``launch`` factor); a pull computes them for the server's model, flags and environment
 in milliseconds. Equal launch inputs (and equal traced files) mean the server computes the warm's folder, so the
-pull needs no vLLM. Any difference sends the pull to vLLM itself (``ServerKeyCheck``'s ``key`` child), which
-decides whether the difference reaches the key and names the field: a launch difference is never a miss on its
-own (a server flag such as ``--port`` or an unhashed variable changes nothing).
+pull needs no vLLM. A difference is sorted by what the warm recorded of vLLM's hashing
+(:mod:`cachetool.engines.vllm.verdict`): hashed (a miss, named), unhashed (a hit: ``--port``, ``--seed``, an
+unhashed variable), or unknown, which alone sends the pull to vLLM itself (``ServerKeyCheck``'s ``key`` child).
 
 Recorded (``factors.launch.values``)::
 
     {"vllm": "0.32.0", "torch": "2.13.0+cpu", "model": "/models/m", "model_config": "<sha256 of config.json>",
      "flags": [...],             the server's flags without the model and without server-only options
      "env": {NAME: value},       the variables vLLM, torch, Inductor and Triton read (secrets by digest)
+     "config_json": {...},       config.json itself (a changed field is named: cachetool.engines.vllm.verdict)
      "server_only_options": {"--port": true, ...}}   vLLM's own list, from the warm (not compared)
 """
 
@@ -63,26 +64,6 @@ def launch_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def split_model(flags: list[str], model: str | None) -> tuple[str | None, list[str]]:
-    """The model a server's command line names (``vllm serve M``'s positional tag, ``--model M``, else
-    ``model``) and the flags without it."""
-    rest = list(flags)
-    found = None
-    if rest and not rest[0].startswith("-"):
-        found = rest.pop(0)
-    out = []
-    i = 0
-    while i < len(rest):
-        name, eq, value = rest[i].partition("=")
-        if name == "--model":
-            found = value if eq else (rest[i + 1] if i + 1 < len(rest) else None)
-            i += 1 if eq else 2
-            continue
-        out.append(rest[i])
-        i += 1
-    return found or model, out
-
-
 def strip_options(flags: list[str], options: Mapping[str, bool]) -> list[str]:
     """``flags`` without the options in ``options`` (each mapped to whether it takes a value)."""
     out = []
@@ -107,6 +88,15 @@ def model_config_digest(model: str) -> str | None:
         return None
 
 
+def read_config_json(model: str) -> dict | None:
+    """The model folder's ``config.json`` as JSON (None for a hub id, a missing or unreadable file)."""
+    try:
+        data = json.loads((Path(model).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 @dataclasses.dataclass(frozen=True)
 class LaunchInputs:
     vllm: str | None
@@ -115,6 +105,7 @@ class LaunchInputs:
     model_config: str | None
     flags: tuple[str, ...]
     env: dict[str, str]
+    config_json: dict | None = None  # the config.json itself: a changed one is compared field by field (verdict)
 
     @classmethod
     def of(cls, model: str, flags: list[str], env: Mapping[str, str],
@@ -122,7 +113,7 @@ class LaunchInputs:
         unhashed = {**{k: v for k, v in server_only.items() if k not in ENGINE_AFFECTING}, **UNHASHED_ENGINE_OPTIONS}
         return cls(vllm=facts.vllm_version(), torch=machine.torch_version(), model=model,
                    model_config=model_config_digest(model), flags=tuple(strip_options(flags, unhashed)),
-                   env=launch_env(env))
+                   env=launch_env(env), config_json=read_config_json(model))
 
     def to_values(self, server_only: Mapping[str, bool]) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -137,7 +128,7 @@ class LaunchInputs:
             return ["flags (--config)"]
         out = [name for name in ("vllm", "torch", "model", "model_config", "flags")
                if recorded.get(name) != (list(self.flags) if name == "flags" else getattr(self, name))]
-        renv = recorded.get("env") or {}
+        renv = recorded.get("env") if isinstance(recorded.get("env"), dict) else {}
         out += [f"env.{n}" for n in sorted(set(renv) | set(self.env)) if renv.get(n) != self.env.get(n)]
         return out
 
