@@ -36,6 +36,8 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("CACHETOOL_CERTS_D", None, "os.pathsep-separated certs.d roots for OCI registries' TLS"),
     EnvVar("CACHETOOL_VLLM_PYTHON", None, "the Python interpreter that runs vLLM for --engine vllm; default this one"),
     EnvVar("VLLM_CACHE_ROOT", None, "vLLM's cache root (--engine vllm's default cache root); default ~/.cache/vllm", True),
+    EnvVar("TRITON_CACHE_DIR", None, "Triton's kernel cache; a vLLM server reads the root's triton_cache/ only through it "
+           "(check names it when it is missing)", True),
     EnvVar("AWS_ENDPOINT_URL_S3", None, "S3 endpoint (before AWS_ENDPOINT_URL)", True),
     EnvVar("AWS_ENDPOINT_URL", None, "S3 endpoint", True),
     EnvVar("AWS_ACCESS_KEY_ID", None, "S3 credentials (boto3's chain)", True),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from cachetool.api import ENGINE_CHOICES, GC_MIN_AGE_S, ON_MISS, PullOutcome
@@ -72,7 +74,8 @@ def _render(outcome: PullOutcome, as_json: bool) -> int:
                 + (f", {r.blobs_reused} reused from an interrupted pull" if r.blobs_reused else "")
                 + f"; {r.seconds:.2f}s\n"
                 + (f"signed by trusted key {i.key_id}" if i.verified else "SIGNATURE NOT VERIFIED")
-                + (f"; preflight: {', '.join(i.preflight)}" if i.preflight else "; preflight skipped"))
+                + (f"; preflight: {', '.join(i.preflight)}" if i.preflight else "; preflight skipped")
+                + "\nserver environment: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in r.server_env.items()))
 
 
 def _report(outcome: PullOutcome) -> None:

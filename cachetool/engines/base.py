@@ -110,6 +110,11 @@ class Engine(Protocol):
     fingerprint_fields: tuple[str, ...]  # the fingerprint fields only its caches depend on
     local_by_server: bool           # diff's "local" side: its server computes the key (needs the server's flags)
 
+    def server_environment(self, root: Path) -> dict[str, str]:
+        """The variables its server must be started with to read a cache installed at ``root`` (what ``pull``
+        prints for the server's command, and ``check`` compares with the environment it runs in)."""
+        ...
+
     def configured_root(self, config: Any, overrides: tuple[str, ...]) -> str | None:
         """The cache root the engine's own configuration names (the native engine's ``-cc.cache_dir``), or None:
         it comes after ``--cache-root`` and before the engine's variable (:class:`cachetool.cache_root.CacheRoot`)."""

@@ -41,6 +41,7 @@ class PullResult:
     bytes_downloaded: int  # bytes received from the store (blobs, manifest, signature, ref)
     install: object  # cachetool.install.InstallResult
     seconds: float
+    server_env: dict = dataclasses.field(default_factory=dict)  # what the server must be started with to read it
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k != "install"}
@@ -331,7 +332,8 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
         down1 = st.counters.bytes_down
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
-                          bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0)
+                          bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0,
+                          server_env=request.engine.server_environment(root.resolve()))
     finally:
         if own_store:
             st.close()

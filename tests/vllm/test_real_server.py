@@ -10,6 +10,8 @@ in its own processes with the server's own flags on the pulled root, then does.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -29,6 +31,7 @@ API_FLAGS = ["--host", "127.0.0.1", "--port", "8001", "--api-key", "secret", "--
 
 
 def pull(warmed, root: Path, server_args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """``cachetool pull --engine vllm -- SERVER ARGS`` (the init-container's form) with the server's environment."""
     return cachetool("pull", warmed["ref"], "--cache-root", root, "--trust", warmed["pub"], "--engine", "vllm",
                      "--json", "--", *server_args, env=env)
 
@@ -62,50 +65,130 @@ def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(war
     assert not run.compiled
 
 
-# Each case: what is changed on the server's side (its environment, its flags), and the field the pull must name.
-# The pull's verdict (installed vs miss) must be what the server then does (loads vs compiles); the first case is
-# the one the in-process warm got wrong (vLLM's CPU platform sets TORCHINDUCTOR_CPP_DYNAMIC_THREADS=1 at start).
-CASES = {
-    "an Inductor variable read at start": ({"TORCHINDUCTOR_SCALAR_ASSERTS": "0"}, [], "inductor.scalar_asserts"),
-    "a hashed flag": ({}, ["--max-model-len", "128"], "model_config.max_model_len"),
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """A server command unlike the warm's the way real deployments differ: its environment, flags added after the
+    warm's (a repeated flag's last value wins), its model (``same``; ``copy``: the same config.json at another path;
+    ``3 layers``: another num_hidden_layers, at the warm's path or at another) and the field a miss must name.
+    ``asks_vllm``: the warm's recorded facts cannot decide it, so the pull asks vLLM itself."""
+
+    env: dict = dataclasses.field(default_factory=dict)
+    flags: tuple = ()
+    model: str = "same"
+    named: str = ""
+    asks_vllm: bool = False
+
+
+# The verdict table (issue 34): every row is pulled alone; the real `vllm serve` judges each verdict.
+TABLE = {
+    "--seed": Row(flags=("--seed", "7")),
+    "--served-model-name and --api-key": Row(flags=("--served-model-name", "x", "--api-key", "k")),
+    "a vLLM variable it does not hash": Row(env={"VLLM_CPU_KVCACHE_SPACE": "1"}),
+    "an Inductor variable vLLM sets itself": Row(env={"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "0"}),
+    "HOME": Row(env={"HOME": "/tmp"}),
+    "a variable only vLLM can judge": Row(env={"OMP_NUM_THREADS": "2"}, asks_vllm=True),
+    "--max-model-len": Row(flags=("--max-model-len", "128"), named="model_config.max_model_len"),
+    "--max-num-seqs": Row(flags=("--max-num-seqs", "2"), named="scheduler_config.max_num_seqs"),
+    "--dtype": Row(flags=("--dtype", "float32"), named="model_config.dtype"),
+    "-O1": Row(flags=("-O1",), named="--optimization-level"),
+    "TORCHINDUCTOR_FREEZING": Row(env={"TORCHINDUCTOR_FREEZING": "1"}, named="inductor.freezing"),
+    "TORCHINDUCTOR_SCALAR_ASSERTS": Row(env={"TORCHINDUCTOR_SCALAR_ASSERTS": "0"}, named="inductor.scalar_asserts"),
+    "a vLLM variable it hashes": Row(env={"VLLM_CPU_ATTN_SPLIT_KV": "0"}, named="VLLM_CPU_ATTN_SPLIT_KV"),
+    "config.json at the warm's path": Row(model="3 layers", named="hf_config.num_hidden_layers"),
+    "the model at another path": Row(model="copy", named="model_config.model"),
+    "another path and another config.json": Row(model="3 layers elsewhere", named="model_config.model"),
+    "-O0": Row(flags=("-O0",)),
+    "--enforce-eager": Row(flags=("--enforce-eager",)),
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_the_pulls_verdict_is_what_the_real_server_does(warmed, tmp_path, case):
-    env, extra_flags, field = CASES[case]
-    model = str(warmed["model"])
-    root = tmp_path / "root"
-    flags = [*FLAGS, *extra_flags]
-    r = pull(warmed, root, [model, *flags, *HEADLESS, *API_FLAGS], env=env)
+@contextlib.contextmanager
+def model_for(row: Row, warmed, tmp_path: Path):
+    """The row's model folder (the warm's own config.json is edited in place, and restored, for ``3 layers``)."""
+    warm_model = Path(warmed["model"])
+    if row.model == "same":
+        yield warm_model
+    elif row.model == "3 layers":
+        original = (warm_model / "config.json").read_text()
+        try:
+            yield write_model(warm_model, num_hidden_layers=3)
+        finally:
+            (warm_model / "config.json").write_text(original)
+    else:
+        changes = {"num_hidden_layers": 3} if row.model == "3 layers elsewhere" else {}
+        yield write_model(tmp_path / "elsewhere" / "tiny-llama", **changes)
+
+
+def pulled_verdict(warmed, root: Path, model: Path, row: Row) -> tuple[str, dict]:
+    r = pull(warmed, root, [str(model), *FLAGS, *row.flags, *HEADLESS, *API_FLAGS], env=row.env)
     doc = json_out(r)
-    pull_says_hit = r.returncode == 0 and doc["outcome"] == "installed"
-    if not pull_says_hit:
-        assert r.returncode == 4 and field in doc["message"], doc["message"]
-        assert not root.exists() or not any(root.iterdir()), "a refused pull wrote into the root"
-        # the server's judgement on the bundle as it is: install it regardless, then start the server
-        ok(cachetool("install", warmed["base"] / "x.ctb", "--cache-root", root, "--trust", warmed["pub"],
-                     "--no-preflight"))
-    run = serve_once(model, root, [*flags, *HEADLESS], env=env)
-    assert run.completion, run.log
-    assert pull_says_hit == (not run.compiled), (
-        f"pull said {'hit' if pull_says_hit else 'miss'}; the server "
-        f"{'compiled' if run.compiled else 'loaded'} (new keys {run.new_key_folders}, "
-        f"{run.new_kernels} kernels; log {run.log})")
+    verdict = {"installed": "hit", "miss": "miss", "not-needed": "not-needed"}.get(doc["outcome"], doc["outcome"])
+    assert verdict in ("hit", "miss", "not-needed") and r.returncode == {"miss": 4}.get(verdict, 0), r.stderr
+    return verdict, doc
 
 
-def test_a_changed_config_json_names_the_field(warmed, tmp_path):
-    """Another config.json at the warm's path: the pull names the field the user changed, not a digest."""
-    model = Path(warmed["model"])
-    original = (model / "config.json").read_text()
-    try:
-        write_model(model, num_hidden_layers=3)
-        r = pull(warmed, tmp_path / "root", [str(model), *FLAGS, *HEADLESS])
-    finally:
-        (model / "config.json").write_text(original)
-    assert r.returncode == 4, r.stdout
-    message = json_out(r)["message"]
-    assert "hf_config.num_hidden_layers" in message and "bundle 2, this server 3" in message, message
+@pytest.fixture(scope="module")
+def table(warmed, tmp_path_factory):
+    """Each row pulled into its own root (the pull's verdict, before any blob), then judged by the real server:
+    the rows the pull called a hit by one `vllm serve` with all their differences at once on a pulled root (it
+    must compile nothing and answer), each miss by a server on the bundle's root installed regardless (it must
+    compile: stopped at its first key folder or kernel), each not-needed one by a server on an empty root (it
+    must compile nothing). Returns {row: (verdict, pull's JSON, the server's run)}."""
+    base = tmp_path_factory.mktemp("verdicts")
+    out = {}
+    for i, (name, row) in enumerate(TABLE.items()):
+        with model_for(row, warmed, base / f"m{i}") as model:
+            verdict, doc = pulled_verdict(warmed, base / f"root{i}", model, row)
+            run = None
+            if verdict == "miss":
+                root = base / f"root{i}"
+                ok(cachetool("install", warmed["base"] / "x.ctb", "--cache-root", root, "--trust", warmed["pub"],
+                             "--no-preflight"))
+                run = serve_once(str(model), root, [*FLAGS, *row.flags, *HEADLESS], env=row.env,
+                                 stop_when_compiling=True)
+            elif verdict == "not-needed":
+                run = serve_once(str(model), base / f"root{i}", [*FLAGS, *row.flags, *HEADLESS], env=row.env)
+        out[name] = (verdict, doc, run)
+    hits = [name for name, (verdict, _, _) in out.items() if verdict == "hit" and TABLE[name].model == "same"]
+    env = {k: v for name in hits for k, v in TABLE[name].env.items()}
+    flags = [f for name in hits for f in TABLE[name].flags if f not in ("--api-key", "k")]
+    together = serve_once(str(warmed["model"]), base / f"root{list(TABLE).index(hits[0])}",
+                          [*FLAGS, *flags, *HEADLESS], env=env, api_key="k")
+    for name in hits:
+        out[name] = (*out[name][:2], together)
+    return out
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_the_pulls_verdict_is_what_the_real_server_does(table, name):
+    row = TABLE[name]
+    verdict, doc, run = table[name]
+    assert run is not None, f"{name}: no server judged the pull's {verdict}"
+    compiled = f"{run.new_key_folders} new key folder(s), {run.new_kernels} kernel(s); log {run.log}"
+    if verdict == "miss":
+        assert run.compiled, f"{name}: pull said miss, the server compiled nothing ({compiled})"
+        assert row.named in doc["message"], doc["message"]
+    else:
+        assert not run.compiled, f"{name}: pull said {verdict}, the server compiled ({compiled})"
+        assert run.completion, f"{name}: the server did not answer ({run.log})"
+    how = doc["message"] if verdict == "miss" else next(
+        (p for p in doc.get("install", {}).get("preflight", []) if p.startswith("cache key")), "")
+    if verdict != "not-needed":
+        assert ("vLLM asked" in how) == row.asks_vllm, how
+
+
+def test_check_on_a_root_warmed_for_another_command_is_a_miss_without_starting_vllm(warmed, tmp_path):
+    """check asks the key question of the root's recorded key folder first: a hashed flag is a miss in a second,
+    nothing compiled and nothing written (it compiled for 98 s on the H200 before it said miss)."""
+    root = tmp_path / "root"
+    ok(pull(warmed, root, [str(warmed["model"]), *FLAGS]))
+    before = files_under(root)
+    r = cachetool("check", "--engine", "vllm", "--cache-root", root, "--require-hit", "--json", "--",
+                  str(warmed["model"]), *FLAGS, "--max-model-len", "128")
+    assert r.returncode == 4, r.stderr
+    doc = json_out(r)
+    assert doc["started"] is False and "model_config.max_model_len" in doc["message"], doc
+    assert files_under(root) == before
 
 
 def test_a_killed_pull_leaves_no_vllm_child_behind(warmed, tmp_path):

@@ -54,7 +54,7 @@ def test_server_model_path_unlike_the_warms_is_refused_before_any_blob(warmed, t
                   "--model", other, "--", *FLAGS)
     assert r.returncode == 4, r
     line = error_line(r)
-    assert "'model' differs" in line and str(other) in line and str(warmed["model"]) in line, line
+    assert "'model_config.model' differs" in line and str(other) in line and str(warmed["model"]) in line, line
     assert not root.exists()
 
 

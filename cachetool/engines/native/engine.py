@@ -19,6 +19,9 @@ class NativeEngine:
     local_by_server = False
 
     # ------------------------------------------------------------------------------------------ starts
+    def server_environment(self, root: Path) -> dict[str, str]:
+        return {self.cache_root_variable: str(root)}  # Inductor's and Triton's caches live inside the key folders
+
     def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
         from cachetool.engines.native import run
 

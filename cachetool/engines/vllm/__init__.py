@@ -28,6 +28,14 @@ class VllmEngine:
     local_by_server = True
 
     # ------------------------------------------------------------------------------------------ starts
+    def server_environment(self, root: Path) -> dict[str, str]:
+        """vLLM reads its compile cache from ``VLLM_CACHE_ROOT``; the Triton kernels its own ops JIT-compile at start
+        (outside torch.compile's cache) only from ``TRITON_CACHE_DIR``: without it a fresh pod compiles them
+        again (12-17 s on the H200)."""
+        from cachetool.cache_root import TRITON_CACHE
+
+        return {self.cache_root_variable: str(root), "TRITON_CACHE_DIR": str(Path(root) / TRITON_CACHE)}
+
     def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
         return None  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
 
@@ -57,8 +65,11 @@ class VllmEngine:
         check = server_key_check(request.model, list(request.flags), request.cache_root)
         out = before_starting(check, check.cache_root, check.model, check.flags)
         if out is None:
+            from cachetool.engines.vllm.engine import environment_notes
+
             out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
                         load_weights=request.load_weights, progress=request.messages)
+            out.environment_notes = environment_notes(check.cache_root, self.server_environment(check.cache_root))
         if request.require_hit:
             must_hit(out)
         return out

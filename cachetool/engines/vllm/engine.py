@@ -83,6 +83,7 @@ class VllmStartResult:
     ranks: list[dict[str, Any]]
     log: str                         # vLLM's log of this start
     aot_paths: list[str] = dataclasses.field(default_factory=list)  # the AOT files loaded or saved
+    environment_notes: list[str] = dataclasses.field(default_factory=list)  # what a server started here would miss
     engine: str = "vllm"
 
     @property
@@ -141,6 +142,7 @@ class VllmStartResult:
                 f"  start-up       {self.startup_seconds:.2f} s engine init (process {self.seconds:.2f} s); "
                 + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()),
                 f"  vLLM log       {self.log}",
+                *(f"  server env     {note}" for note in self.environment_notes),
                 f"  result         {verdict}"]
 
 
@@ -461,6 +463,24 @@ def _record(out: VllmStartResult, result: dict, model: str, flags: list[str]) ->
         rank_dir = Path(p).parent
         doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": rank_dir.parent.name, "factors": factors}
         (rank_dir / key.FACTORS_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
+
+
+def environment_notes(root: Path, wanted: dict[str, str]) -> list[str]:
+    """What a server started with this process's environment would miss of the cache at ``root`` (``wanted``:
+    the engine's server environment for it): a cache root it would not read, a Triton cache it would not read."""
+    notes = []
+    have = envs.get("VLLM_CACHE_ROOT")
+    if Path(have or "~/.cache/vllm").expanduser().resolve() != root:
+        notes.append(f"VLLM_CACHE_ROOT is {have or 'unset (~/.cache/vllm)'}: a server started so reads another "
+                     f"cache root and compiles; start it with VLLM_CACHE_ROOT={wanted['VLLM_CACHE_ROOT']}")
+    triton = Path(wanted["TRITON_CACHE_DIR"])
+    kernels = sum(1 for p in triton.iterdir() if p.is_dir()) if triton.is_dir() else 0
+    have = envs.get("TRITON_CACHE_DIR")
+    if kernels and (have is None or Path(have).expanduser().resolve() != triton):
+        notes.append(f"TRITON_CACHE_DIR is {have or 'unset (~/.triton/cache)'}: a server started so JIT-compiles "
+                     f"vLLM's {kernels} Triton kernel(s) of {triton} again (12-17 s for 26 on the H200); start it "
+                     f"with TRITON_CACHE_DIR={triton}")
+    return notes
 
 
 def require_hit(out: VllmStartResult) -> None:

@@ -124,7 +124,7 @@ class ServerKeyCheck:
                 "code": "traced file", "inductor": "Inductor setting"}
         raise PreflightError(f"preflight: bundle cannot hit here: {what.get(d.category, d.category)} {d.name!r} "
                              f"differs: bundle {short_repr(d.a, 160)}, this server {short_repr(d.b, 160)}{more} "
-                             f"(cache {short_key(k.hash)})")
+                             f"(cache {short_key(k.hash)}; {self.stage})")
 
     def describe(self) -> str:
         """How the verdict was reached, for the preflight line."""

@@ -94,9 +94,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dict[str, str] | None = None,
-               api_key: str | None = None, timeout: float = 900) -> ServerRun:
+               api_key: str | None = None, timeout: float = 900, stop_when_compiling: bool = False) -> ServerRun:
     """Start ``vllm serve MODEL FLAGS`` on ``cache_root`` (host 127.0.0.1, a free port, ``api_key`` if given),
-    send one completion, stop it; see the module docstring. ``env`` adds to this process's environment."""
+    send one completion (to the first ``--served-model-name``, else the model), stop it; see the module docstring.
+    ``env`` adds to this process's environment. ``stop_when_compiling``: stop the server as soon as it shows that
+    it compiles (a key folder the root did not have, a kernel written under the root): its verdict is known then,
+    and the rest of its compile would only cost time (the run then has no completion)."""
     root = Path(cache_root).resolve()
     before, keys_before = kernel_files(root), key_folders(root)
     port = free_port()
@@ -115,8 +118,10 @@ def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dic
                 if _get(f"http://127.0.0.1:{port}/health") == 200:
                     ready = time.perf_counter() - t0
                     break
+                if stop_when_compiling and (key_folders(root) - keys_before or kernel_files(root) - before):
+                    break
                 time.sleep(0.5)
-            completion = _complete(port, model, api_key) if ready is not None else None
+            completion = _complete(port, served_name(model, flags), api_key) if ready is not None else None
         finally:
             _stop(proc)
     text = log_path.read_text(errors="replace")
@@ -130,3 +135,12 @@ def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dic
                      new_kernels=len(kernel_files(root) - before), aot_loaded=aot.loaded, aot_error=aot.error,
                      piecewise_loaded=aot.piecewise_loaded, piecewise_compiled=aot.piecewise_compiled,
                      log=str(log_path))
+
+
+def served_name(model: str, flags: list[str]) -> str:
+    """The name the server answers to: its first ``--served-model-name``, else the model."""
+    for i, flag in enumerate(flags):
+        name, eq, value = flag.partition("=")
+        if name in ("--served-model-name", "--served_model_name"):
+            return value if eq else (flags[i + 1] if i + 1 < len(flags) else model)
+    return model
