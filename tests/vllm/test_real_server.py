@@ -10,8 +10,6 @@ in its own processes with the server's own flags on the pulled root, then does.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
 import subprocess
 import sys
@@ -21,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm.server import serve_once
-from tests.vllm.conftest import FLAGS, cachetool, files_under, json_out, ok, write_model
+from cachetool.engines.vllm.verdict_table import TABLE, model_for
+from tests.vllm.conftest import FLAGS, cachetool, files_under, json_out, ok
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
@@ -65,61 +64,7 @@ def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(war
     assert not run.compiled
 
 
-@dataclasses.dataclass(frozen=True)
-class Row:
-    """A server command unlike the warm's the way real deployments differ: its environment, flags added after the
-    warm's (a repeated flag's last value wins), its model (``same``; ``copy``: the same config.json at another path;
-    ``3 layers``: another num_hidden_layers, at the warm's path or at another) and the field a miss must name.
-    ``asks_vllm``: the warm's recorded facts cannot decide it, so the pull asks vLLM itself."""
-
-    env: dict = dataclasses.field(default_factory=dict)
-    flags: tuple = ()
-    model: str = "same"
-    named: str = ""
-    asks_vllm: bool = False
-
-
-# The verdict table (issue 34): every row is pulled alone; the real `vllm serve` judges each verdict.
-TABLE = {
-    "--seed": Row(flags=("--seed", "7")),
-    "--served-model-name and --api-key": Row(flags=("--served-model-name", "x", "--api-key", "k")),
-    "a vLLM variable it does not hash": Row(env={"VLLM_CPU_KVCACHE_SPACE": "1"}),
-    "an Inductor variable vLLM sets itself": Row(env={"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "0"}),
-    "HOME": Row(env={"HOME": "/tmp"}),
-    "a variable only vLLM can judge": Row(env={"OMP_NUM_THREADS": "2"}, asks_vllm=True),
-    "--max-model-len": Row(flags=("--max-model-len", "128"), named="model_config.max_model_len"),
-    "--max-num-seqs": Row(flags=("--max-num-seqs", "2"), named="scheduler_config.max_num_seqs"),
-    "--dtype": Row(flags=("--dtype", "float32"), named="model_config.dtype"),
-    "-O1": Row(flags=("-O1",), named="--optimization-level"),
-    "TORCHINDUCTOR_FREEZING": Row(env={"TORCHINDUCTOR_FREEZING": "1"}, named="inductor.freezing"),
-    "TORCHINDUCTOR_SCALAR_ASSERTS": Row(env={"TORCHINDUCTOR_SCALAR_ASSERTS": "0"}, named="inductor.scalar_asserts"),
-    "a vLLM variable it hashes": Row(env={"VLLM_CPU_ATTN_SPLIT_KV": "0"}, named="VLLM_CPU_ATTN_SPLIT_KV"),
-    "config.json at the warm's path": Row(model="3 layers", named="hf_config.num_hidden_layers"),
-    "the model at another path": Row(model="copy", named="model_config.model"),
-    "another path and another config.json": Row(model="3 layers elsewhere", named="model_config.model"),
-    "-O0": Row(flags=("-O0",)),
-    "--enforce-eager": Row(flags=("--enforce-eager",)),
-}
-
-
-@contextlib.contextmanager
-def model_for(row: Row, warmed, tmp_path: Path):
-    """The row's model folder (the warm's own config.json is edited in place, and restored, for ``3 layers``)."""
-    warm_model = Path(warmed["model"])
-    if row.model == "same":
-        yield warm_model
-    elif row.model == "3 layers":
-        original = (warm_model / "config.json").read_text()
-        try:
-            yield write_model(warm_model, num_hidden_layers=3)
-        finally:
-            (warm_model / "config.json").write_text(original)
-    else:
-        changes = {"num_hidden_layers": 3} if row.model == "3 layers elsewhere" else {}
-        yield write_model(tmp_path / "elsewhere" / "tiny-llama", **changes)
-
-
-def pulled_verdict(warmed, root: Path, model: Path, row: Row) -> tuple[str, dict]:
+def pulled_verdict(warmed, root: Path, model: Path, row) -> tuple[str, dict]:
     r = pull(warmed, root, [str(model), *FLAGS, *row.flags, *HEADLESS, *API_FLAGS], env=row.env)
     doc = json_out(r)
     verdict = {"installed": "hit", "miss": "miss", "not-needed": "not-needed"}.get(doc["outcome"], doc["outcome"])
@@ -137,7 +82,7 @@ def table(warmed, tmp_path_factory):
     base = tmp_path_factory.mktemp("verdicts")
     out = {}
     for i, (name, row) in enumerate(TABLE.items()):
-        with model_for(row, warmed, base / f"m{i}") as model:
+        with model_for(row, Path(warmed["model"]), base / f"m{i}") as model:
             verdict, doc = pulled_verdict(warmed, base / f"root{i}", model, row)
             run = None
             if verdict == "miss":

@@ -243,10 +243,13 @@ def run(request: dict) -> dict:
     result["seconds"]["key"] = round(time.perf_counter() - t0 - imported, 3)
     if request["mode"] == "warm":
         t1 = time.perf_counter()
-        from cachetool_vllm_facts import server_facts
+        try:  # without them a pull asks vLLM for every difference: slower, still right
+            from cachetool_vllm_facts import server_facts
 
-        result["hashing"] = server_facts(parser, engine_dests(), pristine, vllm_config, usage, env_before,
-                                         _config_fields)
+            result["hashing"] = server_facts(parser, engine_dests(), pristine, vllm_config, usage, env_before,
+                                             _config_fields)
+        except Exception as exc:  # noqa: BLE001 - a vLLM whose parser or config this release cannot probe
+            result["hashing_error"] = last_error(exc)
         result["seconds"]["facts"] = round(time.perf_counter() - t1, 3)
     if request["mode"] == "key":
         return result

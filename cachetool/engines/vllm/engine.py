@@ -408,6 +408,9 @@ def start(command: str, model: str | None, *, cache_root: str | Path, flags: lis
         raise
     wall = time.perf_counter() - t0
     say(f"{command}: engine ready in {result['seconds'].get('engine_init', 0):.1f} s")
+    if result.get("hashing_error"):
+        say(f"{command}: what vLLM hashes could not be recorded ({result['hashing_error']}): a pull for another "
+            "server command will ask vLLM itself")
     out = _report(command, model, root, rest, version, result, before, keys_before, log_path, wall)
     if command == "warm":
         _record(out, result, model, rest)

