@@ -1,7 +1,8 @@
 """The real OpenAI server, ``vllm serve``, started once on a cache root: the oracle for cachetool's verdicts.
 
 :func:`serve_once` runs ``python -m vllm.entrypoints.cli.main serve MODEL FLAGS`` (what the ``vllm`` command
-runs: the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT`` = the root, waits for
+runs: the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT`` = the root and
+``TRITON_CACHE_DIR`` = its ``triton_cache/`` (as docs/vllm.md starts a server), waits for
 ``/health``, sends one completion, stops the server (SIGTERM to its process group) and reports what it did to the
 root: the key folders it added (a new folder is a key cachetool did not predict), the kernel binaries it wrote
 (what it compiled), and what its log says (AOT artifact loaded, piecewise graphs loaded or compiled, engine init
@@ -23,6 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from cachetool.cache_root import TRITON_CACHE
 from cachetool.engines.vllm.engine import aot_outcome, kernel_files, key_folders, python
 
 _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
@@ -105,8 +107,9 @@ def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dic
     port = free_port()
     cmd = [python(), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags, "--host", "127.0.0.1",
            "--port", str(port), *(["--api-key", api_key] if api_key else [])]
+    # started as docs/vllm.md says: the root's Triton kernels through TRITON_CACHE_DIR (``env`` may say otherwise)
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                **(env or {}), "VLLM_CACHE_ROOT": str(root)}
+                "TRITON_CACHE_DIR": str(root / TRITON_CACHE), **(env or {}), "VLLM_CACHE_ROOT": str(root)}
     log_path = Path(tempfile.mkstemp(prefix="cachetool-vllm-serve-", suffix=".log")[1])
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
