@@ -89,7 +89,9 @@ def judge_row(verdict: str, ref_root: Path, work: Path, model: Path, flags: list
     run = serve_once(str(model), ref_root, [*flags, *[f for f in row.flags if f not in ("--api-key", "k")],
                                             *HEADLESS], env=row.env, api_key=api_key,
                      stop_when_compiling=verdict == "miss")
-    did = "compiled" if run.compiled else ("compiled nothing" + ("" if run.completion else ", NO ANSWER"))
+    did = (f"compiled ({len(run.new_key_folders)} new key folder(s), {run.new_kernels} kernel(s), "
+           f"{run.piecewise_compiled} piecewise graph(s); log {run.log})" if run.compiled
+           else "compiled nothing" + ("" if run.completion else ", NO ANSWER"))
     agree = run.compiled == (verdict == "miss") and (run.compiled or bool(run.completion))
     return f"{did} ({run.ready_seconds:.0f} s){'' if agree else '  <-- DISAGREES'}"
 
