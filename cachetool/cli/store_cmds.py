@@ -80,6 +80,9 @@ def _report(outcome: PullOutcome) -> None:
         output.add_failure_fields(**outcome.to_dict())
 
 
+ON_MISS_DEFAULT = "fail"
+
+
 class PullCommand(CompileCommand):
     """A flag click refuses is an outcome too: its ``pull: outcome=usage-error`` line, then the usual error."""
 
@@ -89,8 +92,21 @@ class PullCommand(CompileCommand):
         except CachetoolError as exc:
             from cachetool.api import pull_refused_outcome
 
-            _report(pull_refused_outcome(next((a for a in args if "://" in a), None), exc))
+            _report(pull_refused_outcome(next((a for a in args if "://" in a), None), exc, _given_on_miss(args)))
             raise
+
+
+def _given_on_miss(args: list[str]) -> str:
+    """The ``--on-miss`` a command line gives (its last, as click takes it; the default when none), read from the raw
+    arguments: a refusal is reported with the policy the user asked for, though click refused before reading it."""
+    given = ON_MISS_DEFAULT
+    options = args[:args.index("--")] if "--" in args else args
+    for i, a in enumerate(options):
+        if a == "--on-miss" and i + 1 < len(options):
+            given = options[i + 1]
+        elif a.startswith("--on-miss="):
+            given = a.partition("=")[2]
+    return given
 
 
 @cli.command("pull", cls=PullCommand)
@@ -103,7 +119,7 @@ class PullCommand(CompileCommand):
 @replace_options
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the whole pull; past it exit 7.")
-@click.option("--on-miss", type=click.Choice(ON_MISS), default="fail", show_default=True,
+@click.option("--on-miss", type=click.Choice(ON_MISS), default=ON_MISS_DEFAULT, show_default=True,
               help="continue: exit 0 when nothing could be installed because the cache is unavailable or "
                    "unusable (miss 4, not found 5, store error 6, timeout 7, verification refused 3), so the "
                    "server starts cold; a usage error (2) or a local fault (1) still fails.")
