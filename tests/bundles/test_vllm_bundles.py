@@ -352,6 +352,27 @@ def test_prune_removes_old_aotautograd_entries_but_the_newest_and_the_young(tmp_
     assert cli("prune", "--cache-root", tmp_path / "none").rc == 2
 
 
+def test_prune_refuses_a_folder_that_is_not_a_cache_root(tmp_path, cli):
+    """A folder of other things (a home folder, a root's own torch_compile_cache/) said "removed 0 entries", exit 0,
+    as if it were a clean cache root: now a usage error naming what a cache root holds; an empty root is fine."""
+    other = tmp_path / "home"
+    _w(other / "notes.txt", b"mine")
+    (other / "projects").mkdir()
+    root = tmp_path / "root"
+    _aot_with_starts(root, 2)
+    for folder, hint in ((other, "torch_compile_cache/"), (root / "torch_compile_cache", "its parent")):
+        r = cli("prune", "--cache-root", folder, "--json")
+        assert r.rc == 2, r
+        line = r.error_line()
+        assert "not a cache root" in line and hint in line and "empty" in line, line
+        assert json.loads(r.out)["error"] == "usage-error", r.out
+    assert (other / "notes.txt").read_bytes() == b"mine" and (other / "projects").is_dir()
+    assert len(list((root / AOT / "inductor_cache" / "aotautograd").iterdir())) == 2
+    (tmp_path / "empty").mkdir()
+    r = cli("prune", "--cache-root", tmp_path / "empty")
+    assert r.rc == 0 and "removed 0 entries" in r.out, r
+
+
 def test_a_tensor_parallel_key_folder_keeps_one_aotautograd_entry_per_rank(tmp_path):
     """With -tp 2 each rank writes its own entry per start: the last start's two are what a pack keeps."""
     root = tmp_path / "root"
