@@ -103,6 +103,19 @@ def test_json_success_is_one_object_with_ok(cli, tmp_path):
     assert len(doc["key_id"]) == 64 and Path(doc["public_key"]).is_file()
 
 
+@pytest.mark.parametrize("where", ["missing folder", "under a file"])
+def test_keygen_into_a_folder_that_is_not_there_is_a_usage_error(cli, tmp_path, where):
+    """Was exit 1 with a bare OS error ("keygen: .../k: No such file or directory"): the folder is named, exit 2."""
+    (tmp_path / "file").write_text("x")
+    folder = tmp_path / ("missing/keys" if where == "missing folder" else "file")
+    r = cli("keygen", "-o", folder / "signing.key", "--json")
+    assert r.rc == exit_codes.USAGE.code, r
+    line = r.error_line()
+    assert f"{folder}" in line and ("does not exist" if where == "missing folder" else "not a folder") in line, line
+    assert json.loads(r.out)["error"] == "usage-error"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["file"] and (tmp_path / "file").read_text() == "x"
+
+
 def _table_after(path: Path, heading: str) -> str:
     lines = path.read_text().splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith(heading)) + 1
