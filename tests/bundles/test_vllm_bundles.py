@@ -115,6 +115,31 @@ def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factor
     assert out["differences"] == [], out
 
 
+def test_diff_of_a_native_and_a_vllm_bundle_says_they_are_different_engines(tmp_path, cli, keys):
+    """It listed every factor of each side as unset in the other (1,380 lines for two real warms) and exited 0:
+    now one line says which engine's server reads which, and --exit-code exits `differs`."""
+    from tests.bundles.fixtures import make_native_tree
+
+    vllm = make_aot_tree(tmp_path / "vllm", ranks=("rank_0_0",))
+    doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": _recorded()}
+    (vllm / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
+    native = make_native_tree(tmp_path / "native", ranks=("rank_0_0",), layers=2)
+    for src in (native, vllm):
+        assert cli("pack", src, "-o", tmp_path / f"{src.name}.ctb", "--sign-key", keys["priv"]).rc == 0
+    for a, b in (("native", "vllm"), ("vllm", "native")):
+        args = ("diff", tmp_path / f"{a}.ctb", tmp_path / f"{b}.ctb")
+        r = cli(*args, "--exit-code", "--json")
+        assert r.rc == 10, r
+        out = json.loads(r.out)
+        assert [(d["category"], d["a"], d["b"]) for d in out["differences"]] == [("engine", a, b)], out
+        assert "different engines" in out["message"], out
+        text = cli(*args)
+        assert text.rc == 0, text  # without --exit-code diff only reports, as for any difference
+        (line,) = [ln for ln in text.out.splitlines() if "different engines" in ln]
+        assert f"A is a {a} cache" in line and "CACHETOOL_CACHE_ROOT" in line and "VLLM_CACHE_ROOT" in line, line
+        assert len(text.out.splitlines()) == 2 and "<unset>" not in text.out, text.out
+
+
 def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monkeypatch, tmp_path):
     """VLLM_CPU_OMP_THREADS_BIND is one of vLLM's hashed env factors: set on a GPU machine, a warm's key would
     differ from its server's, which never sets it."""
