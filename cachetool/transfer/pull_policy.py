@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, get_args
 
 from cachetool import bounds, exit_codes
-from cachetool.errors import CachetoolError, StopSignalError, WaitTimeoutError, cause, filled, os_error_line
+from cachetool.errors import FIELDS, CachetoolError, StopSignalError, WaitTimeoutError, cause, filled, os_error_line
 from cachetool.cache_root import PARTIAL_DIR
 
 if TYPE_CHECKING:
@@ -241,8 +241,8 @@ def stopped_by_signals(root: Path) -> Iterator[None]:
         if not stop.requested.is_set():
             raise
         # said once the pull has unwound, when its partial downloads are settled
-        raise filled(StopSignalError(stopped_message(stop.stopped_by, root)), store=exc.store, ref=exc.ref,
-                     key=exc.key, status=exc.status) from None
+        raise filled(StopSignalError(stopped_message(stop.stopped_by, root)),
+                     **{n: getattr(exc, n) for n in FIELDS}) from None
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
