@@ -119,7 +119,7 @@ def _given(**options: Any) -> frozenset[str]:
     return frozenset(k for k, v in options.items() if v != defaults[k])
 
 
-def start_request(command: str, model: str, root: CacheRoot, *, device: str = "cpu", config: Config = None,
+def start_request(command: str, model: str | None, root: CacheRoot, *, device: str = "cpu", config: Config = None,
                   overrides: Iterable[str] = (), engine_flags: Iterable[str] = (), load_weights: bool = False,
                   rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
                   require_hit: bool = False, events: Callable[[Any], None] | None = None,
@@ -133,7 +133,7 @@ def start_request(command: str, model: str, root: CacheRoot, *, device: str = "c
                         given=frozenset(given) if given is not None else _given(**options), **options)
 
 
-def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
+def warm(model: str | None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
          overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: SignKey | None = None,
          store_options: dict[str, Any] | None = None, progress: bool | None = False, engine: str | None = None,
          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
@@ -181,7 +181,7 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
         summary.phases["push"] = round(time.perf_counter() - t2, 3)
 
 
-def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
+def check(model: str | None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
           overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str | None = None,
           engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
           engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
