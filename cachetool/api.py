@@ -30,7 +30,7 @@ from cachetool.engines.base import KeyCheckRequest, StartRequest, StartResult
 # expected_key import its keys module when called: compiler.cache_key is half of this module's import time)
 from cachetool.engines.native.run import compilation_config
 from cachetool.errors import CompilationConfigError, UsageError
-from cachetool.transfer.pull_policy import ON_MISS, OnMiss, PullOutcome, failure_outcome
+from cachetool.transfer.pull_policy import ON_MISS, OnMiss, Outcome, PullOutcome, failure_outcome
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
 from cachetool.stores.base import GC_MIN_AGE_S
 
@@ -54,8 +54,9 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
 
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
 # imports from this module only (tests/test_cli_layer.py), these names included.
-CLI_NAMES = ("CompilationConfigError", "PullOutcome", "ENGINE_CHOICES", "ON_MISS", "GC_MIN_AGE_S",
+CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ON_MISS", "GC_MIN_AGE_S",
              "layout_choices", "init_logging", "pull_refused_outcome")
+PULL_OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)  # every outcome a pull ends in (`pull --help` lists them)
 
 # The argument types the verbs share.
 SignKey = Union[str, Path, "Ed25519PrivateKey"]  # a key file, or a loaded key

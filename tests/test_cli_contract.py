@@ -212,3 +212,33 @@ def test_every_option_is_described_and_shared_options_have_one_wording():
         if "--cache-root" in opts:
             assert ("--engine" in opts) == ("--engine" in opts["--cache-root"].help), verb
     assert all("--json" in {o for p in cmd.params for o in getattr(p, "opts", ())} for cmd in cli.commands.values())
+
+
+def test_pull_help_lists_every_outcome_with_the_exit_the_policy_gives_it(cli):
+    """The help's hand-written list lacked `interrupted` and `disk-full`, and the exits 9 and 130: it is now the
+    outcomes' own list, each with the exit the policy gives it, with and without --on-miss continue."""
+    import re
+
+    from cachetool.errors import CachetoolError
+    from cachetool.transfer.pull_policy import Outcome, failure_outcome
+
+    r = cli("pull", "--help")
+    assert r.rc == 0, r
+    listed = {}
+    for names, code, continued in re.findall(r"^ +([a-z-]+(?:, [a-z-]+)*) +exit (\d+)( \(0 under --on-miss continue\))?$",
+                                             r.out, re.MULTILINE):
+        for name in names.split(", "):
+            listed[name] = (int(code), 0 if continued else int(code))
+    expected = {}
+    for outcome in Outcome:
+        row = next((e for e in exit_codes.TABLE if e.name == outcome.value), None)
+        if row is None:  # a success: no failure row names it
+            expected[outcome.value] = (0, 0)
+            continue
+        exc = CachetoolError("x")
+        exc.exit_code = row.code
+        fail, cont = (failure_outcome(None, on_miss, exc) for on_miss in ("fail", "continue"))
+        assert fail.outcome is cont.outcome is outcome
+        expected[outcome.value] = (fail.exit_code, cont.exit_code)
+    assert listed == expected, r.out
+    assert listed["interrupted"] == (130, 130) and listed["disk-full"] == (9, 9)

@@ -55,17 +55,22 @@ class Outcome(enum.StrEnum):
     NOT_FOUND = exit_codes.NOT_FOUND.name
     STORE_ERROR = exit_codes.STORE.name
     TIMEOUT = exit_codes.TIMEOUT.name
-    COMPILED = exit_codes.COMPILED.name
     DISK_FULL = exit_codes.DISK_FULL.name
     INTERRUPTED = exit_codes.INTERRUPTED.name
 
     @classmethod
     def of_failure(cls, row: exit_codes.ExitCode) -> Outcome:
-        """The outcome of a failure of ``row`` (one no pull ends in, such as ``differs``, is an ``error``)."""
+        """The outcome of a failure of ``row`` (one no pull ends in, ``check``'s ``compiled`` or ``diff``'s
+        ``differs``, is an ``error``)."""
         try:
             return cls(row.name)
         except ValueError:
             return cls.ERROR
+
+    @property
+    def row(self) -> exit_codes.ExitCode:
+        """The exit-code table's row this outcome exits with (``ok`` for one no failure row names: a success)."""
+        return next((e for e in exit_codes.TABLE if e.name == self.value), exit_codes.OK)
 
 
 @dataclasses.dataclass
