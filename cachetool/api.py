@@ -30,7 +30,7 @@ from cachetool.engines.base import KeyCheckRequest, StartRequest, StartResult
 # expected_key import its keys module when called: compiler.cache_key is half of this module's import time)
 from cachetool.engines.native.run import compilation_config
 from cachetool.errors import CompilationConfigError, UsageError
-from cachetool.transfer.pull_policy import ON_MISS, OnMiss, PullOutcome, failure_outcome
+from cachetool.transfer.pull_policy import ON_MISS, OnMiss, Outcome, PullOutcome, failure_outcome
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
 from cachetool.stores.base import GC_MIN_AGE_S
 
@@ -54,8 +54,9 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
 
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
 # imports from this module only (tests/test_cli_layer.py), these names included.
-CLI_NAMES = ("CompilationConfigError", "PullOutcome", "ENGINE_CHOICES", "ON_MISS", "GC_MIN_AGE_S",
+CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ON_MISS", "GC_MIN_AGE_S",
              "layout_choices", "init_logging", "pull_refused_outcome")
+PULL_OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)  # every outcome a pull ends in (`pull --help` lists them)
 
 # The argument types the verbs share.
 SignKey = Union[str, Path, "Ed25519PrivateKey"]  # a key file, or a loaded key
@@ -119,7 +120,7 @@ def _given(**options: Any) -> frozenset[str]:
     return frozenset(k for k, v in options.items() if v != defaults[k])
 
 
-def start_request(command: str, model: str, root: CacheRoot, *, device: str = "cpu", config: Config = None,
+def start_request(command: str, model: str | None, root: CacheRoot, *, device: str = "cpu", config: Config = None,
                   overrides: Iterable[str] = (), engine_flags: Iterable[str] = (), load_weights: bool = False,
                   rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
                   require_hit: bool = False, events: Callable[[Any], None] | None = None,
@@ -133,7 +134,7 @@ def start_request(command: str, model: str, root: CacheRoot, *, device: str = "c
                         given=frozenset(given) if given is not None else _given(**options), **options)
 
 
-def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
+def warm(model: str | None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
          overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: SignKey | None = None,
          store_options: dict[str, Any] | None = None, progress: bool | None = False, engine: str | None = None,
          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
@@ -181,7 +182,7 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
         summary.phases["push"] = round(time.perf_counter() - t2, 3)
 
 
-def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
+def check(model: str | None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
           overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str | None = None,
           engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
           engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,

@@ -66,6 +66,31 @@ def _engine(side: Side) -> Engine:
     return engines.for_layout(side.layout)
 
 
+def _own_engine(side: Side) -> Engine | None:
+    """The engine whose own layout the side's cache is (None for ``local`` and a layout no engine writes)."""
+    return next((e for e in engines.ENGINES.values() if e.layout == side.layout), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineDifference(Difference):
+    """A and B are caches of different engines: their servers read different roots and neither reads the other's
+    cache, so their factors are not compared (each side's would be "unset" in the other, hundreds of lines)."""
+
+    def line(self) -> str:
+        a, b = engines.get(self.a), engines.get(self.b)
+        return (f"engine: A is a {a.name} cache and B a {b.name} cache: bundles of different engines, read by "
+                f"different servers (a {a.name} server reads {a.cache_root_variable}, a {b.name} server "
+                f"{b.cache_root_variable}); their factors are not compared")
+
+
+def engine_difference(a: Side, b: Side) -> EngineDifference | None:
+    """The one difference of two recorded caches of different engines, or None."""
+    ea, eb = _own_engine(a), _own_engine(b)
+    if a.partial or b.partial or ea is None or eb is None or ea is eb:
+        return None
+    return EngineDifference("engine", "engine", ea.name, eb.name)
+
+
 def fingerprint_differences(a: Side, b: Side) -> list[Difference]:
     """The fingerprint fields that decide a hit, by the install preflight's own comparison
     (:func:`cachetool.bundle.fingerprint.compare`). A recorded side (bundle, ref, folder) is a requirement and this machine
@@ -86,7 +111,10 @@ def fingerprint_differences(a: Side, b: Side) -> list[Difference]:
 def diff_sides(a: Side, b: Side, engine: Engine | None = None) -> list[Difference]:
     """The fingerprint fields that decide a hit (:func:`fingerprint_differences`: the driver and the GPU's name are
     recorded, not compared), then the factors of each pair of caches, compared by ``engine`` (default: A's, or
-    B's where A is ``local``)."""
+    B's where A is ``local``); caches of two engines differ in that alone (:func:`engine_difference`)."""
+    other_engine = engine_difference(a, b)
+    if other_engine is not None:
+        return [other_engine]
     out = fingerprint_differences(a, b)
     eng = engine or _engine(b if a.partial else a)
     partial = a.partial or b.partial

@@ -8,8 +8,11 @@ rendered from it) so that CI jobs and Kubernetes init-containers can act on them
 The categories (one exit code each) come first, then the precise classes the modules raise, grouped by the
 module that raises them; import them from here (the raising modules do not re-export them). Errors carry optional
 fields besides the message, so that callers branch on data, not on message text: ``store`` (the store URL),
-``ref`` (the ``name:tag`` or full ref), ``key`` (the object in the store: a key, a path, a digest) and ``status``
-(the HTTP status or S3 error code of the failed request). A raise fills every field it knows; a layer that knows
+``ref`` (the ``name:tag`` or full ref), ``key`` (the object in a store or bundle the failure is about, and only
+that: its key in the store, a tag, or the ``sha256:`` digest of a manifest or blob), ``path`` (a local path the
+failure is about: a path in the cache root such as an install unit, a file of the tree being packed, a local file
+such as a credentials file; earlier versions reported it as ``key``) and ``status`` (the HTTP status or S3 error
+code of the failed request). A raise fills every field it knows; a layer that knows
 more (the pull that a blob's check was for) adds the rest on the way up with :func:`filled`. A builtin base is
 added where every catcher of that builtin would handle the error the same way (``ValueError`` for bad input,
 ``LookupError`` for a missing thing); not ``OSError``, which the installer catches to map file-system failures.
@@ -27,15 +30,18 @@ from typing import Any
 from cachetool import exit_codes
 
 
+FIELDS = ("store", "ref", "key", "path", "status")  # what an error may know besides its message (see the module doc)
+
+
 class CachetoolError(Exception):
     """Base class: a failure with a one-line, user-facing message and optional fields (see the module doc)."""
 
     exit_code = exit_codes.ERROR.code
 
     def __init__(self, message: str = "", *, store: str | None = None, ref: str | None = None,
-                 key: str | None = None, status: int | str | None = None):
+                 key: str | None = None, path: str | None = None, status: int | str | None = None):
         super().__init__(message)
-        self.store, self.ref, self.key, self.status = store, ref, key, status
+        self.store, self.ref, self.key, self.path, self.status = store, ref, key, path, status
 
     @property
     def message(self) -> str:

@@ -17,9 +17,12 @@ import shutil
 import time
 from pathlib import Path
 
+from cachetool.cache_root import MODELINFOS, PARTIAL_DIR, TCC, TRITON_CACHE
 from cachetool.errors import UsageError
 
 TRASH_PREFIX = ".cachetool-prune-"
+ROOT_NAMES = {TCC, MODELINFOS, TRITON_CACHE, PARTIAL_DIR}  # what a cache root holds at its top
+CACHE_FOLDERS = ROOT_NAMES - {PARTIAL_DIR}  # a folder of these names is inside a root (prune's root one level down)
 
 
 @dataclasses.dataclass
@@ -38,6 +41,18 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def require_cache_root(folder: Path) -> None:
+    """Refuse a folder of other things: prune of it would say "removed 0 entries" as if it were a clean root. A cache
+    root holds at least one of the tree's top names (:mod:`cachetool.cache_root`), or nothing yet."""
+    names = {e.name for e in os.scandir(folder)}
+    if not names or names & ROOT_NAMES:
+        return
+    hint = f"; its parent {folder.parent} may be the root" if folder.name in CACHE_FOLDERS else ""
+    *head, last = sorted(f"{n}/" for n in CACHE_FOLDERS)
+    raise UsageError(f"--cache-root {folder}: not a cache root (the folder a server's VLLM_CACHE_ROOT or "
+                     f"CACHETOOL_CACHE_ROOT names holds {', '.join(head)} or {last}, or is empty){hint}")
+
+
 def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) -> PruneReport:
     """Remove what no later start of the root's servers reads (see the module docstring)."""
     from cachetool.layouts import stale_entries
@@ -45,6 +60,7 @@ def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) 
     top = Path(root).expanduser()
     if not top.is_dir() or top.is_symlink():
         raise UsageError(f"--cache-root {root}: not a cache root folder")
+    require_cache_root(top)
     stale = stale_entries(top)
     now = time.time()
     removed, young, freed = [], 0, 0

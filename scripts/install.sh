@@ -40,6 +40,21 @@ pip_install() {
   "$VPY" -m pip install -qq --disable-pip-version-check --no-compile "$@"
 }
 
+# Why pip could not install torch (its log $1, the requirement $2), in one line: the torch index's own failure
+# when pip could not fetch it, else pip's first error.
+torch_install_cause() {
+  local fetch errno
+  # (each grep may find nothing: `|| true`, as the ERR trap reaches into command substitutions)
+  fetch=$(grep -F -m1 "Could not fetch URL ${TORCH_INDEX_URL%/}/" "$1" \
+          | sed -e 's/^.*Could not fetch URL [^ ]*: //' -e 's/ - skipping$//' || true)
+  if [ -n "$fetch" ]; then
+    errno=$(printf '%s' "$fetch" | grep -o "\[Errno [-0-9]*\] [^'\")]*" | head -n 1 || true)
+    echo "the torch index $TORCH_INDEX_URL (TORCH_INDEX_URL) cannot be reached: ${errno:-${fetch:0:200}}"
+  else
+    echo "no $2 in the configured indexes nor in $TORCH_INDEX_URL (TORCH_INDEX_URL): pip said \"$(grep -m1 '^ERROR:' "$1" | cut -c8-207 || true)\""
+  fi
+}
+
 step "check Python ($PY) is 3.11 or newer"
 command -v "$PY" >/dev/null || { echo "no $PY on PATH: install Python 3.11+ (apt-get install python3)" >&2; false; }
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -90,7 +105,16 @@ if "$VPY" -c "import torch" >/dev/null 2>&1; then
 else
   spec="torch==$TORCH_VERSION+$TORCH_BUILD"
   step "install $spec (the $TORCH_BUILD build) into $VENV"
-  pip_install "$spec" 2>/dev/null || pip_install --extra-index-url "$TORCH_INDEX_URL" "$spec"
+  # the configured indexes lacking the build is expected (PyPI has no +cpu builds): that first answer is not shown
+  if ! pip_install "$spec" 2>/dev/null; then
+    torch_log=$(mktemp "${TMPDIR:-/tmp}/cachetool-torch.XXXXXX")
+    # verbose, into a log: pip says why an index failed (refused, DNS, TLS, 404) only in its debug lines (-vv),
+    # and then answers "ResolutionImpossible" or "No matching distribution", which hides it
+    "$VPY" -m pip install -vv --disable-pip-version-check --no-compile --progress-bar off \
+      --extra-index-url "$TORCH_INDEX_URL" "$spec" >"$torch_log" 2>&1 \
+      || { CAUSE=$(torch_install_cause "$torch_log" "$spec"); rm -f "$torch_log"; false; }
+    rm -f "$torch_log"
+  fi
 fi
 if [ "$with_test" = 1 ]; then
   step "install cachetool and its test extras into $VENV"

@@ -103,6 +103,19 @@ def test_json_success_is_one_object_with_ok(cli, tmp_path):
     assert len(doc["key_id"]) == 64 and Path(doc["public_key"]).is_file()
 
 
+@pytest.mark.parametrize("where", ["missing folder", "under a file"])
+def test_keygen_into_a_folder_that_is_not_there_is_a_usage_error(cli, tmp_path, where):
+    """Was exit 1 with a bare OS error ("keygen: .../k: No such file or directory"): the folder is named, exit 2."""
+    (tmp_path / "file").write_text("x")
+    folder = tmp_path / ("missing/keys" if where == "missing folder" else "file")
+    r = cli("keygen", "-o", folder / "signing.key", "--json")
+    assert r.rc == exit_codes.USAGE.code, r
+    line = r.error_line()
+    assert f"{folder}" in line and ("does not exist" if where == "missing folder" else "not a folder") in line, line
+    assert json.loads(r.out)["error"] == "usage-error"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["file"] and (tmp_path / "file").read_text() == "x"
+
+
 def _table_after(path: Path, heading: str) -> str:
     lines = path.read_text().splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith(heading)) + 1
@@ -205,3 +218,33 @@ def test_every_option_is_described_and_shared_options_have_one_wording():
         if "--cache-root" in opts:
             assert ("--engine" in opts) == ("--engine" in opts["--cache-root"].help), verb
     assert all("--json" in {o for p in cmd.params for o in getattr(p, "opts", ())} for cmd in cli.commands.values())
+
+
+def test_pull_help_lists_every_outcome_with_the_exit_the_policy_gives_it(cli):
+    """The help's hand-written list lacked `interrupted` and `disk-full`, and the exits 9 and 130: it is now the
+    outcomes' own list, each with the exit the policy gives it, with and without --on-miss continue."""
+    import re
+
+    from cachetool.errors import CachetoolError
+    from cachetool.transfer.pull_policy import Outcome, failure_outcome
+
+    r = cli("pull", "--help")
+    assert r.rc == 0, r
+    listed = {}
+    for names, code, continued in re.findall(r"^ +([a-z-]+(?:, [a-z-]+)*) +exit (\d+)( \(0 under --on-miss continue\))?$",
+                                             r.out, re.MULTILINE):
+        for name in names.split(", "):
+            listed[name] = (int(code), 0 if continued else int(code))
+    expected = {}
+    for outcome in Outcome:
+        row = next((e for e in exit_codes.TABLE if e.name == outcome.value), None)
+        if row is None:  # a success: no failure row names it
+            expected[outcome.value] = (0, 0)
+            continue
+        exc = CachetoolError("x")
+        exc.exit_code = row.code
+        fail, cont = (failure_outcome(None, on_miss, exc) for on_miss in ("fail", "continue"))
+        assert fail.outcome is cont.outcome is outcome
+        expected[outcome.value] = (fail.exit_code, cont.exit_code)
+    assert listed == expected, r.out
+    assert listed["interrupted"] == (130, 130) and listed["disk-full"] == (9, 9)

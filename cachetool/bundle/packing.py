@@ -283,7 +283,7 @@ def _check_paths(scan) -> None:
         try:
             validate_relpath(rel)
         except UnsafePathError as exc:
-            raise UnsafePathError(f"cannot pack: {exc}", key=exc.key or rel) from None
+            raise UnsafePathError(f"cannot pack: {exc}", path=exc.path or rel) from None
 
 
 def _check_complete(scan) -> None:
@@ -293,7 +293,7 @@ def _check_complete(scan) -> None:
         reason = incomplete_reason(scan.kind, folder, unit.rank is not None) if folder is not None else None
         if reason is not None:
             raise IncompleteCacheError(f"cannot pack {folder}: its warm did not complete ({reason}); run the warm "
-                                       "again", key=unit.path)
+                                       "again", path=unit.path)
 
 
 def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, workdir: str | os.PathLike | None = None,

@@ -68,6 +68,7 @@ def generate_keypair(out: str | os.PathLike) -> tuple[Path, Path, str]:
     for p in (priv_path, pub_path):
         if p.exists() or p.is_symlink():
             raise UsageError(f"{p} already exists; refusing to overwrite a key")
+    _require_folder(priv_path.parent)
     key = Ed25519PrivateKey.generate()
     priv_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                  serialization.NoEncryption())
@@ -76,10 +77,22 @@ def generate_keypair(out: str | os.PathLike) -> tuple[Path, Path, str]:
     with os.fdopen(fd, "wb") as f:
         f.write(priv_pem)
     os.chmod(priv_path, 0o600)
-    fd = os.open(pub_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pub_pem)
+    try:
+        fd = os.open(pub_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pub_pem)
+    except BaseException:
+        priv_path.unlink(missing_ok=True)  # a private key without its public half is of no use: nothing is left
+        raise
     return priv_path, pub_path, key_id(key.public_key())
+
+
+def _require_folder(folder: Path) -> None:
+    """The folder a key is written into must be there: keygen does not make folders (a typo would hide a key)."""
+    if not folder.exists():
+        raise UsageError(f"folder {folder} does not exist; create it first or write the key elsewhere (-o)")
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder; the key cannot be written under it (-o)")
 
 
 def _read_key_file(p: Path, what: str) -> bytes:

@@ -59,7 +59,9 @@ def _overrides(ctx: click.Context) -> list[str]:
 
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--model", "-m", required=True, help="Preset (tiny, llama-3.2-1b, llama-3.1-8b), config.json or HF folder."),
+        click.option("--model", "-m", default=None,
+                     help="Preset (tiny, llama-3.2-1b, llama-3.1-8b), config.json or HF folder; --engine vllm: the "
+                          "model folder or hub id, or name it after -- as in `vllm serve M` (-- M FLAGS)."),
         cache_root_option,
         device_option("Device to run on", "cpu", extra="; bf16 on cuda, fp32 on cpu", value="cpu"),
         click.option("--compilation-config", "-cc", "compilation_config", default=None,
@@ -127,7 +129,7 @@ def _say(as_json: bool):
 @sign_key_option("Ed25519 private key (cachetool keygen) that signs the pushed bundle; required with --push.")
 @_store_options
 @click.pass_context
-def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
+def warm(ctx: click.Context, model: str | None, cache_root: str | None, device: str, compilation_config: str | None,
          rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,
          engine_args: tuple[str, ...], push_ref: str | None, sign_key: str | None, endpoint_url: str | None,
          profile: str | None, insecure: bool) -> None:
@@ -167,7 +169,7 @@ def warm(ctx: click.Context, model: str, cache_root: str | None, device: str, co
               help=f"Exit non-zero if anything compiles: {exit_codes.COMPILED.code} (native engine, before the start "
                    f"compiles), {exit_codes.MISS.code} with --engine vllm (a miss, naming why).")
 @click.pass_context
-def check(ctx: click.Context, model: str, cache_root: str | None, device: str, compilation_config: str | None,
+def check(ctx: click.Context, model: str | None, cache_root: str | None, device: str, compilation_config: str | None,
           rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,
           engine_args: tuple[str, ...], require_hit: bool) -> None:
     """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs. With

@@ -4,7 +4,7 @@ else its lines, and a failure as one ``error:`` line on stderr.
 Every object has ``ok`` (``exit_code == 0``), ``exit_code``, ``command`` (the verb) and ``message`` (one line);
 a success adds the verb's fields (a list goes inside the object, e.g. ``ls``'s ``refs``), a failure (a result whose
 exit is not 0 included: ``diff --exit-code``'s ``differs``) adds
-``error`` (the exit-code row's name, :mod:`cachetool.exit_codes`), the error's ``store``/``ref``/``key``/``status``
+``error`` (the exit-code row's name, :mod:`cachetool.exit_codes`), the error's ``store``/``ref``/``key``/``path``/``status``
 where it knows them, and what the verb recorded with :func:`add_failure_fields` (``pull``: its outcome).
 :func:`begin` is called once per CLI call with its arguments; :func:`emit` prints a result, :func:`fail` a failure.
 """
@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from cachetool import exit_codes
+from cachetool.errors import FIELDS
 
 
 @dataclass
@@ -67,7 +68,7 @@ def fail(message: str, exit_code: int, exc: BaseException | None = None) -> int:
     """Report a failure: one ``error:`` line on stderr and, with ``--json``, its object on stdout."""
     click.echo(f"error: {message}", err=True)
     if _call.as_json and not _call.emitted:
-        known = {n: getattr(exc, n) for n in ("store", "ref", "key", "status") if getattr(exc, n, None) is not None}
+        known = {n: getattr(exc, n) for n in FIELDS if getattr(exc, n, None) is not None}
         _print({**known, **_call.failure_fields, "ok": False, "exit_code": exit_code, "command": _call.command,
                 "message": message, "error": exit_codes.for_code(exit_code).name})
     return exit_code

@@ -6,7 +6,7 @@ import shlex
 
 import click
 
-from cachetool.api import ENGINE_CHOICES, GC_MIN_AGE_S, ON_MISS, PullOutcome
+from cachetool.api import ENGINE_CHOICES, GC_MIN_AGE_S, ON_MISS, PULL_OUTCOMES, PullOutcome
 from cachetool.cli import cli, output
 from cachetool.cli.output import emit
 from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, device_option, human_size, json_option,
@@ -85,6 +85,35 @@ def _report(outcome: PullOutcome) -> None:
         output.add_failure_fields(**outcome.to_dict())
 
 
+ON_MISS_DEFAULT = "fail"
+
+
+def _pull_help() -> str:
+    """pull's help, its outcomes and exits taken from the outcomes themselves and the exit-code table (a hand-written
+    list had lost `interrupted` and `disk-full`, exits 9 and 130)."""
+    by_row: dict = {}
+    for outcome in PULL_OUTCOMES:
+        by_row.setdefault(outcome.row, []).append(outcome.value)
+    rows = sorted(by_row, key=lambda row: row.code)
+    width = max(len(", ".join(names)) for names in by_row.values())
+    lines = [f"  {', '.join(by_row[row]):<{width}}  exit {row.code}"
+             + (" (0 under --on-miss continue)" if row.continuable else "") for row in rows]
+    return ("Fetch REF and install it into the cache root: signature and preflight checked before any blob is "
+            "fetched. With --engine vllm --model M -- [vllm serve flags], the preflight also checks the key this "
+            "vLLM server will use (model path, config fields, env factors, versions), asking vLLM itself (it "
+            "imports vLLM: seconds).\n\n"
+            "Each pull ends in one outcome, named in its `pull: outcome=...` line on stderr (and `outcome` with "
+            "--json), and exits with its code:\n\n\b\n" + "\n".join(lines))
+
+
+def _continued_help() -> str:
+    """--on-miss's help: the failures it continues, from the exit-code table."""
+    rows = sorted({o.row for o in PULL_OUTCOMES if o.row.continuable}, key=lambda row: row.code)
+    return ("continue: exit 0 when nothing could be installed because the cache is unavailable or unusable ("
+            + ", ".join(f"{row.name} {row.code}" for row in rows) + "), so the server starts cold; any other "
+            "failure still exits with its code.")
+
+
 class PullCommand(CompileCommand):
     """A flag click refuses is an outcome too: its ``pull: outcome=usage-error`` line, then the usual error."""
 
@@ -94,11 +123,24 @@ class PullCommand(CompileCommand):
         except CachetoolError as exc:
             from cachetool.api import pull_refused_outcome
 
-            _report(pull_refused_outcome(next((a for a in args if "://" in a), None), exc))
+            _report(pull_refused_outcome(next((a for a in args if "://" in a), None), exc, _given_on_miss(args)))
             raise
 
 
-@cli.command("pull", cls=PullCommand)
+def _given_on_miss(args: list[str]) -> str:
+    """The ``--on-miss`` a command line gives (its last, as click takes it; the default when none), read from the raw
+    arguments: a refusal is reported with the policy the user asked for, though click refused before reading it."""
+    given = ON_MISS_DEFAULT
+    options = args[:args.index("--")] if "--" in args else args
+    for i, a in enumerate(options):
+        if a == "--on-miss" and i + 1 < len(options):
+            given = options[i + 1]
+        elif a.startswith("--on-miss="):
+            given = a.partition("=")[2]
+    return given
+
+
+@cli.command("pull", cls=PullCommand, help=_pull_help())
 @click.argument("ref")
 @cache_root_option
 @trust_option
@@ -108,10 +150,8 @@ class PullCommand(CompileCommand):
 @replace_options
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Bound the whole pull; past it exit 7.")
-@click.option("--on-miss", type=click.Choice(ON_MISS), default="fail", show_default=True,
-              help="continue: exit 0 when nothing could be installed because the cache is unavailable or "
-                   "unusable (miss 4, not found 5, store error 6, timeout 7, verification refused 3), so the "
-                   "server starts cold; a usage error (2) or a local fault (1) still fails.")
+@click.option("--on-miss", type=click.Choice(ON_MISS), default=ON_MISS_DEFAULT, show_default=True,
+              help=_continued_help())
 @click.option("--workers", type=click.IntRange(1, 64), default=None, show_default="2 per CPU core, from 2 to 8",
               help="Parallel downloads.")
 @json_option
@@ -130,13 +170,7 @@ class PullCommand(CompileCommand):
 @store_options
 @click.pass_context
 def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
-    """Fetch REF and install it into the cache root: signature and preflight checked before any blob is fetched.
-    With --engine vllm --model M -- [vllm serve flags], the preflight also checks the key this vLLM server will
-    use (model path, config fields, env factors, versions), asking vLLM itself (it imports vLLM: seconds).
-
-    Each outcome is one `pull: outcome=...` line on stderr: installed, already-installed, miss, not-found,
-    store-error, timeout, refused, usage-error or error.
-    """
+    """Fetch REF and install it (the help is :func:`_pull_help`'s: it lists the outcomes)."""
     from cachetool.api import pull_outcome, pull_refused_outcome
 
     try:

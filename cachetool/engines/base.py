@@ -25,7 +25,7 @@ class StartRequest:
     the vLLM engine ``--device``, ``-cc`` and the rank options."""
 
     command: str                      # "warm" or "check"
-    model: str
+    model: str | None                 # None: from the flags (vLLM: `vllm serve M`), or refused
     cache_root: Path                  # resolved (cachetool.cache_root.CacheRoot.path)
     device: str = "cpu"
     config: Any = None                # native: a CompilationConfig, dict or JSON text

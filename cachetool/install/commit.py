@@ -34,9 +34,9 @@ def commit(plan: Plan, manifest: Manifest, staging: Path, root_fd: int, root: Pa
                 except FileNotFoundError:
                     st = None
                 if st is not None and (stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode)):
-                    raise UnsafeDestinationError(f"{u.path!r} in the cache root is a symlink or file", key=u.path)
+                    raise UnsafeDestinationError(f"{u.path!r} in the cache root is a symlink or file", path=u.path)
                 if st is not None and u.path not in plan.replace:
-                    raise ConflictError(f"{u.path} appeared in {root} during the install; rerun", key=u.path)
+                    raise ConflictError(f"{u.path} appeared in {root} during the install; rerun", path=u.path)
                 if st is not None and fs.exchange(src_fd, dst_fd, name):
                     continue
                 if st is not None:

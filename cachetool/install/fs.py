@@ -56,7 +56,7 @@ def open_dir_chain(root_fd: int, rel: str, create: bool, modes: dict[str, int]) 
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise UnsafeDestinationError(
                         f"{sofar!r} in the cache root is a symlink or not a folder; refusing to write through it",
-                        key=sofar) from None
+                        path=sofar) from None
                 raise
             os.close(fd)
             fd = nfd

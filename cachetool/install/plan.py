@@ -41,7 +41,7 @@ def plan_install(manifest: Manifest, units: list[Unit], root_fd: int, root: Path
             plan.present.append(u.path)
         elif keep_changed:
             raise UnitChangedError(f"{u.path} in {root} has files that differ from the bundle; kept as it is "
-                                   "(--keep-changed): nothing installed", key=u.path)
+                                   "(--keep-changed): nothing installed", path=u.path)
         else:
             plan.units.append(u)
             plan.replace.add(u.path)
@@ -63,8 +63,8 @@ def _check_lengths(plan: Plan, manifest: Manifest, root: Path, root_fd: int) -> 
             longest = max(len(part) for part in b.split(b"/"))
             if longest > name_max:
                 raise PathTooLongError(f"manifest path {short_path(rel)} has a name of {longest} bytes; the file "
-                                       f"system of {root} allows {name_max}", key=rel)
+                                       f"system of {root} allows {name_max}", path=rel)
             if base + len(b) >= path_max:
                 raise PathTooLongError(f"manifest path {short_path(rel)} is too long to install under {root} "
                                        f"({base + len(b)} bytes staged; the file system allows {path_max - 1})",
-                                       key=rel)
+                                       path=rel)

@@ -92,4 +92,4 @@ def check_complete(manifest: Manifest, plan: Plan, staging: Path) -> None:
         reason = incomplete_reason(manifest.layout, staging / "tree" / u.path, u.rank is not None)
         if reason is not None:
             raise IncompleteUnitError(f"{u.path} in the bundle is incomplete ({reason}); refused: nothing "
-                                      "installed", key=u.path)
+                                      "installed", path=u.path)

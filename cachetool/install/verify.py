@@ -27,7 +27,7 @@ def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, in
     (unless ``insecure_skip_verify``, which warns), then parsed and validated. Returns (bytes, manifest, key id).
     ``skip_hint``: an unsigned bundle's message offers ``--insecure-skip-verify`` (install and pull have it; verify,
     whose whole point is the check, has not)."""
-    from cachetool.errors import UnsignedError
+    from cachetool.errors import FIELDS, UnsignedError
 
     mbytes = source.manifest_bytes()
     key_id = None
@@ -44,8 +44,7 @@ def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, in
             if not skip_hint or envelope is not None:
                 raise
             raise UnsignedError("bundle is not signed (sign it with `cachetool sign`, or pass --insecure-skip-verify "
-                                "to install it unverified)", store=exc.store, ref=exc.ref, key=exc.key,
-                                status=exc.status) from None
+                                "to install it unverified)", **{n: getattr(exc, n) for n in FIELDS}) from None
     return mbytes, Manifest.from_bytes(mbytes), key_id
 
 

@@ -246,7 +246,7 @@ class StoreSource(BundleSource):
         if not stat.S_ISDIR(os.lstat(self.partial_dir).st_mode):
             raise UnsafeDestinationError(
                 f"{self.partial_dir} is a symlink or not a folder; refusing to download through it",
-                key=blob.stored_digest, **self.fields)
+                key=blob.stored_digest, path=str(self.partial_dir), **self.fields)
         part = self.partial_dir / hexof(blob.stored_digest)
         try:
             st = os.lstat(part)

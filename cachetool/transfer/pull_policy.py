@@ -14,7 +14,7 @@ failure's row of :mod:`cachetool.exit_codes`) and the exit code the policy gives
   (``abandoned_threads``) so that a process can exit without joining them;
 - SIGINT and SIGTERM (how Kubernetes stops an init-container) end the pull within a second, cleanly, as outcome
   ``interrupted`` (exit 130, whatever ``on_miss`` says): the staging folder removed, every unit installed whole or
-  not at all, the partial downloads kept for a rerun to resume (:func:`stopped_by_signals`).
+  not at all, the partial downloads kept for a rerun to resume, and the message says which (:func:`stopped_message`).
 
 :func:`pull_with_policy` runs a :class:`cachetool.transfer.pull.PullRequest` under this policy and never raises for a failure.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, get_args
 
 from cachetool import bounds, exit_codes
-from cachetool.errors import CachetoolError, StopSignalError, WaitTimeoutError, cause, os_error_line
+from cachetool.errors import FIELDS, CachetoolError, StopSignalError, WaitTimeoutError, cause, filled, os_error_line
 from cachetool.cache_root import PARTIAL_DIR
 
 if TYPE_CHECKING:
@@ -57,17 +57,22 @@ class Outcome(enum.StrEnum):
     NOT_FOUND = exit_codes.NOT_FOUND.name
     STORE_ERROR = exit_codes.STORE.name
     TIMEOUT = exit_codes.TIMEOUT.name
-    COMPILED = exit_codes.COMPILED.name
     DISK_FULL = exit_codes.DISK_FULL.name
     INTERRUPTED = exit_codes.INTERRUPTED.name
 
     @classmethod
     def of_failure(cls, row: exit_codes.ExitCode) -> Outcome:
-        """The outcome of a failure of ``row`` (one no pull ends in, such as ``differs``, is an ``error``)."""
+        """The outcome of a failure of ``row`` (one no pull ends in, ``check``'s ``compiled`` or ``diff``'s
+        ``differs``, is an ``error``)."""
         try:
             return cls(row.name)
         except ValueError:
             return cls.ERROR
+
+    @property
+    def row(self) -> exit_codes.ExitCode:
+        """The exit-code table's row this outcome exits with (``ok`` for one no failure row names: a success)."""
+        return next((e for e in exit_codes.TABLE if e.name == self.value), exit_codes.OK)
 
 
 @dataclasses.dataclass
@@ -245,13 +250,33 @@ def stopped_by_signals(root: Path) -> Iterator[None]:
         name = signal.Signals(signum).name
         stop.stop(name)
         if first:
-            raise StopSignalError(f"pull stopped by {name}: every unit is installed whole or not at all; a rerun "
-                                  f"resumes the partial downloads kept in {root / PARTIAL_DIR}")
+            raise StopSignalError(f"pull stopped by {name}")
 
     previous = {s: signal.signal(s, handle) for s in STOP_SIGNALS}
     try:
         with bounds.applied(stop):
             yield
+    except StopSignalError as exc:
+        if not stop.requested.is_set():
+            raise
+        # said once the pull has unwound, when its partial downloads are settled
+        raise filled(StopSignalError(stopped_message(stop.stopped_by, root)),
+                     **{n: getattr(exc, n) for n in FIELDS}) from None
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def stopped_message(signal_name: str, root: Path) -> str:
+    """What a stopped pull leaves, said as it is: nothing downloaded yet, or the partial downloads a rerun resumes
+    (a blob's partial file is made as its download starts and kept until the install succeeds)."""
+    folder = root / PARTIAL_DIR
+    try:
+        kept = sum(1 for e in os.scandir(folder) if e.is_file(follow_symlinks=False))
+    except OSError:
+        kept = 0
+    if not kept:
+        return (f"pull stopped by {signal_name} before any blob was downloaded: nothing was installed; a rerun "
+                "starts from the beginning")
+    return (f"pull stopped by {signal_name}: every unit is installed whole or not at all; a rerun resumes the {kept} "
+            f"partial download{'s' if kept > 1 else ''} kept in {folder}")

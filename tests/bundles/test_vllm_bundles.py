@@ -115,6 +115,31 @@ def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factor
     assert out["differences"] == [], out
 
 
+def test_diff_of_a_native_and_a_vllm_bundle_says_they_are_different_engines(tmp_path, cli, keys):
+    """It listed every factor of each side as unset in the other (1,380 lines for two real warms) and exited 0:
+    now one line says which engine's server reads which, and --exit-code exits `differs`."""
+    from tests.bundles.fixtures import make_native_tree
+
+    vllm = make_aot_tree(tmp_path / "vllm", ranks=("rank_0_0",))
+    doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": _recorded()}
+    (vllm / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
+    native = make_native_tree(tmp_path / "native", ranks=("rank_0_0",), layers=2)
+    for src in (native, vllm):
+        assert cli("pack", src, "-o", tmp_path / f"{src.name}.ctb", "--sign-key", keys["priv"]).rc == 0
+    for a, b in (("native", "vllm"), ("vllm", "native")):
+        args = ("diff", tmp_path / f"{a}.ctb", tmp_path / f"{b}.ctb")
+        r = cli(*args, "--exit-code", "--json")
+        assert r.rc == 10, r
+        out = json.loads(r.out)
+        assert [(d["category"], d["a"], d["b"]) for d in out["differences"]] == [("engine", a, b)], out
+        assert "different engines" in out["message"], out
+        text = cli(*args)
+        assert text.rc == 0, text  # without --exit-code diff only reports, as for any difference
+        (line,) = [ln for ln in text.out.splitlines() if "different engines" in ln]
+        assert f"A is a {a} cache" in line and "CACHETOOL_CACHE_ROOT" in line and "VLLM_CACHE_ROOT" in line, line
+        assert len(text.out.splitlines()) == 2 and "<unset>" not in text.out, text.out
+
+
 def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monkeypatch, tmp_path):
     """VLLM_CPU_OMP_THREADS_BIND is one of vLLM's hashed env factors: set on a GPU machine, a warm's key would
     differ from its server's, which never sets it."""
@@ -350,6 +375,27 @@ def test_prune_removes_old_aotautograd_entries_but_the_newest_and_the_young(tmp_
     assert (root / "modelinfos").is_dir() and (root / AOT / "rank_0_0" / "model").is_file()
     assert not list((root / AOT / "inductor_cache" / "aotautograd").glob(".cachetool-prune-*"))
     assert cli("prune", "--cache-root", tmp_path / "none").rc == 2
+
+
+def test_prune_refuses_a_folder_that_is_not_a_cache_root(tmp_path, cli):
+    """A folder of other things (a home folder, a root's own torch_compile_cache/) said "removed 0 entries", exit 0,
+    as if it were a clean cache root: now a usage error naming what a cache root holds; an empty root is fine."""
+    other = tmp_path / "home"
+    _w(other / "notes.txt", b"mine")
+    (other / "projects").mkdir()
+    root = tmp_path / "root"
+    _aot_with_starts(root, 2)
+    for folder, hint in ((other, "torch_compile_cache/"), (root / "torch_compile_cache", "its parent")):
+        r = cli("prune", "--cache-root", folder, "--json")
+        assert r.rc == 2, r
+        line = r.error_line()
+        assert "not a cache root" in line and hint in line and "empty" in line, line
+        assert json.loads(r.out)["error"] == "usage-error", r.out
+    assert (other / "notes.txt").read_bytes() == b"mine" and (other / "projects").is_dir()
+    assert len(list((root / AOT / "inductor_cache" / "aotautograd").iterdir())) == 2
+    (tmp_path / "empty").mkdir()
+    r = cli("prune", "--cache-root", tmp_path / "empty")
+    assert r.rc == 0 and "removed 0 entries" in r.out, r
 
 
 def test_a_tensor_parallel_key_folder_keeps_one_aotautograd_entry_per_rank(tmp_path):

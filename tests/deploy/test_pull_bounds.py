@@ -50,6 +50,16 @@ def timed_pull(*args, **kwargs):
     return real_pull(*args, **kwargs)
 
 file_store.write_bounded, cachetool.transfer.pull.pull = slow_write, timed_pull
+if os.environ.get("SLOW_PREFLIGHT_SECONDS"):  # a preflight that takes its time (vLLM's key check takes seconds)
+    import cachetool.install.installer as installer
+    real_preflight = installer.run_preflight
+
+    def slow_preflight(*args, **kwargs):
+        (marks / "preflight").touch()
+        time.sleep(float(os.environ["SLOW_PREFLIGHT_SECONDS"]))
+        return real_preflight(*args, **kwargs)
+
+    installer.run_preflight = slow_preflight
 from cachetool.cli import entry
 sys.argv[0] = "cachetool"
 entry()
@@ -74,12 +84,13 @@ def big(tmp_path_factory):
     return {"ref": f"file://{d}/store/big:v1", "pub": str(pub)}
 
 
-def _start(big, tmp_path, *extra: str, delay: float = 0.05) -> tuple[subprocess.Popen, Path]:
+def _start(big, tmp_path, *extra: str, delay: float = 0.05, preflight: float = 0) -> tuple[subprocess.Popen, Path]:
     marks = tmp_path / "marks"
     marks.mkdir(exist_ok=True)
     for m in marks.iterdir():
         m.unlink()
-    env = dict(os.environ, PYTHONPATH=str(REPO), SLOW_CHUNK_SECONDS=str(delay), MARKS=str(marks))
+    env = dict(os.environ, PYTHONPATH=str(REPO), SLOW_CHUNK_SECONDS=str(delay), MARKS=str(marks),
+               SLOW_PREFLIGHT_SECONDS=str(preflight or ""))
     argv = [sys.executable, "-c", LAUNCHER, "pull", big["ref"], "--cache-root", str(tmp_path / "root"),
             "--trust", big["pub"], "--json", *extra]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), marks
@@ -149,3 +160,31 @@ def test_a_stop_signal_ends_the_pull_cleanly_and_a_rerun_resumes(big, tmp_path, 
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     assert json.loads(out)["blobs_resumed"] == 1, out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_in_the_preflight_says_nothing_was_downloaded(big, tmp_path, sig):
+    """Stopped before any blob: the message said "a rerun resumes the partial downloads" when there were none."""
+    p, marks = _start(big, tmp_path, preflight=60)
+    _wait_for(marks / "preflight")
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (p.returncode, err)
+    assert json.loads(out)["outcome"] == "interrupted", out
+    line = _error_line(err)
+    assert sig.name in line and "before any blob was downloaded" in line, line
+    assert "resumes" not in line and ".cachetool-partial" not in line, line
+    assert not (marks / "streaming").exists()
+    assert not (tmp_path / "root" / ".cachetool-partial").exists()
+
+
+def test_a_stop_signal_says_how_many_partial_downloads_a_rerun_resumes(big, tmp_path):
+    p, marks = _start(big, tmp_path)
+    _wait_for(marks / "streaming")
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (p.returncode, err)
+    kept = list((tmp_path / "root" / ".cachetool-partial").iterdir())
+    assert kept, err
+    line = _error_line(err)
+    assert f"resumes the {len(kept)} partial download" in line and ".cachetool-partial" in line, line

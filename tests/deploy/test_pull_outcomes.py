@@ -135,6 +135,17 @@ def test_a_bad_flag_with_json_prints_json(store, tmp_path, cli):
     assert doc["ref"] == f"{store['url']}/llama:v1"
 
 
+@pytest.mark.parametrize("given", [["--on-miss", "continue"], ["--on-miss=continue"], []])
+@pytest.mark.parametrize("bad", [["--bogus"], ["--workers", "0"]])
+def test_a_flag_click_refuses_reports_the_on_miss_given(store, tmp_path, cli, given, bad):
+    """click refuses these before the pull reads --on-miss: the line and the JSON still say the policy asked for."""
+    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", *given, *bad, "--json")
+    assert r.rc == 2, r
+    on_miss = "continue" if given else "fail"
+    assert _one_json(r.out)["on_miss"] == on_miss, r.out
+    assert f" on_miss={on_miss} " in _outcome_line(r.err), r.err
+
+
 @pytest.mark.parametrize("where", ["root is a file", "parent is a file"])
 def test_a_root_that_cannot_be_a_folder_is_a_usage_error_even_with_on_miss_continue(store, tmp_path, cli, where):
     """A cache root that cannot be a folder is the pod's bug: exit 2 (a root under a file was 1, a root that is a

@@ -162,3 +162,27 @@ def test_the_demo_removes_its_temporary_folder_and_keeps_demo_dir(fake, tmp_path
     assert "== demo folder: " + str(tmp) in r.stdout and list(tmp.iterdir()) == []
     r = fake("demo.sh")
     assert r.returncode == 0 and (tmp_path / "demo" / "store").parent.is_dir()
+
+
+def test_an_unreachable_torch_index_is_named_with_its_cause(tmp_path):
+    """With real Python and pip, in a throwaway venv (never the repository's .venv): an index that refuses
+    connections was reported as pip's "ResolutionImpossible" (with a constraints file) or "No matching
+    distribution", the refusal itself hidden by the quiet install; now the failure line names the index and why."""
+    from tests.servers import free_port
+
+    empty = tmp_path / "empty-index"
+    empty.mkdir()
+    index = f"http://127.0.0.1:{free_port()}/whl/cpu"  # nothing listens there
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TMPDIR": str(tmp_path),
+           "CACHETOOL_VENV": str(tmp_path / "venv"), "TORCH_INDEX_URL": index,
+           # no pip configuration of this machine (its wheel folders hold torch): the configured index is empty
+           "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": empty.as_uri(), "PIP_RETRIES": "0"}
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "install.sh")], capture_output=True, text=True, env=env,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode != 0, r.stdout + r.stderr
+    failed = [ln for ln in r.stderr.splitlines() if "FAILED at step: " in ln]
+    assert len(failed) == 1, r.stderr
+    assert "install torch==2.13.0+cpu" in failed[0] and index in failed[0], failed
+    assert "cannot be reached: [Errno 111] Connection refused" in failed[0], failed
+    assert "ResolutionImpossible" not in r.stderr and "No matching distribution" not in r.stderr, r.stderr
+    assert not list(tmp_path.glob("cachetool-torch.*")), "the pip log was left behind"

@@ -203,7 +203,30 @@ def test_an_unreadable_registry_credentials_file_names_the_store_and_the_file(oc
     with open_store(store) as st, pytest.raises(StoreError) as err:
         list(st.list_refs())
     e = err.value
-    assert (e.store, e.key) == (store, str(bad)), e
+    assert (e.store, e.path, e.key) == (store, str(bad), None), e
     r = cli("ls", store, "--json")
     doc = json.loads(r.out)
-    assert r.rc == 6 and (doc["store"], doc["key"]) == (store, str(bad)), r
+    assert r.rc == 6 and (doc["store"], doc["path"]) == (store, str(bad)) and "key" not in doc, r
+
+
+def test_key_is_a_store_object_and_a_path_in_the_cache_root_is_path(bundle, keys, tmp_path, cli):
+    """`key` was a manifest digest in one failure (an untrusted pull) and a unit's path in the cache root in
+    another (a changed unit under --keep-changed): now `key` is always the store's object (here the bundle's
+    manifest) and a local path has its own field, `path`."""
+    from cachetool.api import pull
+    from cachetool.bundle.packing import write_ctb
+
+    ref = f"file://{tmp_path}/store/llama:v1"
+    push(bundle, ref)
+    root = tmp_path / "root"
+    pull(ref, root, trust=[keys["pub"]])
+    victim = next(root.rglob("rank_1_0/backbone/compile_index.json"))
+    victim.write_bytes(b"{}")
+    unit = str(victim.parent.parent.relative_to(root))
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--keep-changed", "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 4 and doc["path"] == unit and doc["key"] == bundle.manifest_digest, doc
+    ctb = write_ctb(bundle, tmp_path / "b.ctb")
+    r = cli("install", ctb, "--cache-root", root, "--trust", keys["pub"], "--keep-changed", "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 4 and doc["path"] == unit and doc.get("key") != unit, doc

@@ -72,12 +72,13 @@ def signing_key(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def warmed(tmp_path_factory, tiny_model, signing_key, oci_registry):
-    """`cachetool warm --engine vllm --push oci://...` once for every real-vLLM test of the session: the CI job
-    (one vLLM start costs 15-80 s here)."""
+    """`cachetool warm --engine vllm --push oci://... -- MODEL FLAGS` once for every real-vLLM test of the session:
+    the CI job (one vLLM start costs 15-80 s here). The model is named after --, as in `vllm serve M` (the docs'
+    form, refused until --model stopped being required); test_vllm_tp.py warms with --model."""
     base = tmp_path_factory.mktemp("vllm-warm")
     ref = f"{oci_registry.repo_url('vllm-tiny')}:ci"
-    r = ok(cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", base / "ci-root", "--push",
-                     ref, "--sign-key", signing_key, "--json", "--", *FLAGS))
+    r = ok(cachetool("warm", "--engine", "vllm", "--cache-root", base / "ci-root", "--push",
+                     ref, "--sign-key", signing_key, "--json", "--", tiny_model, *FLAGS))
     ok(cachetool("pack", base / "ci-root", "-o", base / "x.ctb", "--sign-key", signing_key))  # the root, single file
     return {"base": base, "ref": ref, "root": base / "ci-root", "summary": json_out(r), "key": signing_key,
             "pub": Path(f"{signing_key}.pub"), "model": tiny_model}

@@ -165,6 +165,22 @@ def test_a_model_folder_without_config_json_is_a_usage_error(tmp_path):
     assert not (tmp_path / "root").exists()
 
 
+@pytest.mark.parametrize("verb", ["warm", "check"])
+def test_the_model_may_be_named_after_the_double_dash_as_vllm_serve_takes_it(tmp_path, verb):
+    """`warm --engine vllm --cache-root R -- M FLAGS` was refused ("Missing option '--model'") although `vllm serve
+    M` takes it so: M is now the model (this folder lacks config.json, which is what the refusal names); a real
+    start of that form is the session's warm (conftest.py's `warmed`). The native engine still needs --model."""
+    (tmp_path / "m").mkdir()
+    r = cachetool(verb, "--engine", "vllm", "--cache-root", tmp_path / "root", "--", tmp_path / "m",
+                  "--max-model-len", "256")
+    assert r.returncode == 2 and f"{tmp_path / 'm'}: the folder has no config.json" in error_line(r), r
+    r = cachetool(verb, "--engine", "vllm", "--cache-root", tmp_path / "root", "--", "--max-model-len", "256")
+    assert r.returncode == 2 and "M after -- as in `vllm serve M`" in error_line(r), r
+    r = cachetool(verb, "--cache-root", tmp_path / "root")
+    assert r.returncode == 2 and f"{verb} needs --model: a preset (tiny," in error_line(r), r
+    assert not (tmp_path / "root").exists()
+
+
 def test_flags_vllm_refuses_are_one_line_and_nothing_is_pushed(tmp_path, tiny_model, signing_key):
     store = tmp_path / "store"
     r = cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", tmp_path / "root", "--push",

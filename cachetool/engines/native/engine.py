@@ -50,6 +50,11 @@ class NativeEngine:
         _refuse_flags(request.flags)
         if request.load_weights:
             raise UsageError("--load-weights is for --engine vllm (the native engine builds weights itself)")
+        if not request.model:  # vLLM's may come after -- as in `vllm serve M`; this engine's only from --model
+            from cachetool.engines.native.machine import model_presets
+
+            raise UsageError(f"{request.command} needs --model: a preset ({', '.join(model_presets())}), a "
+                             "config.json or a model folder")
         return run.compilation_config(request.config, request.overrides, request.cache_root)
 
     # ------------------------------------------------------------------------------------------ facts

@@ -83,7 +83,7 @@ def _from_entry(e: dict, path: Path, key: str) -> tuple[str, str] | None:
             user, _, pw = base64.b64decode(e["auth"]).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
             raise StoreError(f"credentials file {path}: the 'auth' of {key} is not base64 user:password",
-                             key=str(path)) from None
+                             path=str(path)) from None
         return user, pw
     if e.get("username"):
         return e["username"], e.get("password") or ""
@@ -100,9 +100,9 @@ def _from_file(path: Path, host: str, repo: str) -> tuple[bool, tuple[str, str] 
         return False, None
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot read credentials file {path}: {' '.join(str(exc).split())[:120]}",
-                         key=str(path)) from None
+                         path=str(path)) from None
     if not isinstance(cfg, dict):
-        raise StoreError(f"credentials file {path} is not a JSON object", key=str(path))
+        raise StoreError(f"credentials file {path} is not a JSON object", path=str(path))
     helper = (cfg.get("credHelpers") or {}).get(host)
     if helper:
         return True, _cred_helper(helper, host)
