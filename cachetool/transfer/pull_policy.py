@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, get_args
 
 from cachetool import bounds, exit_codes
-from cachetool.errors import FIELDS, CachetoolError, StopSignalError, WaitTimeoutError, cause, filled, os_error_line
+from cachetool.errors import (FIELDS, CachetoolError, StopSignalError, UsageError, WaitTimeoutError, cause, filled,
+                              os_error_line)
 from cachetool.cache_root import PARTIAL_DIR
 
 if TYPE_CHECKING:
@@ -159,8 +160,6 @@ def pull_with_policy(request: PullRequest, on_miss: str = "fail") -> PullOutcome
     abandoned = threading.Event()
     try:
         if on_miss not in ON_MISS:
-            from cachetool.errors import UsageError
-
             raise UsageError(f"on_miss must be one of {', '.join(ON_MISS)}, got {on_miss!r}")
         root = Path(request.cache_root).expanduser()
         with stopped_by_signals(root), hard_timeout(request.timeout, abandoned), temporary_folder_for(root):
@@ -187,7 +186,9 @@ def temporary_folder_for(root: Path) -> Iterator[None]:
         root.mkdir(parents=True, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".cachetool-tmp-", dir=root)
     except OSError as exc:
-        raise CachetoolError(
+        # the pod's own misconfiguration (a read-only root and no writable /tmp), which no restart fixes: usage (2),
+        # which --on-miss continue does not continue, so that it is seen
+        raise UsageError(
             f"pull needs a writable folder: no temporary folder is writable (TMPDIR, /tmp, /var/tmp) and the cache "
             f"root {root} cannot be written ({exc.strerror or exc}); mount an emptyDir at /tmp, or make the cache "
             "root writable") from None
