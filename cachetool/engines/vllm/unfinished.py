@@ -65,7 +65,8 @@ class Mark:
 
     @classmethod
     def read(cls, path: Path) -> Mark:
-        """The mark in ``path``; one that cannot be read names no folder (the whole root is refused)."""
+        """The mark in ``path``; one that cannot be read names no folder (the whole root is refused) and no start
+        time (no later start settles it)."""
         try:
             d = json.loads(path.read_text())
             folders = d.get("folders")
@@ -101,6 +102,8 @@ class Mark:
         return p is not None and p.start == self.process_start and p.state != "Z"
 
     def describe(self) -> str:
+        if not self.started:
+            return f"a mark of a start that cachetool cannot read: remove it if no start runs on the root ({self.path})"
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started)) if self.started else "?"
         who = f"a {self.command} started {when} (pid {self.pid} on {self.host})"
         if self.folders is None:
@@ -126,20 +129,27 @@ def key_folders(root: Path) -> list[str]:
 
 
 def _changed_since(folder: Path, since_ns: int) -> bool:
-    """Whether anything in ``folder`` (the folder itself included) was written at or after ``since_ns``."""
-    stack = [folder]
+    """Whether anything in ``folder`` (the folder itself included) was written at or after ``since_ns``; an entry
+    that vanishes on the way is skipped."""
     try:
         if folder.stat().st_mtime_ns >= since_ns:
             return True
-        while stack:
-            with os.scandir(stack.pop()) as entries:
-                for e in entries:
-                    if e.stat(follow_symlinks=False).st_mtime_ns >= since_ns:
-                        return True
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(Path(e.path))
     except FileNotFoundError:
         return False
+    stack = [folder]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for e in entries:
+                    try:
+                        if e.stat(follow_symlinks=False).st_mtime_ns >= since_ns:
+                            return True
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(Path(e.path))
+                    except FileNotFoundError:
+                        continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue
     return False
 
 
@@ -152,7 +162,7 @@ def touched_since(root: Path, started: float) -> list[str]:
 def _settle_killed(root: Path, mine: Mark) -> None:
     """Give the mark of a start killed outright (no folders, not running) the folders changed since it began."""
     for m in marks(root):
-        if m.path != mine.path and m.folders is None and not m.running():
+        if m.path != mine.path and m.folders is None and m.started and not m.running():
             m.folders = touched_since(root, m.started)
             m.keep_or_remove()
 
