@@ -265,7 +265,8 @@ def cpu_binding(tp: int) -> str:
 def run_child(request: dict, cache_root: Path | None, log: BinaryIO, *, timeout: float | None = None) -> dict:
     """Run the child with ``request`` (on its stdin) and vLLM's output into ``log``; its result (read from an
     unlinked file, so that nothing is left behind whatever happens), or the one-line error (vLLM's last) as an
-    exception. ``cache_root`` None: the child uses a scratch root of its own and removes it."""
+    exception. ``cache_root`` None: the child uses a scratch root of its own and removes it. However the run ends
+    (done, ``timeout``, a stop signal), the child's process group goes with it (:func:`process_tree.end_group`)."""
     tp = tensor_parallel_size(request["argv"])
     with tempfile.TemporaryFile() as result_file:
         fd = result_file.fileno()
