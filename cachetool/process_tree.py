@@ -5,9 +5,9 @@ Two ways to end them, both SIGTERM, a grace period, then SIGKILL:
 - :func:`end_group`: a child started in a process group of its own (``start_new_session``) is ended with every
   process it started, however deep (the vLLM child: vLLM's EngineCore, its workers and their compile jobs inherit
   the group), also those already orphaned to init;
-- :func:`end`: the processes named by identity (:func:`descendants` taken when a stop signal came, before any
-  cleanup orphaned them): what a stopped verb leaves of the work it started itself (Inductor's compile jobs,
-  tensor-parallel ranks).
+- :func:`end_descendants`: the processes named by identity (:func:`descendants` taken when a stop signal came,
+  before any cleanup orphaned them) and those started since: what a stopped verb leaves of the work it started
+  itself (Inductor's compile jobs, tensor-parallel ranks).
 
 A process is named by its pid and its start time (``/proc/PID/stat``), so that a pid the kernel has reused is never
 signalled; a zombie counts as gone (its parent reaps it: in a container, init may never do so). A process that
@@ -25,12 +25,14 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-__all__ = ["Process", "clock_ticks", "descendants", "die_with_parent", "end", "end_group", "table"]
+__all__ = ["Process", "clock_ticks", "descendants", "die_with_parent", "end", "end_descendants", "end_group", "table"]
 
 PROC = Path("/proc")
 GROUP_GRACE = 4.0  # SIGTERM -> SIGKILL for a child's group: vLLM's EngineCore defers SIGTERM while it compiles
 GRACE = 2.0        # SIGTERM -> SIGKILL for a stopped verb's leftovers
 KILL_WAIT = 1.0    # after SIGKILL: the kernel's part
+SETTLE = 0.3       # end_descendants: a scan this long after an end that finds no new process ends it
+SETTLE_LIMIT = 5.0
 POLL = 0.05
 
 Identity = tuple[int, int]  # (pid, start time in clock ticks since boot)
@@ -139,6 +141,24 @@ def end(identities: Iterable[Identity], grace: float | None = None) -> set[Ident
     _signal(_alive(targets), signal.SIGKILL)
     _wait_until(lambda: not _alive(targets), KILL_WAIT)
     return _alive(targets)
+
+
+def end_descendants(since: int, known: Iterable[Identity] = (), grace: float | None = None) -> set[Identity]:
+    """End this process's descendants started since ``since`` and the processes ``known`` names (:func:`end`), and
+    again those that appear meanwhile (a thread of this process may start one more job as it is stopped: a kernel
+    build it had taken from its queue), until a scan finds none for :data:`SETTLE` s or :data:`SETTLE_LIMIT` s have
+    passed. Returns those still running."""
+    left: set[Identity] = set()
+    targets = set(known) | descendants(since=since)
+    give_up = time.monotonic() + SETTLE_LIMIT
+    while targets:
+        left |= end(targets, grace)
+        time.sleep(SETTLE)
+        targets = {i for i in descendants(since=since) if not _ignores_sigterm(i[0])} - left
+        if time.monotonic() >= give_up:
+            left |= targets
+            break
+    return _alive(left)
 
 
 def _group_alive(pgid: int) -> bool:

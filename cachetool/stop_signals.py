@@ -65,7 +65,7 @@ def stopped_by_signals(message: Callable[[str], str]) -> Iterator[bounds.Bound]:
         finally:
             armed = False  # from here on a signal only asks again: the cleanup below is not cut
         if stop.requested.is_set():
-            left = process_tree.end(started | process_tree.descendants(since=since))
+            left = process_tree.end_descendants(since, started)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

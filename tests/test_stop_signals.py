@@ -2,7 +2,8 @@
 
 - :func:`cachetool.stop_signals.stopped_by_signals` turns SIGTERM or SIGINT into the block's one
   :class:`StopSignalError` (exit 130) after ending every process the block started, children of children
-  included, also one that defers SIGTERM (as vLLM's EngineCore does while it compiles: SIGKILL after the grace);
+  included, also one that defers SIGTERM (as vLLM's EngineCore does while it compiles: SIGKILL after the grace)
+  and one a thread starts just after the signal (as Inductor's compile pool does with the job it had taken);
   a second signal during that cleanup does not cut it; the handlers are restored.
 - :func:`cachetool.process_tree.end_group` ends a whole process group, an orphaned member included;
   :func:`cachetool.process_tree.end` never signals a pid the kernel reused, and leaves alone a process that
@@ -27,14 +28,24 @@ from tests.stop_helpers import REPO, processes
 # A block under the stop signals that starts a shell with two sleeping children and a shell that defers SIGTERM
 # (its trap runs and it goes on), reports their pids, then sleeps; the StopSignalError it ends in is printed.
 BLOCK = """
-import json, signal, subprocess, sys, time
+import json, signal, subprocess, sys, threading, time
 from cachetool import process_tree
 from cachetool.errors import StopSignalError
 from cachetool.stop_signals import stopped_by_signals
 
 process_tree.GRACE = 1.0
+late = []
+
+
+def one_more_job(stop):  # a worker thread that starts the job it had taken as the stop comes (Inductor's pool)
+    stop.requested.wait()
+    time.sleep(0.05)
+    late.append(subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+
 try:
-    with stopped_by_signals(lambda name: f"block stopped by {name}"):
+    with stopped_by_signals(lambda name: f"block stopped by {name}") as stop:
+        threading.Thread(target=one_more_job, args=(stop,), daemon=True).start()
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], **quiet)
         subprocess.Popen(["sh", "-c", "trap 'echo deferred' TERM; while :; do sleep 0.2; done"], **quiet)
@@ -42,7 +53,8 @@ try:
         print(json.dumps({"ready": True}), flush=True)
         time.sleep(60)
 except StopSignalError as exc:
-    print(json.dumps({"error": str(exc), "exit_code": exc.exit_code,
+    time.sleep(0.1)
+    print(json.dumps({"error": str(exc), "exit_code": exc.exit_code, "late": [p.pid for p in late],
                       "handlers": [signal.getsignal(s) is h for s, h in
                                    ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler))]}),
           flush=True)
@@ -84,8 +96,9 @@ def test_a_stop_signal_ends_the_blocks_processes_then_raises_one_error(sig):
     assert doc["error"] == f"block stopped by {sig.name}" and doc["exit_code"] == 130, doc
     assert doc["handlers"] == [True, True], doc  # the block's handlers are gone
     assert _running(started) == set(), started
+    assert len(doc["late"]) == 1 and _running(set(doc["late"])) == set(), doc  # started after the signal: ended too
     # the deferring shell was killed after the grace (1 s here), not waited for
-    assert 1.0 <= seconds < 1.0 + process_tree.KILL_WAIT + 2.0, seconds
+    assert 1.0 <= seconds < 1.0 + process_tree.KILL_WAIT + 3.0, seconds
 
 
 def test_a_second_signal_does_not_cut_the_cleanup():
@@ -114,7 +127,7 @@ def test_end_group_ends_a_whole_group_an_orphan_and_a_deferrer_included():
 
 def test_end_signals_no_reused_pid_and_leaves_a_process_that_ignores_sigterm():
     sleeper = subprocess.Popen(["sleep", "60"])
-    ignorer = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60"])
+    ignorer = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 60"])
     time.sleep(0.3)
     try:
         table = process_tree.table()
