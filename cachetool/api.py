@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -159,11 +160,22 @@ def warm(model: str | None, *, cache_root: str | Path | None = None, device: str
                             events=on_progress, messages=engine_progress, given=given)
     t0 = time.perf_counter()
     require_writable(root.path, "warm")  # before minutes of compiling
-    result = chosen.warm(request)
-    summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
-    if push is not None:
-        _pack_and_push(summary, result.pack_folder(), push, sign_key, store_options, progress)
+    with _stopped_by_signals("warm", root):
+        result = chosen.warm(request)
+        summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
+        if push is not None:
+            _pack_and_push(summary, result.pack_folder(), push, sign_key, store_options, progress)
     return summary
+
+
+def _stopped_by_signals(command: str, root: CacheRoot) -> AbstractContextManager[Any]:
+    """A start (``warm``, ``check``) that SIGINT or SIGTERM ends cleanly (:mod:`cachetool.stop_signals`): every
+    process it started ended, :class:`~cachetool.errors.StopSignalError` (exit 130), what it left unfinished in the
+    root refused by ``pack`` (the engine's layout says what is unfinished)."""
+    from cachetool.stop_signals import stopped_by_signals
+
+    return stopped_by_signals(lambda name: f"{command} stopped by {name}: every process it started is ended; pack "
+                                           f"refuses what it left unfinished in {root.path} until a warm completes")
 
 
 def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: SignKey | None,
@@ -198,7 +210,8 @@ def check(model: str | None, *, cache_root: str | Path | None = None, device: st
                             engine_flags=engine_flags, load_weights=load_weights, rank=rank, dp_rank=dp_rank,
                             tensor_parallel_size=tensor_parallel_size, require_hit=require_hit,
                             messages=engine_progress, given=given)
-    return chosen.check(request)
+    with _stopped_by_signals("check", root):
+        return chosen.check(request)
 
 
 def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None,

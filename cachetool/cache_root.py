@@ -19,6 +19,8 @@ The tree (names defined here once; the layouts, the installer and the engines im
       triton_cache/                                      TRITON_CACHE: TRITON_CACHE_DIR of a vLLM server
       .cachetool-partial/                                PARTIAL_DIR: a pull's partial downloads (a rerun resumes)
       .cachetool-staging-*/                              an install's staging folder (cachetool.install.fs)
+      .cachetool-incomplete/{start}.json                 INCOMPLETE_DIR: a vLLM start not finished, and the key
+                                                         folders it left unfinished (engines/vllm/unfinished.py)
 
 An install unit is a key folder (one per rank where it has ranks) or a shared folder (``modelinfos/``,
 ``triton_cache/``): installed whole or not at all.
@@ -41,6 +43,7 @@ FACTORS_FILE = "cache_key_factors.json"
 MODELINFOS = "modelinfos"
 TRITON_CACHE = "triton_cache"
 PARTIAL_DIR = ".cachetool-partial"
+INCOMPLETE_DIR = ".cachetool-incomplete"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -169,6 +169,18 @@ class StopSignalError(CachetoolError):
     exit_code = exit_codes.INTERRUPTED.code
 
 
+class StopRequested(KeyboardInterrupt):
+    """Raised in the main thread by the handler of a stop signal (:mod:`cachetool.stop_signals`), on its way to
+    becoming a :class:`StopSignalError` once the verb's processes are ended. A ``KeyboardInterrupt``, so that no
+    ``except Exception`` of torch, vLLM or a store client takes it for a failure of its own, and whatever handles
+    Ctrl-C (a pull keeping its partial downloads) handles a SIGTERM alike. Not a :class:`CachetoolError`: it never
+    leaves the stop's block."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
 # ------------------------------------------------------------------------------------------------ manifest.py
 class ManifestError(VerificationError):
     """The manifest is malformed, non-canonical or unsafe."""

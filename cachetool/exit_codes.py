@@ -50,7 +50,9 @@ DISK_FULL = ExitCode(9, "disk-full", "disk full: the cache root's (or a store fo
 DIFFERS = ExitCode(10, "differs", "`diff --exit-code`: A and B differ (the differences are printed)", False)
 INTERRUPTED = ExitCode(130, "interrupted", "stopped by SIGINT (Ctrl-C) or SIGTERM (Kubernetes stopping the pod), 128 + "
                        "SIGINT's number as shells report Ctrl-C: `pull` stops within a second, every unit installed "
-                       "whole or not at all, its partial downloads kept for a rerun to resume", False)
+                       "whole or not at all, its partial downloads kept for a rerun to resume; `warm` and `check` "
+                       "end every process they started (vLLM's EngineCore and workers, compile jobs, ranks) within "
+                       "10 s, and `pack` refuses what they left unfinished", False)
 
 TABLE: tuple[ExitCode, ...] = (OK, ERROR, USAGE, VERIFICATION, MISS, NOT_FOUND, STORE, TIMEOUT, COMPILED, DISK_FULL,
                                DIFFERS, INTERRUPTED)

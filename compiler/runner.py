@@ -8,9 +8,12 @@ sequence.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +26,28 @@ from compiler.models.llama import LlamaForCausalLM, build_model, model_config_va
 
 logger = logging.getLogger(__name__)
 
+# How long an interrupted start waits for Inductor's compile worker processes to stop (they are told to at once).
+WORKERS_STOP_SECONDS = 2.0
+
 # Token counts of the standard workload: a 1-token batch (0/1 specialisation), 2, an odd 7 and 64.
 WORKLOAD_TOKEN_COUNTS = (7, 64, 2, 1)
+
+
+@contextlib.contextmanager
+def compile_jobs_dropped_on_interrupt() -> Iterator[None]:
+    """An interrupt in the block (Ctrl-C, or a ``KeyboardInterrupt`` an embedder raises for SIGTERM) cancels the
+    compile jobs Inductor has queued and stops its compile worker processes, so that the process can end once the
+    jobs already running do, instead of compiling the rest of the queue at exit. The workers are waited for
+    :data:`WORKERS_STOP_SECONDS` at most (a worker that does not stop is the embedder's to end)."""
+    from compiler import torch_compat
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        stopping = threading.Thread(target=torch_compat.cancel_compile_jobs, name="compile-jobs-cancel", daemon=True)
+        stopping.start()
+        stopping.join(WORKERS_STOP_SECONDS)
+        raise
 
 
 @dataclass(frozen=True)

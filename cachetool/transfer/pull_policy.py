@@ -32,9 +32,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, get_args
 
-from cachetool import bounds, exit_codes
-from cachetool.errors import (FIELDS, CachetoolError, StopSignalError, UsageError, WaitTimeoutError, cause, filled,
-                              os_error_line)
+from cachetool import exit_codes, stop_signals
+from cachetool.errors import CachetoolError, UsageError, WaitTimeoutError, cause, os_error_line
 from cachetool.cache_root import PARTIAL_DIR
 
 if TYPE_CHECKING:
@@ -232,40 +231,11 @@ def hard_timeout(seconds: float | None, abandoned: threading.Event) -> Iterator[
         signal.signal(signal.SIGALRM, previous)
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def stopped_by_signals(root: Path) -> Iterator[None]:
-    """End the block cleanly on SIGINT or SIGTERM: the first one stops the pull's worker threads at their next chunk
-    (a :class:`~cachetool.bounds.Bound` they check) and raises :class:`StopSignalError` in the main thread, whose
-    unwinding removes the staging folder; a later one only asks again (the cleanup is not cut). Only in the main
-    thread, where signals are delivered."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    stop = bounds.Bound()
-
-    def handle(signum: int, frame: object) -> None:
-        first = not stop.requested.is_set()
-        name = signal.Signals(signum).name
-        stop.stop(name)
-        if first:
-            raise StopSignalError(f"pull stopped by {name}")
-
-    previous = {s: signal.signal(s, handle) for s in STOP_SIGNALS}
-    try:
-        with bounds.applied(stop):
-            yield
-    except StopSignalError as exc:
-        if not stop.requested.is_set():
-            raise
-        # said once the pull has unwound, when its partial downloads are settled
-        raise filled(StopSignalError(stopped_message(stop.stopped_by, root)),
-                     **{n: getattr(exc, n) for n in FIELDS}) from None
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+def stopped_by_signals(root: Path) -> contextlib.AbstractContextManager[Any]:
+    """End the block cleanly on SIGINT or SIGTERM (:func:`cachetool.stop_signals.stopped_by_signals`): the pull's
+    worker threads stop at their next chunk and the main thread unwinds through the install's cleanup, which removes
+    the staging folder; the partial downloads stay for a rerun. The message is made once the pull has unwound."""
+    return stop_signals.stopped_by_signals(lambda name: stopped_message(name, root))
 
 
 def stopped_message(signal_name: str, root: Path) -> str:

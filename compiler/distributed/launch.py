@@ -68,6 +68,24 @@ def _worker(index: int, fn: Callable[..., Any], world: int, port: int, device: s
             pass
 
 
+# An interrupted launch ends its ranks: SIGTERM, this long, then SIGKILL.
+RANKS_STOP_SECONDS = 3.0
+
+
+def end_ranks(processes: list[Any]) -> None:
+    """End the rank processes still running (SIGTERM, up to :data:`RANKS_STOP_SECONDS`, then SIGKILL)."""
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + RANKS_STOP_SECONDS
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+
+
 def launch(fn: Callable[..., Any], tensor_parallel_size: int, *, device: str = "cpu", backend: str | None = None,
            dp_rank: int | None = None, log_names: tuple[str, ...] = (), env: dict[str, str] | None = None) -> list[Any]:
     """Run ``fn(rank=r, device=d)`` in ``tensor_parallel_size`` processes; returns their results in rank order."""
@@ -97,6 +115,9 @@ def launch(fn: Callable[..., Any], tensor_parallel_size: int, *, device: str = "
                 break
     except Exception as exc:  # ProcessRaisedException / ProcessExitedException: the others were terminated
         failure = exc
+    except BaseException:  # interrupted (Ctrl-C, or a stop signal an embedder raises): the ranks end with us
+        end_ranks(ctx.processes)
+        raise
     time.sleep(0.05)
     drain()
     errors = [(i, payload) for i, kind, payload in messages if kind == "error"]

@@ -33,7 +33,7 @@ __all__ = [
     # AOT compile, Inductor, the compiler's keys
     "aot_supported", "aot_compile_fullgraph", "standalone_compile", "inductor_config", "inductor_config_portable",
     "compute_torch_key", "preset_torch_key", "preset_triton_key", "triton_key", "autotune_hooks",
-    "shutdown_compile_workers", "dynamo_counters",
+    "shutdown_compile_workers", "cancel_compile_jobs", "dynamo_counters",
     # CUDA graphs, tensor parallelism
     "storage_from_data_pointer", "process_group_name", "resolve_process_group", "functional_all_reduce",
     # the hot start's loading side (hot_start.py)
@@ -294,6 +294,20 @@ def shutdown_compile_workers() -> None:
     fn = getattr(mod, "shutdown_compile_workers", None)
     if fn is not None:
         fn()
+
+
+def cancel_compile_jobs() -> None:
+    """What an interrupted compile leaves queued is dropped, and the worker processes stop: the jobs Inductor queued
+    on its compile thread pool (``AsyncCompile.pool()``, an ``lru_cache``d ``ThreadPoolExecutor``: C++ kernels on
+    the CPU) are cancelled and the pool forgotten (a later compile makes a new one), then
+    :func:`shutdown_compile_workers`. Jobs already running finish, or fail when their compiler process is ended."""
+    mod = sys.modules.get("torch._inductor.async_compile")
+    pool = getattr(getattr(mod, "AsyncCompile", None), "pool", None)
+    info = getattr(pool, "cache_info", None)
+    if info is not None and info().currsize:
+        pool().shutdown(wait=False, cancel_futures=True)
+        pool.cache_clear()
+    shutdown_compile_workers()
 
 
 def dynamo_counters() -> Any:

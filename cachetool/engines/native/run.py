@@ -188,7 +188,7 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     from compiler import progress
     from compiler.counters import counters, strict_mode
     from compiler.layout import resolve_root
-    from compiler.runner import ModelRunner
+    from compiler.runner import ModelRunner, compile_jobs_dropped_on_interrupt
 
     cfg = _preflight(model, device, compilation_config, cache_root)
     t0 = time.perf_counter()
@@ -197,8 +197,9 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     guard = strict_mode(True) if require_hit else contextlib.nullcontext()
     # The pipeline's errors by kind: a strict-mode refusal keeps its class, a guard refusal is the config's, weights
     # that do not fit the config the model's (caught before anything is written). The first progress event comes
-    # once the model is built: a bad model stays one error line.
-    with compiler_errors_mapped(f"{command}: "), guard, progress.listening(on_progress):
+    # once the model is built: a bad model stays one error line. An interrupt drops the queued compile jobs.
+    with (compiler_errors_mapped(f"{command}: "), guard, progress.listening(on_progress),
+          compile_jobs_dropped_on_interrupt()):
         runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank,
                              save_aot_entry=True if command == "warm" else None)
         built = time.perf_counter() - t0

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,11 +28,11 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from cachetool.engines.vllm import facts, key, launch, server_command
+from cachetool.engines.vllm import facts, key, launch, server_command, unfinished
 from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissError, EngineUnavailableError,
                               UsageError, WaitTimeoutError)
 from cachetool.cache_root import AOT, TCC, TRITON_CACHE
-from cachetool import envs
+from cachetool import envs, process_tree
 from cachetool.engines.native import machine  # the torch-free machine facts, the native engine's presets
 
 CHILD = Path(__file__).with_name("child.py")
@@ -265,36 +264,26 @@ def cpu_binding(tp: int) -> str:
 
 # ---------------------------------------------------------------------------------------------- the child
 
-def die_with_parent() -> None:
-    """In the child, before exec: Linux sends it SIGTERM when cachetool dies (a SIGKILLed pull leaves no vLLM)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def run_child(request: dict, cache_root: Path | None, log: BinaryIO, *, timeout: float | None = None) -> dict:
     """Run the child with ``request`` (on its stdin) and vLLM's output into ``log``; its result (read from an
     unlinked file, so that nothing is left behind whatever happens), or the one-line error (vLLM's last) as an
-    exception. ``cache_root`` None: the child uses a scratch root of its own and removes it."""
+    exception. ``cache_root`` None: the child uses a scratch root of its own and removes it. However the run ends
+    (done, ``timeout``, a stop signal), the child's process group goes with it (:func:`process_tree.end_group`)."""
     tp = tensor_parallel_size(request["argv"])
     with tempfile.TemporaryFile() as result_file:
         fd = result_file.fileno()
         body = json.dumps({**request, "result_fd": fd, "scratch_root": cache_root is None}).encode()
+        # its own process group: vLLM's EngineCore, workers and compile jobs inherit it, so they end with it
         proc = subprocess.Popen([python(), str(CHILD)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                env=child_env(cache_root, tp), pass_fds=(fd,), preexec_fn=die_with_parent)
+                                env=child_env(cache_root, tp), pass_fds=(fd,), start_new_session=True,
+                                preexec_fn=process_tree.die_with_parent)
         try:
             proc.communicate(body, timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.terminate()
-            proc.wait()
             raise WaitTimeoutError(f"vLLM did not finish within {timeout:g} s{log_note(log)}") from None
-        except BaseException:  # interrupted: the child goes with us
-            proc.terminate()
+        finally:  # done, timed out or interrupted (a stop signal): nothing of the child's outlives it
+            process_tree.end_group(proc.pid)
             proc.wait()
-            raise
         result_file.seek(0)
         text = result_file.read()
     if not text:
@@ -397,23 +386,24 @@ def start(command: str, model: str | None, *, cache_root: str | Path, flags: lis
     argv = server_argv(rest, load_weights)
     log_path = Path(tempfile.mkstemp(prefix=f"cachetool-vllm-{command}-", suffix=".log")[1])
     say(f"{command}: starting vLLM {version} on {root} (vLLM's log: {log_path})")
-    t0 = time.perf_counter()
-    try:
-        with open(log_path, "w+b") as log:
-            result = run_child({"mode": command, "model": model, "argv": argv, "prompts": list(PROMPTS),
-                                "max_tokens": MAX_TOKENS}, root, log)
-    except BaseException:
-        if created:  # a root this failed start made holds only what the failed start wrote
-            shutil.rmtree(root, ignore_errors=True)
-        raise
-    wall = time.perf_counter() - t0
-    say(f"{command}: engine ready in {result['seconds'].get('engine_init', 0):.1f} s")
-    if result.get("hashing_error"):
-        say(f"{command}: what vLLM hashes could not be recorded ({result['hashing_error']}): a pull for another "
-            "server command will ask vLLM itself")
-    out = _report(command, model, root, rest, version, result, before, keys_before, log_path, wall)
-    if command == "warm":
-        _record(out, result, model, rest)
+    with unfinished.marked(root, command):  # pack refuses the root until this start completes
+        t0 = time.perf_counter()
+        try:
+            with open(log_path, "w+b") as log:
+                result = run_child({"mode": command, "model": model, "argv": argv, "prompts": list(PROMPTS),
+                                    "max_tokens": MAX_TOKENS}, root, log)
+        except BaseException:
+            if created:  # a root this failed start made holds only what the failed start wrote
+                shutil.rmtree(root, ignore_errors=True)
+            raise
+        wall = time.perf_counter() - t0
+        say(f"{command}: engine ready in {result['seconds'].get('engine_init', 0):.1f} s")
+        if result.get("hashing_error"):
+            say(f"{command}: what vLLM hashes could not be recorded ({result['hashing_error']}): a pull for "
+                "another server command will ask vLLM itself")
+        out = _report(command, model, root, rest, version, result, before, keys_before, log_path, wall)
+        if command == "warm":
+            _record(out, result, model, rest)
     return out
 
 

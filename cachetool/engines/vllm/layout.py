@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cachetool.engines.vllm import unfinished
 from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.layouts.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
                                              scan_compile_cache)
@@ -87,6 +88,12 @@ def scan(path: Path) -> LayoutScan:
             result.dirs = sorted([*result.dirs, *dirs])
             result.units.append(Unit(name, None, None))
     return result
+
+
+def incomplete_reason(unit_dir: Path, ranked: bool) -> str | None:
+    """Why the install unit in ``unit_dir`` is not complete: a start of vLLM on its root that did not finish
+    (:mod:`cachetool.engines.vllm.unfinished`; nothing in vLLM's own files says so), or None."""
+    return unfinished.incomplete_reason(unit_dir)
 
 
 def stale_entries(root: Path) -> list[Path]:

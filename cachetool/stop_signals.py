@@ -1,0 +1,74 @@
+"""SIGINT and SIGTERM as a clean stop of a verb: Ctrl-C, or Kubernetes stopping a pod (SIGTERM, then SIGKILL after
+its grace period, 30 s by default).
+
+:func:`stopped_by_signals` runs a block (``warm``, ``check``, ``pull``) so that the first stop signal
+
+1. asks the block's worker threads to stop at their next check (a :class:`~cachetool.bounds.Bound` applied to the
+   block) and raises :class:`~cachetool.errors.StopRequested` in the main thread, a ``KeyboardInterrupt`` that
+   unwinds through every cleanup on the way (an engine ends its child's process group, the install removes its
+   staging folder) and that no ``except Exception`` of torch, vLLM or a store client swallows;
+2. then, once the block is left, ends what is left of the processes the block started (:mod:`cachetool.
+   process_tree`; taken when the signal came, before any cleanup orphaned them): Inductor's compile jobs, the
+   ranks of a tensor-parallel start;
+3. and raises :class:`~cachetool.errors.StopSignalError` (exit 130, one ``error:`` line, one JSON object) with the
+   block's own message.
+
+A later signal only asks again: the cleanup is not cut. A signal that comes as the block finishes still ends it as
+stopped. Signals reach the main thread only: elsewhere the block runs as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+
+from cachetool import bounds, process_tree
+from cachetool.errors import StopRequested, StopSignalError
+
+__all__ = ["STOP_SIGNALS", "stopped_by_signals"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stopped_by_signals(message: Callable[[str], str]) -> Iterator[bounds.Bound]:
+    """Run the block under the stop signals (see the module doc); ``message(signal_name)`` is the one line of the
+    :class:`StopSignalError` a stop ends in. Yields the block's stop :class:`~cachetool.bounds.Bound`."""
+    stop = bounds.Bound()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    since = process_tree.clock_ticks()
+    started: set[process_tree.Identity] = set()  # the block's processes as the first signal found them
+    armed = True
+
+    def handle(signum: int, frame: object) -> None:
+        first = not stop.requested.is_set()
+        name = signal.Signals(signum).name
+        stop.stop(name)
+        if first:
+            started.update(process_tree.descendants(since=since))
+            if armed:
+                raise StopRequested(name)
+
+    previous = {s: signal.signal(s, handle) for s in STOP_SIGNALS}
+    left: set[process_tree.Identity] = set()
+    try:
+        try:
+            with bounds.applied(stop):
+                yield stop
+        except BaseException:
+            if not stop.requested.is_set():
+                raise
+        finally:
+            armed = False  # from here on a signal only asks again: the cleanup below is not cut
+        if stop.requested.is_set():
+            left = process_tree.end_descendants(since, started)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if stop.requested.is_set():
+        note = f"; {len(left)} process(es) did not end: {sorted(p for p, _ in left)}" if left else ""
+        raise StopSignalError(message(stop.stopped_by) + note)
