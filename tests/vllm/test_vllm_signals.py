@@ -66,3 +66,16 @@ def test_sigint_to_a_vllm_check_ends_vllm_and_leaves_the_root_as_it_was(tmp_path
     assert not (root / INCOMPLETE_DIR).exists()
     r = cachetool("pack", root, "-o", tmp_path / "b.ctb")
     assert r.returncode == 0, (r.returncode, r.stderr)
+
+
+def test_a_killed_check_leaves_no_vllm_process_behind(tmp_path, warmed):
+    """SIGKILL gives cachetool no chance to end its child's group: the child's parent-death signal does it (the
+    child ends its own process group: vLLM's EngineCore survived its killed parent before)."""
+    root = tmp_path / "root"
+    shutil.copytree(warmed["root"], root, symlinks=True)
+    proc = start(["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--",
+                  *FLAGS], ENV)
+    wait_for("EngineCore", proc, timeout=600)
+    s = stop(proc, signal.SIGKILL)
+    assert s.rc == -signal.SIGKILL and any("EngineCore" in p.cmd for p in s.tree), (s.rc, s.tree)
+    assert s.left == [], s.left

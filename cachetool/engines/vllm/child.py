@@ -26,7 +26,8 @@ The request names a mode:
 - ``check``: the config only (no key inputs: the workers report the folder they used), then the engine as above.
 
 Any failure is ``{"ok": false, "error": "<vLLM's last error line>"}``. The child dies with its parent (Linux
-``PR_SET_PDEATHSIG``, set by the parent): a killed pull leaves no vLLM behind.
+``PR_SET_PDEATHSIG``, set by the parent) and takes its process group with it (:func:`end_group_on_sigterm`): a
+killed pull, warm or check leaves no vLLM behind.
 """
 
 from __future__ import annotations
@@ -283,25 +284,34 @@ def last_error(exc: BaseException) -> str:
 
 def scratch_root() -> str:
     """A cache root of the child's own (vLLM writes its model-inspection cache even for a key question), removed
-    when the child ends, also on SIGTERM (the parent's death signal)."""
-    import shutil
-    import signal
+    when the child ends (also on SIGTERM: :func:`end_group_on_sigterm`)."""
     import tempfile
 
     root = tempfile.mkdtemp(prefix="cachetool-vllm-key-")
     os.environ["VLLM_CACHE_ROOT"] = root
-
-    def remove(*_):
-        shutil.rmtree(root, ignore_errors=True)
-        os._exit(143)
-
-    signal.signal(signal.SIGTERM, remove)
     return root
+
+
+def end_group_on_sigterm(scratch: str | None) -> None:
+    """On SIGTERM (cachetool stopping the start, or the kernel's parent-death signal when cachetool was killed
+    outright) end this child's whole process group at once: vLLM's EngineCore and workers defer SIGTERM while they
+    compile, and a cachetool killed with SIGKILL is no longer there to send the SIGKILL that follows. The parent
+    started the child in a session of its own, so the group is this start's processes alone."""
+    import shutil
+    import signal
+
+    def end(*_):
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        os.killpg(0, signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, end)
 
 
 def main() -> int:
     request = json.load(sys.stdin)
     scratch = scratch_root() if request.get("scratch_root") else None
+    end_group_on_sigterm(scratch)
     try:
         result = run(request)
         code = 0
