@@ -59,6 +59,6 @@ def init_logging() -> None:
 
 def common_facts(device: str | None = None) -> dict:
     """The fingerprint fields every engine's caches depend on, as this machine has them (read without torch)."""
-    from cachetool.engines.native.machine import common_facts as read
+    from cachetool.engines.machine import common_facts as read
 
     return read(device)

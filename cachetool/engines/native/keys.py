@@ -1,70 +1,21 @@
-"""The native engine's cache keys, through :mod:`compiler.cache_key` and :mod:`compiler.key_prediction`: how two
-keys' factors differ (:func:`compare_factors`, also the vLLM engine's), the key a server will look up
-(:class:`NativeKeyCheck`: predicted from a bundle's own factors, or traced), and the factors this machine would
-record (:func:`check_machine_factors`, :func:`local_factors`). Everything here works on cachetool's engine-neutral
+"""The native engine's cache keys, through :mod:`compiler.cache_key` and :mod:`compiler.key_prediction`: the key a
+server will look up (:class:`NativeKeyCheck`: predicted from a bundle's own factors, or traced), and the factors
+this machine would record (:func:`check_machine_factors`, :func:`local_factors`); two keys are compared by every
+engine's comparison (:mod:`cachetool.engines.factor_compare`). Everything here works on cachetool's engine-neutral
 :class:`cachetool.bundle.factors.Factors`; the compiler's types stay inside this module."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from cachetool.engines.factor_compare import FACTOR_NAMES, compare_factors
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import PreflightError, UsageError, clip
 from cachetool.bundle.factors import Difference, Factors, short_repr
 from compiler import cache_key as ck
 
-__all__ = ["FACTOR_NAMES", "NativeKeyCheck", "check_expected_key", "check_machine_factors", "compare_factors", "compare_keys",
-           "field_differences", "same_json", "local_factors", "server_key_check", "traced_key"]
-
-FACTOR_NAMES = ck.FACTOR_NAMES  # the one list: the order the key hashes them in
-field_differences = ck.field_differences  # the one field-by-field comparison (the hot start's miss reason too)
-same_json = ck.same_json  # the one equality of recorded values (total: NaN, lists, any JSON)
-
-
-def _typed(f: Factors | None) -> ck.Factors | None:
-    return ck.Factors.parse(f.raw) if f is not None else None
-
-
-def compare_factors(fa: Factors | dict | None, fb: Factors | dict | None, *, only: tuple[str, ...] = FACTOR_NAMES,
-                    cache: str = "") -> list[Difference]:
-    """Every field where two caches' factors differ (config fields dotted), factor by factor in ``only``'s order;
-    a factor whose hashes are equal is skipped. Factors of another shape (e.g. vLLM's own) are compared field by
-    field as they were written."""
-    fa, fb = _typed(Factors.parse(fa)), _typed(Factors.parse(fb))
-    if not (fa is not None and fa.structured and fb is not None and fb.structured):
-        return [Difference("factors", d.field, d.a, d.b, cache)
-                for d in ck.field_differences(_raw(fa), _raw(fb))]
-    out: list[Difference] = []
-    for name in only:
-        a, b = fa.factor(name), fb.factor(name)
-        if a is None and b is None:
-            continue
-        ha, hb = (a.hash if a else None), (b.hash if b else None)
-        if ha is not None and ha == hb:
-            continue
-        # config fields (and a vLLM launch's env and flags) are named by their dotted path; the other factors'
-        # values by their top-level key
-        fields = ck.most_telling_first(ck.field_differences(a.values if a else {}, b.values if b else {},
-                                                            nested=name in ("config", "launch")))
-        out += [Difference(name, d.field, d.a, d.b, cache) for d in fields]
-        if not fields and ha != hb:
-            out.append(Difference(name, "<hash>", ha, hb, cache))
-    return out
-
-
-def compare_keys(a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
-                 cache: str = "") -> list[Difference]:
-    """:func:`compare_factors` over ``only``, or over our four factors (in hashing order) then every other factor
-    either side records (vLLM's ``inductor``, ``serve``, ``launch``): each can tell why two keys differ."""
-    if only is None:
-        extra = {n for f in (a, b) if f is not None for n in f.names} - set(FACTOR_NAMES)
-        only = (*FACTOR_NAMES, *sorted(extra))
-    return compare_factors(a, b, only=only, cache=cache)
-
-
-def _raw(f: ck.Factors | None) -> dict:
-    raw = f.raw if f is not None else {}
-    return raw["raw"] if set(raw) == {"raw"} else raw
+__all__ = ["NativeKeyCheck", "check_expected_key", "check_machine_factors", "local_factors", "server_key_check",
+           "traced_key"]
 
 
 def factor_refusal(diffs: list[Difference], what: str, ours: str, suffix: str, also: int,
@@ -202,7 +153,7 @@ def _local_compiler_values(device: str, factors: Factors) -> dict:
         except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
             raise factors_unavailable(device, exc) from None
 
-    return compiler_factors_for(device, _typed(factors).factor("compiler"), exact)[0]
+    return compiler_factors_for(device, ck.Factors.parse(factors.raw).factor("compiler"), exact)[0]
 
 
 def local_factors(device: str) -> Factors:

@@ -107,7 +107,7 @@ class VllmEngine:
 
     def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
                      cache: str = "") -> list[Difference]:
-        from cachetool.engines.native.keys import compare_keys
+        from cachetool.engines.factor_compare import compare_keys
 
         return compare_keys(a, b, only=only, cache=cache)  # the one comparison of recorded factors
 

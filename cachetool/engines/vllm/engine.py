@@ -33,7 +33,8 @@ from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissErr
                               UsageError, WaitTimeoutError)
 from cachetool.cache_root import AOT, TCC, TRITON_CACHE
 from cachetool import envs, process_tree
-from cachetool.engines.native import machine  # the torch-free machine facts, the native engine's presets
+from cachetool.engines import machine  # the torch-free machine facts, every engine's
+from cachetool.engines.native.machine import model_presets  # a name --model must not be
 
 CHILD = Path(__file__).with_name("child.py")
 AOT_DIR = (TCC, AOT)
@@ -191,7 +192,7 @@ def check_model(model: str) -> None:
     p = Path(model).expanduser()
     looks_like_path = model.startswith((".", "/", "~")) or p.exists()
     if not looks_like_path:
-        if model in machine.model_presets():
+        if model in model_presets():
             raise UsageError(f"--model {model}: a preset of the native engine; --engine vllm --model takes a model "
                              "folder with config.json (or a hub id in the local Hugging Face cache)")
         return

@@ -5,8 +5,9 @@ hurry: ``import vllm`` costs 5-15 s, ``import torch`` 2 s. Everything here reads
 
 - the vLLM version from ``vllm/_version.py`` (what ``vllm.__version__`` is; found on ``sys.path`` without
   importing the package);
-- the torch build from ``torch/version.py`` (:func:`cachetool.engines.native.machine.torch_version`);
-- the device: the GPU's name and capability and the driver from NVML, or the CPU's vector ISA from its flags.
+- the torch build from ``torch/version.py`` (:func:`cachetool.engines.machine.torch_version`);
+- the device: the GPU's name and capability and the driver from NVML, or the CPU's vector ISA from its flags
+  (:func:`cachetool.engines.machine.cpu_isa`, every engine's reading).
 
 These land in a vLLM bundle's fingerprint (flat strings; see :data:`FINGERPRINT_FIELDS`) and are compared by
 every pull before any blob, with or without ``--model``.
@@ -14,12 +15,13 @@ every pull before any blob, with or without ``--model``.
 
 from __future__ import annotations
 
-import platform
-
-from cachetool.engines.native import machine  # the torch-free machine facts
+from cachetool.engines import machine  # the torch-free machine facts, every engine's
+from cachetool.engines.machine import cpu_isa
 
 # Fingerprint fields a vLLM bundle adds to the common ones (cachetool.bundle.fingerprint.FIELDS).
 FINGERPRINT_FIELDS = ("engine", "vllm", "cpu_isa", "gpu_driver")
+
+__all__ = ["FINGERPRINT_FIELDS", "cpu_isa", "machine_facts", "vllm_version"]
 
 
 def vllm_version() -> str | None:
@@ -29,17 +31,6 @@ def vllm_version() -> str | None:
         return None
     value = machine.literal_assignments(path).get("__version__")
     return value if isinstance(value, str) else None
-
-
-def cpu_isa() -> str:
-    """The vector ISA Inductor's CPU code and vLLM's CPU kernels are built for on this CPU: ``amx`` (AVX-512 with
-    AMX tiles), ``avx512``, ``avx2``, ``default`` on x86; the machine name elsewhere (``aarch64``)."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return platform.machine().lower()
-    best = machine.cpu_capability().lower()  # honours ATEN_CPU_CAPABILITY
-    if best == "avx512" and {"amx_tile", "amx_bf16"} <= machine.cpu_flags():
-        return "amx"
-    return best
 
 
 def machine_facts(device: str | None) -> dict[str, str | None]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cachetool.engines.vllm import facts
-from cachetool.engines.native import machine  # the torch-free machine facts
+from cachetool.engines import machine  # the torch-free machine facts, every engine's
 
 # Variables that can change what vLLM, torch, Inductor or Triton compile (names with these prefixes) ...
 ENV_PREFIXES = ("VLLM_", "TORCH", "PYTORCH_", "INDUCTOR_", "TRITON_", "CUDA_", "ATEN_", "OMP_", "KMP_", "MKL_",

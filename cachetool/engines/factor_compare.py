@@ -1,0 +1,62 @@
+"""How two keys' recorded factors differ: the one field-by-field comparison (:func:`compiler.cache_key.
+field_differences`, also the hot start's miss reason), through which every engine compares the factors its key
+folders record (the install preflight's refusals, ``diff``, a check's miss reason). It works on cachetool's
+engine-neutral :class:`cachetool.bundle.factors.Factors`; the compiler's types stay inside this module."""
+
+from __future__ import annotations
+
+from cachetool.bundle.factors import Difference, Factors
+from compiler import cache_key as ck
+
+__all__ = ["FACTOR_NAMES", "compare_factors", "compare_keys", "field_differences", "same_json"]
+
+FACTOR_NAMES = ck.FACTOR_NAMES  # the compiler's four factors, in the order its key hashes them
+field_differences = ck.field_differences  # the one field-by-field comparison
+same_json = ck.same_json  # the one equality of recorded values (total: NaN, lists, any JSON)
+
+
+def _typed(f: Factors | None) -> ck.Factors | None:
+    return ck.Factors.parse(f.raw) if f is not None else None
+
+
+def _raw(f: ck.Factors | None) -> dict:
+    raw = f.raw if f is not None else {}
+    return raw["raw"] if set(raw) == {"raw"} else raw
+
+
+def compare_factors(fa: Factors | dict | None, fb: Factors | dict | None, *, only: tuple[str, ...] = FACTOR_NAMES,
+                    cache: str = "") -> list[Difference]:
+    """Every field where two caches' factors differ (config fields dotted), factor by factor in ``only``'s order;
+    a factor whose hashes are equal is skipped. Factors of another shape are compared field by field as they
+    were written."""
+    fa, fb = _typed(Factors.parse(fa)), _typed(Factors.parse(fb))
+    if not (fa is not None and fa.structured and fb is not None and fb.structured):
+        return [Difference("factors", d.field, d.a, d.b, cache)
+                for d in ck.field_differences(_raw(fa), _raw(fb))]
+    out: list[Difference] = []
+    for name in only:
+        a, b = fa.factor(name), fb.factor(name)
+        if a is None and b is None:
+            continue
+        ha, hb = (a.hash if a else None), (b.hash if b else None)
+        if ha is not None and ha == hb:
+            continue
+        # config fields (and a launch's env and flags) are named by their dotted path; the other factors' values
+        # by their top-level key
+        fields = ck.most_telling_first(ck.field_differences(a.values if a else {}, b.values if b else {},
+                                                            nested=name in ("config", "launch")))
+        out += [Difference(name, d.field, d.a, d.b, cache) for d in fields]
+        if not fields and ha != hb:
+            out.append(Difference(name, "<hash>", ha, hb, cache))
+    return out
+
+
+def compare_keys(a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
+                 cache: str = "") -> list[Difference]:
+    """:func:`compare_factors` over ``only``, or over the compiler's four factors (in hashing order) then every
+    other factor either side records (an engine's own: vLLM's ``inductor``, ``serve``, ``launch``): each can tell
+    why two keys differ."""
+    if only is None:
+        extra = {n for f in (a, b) if f is not None for n in f.names} - set(FACTOR_NAMES)
+        only = (*FACTOR_NAMES, *sorted(extra))
+    return compare_factors(a, b, only=only, cache=cache)
