@@ -475,8 +475,8 @@ def prune(cache_root: str | Path, *, older_than: float | None = None, dry_run: b
 
 # -------------------------------------------------------------------------------------- what the CLI sets up
 def layout_choices() -> tuple[str, ...]:
-    """``--layout``'s choices: ``auto`` and every layout of the registry (:data:`cachetool.layouts.CHOICES`)."""
-    from cachetool.layouts import CHOICES
+    """``--layout``'s choices: ``auto`` and every layout of the registry (:data:`cachetool.layouts.registry.CHOICES`)."""
+    from cachetool.layouts.registry import CHOICES
 
     return tuple(CHOICES)
 

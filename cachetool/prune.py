@@ -1,12 +1,11 @@
 """``cachetool prune``: keep a local cache root that a server restarts on from growing without bound.
 
 vLLM writes a new AOTAutograd entry into its AOT key folder's ``inductor_cache/aotautograd/`` at every start and no
-later start reads it (:func:`cachetool.layouts.stale_entries`, by each layout's rule, says why), so a kept root grows by one entry
-per rank and restart. ``prune`` removes every such entry but the last start's (the newest one per rank folder of
-each key folder), and only those older than ``older_than`` seconds: a server starting now writes the newest, young
-entries, which stay. Each entry is first
-renamed out of the way (one atomic step; a reader sees it whole or not at all), then deleted. ``pack`` leaves the
-same entries out of a bundle.
+later start reads it (:func:`cachetool.layouts.registry.stale_entries`, by each layout's rule, says why), so a kept
+root grows by one entry per rank and restart. ``prune`` removes every such entry but the last start's (the newest
+one per rank folder of each key folder), and only those older than ``older_than`` seconds: a server starting now
+writes the newest, young entries, which stay. Each entry is first renamed out of the way (one atomic step; a reader
+sees it whole or not at all), then deleted. ``pack`` leaves the same entries out of a bundle.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def require_cache_root(folder: Path) -> None:
 
 def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) -> PruneReport:
     """Remove what no later start of the root's servers reads (see the module docstring)."""
-    from cachetool.layouts import stale_entries
+    from cachetool.layouts.registry import stale_entries
 
     top = Path(root).expanduser()
     if not top.is_dir() or top.is_symlink():

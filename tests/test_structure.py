@@ -122,10 +122,12 @@ def test_the_cli_layout_choices_come_from_the_registry():
     import click
 
     from cachetool.cli import bundle_cmds, cli, store_cmds  # noqa: F401  (the modules register the commands)
-    from cachetool.layouts import CHOICES, LAYOUTS
-    from cachetool.bundle.manifest import LAYOUTS as SCHEMA
+    from cachetool import engines
+    from cachetool.layouts.registry import CHOICES, LAYOUTS
 
-    assert tuple(LAYOUTS) == SCHEMA and CHOICES == ("auto", *SCHEMA)
+    # every engine's declared layout, and the one no engine writes
+    assert tuple(LAYOUTS) == (*(e.layout for e in engines.ENGINES.values()), "triton")
+    assert CHOICES == ("auto", *LAYOUTS)
     for name in ("pack", "push"):
         [opt] = [p for p in cli.commands[name].params if p.name == "layout"]
         assert isinstance(opt.type, click.Choice) and tuple(opt.type.choices) == CHOICES

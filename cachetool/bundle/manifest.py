@@ -21,14 +21,14 @@ import re
 from typing import Any
 
 from cachetool.version import __version__
-from cachetool.bundle.factors import Factors, short_repr
+from cachetool.bundle.entries import DirEntry, FileEntry, KeyFolder, Unit
+from cachetool.bundle.factors import short_repr
 from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
 from cachetool.bundle.paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
 
 SCHEMA_VERSION = 1
 MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
-LAYOUTS = ("native", "vllm", "triton")
 # A fingerprint field that records an engine's own version (cachetool.bundle.fingerprint.ENGINE_FIELDS): it leads the
 # platform key of that engine's bundles.
 ENGINE_VERSIONS = ("vllm",)
@@ -107,55 +107,6 @@ def _check_fingerprint(fp: Any) -> dict:
         if v is not None and (not isinstance(v, str) or len(v) > 256 or any(ord(c) < 32 for c in v)):
             raise ManifestError(f"manifest fingerprint {k!r} is {short_repr(v)}: expected a short string or null")
     return fp
-
-
-@dataclasses.dataclass(frozen=True)
-class FileEntry:
-    path: str  # relative POSIX path under the cache root
-    mode: int  # permission bits
-    size: int  # bytes of content
-    digest: str  # "sha256:<hex>" of the content (= the blob's digest)
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "mode": self.mode, "size": self.size, "digest": self.digest}
-
-
-@dataclasses.dataclass(frozen=True)
-class DirEntry:
-    path: str
-    mode: int
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "mode": self.mode}
-
-
-@dataclasses.dataclass(frozen=True)
-class Unit:
-    """An install unit: a folder renamed into place atomically (a rank folder, or a Triton kernel folder)."""
-
-    path: str
-    key: str | None  # the cache key (hash folder name) it belongs to
-    rank: str | None  # "rank_{r}_{dp}" or None
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "key": self.key, "rank": self.rank}
-
-
-@dataclasses.dataclass(frozen=True)
-class KeyFolder:
-    """One hash folder of the tree, as the manifest lists it: its name, its kind and the factors its
-    ``cache_key_factors.json`` records (read by its engine: ``Engine.compare_keys``, ``Engine.check_factors``)."""
-
-    hash: str
-    kind: str  # "piecewise" (torch_compile_cache/{hash}) or "aot" (torch_compile_cache/torch_aot_compile/{hash})
-    factors: Factors | None  # env, config, code, compiler (or another engine's own); JSON is parsed on the way in
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "factors", Factors.parse(self.factors))
-
-    def to_json(self) -> dict:
-        return {"hash": self.hash, "kind": self.kind,
-                "factors": self.factors.to_json() if self.factors is not None else None}
 
 
 _TOP_KEYS = {"schema", "media_type", "tool", "layout", "save_format", "keys", "fingerprint", "ranks", "units",
@@ -317,6 +268,8 @@ def _check_header(obj: dict) -> None:
     tool = obj["tool"]
     if not isinstance(tool, dict) or set(tool) != {"name", "version"} or not isinstance(tool["version"], str):
         raise ManifestError("manifest 'tool' must be {name, version}")
+    from cachetool.layouts.registry import LAYOUTS  # every engine's layout, and triton
+
     if obj["layout"] not in LAYOUTS:
         raise ManifestError(f"manifest layout {obj['layout']!r} is not one of {', '.join(LAYOUTS)}")
     if obj["save_format"] not in (None, "binary", "unpacked", "mixed"):
@@ -338,12 +291,15 @@ def _exact(entry: Any, keys: set, what: str) -> dict:
 
 
 def _parse_keys(entries: list) -> list[KeyFolder]:
+    from cachetool import engines
+
+    kinds = {kind for e in engines.ENGINES.values() for kind in e.key_kinds}  # every engine's key naming
     keys = []
     for k in entries:
         k = _exact(k, {"hash", "kind", "factors"}, "key")
         if not isinstance(k["hash"], str) or not re.match(r"^[A-Za-z0-9_.-]{1,128}$", k["hash"]):
             raise ManifestError(f"manifest cache key {k['hash']!r} is not a plain name")
-        if k["kind"] not in ("piecewise", "aot"):
+        if k["kind"] not in kinds:
             raise ManifestError(f"manifest cache key kind {k['kind']!r} is unknown")
         if k["factors"] is not None and not isinstance(k["factors"], dict):
             raise ManifestError("manifest cache key factors are not an object")

@@ -104,11 +104,17 @@ class KeyCheck(Protocol):
 
 class Engine(Protocol):
     name: str                       # --engine
-    layout: str                     # the bundle layout its cache trees pack as
+    layout: str                     # the bundle layout its cache trees pack as (a manifest's "layout")
+    key_kinds: tuple[str, ...]      # the kinds of key folder its layout lists (a manifest's keys[].kind)
     cache_root_variable: str        # where its servers read the cache root from
     cache_root_default: str         # where they read it without the variable
     fingerprint_fields: tuple[str, ...]  # the fingerprint fields only its caches depend on
     local_by_server: bool           # diff's "local" side: its server computes the key (needs the server's flags)
+
+    def layout_rules(self) -> Any:
+        """Its layout: a module with ``NAME``, ``detect(path)`` and ``scan(path)`` and, where it states them,
+        ``incomplete_reason(unit_dir, ranked)`` and ``stale_entries(root)`` (:mod:`cachetool.layouts.registry`)."""
+        ...
 
     def server_environment(self, root: Path) -> dict[str, str]:
         """The variables its server must be started with to read a cache installed at ``root`` (what ``pull``

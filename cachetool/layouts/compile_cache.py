@@ -22,7 +22,7 @@ from cachetool.errors import UsageError
 from cachetool.cache_root import AOT, FACTORS_FILE, RANK_RE, TCC
 from cachetool.bundle.factors import Factors
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
-from cachetool.bundle.manifest import KeyFolder, Unit
+from cachetool.bundle.entries import KeyFolder, Unit
 
 
 

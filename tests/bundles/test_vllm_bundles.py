@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cachetool.engines.vllm import key
 from cachetool.bundle.factors import UNSET, Factors
-from cachetool.layouts import scan
+from cachetool.layouts.registry import scan
 from cachetool.bundle.manifest import platform_key
 
 

@@ -13,10 +13,17 @@ from cachetool.bundle.factors import Difference, Factors
 class NativeEngine:
     name = "native"
     layout = "native"
+    key_kinds = ("piecewise",)
     cache_root_variable = "CACHETOOL_CACHE_ROOT"
     cache_root_default = "~/.cache/cachetool"
     fingerprint_fields: tuple[str, ...] = ()
     local_by_server = False
+
+    @staticmethod
+    def layout_rules():
+        from cachetool.engines.native import layout
+
+        return layout
 
     # ------------------------------------------------------------------------------------------ starts
     def server_environment(self, root: Path) -> dict[str, str]:

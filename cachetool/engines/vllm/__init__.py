@@ -22,10 +22,17 @@ NATIVE_ONLY = {"device": "--device", "config": "--compilation-config", "override
 class VllmEngine:
     name = "vllm"
     layout = "vllm"
+    key_kinds = ("piecewise", "aot")  # torch_compile_cache/{hash}, torch_compile_cache/torch_aot_compile/{hash}
     cache_root_variable = "VLLM_CACHE_ROOT"
     cache_root_default = "~/.cache/vllm"
     fingerprint_fields = ("vllm", "cpu_isa")
     local_by_server = True
+
+    @staticmethod
+    def layout_rules():
+        from cachetool.engines.vllm import layout
+
+        return layout
 
     # ------------------------------------------------------------------------------------------ starts
     def server_environment(self, root: Path) -> dict[str, str]:

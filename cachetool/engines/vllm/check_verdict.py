@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cachetool.bundle.manifest import KeyFolder
+from cachetool.bundle.entries import KeyFolder
 from cachetool.cache_root import AOT, FACTORS_FILE, RANK_RE, TCC
 from cachetool.errors import PreflightError
 

@@ -1,0 +1,69 @@
+"""The layout registry: every layout a bundle may name, found from the engines that declare them.
+
+A layout is a small plug-in (a module) with ``detect(path) -> bool`` and ``scan(path) -> LayoutScan``, and where it
+states them ``incomplete_reason(unit_dir, ranked)`` and ``stale_entries(root)``. Each engine declares its own
+(``Engine.layout`` names it, ``Engine.layout_rules()`` returns it: ``native``, the tree ``compiler/`` writes;
+``vllm``, a real vLLM cache root; ...); the one layout no engine writes is here, ``triton`` (a plain Triton cache
+folder). :data:`LAYOUTS` maps every name a manifest may carry to its module, in detection order (the engines'
+registry order, the most specific first, then ``triton``); :data:`CHOICES` is what the CLI's ``--layout`` accepts.
+A new engine's layout needs nothing here.
+
+``<path>`` may be the whole root, one hash folder or one rank folder: manifest paths stay relative to the cache
+root (``torch_compile_cache/...``) so an install recreates the same place. :func:`scan` picks the layout
+(``"auto"``: the first whose ``detect`` says yes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cachetool import engines
+from cachetool.errors import NotFoundError, UsageError
+from cachetool.layouts import triton
+from cachetool.layouts.base import LayoutScan, ScannedFile
+
+LAYOUTS = {**{e.layout: e.layout_rules() for e in engines.ENGINES.values()}, triton.NAME: triton}
+CHOICES = ("auto", *LAYOUTS)  # the CLI's --layout
+
+__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "incomplete_reason", "scan", "stale_entries"]
+
+
+def detect(path: str | Path) -> str:
+    p = Path(path)
+    for name, layout in LAYOUTS.items():  # the most specific first: a vLLM root also looks native
+        if layout.detect(p):
+            return name
+    *head, last = LAYOUTS
+    raise UsageError(f"{p} is not a recognised cache ({', '.join(head)} or {last}); pass --layout")
+
+
+def scan(path: str | Path, layout: str = "auto") -> LayoutScan:
+    p = Path(path)
+    if not p.exists():
+        raise NotFoundError(f"cache path {p} does not exist")
+    if not p.is_dir() or p.is_symlink():
+        raise UsageError(f"cache path {p} is not a folder")
+    if layout == "auto":
+        layout = detect(p)
+    if layout not in LAYOUTS:
+        raise UsageError(f"unknown layout {layout!r} (auto, {', '.join(LAYOUTS)})")
+    return LAYOUTS[layout].scan(p)
+
+
+def incomplete_reason(layout: str, unit_dir: str | Path, ranked: bool) -> str | None:
+    """Why the install unit of ``layout`` in ``unit_dir`` (``ranked``: a rank folder) is not a complete cache, or
+    None (complete, or a layout that states no such rule). ``pack`` and the install refuse such a unit: an
+    interrupted warm's unit installed over a complete one would lose it."""
+    rule = getattr(LAYOUTS.get(layout), "incomplete_reason", None)
+    return rule(Path(unit_dir), ranked) if rule is not None else None
+
+
+def stale_entries(root: str | Path) -> list[Path]:
+    """What no later start reads under a cache root, by every layout that states such a rule (vLLM's per-start
+    AOTAutograd entries, ...); ``cachetool prune`` removes them."""
+    out: list[Path] = []
+    for module in LAYOUTS.values():
+        rule = getattr(module, "stale_entries", None)
+        if rule is not None:
+            out += rule(Path(root))
+    return out
