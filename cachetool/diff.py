@@ -96,7 +96,7 @@ def fingerprint_differences(a: Side, b: Side) -> list[Difference]:
     (:func:`cachetool.bundle.fingerprint.compare`). A recorded side (bundle, ref, folder) is a requirement and this machine
     (``local``) a set of facts: against ``local``, the preflight's question exactly; between two recorded sides,
     each against the other, so that diff A B and diff B A name the same fields."""
-    from cachetool.bundle.fingerprint import CHECKED, compare
+    from cachetool.bundle.fingerprint import checked_fields, compare
 
     found: dict[str, tuple] = {}
     if not a.partial:
@@ -105,7 +105,7 @@ def fingerprint_differences(a: Side, b: Side) -> list[Difference]:
     if not b.partial:
         found.update({f: (va, vb) for f, vb, va in compare(b.fingerprint, a.fingerprint,
                                                            engines.fields_ignored_by(_engine(b)))})
-    return [Difference("fingerprint", f, *found[f]) for f in CHECKED if f in found]
+    return [Difference("fingerprint", f, *found[f]) for f in checked_fields() if f in found]
 
 
 def diff_sides(a: Side, b: Side, engine: Engine | None = None) -> list[Difference]:
@@ -204,7 +204,7 @@ def diff_against_server(side: Side, engine: Engine, *, model: str | None = None,
     from cachetool.bundle.manifest import KeyFolder
 
     fp = local_fingerprint(device=require_device(device))
-    fp.update({k: v for k, v in engine.machine_facts(fp["device"]).items() if k != "engine"})
+    fp.update(engine.machine_facts(fp["device"]))
     out = [d for d in diff_sides(side, Side("local", [], fp, partial=True), engine) if d.category == "fingerprint"]
     if model is None:
         return out

@@ -3,7 +3,11 @@
 A fingerprint is a flat dict::
 
     {"os": "linux", "arch": "x86_64", "device": "cpu" | "cuda", "torch": "2.13.0+cpu", "cuda": "13.0" | None,
-     "triton": "3.6.0" | None, "gpu": "NVIDIA H200" | None, "capability": "sm90" | None}
+     "triton": "3.6.0" | None, "gpu": "NVIDIA H200" | None, "capability": "sm90" | None, ...}
+
+the common fields (:data:`COMMON_FIELDS`, every engine's caches depend on them), then the fields of the engine whose
+caches the bundle holds (its version, the CPU's vector ISA, the GPU driver: ``Engine.fingerprint_fields`` and
+``Engine.recorded_fields``, read from the registry).
 
 It is what a store shows per platform (``manifest.platform_key``) and what preflight compares before any download;
 the finer truth is the compiler hash factors (``cache_key_factors.json``), which preflight compares too.
@@ -16,15 +20,31 @@ import re
 
 from cachetool.errors import UsageError
 
-FIELDS = ("os", "arch", "device", "torch", "cuda", "triton", "gpu", "capability", "vllm", "cpu_isa", "gpu_driver")
-# Fields preflight compares (a difference means the cache cannot hit). "gpu" is covered by "capability"; the
-# driver is recorded, not compared (a newer driver runs the same kernels). "vllm" and "cpu_isa" are set in
-# bundles of real vLLM trees only (cachetool.engines.vllm.facts) and compared against the same facts here.
-CHECKED = ("device", "os", "arch", "torch", "cuda", "triton", "capability", "vllm", "cpu_isa")
+COMMON_FIELDS = ("os", "arch", "device", "torch", "cuda", "triton", "gpu", "capability")
+# Common fields preflight compares (a difference means the cache cannot hit). "gpu" is covered by "capability".
+# An engine adds its own (Engine.fingerprint_fields: compared; Engine.recorded_fields: recorded only, such as the
+# GPU driver: a newer driver runs the same kernels), read from the registry (checked_fields, engine_fields).
+COMMON_CHECKED = ("device", "os", "arch", "torch", "cuda", "triton", "capability")
 # Checked fields that can change what is loaded only on a GPU: a CPU cache's kernels are Inductor's C++, which no
 # Triton reads (its compiler factor records no Triton), so a CPU bundle hits whatever Triton is here or not.
 GPU_ONLY = ("cuda", "triton", "capability")
-ENGINE_FIELDS = ("vllm", "cpu_isa", "gpu_driver")  # taken from an engine's compiler factor values as they are
+
+
+def engine_fields() -> tuple[str, ...]:
+    """The fields engines add to the common ones (compared or recorded), in the registry's order: a bundle takes
+    them from its compiler factor values as they are (:func:`fingerprint_from_factors`)."""
+    from cachetool import engines
+
+    return tuple(dict.fromkeys(f for e in engines.ENGINES.values() for f in (*e.fingerprint_fields,
+                                                                          *e.recorded_fields)))
+
+
+def checked_fields() -> tuple[str, ...]:
+    """Every field preflight compares: the common ones, then each engine's own (``Engine.fingerprint_fields``)."""
+    from cachetool import engines
+
+    return tuple(dict.fromkeys((*COMMON_CHECKED, *(f for e in engines.ENGINES.values()
+                                                    for f in e.fingerprint_fields))))
 
 
 def check_device(device: str | None) -> str | None:
@@ -95,7 +115,7 @@ def fingerprint_from_factors(compiler_values: dict | None, fallback: dict) -> di
     else:
         fp["device"] = "cpu"
         fp["cuda"] = fp["gpu"] = fp["capability"] = None
-    for name in ENGINE_FIELDS:
+    for name in engine_fields():
         if pick(name):
             fp[name] = pick(name)
     return fp
@@ -105,7 +125,7 @@ def fields_that_matter(bundle_fp: dict, ignored: tuple[str, ...] = ()) -> tuple[
     """The checked fields that can change what a cache built under ``bundle_fp`` loads: the GPU's only for a CUDA
     cache; ``ignored``: those only other engines' caches depend on (:func:`cachetool.engines.fields_ignored_by`)."""
     on_gpu = bundle_fp.get("device") == "cuda"
-    return tuple(f for f in CHECKED if (on_gpu or f not in GPU_ONLY) and f not in ignored)
+    return tuple(f for f in checked_fields() if (on_gpu or f not in GPU_ONLY) and f not in ignored)
 
 
 def compare(bundle_fp: dict, local_fp: dict, ignored: tuple[str, ...] = ()) -> list[tuple[str, object, object]]:

@@ -29,10 +29,6 @@ from cachetool.digests import BlobRef, is_digest
 
 SCHEMA_VERSION = 1
 MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
-# A fingerprint field that records an engine's own version (cachetool.bundle.fingerprint.ENGINE_FIELDS): it leads the
-# platform key of that engine's bundles.
-ENGINE_VERSIONS = ("vllm",)
-
 MAX_FILE_SIZE = 64 << 30  # one file; larger is refused as implausible
 MAX_FILES = 1_000_000
 
@@ -50,24 +46,27 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
-def platform_key(fingerprint: dict) -> str:
+def platform_key(fingerprint: dict, engine: Any = None) -> str:
     """Short platform key for multi-platform refs: ``cuda-sm90-torch2.11.0+cu130``, ``cpu-x86_64-torch2.13.0+cpu``;
-    a bundle of a real vLLM tree adds the vLLM version and, on the CPU, the vector ISA
-    (``vllm0.32.0-cpu-x86_64-avx2-torch2.13.0+cpu``).
+    the engine whose caches the bundle holds (``engine``, else the one that recognizes the fingerprint) may lead it
+    and name some of its own fields after the device (``Engine.platform_prefix``, ``Engine.platform_fields``: a
+    real vLLM tree's ``vllm0.32.0-cpu-x86_64-avx2-torch2.13.0+cpu``).
 
     A Triton-only bundle without torch gets ``...-triton<version>`` instead of the torch part.
     """
+    from cachetool import engines
+
     fp = fingerprint or {}
+    engine = engine or engines.for_fingerprint(fp)
     device = fp.get("device") or "cpu"
     if device == "cuda":
         head = f"cuda-{fp.get('capability') or 'unknown'}"
-    elif device == "cpu":
-        head = f"cpu-{fp.get('arch') or 'unknown'}" + (f"-{fp['cpu_isa']}" if fp.get("cpu_isa") else "")
     else:
         head = f"{device}-{fp.get('arch') or 'unknown'}"
-    for engine in ENGINE_VERSIONS:  # an engine's own tree: its version is part of the platform (vllm0.32.0-cpu-...)
-        if fp.get(engine):
-            head = f"{engine}{fp[engine]}-{head}"
+    head += "".join(f"-{fp[name]}" for name in engine.platform_fields if fp.get(name))
+    prefix = engine.platform_prefix(fp)
+    if prefix:
+        head = f"{prefix}-{head}"
     if fp.get("torch"):
         return f"{head}-torch{fp['torch']}"
     if fp.get("triton"):

@@ -108,7 +108,9 @@ class Engine(Protocol):
     key_kinds: tuple[str, ...]      # the kinds of key folder its layout lists (a manifest's keys[].kind)
     cache_root_variable: str        # where its servers read the cache root from
     cache_root_default: str         # where they read it without the variable
-    fingerprint_fields: tuple[str, ...]  # the fingerprint fields only its caches depend on
+    fingerprint_fields: tuple[str, ...]  # the fingerprint fields only its caches depend on (preflight compares)
+    recorded_fields: tuple[str, ...]     # fingerprint fields it records and nobody compares (the GPU driver)
+    platform_fields: tuple[str, ...]     # fingerprint fields its platform key names after the device (CPU ISA)
     local_by_server: bool           # diff's "local" side: its server computes the key (needs the server's flags)
 
     def layout_rules(self) -> Any:
@@ -138,6 +140,11 @@ class Engine(Protocol):
 
     def recognizes(self, fingerprint: dict) -> bool:
         """Whether a bundle of this fingerprint holds this engine's caches."""
+        ...
+
+    def platform_prefix(self, fingerprint: dict) -> str | None:
+        """What leads the platform key of its bundles (``vllm0.32.0``), so that two engines' bundles of one machine
+        sit side by side under one tag; None: nothing (:func:`cachetool.bundle.manifest.platform_key`)."""
         ...
 
     def key_check(self, request: KeyCheckRequest) -> KeyCheck | None: ...

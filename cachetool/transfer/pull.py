@@ -129,8 +129,8 @@ def local_platform(entries: Iterable[RefEntry], device: str | None,
                                if e is not engines.default() and any(entry_engine(x) is e for x in entries)]
     keys, full = [], dict(fp)
     for eng in wanted:
-        facts = {k: v for k, v in eng.machine_facts(fp["device"]).items() if k != "engine"}
-        keys.append(platform_key({**fp, **facts}))
+        facts = eng.machine_facts(fp["device"])
+        keys.append(platform_key({**fp, **facts}, eng))
         full.update({k: v for k, v in facts.items() if v is not None})
     return keys, full
 

@@ -17,6 +17,8 @@ class NativeEngine:
     cache_root_variable = "CACHETOOL_CACHE_ROOT"
     cache_root_default = "~/.cache/cachetool"
     fingerprint_fields: tuple[str, ...] = ()
+    recorded_fields: tuple[str, ...] = ()
+    platform_fields: tuple[str, ...] = ()
     local_by_server = False
 
     @staticmethod
@@ -70,6 +72,9 @@ class NativeEngine:
 
     def recognizes(self, fingerprint: dict) -> bool:
         return True  # the registry's last resort: a bundle no other engine claims is ours
+
+    def platform_prefix(self, fingerprint: dict) -> str | None:
+        return None  # cpu-x86_64-torch2.13.0+cpu, cuda-sm90-torch2.11.0+cu130: the platform alone
 
     # ------------------------------------------------------------------------------------------ keys
     def key_check(self, request: KeyCheckRequest):

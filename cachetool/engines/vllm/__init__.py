@@ -26,6 +26,8 @@ class VllmEngine:
     cache_root_variable = "VLLM_CACHE_ROOT"
     cache_root_default = "~/.cache/vllm"
     fingerprint_fields = ("vllm", "cpu_isa")
+    recorded_fields = ("gpu_driver",)
+    platform_fields = ("cpu_isa",)  # vllm0.32.0-cpu-x86_64-avx2-torch2.13.0+cpu: vLLM's CPU kernels are the ISA's
     local_by_server = True
 
     @staticmethod
@@ -95,6 +97,10 @@ class VllmEngine:
 
     def recognizes(self, fingerprint: dict) -> bool:
         return bool((fingerprint or {}).get("vllm"))  # a real vLLM tree records vLLM's version
+
+    def platform_prefix(self, fingerprint: dict) -> str | None:
+        version = (fingerprint or {}).get("vllm")
+        return f"vllm{version}" if version else None
 
     # ------------------------------------------------------------------------------------------ keys
     def key_check(self, request: KeyCheckRequest):

@@ -18,8 +18,8 @@ from __future__ import annotations
 from cachetool.engines import machine  # the torch-free machine facts, every engine's
 from cachetool.engines.machine import cpu_isa
 
-# Fingerprint fields a vLLM bundle adds to the common ones (cachetool.bundle.fingerprint.FIELDS).
-FINGERPRINT_FIELDS = ("engine", "vllm", "cpu_isa", "gpu_driver")
+# Fingerprint fields a vLLM bundle adds to the common ones (cachetool.bundle.fingerprint.COMMON_FIELDS).
+FINGERPRINT_FIELDS = ("vllm", "cpu_isa", "gpu_driver")
 
 __all__ = ["FINGERPRINT_FIELDS", "cpu_isa", "machine_facts", "vllm_version"]
 
@@ -35,7 +35,7 @@ def vllm_version() -> str | None:
 
 def machine_facts(device: str | None) -> dict[str, str | None]:
     """The vLLM fingerprint fields of this machine for ``device`` (``cpu``, ``cuda``/``cuda:N`` or None: probe)."""
-    facts: dict[str, str | None] = {"engine": "vllm", "vllm": vllm_version(), "cpu_isa": None, "gpu_driver": None}
+    facts: dict[str, str | None] = {"vllm": vllm_version(), "cpu_isa": None, "gpu_driver": None}
     on_gpu = device is None or device.startswith("cuda")
     gpu = machine.cuda_device(int(device.split(":")[1]) if device and ":" in device else 0) if on_gpu else None
     if gpu is not None:
