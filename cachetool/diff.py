@@ -201,7 +201,6 @@ def diff_against_server(side: Side, engine: Engine, *, model: str | None = None,
     import tempfile
 
     from cachetool.bundle.fingerprint import local_fingerprint, require_device
-    from cachetool.bundle.manifest import KeyFolder
 
     fp = local_fingerprint(device=require_device(device))
     fp.update(engine.machine_facts(fp["device"]))
@@ -209,5 +208,4 @@ def diff_against_server(side: Side, engine: Engine, *, model: str | None = None,
     if model is None:
         return out
     with tempfile.TemporaryDirectory(prefix="cachetool-diff-") as scratch:
-        return out + engine.server_differences([KeyFolder(h, "aot", f) for h, f in side.keys], model, list(flags),
-                                               Path(scratch))
+        return out + engine.server_differences(list(side.keys), model, list(flags), Path(scratch))

@@ -163,6 +163,8 @@ class Engine(Protocol):
         """The factors this machine would record without a model (diff's ``local``), or None."""
         ...
 
-    def server_differences(self, keys: list, model: str, flags: list[str], scratch: Path) -> list[Difference]:
-        """How the closest of a bundle's keys differs from the key this engine's server computes."""
+    def server_differences(self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str],
+                           scratch: Path) -> list[Difference]:
+        """How the closest of a bundle's keys (``(folder name, recorded factors)``, as ``diff`` read them) differs
+        from the key this engine's server computes."""
         ...

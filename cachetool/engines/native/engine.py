@@ -102,7 +102,8 @@ class NativeEngine:
 
         return local_factors(device)
 
-    def server_differences(self, keys: list, model: str, flags: list[str], scratch: Path) -> list[Difference]:
+    def server_differences(self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str],
+                           scratch: Path) -> list[Difference]:
         raise UsageError("--model and flags after -- on diff are for --engine vllm")
 
 

@@ -127,9 +127,11 @@ class VllmEngine:
     def local_factors(self, device: str) -> Factors | None:
         return None  # vLLM computes its key from the server's flags: see server_differences
 
-    def server_differences(self, keys: list, model: str, flags: list[str], scratch: Path) -> list[Difference]:
+    def server_differences(self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str],
+                           scratch: Path) -> list[Difference]:
+        from cachetool.bundle.entries import KeyFolder
         from cachetool.engines.vllm.key_check import server_key_check
 
         check = server_key_check(model, list(flags), scratch)
-        _key, diffs = check.closest(keys)
+        _key, diffs = check.closest([KeyFolder(h, "aot", f) for h, f in keys])  # a server's key is an AOT folder
         return diffs
