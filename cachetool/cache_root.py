@@ -63,7 +63,7 @@ class CacheRoot:
             return cls(Path(flag).expanduser(), "flag")
         if configured:
             return cls(Path(configured).expanduser(), "config")
-        value = envs.raw(engine.cache_root_variable)
+        value = envs.raw(engine.cache_root_variable, engine.variables)
         if value:
             return cls(Path(value).expanduser(), engine.cache_root_variable)
         return cls(Path(engine.cache_root_default).expanduser(), "default")

@@ -1,11 +1,12 @@
 """cachetool's environment variables: its registry, and the one module of cachetool that reads the environment.
 
 :data:`VARIABLES` lists every variable cachetool reads, with its default and meaning: stores, trust, the engines'
-cache roots, and the other tools' conventions cachetool honours (boto3, docker/podman, XDG). The pipeline keeps
-its own registry (:mod:`compiler.envs`; cachetool does not import it); a variable both read (the native cache root,
-the logging level) is in both, with the same default (tests/test_structure.py). README.md's "Configuration
-reference" documents each. Code reads a variable through :func:`get` (an empty value counts as unset) or a typed
-reader below; an unregistered name is a ``KeyError``. Values are read on each access, not at import.
+cache roots, and the other tools' conventions cachetool honours (boto3, docker/podman, XDG). An engine may declare
+variables of its own beside them (``Engine.variables``, :class:`EnvVar` values), read with ``raw(name, declared)``.
+The pipeline keeps its own registry (:mod:`compiler.envs`; cachetool does not import it); a variable both read (the
+native cache root, the logging level) is in both, with the same default (tests/test_structure.py). README.md's
+"Configuration reference" documents each. Code reads a variable through :func:`get` (an empty value counts as unset)
+or a typed reader below; an unregistered name is a ``KeyError``. Values are read on each access, not at import.
 """
 
 from __future__ import annotations
@@ -63,9 +64,13 @@ def get(name: str) -> str | None:
     return _BY_NAME[name].default if value is None or value == "" else value
 
 
-def raw(name: str) -> str | None:
-    """The value exactly as set (None when unset), of a registered variable."""
-    return os.environ.get(_BY_NAME[name].name)
+def raw(name: str, declared: tuple[EnvVar, ...] = ()) -> str | None:
+    """The value exactly as set (None when unset), of a registered variable or of one among ``declared`` (an
+    engine's own, ``Engine.variables``)."""
+    var = _BY_NAME.get(name) or next((v for v in declared if v.name == name), None)
+    if var is None:
+        raise KeyError(name)
+    return os.environ.get(var.name)
 
 
 def config_home() -> Path:

@@ -95,9 +95,13 @@ def test_no_function_in_cachetool_reaches_80_lines():
 
 def test_every_environment_variable_is_registered_and_in_the_readme():
     import cachetool.envs
+    from cachetool import engines
     from compiler import envs
 
-    ours = {v.name: v for v in cachetool.envs.VARIABLES}
+    declared = [v for e in engines.ENGINES.values() for v in e.variables]  # an engine's own, beside the registry
+    assert [v.name for v in declared if v.name in {w.name for w in cachetool.envs.VARIABLES}] == []
+    assert all(isinstance(v, cachetool.envs.EnvVar) for v in declared)
+    ours = {v.name: v for v in (*cachetool.envs.VARIABLES, *declared)}
     theirs = {v.name: v for v in envs.VARIABLES.values()}
     # a variable both packages read (the native cache root, the logging level) has one default
     assert [n for n in set(ours) & set(theirs) if ours[n].default != theirs[n].default] == []

@@ -107,6 +107,7 @@ class Engine(Protocol):
     layout: str                     # the bundle layout its cache trees pack as (a manifest's "layout")
     key_kinds: tuple[str, ...]      # the kinds of key folder its layout lists (a manifest's keys[].kind)
     cache_root_variable: str        # where its servers read the cache root from
+    variables: tuple[Any, ...]      # the variables it reads beyond cachetool's registry (cachetool.envs.EnvVar)
     cache_root_default: str         # where they read it without the variable
     fingerprint_fields: tuple[str, ...]  # the fingerprint fields only its caches depend on (preflight compares)
     recorded_fields: tuple[str, ...]     # fingerprint fields it records and nobody compares (the GPU driver)

@@ -31,6 +31,26 @@ def test_the_cache_root_is_the_flag_then_the_engines_config_then_its_variable_th
     assert vllm.configured_root('{"cache_dir": "/x"}', ()) is None
 
 
+def test_an_engine_reads_its_cache_root_from_a_variable_it_declares_itself(monkeypatch, tmp_path):
+    """A new engine's variable needs no entry in cachetool/envs.py (issue 36: an engine lives in engines/ alone):
+    it declares it (``Engine.variables``) and the cache root reads it there; a name neither registered nor declared
+    is still a KeyError, not a silent None."""
+    import dataclasses
+
+    from cachetool import envs
+
+    @dataclasses.dataclass
+    class Declaring:  # only what CacheRoot.of reads of an engine
+        cache_root_variable: str = "CACHETOOL_TEST_OWN_ROOT"
+        cache_root_default: str = "~/.cache/own"
+        variables: tuple = (envs.EnvVar("CACHETOOL_TEST_OWN_ROOT", None, "a test engine's root"),)
+
+    monkeypatch.setenv("CACHETOOL_TEST_OWN_ROOT", str(tmp_path / "own"))
+    assert CacheRoot.of(None, Declaring()) == CacheRoot(tmp_path / "own", "CACHETOOL_TEST_OWN_ROOT")
+    with pytest.raises(KeyError):
+        CacheRoot.of(None, Declaring(variables=()))
+
+
 def test_a_config_cache_dir_decides_where_warm_writes_without_cache_root(tmp_path, monkeypatch):
     """``warm -cc.cache_dir=D`` wrote into CACHETOOL_CACHE_ROOT once the root was resolved before the config was
     read; the start is refused on a root it cannot write, so the root it checks is the one it would use."""

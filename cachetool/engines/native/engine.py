@@ -15,6 +15,7 @@ class NativeEngine:
     layout = "native"
     key_kinds = ("piecewise",)
     cache_root_variable = "CACHETOOL_CACHE_ROOT"
+    variables = ()  # its own are in cachetool.envs.VARIABLES
     cache_root_default = "~/.cache/cachetool"
     fingerprint_fields: tuple[str, ...] = ()
     recorded_fields: tuple[str, ...] = ()

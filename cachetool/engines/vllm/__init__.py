@@ -24,6 +24,7 @@ class VllmEngine:
     layout = "vllm"
     key_kinds = ("piecewise", "aot")  # torch_compile_cache/{hash}, torch_compile_cache/torch_aot_compile/{hash}
     cache_root_variable = "VLLM_CACHE_ROOT"
+    variables = ()  # its own are in cachetool.envs.VARIABLES
     cache_root_default = "~/.cache/vllm"
     fingerprint_fields = ("vllm", "cpu_isa")
     recorded_fields = ("gpu_driver",)
