@@ -55,9 +55,11 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
 
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
 # imports from this module only (tests/test_cli_layer.py), these names included.
-CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ON_MISS", "GC_MIN_AGE_S",
-             "layout_choices", "init_logging", "pull_refused_outcome")
+CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ENGINE_HELP",
+             "CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging", "pull_refused_outcome")
 PULL_OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)  # every outcome a pull ends in (`pull --help` lists them)
+ENGINE_HELP = engines.help_text()  # --engine's help, from the registry
+CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help()})."
 
 # The argument types the verbs share.
 SignKey = Union[str, Path, "Ed25519PrivateKey"]  # a key file, or a loaded key
@@ -135,7 +137,7 @@ def start_request(command: str, model: str | None, root: CacheRoot, *, device: s
                         given=frozenset(given) if given is not None else _given(**options), **options)
 
 
-def warm(model: str | None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
+def warm(model: str | None = None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
          overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: SignKey | None = None,
          store_options: dict[str, Any] | None = None, progress: bool | None = False, engine: str | None = None,
          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
@@ -194,7 +196,7 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
         summary.phases["push"] = round(time.perf_counter() - t2, 3)
 
 
-def check(model: str | None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
+def check(model: str | None = None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
           overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str | None = None,
           engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
           engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
@@ -475,7 +477,7 @@ def prune(cache_root: str | Path, *, older_than: float | None = None, dry_run: b
 
 # -------------------------------------------------------------------------------------- what the CLI sets up
 def layout_choices() -> tuple[str, ...]:
-    """``--layout``'s choices: ``auto`` and every layout of the registry (:data:`cachetool.layouts.registry.CHOICES`)."""
+    """``--layout``'s choices: ``auto`` and every layout (:data:`cachetool.layouts.registry.CHOICES`)."""
     from cachetool.layouts.registry import CHOICES
 
     return tuple(CHOICES)

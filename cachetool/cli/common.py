@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from cachetool.api import CACHE_ROOT_HELP
 from cachetool.errors import UsageError
 
 
@@ -58,13 +59,12 @@ trust_option = click.option(
     help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
          "~/.config/cachetool/trusted_keys/*.pub.")
 
-_CACHE_ROOT_HELP = "Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool"
-# verbs with --engine (warm, check, pull): the root of the engine's server
+# verbs with --engine (warm, check, pull): the root of the engine's server, each engine's default from the registry
 cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-                                 help=_CACHE_ROOT_HELP + "; with --engine vllm: VLLM_CACHE_ROOT or ~/.cache/vllm).")
+                                 help=CACHE_ROOT_HELP)
 # verbs without --engine (install): no word of a flag they lack
 native_cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-                                        help=_CACHE_ROOT_HELP + ").")
+                                        help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
 
 
 def device_option(what: str, default: str, extra: str = "", value: str | None = None):

@@ -19,7 +19,7 @@ from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, de
                                   sign_key_option)
 from cachetool.cli.output import emit
 from cachetool.errors import EngineMissError
-from cachetool.api import ENGINE_CHOICES, CompilationConfigError, init_logging
+from cachetool.api import ENGINE_CHOICES, ENGINE_HELP, CompilationConfigError, init_logging
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 _OVERRIDE_PREFIXES = ("-cc.", "--cc.", "--compilation-config.")
@@ -75,8 +75,7 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Launch N tensor-parallel ranks (gloo on cpu, NCCL on cuda), one cache folder each."),
         json_option,
         click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=ENGINE_CHOICES[0], show_default=True,
-                     help="native: this project's pipeline; vllm: real vLLM, headless, with vLLM's own flags "
-                          "after -- (e.g. -- -tp 2 --max-model-len 256)."),
+                     help=ENGINE_HELP),
         click.option("--load-weights", is_flag=True,
                      help="--engine vllm: load the model's weights (default: dummy weights; compiled code does "
                           "not depend on weight values)."),

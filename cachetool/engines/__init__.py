@@ -20,7 +20,9 @@ DEFAULT = "native"  # the server a verb that names no --engine is for: this proj
 CHOICES = (DEFAULT, *(n for n in ENGINES if n != DEFAULT))
 
 __all__ = ["CHOICES", "DEFAULT", "ENGINES", "Engine", "KeyCheck", "KeyCheckRequest", "StartRequest", "StartResult",
-           "common_facts", "default", "fields_ignored_by", "for_fingerprint", "for_layout", "get", "init_logging"]
+           "cache_root_help", "common_facts", "default", "fields_ignored_by", "for_fingerprint", "for_layout", "get",
+           "help_text",
+           "init_logging"]
 
 
 def get(name: str) -> Engine:
@@ -48,6 +50,19 @@ def fields_ignored_by(engine: Engine) -> tuple[str, ...]:
     """Fingerprint fields only other engines' caches depend on (a native cache loads the same beside any vLLM)."""
     return tuple(f for e in ENGINES.values() if e is not engine for f in e.fingerprint_fields
                  if f not in engine.fingerprint_fields)
+
+
+def help_text() -> str:
+    """``--engine``'s help: each engine's one line, the default first."""
+    return "; ".join(f"{name}: {ENGINES[name].summary}" for name in CHOICES) + "."
+
+
+def cache_root_help() -> str:
+    """``--cache-root``'s default in words, for verbs with ``--engine``: the default engine's variable and default,
+    then each other engine's."""
+    first, *others = (ENGINES[name] for name in CHOICES)
+    return "; ".join([f"{first.cache_root_variable} or {first.cache_root_default}",
+                      *(f"with --engine {e.name}: {e.cache_root_variable} or {e.cache_root_default}" for e in others)])
 
 
 def init_logging() -> None:

@@ -25,7 +25,8 @@ class StartRequest:
     the vLLM engine ``--device``, ``-cc`` and the rank options."""
 
     command: str                      # "warm" or "check"
-    model: str | None                 # None: from the flags (vLLM: `vllm serve M`), or refused
+    model: str | None                 # None: from the flags (vLLM: `vllm serve M`), or none (an engine that runs
+                                      # the user's own command), or refused
     cache_root: Path                  # resolved (cachetool.cache_root.CacheRoot.path)
     device: str = "cpu"
     config: Any = None                # native: a CompilationConfig, dict or JSON text
@@ -104,6 +105,7 @@ class KeyCheck(Protocol):
 
 class Engine(Protocol):
     name: str                       # --engine
+    summary: str                    # one line for --engine's help: what it starts, and what it takes
     layout: str                     # the bundle layout its cache trees pack as (a manifest's "layout")
     key_kinds: tuple[str, ...]      # the kinds of key folder its layout lists (a manifest's keys[].kind)
     cache_root_variable: str        # where its servers read the cache root from

@@ -21,6 +21,7 @@ class NativeEngine:
     recorded_fields: tuple[str, ...] = ()
     platform_fields: tuple[str, ...] = ()
     local_by_server = False
+    summary = "this project's pipeline (compiler/): --model and its compilation config"
 
     @staticmethod
     def layout_rules():

@@ -30,6 +30,7 @@ class VllmEngine:
     recorded_fields = ("gpu_driver",)
     platform_fields = ("cpu_isa",)  # vllm0.32.0-cpu-x86_64-avx2-torch2.13.0+cpu: vLLM's CPU kernels are the ISA's
     local_by_server = True
+    summary = "real vLLM, headless, with vLLM's own flags after -- (e.g. -- -tp 2 --max-model-len 256)"
 
     @staticmethod
     def layout_rules():
