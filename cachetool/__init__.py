@@ -16,7 +16,6 @@ Names are loaded on first use so that ``import cachetool`` stays cheap (no torch
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from cachetool.version import __version__
@@ -29,5 +28,7 @@ __all__ = sorted(_API) + ["__version__"]
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        return getattr(importlib.import_module("cachetool.api"), name)
+        from cachetool import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'cachetool' has no attribute {name!r}")

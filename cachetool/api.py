@@ -375,12 +375,14 @@ def inspect(bundle: str, *, platform: str | None = None, store_options: dict[str
 
     with open_bundle(bundle, platform=platform, store_options=store_options) as b:
         m, sig = b.manifest, b.signature_bytes()
+        engine = engines.for_layout(m.layout)
         return BundleInfo(
             bundle=str(bundle), manifest_digest=b.manifest_digest, schema=m.schema, tool_version=m.tool_version,
             layout=m.layout, save_format=m.save_format, platform=b.platform, fingerprint=dict(m.fingerprint),
             signed_by=envelope_key_ids(sig) if sig else [], keys=[k.to_json() for k in m.keys],
             ranks=list(m.ranks), units=[u.path for u in m.units], files=len(m.files), unique_blobs=len(m.blobs),
-            bytes=Sizes.of(m), file_list=[f.to_json() for f in m.files])
+            bytes=Sizes.of(m), file_list=[f.to_json() for f in m.files],
+            key_lines={k.hash: engine.key_lines(k.factors) for k in m.keys if k.factors is not None})
 
 
 def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = None,

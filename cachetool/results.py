@@ -72,6 +72,7 @@ class BundleInfo(_Dict):
     unique_blobs: int
     bytes: Sizes
     file_list: list[dict[str, Any]]
+    key_lines: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # key hash -> its engine's lines
 
 
 @dataclasses.dataclass(frozen=True)

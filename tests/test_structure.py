@@ -84,6 +84,122 @@ def test_no_import_cycle():
     assert cycles == []
 
 
+BY_NAME = ("import_module", "__import__", "run_module")
+BY_PATH = ("spec_from_file_location", "module_from_spec", "run_path")
+
+
+def _loads_by_name(tree: ast.AST) -> list[int]:
+    """Lines that load a module by name (importlib, ``__import__``, runpy) where the name is not a literal outside
+    the project, or by path: such a load is an import the other rules here cannot see."""
+    lines = []
+    for node in ast.walk(tree):
+        called = getattr(node.func, "attr", getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
+        if called in BY_PATH:
+            lines.append(node.lineno)
+        elif called in BY_NAME:
+            arg = node.args[0] if node.args else None
+            literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+            if not literal or arg.value.split(".")[0] in PACKAGES:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_of_cachetool_is_loaded_by_name():
+    """layouts/__init__ loaded the engines' layout modules with importlib: an import no rule here saw, which hid a
+    cycle (engines/native/layout.py imports back into that package). Every import of cachetool's is a statement,
+    but in the modules an engine runs in its own interpreter (they import neither package; a probe chains the
+    program's own startup modules)."""
+    foreign = set(_runs_in_the_engines_interpreter())
+    bad = [f"{path.relative_to(ROOT)}:{line}" for mod, path in _modules().items()
+           if mod.startswith("cachetool") and str(path.relative_to(ROOT)) not in foreign
+           for line in _loads_by_name(ast.parse(path.read_text()))]
+    assert bad == []
+
+
+def test_the_by_name_rule_catches_what_it_names():
+    src = ('importlib.import_module(MODULES[name])\nimport_module("cachetool.api")\n__import__(f"compiler.{x}")\n'
+           'importlib.util.spec_from_file_location("x", path)\n'
+           'importlib.import_module("torch._inductor.config")\nimportlib.metadata.version("torch")\n')
+    assert _loads_by_name(ast.parse(src)) == [1, 2, 3, 4]
+
+
+def _imports_at_import_time(mod: str, path: Path) -> set[str]:
+    """The project modules ``mod`` imports while it is itself being imported: its statements outside functions
+    (a function's imports run when it is called) and outside ``if TYPE_CHECKING:`` (never run)."""
+    mods = _modules()
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            return
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = mod.split(".")[: len(mod.split(".")) - (node.level - (1 if is_pkg else 0))]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+        for t in targets:
+            parts = t.split(".")
+            out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))  # a.b.c runs a/ and a/b/ first
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return (out & set(mods)) - {mod}
+
+
+def _run_edges() -> dict[str, set[str]]:
+    """Who imports whom while being imported (:func:`_imports_at_import_time`)."""
+    return {mod: _imports_at_import_time(mod, path) for mod, path in _modules().items()}
+
+
+def _cycles_through_a_package(edges: dict[str, set[str]]) -> list[str]:
+    """Packages whose own module imports, through a module outside the package, a module of the package again: the
+    package is then half-initialised while that import runs (a cycle the plain import graph does not show, since
+    ``from p.x import y`` names ``p.x``, not ``p``). A package importing its own modules is its own business."""
+    found = []
+    for pkg in sorted(m for m in edges if (ROOT.joinpath(*m.split(".")) / "__init__.py").is_file()):
+        inside = {m for m in edges if m == pkg or m.startswith(pkg + ".")}
+        # the packages above it are being imported already (importing pkg ran them first): nothing runs again
+        above = {".".join(pkg.split(".")[:i]) for i in range(1, len(pkg.split(".")))}
+        seen, stack = set(above), [(d, [pkg, d]) for d in sorted(edges[pkg]) if d not in inside]
+        while stack:
+            mod, trail = stack.pop()
+            if mod in seen:
+                continue
+            seen.add(mod)
+            back = sorted(edges[mod] & inside)
+            if back:
+                found.append(" -> ".join([*trail, back[0]]))
+                break
+            stack += [(d, [*trail, d]) for d in sorted(edges[mod]) if d not in inside]
+    return found
+
+
+def test_no_import_cycle_runs_through_a_packages_own_module():
+    """The plain import graph names ``p.x`` for ``from p.x import y``, but importing ``p.x`` runs ``p/__init__``
+    first: a package whose own module imports a module outside it that imports the package again is
+    half-initialised while that runs."""
+    assert _cycles_through_a_package(_run_edges()) == []
+
+
+def test_the_package_cycle_rule_catches_the_layouts_cycle():
+    """layouts/__init__ as the registry of engine layouts, had it imported them by statement: caught."""
+    edges = {"cachetool.layouts": {"cachetool.engines"}, "cachetool.engines": {"cachetool.engines.native"},
+             "cachetool.engines.native": {"cachetool.engines.native.layout"},
+             "cachetool.engines.native.layout": {"cachetool.layouts", "cachetool.layouts.base"},
+             "cachetool.layouts.base": {"cachetool.layouts"}}
+    assert _cycles_through_a_package(edges) != []
+    edges["cachetool.layouts"] = set()  # the registry in a module of its own: the package imports nothing
+    assert _cycles_through_a_package(edges) == []
+
+
 def test_no_function_in_cachetool_reaches_80_lines():
     long = []
     for p in sorted((ROOT / "cachetool").rglob("*.py")):
@@ -194,6 +310,37 @@ def _engine_classes() -> set[str]:
     return {type(e).__name__ for e in ENGINES.values()}
 
 
+def _engine_words() -> set[str]:
+    """What an engine declares of itself: its name, layout and key kinds, and its own fingerprint fields."""
+    from cachetool.engines import ENGINES
+
+    return {w for e in ENGINES.values() for w in (e.name, e.layout, *e.key_kinds, *e.fingerprint_fields,
+                                                   *e.recorded_fields, *e.platform_fields)}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+def test_no_code_outside_the_engines_spells_what_an_engine_declares():
+    """bundle/manifest.py listed ("native", "vllm", "triton") and ENGINE_VERSIONS = ("vllm",), bundle/fingerprint.py
+    the vLLM fields, diff.py a vLLM key kind, the CLI vLLM's factor names: each a place a new engine had to be
+    added. Outside cachetool/engines/ no code (docstrings aside) spells an engine's name, layout, key kind or
+    fingerprint field; it reads them from the registry."""
+    words = _engine_words()
+    bad = []
+    for mod, path in _modules().items():
+        if not mod.startswith("cachetool") or mod.startswith("cachetool.engines"):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        bad += [f"{path.relative_to(ROOT)}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and n.value in words and id(n) not in docs]
+    assert bad == []
+
+
 def _names_an_engine(node: ast.AST, names: set[str]) -> bool:
     """A comparison with an engine's name (``== "vllm"``, ``in ("native", ...)``)."""
     if not isinstance(node, ast.Compare):
@@ -257,13 +404,19 @@ def test_the_pull_path_reads_top_down():
     assert back == []
 
 
-# cachetool/engines/vllm/child.py and cachetool_vllm_probe.py run in vLLM's interpreter (the probe inside vLLM's
-# workers) and import neither package: they read Dynamo's counters there, the one private torch name outside
-# torch_compat (docs/vllm.md).
-# the vLLM child's modules run in vLLM's own interpreter, beside vLLM's use of the same torch internals
-PRIVATE_TORCH_ALLOWED = ("compiler/torch_compat/", "cachetool/engines/vllm/child.py",
-                         "cachetool/engines/vllm/cachetool_vllm_probe.py",
-                         "cachetool/engines/vllm/cachetool_vllm_facts.py")
+def _runs_in_the_engines_interpreter() -> tuple[str, ...]:
+    """The modules of cachetool/engines/ that import neither package: an engine runs them in its own interpreter
+    (vLLM's child and the probe inside its workers, a probe inside a user's program), where they read Dynamo's
+    counters and hooks, the one place a private torch name is read outside torch_compat (docs/vllm.md)."""
+    out = []
+    for mod, path in _modules().items():
+        if mod.startswith("cachetool.engines.") and path.name != "__init__.py" and not any(True for _ in
+                                                                                           _imports(mod, path)):
+            out.append(str(path.relative_to(ROOT)))
+    return tuple(out)
+
+
+PRIVATE_TORCH_ALLOWED = ("compiler/torch_compat/", *_runs_in_the_engines_interpreter())
 
 
 def _nodes(allowed: tuple[str, ...]):

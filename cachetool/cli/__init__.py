@@ -1,49 +1,32 @@
 """The ``cachetool`` command: a thin layer over the library API.
 
-Each command group lives in its own module and registers itself on :data:`cli`. Every failure
-becomes one ``error: ...`` line on stderr (and, with ``--json``, one JSON object on stdout: :mod:`cachetool.cli.output`)
-and an exit code from the one table, :mod:`cachetool.exit_codes`; no traceback reaches the user.
+Each command group lives in its own module and registers itself on :data:`cli` (:mod:`cachetool.cli.group`). Every
+failure becomes one ``error: ...`` line on stderr (and, with ``--json``, one JSON object on stdout:
+:mod:`cachetool.cli.output`) and an exit code from the one table, :mod:`cachetool.exit_codes`; no traceback reaches
+the user.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 import sys
-import threading
 import traceback
 
 import click
 
 from cachetool import exit_codes
-from cachetool.version import __version__
 from cachetool.cli import output
+from cachetool.cli.group import EXIT_WITHOUT_JOINING, cli
 from cachetool.errors import CachetoolError, os_error_line
 
 __all__ = ["cli", "main", "entry", "EXIT_WITHOUT_JOINING"]
 
-# Set by a command that abandoned worker threads blocked in I/O (pull past its hard --timeout): the process then
-# exits at once with its code instead of joining threads stuck in a socket read for minutes.
-EXIT_WITHOUT_JOINING = threading.Event()
-
-# Modules that add commands to `cli`; each imports `cli` from here and decorates its commands.
-_COMMAND_MODULES = (
-    "cachetool.cli.compile_cmds",
-    "cachetool.cli.bundle_cmds",
-    "cachetool.cli.store_cmds",
-)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="cachetool")
-def cli() -> None:
-    """Warm, bundle, sign, push and pull torch.compile caches."""
-
 
 def _load_commands() -> None:
-    for name in _COMMAND_MODULES:
-        importlib.import_module(name)
+    """The command modules, each of which adds its commands to :data:`cli` (imported when a call runs, not when the
+    package is imported)."""
+    from cachetool.cli import bundle_cmds, compile_cmds, store_cmds  # noqa: F401 - they register their commands
 
 
 def main(argv: list[str] | None = None) -> int:

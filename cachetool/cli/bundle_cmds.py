@@ -8,7 +8,7 @@ import click
 
 from cachetool import exit_codes
 from cachetool.api import ENGINE_CHOICES
-from cachetool.cli import cli
+from cachetool.cli.group import cli
 from cachetool.cli.common import (OneLineCommand, device_option, human_size, json_option, layout_option,
                                   native_cache_root_option, ranks_option, replace_options, sign_key_option,
                                   trust_option, warn_loud)
@@ -95,14 +95,7 @@ def inspect_cmd(bundle, as_json, show_files, platform, endpoint_url, profile, in
                           if isinstance(f, dict) and f.get("hash") is not None)
         lines.append(f"cache key {k['hash']} ({k['kind']}) "
                      f"{hashes or ('factors: none' if not fac else 'factors: raw')}")
-        serve = (fac.get("serve") or {}).get("values") if isinstance(fac.get("serve"), dict) else None
-        if serve:  # a vLLM key folder: what the server must be started with to use it
-            compiler = (fac.get("compiler") or {}).get("values") or {}
-            lines.append(f"  serves    model {serve.get('model')}  flags {' '.join(serve.get('flags') or []) or '-'}"
-                         f"  tp {serve.get('tensor_parallel_size', 1)}")
-            lines.append("  built by  " + " ".join(f"{n} {compiler[n]}" for n in ("vllm", "torch", "device",
-                                                                                 "cpu_isa", "gpu", "capability")
-                                                   if compiler.get(n) is not None))
+        lines += [f"  {line}" for line in info.key_lines.get(k["hash"], [])]  # the engine's words for it
     dedupe = (b.raw / b.unique) if b.unique else 1.0
     lines += [f"ranks     {', '.join(info.ranks) or '-'}  ({len(info.units)} install units)",
               f"files     {info.files} files, {info.unique_blobs} unique",

@@ -13,7 +13,8 @@ from typing import Any
 import click
 
 from cachetool import exit_codes
-from cachetool.cli import cli, output
+from cachetool.cli import output
+from cachetool.cli.group import cli
 from cachetool.cli.store_options import options_dict, store_options as _store_options
 from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, device_option, json_option,
                                   sign_key_option)

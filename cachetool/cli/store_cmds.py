@@ -7,7 +7,8 @@ import shlex
 import click
 
 from cachetool.api import ENGINE_CHOICES, GC_MIN_AGE_S, ON_MISS, PULL_OUTCOMES, PullOutcome
-from cachetool.cli import cli, output
+from cachetool.cli import output
+from cachetool.cli.group import cli
 from cachetool.cli.output import emit
 from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, device_option, human_size, json_option,
                                   layout_option, ranks_option, replace_options, sign_key_option, trust_option,
@@ -51,7 +52,7 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
 def _render(outcome: PullOutcome, as_json: bool) -> int:
     """A pull's outcome, rendered: its ``pull: outcome=`` line; the result (one JSON object or its lines); a failure
     that the policy does not continue is raised for the CLI's one error line (with the outcome's JSON fields)."""
-    from cachetool.cli import EXIT_WITHOUT_JOINING
+    from cachetool.cli.group import EXIT_WITHOUT_JOINING
 
     _report(outcome)
     if outcome.abandoned_threads:

@@ -162,6 +162,11 @@ class Engine(Protocol):
         """Every field where two keys' recorded factors differ (``only``: these factors; None: all)."""
         ...
 
+    def key_lines(self, factors: Factors) -> list[str]:
+        """A key folder's recorded factors in a few lines for ``inspect`` (what a server must be started with to
+        use it, what built it); none where the factor hashes say all."""
+        ...
+
     def local_factors(self, device: str) -> Factors | None:
         """The factors this machine would record without a model (diff's ``local``), or None."""
         ...

@@ -140,6 +140,22 @@ def test_diff_of_a_native_and_a_vllm_bundle_says_they_are_different_engines(tmp_
         assert len(text.out.splitlines()) == 2 and "<unset>" not in text.out, text.out
 
 
+def test_inspect_names_what_a_vllm_key_folder_serves_in_its_engines_words(tmp_path, cli, keys):
+    """The lines of a vLLM key folder (the server's model and flags, what built it) are the engine's to write
+    (Engine.key_lines); the CLI spelled vLLM's factor names itself."""
+    src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
+    recorded = key.recorded_factors(_inputs(), {}, {"cpu_isa": "avx2", "device": "cpu"}, ["--max-model-len", "256"], 1)
+    doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": recorded}
+    (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
+    ctb = tmp_path / "v.ctb"
+    assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
+    lines = cli("inspect", ctb).out.splitlines()
+    assert "  serves    model /models/a  flags --max-model-len 256  tp 1" in lines, lines
+    assert any(ln.startswith("  built by  vllm 0.32.0") and "cpu_isa avx2" in ln for ln in lines), lines
+    info = json.loads(cli("inspect", ctb, "--json").out)
+    assert info["key_lines"]["ab" * 32][0].startswith("serves    model /models/a"), info
+
+
 def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monkeypatch, tmp_path):
     """VLLM_CPU_OMP_THREADS_BIND is one of vLLM's hashed env factors: set on a GPU machine, a warm's key would
     differ from its server's, which never sets it."""

@@ -99,6 +99,9 @@ class NativeEngine:
 
         return compare_keys(a, b, only=only, cache=cache)
 
+    def key_lines(self, factors: Factors) -> list[str]:
+        return []  # its factor hashes (env, config, code, compiler) say all
+
     def local_factors(self, device: str) -> Factors | None:
         from cachetool.engines.native.keys import local_factors
 

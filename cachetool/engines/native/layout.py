@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cachetool.cache_root import FACTORS_FILE
 from cachetool.layouts.base import LayoutScan
-from cachetool.layouts.compile_cache import locate, scan_compile_cache
+from cachetool.engines.compile_cache import locate, scan_compile_cache
 from compiler.artifacts import INDEX_FILE, incomplete_reason as prefix_incomplete
 
 NAME = "native"

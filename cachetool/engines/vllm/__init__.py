@@ -126,6 +126,17 @@ class VllmEngine:
 
         return compare_keys(a, b, only=only, cache=cache)  # the one comparison of recorded factors
 
+    def key_lines(self, factors: Factors) -> list[str]:
+        """What the server must be started with to use the key folder, and what built it."""
+        serve = factors.values("serve")
+        if not serve:
+            return []
+        compiler = factors.values("compiler") or {}
+        built = " ".join(f"{n} {compiler[n]}" for n in ("vllm", "torch", "device", "cpu_isa", "gpu", "capability")
+                         if compiler.get(n) is not None)
+        return [f"serves    model {serve.get('model')}  flags {' '.join(serve.get('flags') or []) or '-'}"
+                f"  tp {serve.get('tensor_parallel_size', 1)}", f"built by  {built}"]
+
     def local_factors(self, device: str) -> Factors | None:
         return None  # vLLM computes its key from the server's flags: see server_differences
 

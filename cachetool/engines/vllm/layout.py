@@ -31,7 +31,7 @@ from pathlib import Path
 
 from cachetool.engines.vllm import unfinished
 from cachetool.layouts.base import LayoutScan, walk_tree
-from cachetool.layouts.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
+from cachetool.engines.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
                                              scan_compile_cache)
 from cachetool.cache_root import MODELINFOS, TRITON_CACHE
 from cachetool.bundle.entries import Unit

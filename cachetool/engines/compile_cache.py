@@ -1,4 +1,5 @@
-"""The ``torch_compile_cache/`` tree shared by the native and vLLM layouts.
+"""The ``torch_compile_cache/`` tree shared by the native and vLLM engines' layouts (its key kinds are theirs:
+``piecewise`` and ``aot``).
 
 ::
 
@@ -7,8 +8,8 @@
 
 Install units are the rank folders (each is complete or absent after an install). A folder beside the rank
 folders (vLLM's AOT ``inductor_cache/``, shared by every rank) is a unit of its own with no rank, so that a pull of
-some ranks still gets it; a hash folder holding loose files besides rank folders becomes one unit as a whole. ``cache_key_factors.json`` found in a rank folder
-(or its prefix folder) gives the key's factors.
+some ranks still gets it; a hash folder holding loose files besides rank folders becomes one unit as a whole.
+``cache_key_factors.json`` found in a rank folder (or its prefix folder) gives the key's factors.
 """
 
 from __future__ import annotations
