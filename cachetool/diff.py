@@ -40,7 +40,9 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
     if spec == "local":
         device = require_device(device)
         fp = local_fingerprint(device=device)
-        factors = (engine or engines.default()).local_factors(device or fp["device"])
+        chosen = engine or engines.default()
+        fp.update(chosen.machine_facts(fp["device"]))  # its own fields, as the install preflight adds them
+        factors = chosen.local_factors(device or fp["device"])
         return Side("local", [("local", factors)] if factors is not None else [], fp, partial=True)
     from cachetool.bundle.reading import is_ref, open_bundle
 
