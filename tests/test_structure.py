@@ -311,11 +311,13 @@ def _engine_classes() -> set[str]:
 
 
 def _engine_words() -> set[str]:
-    """What an engine declares of itself: its name, layout and key kinds, and its own fingerprint fields."""
+    """What an engine declares of itself: its name, layout and key kinds, and its own fingerprint fields; not a
+    word every engine's bundles share (a common fingerprint field such as ``torch``, the torch version)."""
+    from cachetool.bundle.fingerprint import COMMON_FIELDS
     from cachetool.engines import ENGINES
 
     return {w for e in ENGINES.values() for w in (e.name, e.layout, *e.key_kinds, *e.fingerprint_fields,
-                                                   *e.recorded_fields, *e.platform_fields)}
+                                                   *e.recorded_fields, *e.platform_fields)} - set(COMMON_FIELDS)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
