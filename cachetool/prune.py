@@ -16,12 +16,10 @@ import shutil
 import time
 from pathlib import Path
 
-from cachetool.cache_root import MODELINFOS, PARTIAL_DIR, TCC, TRITON_CACHE
+from cachetool.cache_root import PARTIAL_DIR
 from cachetool.errors import UsageError
 
 TRASH_PREFIX = ".cachetool-prune-"
-ROOT_NAMES = {TCC, MODELINFOS, TRITON_CACHE, PARTIAL_DIR}  # what a cache root holds at its top
-CACHE_FOLDERS = ROOT_NAMES - {PARTIAL_DIR}  # a folder of these names is inside a root (prune's root one level down)
 
 
 @dataclasses.dataclass
@@ -42,14 +40,18 @@ def _size(path: Path) -> int:
 
 def require_cache_root(folder: Path) -> None:
     """Refuse a folder of other things: prune of it would say "removed 0 entries" as if it were a clean root. A cache
-    root holds at least one of the tree's top names (:mod:`cachetool.cache_root`), or nothing yet."""
+    root holds at least one of the top names its layouts declare (:func:`cachetool.layouts.registry.root_names`),
+    or a pull's partial downloads, or nothing yet."""
+    from cachetool.layouts.registry import root_names
+
+    cache_folders = root_names()  # a folder of these names is inside a root (prune's root one level down)
     names = {e.name for e in os.scandir(folder)}
-    if not names or names & ROOT_NAMES:
+    if not names or names & (cache_folders | {PARTIAL_DIR}):
         return
-    hint = f"; its parent {folder.parent} may be the root" if folder.name in CACHE_FOLDERS else ""
-    *head, last = sorted(f"{n}/" for n in CACHE_FOLDERS)
-    raise UsageError(f"--cache-root {folder}: not a cache root (the folder a server's VLLM_CACHE_ROOT or "
-                     f"CACHETOOL_CACHE_ROOT names holds {', '.join(head)} or {last}, or is empty){hint}")
+    hint = f"; its parent {folder.parent} may be the root" if folder.name in cache_folders else ""
+    *head, last = sorted(f"{n}/" for n in cache_folders)
+    raise UsageError(f"--cache-root {folder}: not a cache root (the root a server reads holds {', '.join(head)} or "
+                     f"{last}, or is empty){hint}")
 
 
 def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) -> PruneReport:

@@ -25,7 +25,8 @@ from cachetool.layouts.base import LayoutScan, ScannedFile
 LAYOUTS = {**{e.layout: e.layout_rules() for e in engines.ENGINES.values()}, triton.NAME: triton}
 CHOICES = ("auto", *LAYOUTS)  # the CLI's --layout
 
-__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "incomplete_reason", "scan", "stale_entries"]
+__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "incomplete_reason", "root_names", "scan",
+           "stale_entries"]
 
 
 def detect(path: str | Path) -> str:
@@ -48,6 +49,12 @@ def scan(path: str | Path, layout: str = "auto") -> LayoutScan:
     if layout not in LAYOUTS:
         raise UsageError(f"unknown layout {layout!r} (auto, {', '.join(LAYOUTS)})")
     return LAYOUTS[layout].scan(p)
+
+
+def root_names() -> set[str]:
+    """What a cache root holds at its top, by every layout that says so (``ROOT_NAMES``: the native engine's
+    ``torch_compile_cache/``, vLLM's ``modelinfos/`` and ``triton_cache/`` beside it, ...)."""
+    return {name for module in LAYOUTS.values() for name in getattr(module, "ROOT_NAMES", ())}
 
 
 def incomplete_reason(layout: str, unit_dir: str | Path, ranked: bool) -> str | None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachetool.cache_root import FACTORS_FILE
+from cachetool.cache_root import FACTORS_FILE, TCC
 from cachetool.layouts.base import LayoutScan
 from cachetool.engines.compile_cache import locate, scan_compile_cache
 from compiler.artifacts import INDEX_FILE, incomplete_reason as prefix_incomplete
 
 NAME = "native"
+ROOT_NAMES = (TCC,)  # what a native cache root holds at its top
 
 
 def detect(path: Path) -> bool:

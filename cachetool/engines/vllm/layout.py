@@ -39,6 +39,7 @@ from cachetool.bundle.entries import Unit
 NAME = "vllm"
 MARKERS = ("vllm_compile_cache.py",)
 SHARED_FOLDERS = (MODELINFOS, TRITON_CACHE)  # beside torch_compile_cache/, shared by every rank
+ROOT_NAMES = (TCC_NAME, *SHARED_FOLDERS)  # what a vLLM cache root holds at its top
 
 
 def detect(path: Path) -> bool:
