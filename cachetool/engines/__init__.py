@@ -1,21 +1,23 @@
 """Engines: the compilers cachetool warms caches with, checks hits of and predicts server keys for.
 
-``native`` is this project's pipeline (:mod:`cachetool.engines.native`, the only part of cachetool that imports
-:mod:`compiler`), ``vllm`` is real vLLM run headless in a child process (:mod:`cachetool.engines.vllm`). Each is an
-:class:`~cachetool.engines.base.Engine`. This registry is how the rest of cachetool reaches one, never by naming
-it: :func:`get` (by ``--engine``), :func:`for_layout` (by a bundle's layout), :func:`for_fingerprint` (by what a
-bundle's fingerprint records), :func:`default` (a pull or a warm that names none).
+``native`` is this project's pipeline (:mod:`cachetool.engines.native`), ``vllm`` is real vLLM run headless in a
+child process (:mod:`cachetool.engines.vllm`), ``torch`` is any torch.compile program, the user's own command
+(:mod:`cachetool.engines.torch`). Each is an :class:`~cachetool.engines.base.Engine`. This registry is how the rest
+of cachetool reaches one, never by naming it: :func:`get` (by ``--engine``), :func:`for_layout` (by a bundle's
+layout), :func:`for_fingerprint` (by what a bundle's fingerprint records), :func:`default` (a pull or a warm that
+names none); and what engines declare is read here (their layouts, fields, variables, help).
 """
 
 from __future__ import annotations
 
 from cachetool.engines.base import Engine, KeyCheck, KeyCheckRequest, StartRequest, StartResult
 from cachetool.engines.native import NativeEngine
+from cachetool.engines.torch import TorchEngine
 from cachetool.engines.vllm import VllmEngine
 from cachetool.errors import UsageError
 
 # The most specific first: for_fingerprint takes the first engine that recognizes a bundle (native takes any).
-ENGINES: dict[str, Engine] = {e.name: e for e in (VllmEngine(), NativeEngine())}
+ENGINES: dict[str, Engine] = {e.name: e for e in (VllmEngine(), TorchEngine(), NativeEngine())}
 DEFAULT = "native"  # the server a verb that names no --engine is for: this project's
 CHOICES = (DEFAULT, *(n for n in ENGINES if n != DEFAULT))
 
