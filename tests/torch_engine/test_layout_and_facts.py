@@ -73,6 +73,7 @@ def test_this_machines_platform_key_for_the_engine_is_the_bundles(tmp_path):
 
 
 def test_the_preflight_checks_the_inductor_variables_the_warm_had(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
     root, k = make_torch_root(tmp_path / "r")
     with pack(root) as b:
         assert key.check_env(b.manifest) == ["Inductor and Triton variables"]
@@ -83,6 +84,11 @@ def test_the_preflight_checks_the_inductor_variables_the_warm_had(tmp_path, monk
         monkeypatch.delenv("TORCHINDUCTOR_SCALAR_ASSERTS")
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")  # where caches go: not a setting
         assert key.check_env(b.manifest) == ["Inductor and Triton variables"]
+        # not in the machine's build evidence, but in Inductor's cache key (cpp.vec_isa_ok): a start with it
+        # misses a warm without it
+        monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "1")
+        with pytest.raises(PreflightError, match="variable TORCHINDUCTOR_VEC_ISA_OK differs"):
+            key.check_env(b.manifest)
 
 
 def test_a_torch_bundle_and_a_native_bundle_share_a_tag_each_pulled_by_its_engine(tmp_path, cli, keys):

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachetool import envs
 from cachetool.bundle.factors import Difference, Factors
 from cachetool.engines.base import KeyCheckRequest, StartRequest
+from cachetool.engines.torch.variables import ROOT, VARIABLES
 from cachetool.errors import UsageError
 
 __all__ = ["TorchEngine"]
-
-ROOT_VARIABLE = envs.EnvVar("CACHETOOL_TORCH_CACHE_ROOT", None, "--engine torch's cache root (its program's "
-                            "TORCHINDUCTOR_CACHE_DIR is ROOT/inductor, TRITON_CACHE_DIR ROOT/triton); default "
-                            "~/.cache/cachetool-torch")
 
 
 class TorchEngine:
@@ -28,9 +24,9 @@ class TorchEngine:
                "Inductor's and Triton's caches in the root")
     layout = "torch"
     key_kinds = ("program",)
-    cache_root_variable = ROOT_VARIABLE.name
+    cache_root_variable = ROOT.name
     cache_root_default = "~/.cache/cachetool-torch"
-    variables = (ROOT_VARIABLE,)
+    variables = VARIABLES
     fingerprint_fields = ("torch_engine", "cpu_isa")  # its facts' schema; Inductor's CPU code is the ISA's
     recorded_fields = ("gpu_driver",)
     platform_fields = ("cpu_isa",)

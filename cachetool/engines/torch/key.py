@@ -10,7 +10,8 @@ program had them (the probe's report of the process that compiled) beside the ca
      "factors": {"compiler": {"hash", "values": {"torch_engine", "torch", "cuda", "triton", "python", "device",
                                                  "gpu", "capability", "cpu_isa", "gpu_driver"}},
                  "env":      {"hash", "values": {VAR: value}},          TORCHINDUCTOR_*, TRITON_*, TORCH_COMPILE_*,
-                                                                         PYTORCH_* (cache folders left out)
+                                                                         PYTORCH_* (cache folders left out; in the
+                                                                         cache key's: TORCHINDUCTOR_VEC_ISA_OK)
                  "inductor": {"hash", "values": {setting: value}},      the program's Inductor config in effect,
                                                                          less what Inductor's cache key leaves out
                  "launch":   {"hash": null, "values": {"command", "ready_url", "requests"}}}}   not a fact: shown
@@ -31,14 +32,16 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from cachetool import envs
 from cachetool.bundle.factors import UNSET, Difference, Factors
 from cachetool.cache_root import FACTORS_FILE
 from cachetool.engines import machine
 from cachetool.engines.factor_compare import compare_factors
 from cachetool.engines.torch.layout import FACTS
+from cachetool.engines.torch.variables import CACHE_KEY_SETTINGS
 from cachetool.errors import PreflightError
 
-__all__ = ["FACT_NAMES", "SCHEMA", "check_env", "closest_differences", "compiler_values", "key_of",
+__all__ = ["FACT_NAMES", "SCHEMA", "check_env", "closest_differences", "compiler_values", "env_values", "key_of",
            "local_compiler_values", "local_factors", "recorded_factors", "write_facts"]
 
 SCHEMA = 1
@@ -81,9 +84,21 @@ def local_compiler_values(device: str | None) -> dict:
             "capability": facts["capability"], **_engine_facts(facts["device"])}
 
 
+def env_values() -> dict[str, str]:
+    """The variables Inductor and Triton read their settings from (:func:`machine.inductor_env`), and those of its
+    settings in Inductor's cache key that the machine's build evidence leaves out (``TORCHINDUCTOR_VEC_ISA_OK``: a
+    warm with it set and a start without it look up other FX-graph keys)."""
+    values = machine.inductor_env()
+    for var in CACHE_KEY_SETTINGS:
+        value = envs.raw(var.name, CACHE_KEY_SETTINGS)
+        if value is not None:
+            values[var.name] = value
+    return dict(sorted(values.items()))
+
+
 def recorded_factors(report: dict, launch: dict) -> dict:
     """What a warm records for the process that compiled (``report``, its probe's) and the command (``launch``)."""
-    return {"compiler": _factor(compiler_values(report)), "env": _factor(machine.inductor_env()),
+    return {"compiler": _factor(compiler_values(report)), "env": _factor(env_values()),
             "inductor": _factor(report.get("inductor") or {}), "launch": {"hash": None, "values": launch}}
 
 
@@ -106,14 +121,14 @@ def write_facts(root: Path, factors: dict) -> tuple[str, bool]:
 
 def local_factors(device: str) -> Factors:
     """This machine's ``compiler`` and ``env`` facts (the program's Inductor settings need the program)."""
-    return Factors({"compiler": _factor(local_compiler_values(device)), "env": _factor(machine.inductor_env())})
+    return Factors({"compiler": _factor(local_compiler_values(device)), "env": _factor(env_values())})
 
 
 def check_env(manifest: Any) -> list[str]:
     """The install preflight's check: the Inductor and Triton variables a key folder was warmed with against this
     machine's (a pull runs with the server's environment); a :class:`PreflightError` names the first variable
     that differs in every key folder, before any blob."""
-    here = Factors({"env": _factor(machine.inductor_env())})
+    here = Factors({"env": _factor(env_values())})
     keys = [k for k in manifest.keys if k.factors is not None and k.factors.values("env") is not None]
     first: list[Difference] = []
     for k in keys:
