@@ -82,6 +82,7 @@ LONGEST_FIRST = {
     "tests/vllm/test_real_server.py": 286,  # builds the session's vLLM warm (94 s of it)
     "tests/vllm/test_vllm_engine.py": 99,  # 166 with the tp=1 check that test_real_server's server start replaced
     "tests/compiler/test_aot_hot_start.py": 219,  # builds the shared tiny_warm when it is the first to ask
+    "tests/torch_engine/test_programs.py": 150,  # two warms, four starts of real programs (215 s on a loaded box)
     "tests/tp/test_tp_pipeline.py": 127,
     "tests/compiler/test_pipeline.py": 107,
     "tests/compiler/test_artifact_manager.py": 105,
@@ -92,6 +93,7 @@ LONGEST_FIRST = {
     "tests/compiler/test_timing_names.py": 54,
     "tests/deploy/test_readme.py": 50,
     "tests/tp/test_collectives.py": 41,
+    "tests/torch_engine/test_contract.py": 40,  # one server warm and check, the rest fast
     "tests/stores/test_oci_concurrency.py": 32,
     "tests/stores/test_push_pull.py": 31,
     "tests/stores/test_failures.py": 27,
