@@ -55,7 +55,7 @@ def warm(model: Path, flags: list[str], work: Path, warm_root: Path | None) -> s
         if p.returncode:
             raise SystemExit(f"warm failed (exit {p.returncode}): {p.stderr[-2000:]}")
         print(f"warm: {wall:.1f} s wall (vLLM's facts recorded in "
-              f"{json_of(p)['compile']['phases'].get('facts', '?')} s)", flush=True)
+              f"{json_of(p).get('compile', json_of(p)).get('phases', {}).get('facts', '?')} s)", flush=True)
     p, _ = cachetool("pack", warm_root, "-o", work / "bundle.ctb", "--sign-key", work / "k")
     if p.returncode:
         raise SystemExit(f"pack failed (exit {p.returncode}): {p.stderr[-2000:]}")

@@ -281,9 +281,10 @@ def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None 
     against the pinned keys, then preflight, then blobs, each verified, installed atomically. With ``model`` (and
     ``config``, ``tensor_parallel_size``; for ``engine="vllm"`` the server's flags as ``engine_flags``), preflight
     also asks the engine which key folder this server will look up, naming a differing config field or traced
-    file. Returns :class:`cachetool.transfer.pull.PullResult`, or :class:`cachetool.transfer.pull.NotNeeded` for
-    a server that compiles nothing (``--enforce-eager``, ``-O0``: nothing is read or installed); raises on
-    failure."""
+    file. A server that compiles no graph (``--enforce-eager``, ``-O0``) gets only the bundle's folders that belong
+    to no key (vLLM's Triton kernels and model inspection, which an eager start needs too). Returns
+    :class:`cachetool.transfer.pull.PullResult`, or :class:`cachetool.transfer.pull.NotNeeded` where such a
+    server reads nothing of the bundle; raises on failure."""
     from cachetool.transfer.pull import pull as run_pull
 
     return run_pull(pull_request(

@@ -27,7 +27,7 @@ class ExitCode:
 
 
 OK = ExitCode(0, "ok", "done (`pull`: `outcome=installed`, `already-installed`, or `not-needed`: the server compiles "
-              "nothing, e.g. `--enforce-eager` or `-O0`, so nothing is read or installed)", False)
+              "no graph, e.g. `--enforce-eager` or `-O0`, and the bundle holds nothing else it reads)", False)
 ERROR = ExitCode(1, "error", "unexpected failure (a bug), or a local fault that is not a usage mistake (a file system "
                  "that refuses a write); `--engine vllm`: vLLM did not start or failed in the key check (its own last "
                  "error)", True)

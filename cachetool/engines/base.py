@@ -91,10 +91,11 @@ class StartResult(Protocol):
 
 class KeyCheck(Protocol):
     """Pull's preflight question for a server: which of a bundle's key folders it will use (or a
-    :class:`~cachetool.errors.PreflightError` naming what differs). ``not_needed``: why this server compiles
-    nothing at all (an eager server), so that there is nothing to pull; None when it compiles."""
+    :class:`~cachetool.errors.PreflightError` naming what differs). ``compiles_nothing``: why this server compiles
+    no graph (an eager server), so that it reads no key folder, only the bundle's folders that belong to no key (vLLM's
+    own Triton kernels, its model-inspection cache): the install takes those alone; None when it compiles."""
 
-    not_needed: str | None
+    compiles_nothing: str | None
 
     def expected_for(self, manifest: Any) -> str: ...
 

@@ -76,7 +76,8 @@ def install_bundle(
     ``trust``: public key paths / :class:`cachetool.bundle.signing.PublicKey` objects; None = the pinned keys
     (:func:`cachetool.bundle.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
     preflight compares against (default: the bundle's). ``key_check``: which key folder the server will look up
-    (its engine's :class:`~cachetool.engines.base.KeyCheck`). A unit present with files that differ from the bundle is replaced (one
+    (its engine's :class:`~cachetool.engines.base.KeyCheck`); for a server that compiles no graph only the units
+    that belong to no key are installed (none: nothing is written). A unit present with files that differ from the bundle is replaced (one
     ``warn`` line each); ``keep_changed``: refuse instead (:class:`UnitChangedError`, a miss). ``force``: replace
     even with ``keep_changed`` (replacing is the default; the flag stays for old callers). ``deadline``
     (``time.monotonic()``): waiting for the root's lock past it raises :class:`WaitTimeoutError` (exit 7).
@@ -88,9 +89,16 @@ def install_bundle(
     mbytes, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify,
                                                  warn=warn)
     units = select_units(manifest, parse_ranks(ranks))
+    if key_check is not None and key_check.compiles_nothing:  # an eager server reads no key folder
+        units = [u for u in units if u.key is None]
     t_pre = time.monotonic()
     checked = run_preflight(manifest, device=device, key_check=key_check) if preflight else []
     preflight_seconds = time.monotonic() - t_pre
+    if not units:  # nothing this server reads: no root is made, no lock taken
+        return InstallResult(manifest_digest=manifest_digest(mbytes), cache_root=Path(cache_root).expanduser(),
+                             units_installed=[], units_present=[], files=0, bytes=0, blobs_fetched=0, key_id=key_id,
+                             verified=not insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
+                             preflight_seconds=preflight_seconds)
 
     root, root_fd, created_root = open_root(Path(cache_root).expanduser())
     try:

@@ -29,6 +29,9 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, key_check=No
             f"preflight: bundle cannot hit here: fingerprint {field!r} differs: bundle {short_repr(b)}, "
             f"this machine {short_repr(l)}{more}")
     checked = ["fingerprint"]
+    if key_check is not None and key_check.compiles_nothing:  # no key folder is installed: none is compared
+        return checked + [f"cache key: none needed ({key_check.compiles_nothing}); only the folders that belong to "
+                          "no key"]
     if key_check is not None:  # the engine says which key folder the server will use
         h = key_check.expected_for(manifest)
         how = key_check.describe()

@@ -42,6 +42,7 @@ class PullResult:
     install: object  # cachetool.install.InstallResult
     seconds: float
     server_env: dict = dataclasses.field(default_factory=dict)  # what the server must be started with to read it
+    compiles_nothing: str | None = None  # an eager server: why; only the units that belong to no key were taken
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k != "install"}
@@ -51,8 +52,9 @@ class PullResult:
 
 @dataclasses.dataclass(frozen=True)
 class NotNeeded:
-    """A pull for a server that compiles nothing at all (``--enforce-eager``, ``-O0``, compilation mode 0): no
-    bundle is read and nothing is installed, because the server would read none of it."""
+    """A pull for a server that compiles no graph (``--enforce-eager``, ``-O0``, compilation mode 0) of a bundle
+    that holds nothing such a server reads (no folder outside the key folders: vLLM's Triton kernels, its model
+    inspection): nothing is installed."""
 
     ref: str
     reason: str  # the engine's: what makes the server compile nothing
@@ -296,8 +298,9 @@ class StoreSource(BundleSource):
 def pull(request: PullRequest) -> PullResult | NotNeeded:
     """Resolve the ref, pick this machine's bundle for the server's engine, and install it into the cache root
     (see the module docstring), in named phases: the arguments (device, pinned keys, the engine's key question),
-    the entry, then the install from a lazy :class:`StoreSource`. A server that compiles nothing ends after the
-    arguments (:class:`NotNeeded`: nothing read from the store). ``request.timeout``: seconds for the whole pull
+    the entry, then the install from a lazy :class:`StoreSource`. For a server that compiles no graph only the
+    units that belong to no key are installed (:class:`NotNeeded` where there are none). ``request.timeout``:
+    seconds for the whole pull
     (:class:`WaitTimeoutError` past it)."""
     with bounds.applied(bounds.Bound.timeout(request.timeout)):  # every download's chunks and retry waits, every thread
         return _pull(request)
@@ -317,8 +320,6 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
         from cachetool.bundle.trust import load_trusted_keys
 
         trust = load_trusted_keys(trust)
-    if key_check is not None and key_check.not_needed:
-        return NotNeeded(ref=str(request.ref), reason=key_check.not_needed, seconds=time.monotonic() - t0)
     r, st, own_store = open_ref(request.ref, request.store, request.store_options)
     root = Path(request.cache_root).expanduser()
     try:
@@ -330,10 +331,13 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
         src, result = _install_entry(request, st, r, entry, root, trust=trust, device=device,
                                      key_check=key_check, deadline=deadline)
         down1 = st.counters.bytes_down
+        eager = key_check.compiles_nothing if key_check is not None else None
+        if eager and not result.units_installed and not result.units_present:
+            return NotNeeded(ref=r.url, reason=eager, seconds=time.monotonic() - t0)
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
                           bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0,
-                          server_env=request.engine.server_environment(root.resolve()))
+                          server_env=request.engine.server_environment(root.resolve()), compiles_nothing=eager)
     finally:
         if own_store:
             st.close()

@@ -9,6 +9,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from cachetool.engines.vllm import key
 from cachetool.bundle.factors import UNSET, Factors
 from cachetool.layouts.registry import scan
@@ -183,11 +185,16 @@ def test_pull_for_vllm_without_a_cache_root_installs_where_vllm_reads(tmp_path, 
     assert not (tmp_path / "cachetool-root").exists()
 
 
-def _pushed_vllm_bundle(tmp_path, cli, keys) -> str:
-    """A CPU vLLM bundle of this machine's facts, the only bundle of a file-store tag: its ref."""
+def _pushed_vllm_bundle(tmp_path, cli, keys, *, triton: bool = False, modelinfos: bool = True) -> str:
+    """A CPU vLLM bundle of this machine's facts, the only bundle of a file-store tag: its ref (``triton``: with a
+    Triton kernel in ``triton_cache/``; without ``modelinfos``: key folders alone)."""
     from cachetool.engines.vllm import facts
 
     src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
+    if triton:
+        _w(src / "triton_cache" / "KHASH" / "kernel.json", b'{"name": "k"}')
+    if not modelinfos:
+        shutil.rmtree(src / "modelinfos")
     recorded = key.recorded_factors(_inputs(vllm=facts.vllm_version() or "0.32.0"), {},
                                     {"cpu_isa": facts.cpu_isa(), "device": "cpu"}, [], 1)
     doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": recorded}
@@ -195,6 +202,47 @@ def _pushed_vllm_bundle(tmp_path, cli, keys) -> str:
     ref = f"file://{tmp_path}/store/tiny:v1"
     assert cli("push", src, ref, "--sign-key", keys["priv"]).rc == 0
     return ref
+
+
+EAGER = [["--enforce-eager"], ["-O0"], ["-cc.mode=0"], ["--compilation-config", '{"mode": "none"}']]
+
+
+@pytest.mark.parametrize("eager", EAGER)
+def test_pull_for_an_eager_server_takes_only_the_folders_it_reads(eager, tmp_path, cli, keys):
+    """An eager server reads no key folder, but vLLM's Triton kernels and model inspection serve it too (on the
+    H200 its engine init took 2.6 s with a compiling warm's triton_cache/ and 20.7 s without): the pull compares no
+    key (the server's flags differ from the warm's) and installs just those folders."""
+    from cachetool.engines.vllm import facts
+    from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+
+    if facts.vllm_version() is None:
+        pytest.skip("vLLM is not installed")
+    ref = _pushed_vllm_bundle(tmp_path, cli, keys, triton=True)
+    root = tmp_path / "root"
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--engine", "vllm", "--json", "--",
+            write_model(tmp_path / "m"), *CPU_FLAGS, *eager)
+    assert r.rc == 0, r
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "installed" and doc["compiles_nothing"], doc
+    assert sorted(doc["install"]["units_installed"]) == ["modelinfos", "triton_cache"], doc
+    assert any(p.startswith("cache key: none needed") for p in doc["install"]["preflight"]), doc
+    assert not (root / "torch_compile_cache").exists()
+
+
+def test_pull_for_an_eager_server_of_a_bundle_with_nothing_it_reads_is_not_needed(tmp_path, cli, keys):
+    from cachetool.engines.vllm import facts
+    from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+
+    if facts.vllm_version() is None:
+        pytest.skip("vLLM is not installed")
+    ref = _pushed_vllm_bundle(tmp_path, cli, keys, modelinfos=False)
+    root = tmp_path / "root"
+    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--engine", "vllm", "--json", "--",
+            write_model(tmp_path / "m"), *CPU_FLAGS, "--enforce-eager")
+    assert r.rc == 0, r
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "not-needed" and doc["installed"] is False and "--enforce-eager" in doc["reason"], doc
+    assert "pull: outcome=not-needed " in r.err and not root.exists()
 
 
 def test_the_default_engine_does_not_take_a_vllm_only_tag(tmp_path, cli, keys):

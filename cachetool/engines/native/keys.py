@@ -56,9 +56,10 @@ class NativeKeyCheck:
     the bundle's own factors with no trace (``predictor``: :class:`compiler.key_prediction.ServerKeyPredictor`),
     or a key computed beforehand (``expected``: ``{"hash", "factors"}``, e.g. :func:`traced_key`'s)."""
 
-    def __init__(self, *, predictor: Any = None, expected: dict | None = None, not_needed: str | None = None):
+    def __init__(self, *, predictor: Any = None, expected: dict | None = None,
+                 compiles_nothing: str | None = None):
         self.predictor, self.expected = predictor, expected
-        self.not_needed = not_needed  # why this server compiles nothing (compilation mode 0), else None
+        self.compiles_nothing = compiles_nothing  # why this server compiles nothing (compilation mode 0), else None
 
     def expected_for(self, manifest: Any) -> str:
         return check_expected_key(manifest, self.expected if self.expected is not None else self._predict(manifest))
@@ -103,7 +104,7 @@ def server_key_check(model: str | None, *, config: Any = None, overrides: tuple[
         cfg = compilation_config(config, overrides)
         predictor = ServerKeyPredictor(model, cfg, device.split(":")[0], tensor_parallel_size)
     eager = "compilation mode 0: the server runs the model without compiling" if int(cfg.mode) == 0 else None
-    return NativeKeyCheck(predictor=predictor, not_needed=eager)
+    return NativeKeyCheck(predictor=predictor, compiles_nothing=eager)
 
 
 def traced_key(model: str, *, device: str = "cpu", config: Any = None, rank: int = 0, dp_rank: int = 0) -> dict:

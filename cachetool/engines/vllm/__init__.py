@@ -56,9 +56,10 @@ class VllmEngine:
 
         self._refuse_native(request)
         check = server_key_check(request.model, list(request.flags), request.cache_root)
-        if check.not_needed:
-            raise UsageError(f"nothing to warm: {check.not_needed}, so the server compiles nothing and reads no "
-                             "compile cache")
+        if check.compiles_nothing:
+            raise UsageError(f"nothing to warm for this command: {check.compiles_nothing}; warm the server's compiling "
+                             "command instead: its bundle's Triton kernels and model inspection serve an eager server "
+                             "too (a pull for one installs just those)")
         return start("warm", request.model, cache_root=request.cache_root, flags=list(request.flags),
                      load_weights=request.load_weights, progress=request.messages)
 

@@ -2,8 +2,9 @@
 
 A check starts vLLM on the cache root only when the server could hit there. Two answers need no start:
 
-- the server compiles nothing at all (``--enforce-eager``, ``-O0``, compilation mode NONE): nothing to check, a
-  hit by definition (``compiles: false``);
+- the server compiles no graph (``--enforce-eager``, ``-O0``, compilation mode NONE): no key folder to check, a
+  hit by definition (``compiles: false``; vLLM's own Triton kernels, which it still JIT-compiles on a GPU, come from
+  the root's ``triton_cache/`` when ``TRITON_CACHE_DIR`` points there);
 - the root holds no key folder this server will use: its recorded key folders (``cache_key_factors.json`` of each
   ``torch_aot_compile/{sha256}/rank_*``) compared with the server's command line as a pull compares a bundle's
   (:class:`~cachetool.engines.vllm.key_check.ServerKeyCheck`), or none at all: a miss naming the difference, in
@@ -32,8 +33,8 @@ class CheckVerdict:
     model: str
     cache_root: str
     flags: list[str]
-    compiles: bool                  # False: the server compiles nothing at all
-    reason: str                     # why it compiles nothing, or why this root cannot hit
+    compiles: bool                  # False: the server compiles no graph
+    reason: str                     # why it compiles no graph, or why this root cannot hit
     cache_key: str | None = None    # the key folder the comparison was made with (the closest), if any
     seconds: float = 0.0            # what the answer cost
     how: str = ""                   # how it was reached (the key check's stage)
@@ -64,7 +65,7 @@ class CheckVerdict:
         return d
 
     def lines(self) -> list[str]:
-        verdict = (f"HIT: the server compiles nothing ({self.reason})" if self.hit
+        verdict = (f"HIT: the server compiles no graph ({self.reason})" if self.hit
                    else f"MISS (vLLM not started): {self.reason}")
         return [f"{self.command}: model {self.model} (vLLM not started: {self.how or 'answered beforehand'}, "
                 f"{self.seconds:.2f} s)",
@@ -95,8 +96,8 @@ def root_keys(root: Path) -> list[KeyFolder]:
 def before_starting(check: Any, root: Path, model: str, flags: list[str]) -> CheckVerdict | None:
     """The answer a check has without starting vLLM (``check``: the server's
     :class:`~cachetool.engines.vllm.key_check.ServerKeyCheck`), or None when vLLM must start to tell."""
-    if check.not_needed:
-        return CheckVerdict("check", model, str(root), flags, compiles=False, reason=check.not_needed)
+    if check.compiles_nothing:
+        return CheckVerdict("check", model, str(root), flags, compiles=False, reason=check.compiles_nothing)
     keys = root_keys(root)
     if not keys:
         return CheckVerdict("check", model, str(root), flags, compiles=True,

@@ -28,14 +28,16 @@ class ServerKeyCheck:
     3. a difference nothing recorded decides: vLLM itself is asked (a ``key`` child: vLLM's parser and config, no
        engine; seconds), which names the field that differs or finds that nothing reaching the key does.
 
-    A server that compiles nothing at all (``--enforce-eager``, ``-O0``, compilation mode NONE) needs no cache:
-    ``not_needed`` says why, and the pull installs nothing. All of it before any blob is fetched."""
+    A server that compiles no graph (``--enforce-eager``, ``-O0``, compilation mode NONE) reads no key folder:
+    ``compiles_nothing`` says why, and the pull installs only the folders it still reads (vLLM's Triton kernels
+    and model inspection, which an eager start JIT-compiles or computes too). All of it before any blob is
+    fetched."""
 
     model: str
     flags: list[str]
     cache_root: Path
     timeout: float | None = None
-    not_needed: str | None = None   # why this server compiles nothing (nothing to pull), else None
+    compiles_nothing: str | None = None   # why this server compiles no graph (an eager server), else None
     seconds: float = 0.0        # what the check cost
     stage: str = ""             # how the verdict was reached (describe())
     asked_vllm: bool = False    # a difference only vLLM could judge: it was asked
@@ -147,7 +149,7 @@ def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cach
     model, rest = server_model(model, list(flags))
     check_model(model)
     eager = server_command.compiles_nothing(rest, child_env(None, tensor_parallel_size(rest)))
-    return ServerKeyCheck(model, rest, Path(cache_root).expanduser().resolve(), timeout, not_needed=eager)
+    return ServerKeyCheck(model, rest, Path(cache_root).expanduser().resolve(), timeout, compiles_nothing=eager)
 
 
 def _listed(items: list[str], limit: int = 3) -> str:

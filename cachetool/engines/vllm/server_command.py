@@ -136,7 +136,7 @@ def compiles_nothing(flags: list[str] | tuple[str, ...], env: Mapping[str, str])
         return f"compilation mode {mode}: vLLM runs the model without torch.compile" if _is_none_mode(mode) else None
     level = _last_value(tokens, (OPTIMIZATION_LEVEL,))
     if level is not None and level.strip() == "0":
-        return "-O0: vLLM compiles nothing (no torch.compile, no CUDA graphs)"
+        return "-O0: vLLM runs the model without torch.compile or CUDA graphs"
     return None
 
 

@@ -1,7 +1,7 @@
-"""What the vLLM engine answers without starting vLLM (issue 34): a server that compiles nothing needs no cache
-(pull: `not-needed`, exit 0, nothing read from the store; check: a hit; warm: nothing to warm), and a check on a
-root without this server's key folder is a miss in a second, with nothing written. vLLM must be installed (its
-version is read from its files; it is not imported)."""
+"""What the vLLM engine answers without starting vLLM (issue 34): a server that compiles no graph is a hit for
+check and nothing to warm (tests/bundles/test_vllm_bundles.py has its pulls), and a check on a root without this
+server's key folder is a miss in a second, with nothing written. vLLM must be installed (its version is read from
+its files; it is not imported)."""
 
 from __future__ import annotations
 
@@ -25,24 +25,6 @@ def no_vllm_start(monkeypatch):
     monkeypatch.setattr(engine, "run_child", refuse)
 
 
-EAGER = [["--enforce-eager"], ["-O0"], ["-cc.mode=0"], ["--compilation-config", '{"mode": "none"}']]
-
-
-@pytest.mark.parametrize("eager", EAGER)
-def test_pull_for_an_eager_server_is_not_needed_and_reads_nothing(eager, tmp_path, cli, no_vllm_start):
-    model = write_model(tmp_path / "m")
-    root = tmp_path / "root"
-    ref = f"file://{tmp_path}/no-store/tiny:v1"  # no store there: an eager server's pull never reads it
-    r = cli("pull", ref, "--cache-root", root, "--insecure-skip-verify", "--engine", "vllm", "--json", "--",
-            model, *CPU_FLAGS, *eager)
-    assert r.rc == 0, r
-    doc = json.loads(r.out)
-    assert doc["outcome"] == "not-needed" and doc["exit_code"] == 0 and doc["installed"] is False, doc
-    assert doc["reason"] and doc["ref"] == ref
-    assert "pull: outcome=not-needed " in r.err and "nothing to install" in r.err
-    assert not root.exists() and not (tmp_path / "no-store").exists()
-
-
 def test_check_of_an_eager_server_is_a_hit_without_starting_vllm(tmp_path, cli, no_vllm_start):
     model = write_model(tmp_path / "m")
     r = cli("check", "--engine", "vllm", "--model", model, "--cache-root", tmp_path / "root", "--require-hit",
@@ -58,7 +40,7 @@ def test_warm_of_an_eager_server_is_refused_before_anything_runs(tmp_path, cli, 
     root = tmp_path / "root"
     r = cli("warm", "--engine", "vllm", "--model", model, "--cache-root", root, "--", *CPU_FLAGS, "-O0")
     assert r.rc == 2, r
-    assert "nothing to warm: -O0" in r.err
+    assert "nothing to warm for this command: -O0" in r.err
     assert not root.exists() or not any(root.iterdir())
 
 
