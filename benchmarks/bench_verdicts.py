@@ -9,7 +9,7 @@ One warm (``cachetool warm --engine vllm --push file://...``) makes the bundle; 
 :mod:`cachetool.engines.vllm.verdict_table` is then pulled with the server's own command line after ``--`` into a
 fresh root (``pull wall``: the whole ``cachetool pull`` process, exec to exit). The judge starts the server as a
 deployment would: a hit on the pulled root (it must compile nothing and answer), a miss on the bundle's root
-installed regardless (it must compile: stopped at its first key folder or kernel), a not-needed one on an empty
+installed regardless (it must compile: stopped at its first key folder or kernel), an eager one on what its pull left
 root (it must compile nothing). Targets (printed, not asserted): every pull <= 2 s; every verdict the server's.
 """
 
@@ -69,13 +69,15 @@ def pull_row(ref: str, work: Path, root: Path, model: Path, flags: list[str], ro
     p, wall = cachetool("pull", ref, "--cache-root", root, "--trust", f"{work}/k.pub", "--engine", "vllm", "--json",
                         "--", str(model), *flags, *row.flags, *HEADLESS, *API, env=row.env)
     doc = json_of(p)
-    verdict = {"installed": "hit", "miss": "miss", "not-needed": "not-needed"}.get(doc.get("outcome"), "error")
+    verdict = {"installed": "hit", "miss": "miss", "not-needed": "eager"}.get(doc.get("outcome"), "error")
+    if doc.get("compiles_nothing"):
+        verdict = "eager"
     if verdict == "miss":
         how = doc["message"].rsplit("; ", 1)[-1].rstrip(")")
     elif verdict == "hit":
         how = next((x for x in doc["install"]["preflight"] if x.startswith("cache key")), "").split("(", 1)[-1]
     else:
-        how = doc.get("reason") or doc.get("message", "")
+        how = doc.get("compiles_nothing") or doc.get("reason") or doc.get("message", "")
     return {"verdict": verdict, "wall": wall, "how": how.rstrip(")"), "exit": p.returncode}
 
 
