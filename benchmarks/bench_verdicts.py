@@ -10,7 +10,7 @@ One warm (``cachetool warm --engine vllm --push file://...``) makes the bundle; 
 fresh root (``pull wall``: the whole ``cachetool pull`` process, exec to exit). The judge starts the server as a
 deployment would: a hit on the pulled root (it must compile nothing and answer), a miss on the bundle's root
 installed regardless (it must compile: stopped at its first key folder or kernel), an eager one on what its pull left
-root (it must compile nothing). Targets (printed, not asserted): every pull <= 2 s; every verdict the server's.
+(it must compile nothing). Targets (printed, not asserted): every pull <= 2 s; every verdict the server's.
 """
 
 from __future__ import annotations
