@@ -22,19 +22,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from cachetool.engines.vllm import facts
-from cachetool.engines import machine  # the torch-free machine facts, every engine's
 
 # Variables that can change what vLLM, torch, Inductor or Triton compile (names with these prefixes) ...
 ENV_PREFIXES = ("VLLM_", "TORCH", "PYTORCH_", "INDUCTOR_", "TRITON_", "CUDA_", "ATEN_", "OMP_", "KMP_", "MKL_",
                 "LD_PRELOAD")
 # ... except where a cache or log lives, which cachetool sets itself or which cannot change compiled code
-# (vLLM's compile_factors ignores the same VLLM_ ones).
+# (vLLM >= 0.29 ignores the same VLLM_ ones; what a release does hash is compared whatever its name: ``hashed``).
 ENV_IGNORED = frozenset({
     "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_NO_USAGE_STATS",
     "VLLM_DO_NOT_TRACK", "VLLM_USAGE_STATS_SERVER", "VLLM_LOGGING_LEVEL", "VLLM_LOGGING_PREFIX",
@@ -43,6 +40,9 @@ ENV_IGNORED = frozenset({
     "TRITON_HOME", "TORCH_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "CUDA_CACHE_PATH",
     "CUDA_VISIBLE_DEVICES", "TORCH_LOGS", "TORCH_TRACE"})
 SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+# Hashed variables whose default vLLM derives from others (vLLM 0.26 hashes VLLM_CONFIG_ROOT and VLLM_XLA_CACHE_PATH,
+# folders under HOME or XDG_*): where a release hashes one, what it derives from is compared too.
+DERIVED_FROM = {"VLLM_CONFIG_ROOT": ("HOME", "XDG_CONFIG_HOME"), "VLLM_XLA_CACHE_PATH": ("HOME", "XDG_CACHE_HOME")}
 # Engine flags a headless start adds and vLLM does not hash (dummy weights, no tokenizer): a server that loads
 # its weights and tokenizer is launched as the warm was. Each maps to whether it takes a value.
 UNHASHED_ENGINE_OPTIONS = {"--load-format": True, "--skip-tokenizer-init": False, "--no-skip-tokenizer-init": False}
@@ -51,11 +51,16 @@ UNHASHED_ENGINE_OPTIONS = {"--load-format": True, "--skip-tokenizer-init": False
 ENGINE_AFFECTING = ("--config",)
 
 
-def launch_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables of ``env`` that can reach vLLM's key; a secret-looking one by its digest."""
+def launch_env(env: Mapping[str, str], hashed: Iterable[str] = ()) -> dict[str, str]:
+    """The variables of ``env`` that can reach vLLM's key; a secret-looking one by its digest. ``hashed``: the
+    variables the installed vLLM release hashes (its env factor's names, as a warm recorded them): each is kept
+    whatever its name (vLLM 0.26-0.28 hash VLLM_API_KEY; every release hashes VERBOSE, NVCC_THREADS, ...), with
+    what its value derives from (:data:`DERIVED_FROM`)."""
+    hashed = set(hashed)
+    sources = {src for name in hashed & DERIVED_FROM.keys() for src in DERIVED_FROM[name]}
     out = {}
     for name in sorted(env):
-        if not name.startswith(ENV_PREFIXES) or name in ENV_IGNORED:
+        if name not in hashed and name not in sources and (not name.startswith(ENV_PREFIXES) or name in ENV_IGNORED):
             continue
         value = env[name]
         if any(mark in name for mark in SECRET_MARKS):
@@ -109,11 +114,12 @@ class LaunchInputs:
 
     @classmethod
     def of(cls, model: str, flags: list[str], env: Mapping[str, str],
-           server_only: Mapping[str, bool]) -> "LaunchInputs":
+           server_only: Mapping[str, bool], hashed: Iterable[str] = ()) -> "LaunchInputs":
+        """``hashed``: the variables the installed vLLM hashes (:func:`launch_env`)."""
         unhashed = {**{k: v for k, v in server_only.items() if k not in ENGINE_AFFECTING}, **UNHASHED_ENGINE_OPTIONS}
-        return cls(vllm=facts.vllm_version(), torch=machine.torch_version(), model=model,
+        return cls(vllm=facts.vllm_version(), torch=facts.torch_version(), model=model,
                    model_config=model_config_digest(model), flags=tuple(strip_options(flags, unhashed)),
-                   env=launch_env(env), config_json=read_config_json(model))
+                   env=launch_env(env, hashed), config_json=read_config_json(model))
 
     def to_values(self, server_only: Mapping[str, bool]) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -133,24 +139,12 @@ class LaunchInputs:
         return out
 
 
-def interpreter_path(python: str) -> list[str]:
-    """``sys.path`` of the interpreter that runs vLLM (this one's own, or asked of it: tens of milliseconds)."""
-    if python == sys.executable:
-        return list(sys.path)
-    try:
-        out = subprocess.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True,
-                             text=True, timeout=60, stdin=subprocess.DEVNULL)
-        return json.loads(out.stdout) if out.returncode == 0 else []
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return []
-
-
 def traced_digests(ids: list[str], python: str) -> dict[str, str | None]:
     """sha256 of each traced file id (relative to a ``sys.path`` entry of ``python``, or absolute) as this
     installation has it; None where it is not here. The ids are the warm's (``cachetool_vllm_probe.file_id``)."""
     from cachetool.digests import hexof, sha256_file
 
-    roots = [Path(p or ".") for p in interpreter_path(python)]
+    roots = [Path(p or ".") for p in facts.interpreter_path(python)]
     out: dict[str, str | None] = {}
     for fid in ids:
         cands = [Path(fid)] if Path(fid).is_absolute() else [r / fid for r in roots]
