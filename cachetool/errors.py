@@ -298,6 +298,10 @@ class EngineUnavailableError(UsageError):
     """The engine asked for (``--engine vllm``) is not installed where cachetool looks for it."""
 
 
+class EngineLayoutError(EngineUnavailableError):
+    """The installed engine release lacks what cachetool reads of it (a module or name moved): refused, naming it."""
+
+
 class EngineFlagsError(UsageError):
     """The engine's own parser refused the flags after ``--``, or a flag cachetool sets itself was given."""
 

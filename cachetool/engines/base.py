@@ -142,6 +142,11 @@ class Engine(Protocol):
         """Fingerprint fields beyond the common ones (``cachetool.bundle.fingerprint``) that its caches depend on."""
         ...
 
+    def notice(self) -> str | None:
+        """A line the user must read before a warm, pull or check does any work (vLLM: its release is outside
+        the tested ones), or None."""
+        ...
+
     def recognizes(self, fingerprint: dict) -> bool:
         """Whether a bundle of this fingerprint holds this engine's caches."""
         ...

@@ -6,6 +6,7 @@ the partial-download policy of :mod:`cachetool.transfer.partials`."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import stat
@@ -313,6 +314,8 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
     deadline = t0 + request.timeout if request.timeout else None
     # the arguments, before any request: the server's (its model and config, refused in one line), the device,
     # the pinned keys (a missing key file is a usage error)
+    if notice := request.engine.notice():  # an untested engine release: said first, the pull goes on
+        (request.warn or logging.getLogger("cachetool.pull").warning)(f"warning: {notice}")
     key_check = request.engine.key_check(request.key) if request.key is not None else None
     device = require_device(request.device)
     trust = request.trust

@@ -72,6 +72,9 @@ class NativeEngine:
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
         return {}  # the common fingerprint fields say all (cachetool.bundle.fingerprint)
 
+    def notice(self) -> str | None:
+        return None  # the pipeline is this package's own: nothing untested to warn of
+
     def recognizes(self, fingerprint: dict) -> bool:
         return True  # the registry's last resort: a bundle no other engine claims is ours
 

@@ -6,6 +6,7 @@ cache tree as a bundle layout is :mod:`~cachetool.engines.vllm.layout`. See docs
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from cachetool.engines.base import KeyCheckRequest, StartRequest
@@ -55,6 +56,7 @@ class VllmEngine:
         from cachetool.engines.vllm.key_check import server_key_check
 
         self._refuse_native(request)
+        self._announce()
         check = server_key_check(request.model, list(request.flags), request.cache_root)
         if check.compiles_nothing:
             raise UsageError(f"nothing to warm for this command: {check.compiles_nothing}; warm the server's compiling "
@@ -74,6 +76,7 @@ class VllmEngine:
         from cachetool.engines.vllm.key_check import server_key_check
 
         self._refuse_native(request)
+        self._announce()
         check = server_key_check(request.model, list(request.flags), request.cache_root)
         out = before_starting(check, check.cache_root, check.model, check.flags)
         if out is None:
@@ -86,6 +89,11 @@ class VllmEngine:
             must_hit(out)
         return out
 
+    def _announce(self) -> None:
+        """The release notice (:meth:`notice`), first: a warm or check goes on."""
+        if line := self.notice():
+            logging.getLogger("cachetool.vllm").warning(line)
+
     def _refuse_native(self, request: StartRequest) -> None:
         given = [flag for name, flag in NATIVE_ONLY.items() if request.set(name)]
         if given or request.overrides or request.config is not None:
@@ -97,6 +105,12 @@ class VllmEngine:
         from cachetool.engines.vllm.facts import machine_facts
 
         return machine_facts(device)
+
+    def notice(self) -> str | None:
+        """The installed vLLM outside the tested releases (:mod:`~cachetool.engines.vllm.releases`), in a line."""
+        from cachetool.engines.vllm.releases import notice_here
+
+        return notice_here()
 
     def recognizes(self, fingerprint: dict) -> bool:
         return bool((fingerprint or {}).get("vllm"))  # a real vLLM tree records vLLM's version

@@ -5,7 +5,14 @@ cachetool_vllm_probe.CachetoolProbe``; the child puts this folder on ``PYTHONPAT
 but the standard library, torch and vLLM, and is named to be unique on ``sys.path``. vLLM leaves the extension
 class out of its config hash (``ParallelConfig.compute_hash`` ignores ``worker_extension_cls``), so the start
 computes the key folder a server without it computes. A method name, not a pickled function, crosses vLLM's RPC:
-a function would need ``VLLM_ALLOW_INSECURE_SERIALIZATION``, which vLLM hashes.
+a function would need ``VLLM_ALLOW_INSECURE_SERIALIZATION``, which vLLM hashes. The real ``vllm serve`` is asked
+the same through its development endpoint ``POST /collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``, which vLLM leaves
+out of its env factors): :mod:`cachetool.engines.vllm.server`.
+
+Everything here is read from vLLM itself, never from its log: the AOT key folder and whether the artifact was
+loaded (the compiled model's own attributes, and vLLM's key function over this worker's config), vLLM's compilation
+counters, the files Dynamo traced (the config's ``traced_files``), the seconds vLLM's compile monitor added up
+(``compilation_time``), the kernel libraries this process mapped.
 """
 
 from __future__ import annotations
@@ -50,6 +57,48 @@ def mapped_kernels() -> list[str]:
     return sorted(mapped)
 
 
+AOT_DIR = os.path.join("torch_compile_cache", "torch_aot_compile")
+
+
+def compiled_models(model) -> list:
+    """The modules vLLM's ``support_torch_compile`` compiled (each carries vLLM's AOT attributes)."""
+    return [m for m in model.modules() if hasattr(m, "was_aot_compile_fn_loaded_from_disk")] if model else []
+
+
+def vllm_aot_key(module) -> str | None:
+    """The AOT key folder vLLM computes for ``module`` (its ``aot_compile_hash_factors`` over this worker's config
+    plus the forward's identity, as its decorator does), or None: AOT compilation off, or a release without that
+    function."""
+    import vllm.envs as envs
+
+    try:
+        from vllm.compilation.caching import aot_compile_hash_factors
+        from vllm.compilation.decorators import _model_hash_key
+    except ImportError:
+        return None
+    if not envs.VLLM_USE_AOT_COMPILE:
+        return None
+    factors = aot_compile_hash_factors(module.vllm_config)
+    factors.append(_model_hash_key(module.forward))
+    return hashlib.sha256(str(factors).encode()).hexdigest()
+
+
+def aot_report(module) -> dict:
+    """One compiled module's AOT artifact: the key folder (where vLLM saved it in this process, else vLLM's key
+    function), whether it was loaded from disk (vLLM's own flag), and the file (``{key}/rank_{r}_{dp}/model``, as
+    vLLM's decorator names it)."""
+    parallel = module.vllm_config.parallel_config
+    rank_folder = f"rank_{parallel.rank}_{getattr(parallel, 'data_parallel_index', 0)}"
+    saved_in = getattr(module, "_aot_cache_dir", None)  # set by vLLM when this process compiled and saved
+    computed = vllm_aot_key(module)
+    key = os.path.basename(os.path.dirname(saved_in)) if saved_in else computed
+    from vllm.envs import VLLM_CACHE_ROOT
+
+    path = os.path.join(VLLM_CACHE_ROOT, AOT_DIR, key, rank_folder, "model") if key else None
+    return {"key": key, "computed_key": computed, "path": path,
+            "loaded": bool(module.was_aot_compile_fn_loaded_from_disk)}
+
+
 class CachetoolProbe:
     """Mixed into vLLM's worker class; ``collective_rpc("cachetool_report")`` calls it on every rank."""
 
@@ -59,22 +108,21 @@ class CachetoolProbe:
 
         inductor = dict(dynamo_utils.counters.get("inductor", {}))
         stats = dict(dynamo_utils.counters.get("stats", {}))
-        aot = []
         model = getattr(getattr(self, "model_runner", None), "model", None)
-        if model is not None:
-            for m in model.modules():
-                path = getattr(m, "_aot_compilation_path", None)
-                if path:
-                    aot.append(str(path))
         config = getattr(self, "vllm_config", None)
-        traced = sorted(config.compilation_config.traced_files) if config is not None else []
+        aot = [aot_report(m) for m in compiled_models(model)]
+        compilation = config.compilation_config if config is not None else None
+        traced = sorted(compilation.traced_files) if compilation is not None else []
         return {
             "rank": getattr(self, "rank", 0),
             "pid": os.getpid(),
-            "aot_paths": sorted(set(aot)),
+            "aot": aot,
+            "aot_paths": sorted({a["path"] for a in aot if a["path"]}),
             "mapped_kernels": mapped_kernels(),
             "inductor": {k: int(v) for k, v in inductor.items()},
             "dynamo_unique_graphs": int(stats.get("unique_graphs", 0)),
             "vllm_counters": dataclasses.asdict(compilation_counter),
+            # the seconds vLLM's compile monitor added up in this worker (its "torch.compile took" figure)
+            "compilation_seconds": float(getattr(compilation, "compilation_time", 0.0) or 0.0),
             "traced_files": {file_id(p): file_digest(p) for p in traced},
         }

@@ -25,9 +25,10 @@ The request names a mode:
   loaded (``cachetool_vllm_probe``, through ``collective_rpc``);
 - ``check``: the config only (no key inputs: the workers report the folder they used), then the engine as above.
 
-Any failure is ``{"ok": false, "error": "<vLLM's last error line>"}``. The child dies with its parent (Linux
-``PR_SET_PDEATHSIG``, set by the parent) and takes its process group with it (:func:`end_group_on_sigterm`): a
-killed pull, warm or check leaves no vLLM behind.
+Any failure is ``{"ok": false, "error": "<vLLM's last error line>"}``; a release that lacks a module or name this
+child or the worker probe reads (:data:`LAYOUT`, checked first) is ``{"ok": false, "layout": true, "error": ...}``
+naming it. The child dies with its parent (Linux ``PR_SET_PDEATHSIG``, set by the parent) and takes its process
+group with it (:func:`end_group_on_sigterm`): a killed pull, warm or check leaves no vLLM behind.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import time
 import traceback
 
 LONG = 200  # a field value longer than this is recorded by its digest
+SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # a hashed variable so named is recorded by its digest
 PROBE_MODULE = "cachetool_vllm_probe"
 PROBE_CLASS = f"{PROBE_MODULE}.CachetoolProbe"
 # Inductor's and functorch's config as a process that imports them now sees it (the engine core does so after
@@ -53,6 +55,47 @@ INDUCTOR_PROBE = (
     "from torch._functorch import config as functorch\n"
     "json.dump({'inductor': inductor.save_config_portable(), 'functorch': functorch.save_config_portable()},"
     " sys.stdout, sort_keys=True, default=repr)\n")
+
+
+# What this child and the worker probe read of vLLM, each found at the first of its places that imports (vLLM
+# moves modules between releases): checked before anything runs, so that a release laid out otherwise is refused
+# naming what is missing, not failed with a traceback halfway through a start.
+LAYOUT = {
+    "the server's parser": (("vllm.entrypoints.launchers.cli_args", "make_arg_parser"),   # vLLM >= 0.29
+                            ("vllm.entrypoints.openai.cli_args", "make_arg_parser")),     # vLLM <= 0.28
+    "the argument parser": (("vllm.utils.argparse_utils", "FlexibleArgumentParser"),),
+    "the engine's arguments": (("vllm.engine.arg_utils", "AsyncEngineArgs"),),
+    "the usage context": (("vllm.usage.usage_lib", "UsageContext"),),
+    "the engine": (("vllm.v1.engine.llm_engine", "LLMEngine"),),
+    "the config's hashing": (("vllm.config.utils", "normalize_value"),),
+    "the factors' hashing": (("vllm.config.utils", "hash_factors"),),
+    "the env factors": (("vllm.envs", "compile_factors"),),
+    "the compilation counters": (("vllm.compilation.counter", "compilation_counter"),),
+    "the AOT key": (("vllm.compilation.caching", "aot_compile_hash_factors"),),
+}
+
+
+class LayoutError(Exception):
+    """This vLLM release lacks something :data:`LAYOUT` names."""
+
+
+def find(what: str):
+    """The first of ``LAYOUT[what]``'s places that imports, or :class:`LayoutError` naming them all."""
+    import importlib
+
+    tried = []
+    for module, name in LAYOUT[what]:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            tried.append(f"{module}.{name} ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})")
+    raise LayoutError(f"cachetool cannot read this vLLM release: {what} is not where the tested releases have it: "
+                      + "; ".join(tried))
+
+
+def check_layout() -> None:
+    for what in LAYOUT:
+        find(what)
 
 
 # ---------------------------------------------------------------------------------------------- key inputs
@@ -69,6 +112,10 @@ def _describe(value) -> object:
     if len(text) > LONG:
         return f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:16]} ({len(text)} chars)"
     return v
+
+
+def _digest(value) -> str:
+    return "sha256:" + hashlib.sha256(str(value).encode()).hexdigest()[:16]
 
 
 def _config_fields(config) -> dict:
@@ -109,7 +156,9 @@ def key_inputs(vllm_config) -> dict:
     import vllm.envs as envs
     from vllm.config.utils import hash_factors
 
-    env_values = {k: _describe(v) for k, v in envs.compile_factors().items()}
+    # a secret vLLM hashes (vLLM <= 0.28 hashes VLLM_API_KEY) goes into the bundle by its digest, never its value
+    env_values = {k: (_digest(v) if v is not None and any(m in k for m in SECRET_MARKS) else _describe(v))
+                  for k, v in envs.compile_factors().items()}
     configs = {}
     for f in dataclasses.fields(vllm_config):
         sub = getattr(vllm_config, f.name, None)
@@ -139,10 +188,7 @@ def server_parser():
     """``vllm serve``'s own parser (its module moved between vLLM versions), refusing with one line."""
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    try:
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser  # vLLM >= 0.30
-    except ImportError:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
+    make_arg_parser = find("the server's parser")
 
     class Parser(FlexibleArgumentParser):
         def error(self, message):  # one line for the user, not argparse's usage screen and exit
@@ -195,15 +241,19 @@ def engine_args_of(request: dict):
 # ---------------------------------------------------------------------------------------------- the engine
 
 def drive(engine, prompts: list[list[int]], max_tokens: int) -> int:
-    """Prefill every prompt and decode ``max_tokens`` tokens each, as a server's first requests would."""
+    """Prefill every prompt and decode ``max_tokens`` tokens each, as a server's first requests would: the first
+    alone (a batch of one), then the others together. vLLM 0.28-0.31 sample on the CPU with a ``torch.compile``d
+    function (``compiled_random_sample``), compiled at its first call per batch shape (one row, or more): a warm
+    that never sampled a lone request left that kernel to the server's first request."""
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, detokenize=False, ignore_eos=True)
-    for i, ids in enumerate(prompts):
-        engine.add_request(f"cachetool-{i}", {"prompt_token_ids": ids}, params)
     done = 0
-    while engine.has_unfinished_requests():
-        done += sum(1 for o in engine.step() if o.finished)
+    for first, batch in ((0, prompts[:1]), (1, prompts[1:])):
+        for i, ids in enumerate(batch, start=first):
+            engine.add_request(f"cachetool-{i}", {"prompt_token_ids": ids}, params)
+        while engine.has_unfinished_requests():
+            done += sum(1 for o in engine.step() if o.finished)
     return done
 
 
@@ -229,6 +279,7 @@ def with_probe(engine_args) -> None:
 def run(request: dict) -> dict:
     t0 = time.perf_counter()
     env_before = dict(os.environ)  # before vLLM's platform sets its variables (the facts name those it forces)
+    check_layout()
     from vllm.usage.usage_lib import UsageContext
 
     if request["mode"] == "key":
@@ -317,6 +368,9 @@ def main() -> int:
         code = 0
     except FlagError as exc:
         result = {"ok": False, "error": str(exc), "usage": True}
+        code = 2
+    except LayoutError as exc:
+        result = {"ok": False, "error": str(exc), "layout": True}
         code = 2
     except BaseException as exc:  # noqa: BLE001 - every failure becomes the one-line result
         traceback.print_exc()

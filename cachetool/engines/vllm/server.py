@@ -2,11 +2,17 @@
 
 :func:`serve_once` runs ``python -m vllm.entrypoints.cli.main serve MODEL FLAGS`` (what the ``vllm`` command
 runs: the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT`` = the root and
-``TRITON_CACHE_DIR`` = its ``triton_cache/`` (as docs/vllm.md starts a server), waits for
-``/health``, sends one completion, stops the server (SIGTERM to its process group) and reports what it did to the
-root: the key folders it added (a new folder is a key cachetool did not predict), the kernel binaries it wrote
-(what it compiled), and what its log says (AOT artifact loaded, piecewise graphs loaded or compiled, engine init
-and torch.compile seconds). The tests and ``benchmarks/bench_vllm.py`` judge pull, check and diff by it.
+``TRITON_CACHE_DIR`` = its ``triton_cache/`` (as docs/vllm.md starts a server), waits for ``/health``, sends one
+completion, asks every worker what it compiled and loaded, stops the server (SIGTERM to its process group) and
+reports what it did to the root: the key folders it added (a new folder is a key cachetool did not predict), the
+kernel binaries it wrote (what it compiled), and vLLM's own facts (the AOT key folder, AOT artifact loaded,
+piecewise graphs loaded or compiled: :mod:`~cachetool.engines.vllm.worker_facts`), read through the server's
+development endpoint ``POST /collective_rpc`` from the worker extension :mod:`cachetool_vllm_probe`:
+``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls``, which vLLM leaves out of its key (env factors;
+``ParallelConfig.compute_hash``). Two things only its log has: the engine-init seconds (``init engine (profile,
+create kv cache, warmup model) took N s``: measured in the engine-core process, reported nowhere else) and vLLM's
+reason when it did not load its AOT artifact. The tests and the benchmarks (``bench_vllm.py``, ``vllm_matrix.py``)
+judge pull, check and diff by it.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ import urllib.request
 from pathlib import Path
 
 from cachetool.cache_root import TRITON_CACHE
-from cachetool.engines.vllm.engine import aot_outcome, kernel_files, key_folders, python
+from cachetool.engines.vllm import worker_facts
+from cachetool.engines.vllm.engine import CHILD, kernel_files, key_folders, python
 
-_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
-_COMPILE_TOTAL = re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total")
+# vLLM's engine-init seconds, in its log only (printed by every tested release: docs/vllm.md, "Tested vLLM releases")
+ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+PROBE = ["--worker-extension-cls", "cachetool_vllm_probe.CachetoolProbe"]
 
 
 @dataclasses.dataclass
@@ -38,14 +46,16 @@ class ServerRun:
     command: list[str]
     ready_seconds: float                 # exec to /health answering
     engine_init_seconds: float | None    # vLLM's "init engine ... took N s"
-    compile_seconds: float | None        # vLLM's "torch.compile takes N s in total"
+    compile_seconds: float | None        # vLLM's "torch.compile took N s in total"
     completion: dict | None              # the completion's JSON (None: it failed)
     new_key_folders: list[str]           # AOT key folders the server added to the root
     new_kernels: int                     # kernel binaries the server wrote under the root
+    cache_key: str | None                # the AOT key folder the server used (vLLM's facts; None: not asked)
     aot_loaded: bool
     aot_error: str | None
     piecewise_loaded: int
     piecewise_compiled: int
+    facts: bool                          # the workers answered (else only the root's files judge)
     log: str
 
     @property
@@ -81,6 +91,19 @@ def _complete(port: int, model: str, api_key: str | None) -> dict | None:
         return None
 
 
+def _workers(port: int, api_key: str | None) -> list[dict] | None:
+    """Every worker's ``cachetool_report`` through the server's ``/collective_rpc`` (None: no answer)."""
+    body = json.dumps({"method": "cachetool_report", "timeout": 120}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/collective_rpc", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=180) as r:
+            results = json.loads(r.read()).get("results")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+    return results if isinstance(results, list) and all(isinstance(w, dict) for w in results) else None
+
+
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM to the server's process group (API server, engine core, workers), SIGKILL after 30 s."""
     for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
@@ -105,11 +128,13 @@ def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dic
     root = Path(cache_root).resolve()
     before, keys_before = kernel_files(root), key_folders(root)
     port = free_port()
-    cmd = [python(), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags, "--host", "127.0.0.1",
+    cmd = [python(), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags, *PROBE, "--host", "127.0.0.1",
            "--port", str(port), *(["--api-key", api_key] if api_key else [])]
     # started as docs/vllm.md says: the root's Triton kernels through TRITON_CACHE_DIR (``env`` may say otherwise)
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                "TRITON_CACHE_DIR": str(root / TRITON_CACHE), **(env or {}), "VLLM_CACHE_ROOT": str(root)}
+                "TRITON_CACHE_DIR": str(root / TRITON_CACHE), **(env or {}), "VLLM_CACHE_ROOT": str(root),
+                "VLLM_SERVER_DEV_MODE": "1"}
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHILD.parent), full_env.get("PYTHONPATH")) if p)
     log_path = Path(tempfile.mkstemp(prefix="cachetool-vllm-serve-", suffix=".log")[1])
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -125,18 +150,21 @@ def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dic
                     break
                 time.sleep(0.5)
             completion = _complete(port, served_name(model, flags), api_key) if ready is not None else None
+            workers = _workers(port, api_key) if ready is not None else None
         finally:
             _stop(proc)
     text = log_path.read_text(errors="replace")
-    aot = aot_outcome(log_path)
-    init = _ENGINE_INIT.findall(text)
-    comp = _COMPILE_TOTAL.findall(text)
+    done = worker_facts.from_workers(workers) if workers else None
+    init = ENGINE_INIT.findall(text)
     return ServerRun(command=cmd, ready_seconds=round(ready, 3) if ready is not None else -1.0,
                      engine_init_seconds=float(init[-1]) if init else None,
-                     compile_seconds=float(comp[-1]) if comp else None, completion=completion,
+                     compile_seconds=done.compilation_seconds if done else None, completion=completion,
                      new_key_folders=sorted(key_folders(root) - keys_before),
-                     new_kernels=len(kernel_files(root) - before), aot_loaded=aot.loaded, aot_error=aot.error,
-                     piecewise_loaded=aot.piecewise_loaded, piecewise_compiled=aot.piecewise_compiled,
+                     new_kernels=len(kernel_files(root) - before), cache_key=done.cache_key if done else None,
+                     aot_loaded=bool(done and done.aot_loaded),
+                     aot_error=None if done and done.aot_loaded else worker_facts.aot_failure(log_path),
+                     piecewise_loaded=done.piecewise_loaded if done else 0,
+                     piecewise_compiled=done.piecewise_compiled if done else 0, facts=done is not None,
                      log=str(log_path))
 
 

