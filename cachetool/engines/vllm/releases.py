@@ -62,7 +62,8 @@ def device_here() -> str:
 
 def notice_here() -> str | None:
     """:func:`notice` for the vLLM that runs here (``CACHETOOL_VLLM_PYTHON``'s) on this machine's device."""
-    return notice(facts.vllm_version(), device_here())
+    version = facts.vllm_version()
+    return notice(version, device_here()) if version is not None else None
 
 
 def aot_loads(version: str | None, device: str) -> bool | None:
