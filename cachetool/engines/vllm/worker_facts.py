@@ -38,7 +38,6 @@ class StartFacts:
     dynamo_traces: int
     compilation_seconds: float      # vLLM's compilation_time, the slowest rank's
     mapped_kernels: set[str]        # kernel libraries the workers mapped
-    keys_disagree: list[str]        # a rank whose saved folder is not vLLM's computed key (a release that moved it)
 
 
 def counter(workers: list[dict], name: str) -> int:
@@ -63,9 +62,7 @@ def from_workers(workers: list[dict[str, Any]]) -> StartFacts:
         piecewise_compiled=inductor,
         dynamo_traces=sum(int(w.get("dynamo_unique_graphs", 0)) for w in workers),
         compilation_seconds=max((float(w.get("compilation_seconds", 0.0)) for w in workers), default=0.0),
-        mapped_kernels={p for w in workers for p in w.get("mapped_kernels", [])},
-        keys_disagree=[f"rank {r}: saved in {a['key']}, vLLM's key {a['computed_key']}" for r, a in aot
-                       if a.get("computed_key") and a.get("key") != a["computed_key"]])
+        mapped_kernels={p for w in workers for p in w.get("mapped_kernels", [])})
 
 
 def aot_failure(log: Path | str) -> str | None:
