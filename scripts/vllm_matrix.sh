@@ -7,15 +7,15 @@
 #   scripts/vllm_matrix.sh 0.28.0 0.32.0    these releases (an untested one too: its row says what happens)
 #   scripts/vllm_matrix.sh --build-only     only the venvs
 # cachetool itself runs from its own venv (scripts/install.sh; CACHETOOL_VENV), vLLM from
-# VLLM_MATRIX_VENVS/<release>/ (default ~/.cache/cachetool/vllm-venvs: 3 GB each; a venv an earlier run completed,
+# MATRIX_VENVS/<release>/ (default ~/.cache/cachetool/vllm-venvs: 3 GB each; a venv an earlier run completed,
 # marked .ready, is reused as it is: remove the folder to build it again).
-# VLLM_MATRIX_JSON=path also writes the rows as JSON; VLLM_MATRIX_WORK=dir keeps the roots, stores and logs there.
+# MATRIX_JSON=path also writes the rows as JSON; MATRIX_WORK=dir keeps the roots, stores and logs there.
 # A release that does not install gets a row with pip's own last error. Exit 0 when every step of every row passed.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$REPO"
 PY=${PYTHON:-python3}
-VENVS=${VLLM_MATRIX_VENVS:-$HOME/.cache/cachetool/vllm-venvs}
+VENVS=${MATRIX_VENVS:-$HOME/.cache/cachetool/vllm-venvs}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 
 step "check cachetool's own venv ($VENV)"
@@ -82,8 +82,8 @@ done
 [ "$build_only" = 0 ] || exit 0
 step "run the matrix (benchmarks/vllm_matrix.py, one release at a time)"
 extra=()
-[ -z "${VLLM_MATRIX_JSON:-}" ] || extra+=(--json "$VLLM_MATRIX_JSON")
-[ -z "${VLLM_MATRIX_WORK:-}" ] || extra+=(--work "$VLLM_MATRIX_WORK")
+[ -z "${MATRIX_JSON:-}" ] || extra+=(--json "$MATRIX_JSON")
+[ -z "${MATRIX_WORK:-}" ] || extra+=(--work "$MATRIX_WORK")
 start=$(date +%s)
 rc=0
 nice "$VPY" benchmarks/vllm_matrix.py "${args[@]}" "${extra[@]}" || rc=$?

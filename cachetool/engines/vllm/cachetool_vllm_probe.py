@@ -62,7 +62,9 @@ AOT_DIR = os.path.join("torch_compile_cache", "torch_aot_compile")
 
 def compiled_models(model) -> list:
     """The modules vLLM's ``support_torch_compile`` compiled (each carries vLLM's AOT attributes)."""
-    return [m for m in model.modules() if hasattr(m, "was_aot_compile_fn_loaded_from_disk")] if model else []
+    if model is None:
+        return []
+    return [m for m in model.modules() if hasattr(m, "was_aot_compile_fn_loaded_from_disk")]
 
 
 def vllm_aot_key(module) -> str | None:

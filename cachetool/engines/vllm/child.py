@@ -71,7 +71,8 @@ LAYOUT = {
     "the factors' hashing": (("vllm.config.utils", "hash_factors"),),
     "the env factors": (("vllm.envs", "compile_factors"),),
     "the compilation counters": (("vllm.compilation.counter", "compilation_counter"),),
-    "the AOT key": (("vllm.compilation.caching", "aot_compile_hash_factors"),),
+    "the AOT key's factors": (("vllm.compilation.caching", "aot_compile_hash_factors"),),
+    "the AOT key's model identity": (("vllm.compilation.decorators", "_model_hash_key"),),
 }
 
 
