@@ -150,12 +150,14 @@ def test_check_on_a_root_warmed_for_another_command_is_a_miss_without_starting_v
 
 
 def test_a_killed_pull_leaves_no_vllm_child_behind(warmed, tmp_path):
-    """SIGKILL during the key check (vLLM asked: another flag): the child dies with the pull, no folder stays."""
+    """SIGKILL during the key check (vLLM asked: a variable only it can judge): the child dies with the pull, no
+    folder stays."""
     before = set(Path("/tmp").glob("cachetool-vllm-*"))
     proc = subprocess.Popen([sys.executable, "-m", "cachetool", "pull", warmed["ref"], "--cache-root",
                              tmp_path / "root", "--trust", warmed["pub"], "--engine", "vllm", "--",
-                             str(warmed["model"]), *FLAGS, "--max-model-len", "128"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             str(warmed["model"]), *FLAGS],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "OMP_NUM_THREADS": "2"})
     child = None
     deadline = time.time() + 60
     while child is None and time.time() < deadline and proc.poll() is None:
