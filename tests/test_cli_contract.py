@@ -145,10 +145,15 @@ class _MissedStart:
     command, model, cache_key, hit, key_existed = "check", "m", "abc", False, True
     vllm_version, tensor_parallel_size, cache_root, log = "0.32", 1, "/r", "/r/log"
     inductor_compiled, inductor_loaded, dynamo_traces, aot_loaded, aot_error = 3, 0, 1, False, None
-    startup_seconds, seconds, phases = 1.0, 2.0, {"engine init": 1.0}
+    startup_seconds, seconds, phases, environment_notes = 1.0, 2.0, {"engine init": 1.0}, []
 
     def to_json(self):
         return {"engine": "vllm", "hit": False, "inductor_compiled": 3}
+
+    def aot_note(self):
+        from cachetool.engines.vllm.engine import VllmStartResult
+
+        return VllmStartResult.aot_note(self)
 
     def miss_reason(self):
         return "Inductor compiled 3 kernel(s)"
