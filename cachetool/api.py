@@ -259,8 +259,8 @@ def pull_request(ref: str, cache_root: str | Path | None = None, *, trust: Trust
 
     chosen = _engine(engine)
     root = CacheRoot.of(cache_root, chosen).path
-    asks_key = model is not None or bool(engine_flags) or config is not None or bool(overrides) \
-        or tensor_parallel_size != 1
+    asks_key = (model is not None or bool(engine_flags) or config is not None or bool(overrides)
+                or tensor_parallel_size != 1)
     key = KeyCheckRequest(model=model, cache_root=root, device=device or "cpu", config=config,
                           overrides=tuple(overrides), flags=tuple(engine_flags),
                           tensor_parallel_size=tensor_parallel_size, timeout=timeout) if asks_key else None

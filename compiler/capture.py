@@ -171,9 +171,10 @@ class _Compiled:
                     return self.compiled_fn(*args, **kwargs)
             except RuntimeError as exc:
                 if torch_compat.is_recompile_refusal(exc):
-                    raise RecompileError(f"recompilation refused ({'strict mode' if is_strict() else 'evaluate_guards'}): "
-                                         f"{str(exc).splitlines()[0]}", kind=STRICT_MODE if is_strict() else GUARDS) \
-                        from None
+                    why = "strict mode" if is_strict() else "evaluate_guards"
+                    refusal = RecompileError(f"recompilation refused ({why}): {str(exc).splitlines()[0]}",
+                                             kind=STRICT_MODE if is_strict() else GUARDS)
+                    raise refusal from None
                 raise
         out = self.compiled_fn(*args, **kwargs)
         if counters.dynamo_compiles != before:
@@ -305,8 +306,8 @@ class _Compiled:
             counted_load=done.artifact_load_seconds)
         self._compiled_here = done.graphs_compiled
         layout = getattr(self.backend, "layout", None)
-        if layout is not None and hooks and not self.ctx.key_only and Path(layout.dir).is_dir() \
-                and not (Path(layout.dir) / TRANSFORMED_CODE).exists():
+        if (layout is not None and hooks and not self.ctx.key_only and Path(layout.dir).is_dir()
+                and not (Path(layout.dir) / TRANSFORMED_CODE).exists()):
             path = Path(layout.dir) / TRANSFORMED_CODE
             path.write_text("\n\n".join(f"# transformed code of {old.co_name} ({old.co_filename}:{old.co_firstlineno})\n"
                                         + _decompile(new) for old, new in hooks) + "\n")

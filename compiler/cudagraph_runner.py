@@ -119,8 +119,8 @@ class GraphExecutor:
                  runtime_mode: CUDAGraphMode, desc: Any) -> torch.Tensor:
         static = StaticAttentionInputs(tok_t, pos, self.window) if runtime_mode == CUDAGraphMode.FULL else None
         meta = GraphAttentionMetadata(qsl, seq_lens, slot_offsets, slot_t, num_actual_tokens=n, static=static)
-        with set_forward_context(ForwardContext(meta, self.runner.kv_caches)), \
-                set_cudagraph_dispatch(runtime_mode, desc):
+        with (set_forward_context(ForwardContext(meta, self.runner.kv_caches)),
+              set_cudagraph_dispatch(runtime_mode, desc)):
             return self.full(input_ids, pos)
 
     # ------------------------------------------------------------------ start-up capture

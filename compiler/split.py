@@ -112,8 +112,9 @@ def canonical_graph_text(gm: fx.GraphModule, example_inputs: list[Any] | None = 
         if node.op == "get_attr":
             target = "attr"  # attribute names differ per layer; constants are lifted by Dynamo
         elif node.op in ("call_function",):
-            target = getattr(node.target, "__module__", "") + "." + getattr(node.target, "__qualname__", str(node.target)) \
-                if callable(node.target) and not torch_compat.is_op_overload(node.target) else str(node.target)
+            named = callable(node.target) and not torch_compat.is_op_overload(node.target)
+            target = (getattr(node.target, "__module__", "") + "." + getattr(node.target, "__qualname__", str(node.target))
+                      if named else str(node.target))
         else:
             target = str(node.target)
         lines.append(f"{names[node]}={node.op} {target} {fmt(node.args)} {fmt(node.kwargs)}")

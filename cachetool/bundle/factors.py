@@ -21,6 +21,15 @@ def short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 2] + " …"
 
 
+def also_named(names: list[str], limit: int | None = 3) -> str:
+    """`` (also: a, b, c, ...)`` naming what else differs after the first (``names``: the rest), or nothing: the one
+    tail of every refusal that names a first difference."""
+    if not names:
+        return ""
+    shown = names if limit is None else names[:limit]
+    return f" (also: {', '.join(shown)}{', ...' if len(shown) < len(names) else ''})"
+
+
 class Factors:
     """A key folder's recorded factors, read once; nothing downstream probes the nested JSON."""
 

@@ -74,8 +74,8 @@ def device_option(what: str, default: str, extra: str = "", value: str | None = 
                         help=f"{what}: cpu, cuda or cuda:N{extra} (default: {default}).")
 
 # -cc.KEY=VALUE is collected before click parses (cachetool.cli.compile_cmds.CompileCommand)
-CC_HELP = "CompilationConfig as JSON; -cc.KEY=VALUE (KEY dotted, e.g. -cc.dynamic_shapes_config.type=unbacked) " \
-          "overrides one field."
+CC_HELP = ("CompilationConfig as JSON; -cc.KEY=VALUE (KEY dotted, e.g. -cc.dynamic_shapes_config.type=unbacked) "
+           "overrides one field.")
 
 ranks_option = click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
 

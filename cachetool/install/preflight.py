@@ -6,7 +6,7 @@ is downloaded or written before it passes. The engine is the bundle's (by its la
 from __future__ import annotations
 
 from cachetool.errors import PreflightError
-from cachetool.bundle.factors import short_repr
+from cachetool.bundle.factors import also_named, short_repr
 from cachetool.bundle.manifest import Manifest
 
 
@@ -24,7 +24,7 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, key_check=No
     diffs = compare(bundle_fp, local_fp, engines.fields_ignored_by(engine))
     if diffs:
         field, b, l = diffs[0]
-        more = f" (also: {', '.join(d[0] for d in diffs[1:])})" if len(diffs) > 1 else ""
+        more = also_named([d[0] for d in diffs[1:]], limit=None)
         raise PreflightError(
             f"preflight: bundle cannot hit here: fingerprint {field!r} differs: bundle {short_repr(b)}, "
             f"this machine {short_repr(l)}{more}")

@@ -127,9 +127,9 @@ def local_platform(entries: Iterable[RefEntry], device: str | None,
 
     entries = list(entries)
     fp = local_fingerprint(device=device_to_probe(entries, device))
-    wanted = [engine] if engine is not None else \
-        [engines.default()] + [e for e in engines.ENGINES.values()
-                               if e is not engines.default() and any(entry_engine(x) is e for x in entries)]
+    wanted = ([engine] if engine is not None
+              else [engines.default()] + [e for e in engines.ENGINES.values()
+                                          if e is not engines.default() and any(entry_engine(x) is e for x in entries)])
     keys, full = [], dict(fp)
     for eng in wanted:
         facts = eng.machine_facts(fp["device"])

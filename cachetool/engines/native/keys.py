@@ -11,7 +11,7 @@ from typing import Any
 from cachetool.engines.factor_compare import FACTOR_NAMES, compare_factors
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import PreflightError, UsageError, clip
-from cachetool.bundle.factors import Difference, Factors, short_repr
+from cachetool.bundle.factors import Difference, Factors, also_named, short_repr
 from compiler import cache_key as ck
 
 __all__ = ["NativeKeyCheck", "check_expected_key", "check_machine_factors", "local_factors", "server_key_check",
@@ -22,8 +22,7 @@ def factor_refusal(diffs: list[Difference], what: str, ours: str, suffix: str, a
                    of: str = "") -> PreflightError:
     """The one-line refusal naming the first of ``diffs`` (then up to ``also`` more field names)."""
     d = diffs[0]
-    more = f" (also: {', '.join(x.name for x in diffs[1:1 + also])}{', ...' if len(diffs) > 1 + also else ''})" \
-        if len(diffs) > 1 else ""
+    more = also_named([x.name for x in diffs[1:]], also)
     return PreflightError(f"preflight: bundle cannot hit here: {what} {d.name!r}{of} differs: bundle "
                           f"{short_repr(d.a)}, {ours} {short_repr(d.b)}{more}{suffix}")
 

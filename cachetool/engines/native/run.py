@@ -84,8 +84,8 @@ class CompileRunResult:
         ph = self.phases  # the sum rules of docs/compiler.md, "Timing names", written out
         parts = [f"{k} {ph[k]:.2f}" for k in STARTUP_PHASES if ph.get(k)]
         out.append(f"  start-up       {self.startup_seconds:.2f} s" + (" = " + " + ".join(parts) if parts else ""))
-        outer = [(k, ph[k]) for k in ("import", "build") if k in ph] + [("start-up", self.startup_seconds)] \
-            + [(k, ph[k]) for k in ("workload", "exit") if k in ph]
+        outer = ([(k, ph[k]) for k in ("import", "build") if k in ph] + [("start-up", self.startup_seconds)]
+                 + [(k, ph[k]) for k in ("workload", "exit") if k in ph])
         out.append(f"  total          {sum(v for _, v in outer):.2f} s = "
                    + " + ".join(f"{k} {v:.2f}" for k, v in outer))
         path = self.hot_path or "-"

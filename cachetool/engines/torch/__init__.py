@@ -78,8 +78,8 @@ class TorchEngine:
     def key_check(self, request: KeyCheckRequest):
         """Nothing beyond the install preflight's (:meth:`check_factors`): what the program compiles is its code's,
         which only a run can tell. The program's command after ``--`` is taken; other engines' options are not."""
-        if request.model is not None or request.config is not None or request.overrides \
-                or request.tensor_parallel_size != 1:
+        if (request.model is not None or request.config is not None or request.overrides
+                or request.tensor_parallel_size != 1):
             raise UsageError("--model, --compilation-config, -cc and --tensor-parallel-size are other engines' "
                              "options: with --engine torch, pull takes the program's command after -- or nothing")
         return None

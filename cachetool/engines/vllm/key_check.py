@@ -13,7 +13,7 @@ from cachetool.engines.vllm import key, launch, server_command, verdict
 from cachetool.engines.vllm.engine import (check_model, child_env, python, require_vllm, run_child, server_argv,
                                            server_model, short_key, tensor_parallel_size)
 from cachetool.errors import PreflightError
-from cachetool.bundle.factors import short_repr
+from cachetool.bundle.factors import also_named, short_repr
 
 
 @dataclasses.dataclass
@@ -121,8 +121,7 @@ class ServerKeyCheck:
         if not diffs:
             return k.hash
         d = diffs[0]
-        more = f" (also: {', '.join(x.name for x in diffs[1:4])}{', ...' if len(diffs) > 4 else ''})" \
-            if len(diffs) > 1 else ""
+        more = also_named([x.name for x in diffs[1:]])
         what = {"compiler": "version", "config": "config field", "flag": "flag", "env": "env factor",
                 "code": "traced file", "inductor": "Inductor setting"}
         raise PreflightError(f"preflight: bundle cannot hit here: {what.get(d.category, d.category)} {d.name!r} "

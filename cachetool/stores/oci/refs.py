@@ -101,8 +101,8 @@ class Tags:
         (the body is checked against it)."""
         if digest is not None:
             hexof(digest)
-        at, fields = (f"@{digest}", {"ref": f"{name}@{digest}", "key": digest}) if digest else \
-            (f":{tag}", {"ref": f"{name}:{tag}", "key": tag})
+        at, fields = ((f"@{digest}", {"ref": f"{name}@{digest}", "key": digest}) if digest
+                      else (f":{tag}", {"ref": f"{name}:{tag}", "key": tag}))
         where = f"{self.url}{at}"
         try:
             entries = self._resolve(digest or tag, f"read {where}")
