@@ -39,9 +39,8 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
 
     if spec == "local":
         device = require_device(device)
-        fp = local_fingerprint(device=device)
         chosen = engine or engines.default()
-        fp.update(chosen.machine_facts(fp["device"]))  # its own fields, as the install preflight adds them
+        fp = engines.machine_fingerprint(chosen, device)  # its own fields, as the install preflight compares them
         factors = chosen.local_factors(device or fp["device"])
         return Side("local", [("local", factors)] if factors is not None else [], fp, partial=True)
     from cachetool.bundle.reading import is_ref, open_bundle
@@ -202,10 +201,9 @@ def diff_against_server(side: Side, engine: Engine, *, model: str | None = None,
     the key inputs as the engine itself computes them for that server."""
     import tempfile
 
-    from cachetool.bundle.fingerprint import local_fingerprint, require_device
+    from cachetool.bundle.fingerprint import require_device
 
-    fp = local_fingerprint(device=require_device(device))
-    fp.update(engine.machine_facts(fp["device"]))
+    fp = engines.machine_fingerprint(engine, require_device(device))
     out = [d for d in diff_sides(side, Side("local", [], fp, partial=True), engine) if d.category == "fingerprint"]
     if model is None:
         return out

@@ -23,8 +23,7 @@ CHOICES = (DEFAULT, *(n for n in ENGINES if n != DEFAULT))
 
 __all__ = ["CHOICES", "DEFAULT", "ENGINES", "Engine", "KeyCheck", "KeyCheckRequest", "StartRequest", "StartResult",
            "cache_root_help", "common_facts", "default", "fields_ignored_by", "for_fingerprint", "for_layout", "get",
-           "help_text",
-           "init_logging"]
+           "help_text", "init_logging", "machine_fingerprint"]
 
 
 def get(name: str) -> Engine:
@@ -79,3 +78,11 @@ def common_facts(device: str | None = None) -> dict:
     from cachetool.engines.machine import common_facts as read
 
     return read(device)
+
+
+def machine_fingerprint(engine: Engine, device: str | None = None) -> dict:
+    """This machine's fingerprint as a server of ``engine`` has it: the common facts and the engine's own (what a
+    bundle of that engine recorded, and what the install preflight and ``diff`` compare it with)."""
+    fp = common_facts(device)
+    fp.update(engine.machine_facts(fp["device"]))
+    return fp

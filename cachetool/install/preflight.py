@@ -14,13 +14,12 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, key_check=No
     """Raise :class:`PreflightError` naming the first difference; return the list of things checked.
     ``key_check``: the server's key question (``Engine.key_check``'s answer), or None."""
     from cachetool import engines
-    from cachetool.bundle.fingerprint import compare, local_fingerprint
+    from cachetool.bundle.fingerprint import compare
 
     engine = engines.for_layout(manifest.layout)
     bundle_fp = manifest.fingerprint or {}
     dev = device or bundle_fp.get("device") or "cpu"
-    local_fp = local_fingerprint(device=dev)
-    local_fp.update(engine.machine_facts(local_fp["device"]))
+    local_fp = engines.machine_fingerprint(engine, dev)
     diffs = compare(bundle_fp, local_fp, engines.fields_ignored_by(engine))
     if diffs:
         field, b, l = diffs[0]
