@@ -3,8 +3,8 @@
 # scripts/install.sh) and runs the suite (pyproject's testpaths) in PYTEST_WORKERS (default 2) parallel workers,
 # one test file per worker at a time (--dist loadfile: a file's module and session fixtures, e.g. a compiled
 # root, are built once; tests/conftest.py starts the longest files first), with the 15 slowest tests and the
-# suite's time at the end. Each worker starts its own S3 and OCI servers on 127.0.0.1 (tests/servers.py stops
-# them by pid).
+# suite's time at the end. The workers share one S3 and one OCI server on 127.0.0.1, started by the first worker
+# that needs it and stopped by pid when the run ends (tests/servers.py, tests/server_run.py).
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/stores -x`; `-n 0` runs in one process).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

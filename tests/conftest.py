@@ -1,10 +1,11 @@
 """Shared test setup. The real S3 (Ceph RGW) and OCI (docker-registry) servers live in tests/servers.py as
-session-scoped fixtures: started on 127.0.0.1 on first use, stopped by pid at the end of the session.
+session-scoped fixtures: started on 127.0.0.1 on first use, one of each for the whole run (all xdist workers),
+stopped by pid when the run ends (tests/server_run.py).
 
 Expensive things that several files use read-only (a cold compile of the tiny model) are built once per test run
 for all xdist workers (:func:`shared_build`), not once per worker or per file."""
 
-pytest_plugins = ["tests.servers"]
+pytest_plugins = ["tests.server_run", "tests.servers"]
 
 
 import fcntl
