@@ -47,12 +47,28 @@ def inner(tmp_path):
     return tmp_path
 
 
-def start_pytest(folder: Path, *args: str, hold: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SEEN": str(folder / "seen"), "HOLD": "1" if hold else ""}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=folder,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+# pytest with Ctrl-C heard: a run started in the background of a script (as CI may start this suite) inherits
+# SIGINT ignored, and so would the inner run and its workers
+AS_A_TERMINAL_STARTS_IT = ("import signal, sys, pytest\n"
+                           "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                           "sys.exit(pytest.main(sys.argv[1:]))\n")
+
+
+@pytest.fixture
+def start_pytest(inner, request):
+    """Start ``pytest ARGS`` on the inner folder in a process group of its own (killed at the end if it is still
+    running: a failed test leaves no run behind)."""
+
+    def start(*args: str, hold: bool = False) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "SEEN": str(inner / "seen"), "HOLD": "1" if hold else ""}
+        env.pop("PYTEST_XDIST_WORKER", None)
+        proc = subprocess.Popen([sys.executable, "-c", AS_A_TERMINAL_STARTS_IT, "-q", "-p", "no:cacheprovider", *args],
+                                cwd=inner, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        request.addfinalizer(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        return proc
+
+    return start
 
 
 def seen(folder: Path, count: int, proc: subprocess.Popen, timeout: float = 120) -> list[dict]:
@@ -67,17 +83,20 @@ def seen(folder: Path, count: int, proc: subprocess.Popen, timeout: float = 120)
 
 def assert_nothing_left(records: list[dict], timeout: float = 0) -> None:
     """Every server process the run recorded is gone (after ``timeout`` seconds at most), and its folder."""
-    pids = {pid for r in records for pid in r["pids"]}
+    pids, folder = {pid for r in records for pid in r["pids"]}, Path(records[0]["run"])
     assert pids
+
+    def leftovers() -> list:
+        return [pid for pid in pids if start_time(pid) is not None] + ([str(folder)] if folder.exists() else [])
+
     deadline = time.monotonic() + timeout
-    while (alive := [pid for pid in pids if start_time(pid) is not None]) and time.monotonic() < deadline:
+    while (left := leftovers()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert alive == [], f"server processes left running: {alive}"
-    assert not Path(records[0]["run"]).exists()
+    assert left == [], f"left behind by the run: {left}"
 
 
-def test_two_workers_share_one_server_each_in_its_namespace_and_none_outlives_the_run(inner):
-    proc = start_pytest(inner, "-n", "2", "--dist", "loadfile")
+def test_two_workers_share_one_server_each_in_its_namespace_and_none_outlives_the_run(inner, start_pytest):
+    proc = start_pytest("-n", "2", "--dist", "loadfile")
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     records = seen(inner, 2, proc)
@@ -88,8 +107,8 @@ def test_two_workers_share_one_server_each_in_its_namespace_and_none_outlives_th
     assert_nothing_left(records)
 
 
-def test_a_run_interrupted_by_ctrl_c_leaves_no_server(inner):
-    proc = start_pytest(inner, "-n", "2", "--dist", "loadfile", hold=True)
+def test_a_run_interrupted_by_ctrl_c_leaves_no_server(inner, start_pytest):
+    proc = start_pytest("-n", "2", "--dist", "loadfile", hold=True)
     records = seen(inner, 2, proc)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
     out, _ = proc.communicate(timeout=120)
@@ -97,8 +116,8 @@ def test_a_run_interrupted_by_ctrl_c_leaves_no_server(inner):
     assert_nothing_left(records)
 
 
-def test_a_run_whose_controller_is_killed_leaves_no_server(inner):
-    proc = start_pytest(inner, "-n", "0", hold=True)
+def test_a_run_whose_controller_is_killed_leaves_no_server(inner, start_pytest):
+    proc = start_pytest("-n", "0", hold=True)
     records = seen(inner, 1, proc)
     assert records[0]["worker"] == "main" and records[0]["repo"].endswith("/main/same")
     os.killpg(proc.pid, signal.SIGKILL)  # no hook runs: the reaper (a session of its own) stops the server
