@@ -81,35 +81,32 @@ def tiny_warm(tmp_path_factory) -> dict:
 #
 # The units that take longest, longest first: xdist hands a worker the next unit in collection order when it is
 # nearly done, so a long unit that starts late keeps one worker busy while the other idles. Seconds of one worker
-# in a full `-n 2` run on the 2-core box (2026-12-03, the box shared with other runs at load ~9: the order is what
-# counts; junit times, module and session fixtures included; the verdict parts estimated from the whole table's
-# 1361 s, ~100 s a server start); units not listed keep their order after these. The first two units should not
-# wait on the same shared build (tiny_warm, vLLM's warmed): the verdict parts build vLLM's, the AOT file the
-# tiny model's. A new unit that takes minutes belongs here.
+# in a full `scripts/test.sh` run on the 2-core box (2026-12-03, the box shared with other runs at load ~4.8: the
+# order is what counts; junit times, module and session fixtures included); units not listed keep their order
+# after these. The first two units should not wait on the same shared build: the first verdict part builds the
+# vLLM warm (~100 s of its time), the AOT file the tiny model's. A new unit that takes minutes belongs here.
 LONGEST_FIRST = {
-    "tests/compiler/test_aot_hot_start.py": 412,  # builds the shared tiny_warm when it is the first to ask
-    "verdicts-0": 400,  # the hits and not-needed rows (3 servers); the first verdict part builds the vLLM warm
-    "tests/tp/test_tp_pipeline.py": 343,
-    "verdicts-1": 300,
-    "verdicts-2": 300,
-    "tests/vllm/test_real_server.py": 252,  # the tests outside the table (a hit server answering a completion)
-    "verdicts-3": 200,
-    "verdicts-4": 200,
-    "tests/vllm/test_vllm_tp.py": 199,
-    "tests/compiler/test_pipeline.py": 168,
-    "tests/vllm/test_vllm_engine.py": 86,
-    "tests/e2e/test_deploy_path.py": 72,
-    "tests/compiler/test_timing_names.py": 52,
-    "tests/compiler/test_artifact_manager.py": 48,
-    "tests/tp/test_collectives.py": 45,
-    "tests/stores/test_oci_concurrency.py": 44,
-    "tests/deploy/test_readme.py": 38,
-    "tests/stores/test_push_pull.py": 31,
-    "tests/stores/test_store_interface.py": 29,
-    "tests/stores/test_oci_mirror.py": 29,
-    "tests/stores/test_read_refs.py": 27,
-    "tests/compiler/test_cache_key.py": 24,
-    "tests/stores/test_failures.py": 24,
+    "verdicts-0": 372,  # the hit and not-needed rows: 3 server starts, the vLLM warm
+    "tests/compiler/test_aot_hot_start.py": 314,  # builds the shared tiny_warm when it is the first to ask
+    "verdicts-1": 232,
+    "verdicts-2": 200,
+    "tests/vllm/test_vllm_tp.py": 165,
+    "verdicts-4": 136,
+    "verdicts-3": 124,
+    "tests/tp/test_tp_pipeline.py": 115,
+    "tests/compiler/test_pipeline.py": 114,
+    "tests/vllm/test_real_server.py": 64,  # the tests outside the table (a hit server answering a completion)
+    "tests/e2e/test_deploy_path.py": 43,
+    "tests/compiler/test_artifact_manager.py": 37,
+    "tests/vllm/test_vllm_engine.py": 37,
+    "tests/compiler/test_cache_key.py": 37,
+    "tests/stores/test_oci_mirror.py": 30,
+    "tests/stores/test_failures.py": 23,
+    "tests/compiler/test_timing_names.py": 22,
+    "tests/stores/test_push_pull.py": 22,
+    "tests/stores/test_store_interface.py": 22,
+    "tests/stores/test_oci_concurrency.py": 19,
+    "tests/tp/test_collectives.py": 18,
 }
 
 

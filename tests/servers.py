@@ -12,7 +12,7 @@ Fixtures (session-scoped, started on first use; registered for every test by tes
   S3 user made by ``radosgw-admin``, so S3 auth *is* enforced. ``rgw.endpoint`` (``http://127.0.0.1:PORT``),
   ``rgw.access_key``, ``rgw.secret_key``, ``rgw.region``, ``rgw.env()`` (the ``AWS_*`` variables for a
   subprocess or ``monkeypatch``), ``rgw.client()`` (a boto3 S3 client), ``rgw.make_bucket(name=None)``,
-  ``rgw.own_gateway(folder)`` (a :class:`RadosGateway` of the caller's own on the same cluster, same user and
+  ``rgw.own_gateway()`` (a started :class:`RadosGateway` of the caller's own on the same cluster, same user and
   data, on its own port: ``.stop()`` / ``.start()`` it, e.g. to cut a pull; the cluster stays up).
 - ``oci_registry`` -> :class:`OCIRegistry`: CNCF distribution (Debian ``docker-registry``) with a small config
   (filesystem root, delete enabled, no auth). ``oci_registry.host`` (``127.0.0.1:PORT``), ``.url``
@@ -345,9 +345,10 @@ keyring = {d}/keyring
     def make_bucket(self, name: str | None = None) -> str:
         """A bucket in this worker's namespace: ``NAME-NAMESPACE``, or a fresh name."""
         self._buckets += 1
-        ns = f"{self.namespace}-" if self.namespace else ""
-        name = f"{name}-{self.namespace}" if name and self.namespace else name
-        name = name or f"ct-{ns}{self._buckets}-{uuid.uuid4().hex[:8]}"
+        if name is None:
+            name = "-".join(part for part in ("ct", self.namespace, str(self._buckets), uuid.uuid4().hex[:8]) if part)
+        elif self.namespace:
+            name = f"{name}-{self.namespace}"
         c = self.client()
         deadline = time.monotonic() + 60
         while True:  # the first bucket makes the lazy pools; give it time
