@@ -3,8 +3,9 @@
 # scripts/install.sh) and runs the suite (pyproject's testpaths) in PYTEST_WORKERS (default 2) parallel workers,
 # one test file per worker at a time (--dist loadgroup with tests/conftest.py's scheduler: a file's module
 # fixtures are built once; the verdict table's parts, marked xdist_group, are units of their own; the longest
-# units start first), with the 15 slowest tests and the suite's time at the end. The workers share one S3 and one OCI server on 127.0.0.1, started by the first worker
-# that needs it and stopped by pid when the run ends (tests/servers.py, tests/server_run.py).
+# units start first), with the 15 slowest tests and the suite's time at the end. The workers share one S3 and
+# one OCI server on 127.0.0.1, started by the first worker that needs it and stopped by pid when the run ends
+# (tests/servers.py, tests/server_run.py).
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/stores -x`; `-n 0` runs in one process).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
