@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs everything (tool, test extras, real vLLM, the S3 and OCI servers) into .venv/ (see
 # scripts/install.sh) and runs the suite (pyproject's testpaths) in PYTEST_WORKERS (default 2) parallel workers,
-# one test file per worker at a time (--dist loadfile: a file's module and session fixtures, e.g. a compiled
-# root, are built once; tests/conftest.py starts the longest files first), with the 15 slowest tests and the
-# suite's time at the end. Each worker starts its own S3 and OCI servers on 127.0.0.1 (tests/servers.py stops
-# them by pid).
+# one test file per worker at a time (--dist loadgroup with tests/conftest.py's scheduler: a file's module
+# fixtures are built once; the verdict table's parts, marked xdist_group, are units of their own; the longest
+# units start first), with the 15 slowest tests and the suite's time at the end. The workers share one S3 and
+# one OCI server on 127.0.0.1, started by the first worker that needs it and stopped by pid when the run ends
+# (tests/servers.py, tests/server_run.py).
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/stores -x`; `-n 0` runs in one process).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -29,7 +30,7 @@ fi
 export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH
 start=$(date +%s)
 rc=0
-"$VPY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@" || rc=$?
+"$VPY" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@" || rc=$?
 echo "== test.sh: the suite took $(( $(date +%s) - start )) s (exit $rc)"
 [ -z "${CCACHE_DIR:-}" ] || echo "== test.sh: C++ kernel builds through ccache: $(ccache --print-stats | awk -F'\t' '$1=="direct_cache_hit"||$1=="preprocessed_cache_hit"{h+=$2} $1=="cache_miss"{m=$2} END{print h+0 " from the cache, " m+0 " compiled"}')"
 STEP="run the tests: pytest failed"

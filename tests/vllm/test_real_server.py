@@ -21,7 +21,7 @@ import pytest
 from cachetool.engines.vllm import facts
 from cachetool.engines.vllm.server import serve_once
 from cachetool.engines.vllm.verdict_table import TABLE, model_for
-from tests.vllm.conftest import FLAGS, cachetool, files_under, json_out, ok
+from tests.vllm.conftest import FLAGS, cachetool, files_under, json_out, ok, the_warm_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
@@ -36,6 +36,14 @@ def pull(warmed, root: Path, server_args: list[str], env: dict | None = None) ->
                      "--json", "--", *server_args, env=env)
 
 
+@pytest.fixture
+def reading_the_warm_model(warmed):
+    """The test pulls or serves with the warm's model: held shared (a verdict row on another worker may edit it)."""
+    with the_warm_model(warmed):
+        yield
+
+
+@pytest.mark.usefixtures("reading_the_warm_model")
 def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(warmed, tmp_path):
     """The init-container copies the server's arguments (a positional model, API and uvicorn flags): the pull
     installs without asking vLLM, and `vllm serve` on the pulled root (another path than the warm's) answers a
@@ -79,17 +87,33 @@ def pulled_verdict(warmed, root: Path, model: Path, row) -> tuple[str, dict]:
     return verdict, doc
 
 
+def table_parts(rows: list[str], misses_per_part: int = 3) -> dict[str, list[str]]:
+    """The table in parts that xdist may judge on different workers at once (each part is a unit of work: a
+    module fixture and its tests): the rows a pull should call a hit or eager in one part (one server judges
+    all its hits together), the misses (a server each) a few to a part. A row's verdict is still whatever its pull
+    says; the parts only spread the ~13 server starts over the workers."""
+    others = [name for name in rows if not TABLE[name].named]
+    misses = [name for name in rows if TABLE[name].named]
+    count = -(-len(misses) // misses_per_part)
+    return {f"verdicts-{i}": part for i, part in enumerate([others, *(misses[i::count] for i in range(count))])}
+
+
+PARTS = table_parts(list(TABLE))
+
+
 @pytest.fixture(scope="module")
-def table(warmed, tmp_path_factory):
-    """Each row pulled into its own root (the pull's verdict, before any blob), then judged by the real server:
-    the rows the pull called a hit by one `vllm serve` with all their differences at once on a pulled root (it
-    must compile nothing and answer), each miss by a server on the bundle's root installed regardless (it must
-    compile: stopped at its first key folder or kernel), each eager one by a server on the root its pull left (it
-    must compile nothing). Returns {row: (verdict, pull's JSON, the server's run)}."""
+def table(warmed, tmp_path_factory, request):
+    """Each row of the part (``request.param``) pulled into its own root (the pull's verdict, before any blob),
+    then judged by the real server: the rows the pull called a hit by one `vllm serve` with all their differences
+    at once on a pulled root (it must compile nothing and answer), each miss by a server on the bundle's root
+    installed regardless (it must compile: stopped at its first key folder or kernel), each eager one by a server on
+    the root its pull left (it must compile nothing). Returns {row: (verdict, pull's JSON, the server's run)}."""
     base = tmp_path_factory.mktemp("verdicts")
     out = {}
-    for i, (name, row) in enumerate(TABLE.items()):
-        with model_for(row, Path(warmed["model"]), base / f"m{i}") as model:
+    for name in PARTS[request.param]:
+        i, row = list(TABLE).index(name), TABLE[name]
+        with (the_warm_model(warmed, edits=row.model == "3 layers"),
+              model_for(row, Path(warmed["model"]), base / f"m{i}") as model):
             verdict, doc = pulled_verdict(warmed, base / f"root{i}", model, row)
             run = None
             if verdict == "miss":
@@ -102,16 +126,24 @@ def table(warmed, tmp_path_factory):
                 run = serve_once(str(model), base / f"root{i}", [*FLAGS, *row.flags, *HEADLESS], env=row.env)
         out[name] = (verdict, doc, run)
     hits = [name for name, (verdict, _, _) in out.items() if verdict == "hit" and TABLE[name].model == "same"]
-    env = {k: v for name in hits for k, v in TABLE[name].env.items()}
-    flags = [f for name in hits for f in TABLE[name].flags if f not in ("--api-key", "k")]
-    together = serve_once(str(warmed["model"]), base / f"root{list(TABLE).index(hits[0])}",
-                          [*FLAGS, *flags, *HEADLESS], env=env, api_key="k")
-    for name in hits:
-        out[name] = (*out[name][:2], together)
+    if hits:
+        env = {k: v for name in hits for k, v in TABLE[name].env.items()}
+        flags = [f for name in hits for f in TABLE[name].flags if f not in ("--api-key", "k")]
+        with the_warm_model(warmed):
+            together = serve_once(str(warmed["model"]), base / f"root{list(TABLE).index(hits[0])}",
+                                  [*FLAGS, *flags, *HEADLESS], env=env, api_key="k")
+        for name in hits:
+            out[name] = (*out[name][:2], together)
     return out
 
 
-@pytest.mark.parametrize("name", list(TABLE))
+def _rows():
+    for part, names in PARTS.items():
+        for name in names:
+            yield pytest.param(part, name, id=name, marks=pytest.mark.xdist_group(part))
+
+
+@pytest.mark.parametrize("table,name", list(_rows()), indirect=["table"], scope="module")
 def test_the_pulls_verdict_is_what_the_real_server_does(table, name):
     row = TABLE[name].on(facts.vllm_version())
     verdict, doc, run = table[name]
@@ -135,6 +167,7 @@ def test_the_pulls_verdict_is_what_the_real_server_does(table, name):
         assert ("vLLM asked" in how) == row.asks_vllm, how
 
 
+@pytest.mark.usefixtures("reading_the_warm_model")
 def test_check_on_a_root_warmed_for_another_command_is_a_miss_without_starting_vllm(warmed, tmp_path):
     """check asks the key question of the root's recorded key folder first: a hashed flag is a miss in a second,
     nothing compiled and nothing written (it compiled for 98 s on the H200 before it said miss)."""
@@ -149,6 +182,7 @@ def test_check_on_a_root_warmed_for_another_command_is_a_miss_without_starting_v
     assert files_under(root) == before
 
 
+@pytest.mark.usefixtures("reading_the_warm_model")
 def test_a_killed_pull_leaves_no_vllm_child_behind(warmed, tmp_path):
     """SIGKILL during the key check (vLLM asked: a variable only it can judge): the child dies with the pull, no
     folder stays."""
