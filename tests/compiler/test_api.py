@@ -189,13 +189,15 @@ def test_what_a_module_takes_from_a_package_is_in_its_public_list():
 
 def test_a_pull_outcome_is_one_of_the_outcomes_with_the_tables_words():
     """``PullOutcome.outcome`` is typed (an :class:`Outcome`, str-valued so that the outcome line and ``--json`` are
-    the words they were): the two successes and one per failure row of the exit-code table that a pull can reach
-    (not `check`'s compiled nor `diff`'s differs)."""
+    the words they were): the three successes (``not-needed``: an eager server of a bundle with nothing it reads)
+    and one per failure row of the exit-code table that a pull can reach (not `check`'s compiled nor `diff`'s
+    differs)."""
     from cachetool import exit_codes
     from cachetool.transfer.pull_policy import Outcome, PullOutcome, failure_outcome
 
     failures = [row for row in exit_codes.TABLE if row not in (exit_codes.OK, exit_codes.COMPILED, exit_codes.DIFFERS)]
-    assert [o.value for o in Outcome] == ["installed", "already-installed", *(row.name for row in failures)]
+    assert [o.value for o in Outcome] == ["installed", "already-installed", "not-needed",
+                                          *(row.name for row in failures)]
     out = failure_outcome("file:///s/llama:v1", "continue", UsageError("wrong flag"))
     assert isinstance(out, PullOutcome) and out.outcome is Outcome.USAGE_ERROR and out.exit_code == 2
     assert json.loads(json.dumps(out.to_dict()))["outcome"] == "usage-error"
