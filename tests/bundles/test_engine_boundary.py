@@ -93,3 +93,13 @@ def test_install_with_an_expected_key_computed_beforehand_refuses_another_key(tm
         api.install(tmp_path / "b.ctb", tmp_path / "root", trust=[keys["pub"]],
                     expected_key={"hash": "0123456789", "factors": {}})
     assert not (tmp_path / "root" / "torch_compile_cache").exists()
+
+
+def test_every_engine_has_every_member_of_the_interface():
+    """The torch engine lacked ``notice`` (added to the interface with the vLLM release notice): every pull with
+    ``--engine torch`` failed with an AttributeError (exit 1)."""
+    from cachetool.engines.base import Engine
+
+    members = {n for n in vars(Engine) if not n.startswith("_")} | set(Engine.__annotations__)
+    missing = {name: sorted(m for m in members if not hasattr(e, m)) for name, e in engines.ENGINES.items()}
+    assert missing == {name: [] for name in engines.ENGINES}

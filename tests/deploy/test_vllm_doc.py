@@ -21,7 +21,8 @@ STAND_INS = """
 record() { local IFS=$'\\x1f'; printf '%s\\n' "$*" >> "$RECORD"; }
 cachetool() { record cachetool "$@"; }
 vllm() { record vllm "VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-}" "TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-}" "$@"; exec sleep 60; }
-curl() { record curl "$@"; }
+# health answers once the server is up (its stand-in recorded its start): the block's `&` must not race its kill
+curl() { case "$*" in *health*) grep -q '^vllm' "$RECORD" 2>/dev/null || return 7;; esac; record curl "$@"; }
 python() { PYTHONPATH="$REPO" "$PYTHON" "$@"; }
 """
 

@@ -68,6 +68,9 @@ class TorchEngine:
         values = local_compiler_values(device)
         return {name: values[name] for name in (*self.fingerprint_fields, *self.recorded_fields)}
 
+    def notice(self) -> str | None:
+        return None  # the program is the user's own: no release of ours to warn of
+
     def recognizes(self, fingerprint: dict) -> bool:
         return bool((fingerprint or {}).get("torch_engine"))  # what its warms record: the schema of their facts
 
