@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from cachetool.bundle.packing import PackedBundle
     from cachetool.engines.base import KeyCheck
-    from cachetool.bundle.factors import Difference
+    from cachetool.layouts.factors import Difference
     from cachetool.install import InstallResult
     from cachetool.transfer.pull import NotNeeded, PullRequest, PullResult
     from cachetool.prune import PruneReport
@@ -426,7 +426,7 @@ def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None
          flags: list[str] | tuple[str, ...] = (), platform: str | None = None,
          store_options: dict[str, Any] | None = None) -> list[Difference]:
     """Every hash factor that differs between A and B (bundle files, refs, cache folders or ``local``), as
-    :class:`cachetool.bundle.factors.Difference` items. The engine (``engine``, else A's by its layout) reads and
+    :class:`cachetool.layouts.factors.Difference` items. The engine (``engine``, else A's by its layout) reads and
     compares the keys; against ``local`` an engine whose server computes its key (vLLM) compares this machine's
     facts and, with ``model`` and the server's ``flags``, the key inputs its server computes."""
     from cachetool.diff import diff_sources

@@ -18,7 +18,7 @@ from typing import Any
 from cachetool.errors import NotFoundError, UsageError
 from cachetool import engines
 from cachetool.engines.base import Engine
-from cachetool.bundle.factors import UNSET, Difference, Factors
+from cachetool.layouts.factors import UNSET, Difference, Factors
 
 
 @dataclasses.dataclass

@@ -645,12 +645,12 @@ def test_one_comparison_of_factor_values():
     """compiler.cache_key.field_differences is the one field-by-field comparison and compiler.key_prediction's
     compiler_factors_for the one "recorded evidence, else exact values" rule (key_prediction and the install
     preflight each had their own sentinel, diff helper and cheap-else-exact code)."""
-    from cachetool.bundle.factors import UNSET
+    from cachetool.layouts.factors import UNSET
     from compiler.cache_key import UNSET as COMPILER_UNSET
 
     assert UNSET == COMPILER_UNSET  # the two packages' one sentinel each, the same text (cachetool reads both)
     bad = []
-    for rel, node in _nodes(("compiler/cache_key.py", "cachetool/bundle/factors.py")):
+    for rel, node in _nodes(("compiler/cache_key.py", "cachetool/layouts/factors.py")):
         if isinstance(node, ast.Constant) and node.value == "<unset>":
             bad.append(f"{rel}:{node.lineno} its own <unset> sentinel")
         if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) \

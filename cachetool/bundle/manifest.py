@@ -21,8 +21,8 @@ import re
 from typing import Any
 
 from cachetool.version import __version__
-from cachetool.bundle.entries import DirEntry, FileEntry, KeyFolder, Unit
-from cachetool.bundle.factors import short_repr
+from cachetool.layouts.entries import DirEntry, FileEntry, KeyFolder, Unit
+from cachetool.layouts.factors import short_repr
 from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
 from cachetool.bundle.paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest

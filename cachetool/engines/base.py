@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cachetool.bundle.factors import Difference, Factors
+from cachetool.layouts.factors import Difference, Factors
 
 
 @dataclasses.dataclass(frozen=True)

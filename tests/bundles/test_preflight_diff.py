@@ -164,7 +164,7 @@ def test_factor_files_of_another_shape_are_compared_field_by_field():
     # Before: any entry with "values" made a file count as ours, so a file of other factor names was compared
     # over env/config/code/compiler only and nothing differed.
     from cachetool.engines.factor_compare import compare_factors
-    from cachetool.bundle.factors import Factors
+    from cachetool.layouts.factors import Factors
     from compiler.cache_key import Factors as CompilerFactors
 
     a, b = Factors({"serve": {"values": {"max_model_len": 256}}}), Factors({"serve": {"values": {"max_model_len": 512}}})
@@ -225,7 +225,7 @@ def test_a_miss_names_the_field_a_user_set_before_what_follows_from_it():
     """-tp 2 changes the all-reduce choice too, another model the head size: the user set tensor_parallel_size and
     num_hidden_layers / hidden_size, so those are named first (by name, all_reduce and head_dim came first)."""
     from cachetool.engines.factor_compare import compare_factors
-    from cachetool.bundle.factors import Factors
+    from cachetool.layouts.factors import Factors
 
     def config(tp: int, all_reduce: str, hidden: int, head_dim: int, layers: int) -> Factors:
         model = {"head_dim": head_dim, "hidden_size": hidden, "num_hidden_layers": layers,

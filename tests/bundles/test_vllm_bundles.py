@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm import key
-from cachetool.bundle.factors import UNSET, Factors
+from cachetool.layouts.factors import UNSET, Factors
 from cachetool.layouts.registry import scan
 from cachetool.bundle.manifest import platform_key
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cachetool.engines.base import KeyCheckRequest, StartRequest
 from cachetool.errors import UsageError
-from cachetool.bundle.factors import Difference, Factors
+from cachetool.layouts.factors import Difference, Factors
 
 __all__ = ["VllmEngine"]
 
@@ -157,7 +157,7 @@ class VllmEngine:
 
     def server_differences(self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str],
                            scratch: Path) -> list[Difference]:
-        from cachetool.bundle.entries import KeyFolder
+        from cachetool.layouts.entries import KeyFolder
         from cachetool.engines.vllm.key_check import server_key_check
 
         check = server_key_check(model, list(flags), scratch)

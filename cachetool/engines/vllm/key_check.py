@@ -13,7 +13,7 @@ from cachetool.engines.vllm import key, launch, server_command, verdict
 from cachetool.engines.vllm.engine import (check_model, child_env, python, require_vllm, run_child, server_argv,
                                            server_model, short_key, tensor_parallel_size)
 from cachetool.errors import PreflightError
-from cachetool.bundle.factors import also_named, short_repr
+from cachetool.layouts.factors import also_named, short_repr
 
 
 @dataclasses.dataclass
