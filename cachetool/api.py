@@ -480,8 +480,8 @@ def prune(cache_root: str | Path, *, older_than: float | None = None, dry_run: b
 
 # -------------------------------------------------------------------------------------- what the CLI sets up
 def layout_choices() -> tuple[str, ...]:
-    """``--layout``'s choices: ``auto`` and every layout (:data:`cachetool.layouts.registry.CHOICES`)."""
-    from cachetool.layouts.registry import CHOICES
+    """``--layout``'s choices: ``auto`` and every layout (:data:`cachetool.engines.layouts.CHOICES`)."""
+    from cachetool.engines.layouts import CHOICES
 
     return tuple(CHOICES)
 

@@ -53,7 +53,7 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
         with (open_bundle(spec, **(reading or {})) if is_ref(spec) else open_bundle(spec)) as b:
             m = b.manifest
             return Side(spec, [(k.hash, k.factors) for k in m.keys], dict(m.fingerprint), layout=m.layout)
-    from cachetool.layouts.registry import scan
+    from cachetool.engines.layouts import scan
 
     s = scan(p)
     comp = next((k.factors.values("compiler") for k in s.keys

@@ -267,7 +267,7 @@ def _check_header(obj: dict) -> None:
     tool = obj["tool"]
     if not isinstance(tool, dict) or set(tool) != {"name", "version"} or not isinstance(tool["version"], str):
         raise ManifestError("manifest 'tool' must be {name, version}")
-    from cachetool.layouts.registry import LAYOUTS  # every engine's layout, and triton
+    from cachetool.engines.layouts import LAYOUTS  # every engine's layout, and triton
 
     if obj["layout"] not in LAYOUTS:
         raise ManifestError(f"manifest layout {obj['layout']!r} is not one of {', '.join(LAYOUTS)}")

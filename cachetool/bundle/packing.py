@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cachetool.errors import BundleFormatError, IncompleteCacheError, NotFoundError, UnsafePathError, UsageError
-from cachetool.layouts.registry import incomplete_reason, scan as scan_layout
+from cachetool.engines.layouts import incomplete_reason, scan as scan_layout
 from cachetool.bundle.paths import validate_relpath
 from cachetool.bundle.manifest import DirEntry, FileEntry, Manifest, manifest_digest, platform_key
 from cachetool.bundle.source import BundleSource

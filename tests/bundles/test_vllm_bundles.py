@@ -13,7 +13,7 @@ import pytest
 
 from cachetool.engines.vllm import key
 from cachetool.layouts.factors import UNSET, Factors
-from cachetool.layouts.registry import scan
+from cachetool.engines.layouts import scan
 from cachetool.bundle.manifest import platform_key
 
 
