@@ -451,7 +451,7 @@ def ls(store: str, *, store_options: dict[str, Any] | None = None) -> Listing:
 
 def rm(ref: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> RemoveResult:
     """Remove the tag, or one platform's entry of it (blobs stay until :func:`gc`)."""
-    from cachetool.stores.admin import remove
+    from cachetool.refs.admin import remove
 
     left = remove(ref, platform=platform, store_options=store_options)
     return RemoveResult(ref, platform or "all", [e.platform for e in left.entries] if left else [])
@@ -462,7 +462,7 @@ def gc(store: str, *, dry_run: bool = False, older_than: float | None = None,
     """Delete what no ref of ``store`` reaches and is older than ``older_than`` seconds (default: the stores'
     minimum age); returns the :class:`cachetool.stores.gc.GcReport` (deleted, kept and why)."""
     from cachetool.stores.addresses import parse_store_or_ref
-    from cachetool.stores.admin import gc as collect
+    from cachetool.refs.admin import gc as collect
 
     su, _ = parse_store_or_ref(store)
     return collect(su.url, dry_run=dry_run, older_than=GC_MIN_AGE_S if older_than is None else older_than,

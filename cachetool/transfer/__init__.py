@@ -1,3 +1,3 @@
-"""Moving bundles between a store and a machine: push, pull, the init-container pull policy, partial downloads, progress bars, reading a ref's index."""
+"""Moving bundles between a store and a machine: push, pull, the init-container pull policy, partial downloads, progress bars (a ref opened and its entry chosen: :mod:`cachetool.refs`)."""
 
-__all__ = ["partials", "progress", "pull", "pull_policy", "push", "ref_reading"]
+__all__ = ["partials", "progress", "pull", "pull_policy", "push"]

@@ -1,7 +1,8 @@
-"""Pull: read the ref, pick the entry whose platform is this machine's (or raise :class:`CacheMissError` naming what
-differs for each entry), and hand a :class:`StoreSource` to :func:`cachetool.install.install_bundle`, which verifies
-the signature and runs preflight before it asks for any blob. The source fetches nothing ahead; its downloads follow
-the partial-download policy of :mod:`cachetool.transfer.partials`."""
+"""Pull: read the ref, pick the entry whose platform is this machine's (:func:`cachetool.refs.choice.select_entry`,
+or a :class:`CacheMissError` naming what differs for each entry), and hand a :class:`StoreSource` to
+:func:`cachetool.install.install_bundle`, which verifies the signature and runs preflight before it asks for any
+blob. The source fetches nothing ahead; its downloads follow the partial-download policy of
+:mod:`cachetool.transfer.partials`."""
 
 from __future__ import annotations
 
@@ -13,18 +14,19 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from cachetool import bounds
 from cachetool.digests import hexof, sha256_bytes, sha256_file
-from cachetool.errors import (CacheMissError, CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
+from cachetool.errors import (CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
                               WaitTimeoutError, filled)
 from cachetool.cache_root import PARTIAL_DIR
 from cachetool.transfer.partials import RETRYABLE, partial_cap, trim_partials
-from cachetool.transfer.ref_reading import open_ref, read_index
+from cachetool.refs.choice import select_entry
+from cachetool.refs.opening import open_ref, read_index
 from cachetool.stores.addresses import Ref
 from cachetool.bundle.source import BundleSource
-from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.base import BlobRef, RefEntry, Store
 from cachetool.transfer.progress import TransferProgress, progress_default
 
 if TYPE_CHECKING:
@@ -90,80 +92,6 @@ class PullRequest:
     progress: bool | None = None
     workers: int | None = None
     warn: Callable[[str], None] | None = None
-
-
-def entry_engine(entry: RefEntry) -> Engine:
-    """The engine whose server reads an entry's bundle (by what its fingerprint records)."""
-    from cachetool import engines
-
-    return engines.for_fingerprint(entry.fingerprint)
-
-
-def entry_device(entry: RefEntry) -> str:
-    """``cuda`` or ``cpu``: the device the entry's fingerprint records, else the one its platform key names (a
-    vLLM key starts with the engine: ``vllm0.26.0-cuda-sm90-...``)."""
-    recorded = (entry.fingerprint or {}).get("device")
-    if recorded:
-        return "cuda" if recorded.startswith("cuda") else recorded
-    return "cuda" if "cuda" in entry.platform.split("-") else "cpu"
-
-
-def device_to_probe(entries: Iterable[RefEntry], device: str | None) -> str | None:
-    """The device to ask :func:`cachetool.bundle.fingerprint.local_fingerprint` for: ``device`` when named, else None (probe
-    the GPU) when any entry is a GPU bundle, whatever its engine, else the CPU (no NVML or torch asked)."""
-    if device is not None:
-        return device
-    return None if any(entry_device(e) == "cuda" for e in entries) else "cpu"
-
-
-def local_platform(entries: Iterable[RefEntry], device: str | None,
-                   engine: Engine | None) -> tuple[list[str], dict]:
-    """This machine's platform keys (for a server of ``engine``; None: one per engine whose bundles the tag
-    holds, the default engine's first) and fingerprint (with those engines' facts); probes the GPU only when some
-    entry is a GPU bundle."""
-    from cachetool import engines
-    from cachetool.bundle.fingerprint import local_fingerprint
-    from cachetool.bundle.manifest import platform_key
-
-    entries = list(entries)
-    fp = local_fingerprint(device=device_to_probe(entries, device))
-    wanted = ([engine] if engine is not None
-              else [engines.default()] + [e for e in engines.ENGINES.values()
-                                          if e is not engines.default() and any(entry_engine(x) is e for x in entries)])
-    keys, full = [], dict(fp)
-    for eng in wanted:
-        facts = eng.machine_facts(fp["device"])
-        keys.append(platform_key({**fp, **facts}, eng))
-        full.update({k: v for k, v in facts.items() if v is not None})
-    return keys, full
-
-
-def why_not(entry: RefEntry, fp: dict, engine: Engine | None) -> str:
-    """Why ``entry`` does not fit this machine (``fp``) and a server of ``engine`` (None: any), in a few words."""
-    from cachetool import engines
-    from cachetool.bundle.fingerprint import compare
-
-    theirs = entry_engine(entry)
-    if engine is not None and theirs is not engine:
-        return f"a {theirs.name} bundle, not for a {engine.name} server: pull it with --engine {theirs.name}"
-    diffs = compare(entry.fingerprint or {}, fp, engines.fields_ignored_by(theirs))
-    return ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
-
-
-def select_entry(index: RefIndex, ref_text: str, device: str | None = None,
-                 engine: Engine | None = None) -> RefEntry:
-    """The entry for this machine and a server of ``engine`` (None: any engine's, as reading a ref takes it), or
-    a one-line CacheMissError saying why each entry does not fit."""
-    if not index.entries:
-        raise CacheMissError(f"{ref_text} holds no bundles", ref=ref_text)
-    keys, fp = local_platform(index.entries, device, engine)
-    for key in keys:
-        for e in index.entries:
-            if e.platform == key:
-                return e
-    reasons = "; ".join(f"{e.platform} ({why_not(e, fp, engine)})" for e in index.entries)
-    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({' or '.join(keys)}): {reasons}",
-                         ref=ref_text)
 
 
 class StoreSource(BundleSource):

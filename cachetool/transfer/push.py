@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cachetool.digests import sha256_file
 from cachetool.errors import CachetoolError, StoreError, UsageError, VerificationError, filled
-from cachetool.transfer.ref_reading import open_ref
+from cachetool.refs.opening import open_ref
 from cachetool.stores.addresses import Ref, parse_ref
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.common import now_iso

@@ -274,7 +274,7 @@ CPU_NATIVE = {"os": "linux", "arch": "x86_64", "device": "cpu", "torch": "2.13.0
 def test_the_gpu_is_probed_when_any_entry_is_a_gpu_bundle_whatever_its_engine():
     """local_platform probed the GPU only for a platform key starting with "cuda"; vLLM's start with "vllm"
     (vllm0.26.0-cuda-sm90-...), so `pull --engine vllm` without --device took this GPU machine for a CPU one."""
-    from cachetool.transfer.pull import device_to_probe
+    from cachetool.refs.choice import device_to_probe
 
     vllm_gpu = _entry("vllm0.26.0-cuda-sm90-torch2.9.0+cu129", CUDA_VLLM)
     cpu = _entry("cpu-x86_64-torch2.13.0+cpu", CPU_NATIVE)
@@ -288,7 +288,7 @@ def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_mac
     from cachetool import engines
     from cachetool.bundle import fingerprint
     from cachetool.engines.vllm import facts
-    from cachetool.transfer.pull import select_entry
+    from cachetool.refs.choice import select_entry
     from cachetool.stores.base import RefIndex
 
     here = dict(CUDA_VLLM, vllm=None)  # a GPU machine (stubbed: there is none here), vLLM 0.26.0 installed
