@@ -371,7 +371,7 @@ def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None 
 
 def inspect(bundle: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> BundleInfo:
     """What a bundle file or a ref's bundle holds (its manifest and signature only; nothing is verified)."""
-    from cachetool.bundle.reading import open_bundle
+    from cachetool.transfer.reading import open_bundle
     from cachetool.bundle.signing import envelope_key_ids
 
     with open_bundle(bundle, platform=platform, store_options=store_options) as b:
@@ -391,7 +391,7 @@ def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = No
     """Check the signature against the trusted keys and every blob against the manifest (a ref's blobs are
     downloaded to a temporary folder); nothing is installed."""
     from cachetool.install import verify_bundle
-    from cachetool.bundle.reading import open_bundle
+    from cachetool.transfer.reading import open_bundle
 
     with open_bundle(bundle, platform=platform, store_options=store_options) as b:
         m, kid = verify_bundle(b, trust=trust)

@@ -45,7 +45,7 @@ class RefBundle(BundleSource):
     def __init__(self, ref_text: str, *, platform: str | None, store_options: dict[str, Any] | None):
         from cachetool.refs.choice import choose_entry
         from cachetool.refs.opening import open_ref, read_index
-        from cachetool.transfer.pull import StoreSource
+        from cachetool.transfer.store_source import StoreSource
 
         self._tmp: Path | None = None
         self.entry: RefEntry | None = None
