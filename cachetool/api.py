@@ -331,7 +331,8 @@ def pack(path: str | Path, output: str | Path, *, sign_key: SignKey | None = Non
          level: int = 3) -> PackResult:
     """Pack a cache (root, hash folder or rank folder) into the single-file bundle ``output``, signed with
     ``sign_key`` (a path or a loaded key) when given."""
-    from cachetool.bundle.packing import pack as pack_tree, write_ctb
+    from cachetool.bundle.ctb import write_ctb
+    from cachetool.bundle.packing import pack as pack_tree
     from cachetool.bundle.signing import envelope_key_ids
 
     with pack_tree(path, layout=layout, sign_key=sign_key, level=level) as b:
@@ -353,7 +354,7 @@ def keygen(output: str | Path) -> KeyPair:
 
 def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None = None) -> SignResult:
     """Add (or replace) the signature of ``sign_key`` on a ``.ctb`` file (in place, or into ``output``)."""
-    from cachetool.bundle.packing import open_ctb, write_ctb
+    from cachetool.bundle.ctb import open_ctb, write_ctb
     from cachetool.bundle.signing import key_id, load_private_key, sign_manifest
 
     k = load_private_key(sign_key)
@@ -408,7 +409,7 @@ def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: 
     :func:`default_cache_root`); ``key_check``: the server's key question (an engine's ``KeyCheck``), or
     ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). The other arguments as for
     :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
-    from cachetool.bundle.packing import open_ctb
+    from cachetool.bundle.ctb import open_ctb
     from cachetool.install import install_bundle
 
     if expected_key is not None:

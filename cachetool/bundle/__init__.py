@@ -2,4 +2,4 @@
 reads it from, and the machine facts it records (fingerprint; its key folders' factors are
 :mod:`cachetool.layouts.factors`)."""
 
-__all__ = ["fingerprint", "manifest", "packing", "paths", "signing", "source", "trust"]
+__all__ = ["ctb", "fingerprint", "manifest", "packing", "paths", "signing", "source", "trust"]

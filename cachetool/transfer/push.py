@@ -43,7 +43,8 @@ class PushResult:
 
 def _load_bundle(source, sign_key, layout: str):
     """A PackedBundle from a PackedBundle, a ``.ctb`` path or a cache folder; signed with ``sign_key`` if given."""
-    from cachetool.bundle.packing import PackedBundle, open_ctb, pack
+    from cachetool.bundle.ctb import open_ctb
+    from cachetool.bundle.packing import PackedBundle, pack
 
     owned = False
     if isinstance(source, PackedBundle):

@@ -28,13 +28,13 @@ def is_ref(spec: str | os.PathLike) -> bool:
 
 def open_bundle(spec: str | os.PathLike, *, platform: str | None = None,
                 store_options: dict[str, Any] | None = None) -> Any:
-    """A ``.ctb`` file (:class:`cachetool.bundle.packing.CtbBundle`) or a ref's bundle (:class:`RefBundle`); use it as a
+    """A ``.ctb`` file (:class:`cachetool.bundle.ctb.CtbBundle`) or a ref's bundle (:class:`RefBundle`); use it as a
     context manager."""
     if is_ref(spec):
         return RefBundle(str(spec), platform=platform, store_options=store_options)
     if platform is not None:
         raise UsageError(f"--platform is for a ref (a bundle file holds one platform): {spec}")
-    from cachetool.bundle.packing import open_ctb
+    from cachetool.bundle.ctb import open_ctb
 
     return open_ctb(spec)
 

@@ -263,7 +263,7 @@ def test_blob_corrupted_in_the_store_is_detected(any_store, keys, tmp_path, cli)
 
 
 def _ctb(bundle, tmp_path):
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     p = tmp_path / "bundle.ctb"
     if not p.exists():

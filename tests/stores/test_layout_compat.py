@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.bundle.packing import write_ctb
+from cachetool.bundle.ctb import write_ctb
 from cachetool.digests import hexof
 from cachetool.api import pull
 from cachetool.transfer.push import push
