@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cachetool.errors import IncompleteCacheError, NotFoundError, UnsafePathError, UsageError
 from cachetool.engines.layouts import incomplete_reason, scan as scan_layout
+from cachetool.layouts.base import LayoutScan
 from cachetool.bundle.paths import validate_relpath
 from cachetool.bundle.manifest import DirEntry, FileEntry, Manifest, manifest_digest, platform_key
 from cachetool.bundle.source import BundleSource
@@ -176,49 +177,22 @@ def _check_complete(scan) -> None:
 
 def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, workdir: str | os.PathLike | None = None,
          level: int = 3, fingerprint: dict | None = None) -> DirPackedBundle:
-    """Pack the cache at ``cache_path`` (a root, one hash folder or one rank folder).
+    """Pack the cache at ``cache_path`` (a root, one hash folder or one rank folder), in named phases: the signing
+    key (a missing or bad one fails before anything is read or written), the scan (:func:`_scanned`: paths a
+    manifest may hold, a complete warm), the blobs (:func:`_blobs`: every file hashed, each unique content
+    compressed once), the fingerprint (:func:`_fingerprint`), the manifest and its signature (:func:`_signed`).
 
     ``sign_key``: an Ed25519 private key object or a path to one. ``workdir``: where the blobs go (default: a
     new temporary folder, deleted by ``close()``). ``fingerprint``: override the environment fingerprint.
     """
-    from cachetool.bundle.fingerprint import fingerprint_from_factors, local_fingerprint
-
     if isinstance(sign_key, (str, os.PathLike)):  # a missing or bad key fails before anything is read or written
         from cachetool.bundle.signing import load_private_key
 
         sign_key = load_private_key(sign_key)
-    scan = scan_layout(cache_path, layout)
-    _check_paths(scan)
-    _check_complete(scan)
-    if workdir is None:
-        owned = Path(tempfile.mkdtemp(prefix="cachetool-pack-"))
-        blob_dir = owned / "blobs"
-    else:
-        owned = None
-        blob_dir = Path(workdir) / "blobs"
-    blob_dir.mkdir(parents=True, exist_ok=True)
+    scan = _scanned(cache_path, layout)
+    owned, blob_dir = _blob_folder(workdir)
     try:
-        with ThreadPoolExecutor(_workers()) as ex:
-            digests = list(ex.map(lambda f: _hash_file(f.abspath, f.size), scan.files))
-        first: dict[str, tuple[Path, int]] = {}
-        for f, d in zip(scan.files, digests):
-            first.setdefault(d, (f.abspath, f.size))
-
-        def comp(item):
-            d, (src, size) = item
-            dest = blob_dir / (d.split(":", 1)[1] + ".zst")
-            sd, ss = _compress(src, size, dest, level)
-            return BlobRef(d, size, sd, ss)
-
-        with ThreadPoolExecutor(_workers()) as ex:
-            blobs = list(ex.map(comp, sorted(first.items())))
-
-        if fingerprint is None:
-            compiler_values = next((k.factors.values("compiler") for k in scan.keys
-                                    if k.factors is not None and k.factors.values("compiler") is not None), None)
-            fp = local_fingerprint(device="cpu")
-            fp.update(scan.fingerprint_hints)
-            fingerprint = fingerprint_from_factors(compiler_values, fp)
+        digests, blobs = _blobs(scan, blob_dir, level)
         manifest = Manifest(
             layout=scan.kind,
             files=tuple(FileEntry(f.rel, f.mode, f.size, d) for f, d in zip(scan.files, digests)),
@@ -226,19 +200,77 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
             units=tuple(scan.units),
             dirs=tuple(DirEntry(p, m) for p, m in scan.dirs),
             keys=tuple(scan.keys),
-            fingerprint=fingerprint,
+            fingerprint=_fingerprint(scan) if fingerprint is None else fingerprint,
             ranks=tuple(scan.ranks),
             save_format=scan.save_format,
         )
         mbytes = manifest.to_bytes()
-        signature = None
-        if sign_key is not None:
-            from cachetool.bundle.signing import load_private_key, sign_manifest
-
-            key = load_private_key(sign_key) if isinstance(sign_key, (str, os.PathLike)) else sign_key
-            signature = sign_manifest(mbytes, key)
-        return DirPackedBundle(mbytes, signature, f"packed {cache_path}", blob_dir, owned)
+        return DirPackedBundle(mbytes, _signed(mbytes, sign_key), f"packed {cache_path}", blob_dir, owned)
     except BaseException:
         if owned is not None:
             shutil.rmtree(owned, ignore_errors=True)
         raise
+
+
+def _scanned(cache_path: str | os.PathLike, layout: str) -> LayoutScan:
+    """The cache scanned with ``layout``, refused before anything is hashed where a manifest may not hold a path or
+    the warm did not complete."""
+    scan = scan_layout(cache_path, layout)
+    _check_paths(scan)
+    _check_complete(scan)
+    return scan
+
+
+def _blob_folder(workdir: str | os.PathLike | None) -> tuple[Path | None, Path]:
+    """(the temporary folder pack owns and removes, or None for the caller's ``workdir``; the blobs' folder)."""
+    if workdir is None:
+        owned = Path(tempfile.mkdtemp(prefix="cachetool-pack-"))
+        blob_dir = owned / "blobs"
+    else:
+        owned = None
+        blob_dir = Path(workdir) / "blobs"
+    blob_dir.mkdir(parents=True, exist_ok=True)
+    return owned, blob_dir
+
+
+def _blobs(scan: LayoutScan, blob_dir: Path, level: int) -> tuple[list[str], list[BlobRef]]:
+    """(each file's content digest, in the scan's order; the blobs: each unique content compressed once into
+    ``blob_dir``), on a few threads."""
+    with ThreadPoolExecutor(_workers()) as ex:
+        digests = list(ex.map(lambda f: _hash_file(f.abspath, f.size), scan.files))
+    first: dict[str, tuple[Path, int]] = {}
+    for f, d in zip(scan.files, digests):
+        first.setdefault(d, (f.abspath, f.size))
+
+    def comp(item):
+        d, (src, size) = item
+        dest = blob_dir / (d.split(":", 1)[1] + ".zst")
+        sd, ss = _compress(src, size, dest, level)
+        return BlobRef(d, size, sd, ss)
+
+    with ThreadPoolExecutor(_workers()) as ex:
+        blobs = list(ex.map(comp, sorted(first.items())))
+    return digests, blobs
+
+
+def _fingerprint(scan: LayoutScan) -> dict:
+    """The fingerprint the cache was built under: its compiler factor values where a key folder records them, else
+    this machine's facts (read for the CPU: no GPU is probed) with the layout's hints."""
+    from cachetool.bundle.fingerprint import fingerprint_from_factors, local_fingerprint
+
+    compiler_values = next((k.factors.values("compiler") for k in scan.keys
+                            if k.factors is not None and k.factors.values("compiler") is not None), None)
+    fp = local_fingerprint(device="cpu")
+    fp.update(scan.fingerprint_hints)
+    return fingerprint_from_factors(compiler_values, fp)
+
+
+def _signed(mbytes: bytes, sign_key) -> bytes | None:
+    """The DSSE envelope of the manifest's bytes, signed with ``sign_key``; None without a key."""
+    signature = None
+    if sign_key is not None:
+        from cachetool.bundle.signing import load_private_key, sign_manifest
+
+        key = load_private_key(sign_key) if isinstance(sign_key, (str, os.PathLike)) else sign_key
+        signature = sign_manifest(mbytes, key)
+    return signature
