@@ -151,7 +151,7 @@ class _MissedStart:
         return {"engine": "vllm", "hit": False, "inductor_compiled": 3}
 
     def aot_note(self):
-        from cachetool.engines.vllm.engine import VllmStartResult
+        from cachetool.engines.vllm.result import VllmStartResult
 
         return VllmStartResult.aot_note(self)
 
@@ -159,7 +159,7 @@ class _MissedStart:
         return "Inductor compiled 3 kernel(s)"
 
     def lines(self):  # the real result's rendering, on these fields
-        from cachetool.engines.vllm.engine import VllmStartResult
+        from cachetool.engines.vllm.result import VllmStartResult
 
         return VllmStartResult.lines(self)
 

@@ -72,7 +72,8 @@ class VllmEngine:
         :class:`EngineMissError` naming why, with the result as its ``start`` (a caller reports it beside the
         failure)."""
         from cachetool.engines.vllm.check_verdict import before_starting
-        from cachetool.engines.vllm.engine import require_hit as must_hit, start
+        from cachetool.engines.vllm.engine import start
+        from cachetool.engines.vllm.result import require_hit as must_hit
         from cachetool.engines.vllm.key_check import server_key_check
 
         self._refuse_native(request)
@@ -80,7 +81,7 @@ class VllmEngine:
         check = server_key_check(request.model, list(request.flags), request.cache_root)
         out = before_starting(check, check.cache_root, check.model, check.flags)
         if out is None:
-            from cachetool.engines.vllm.engine import environment_notes
+            from cachetool.engines.vllm.server_env import environment_notes
 
             out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
                         load_weights=request.load_weights, progress=request.messages)
