@@ -1,5 +1,5 @@
 """Real vLLM as an engine (``--engine vllm``): warm and check start it headless in a child process
-(:mod:`~cachetool.engines.vllm.engine`, :mod:`~cachetool.engines.vllm.child`); its key inputs are recorded and
+(:mod:`~cachetool.engines.vllm.start`, :mod:`~cachetool.engines.vllm.child`); its key inputs are recorded and
 compared in :mod:`~cachetool.engines.vllm.key`, pull's key question is :mod:`~cachetool.engines.vllm.key_check`;
 the facts its caches depend on, read without importing vLLM, are in :mod:`~cachetool.engines.vllm.facts`; its
 cache tree as a bundle layout is :mod:`~cachetool.engines.vllm.layout`. See docs/vllm.md."""
@@ -52,7 +52,7 @@ class VllmEngine:
         return None  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
 
     def warm(self, request: StartRequest):
-        from cachetool.engines.vllm.engine import start
+        from cachetool.engines.vllm.start import start
         from cachetool.engines.vllm.key_check import server_key_check
 
         self._refuse_native(request)
@@ -72,7 +72,7 @@ class VllmEngine:
         :class:`EngineMissError` naming why, with the result as its ``start`` (a caller reports it beside the
         failure)."""
         from cachetool.engines.vllm.check_verdict import before_starting
-        from cachetool.engines.vllm.engine import start
+        from cachetool.engines.vllm.start import start
         from cachetool.engines.vllm.result import require_hit as must_hit
         from cachetool.engines.vllm.key_check import server_key_check
 

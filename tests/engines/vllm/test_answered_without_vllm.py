@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from cachetool.engines.vllm import child_process, engine, facts
+from cachetool.engines.vllm import child_process, facts, start
 from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
 
 pytestmark = pytest.mark.skipif(facts.vllm_version() is None, reason="vLLM is not installed")
@@ -21,7 +21,7 @@ def no_vllm_start(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("vLLM was started")
 
-    monkeypatch.setattr(engine, "start", refuse)
+    monkeypatch.setattr(start, "start", refuse)
     monkeypatch.setattr(child_process, "run_child", refuse)
 
 
