@@ -372,8 +372,8 @@ def test_no_code_outside_the_engines_names_an_engine_or_builds_one():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in classes:
                 bad.append(f"{rel}:{node.lineno} builds an engine")
         for line, target, _name in _imports(mod, path):
-            if target.startswith("cachetool.engines.") and target not in ENGINE_DOORS \
-                    and target not in ENGINE_IMPORTS_ALLOWED.get(mod, ()):
+            if (target.startswith("cachetool.engines.") and target not in ENGINE_DOORS
+                    and target not in ENGINE_IMPORTS_ALLOWED.get(mod, ())):
                 bad.append(f"{rel}:{line} imports {target}")
     assert bad == []
 

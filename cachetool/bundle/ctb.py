@@ -76,7 +76,8 @@ class CtbBundle(PackedBundle):
                     raise BundleFormatError(f"{p}: member {name!r} appears twice")
                 seen.add(name)
                 if not m.isreg():
-                    kind = "link" if (m.issym() or m.islnk()) else "special file" if (m.isdev() or m.isfifo()) else "folder"
+                    kind = ("link" if (m.issym() or m.islnk()) else "special file" if (m.isdev() or m.isfifo())
+                            else "folder")
                     raise BundleFormatError(f"{p}: member {name!r} is a {kind}; a .ctb holds regular files only")
                 if m.offset_data + m.size > total:
                     raise BundleFormatError(f"{p} is truncated (member {name!r} runs past the end of the file)")

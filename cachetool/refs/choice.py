@@ -38,8 +38,9 @@ def entry_device(entry: RefEntry) -> str:
 
 
 def device_to_probe(entries: Iterable[RefEntry], device: str | None) -> str | None:
-    """The device to ask :func:`cachetool.bundle.fingerprint.local_fingerprint` for: ``device`` when named, else None (probe
-    the GPU) when any entry is a GPU bundle, whatever its engine, else the CPU (no NVML or torch asked)."""
+    """The device to ask :func:`cachetool.bundle.fingerprint.local_fingerprint` for: ``device`` when named, else
+    None (probe the GPU) when any entry is a GPU bundle, whatever its engine, else the CPU (no NVML or torch
+    asked)."""
     if device is not None:
         return device
     return None if any(entry_device(e) == "cuda" for e in entries) else "cpu"
