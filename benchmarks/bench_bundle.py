@@ -88,7 +88,9 @@ def main() -> int:
     global REPEAT
     REPEAT = max(1, args.repeat)
 
-    from cachetool.bundle.packing import pack, write_ctb, open_ctb
+    from cachetool.bundle.ctb import write_ctb, open_ctb
+
+    from cachetool.bundle.packing import pack
     from cachetool.install import install_bundle
     from cachetool.bundle.signing import generate_keypair
 

@@ -43,7 +43,8 @@ def tree_bytes(path: Path) -> tuple[int, int, int]:
 
 def ctb_bytes(hash_dir: Path, out: Path) -> tuple[int, int]:
     """(.ctb size, blobs) of a bundle of ``hash_dir``."""
-    from cachetool.bundle.packing import pack, write_ctb
+    from cachetool.bundle.ctb import write_ctb
+    from cachetool.bundle.packing import pack
 
     with pack(hash_dir) as bundle:
         write_ctb(bundle, out)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from cachetool.bundle.packing import PackedBundle
     from cachetool.engines.base import KeyCheck
-    from cachetool.bundle.factors import Difference
+    from cachetool.layouts.factors import Difference
     from cachetool.install import InstallResult
     from cachetool.transfer.pull import NotNeeded, PullRequest, PullResult
     from cachetool.prune import PruneReport
@@ -331,7 +331,8 @@ def pack(path: str | Path, output: str | Path, *, sign_key: SignKey | None = Non
          level: int = 3) -> PackResult:
     """Pack a cache (root, hash folder or rank folder) into the single-file bundle ``output``, signed with
     ``sign_key`` (a path or a loaded key) when given."""
-    from cachetool.bundle.packing import pack as pack_tree, write_ctb
+    from cachetool.bundle.ctb import write_ctb
+    from cachetool.bundle.packing import pack as pack_tree
     from cachetool.bundle.signing import envelope_key_ids
 
     with pack_tree(path, layout=layout, sign_key=sign_key, level=level) as b:
@@ -353,7 +354,7 @@ def keygen(output: str | Path) -> KeyPair:
 
 def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None = None) -> SignResult:
     """Add (or replace) the signature of ``sign_key`` on a ``.ctb`` file (in place, or into ``output``)."""
-    from cachetool.bundle.packing import open_ctb, write_ctb
+    from cachetool.bundle.ctb import open_ctb, write_ctb
     from cachetool.bundle.signing import key_id, load_private_key, sign_manifest
 
     k = load_private_key(sign_key)
@@ -371,7 +372,7 @@ def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None 
 
 def inspect(bundle: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> BundleInfo:
     """What a bundle file or a ref's bundle holds (its manifest and signature only; nothing is verified)."""
-    from cachetool.bundle.reading import open_bundle
+    from cachetool.transfer.reading import open_bundle
     from cachetool.bundle.signing import envelope_key_ids
 
     with open_bundle(bundle, platform=platform, store_options=store_options) as b:
@@ -391,7 +392,7 @@ def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = No
     """Check the signature against the trusted keys and every blob against the manifest (a ref's blobs are
     downloaded to a temporary folder); nothing is installed."""
     from cachetool.install import verify_bundle
-    from cachetool.bundle.reading import open_bundle
+    from cachetool.transfer.reading import open_bundle
 
     with open_bundle(bundle, platform=platform, store_options=store_options) as b:
         m, kid = verify_bundle(b, trust=trust)
@@ -408,7 +409,7 @@ def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: 
     :func:`default_cache_root`); ``key_check``: the server's key question (an engine's ``KeyCheck``), or
     ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). The other arguments as for
     :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
-    from cachetool.bundle.packing import open_ctb
+    from cachetool.bundle.ctb import open_ctb
     from cachetool.install import install_bundle
 
     if expected_key is not None:
@@ -426,7 +427,7 @@ def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None
          flags: list[str] | tuple[str, ...] = (), platform: str | None = None,
          store_options: dict[str, Any] | None = None) -> list[Difference]:
     """Every hash factor that differs between A and B (bundle files, refs, cache folders or ``local``), as
-    :class:`cachetool.bundle.factors.Difference` items. The engine (``engine``, else A's by its layout) reads and
+    :class:`cachetool.layouts.factors.Difference` items. The engine (``engine``, else A's by its layout) reads and
     compares the keys; against ``local`` an engine whose server computes its key (vLLM) compares this machine's
     facts and, with ``model`` and the server's ``flags``, the key inputs its server computes."""
     from cachetool.diff import diff_sources
@@ -451,7 +452,7 @@ def ls(store: str, *, store_options: dict[str, Any] | None = None) -> Listing:
 
 def rm(ref: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> RemoveResult:
     """Remove the tag, or one platform's entry of it (blobs stay until :func:`gc`)."""
-    from cachetool.stores.admin import remove
+    from cachetool.refs.admin import remove
 
     left = remove(ref, platform=platform, store_options=store_options)
     return RemoveResult(ref, platform or "all", [e.platform for e in left.entries] if left else [])
@@ -462,7 +463,7 @@ def gc(store: str, *, dry_run: bool = False, older_than: float | None = None,
     """Delete what no ref of ``store`` reaches and is older than ``older_than`` seconds (default: the stores'
     minimum age); returns the :class:`cachetool.stores.gc.GcReport` (deleted, kept and why)."""
     from cachetool.stores.addresses import parse_store_or_ref
-    from cachetool.stores.admin import gc as collect
+    from cachetool.refs.admin import gc as collect
 
     su, _ = parse_store_or_ref(store)
     return collect(su.url, dry_run=dry_run, older_than=GC_MIN_AGE_S if older_than is None else older_than,
@@ -480,8 +481,8 @@ def prune(cache_root: str | Path, *, older_than: float | None = None, dry_run: b
 
 # -------------------------------------------------------------------------------------- what the CLI sets up
 def layout_choices() -> tuple[str, ...]:
-    """``--layout``'s choices: ``auto`` and every layout (:data:`cachetool.layouts.registry.CHOICES`)."""
-    from cachetool.layouts.registry import CHOICES
+    """``--layout``'s choices: ``auto`` and every layout (:data:`cachetool.engines.layouts.CHOICES`)."""
+    from cachetool.engines.layouts import CHOICES
 
     return tuple(CHOICES)
 

@@ -31,10 +31,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from cachetool.engines.base import Engine
+from typing import Any, Protocol
 
 TCC = "torch_compile_cache"
 AOT = "torch_aot_compile"
@@ -46,6 +43,15 @@ PARTIAL_DIR = ".cachetool-partial"
 INCOMPLETE_DIR = ".cachetool-incomplete"
 
 
+class RootDeclared(Protocol):
+    """What :meth:`CacheRoot.of` reads of an engine (``cachetool.engines.base.Engine`` declares it; the engines
+    import the names below, so this module names no engine)."""
+
+    cache_root_variable: str
+    variables: tuple[Any, ...]
+    cache_root_default: str
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheRoot:
     """A resolved cache root: its path, the engine whose servers read it, and where the path came from."""
@@ -54,7 +60,7 @@ class CacheRoot:
     source: str  # "flag", "config" (the engine's own configuration names it), the variable's name, or "default"
 
     @classmethod
-    def of(cls, flag: str | Path | None, engine: Engine, configured: str | Path | None = None) -> CacheRoot:
+    def of(cls, flag: str | Path | None, engine: RootDeclared, configured: str | Path | None = None) -> CacheRoot:
         """``flag`` (``--cache-root``), else the root the engine's own configuration names (``configured``: the
         native engine's ``-cc.cache_dir``), else ``engine``'s variable, else its default; ``~`` expanded."""
         from cachetool import envs

@@ -18,7 +18,7 @@ from typing import Any
 from cachetool.errors import NotFoundError, UsageError
 from cachetool import engines
 from cachetool.engines.base import Engine
-from cachetool.bundle.factors import UNSET, Difference, Factors
+from cachetool.layouts.factors import UNSET, Difference, Factors
 
 
 @dataclasses.dataclass
@@ -34,7 +34,7 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
               engine: Engine | None = None) -> Side:
     """A side of a diff: ``local`` (as ``engine``, default the default engine, records it), a store ref (its
     manifest only: ``reading`` holds ``platform`` and ``store_options``,
-    :func:`cachetool.bundle.reading.open_bundle`), a bundle file or a cache folder."""
+    :func:`cachetool.transfer.reading.open_bundle`), a bundle file or a cache folder."""
     from cachetool.bundle.fingerprint import fingerprint_from_factors, local_fingerprint, require_device
 
     if spec == "local":
@@ -43,7 +43,7 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
         fp = engines.machine_fingerprint(chosen, device)  # its own fields, as the install preflight compares them
         factors = chosen.local_factors(device or fp["device"])
         return Side("local", [("local", factors)] if factors is not None else [], fp, partial=True)
-    from cachetool.bundle.reading import is_ref, open_bundle
+    from cachetool.transfer.reading import is_ref, open_bundle
 
     p = Path(spec)
     if not is_ref(spec) and not p.exists():
@@ -53,7 +53,7 @@ def load_side(spec: str, *, device: str | None = None, reading: dict[str, Any] |
         with (open_bundle(spec, **(reading or {})) if is_ref(spec) else open_bundle(spec)) as b:
             m = b.manifest
             return Side(spec, [(k.hash, k.factors) for k in m.keys], dict(m.fingerprint), layout=m.layout)
-    from cachetool.layouts.registry import scan
+    from cachetool.engines.layouts import scan
 
     s = scan(p)
     comp = next((k.factors.values("compiler") for k in s.keys
@@ -178,7 +178,7 @@ def _readings(a: str, b: str, reading: dict[str, Any]) -> tuple[dict[str, Any], 
     """Each ref side's reading with the store options its kind takes (S3's endpoint for the S3 side, OCI's
     --insecure for the registry), when the two refs are stores of different kinds; the same store kind, or one
     ref, gets them all, so that an option no side takes is refused by ``open_store`` as a usage error."""
-    from cachetool.bundle.reading import is_ref
+    from cachetool.transfer.reading import is_ref
     from cachetool.stores.addresses import parse_ref
     from cachetool.stores import given_options, options_taken
 

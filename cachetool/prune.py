@@ -1,7 +1,7 @@
 """``cachetool prune``: keep a local cache root that a server restarts on from growing without bound.
 
 vLLM writes a new AOTAutograd entry into its AOT key folder's ``inductor_cache/aotautograd/`` at every start and no
-later start reads it (:func:`cachetool.layouts.registry.stale_entries`, by each layout's rule, says why), so a kept
+later start reads it (:func:`cachetool.engines.layouts.stale_entries`, by each layout's rule, says why), so a kept
 root grows by one entry per rank and restart. ``prune`` removes every such entry but the last start's (the newest
 one per rank folder of each key folder), and only those older than ``older_than`` seconds: a server starting now
 writes the newest, young entries, which stay. Each entry is first renamed out of the way (one atomic step; a reader
@@ -40,9 +40,9 @@ def _size(path: Path) -> int:
 
 def require_cache_root(folder: Path) -> None:
     """Refuse a folder of other things: prune of it would say "removed 0 entries" as if it were a clean root. A cache
-    root holds at least one of the top names its layouts declare (:func:`cachetool.layouts.registry.root_names`),
+    root holds at least one of the top names its layouts declare (:func:`cachetool.engines.layouts.root_names`),
     or a pull's partial downloads, or nothing yet."""
-    from cachetool.layouts.registry import root_names
+    from cachetool.engines.layouts import root_names
 
     cache_folders = root_names()  # a folder of these names is inside a root (prune's root one level down)
     names = {e.name for e in os.scandir(folder)}
@@ -56,7 +56,7 @@ def require_cache_root(folder: Path) -> None:
 
 def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) -> PruneReport:
     """Remove what no later start of the root's servers reads (see the module docstring)."""
-    from cachetool.layouts.registry import stale_entries
+    from cachetool.engines.layouts import stale_entries
 
     top = Path(root).expanduser()
     if not top.is_dir() or top.is_symlink():

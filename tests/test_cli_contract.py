@@ -151,7 +151,7 @@ class _MissedStart:
         return {"engine": "vllm", "hit": False, "inductor_compiled": 3}
 
     def aot_note(self):
-        from cachetool.engines.vllm.engine import VllmStartResult
+        from cachetool.engines.vllm.result import VllmStartResult
 
         return VllmStartResult.aot_note(self)
 
@@ -159,7 +159,7 @@ class _MissedStart:
         return "Inductor compiled 3 kernel(s)"
 
     def lines(self):  # the real result's rendering, on these fields
-        from cachetool.engines.vllm.engine import VllmStartResult
+        from cachetool.engines.vllm.result import VllmStartResult
 
         return VllmStartResult.lines(self)
 
@@ -170,10 +170,10 @@ def missed_vllm_start(monkeypatch, tmp_path):
     reached through api.check) decides the miss, as it does for real vLLM. The root holds a key folder a server
     wrote itself (no recorded key inputs), so the check cannot answer without starting vLLM. Returns the
     arguments naming the model and the root."""
-    from cachetool.engines.vllm import engine
+    from cachetool.engines.vllm import start
     from cachetool.engines.vllm.tiny import write_model
 
-    monkeypatch.setattr(engine, "start", lambda *a, **k: _MissedStart())
+    monkeypatch.setattr(start, "start", lambda *a, **k: _MissedStart())
     root = tmp_path / "root"
     (root / "torch_compile_cache" / "torch_aot_compile" / "abc" / "rank_0_0").mkdir(parents=True)
     return ["--model", write_model(tmp_path / "m"), "--cache-root", root]

@@ -8,7 +8,7 @@ from cachetool import errors
 
 def test_every_error_class_lives_in_errors_and_the_raising_modules_use_it():
     # the modules that raise these import them from errors (and re-export none they do not raise: issue 22)
-    from cachetool.bundle import packing as bundle
+    from cachetool.bundle import ctb as bundle
     from cachetool.bundle import manifest
     from cachetool.bundle import signing
     from cachetool.stores import common

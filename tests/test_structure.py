@@ -1,8 +1,9 @@
 """The structure the code promises (docs/ARCHITECTURE.md): no module imports another's underscore names, no import
-cycle, no function in cachetool/ of 80 lines or more, every environment variable registered and documented, the
-CLI's layout choices from the registry, cachetool's use of compiler only through the native engine and the public
-modules ARCHITECTURE lists (the same list both ways), exceptions told apart by type and never by message text,
-compiler errors mapped to cachetool's in one place by kind, no name used that nothing binds."""
+cycle, no module of cachetool imports a room after its own (ROOMS, the lowest first), no function in cachetool/ of 80
+lines or more, every environment variable registered and documented, the CLI's layout choices from the registry,
+cachetool's use of compiler only through the native engine and the public modules ARCHITECTURE lists (the same list
+both ways), exceptions told apart by type and never by message text, compiler errors mapped to cachetool's in one
+place by kind, no name used that nothing binds."""
 
 from __future__ import annotations
 
@@ -243,7 +244,7 @@ def test_the_cli_layout_choices_come_from_the_registry():
 
     from cachetool.cli import bundle_cmds, cli, store_cmds  # noqa: F401  (the modules register the commands)
     from cachetool import engines
-    from cachetool.layouts.registry import CHOICES, LAYOUTS
+    from cachetool.engines.layouts import CHOICES, LAYOUTS
 
     # every engine's declared layout, and the one no engine writes
     assert tuple(LAYOUTS) == (*(e.layout for e in engines.ENGINES.values()), "triton")
@@ -267,10 +268,12 @@ COMPILER_DOORS = ("cachetool.engines.native.run", "cachetool.engines.native.erro
                   "cachetool.engines.native.keys", "cachetool.engines.native.machine",
                   "cachetool.engines.native.layout", "cachetool.engines.machine", "cachetool.engines.factor_compare")
 ENGINE_NEUTRAL_DOORS = ("cachetool.engines.machine", "cachetool.engines.factor_compare")
-# Outside cachetool/engines/, a module reaches an engine through the registry (cachetool.engines) and the
-# interface (cachetool.engines.base) only; the API re-exports the native engine's two public helpers, which have
-# been cachetool's API since its first release (compilation_config, expected_cache_key).
+# Outside cachetool/engines/, a module reaches an engine through the registries (cachetool.engines, and beside it
+# the engines' layouts, cachetool.engines.layouts) and the interface (cachetool.engines.base) only; the API
+# re-exports the native engine's two public helpers, which have been cachetool's API since its first release
+# (compilation_config, expected_cache_key).
 ENGINE_IMPORTS_ALLOWED = {"cachetool.api": ("cachetool.engines.native.run", "cachetool.engines.native.keys")}
+ENGINE_DOORS = ("cachetool.engines.base", "cachetool.engines.layouts")
 
 
 def _compiler_importers() -> dict[str, list[str]]:
@@ -356,7 +359,7 @@ def _names_an_engine(node: ast.AST, names: set[str]) -> bool:
 
 def test_no_code_outside_the_engines_names_an_engine_or_builds_one():
     """Outside cachetool/engines/ nothing compares with an engine's name, calls an engine class, or imports an
-    engine's modules (only the registry and the interface): adding an engine touches cachetool/engines/ alone."""
+    engine's modules (only the registries and the interface): adding an engine touches cachetool/engines/ alone."""
     names, classes = _engine_names(), _engine_classes()
     bad = []
     for mod, path in _modules().items():
@@ -369,8 +372,8 @@ def test_no_code_outside_the_engines_names_an_engine_or_builds_one():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in classes:
                 bad.append(f"{rel}:{node.lineno} builds an engine")
         for line, target, _name in _imports(mod, path):
-            if target.startswith("cachetool.engines.") and target != "cachetool.engines.base" \
-                    and target not in ENGINE_IMPORTS_ALLOWED.get(mod, ()):
+            if (target.startswith("cachetool.engines.") and target not in ENGINE_DOORS
+                    and target not in ENGINE_IMPORTS_ALLOWED.get(mod, ())):
                 bad.append(f"{rel}:{line} imports {target}")
     assert bad == []
 
@@ -381,6 +384,87 @@ def test_the_engine_rule_catches_what_it_names():
         assert _names_an_engine(ast.parse(src, mode="eval").body, names), src
     for src in ('layout == "triton"', 'engine == default'):
         assert not _names_an_engine(ast.parse(src, mode="eval").body, names), src
+
+
+# The rooms of cachetool, the lowest first (docs/ARCHITECTURE.md, "The rooms"): a module imports modules of its own
+# room and of rooms before it, never one after it; at any depth (a function's lazy import, ``if TYPE_CHECKING:``),
+# since an import inside a function is still a call back up when it runs. So every call path, a pull's from the CLI
+# down included, goes down the list: it enters each room once and never climbs back. Each name is a module or a
+# package (with everything under it); ``cachetool`` is the front door's __init__ alone.
+ROOMS = (
+    "cachetool.version", "cachetool.exit_codes", "cachetool.errors", "cachetool.envs", "cachetool.digests",
+    "cachetool.atomic", "cachetool.bounds", "cachetool.retry", "cachetool.process_tree", "cachetool.stop_signals",
+    "cachetool.writable_root",
+    "cachetool.cache_root",  # the root's on-disk names: the layouts, engines, installer and transfers use them
+    "cachetool.layouts",     # what a cache folder holds (entries, factors) and the scan every layout shares
+    "cachetool.engines",     # the compilers, each declaring its layout, key kinds, fingerprint fields; the registries
+    "cachetool.bundle",      # the manifest, fingerprint, packing, .ctb, signing: read what the engines declare
+    "cachetool.stores",      # where bundles live
+    "cachetool.refs",        # a ref opened, its entry for this machine chosen; ls, rm, gc
+    "cachetool.install",     # a bundle source installed into a root
+    "cachetool.transfer",    # push, pull (and its policy), reading a ref's bundle
+    "cachetool.diff", "cachetool.prune", "cachetool.results",
+    "cachetool.api",         # every verb
+    "cachetool.cli", "cachetool.__main__", "cachetool",
+)
+
+
+def _room_of(mod: str) -> int | None:
+    """The index in :data:`ROOMS` of ``mod``'s room: the longest name that is ``mod`` or a package above it."""
+    rooms = [i for i, r in enumerate(ROOMS) if mod == r or (r != "cachetool" and mod.startswith(r + "."))]
+    return max(rooms, key=lambda i: len(ROOMS[i]), default=None)
+
+
+def _climbs_back(imports: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """``where: room -> room above it`` for each import (``{module: [(where, imported module)]}``) of a room after
+    the importer's."""
+    back = []
+    for mod, targets in imports.items():
+        here = _room_of(mod)
+        for where, target in targets:
+            there = _room_of(target)
+            if here is not None and there is not None and there > here:
+                back.append(f"{where} {ROOMS[here]} -> {ROOMS[there]}")
+    return list(dict.fromkeys(back))  # once per line (an import of three names is one climb)
+
+
+def _cachetool_imports() -> dict[str, list[tuple[str, str]]]:
+    mods = _modules()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for mod, path in mods.items():
+        if mod.split(".")[0] == "cachetool":
+            out[mod] = [(f"{path.relative_to(ROOT)}:{line}", f"{target}.{name}" if f"{target}.{name}" in mods
+                         else target) for line, target, name in _imports(mod, path)]
+    return out
+
+
+def test_every_module_of_cachetool_has_a_room():
+    assert [m for m in _modules() if m.split(".")[0] == "cachetool" and _room_of(m) is None] == []
+
+
+def test_no_module_imports_a_room_above_its_own():
+    """bundle/ read stores/ and transfer/ (reading a ref's bundle, the entry choice), stores/ read transfer/ (rm's
+    open_ref), layouts/ the engines (the layout registry), the engines bundle/ (the entries and factors a cache
+    folder holds), cache_root.py the engines: a pull walked from pull_with_policy climbed back up six times."""
+    assert _climbs_back(_cachetool_imports()) == []
+
+
+def test_the_rooms_are_architectures_list():
+    arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    section = arch[arch.index("## The rooms, bottom up"):]
+    section = section[:section.index("\n#", 1)]
+    listed = section[section.index("`version`"):section.index("the front door")]
+    assert ["cachetool." + name for name in re.findall(r"`(\w+)`", listed)] + ["cachetool"] == list(ROOMS)
+
+
+def test_the_room_rule_catches_a_climb_back():
+    imports = {"cachetool.bundle.reading": [("reading.py:55", "cachetool.transfer.pull")],
+               "cachetool.transfer.pull": [("pull.py:9", "cachetool.bundle.source"), ("pull.py:10", "cachetool")],
+               "cachetool": [("__init__.py:31", "cachetool.api")]}
+    assert _climbs_back(imports) == ["reading.py:55 cachetool.bundle -> cachetool.transfer",
+                                     "pull.py:10 cachetool.transfer -> cachetool"]
+    assert _room_of("cachetool.engines.vllm.child") == ROOMS.index("cachetool.engines")
+    assert _room_of("cachetool.bundles") is None  # a room's name is a whole part of the dotted name
 
 
 # The pull path, top-down: each room calls only rooms after it (the policy runs the pull; it does not call back
@@ -645,12 +729,12 @@ def test_one_comparison_of_factor_values():
     """compiler.cache_key.field_differences is the one field-by-field comparison and compiler.key_prediction's
     compiler_factors_for the one "recorded evidence, else exact values" rule (key_prediction and the install
     preflight each had their own sentinel, diff helper and cheap-else-exact code)."""
-    from cachetool.bundle.factors import UNSET
+    from cachetool.layouts.factors import UNSET
     from compiler.cache_key import UNSET as COMPILER_UNSET
 
     assert UNSET == COMPILER_UNSET  # the two packages' one sentinel each, the same text (cachetool reads both)
     bad = []
-    for rel, node in _nodes(("compiler/cache_key.py", "cachetool/bundle/factors.py")):
+    for rel, node in _nodes(("compiler/cache_key.py", "cachetool/layouts/factors.py")):
         if isinstance(node, ast.Constant) and node.value == "<unset>":
             bad.append(f"{rel}:{node.lineno} its own <unset> sentinel")
         if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) \

@@ -1,3 +1,5 @@
-"""A bundle: its manifest, the paths it may hold, packing and the `.ctb` file, reading, signing and trust, where an install reads it from, and the facts it records (fingerprint, key factors)."""
+"""A bundle: its manifest, the paths it may hold, packing and the `.ctb` file, signing and trust, where an install
+reads it from, and the machine facts it records (fingerprint; its key folders' factors are
+:mod:`cachetool.layouts.factors`)."""
 
-__all__ = ["entries", "factors", "fingerprint", "manifest", "packing", "paths", "reading", "signing", "source", "trust"]
+__all__ = ["ctb", "fingerprint", "manifest", "packing", "paths", "signing", "source", "trust"]

@@ -21,8 +21,8 @@ import re
 from typing import Any
 
 from cachetool.version import __version__
-from cachetool.bundle.entries import DirEntry, FileEntry, KeyFolder, Unit
-from cachetool.bundle.factors import short_repr
+from cachetool.layouts.entries import DirEntry, FileEntry, KeyFolder, Unit
+from cachetool.layouts.factors import short_repr
 from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
 from cachetool.bundle.paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
@@ -267,7 +267,7 @@ def _check_header(obj: dict) -> None:
     tool = obj["tool"]
     if not isinstance(tool, dict) or set(tool) != {"name", "version"} or not isinstance(tool["version"], str):
         raise ManifestError("manifest 'tool' must be {name, version}")
-    from cachetool.layouts.registry import LAYOUTS  # every engine's layout, and triton
+    from cachetool.engines.layouts import LAYOUTS  # every engine's layout, and triton
 
     if obj["layout"] not in LAYOUTS:
         raise ManifestError(f"manifest layout {obj['layout']!r} is not one of {', '.join(LAYOUTS)}")

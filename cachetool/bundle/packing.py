@@ -1,18 +1,10 @@
-"""Packing a cache tree into a bundle, and the single-file ``.ctb`` form.
+"""Packing a cache tree into a bundle.
 
 :func:`pack` scans a cache with a layout, hashes every file, compresses each *unique* content once with zstd
 into a work folder and builds the manifest (and a signature, given a key). The result is a
 :class:`PackedBundle`: a :class:`cachetool.bundle.source.BundleSource` (so it installs directly) that also exposes
-what a store push uploads (blob refs and a local path of each blob's stored bytes).
-
-``.ctb`` is an uncompressed POSIX tar (blobs are already zstd) holding, in this order::
-
-    manifest.json                  the manifest's canonical bytes (exactly what is signed)
-    signature.dsse.json            the DSSE envelope (absent when unsigned)
-    blobs/sha256/<hex>.zst         one per unique content; <hex> = sha256 of the *uncompressed* content
-
-The reader trusts nothing: only regular members with exactly these names, each at most once, inside the file's
-length; every byte is verified later against the (signed) manifest by the installer.
+what a store push uploads (blob refs and a local path of each blob's stored bytes). Its single-file form, the
+``.ctb``, is :mod:`cachetool.bundle.ctb`'s.
 """
 
 from __future__ import annotations
@@ -22,25 +14,19 @@ import copy
 import hashlib
 import io
 import os
-import re
 import shutil
-import tarfile
 import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cachetool.errors import BundleFormatError, IncompleteCacheError, NotFoundError, UnsafePathError, UsageError
-from cachetool.layouts.registry import incomplete_reason, scan as scan_layout
+from cachetool.errors import IncompleteCacheError, NotFoundError, UnsafePathError, UsageError
+from cachetool.engines.layouts import incomplete_reason, scan as scan_layout
+from cachetool.layouts.base import LayoutScan
 from cachetool.bundle.paths import validate_relpath
 from cachetool.bundle.manifest import DirEntry, FileEntry, Manifest, manifest_digest, platform_key
 from cachetool.bundle.source import BundleSource
-from cachetool.atomic import atomic_file
 from cachetool.digests import CHUNK as _CHUNK, BlobRef, sha256_file
 
-CTB_MANIFEST = "manifest.json"
-CTB_SIGNATURE = "signature.dsse.json"
-CTB_BLOB_RE = re.compile(r"^blobs/sha256/([0-9a-f]{64})\.zst$")
 
 
 
@@ -50,7 +36,8 @@ def _workers() -> int:
 
 # ---------------------------------------------------------------------------------------------------------------
 class PackedBundle(BundleSource):
-    """A bundle available locally: from :func:`pack` (blobs in a work folder) or :func:`open_ctb`.
+    """A bundle available locally: from :func:`pack` (blobs in a work folder) or a ``.ctb`` file
+    (:func:`cachetool.bundle.ctb.open_ctb`).
 
     Use as a context manager (or call :meth:`close`) to delete temporary files.
     """
@@ -135,114 +122,6 @@ class DirPackedBundle(PackedBundle):
             self._owned = None
 
 
-class CtbBundle(PackedBundle):
-    """A ``.ctb`` file, read defensively. Blobs are read at their offsets; :meth:`blob_path` extracts lazily."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._members: dict[str, tuple[int, int]] = {}  # hex -> (offset, size)
-        self._tmp: Path | None = None
-        self._lock = threading.Lock()
-        manifest, signature = self._read_index()
-        super().__init__(manifest, signature, f"bundle file {self.path}")
-        for b in self.manifest.blobs:
-            if b.digest.split(":", 1)[1] not in self._members:
-                raise BundleFormatError(f"{self.path}: blob {b.digest} is listed in the manifest but missing",
-                                        key=b.digest)
-
-    def _read_index(self) -> tuple[bytes, bytes | None]:
-        p = self.path
-        try:
-            total = p.stat().st_size
-            f = open(p, "rb")
-            if total % 512:
-                f.close()
-                raise BundleFormatError(f"{p} is truncated ({total} bytes is not a whole number of tar blocks)")
-        except FileNotFoundError:
-            raise NotFoundError(f"bundle file {p} does not exist") from None
-        except OSError as exc:
-            raise UsageError(f"cannot read bundle file {p}: {exc.strerror}") from None
-        manifest = signature = None
-        seen: set[str] = set()
-        with f:
-            try:
-                tf = tarfile.open(fileobj=f, mode="r:")
-                members = tf.getmembers()
-            except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-                raise BundleFormatError(f"{p} is not a readable .ctb (truncated or not a tar: {exc})") from None
-            if not members:
-                raise BundleFormatError(f"{p} is an empty .ctb")
-            for m in members:
-                name = m.name
-                if name in seen:
-                    raise BundleFormatError(f"{p}: member {name!r} appears twice")
-                seen.add(name)
-                if not m.isreg():
-                    kind = "link" if (m.issym() or m.islnk()) else "special file" if (m.isdev() or m.isfifo()) else "folder"
-                    raise BundleFormatError(f"{p}: member {name!r} is a {kind}; a .ctb holds regular files only")
-                if m.offset_data + m.size > total:
-                    raise BundleFormatError(f"{p} is truncated (member {name!r} runs past the end of the file)")
-                if name in (CTB_MANIFEST, CTB_SIGNATURE):
-                    if m.size > 512 << 20:
-                        raise BundleFormatError(f"{p}: {name} is larger than 512 MiB")
-                    f.seek(m.offset_data)
-                    data = f.read(m.size)
-                    if len(data) != m.size:
-                        raise BundleFormatError(f"{p} is truncated (in {name})")
-                    if name == CTB_MANIFEST:
-                        manifest = data
-                    else:
-                        signature = data
-                    continue
-                mm = CTB_BLOB_RE.match(name)
-                if not mm:
-                    raise BundleFormatError(f"{p}: unexpected member {name!r}")
-                self._members[mm.group(1)] = (m.offset_data, m.size)
-            # The tar end-of-archive marker (two zero blocks) must be there too: a cut file is refused.
-            end = max(m.offset_data + ((m.size + 511) // 512) * 512 for m in members)
-            if total < end + 1024:
-                raise BundleFormatError(f"{p} is truncated (no end-of-archive marker)")
-        if manifest is None:
-            raise BundleFormatError(f"{p} has no {CTB_MANIFEST}")
-        return manifest, signature
-
-    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
-        hexd = blob.digest.split(":", 1)[1]
-        if hexd not in self._members:
-            raise NotFoundError(f"{self.path}: no blob {blob.digest}", key=blob.digest)
-        offset, size = self._members[hexd]
-        with open(self.path, "rb") as f, open(dest, "wb") as out:
-            f.seek(offset)
-            left = size
-            while left:
-                chunk = f.read(min(_CHUNK, left))
-                if not chunk:
-                    raise BundleFormatError(f"{self.path} is truncated (in blob {blob.digest})", key=blob.digest)
-                out.write(chunk)
-                left -= len(chunk)
-
-    def blob_path(self, blob: BlobRef) -> Path:
-        with self._lock:
-            if self._tmp is None:
-                self._tmp = Path(tempfile.mkdtemp(prefix="cachetool-ctb-"))
-        dest = self._tmp / (blob.digest.split(":", 1)[1] + ".zst")
-        if not dest.exists():
-            part = dest.with_suffix(f".part{threading.get_ident()}")
-            self.fetch_blob(blob, part)
-            os.replace(part, dest)
-        return dest
-
-    def close(self) -> None:
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-
-def open_ctb(path: str | os.PathLike) -> CtbBundle:
-    """Open a ``.ctb`` file. Nothing is trusted yet: verify with :func:`cachetool.bundle.signing.verify_envelope`."""
-    return CtbBundle(Path(path))
-
-
 # ---------------------------------------------------------------------------------------------------------------
 def _hash_file(path: Path, expect_size: int) -> str:
     digest, n = sha256_file(path)
@@ -298,49 +177,22 @@ def _check_complete(scan) -> None:
 
 def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, workdir: str | os.PathLike | None = None,
          level: int = 3, fingerprint: dict | None = None) -> DirPackedBundle:
-    """Pack the cache at ``cache_path`` (a root, one hash folder or one rank folder).
+    """Pack the cache at ``cache_path`` (a root, one hash folder or one rank folder), in named phases: the signing
+    key (a missing or bad one fails before anything is read or written), the scan (:func:`_scanned`: paths a
+    manifest may hold, a complete warm), the blobs (:func:`_blobs`: every file hashed, each unique content
+    compressed once), the fingerprint (:func:`_fingerprint`), the manifest and its signature (:func:`_signed`).
 
     ``sign_key``: an Ed25519 private key object or a path to one. ``workdir``: where the blobs go (default: a
     new temporary folder, deleted by ``close()``). ``fingerprint``: override the environment fingerprint.
     """
-    from cachetool.bundle.fingerprint import fingerprint_from_factors, local_fingerprint
-
     if isinstance(sign_key, (str, os.PathLike)):  # a missing or bad key fails before anything is read or written
         from cachetool.bundle.signing import load_private_key
 
         sign_key = load_private_key(sign_key)
-    scan = scan_layout(cache_path, layout)
-    _check_paths(scan)
-    _check_complete(scan)
-    if workdir is None:
-        owned = Path(tempfile.mkdtemp(prefix="cachetool-pack-"))
-        blob_dir = owned / "blobs"
-    else:
-        owned = None
-        blob_dir = Path(workdir) / "blobs"
-    blob_dir.mkdir(parents=True, exist_ok=True)
+    scan = _scanned(cache_path, layout)
+    owned, blob_dir = _blob_folder(workdir)
     try:
-        with ThreadPoolExecutor(_workers()) as ex:
-            digests = list(ex.map(lambda f: _hash_file(f.abspath, f.size), scan.files))
-        first: dict[str, tuple[Path, int]] = {}
-        for f, d in zip(scan.files, digests):
-            first.setdefault(d, (f.abspath, f.size))
-
-        def comp(item):
-            d, (src, size) = item
-            dest = blob_dir / (d.split(":", 1)[1] + ".zst")
-            sd, ss = _compress(src, size, dest, level)
-            return BlobRef(d, size, sd, ss)
-
-        with ThreadPoolExecutor(_workers()) as ex:
-            blobs = list(ex.map(comp, sorted(first.items())))
-
-        if fingerprint is None:
-            compiler_values = next((k.factors.values("compiler") for k in scan.keys
-                                    if k.factors is not None and k.factors.values("compiler") is not None), None)
-            fp = local_fingerprint(device="cpu")
-            fp.update(scan.fingerprint_hints)
-            fingerprint = fingerprint_from_factors(compiler_values, fp)
+        digests, blobs = _blobs(scan, blob_dir, level)
         manifest = Manifest(
             layout=scan.kind,
             files=tuple(FileEntry(f.rel, f.mode, f.size, d) for f, d in zip(scan.files, digests)),
@@ -348,48 +200,77 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
             units=tuple(scan.units),
             dirs=tuple(DirEntry(p, m) for p, m in scan.dirs),
             keys=tuple(scan.keys),
-            fingerprint=fingerprint,
+            fingerprint=_fingerprint(scan) if fingerprint is None else fingerprint,
             ranks=tuple(scan.ranks),
             save_format=scan.save_format,
         )
         mbytes = manifest.to_bytes()
-        signature = None
-        if sign_key is not None:
-            from cachetool.bundle.signing import load_private_key, sign_manifest
-
-            key = load_private_key(sign_key) if isinstance(sign_key, (str, os.PathLike)) else sign_key
-            signature = sign_manifest(mbytes, key)
-        return DirPackedBundle(mbytes, signature, f"packed {cache_path}", blob_dir, owned)
+        return DirPackedBundle(mbytes, _signed(mbytes, sign_key), f"packed {cache_path}", blob_dir, owned)
     except BaseException:
         if owned is not None:
             shutil.rmtree(owned, ignore_errors=True)
         raise
 
 
-def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
-    ti = tarfile.TarInfo(name)
-    ti.size = size
-    ti.mode = 0o644
-    ti.mtime = 0
-    ti.uid = ti.gid = 0
-    ti.uname = ti.gname = ""
-    ti.type = tarfile.REGTYPE
-    return ti
+def _scanned(cache_path: str | os.PathLike, layout: str) -> LayoutScan:
+    """The cache scanned with ``layout``, refused before anything is hashed where a manifest may not hold a path or
+    the warm did not complete."""
+    scan = scan_layout(cache_path, layout)
+    _check_paths(scan)
+    _check_complete(scan)
+    return scan
 
 
-def write_ctb(bundle: PackedBundle, out_path: str | os.PathLike) -> Path:
-    """Write the single-file form of ``bundle`` to ``out_path`` (temp file + rename: never a half file)."""
-    out = Path(out_path)
-    with atomic_file(out) as f:
-        with tarfile.open(fileobj=f, mode="w:", format=tarfile.USTAR_FORMAT) as tf:
-            m = bundle.manifest_bytes()
-            tf.addfile(_tarinfo(CTB_MANIFEST, len(m)), io.BytesIO(m))
-            s = bundle.signature_bytes()
-            if s is not None:
-                tf.addfile(_tarinfo(CTB_SIGNATURE, len(s)), io.BytesIO(s))
-            for b in sorted(bundle.blobs, key=lambda b: b.digest):
-                p = bundle.blob_path(b)
-                size = p.stat().st_size
-                with open(p, "rb") as bf:
-                    tf.addfile(_tarinfo(f"blobs/sha256/{b.digest.split(':', 1)[1]}.zst", size), bf)
-    return out
+def _blob_folder(workdir: str | os.PathLike | None) -> tuple[Path | None, Path]:
+    """(the temporary folder pack owns and removes, or None for the caller's ``workdir``; the blobs' folder)."""
+    if workdir is None:
+        owned = Path(tempfile.mkdtemp(prefix="cachetool-pack-"))
+        blob_dir = owned / "blobs"
+    else:
+        owned = None
+        blob_dir = Path(workdir) / "blobs"
+    blob_dir.mkdir(parents=True, exist_ok=True)
+    return owned, blob_dir
+
+
+def _blobs(scan: LayoutScan, blob_dir: Path, level: int) -> tuple[list[str], list[BlobRef]]:
+    """(each file's content digest, in the scan's order; the blobs: each unique content compressed once into
+    ``blob_dir``), on a few threads."""
+    with ThreadPoolExecutor(_workers()) as ex:
+        digests = list(ex.map(lambda f: _hash_file(f.abspath, f.size), scan.files))
+    first: dict[str, tuple[Path, int]] = {}
+    for f, d in zip(scan.files, digests):
+        first.setdefault(d, (f.abspath, f.size))
+
+    def comp(item):
+        d, (src, size) = item
+        dest = blob_dir / (d.split(":", 1)[1] + ".zst")
+        sd, ss = _compress(src, size, dest, level)
+        return BlobRef(d, size, sd, ss)
+
+    with ThreadPoolExecutor(_workers()) as ex:
+        blobs = list(ex.map(comp, sorted(first.items())))
+    return digests, blobs
+
+
+def _fingerprint(scan: LayoutScan) -> dict:
+    """The fingerprint the cache was built under: its compiler factor values where a key folder records them, else
+    this machine's facts (read for the CPU: no GPU is probed) with the layout's hints."""
+    from cachetool.bundle.fingerprint import fingerprint_from_factors, local_fingerprint
+
+    compiler_values = next((k.factors.values("compiler") for k in scan.keys
+                            if k.factors is not None and k.factors.values("compiler") is not None), None)
+    fp = local_fingerprint(device="cpu")
+    fp.update(scan.fingerprint_hints)
+    return fingerprint_from_factors(compiler_values, fp)
+
+
+def _signed(mbytes: bytes, sign_key) -> bytes | None:
+    """The DSSE envelope of the manifest's bytes, signed with ``sign_key``; None without a key."""
+    signature = None
+    if sign_key is not None:
+        from cachetool.bundle.signing import load_private_key, sign_manifest
+
+        key = load_private_key(sign_key) if isinstance(sign_key, (str, os.PathLike)) else sign_key
+        signature = sign_manifest(mbytes, key)
+    return signature

@@ -10,7 +10,7 @@ import unicodedata
 from typing import Any
 
 from cachetool.errors import UnsafePathError
-from cachetool.bundle.factors import short_repr
+from cachetool.layouts.factors import short_repr
 
 MAX_PATH_LEN = 4096
 RESERVED_PREFIX = ".cachetool"  # staging folders in the cache root; no bundle may write there

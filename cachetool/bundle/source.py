@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from pathlib import Path
 
-from cachetool.stores.base import BlobRef
+from cachetool.digests import BlobRef
 
 
 class BundleSource(abc.ABC):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cachetool.bundle.factors import Difference, Factors
+from cachetool.layouts.factors import Difference, Factors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +119,7 @@ class Engine(Protocol):
 
     def layout_rules(self) -> Any:
         """Its layout: a module with ``NAME``, ``detect(path)`` and ``scan(path)`` and, where it states them,
-        ``incomplete_reason(unit_dir, ranked)`` and ``stale_entries(root)`` (:mod:`cachetool.layouts.registry`)."""
+        ``incomplete_reason(unit_dir, ranked)`` and ``stale_entries(root)`` (:mod:`cachetool.engines.layouts`)."""
         ...
 
     def server_environment(self, root: Path) -> dict[str, str]:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from cachetool.errors import UsageError
 from cachetool.cache_root import AOT, FACTORS_FILE, RANK_RE, TCC
-from cachetool.bundle.factors import Factors
+from cachetool.layouts.factors import Factors
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
-from cachetool.bundle.entries import KeyFolder, Unit
+from cachetool.layouts.entries import KeyFolder, Unit
 
 
 

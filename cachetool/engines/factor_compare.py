@@ -1,11 +1,11 @@
 """How two keys' recorded factors differ: the one field-by-field comparison (:func:`compiler.cache_key.
 field_differences`, also the hot start's miss reason), through which every engine compares the factors its key
 folders record (the install preflight's refusals, ``diff``, a check's miss reason). It works on cachetool's
-engine-neutral :class:`cachetool.bundle.factors.Factors`; the compiler's types stay inside this module."""
+engine-neutral :class:`cachetool.layouts.factors.Factors`; the compiler's types stay inside this module."""
 
 from __future__ import annotations
 
-from cachetool.bundle.factors import Difference, Factors
+from cachetool.layouts.factors import Difference, Factors
 from compiler import cache_key as ck
 
 __all__ = ["FACTOR_NAMES", "compare_factors", "compare_keys", "field_differences", "same_json"]

@@ -6,7 +6,7 @@ is downloaded or written before it passes. The engine is the bundle's (by its la
 from __future__ import annotations
 
 from cachetool.errors import PreflightError
-from cachetool.bundle.factors import also_named, short_repr
+from cachetool.layouts.factors import also_named, short_repr
 from cachetool.bundle.manifest import Manifest
 
 

@@ -14,7 +14,7 @@ from cachetool.errors import IncompleteUnitError
 from cachetool.install import blobs
 from cachetool.install.fs import copy_file
 from cachetool.install.plan import Plan
-from cachetool.layouts.registry import incomplete_reason
+from cachetool.engines.layouts import incomplete_reason
 from cachetool.bundle.manifest import FileEntry, Manifest
 from cachetool.bundle.source import BundleSource
 

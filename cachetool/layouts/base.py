@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 from cachetool.errors import UsageError
-from cachetool.bundle.entries import KeyFolder, Unit
+from cachetool.layouts.entries import KeyFolder, Unit
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan, walk_tree
-from cachetool.bundle.entries import Unit
+from cachetool.layouts.entries import Unit
 
 NAME = "triton"
 KERNEL_SUFFIXES = {".json", ".ttir", ".ttgir", ".llir", ".ptx", ".cubin", ".hsaco", ".amdgcn", ".so", ".source"}

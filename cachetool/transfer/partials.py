@@ -5,7 +5,7 @@ a rerun can use them (:data:`RETRYABLE`: the store failed, exit 6, ``--timeout``
 came, exit 130); after a success
 or a failure no rerun can mend (a blob missing from the store, bytes that fail a check, a full disk) the pull's own
 files are deleted. Either way the folder is then cut to ``CACHETOOL_PARTIAL_MAX_BYTES`` (default 4 GiB), oldest files
-first, under the cache root's lock (:meth:`cachetool.transfer.pull.StoreSource.settle`)."""
+first, under the cache root's lock (:meth:`cachetool.transfer.store_source.StoreSource.settle`)."""
 
 from __future__ import annotations
 

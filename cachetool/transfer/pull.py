@@ -1,31 +1,27 @@
-"""Pull: read the ref, pick the entry whose platform is this machine's (or raise :class:`CacheMissError` naming what
-differs for each entry), and hand a :class:`StoreSource` to :func:`cachetool.install.install_bundle`, which verifies
-the signature and runs preflight before it asks for any blob. The source fetches nothing ahead; its downloads follow
-the partial-download policy of :mod:`cachetool.transfer.partials`."""
+"""Pull: read the ref, pick the entry whose platform is this machine's (:func:`cachetool.refs.choice.select_entry`,
+or a :class:`CacheMissError` naming what differs for each entry), and hand a lazy
+:class:`~cachetool.transfer.store_source.StoreSource` to :func:`cachetool.install.install_bundle`, which verifies the
+signature and runs preflight before it asks for any blob. The source fetches nothing ahead; its downloads follow the
+partial-download policy of :mod:`cachetool.transfer.partials`."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import shutil
-import stat
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from cachetool import bounds
-from cachetool.digests import hexof, sha256_bytes, sha256_file
-from cachetool.errors import (CacheMissError, CachetoolError, StoreError, UnsafeDestinationError, VerificationError,
-                              WaitTimeoutError, filled)
+from cachetool.errors import CachetoolError, filled
 from cachetool.cache_root import PARTIAL_DIR
-from cachetool.transfer.partials import RETRYABLE, partial_cap, trim_partials
-from cachetool.transfer.ref_reading import open_ref, read_index
+from cachetool.refs.choice import select_entry
+from cachetool.refs.opening import open_ref, read_index
 from cachetool.stores.addresses import Ref
-from cachetool.bundle.source import BundleSource
-from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
+from cachetool.stores.base import BlobRef, RefEntry, Store
 from cachetool.transfer.progress import TransferProgress, progress_default
+from cachetool.transfer.store_source import StoreSource, remove_if_empty
 
 if TYPE_CHECKING:
     from cachetool.engines.base import Engine, KeyCheckRequest
@@ -90,210 +86,6 @@ class PullRequest:
     progress: bool | None = None
     workers: int | None = None
     warn: Callable[[str], None] | None = None
-
-
-def entry_engine(entry: RefEntry) -> Engine:
-    """The engine whose server reads an entry's bundle (by what its fingerprint records)."""
-    from cachetool import engines
-
-    return engines.for_fingerprint(entry.fingerprint)
-
-
-def entry_device(entry: RefEntry) -> str:
-    """``cuda`` or ``cpu``: the device the entry's fingerprint records, else the one its platform key names (a
-    vLLM key starts with the engine: ``vllm0.26.0-cuda-sm90-...``)."""
-    recorded = (entry.fingerprint or {}).get("device")
-    if recorded:
-        return "cuda" if recorded.startswith("cuda") else recorded
-    return "cuda" if "cuda" in entry.platform.split("-") else "cpu"
-
-
-def device_to_probe(entries: Iterable[RefEntry], device: str | None) -> str | None:
-    """The device to ask :func:`cachetool.bundle.fingerprint.local_fingerprint` for: ``device`` when named, else None (probe
-    the GPU) when any entry is a GPU bundle, whatever its engine, else the CPU (no NVML or torch asked)."""
-    if device is not None:
-        return device
-    return None if any(entry_device(e) == "cuda" for e in entries) else "cpu"
-
-
-def local_platform(entries: Iterable[RefEntry], device: str | None,
-                   engine: Engine | None) -> tuple[list[str], dict]:
-    """This machine's platform keys (for a server of ``engine``; None: one per engine whose bundles the tag
-    holds, the default engine's first) and fingerprint (with those engines' facts); probes the GPU only when some
-    entry is a GPU bundle."""
-    from cachetool import engines
-    from cachetool.bundle.fingerprint import local_fingerprint
-    from cachetool.bundle.manifest import platform_key
-
-    entries = list(entries)
-    fp = local_fingerprint(device=device_to_probe(entries, device))
-    wanted = ([engine] if engine is not None
-              else [engines.default()] + [e for e in engines.ENGINES.values()
-                                          if e is not engines.default() and any(entry_engine(x) is e for x in entries)])
-    keys, full = [], dict(fp)
-    for eng in wanted:
-        facts = eng.machine_facts(fp["device"])
-        keys.append(platform_key({**fp, **facts}, eng))
-        full.update({k: v for k, v in facts.items() if v is not None})
-    return keys, full
-
-
-def why_not(entry: RefEntry, fp: dict, engine: Engine | None) -> str:
-    """Why ``entry`` does not fit this machine (``fp``) and a server of ``engine`` (None: any), in a few words."""
-    from cachetool import engines
-    from cachetool.bundle.fingerprint import compare
-
-    theirs = entry_engine(entry)
-    if engine is not None and theirs is not engine:
-        return f"a {theirs.name} bundle, not for a {engine.name} server: pull it with --engine {theirs.name}"
-    diffs = compare(entry.fingerprint or {}, fp, engines.fields_ignored_by(theirs))
-    return ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
-
-
-def select_entry(index: RefIndex, ref_text: str, device: str | None = None,
-                 engine: Engine | None = None) -> RefEntry:
-    """The entry for this machine and a server of ``engine`` (None: any engine's, as reading a ref takes it), or
-    a one-line CacheMissError saying why each entry does not fit."""
-    if not index.entries:
-        raise CacheMissError(f"{ref_text} holds no bundles", ref=ref_text)
-    keys, fp = local_platform(index.entries, device, engine)
-    for key in keys:
-        for e in index.entries:
-            if e.platform == key:
-                return e
-    reasons = "; ".join(f"{e.platform} ({why_not(e, fp, engine)})" for e in index.entries)
-    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({' or '.join(keys)}): {reasons}",
-                         ref=ref_text)
-
-
-class StoreSource(BundleSource):
-    """A bundle in a store, read lazily: manifest and signature first, each blob only when the installer asks."""
-
-    def __init__(self, store: Store, ref: Ref, entry: RefEntry, partial_dir: Path, *,
-                 deadline: float | None = None, on_blob: Callable[[BlobRef], None] | None = None):
-        self.store = store
-        self.entry = entry
-        self.fields = {"store": store.url, "ref": ref.url}  # of every error this source raises itself
-        self.description = f"{ref.url} [{entry.platform}]"
-        self.partial_dir = Path(partial_dir)
-        self.deadline = deadline
-        self.on_blob = on_blob
-        self._manifest: bytes | None = None
-        self._signature: bytes | None = None
-        self._sig_read = False
-        self._lock = threading.Lock()
-        self._failed: StoreError | None = None
-        self.used: set[Path] = set()  # partial files this pull wrote or read
-        self.downloaded = 0
-        self.resumed = 0
-        self.reused = 0
-
-    def _check_deadline(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise WaitTimeoutError(f"pull of {self.description} ran past --timeout", **self.fields)
-
-    def manifest_bytes(self) -> bytes:
-        if self._manifest is None:
-            self._check_deadline()
-            data = self.store.get_manifest(self.entry.manifest_digest)
-            if sha256_bytes(data) != self.entry.manifest_digest:
-                raise VerificationError(f"{self.description}: the manifest in the store does not match its digest",
-                                        key=self.entry.manifest_digest, **self.fields)
-            self._manifest = data
-        return self._manifest
-
-    def signature_bytes(self) -> bytes | None:
-        if not self._sig_read:
-            self._check_deadline()
-            self._signature = self.store.get_signature(self.entry.manifest_digest)
-            self._sig_read = True
-        return self._signature
-
-    @staticmethod
-    def _stored_ok(path: Path, blob: BlobRef) -> bool:
-        return sha256_file(path)[0] == blob.stored_digest
-
-    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
-        if self._failed is not None:
-            # The store already failed this pull (server down, credentials): don't hammer it blob by blob.
-            raise self._failed
-        self._check_deadline()
-        try:
-            self._fetch(blob, dest)
-        except StoreError as exc:
-            self._failed = exc
-            raise
-
-    def discard_partials(self) -> None:
-        """Delete the partial files this pull used (only those: another pull may share the folder)."""
-        for p in self.used:
-            p.unlink(missing_ok=True)
-        _remove_if_empty(self.partial_dir)
-
-    def settle(self, error: BaseException | None) -> None:
-        """Under the cache root's lock, as the install ends: keep this pull's partial files only when a rerun can
-        use them (the store failed or the time ran out), else delete them (installed; a blob missing from the
-        store or failing its check; a full disk). Then bound the whole folder (:func:`trim_partials`)."""
-        if not isinstance(error, RETRYABLE):
-            self.discard_partials()
-        trim_partials(self.partial_dir, partial_cap())
-        _remove_if_empty(self.partial_dir)
-
-    def _partial(self, blob: BlobRef) -> Path:
-        """The partial file of ``blob``, never through a link: the folder must be a real folder, and a partial that
-        is a symlink, a hard link or not a regular file is removed (a download appends to it)."""
-        try:
-            self.partial_dir.mkdir(mode=0o700)
-        except FileExistsError:
-            pass
-        if not stat.S_ISDIR(os.lstat(self.partial_dir).st_mode):
-            raise UnsafeDestinationError(
-                f"{self.partial_dir} is a symlink or not a folder; refusing to download through it",
-                key=blob.stored_digest, path=str(self.partial_dir), **self.fields)
-        part = self.partial_dir / hexof(blob.stored_digest)
-        try:
-            st = os.lstat(part)
-        except FileNotFoundError:
-            return part
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-            part.unlink()
-        return part
-
-    def _fetch(self, blob: BlobRef, dest: Path) -> None:
-        part = self._partial(blob)
-        with self._lock:
-            self.used.add(part)
-        try:
-            had = part.stat().st_size
-        except FileNotFoundError:
-            had = 0
-        if 0 < had <= blob.stored_size:
-            # Left by an interrupted pull: finish it (Range request) and check the whole; a bad one starts over.
-            if had < blob.stored_size:
-                self.store.get_blob(blob, part)
-            if part.stat().st_size == blob.stored_size and self._stored_ok(part, blob):
-                with self._lock:
-                    if had == blob.stored_size:
-                        self.reused += 1
-                    else:
-                        self.resumed += 1
-                        self.downloaded += 1
-            else:
-                part.unlink(missing_ok=True)
-                self.store.get_blob(blob, part)
-                with self._lock:
-                    self.downloaded += 1
-        else:
-            part.unlink(missing_ok=True)
-            self.store.get_blob(blob, part)
-            with self._lock:
-                self.downloaded += 1
-        try:
-            os.link(part, dest)  # the partial stays until the install succeeds (a rerun reuses it)
-        except OSError:
-            shutil.copyfile(part, dest)
-        if self.on_blob:
-            self.on_blob(blob)
 
 
 def pull(request: PullRequest) -> PullResult | NotNeeded:
@@ -375,17 +167,10 @@ def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, roo
                                     warn=request.warn, workers=request.workers, deadline=deadline)
         except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
             # the root itself is not ours to remove: install_bundle removes it again only if it created it
-            _remove_if_empty(partial)
+            remove_if_empty(partial)
             # Every install-phase refusal (signature, manifest, preflight, plan, blob, commit, the lock) is of
             # this bundle: a raise below that did not know the store, ref or manifest says so on the way up.
             raise filled(exc, store=st.url, ref=r.url, key=entry.manifest_digest)
         if prog.enabled and "task" in holder:
             prog.finish(holder["task"])
     return src, result
-
-
-def _remove_if_empty(p: Path) -> None:
-    try:
-        p.rmdir()
-    except OSError:
-        pass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cachetool.digests import sha256_file
 from cachetool.errors import CachetoolError, StoreError, UsageError, VerificationError, filled
-from cachetool.transfer.ref_reading import open_ref
+from cachetool.refs.opening import open_ref
 from cachetool.stores.addresses import Ref, parse_ref
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.common import now_iso
@@ -43,7 +43,8 @@ class PushResult:
 
 def _load_bundle(source, sign_key, layout: str):
     """A PackedBundle from a PackedBundle, a ``.ctb`` path or a cache folder; signed with ``sign_key`` if given."""
-    from cachetool.bundle.packing import PackedBundle, open_ctb, pack
+    from cachetool.bundle.ctb import open_ctb
+    from cachetool.bundle.packing import PackedBundle, pack
 
     owned = False
     if isinstance(source, PackedBundle):
@@ -106,7 +107,10 @@ def _store_signs(st: Store, digest: str) -> bool:
 
 def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: Store | None = None,
          store_options: dict | None = None, workers: int = 8, progress: bool | None = None) -> PushResult:
-    """Push ``source`` (a PackedBundle, a ``.ctb`` path or a cache folder, packed on the way) to ``ref``.
+    """Push ``source`` (a PackedBundle, a ``.ctb`` path or a cache folder, packed on the way) to ``ref``, in named
+    phases: the bundle (:func:`_load_bundle`), the blobs the store lacks, checked before the first write
+    (:func:`_missing_checked`), their upload (:func:`_upload`), the manifest and its signature
+    (:func:`_commit_manifest`), the tag's index (:func:`_write_ref`).
 
     ``sign_key``: a private key (path or object) to sign with (a cache folder is signed while packing; a bundle
     gets the signature added). ``store_options``: ``endpoint_url``, ``profile``, ``region``, ``insecure``.
@@ -118,45 +122,24 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
     r, st, own_store = open_ref(ref, store, store_options)
     bundle, own_bundle = _load_bundle(source, sign_key, layout)
     fields = {"store": st.url, "ref": r.url}  # of every failure of this push
+    workers = max(1, workers)
     try:
         with st.push(bundle.blobs, bundle.blob_path) as session:
             blobs = session.blobs  # unique by stored digest
-            missing = session.missing(workers=max(1, workers))
-            lacking = {b.stored_digest for b in missing}
-            skipped = [b for b in blobs if b.stored_digest not in lacking]
-            # A store is content-addressed and skips what it has: bytes written under a digest they don't match
-            # would poison it for every later push and pull. Check everything before the first write.
-            with ThreadPoolExecutor(max(1, workers)) as ex:
-                list(ex.map(lambda b: _check_stored_bytes(bundle, b, fields), missing))
-            _check_envelope(bundle, fields)
+            missing = _missing_checked(session, bundle, fields, workers)
             up0 = st.counters.bytes_up
-            with TransferProgress(progress_default(progress)) as prog:
-                task = prog.task(f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)",
-                                 sum(b.stored_size for b in missing))
-
-                def up(b: BlobRef) -> None:
-                    session.put_blob(b)
-                    prog.advance(task, b.stored_size)
-
-                with ThreadPoolExecutor(max(1, workers)) as ex:
-                    for _ in ex.map(up, sorted(missing, key=lambda b: -b.stored_size)):
-                        pass
-            sig = bundle.signature_bytes()
-            stored = session.commit(bundle.manifest_bytes(), sig)
-        digest = stored.digest
-        if digest != bundle.manifest_digest:  # the ref is not written: no reader is sent to the wrong manifest
-            raise StoreError(f"{st.url} stored the manifest as {digest}, expected {bundle.manifest_digest}",
-                             key=digest, **fields)
-        entry = RefEntry(manifest_digest=digest, platform=bundle.platform,
-                         fingerprint=dict(bundle.manifest.fingerprint or {}), size=bundle.stored_size, created=now_iso())
+            _upload(session, missing, f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)", workers,
+                    progress)
+            stored = _commit_manifest(session, st, bundle, fields)
         # an unsigned copy of a manifest the store already holds a signature for (an earlier signed push) is signed
         # for every reader of the ref: say so, rather than warn that pull refuses it
-        signed = sig is not None or _store_signs(st, digest)
-        index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
-        up1 = st.counters.bytes_up
-        return PushResult(ref=r.url, manifest_digest=digest, platform=entry.platform, signed=signed,
+        signed = bundle.signature_bytes() is not None or _store_signs(st, stored.digest)
+        entry, index = _write_ref(st, r, bundle, stored.digest)
+        lacking = {b.stored_digest for b in missing}
+        skipped = [b for b in blobs if b.stored_digest not in lacking]
+        return PushResult(ref=r.url, manifest_digest=stored.digest, platform=entry.platform, signed=signed,
                           blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
-                          bytes_uploaded=up1 - up0, bytes_skipped=sum(b.stored_size for b in skipped),
+                          bytes_uploaded=st.counters.bytes_up - up0, bytes_skipped=sum(b.stored_size for b in skipped),
                           platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0,
                           pinned=r.pinned(stored.pin).url)
     except CachetoolError as exc:  # a store's failure below that did not know the ref (a blob upload) names it
@@ -166,3 +149,47 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
             bundle.close()
         if own_store:
             st.close()
+
+
+def _missing_checked(session, bundle, fields: dict, workers: int) -> list[BlobRef]:
+    """The blobs the store lacks (asked once: a re-push of unchanged content uploads nothing), each checked against
+    the manifest. A store is content-addressed and skips what it has: bytes written under a digest they don't match
+    would poison it for every later push and pull, so everything is checked before the first write, the signature
+    envelope too."""
+    missing = session.missing(workers=workers)
+    with ThreadPoolExecutor(workers) as ex:
+        list(ex.map(lambda b: _check_stored_bytes(bundle, b, fields), missing))
+    _check_envelope(bundle, fields)
+    return missing
+
+
+def _upload(session, missing: list[BlobRef], title: str, workers: int, progress: bool | None) -> None:
+    """The missing blobs uploaded on ``workers`` threads, the largest first, behind one progress bar."""
+    with TransferProgress(progress_default(progress)) as prog:
+        task = prog.task(title, sum(b.stored_size for b in missing))
+
+        def up(b: BlobRef) -> None:
+            session.put_blob(b)
+            prog.advance(task, b.stored_size)
+
+        with ThreadPoolExecutor(workers) as ex:
+            for _ in ex.map(up, sorted(missing, key=lambda b: -b.stored_size)):
+                pass
+
+
+def _commit_manifest(session, st: Store, bundle, fields: dict):
+    """The manifest and its signature committed; the store's answer (digest, pin), refused where the store stored
+    the manifest under another digest (the ref is then not written: no reader is sent to the wrong manifest)."""
+    stored = session.commit(bundle.manifest_bytes(), bundle.signature_bytes())
+    if stored.digest != bundle.manifest_digest:
+        raise StoreError(f"{st.url} stored the manifest as {stored.digest}, expected {bundle.manifest_digest}",
+                         key=stored.digest, **fields)
+    return stored
+
+
+def _write_ref(st: Store, r: Ref, bundle, digest: str) -> tuple[RefEntry, RefIndex]:
+    """The tag's index with this bundle's platform merged in (:func:`merge_index`), last: (its entry, the index)."""
+    entry = RefEntry(manifest_digest=digest, platform=bundle.platform,
+                     fingerprint=dict(bundle.manifest.fingerprint or {}), size=bundle.stored_size, created=now_iso())
+    index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
+    return entry, index

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.bundle.packing import open_ctb
+from cachetool.bundle.ctb import open_ctb
 from tests.bundles.fixtures import make_native_tree, tree_snapshot
 
 RANKS = tuple(f"rank_{r}_0" for r in range(8))
@@ -21,7 +21,8 @@ RANKS = tuple(f"rank_{r}_0" for r in range(8))
 
 @pytest.fixture(scope="module")
 def big_bundle(tmp_path_factory, keys):
-    from cachetool.bundle.packing import pack, write_ctb
+    from cachetool.bundle.ctb import write_ctb
+    from cachetool.bundle.packing import pack
 
     d = tmp_path_factory.mktemp("big")
     src = make_native_tree(d / "src", ranks=RANKS, layers=6)

@@ -11,7 +11,7 @@ import pytest
 from cachetool import engines
 from cachetool.cache_root import CacheRoot
 from cachetool.errors import PreflightError
-from cachetool.bundle.factors import Difference
+from cachetool.layouts.factors import Difference
 from tests.bundles.fixtures import make_native_tree
 
 

@@ -136,7 +136,7 @@ def test_bad_flags_are_one_line_usage_errors(tmp_path, cli, args):
 @pytest.mark.parametrize("where", ["under-a-file", "dangling-symlink"])
 def test_unusable_cache_root_is_a_cachetool_error(tmp_path, keys, signed, where):
     # The library raised a bare NotADirectoryError / FileExistsError (the CLI turned it into "install: ...").
-    from cachetool.bundle.packing import open_ctb
+    from cachetool.bundle.ctb import open_ctb
     from cachetool.install import install_bundle
 
     mb, env, stored = signed

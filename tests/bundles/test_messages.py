@@ -171,7 +171,7 @@ def test_an_unsigned_bundle_hint_names_only_flags_the_verb_has(tmp_path, cli, ke
 def test_a_repush_of_an_unsigned_copy_is_not_called_unsigned_when_the_store_holds_its_signature(tmp_path, cli, keys):
     """The store already held a signature for the manifest (an earlier signed push): pull accepts the ref, yet the
     push of an unsigned copy warned that the ref is UNSIGNED and pull refuses it."""
-    from cachetool.bundle.packing import open_ctb, write_ctb
+    from cachetool.bundle.ctb import open_ctb, write_ctb
 
     signed = _bundle(tmp_path, cli, keys, "s")
     unsigned = tmp_path / "u.ctb"

@@ -96,7 +96,8 @@ def test_diff_ignores_what_the_preflight_records_but_does_not_compare(tmp_path, 
     # Before: diff compared its own wider field list, so two bundles of one tree whose only difference is the GPU
     # driver (recorded, never compared: the install preflight passes either on the other's machine) were
     # reported as differing and `diff --exit-code` exited 10.
-    from cachetool.bundle.packing import pack, write_ctb
+    from cachetool.bundle.ctb import write_ctb
+    from cachetool.bundle.packing import pack
     from cachetool.bundle.fingerprint import local_fingerprint
 
     src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
@@ -146,7 +147,8 @@ def test_real_tiny_model_cache(tmp_path, keys, cli, tiny_warm):
 def test_diff_names_the_same_fingerprint_fields_both_ways(tmp_path, cli, keys):
     # Before: a field only A recorded (a vLLM bundle's vllm version, against a bundle without one) was reported
     # by `diff A B` and not by `diff B A`; a field either side leaves unrecorded is not compared.
-    from cachetool.bundle.packing import pack, write_ctb
+    from cachetool.bundle.ctb import write_ctb
+    from cachetool.bundle.packing import pack
     from cachetool.bundle.fingerprint import local_fingerprint
 
     src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
@@ -164,7 +166,7 @@ def test_factor_files_of_another_shape_are_compared_field_by_field():
     # Before: any entry with "values" made a file count as ours, so a file of other factor names was compared
     # over env/config/code/compiler only and nothing differed.
     from cachetool.engines.factor_compare import compare_factors
-    from cachetool.bundle.factors import Factors
+    from cachetool.layouts.factors import Factors
     from compiler.cache_key import Factors as CompilerFactors
 
     a, b = Factors({"serve": {"values": {"max_model_len": 256}}}), Factors({"serve": {"values": {"max_model_len": 512}}})
@@ -179,7 +181,8 @@ def test_a_cpu_bundle_hits_whatever_triton_is_here(tmp_path, cli, keys, monkeypa
     # Before: a CPU bundle warmed where Triton was installed was refused where it is not ("fingerprint 'triton'
     # differs: bundle '3.9.0', this machine None", exit 4) while `diff B local` said "no differences" and the cache
     # hit once installed: a CPU cache's kernels are C++, no Triton reads them (its compiler factor records none).
-    from cachetool.bundle.packing import pack, write_ctb
+    from cachetool.bundle.ctb import write_ctb
+    from cachetool.bundle.packing import pack
     from cachetool.bundle.fingerprint import local_fingerprint
     from compiler import build_identity
 
@@ -225,7 +228,7 @@ def test_a_miss_names_the_field_a_user_set_before_what_follows_from_it():
     """-tp 2 changes the all-reduce choice too, another model the head size: the user set tensor_parallel_size and
     num_hidden_layers / hidden_size, so those are named first (by name, all_reduce and head_dim came first)."""
     from cachetool.engines.factor_compare import compare_factors
-    from cachetool.bundle.factors import Factors
+    from cachetool.layouts.factors import Factors
 
     def config(tp: int, all_reduce: str, hidden: int, head_dim: int, layers: int) -> Factors:
         model = {"head_dim": head_dim, "hidden_size": hidden, "num_hidden_layers": layers,

@@ -86,7 +86,7 @@ def test_no_signature(tmp_path, keys, cli, root):
 
 
 def test_signature_with_garbage_sig(good_ctb, tmp_path, keys, cli, root):
-    from cachetool.bundle.packing import open_ctb
+    from cachetool.bundle.ctb import open_ctb
 
     with open_ctb(good_ctb) as b:
         env = json.loads(b.signature_bytes())
@@ -124,7 +124,7 @@ def test_unsafe_unit_paths(tmp_path, keys, cli, root, unit):
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink", "chardev", "fifo", "dir"])
 def test_link_and_device_members(good_ctb, tmp_path, keys, cli, root, kind):
-    from cachetool.bundle.packing import open_ctb
+    from cachetool.bundle.ctb import open_ctb
 
     with open_ctb(good_ctb) as b:
         mb, sig = b.manifest_bytes(), b.signature_bytes()
@@ -267,7 +267,7 @@ def test_unexpected_member(good_ctb, tmp_path, keys, cli, root):
     ti.size = 1
     with tarfile.open(good_ctb) as tf:
         names = tf.getnames()
-    from cachetool.bundle.packing import open_ctb
+    from cachetool.bundle.ctb import open_ctb
 
     with open_ctb(good_ctb) as b:
         mb, sig = b.manifest_bytes(), b.signature_bytes()
@@ -287,7 +287,7 @@ def test_symlink_in_destination_not_followed(good_ctb, tmp_path, keys, cli, wher
     if where == "torch_compile_cache":
         os.symlink(outside, root / "torch_compile_cache")
     else:
-        from cachetool.bundle.packing import open_ctb
+        from cachetool.bundle.ctb import open_ctb
 
         with open_ctb(good_ctb) as b:
             h = b.manifest.keys[0].hash

@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from cachetool.bundle.packing import open_ctb, pack, write_ctb
+from cachetool.bundle.ctb import open_ctb, write_ctb
+
+from cachetool.bundle.packing import pack
 from cachetool.install import install_bundle
 from cachetool.bundle.manifest import platform_key
 from tests.bundles.conftest import one_error_line

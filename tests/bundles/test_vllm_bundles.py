@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm import key
-from cachetool.bundle.factors import UNSET, Factors
-from cachetool.layouts.registry import scan
+from cachetool.layouts.factors import UNSET, Factors
+from cachetool.engines.layouts import scan
 from cachetool.bundle.manifest import platform_key
 
 
@@ -161,15 +161,15 @@ def test_inspect_names_what_a_vllm_key_folder_serves_in_its_engines_words(tmp_pa
 def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monkeypatch, tmp_path):
     """VLLM_CPU_OMP_THREADS_BIND is one of vLLM's hashed env factors: set on a GPU machine, a warm's key would
     differ from its server's, which never sets it."""
-    from cachetool.engines.vllm import engine
+    from cachetool.engines.vllm import child_env
     from compiler import build_identity
 
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     monkeypatch.setattr(build_identity, "cuda_device", lambda index=0: None)
-    assert engine.child_env(tmp_path, 2).get("VLLM_CPU_OMP_THREADS_BIND")
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine.child_env(tmp_path, 1)
+    assert child_env.child_env(tmp_path, 2).get("VLLM_CPU_OMP_THREADS_BIND")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in child_env.child_env(tmp_path, 1)
     monkeypatch.setattr(build_identity, "cuda_device", lambda index=0: {"device": "NVIDIA H200", "capability": "9.0"})
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine.child_env(tmp_path, 2)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in child_env.child_env(tmp_path, 2)
 
 
 def test_pull_for_vllm_without_a_cache_root_installs_where_vllm_reads(tmp_path, cli, keys, monkeypatch):
@@ -274,7 +274,7 @@ CPU_NATIVE = {"os": "linux", "arch": "x86_64", "device": "cpu", "torch": "2.13.0
 def test_the_gpu_is_probed_when_any_entry_is_a_gpu_bundle_whatever_its_engine():
     """local_platform probed the GPU only for a platform key starting with "cuda"; vLLM's start with "vllm"
     (vllm0.26.0-cuda-sm90-...), so `pull --engine vllm` without --device took this GPU machine for a CPU one."""
-    from cachetool.transfer.pull import device_to_probe
+    from cachetool.refs.choice import device_to_probe
 
     vllm_gpu = _entry("vllm0.26.0-cuda-sm90-torch2.9.0+cu129", CUDA_VLLM)
     cpu = _entry("cpu-x86_64-torch2.13.0+cpu", CPU_NATIVE)
@@ -288,7 +288,7 @@ def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_mac
     from cachetool import engines
     from cachetool.bundle import fingerprint
     from cachetool.engines.vllm import facts
-    from cachetool.transfer.pull import select_entry
+    from cachetool.refs.choice import select_entry
     from cachetool.stores.base import RefIndex
 
     here = dict(CUDA_VLLM, vllm=None)  # a GPU machine (stubbed: there is none here), vLLM 0.26.0 installed
@@ -325,7 +325,7 @@ def test_the_triton_cache_ships_as_a_unit_of_its_own_and_installs_where_the_serv
 def test_a_native_preset_is_refused_for_vllm_in_one_line():
     import pytest
 
-    from cachetool.engines.vllm.engine import check_model
+    from cachetool.engines.vllm.preflight import check_model
     from cachetool.errors import UsageError
 
     with pytest.raises(UsageError, match="a preset of the native engine; --engine vllm --model takes a model folder"):
@@ -370,7 +370,7 @@ def write_tiny(folder: Path) -> Path:
 def test_a_start_that_compiled_a_piecewise_graph_is_not_a_hit():
     """On the GPU a root without vLLM's piecewise folder loads the AOT artifact, compiles no kernel file in the
     root, and still compiles one graph ("Compiling a graph for compile range ..."): a miss, named."""
-    from cachetool.engines.vllm.engine import VllmStartResult
+    from cachetool.engines.vllm.result import VllmStartResult
 
     fields = dict(command="check", model="/m", cache_root="/r", flags=[], vllm_version="0.26.0", cache_key="ab" * 32,
                   cache_keys=["ab" * 32], key_existed=True, inductor_compiled=0, inductor_loaded=0, dynamo_traces=0,

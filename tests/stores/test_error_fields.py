@@ -214,7 +214,7 @@ def test_key_is_a_store_object_and_a_path_in_the_cache_root_is_path(bundle, keys
     another (a changed unit under --keep-changed): now `key` is always the store's object (here the bundle's
     manifest) and a local path has its own field, `path`."""
     from cachetool.api import pull
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     ref = f"file://{tmp_path}/store/llama:v1"
     push(bundle, ref)

@@ -263,7 +263,7 @@ def test_blob_corrupted_in_the_store_is_detected(any_store, keys, tmp_path, cli)
 
 
 def _ctb(bundle, tmp_path):
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     p = tmp_path / "bundle.ctb"
     if not p.exists():
@@ -288,7 +288,7 @@ def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bund
     write was dropped. Here the push of platform Y runs exactly when the removal of Z writes the ref."""
     from cachetool.stores.base import RefEntry
     from cachetool.transfer.push import merge_index
-    from cachetool.stores.admin import remove
+    from cachetool.refs.admin import remove
 
     ref = file_or_s3.ref("v1")
     push(bundle, ref)
@@ -341,7 +341,7 @@ def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bund
 
 def test_s3_rm_of_the_last_platform_leaves_a_tag_that_reads_as_missing(rgw, s3_env, shared_bucket, bundle, keys,
                                                                       tmp_path, cli):
-    from cachetool.stores.admin import remove
+    from cachetool.refs.admin import remove
 
     store = f"s3://{shared_bucket}/tomb-{uuid.uuid4().hex[:8]}"
     push(bundle, f"{store}/llama:v1")

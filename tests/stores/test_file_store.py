@@ -13,7 +13,7 @@ from cachetool.digests import hexof
 from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.api import pull
 from cachetool.transfer.push import merge_index, push
-from cachetool.stores.admin import remove
+from cachetool.refs.admin import remove
 
 
 def test_documented_layout_and_no_temp_files(bundle, tmp_path):

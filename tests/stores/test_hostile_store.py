@@ -113,7 +113,7 @@ def test_push_of_a_tampered_bundle_writes_nothing(bundle, keys, cli, tmp_path):
     # (the store "had" it), so every pull failed from then on.
     import tarfile
 
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     good = write_ctb(bundle, tmp_path / "good.ctb")
     data = bytearray(good.read_bytes())

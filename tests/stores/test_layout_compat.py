@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.bundle.packing import write_ctb
+from cachetool.bundle.ctb import write_ctb
 from cachetool.digests import hexof
 from cachetool.api import pull
 from cachetool.transfer.push import push
-from cachetool.stores.admin import gc, remove
+from cachetool.refs.admin import gc, remove
 
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE = "51b49f9"  # the last commit before stores became one ObjectStore on file and S3 backends

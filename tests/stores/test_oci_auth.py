@@ -134,7 +134,7 @@ def _skopeo_login(reg, authfile, password=None):
 
 def test_a_login_written_by_skopeo_login_works(oci_registry_auth, bundle, keys, cli, no_logins, monkeypatch):
     # Before: only the docker config.json was read; REGISTRY_AUTH_FILE and containers' auth.json were ignored.
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     reg, tmp = oci_registry_auth, no_logins
     ctb = write_ctb(bundle, tmp / "b.ctb")

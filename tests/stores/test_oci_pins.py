@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from cachetool.bundle.packing import write_ctb
+from cachetool.bundle.ctb import write_ctb
 from tests.bundles.fixtures import tree_snapshot
 
 

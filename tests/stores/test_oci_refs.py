@@ -14,7 +14,7 @@ from cachetool.stores.oci import OCIStore
 from cachetool.stores.oci.repository import Repository
 from cachetool.api import pull
 from cachetool.transfer.push import merge_index, push
-from cachetool.stores.admin import remove
+from cachetool.refs.admin import remove
 
 
 def _repo(reg) -> str:

@@ -12,7 +12,7 @@ import requests
 
 import pytest
 
-from cachetool.bundle.packing import write_ctb
+from cachetool.bundle.ctb import write_ctb
 
 
 @pytest.fixture

@@ -155,7 +155,7 @@ def test_unknown_tag_and_missing_store_are_not_found(any_store, bundle, keys, tm
 
 
 def test_cli_push_pull_ls_rm_gc(any_store, bundle, keys, tree, tmp_path, cli, local_platform):
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     ctb = write_ctb(bundle, tmp_path / "b.ctb")
     ref = any_store.ref("cli")

@@ -42,7 +42,7 @@ def test_verify_a_ref_checks_the_signature_and_every_blob(pushed, keys, cli, tmp
 
 
 def test_diff_of_a_ref_and_its_bundle_file_finds_nothing(pushed, bundle, cli, tmp_path):
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     _, ref = pushed
     ctb = write_ctb(bundle, tmp_path / "b.ctb")
@@ -70,7 +70,7 @@ def test_verify_a_ref_whose_blob_was_changed_in_the_store_is_refused(tmp_path, b
 
 def test_diff_platform_picks_the_refs_bundle_beside_a_file(pushed, bundle, cuda_bundle, cli, tmp_path):
     """--platform is the ref's: with a bundle file on the other side it was refused ("--platform is for a ref")."""
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     _, ref = pushed
     ctb = write_ctb(bundle, tmp_path / "b.ctb")

@@ -21,8 +21,8 @@ from cachetool.stores.file import FileStore
 from cachetool.stores.oci.store import OCIStore
 from cachetool.stores.s3 import S3Store
 from cachetool.transfer.push import push
-from cachetool.stores.admin import gc as library_gc
-from cachetool.stores.admin import remove
+from cachetool.refs.admin import gc as library_gc
+from cachetool.refs.admin import remove
 
 
 def test_every_store_declares_capabilities_and_one_gc_default():

@@ -71,7 +71,7 @@ def test_diff_of_refs_in_two_kinds_of_store_gives_each_side_its_own_options(rgw,
     refused."""
     import uuid
 
-    from cachetool.bundle.packing import write_ctb
+    from cachetool.bundle.ctb import write_ctb
 
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)  # the flag is the only way to the S3 server
     ctb = write_ctb(bundle, tmp_path / "b.ctb")

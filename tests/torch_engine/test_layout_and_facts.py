@@ -18,7 +18,7 @@ from cachetool.engines.torch import key
 from cachetool.engines.torch.command import parse
 from cachetool.engines.torch.layout import scan
 from cachetool.errors import EngineFlagsError, PreflightError
-from cachetool.layouts.registry import detect
+from cachetool.engines.layouts import detect
 from tests.bundles.fixtures import make_native_tree
 
 

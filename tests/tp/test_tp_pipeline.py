@@ -105,7 +105,8 @@ def test_tensor_parallel_size_is_hashed_and_dp_rank_names_the_folder(tp_warm) ->
 
 
 def test_pack_stores_ranks_once_and_install_picks_ranks(tp_warm, tmp_path: Path) -> None:
-    from cachetool.bundle.packing import open_ctb, pack, write_ctb
+    from cachetool.bundle.ctb import open_ctb, write_ctb
+    from cachetool.bundle.packing import pack
     from cachetool.install import install_bundle
 
     root, warm = tp_warm

@@ -61,7 +61,8 @@ def test_server_model_path_unlike_the_warms_is_refused_before_any_blob(warmed, t
 def _edited_bundle(warmed, tmp_path, **fingerprint) -> Path:
     """The warm's key folder packed, its fingerprint edited and the manifest signed again with the trusted key
     (a signer that made a bundle for another vLLM or CPU): a .ctb."""
-    from cachetool.bundle.packing import DirPackedBundle, pack, write_ctb
+    from cachetool.bundle.ctb import write_ctb
+    from cachetool.bundle.packing import DirPackedBundle, pack
     from cachetool.bundle.manifest import Manifest
     from cachetool.bundle.signing import load_private_key, sign_manifest
 

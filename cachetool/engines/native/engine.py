@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cachetool.engines.base import KeyCheckRequest, StartRequest
 from cachetool.errors import UsageError
-from cachetool.bundle.factors import Difference, Factors
+from cachetool.layouts.factors import Difference, Factors
 
 class NativeEngine:
     name = "native"

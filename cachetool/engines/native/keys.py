@@ -2,7 +2,7 @@
 server will look up (:class:`NativeKeyCheck`: predicted from a bundle's own factors, or traced), and the factors
 this machine would record (:func:`check_machine_factors`, :func:`local_factors`); two keys are compared by every
 engine's comparison (:mod:`cachetool.engines.factor_compare`). Everything here works on cachetool's engine-neutral
-:class:`cachetool.bundle.factors.Factors`; the compiler's types stay inside this module."""
+:class:`cachetool.layouts.factors.Factors`; the compiler's types stay inside this module."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from cachetool.engines.factor_compare import FACTOR_NAMES, compare_factors
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import PreflightError, UsageError, clip
-from cachetool.bundle.factors import Difference, Factors, also_named, short_repr
+from cachetool.layouts.factors import Difference, Factors, also_named, short_repr
 from compiler import cache_key as ck
 
 __all__ = ["NativeKeyCheck", "check_expected_key", "check_machine_factors", "local_factors", "server_key_check",

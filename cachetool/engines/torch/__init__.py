@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachetool.bundle.factors import Difference, Factors
+from cachetool.layouts.factors import Difference, Factors
 from cachetool.engines.base import KeyCheckRequest, StartRequest
 from cachetool.engines.torch.variables import ROOT, VARIABLES
 from cachetool.errors import UsageError

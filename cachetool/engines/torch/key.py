@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool import envs
-from cachetool.bundle.factors import UNSET, Difference, Factors
+from cachetool.layouts.factors import UNSET, Difference, Factors
 from cachetool.cache_root import FACTORS_FILE
 from cachetool.engines import machine
 from cachetool.engines.factor_compare import compare_factors

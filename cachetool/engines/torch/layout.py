@@ -24,8 +24,8 @@ import stat
 import time
 from pathlib import Path
 
-from cachetool.bundle.entries import KeyFolder, Unit
-from cachetool.bundle.factors import Factors
+from cachetool.layouts.entries import KeyFolder, Unit
+from cachetool.layouts.factors import Factors
 from cachetool.cache_root import FACTORS_FILE, INCOMPLETE_DIR
 from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree

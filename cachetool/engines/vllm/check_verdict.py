@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cachetool.bundle.entries import KeyFolder
+from cachetool.layouts.entries import KeyFolder
 from cachetool.cache_root import AOT, FACTORS_FILE, RANK_RE, TCC
 from cachetool.errors import PreflightError
 

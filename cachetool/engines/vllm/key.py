@@ -34,7 +34,7 @@ from typing import Any
 from cachetool.cache_root import FACTORS_FILE  # noqa: F401 - where a warm records them
 from cachetool.engines.factor_compare import field_differences, same_json  # the one field-by-field comparison
 from cachetool.engines.vllm.server_command import canonical
-from cachetool.bundle.factors import UNSET, Difference, Factors
+from cachetool.layouts.factors import UNSET, Difference, Factors
 
 SCHEMA = 1
 

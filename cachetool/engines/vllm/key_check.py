@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cachetool.engines.vllm import key, launch, server_command, verdict
-from cachetool.engines.vllm.engine import (check_model, child_env, python, require_vllm, run_child, server_argv,
-                                           server_model, short_key, tensor_parallel_size)
+from cachetool.engines.vllm import child_process, key, launch, server_command, verdict
+from cachetool.engines.vllm.child_env import child_env
+from cachetool.engines.vllm.headless import server_argv, server_model, tensor_parallel_size
+from cachetool.engines.vllm.preflight import check_model, python, require_vllm
+from cachetool.engines.vllm.result import short_key
 from cachetool.errors import PreflightError
-from cachetool.bundle.factors import also_named, short_repr
+from cachetool.layouts.factors import also_named, short_repr
 
 
 @dataclasses.dataclass
@@ -137,8 +139,8 @@ class ServerKeyCheck:
         # vLLM writes its model-inspection cache under VLLM_CACHE_ROOT (not hashed): the child's own scratch root
         # keeps the pull's root untouched until the install, and its log an unlinked file.
         with tempfile.TemporaryFile() as log:
-            return run_child({"mode": "key", "model": self.model, "argv": server_argv(self.flags)}, None, log,
-                             timeout=self.timeout)
+            return child_process.run_child({"mode": "key", "model": self.model, "argv": server_argv(self.flags)},
+                                           None, log, timeout=self.timeout)
 
 
 def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cache_root: str | Path,

@@ -34,7 +34,7 @@ from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.engines.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
                                              scan_compile_cache)
 from cachetool.cache_root import MODELINFOS, TRITON_CACHE
-from cachetool.bundle.entries import Unit
+from cachetool.layouts.entries import Unit
 
 NAME = "vllm"
 MARKERS = ("vllm_compile_cache.py",)

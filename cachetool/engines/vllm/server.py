@@ -32,7 +32,9 @@ from pathlib import Path
 
 from cachetool.cache_root import TRITON_CACHE
 from cachetool.engines.vllm import worker_facts
-from cachetool.engines.vllm.engine import CHILD, kernel_files, key_folders, python
+from cachetool.engines.vllm.child_env import PROBE_DIR
+from cachetool.engines.vllm.preflight import python
+from cachetool.engines.vllm.root_files import kernel_files, key_folders
 
 # vLLM's engine-init seconds, in its log only (printed by every tested release: docs/vllm.md, "Tested vLLM releases")
 ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
@@ -134,7 +136,7 @@ def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dic
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "TRITON_CACHE_DIR": str(root / TRITON_CACHE), **(env or {}), "VLLM_CACHE_ROOT": str(root),
                 "VLLM_SERVER_DEV_MODE": "1"}
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHILD.parent), full_env.get("PYTHONPATH")) if p)
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE_DIR), full_env.get("PYTHONPATH")) if p)
     log_path = Path(tempfile.mkstemp(prefix="cachetool-vllm-serve-", suffix=".log")[1])
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:

@@ -22,7 +22,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from cachetool.bundle.factors import UNSET, Difference, Factors
+from cachetool.layouts.factors import UNSET, Difference, Factors
 from cachetool.engines.vllm import server_command
 from cachetool.engines.vllm.launch import model_config_digest, read_config_json
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from cachetool.engines.vllm import engine, facts
+from cachetool.engines.vllm import child_process, facts, start
 from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
 
 pytestmark = pytest.mark.skipif(facts.vllm_version() is None, reason="vLLM is not installed")
@@ -21,8 +21,8 @@ def no_vllm_start(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("vLLM was started")
 
-    monkeypatch.setattr(engine, "start", refuse)
-    monkeypatch.setattr(engine, "run_child", refuse)
+    monkeypatch.setattr(start, "start", refuse)
+    monkeypatch.setattr(child_process, "run_child", refuse)
 
 
 def test_check_of_an_eager_server_is_a_hit_without_starting_vllm(tmp_path, cli, no_vllm_start):

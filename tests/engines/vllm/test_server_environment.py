@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from cachetool.engines import get
-from cachetool.engines.vllm.engine import environment_notes
+from cachetool.engines.vllm.server_env import environment_notes
 
 
 def _root_with_triton_kernels(tmp_path, n=3):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cachetool.bundle.factors import Factors
+from cachetool.layouts.factors import Factors
 from cachetool.engines.vllm import key, verdict
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2,

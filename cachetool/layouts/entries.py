@@ -1,11 +1,12 @@
-"""The entries a manifest lists (files, folders, install units, key folders): plain values, read by the layouts
-that produce them and by everyone who reads a manifest (:mod:`cachetool.bundle.manifest` validates them)."""
+"""What a cache folder holds, as a layout's scan finds it and a manifest lists it (files, folders, install units,
+key folders): plain values, produced by the layouts and read by everyone who reads a manifest
+(:mod:`cachetool.bundle.manifest` validates them)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from cachetool.bundle.factors import Factors
+from cachetool.layouts.factors import Factors
 
 __all__ = ["DirEntry", "FileEntry", "KeyFolder", "Unit"]
 

@@ -1,4 +1,5 @@
-"""A cache key's recorded hash factors, and how two differ, as a bundle holds them: engine-neutral.
+"""A cache key's recorded hash factors, and how two differ, as a key folder records them and a bundle holds them:
+engine-neutral (a layout's scan reads them; the engines compare them).
 
 A key folder records its factors as ``{name: {"hash", "values"[, "evidence"]}}`` (the native engine's ``env``,
 ``config``, ``code``, ``compiler``; the vLLM engine's add ``serve``, ``inductor``, ``launch``): the manifest,

@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cachetool.errors import CachetoolError, NotFoundError, UsageError, filled
+from cachetool.errors import CachetoolError, UsageError, filled
 from cachetool.bundle.manifest import Manifest
 from cachetool.bundle.source import BundleSource
-from cachetool.stores.base import BlobRef, RefEntry, RefIndex
+from cachetool.stores.base import BlobRef, RefEntry
 
 
 def is_ref(spec: str | os.PathLike) -> bool:
@@ -28,45 +28,24 @@ def is_ref(spec: str | os.PathLike) -> bool:
 
 def open_bundle(spec: str | os.PathLike, *, platform: str | None = None,
                 store_options: dict[str, Any] | None = None) -> Any:
-    """A ``.ctb`` file (:class:`cachetool.bundle.packing.CtbBundle`) or a ref's bundle (:class:`RefBundle`); use it as a
+    """A ``.ctb`` file (:class:`cachetool.bundle.ctb.CtbBundle`) or a ref's bundle (:class:`RefBundle`); use it as a
     context manager."""
     if is_ref(spec):
         return RefBundle(str(spec), platform=platform, store_options=store_options)
     if platform is not None:
         raise UsageError(f"--platform is for a ref (a bundle file holds one platform): {spec}")
-    from cachetool.bundle.packing import open_ctb
+    from cachetool.bundle.ctb import open_ctb
 
     return open_ctb(spec)
-
-
-def choose_entry(index: RefIndex, ref_text: str, platform: str | None) -> RefEntry:
-    """The entry to read: ``platform``'s, the only one, or this machine's (see the module doc)."""
-    names = ", ".join(e.platform for e in index.entries) or "none"
-    if platform is not None:
-        for e in index.entries:
-            if e.platform == platform:
-                return e
-        raise NotFoundError(f"{ref_text} has no platform {platform} (it has: {names})", ref=ref_text)
-    if len(index.entries) == 1:
-        return index.entries[0]
-    if not index.entries:
-        raise NotFoundError(f"{ref_text} holds no bundles", ref=ref_text)
-    from cachetool.errors import CacheMissError
-    from cachetool.transfer.pull import select_entry
-
-    try:
-        return select_entry(index, ref_text)
-    except CacheMissError:
-        raise UsageError(f"{ref_text} holds {len(index.entries)} platforms ({names}), none of them this machine's: "
-                         "choose one with --platform", ref=ref_text) from None
 
 
 class RefBundle(BundleSource):
     """A bundle in a store, opened for reading (see the module doc)."""
 
     def __init__(self, ref_text: str, *, platform: str | None, store_options: dict[str, Any] | None):
-        from cachetool.transfer.pull import StoreSource
-        from cachetool.transfer.ref_reading import open_ref, read_index
+        from cachetool.refs.choice import choose_entry
+        from cachetool.refs.opening import open_ref, read_index
+        from cachetool.transfer.store_source import StoreSource
 
         self._tmp: Path | None = None
         self.entry: RefEntry | None = None

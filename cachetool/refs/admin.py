@@ -4,7 +4,7 @@ collect what no ref reaches."""
 from __future__ import annotations
 
 from cachetool.errors import NotFoundError, UsageError
-from cachetool.transfer.ref_reading import open_ref
+from cachetool.refs.opening import open_ref
 from cachetool.stores.addresses import Ref
 from cachetool.stores import open_store
 from cachetool.stores.base import GC_MIN_AGE_S, RefIndex, Store

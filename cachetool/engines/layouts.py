@@ -1,11 +1,13 @@
-"""The layout registry: every layout a bundle may name, found from the engines that declare them.
+"""The layout registry, beside the engine registry: every layout a bundle may name, found from the engines that
+declare them.
 
 A layout is a small plug-in (a module) with ``detect(path) -> bool`` and ``scan(path) -> LayoutScan``, and where it
 states them ``incomplete_reason(unit_dir, ranked)`` and ``stale_entries(root)``. Each engine declares its own
 (``Engine.layout`` names it, ``Engine.layout_rules()`` returns it: ``native``, the tree ``compiler/`` writes;
-``vllm``, a real vLLM cache root; ...); the one layout no engine writes is here, ``triton`` (a plain Triton cache
-folder). :data:`LAYOUTS` maps every name a manifest may carry to its module, in detection order (the engines'
-registry order, the most specific first, then ``triton``); :data:`CHOICES` is what the CLI's ``--layout`` accepts.
+``vllm``, a real vLLM cache root; ...); the one layout no engine writes is here too, ``triton`` (a plain Triton
+cache folder, :mod:`cachetool.layouts.triton`). :data:`LAYOUTS` maps every name a manifest may carry to its module,
+in detection order (the engines' registry order, the most specific first, then ``triton``); :data:`CHOICES` is what
+the CLI's ``--layout`` accepts.
 A new engine's layout needs nothing here.
 
 ``<path>`` may be the whole root, one hash folder or one rank folder: manifest paths stay relative to the cache

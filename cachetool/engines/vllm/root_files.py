@@ -1,0 +1,27 @@
+"""What a vLLM cache root holds, read before and after a start: its kernel binaries (a new one is a kernel
+Inductor compiled; one a worker mapped that was there before, one it loaded) and its AOT key folders (the one a
+start used was there before, or not). A headless start (:mod:`~cachetool.engines.vllm.start`) and ``vllm serve``
+(:mod:`~cachetool.engines.vllm.server`) count them alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cachetool.cache_root import AOT, TCC, TRITON_CACHE
+
+AOT_DIR = (TCC, AOT)
+KERNEL_SUFFIXES = (".so", ".cubin", ".hsaco")
+
+
+def kernel_files(cache_root: Path) -> set[str]:
+    """Kernel binaries under the root's compile cache and Triton cache (a new one is a kernel compiled)."""
+    out: set[str] = set()
+    for top in (cache_root.joinpath(*AOT_DIR[:1]), cache_root / TRITON_CACHE):
+        if top.is_dir():
+            out.update(str(p) for p in top.rglob("*") if p.suffix in KERNEL_SUFFIXES and p.is_file())
+    return out
+
+
+def key_folders(cache_root: Path) -> set[str]:
+    top = cache_root.joinpath(*AOT_DIR)
+    return {p.name for p in top.iterdir() if p.is_dir()} if top.is_dir() else set()

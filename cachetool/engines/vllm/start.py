@@ -1,0 +1,95 @@
+"""One headless start of real vLLM on a cache root (:func:`start`, behind ``warm`` and ``check``), in named phases:
+
+1. ``preflight``: vLLM is installed, the model is a folder with ``config.json`` (or a hub id served from the
+   local cache), no flag after ``--`` is one cachetool sets itself (:mod:`~cachetool.engines.vllm.preflight`,
+   :mod:`~cachetool.engines.vllm.headless`);
+2. ``snapshot``: the kernel binaries the cache root already holds (:mod:`~cachetool.engines.vllm.root_files`);
+3. ``engine``: :mod:`cachetool.engines.vllm.child` starts vLLM on ``VLLM_CACHE_ROOT`` offline (dummy weights
+   unless ``load_weights``, no tokenizer), sends prefill and decode requests, and every worker reports what it
+   compiled, loaded and mapped (:mod:`~cachetool.engines.vllm.child_process`); vLLM's own log goes to a file whose
+   path the result names;
+4. ``report``: new kernel binaries are what Inductor compiled, mapped kernels that were there before are what it
+   loaded; vLLM's log tells whether its AOT artifact loaded (and vLLM's reason when not): a
+   :class:`~cachetool.engines.vllm.result.VllmStartResult`;
+5. ``record`` (warm only): ``cache_key_factors.json`` in each rank folder of the key folder vLLM used, with the
+   key inputs (:mod:`cachetool.engines.vllm.key`) that a pull compares before downloading
+   (:mod:`~cachetool.engines.vllm.record`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from cachetool.engines.vllm import unfinished, worker_facts
+from cachetool.engines.vllm.child_process import run_child
+from cachetool.engines.vllm.headless import server_argv, server_model
+from cachetool.engines.vllm.preflight import check_model, require_vllm
+from cachetool.engines.vllm.record import record_key_inputs
+from cachetool.engines.vllm.result import VllmStartResult
+from cachetool.engines.vllm.root_files import kernel_files, key_folders
+
+# The first requests of a server: a short and a longer prompt, and a one-token one (decode-sized batches follow).
+PROMPTS = ([1, 5, 7, 11], list(range(1, 48)), [3])
+MAX_TOKENS = 4
+
+
+def start(command: str, model: str | None, *, cache_root: str | Path, flags: list[str] | tuple[str, ...] = (),
+          load_weights: bool = False, progress: Callable[[str], None] | None = None) -> VllmStartResult:
+    """Start real vLLM headless on ``cache_root`` as ``vllm serve MODEL FLAGS`` would configure and run it; see
+    the module docstring for the phases. ``command``: ``warm`` (records the key inputs) or ``check``. ``model``
+    may instead be named in ``flags`` as the server names it (a positional tag, ``--model``)."""
+    say = progress or (lambda _m: None)
+    version = require_vllm()
+    model, rest = server_model(model, list(flags))
+    check_model(model)
+    root = Path(cache_root).expanduser().resolve()
+    created = not root.exists()
+    root.mkdir(parents=True, exist_ok=True)
+    before, keys_before = kernel_files(root), key_folders(root)
+    argv = server_argv(rest, load_weights)
+    log_path = Path(tempfile.mkstemp(prefix=f"cachetool-vllm-{command}-", suffix=".log")[1])
+    say(f"{command}: starting vLLM {version} on {root} (vLLM's log: {log_path})")
+    with unfinished.marked(root, command):  # pack refuses the root until this start completes
+        t0 = time.perf_counter()
+        try:
+            with open(log_path, "w+b") as log:
+                result = run_child({"mode": command, "model": model, "argv": argv, "prompts": list(PROMPTS),
+                                    "max_tokens": MAX_TOKENS}, root, log)
+        except BaseException:
+            if created:  # a root this failed start made holds only what the failed start wrote
+                shutil.rmtree(root, ignore_errors=True)
+            raise
+        wall = time.perf_counter() - t0
+        say(f"{command}: engine ready in {result['seconds'].get('engine_init', 0):.1f} s")
+        if result.get("hashing_error"):
+            say(f"{command}: what vLLM hashes could not be recorded ({result['hashing_error']}): a pull for "
+                "another server command will ask vLLM itself")
+        out = _report(command, model, root, rest, version, result, before, keys_before, log_path, wall)
+        if command == "warm":
+            record_key_inputs(out, result, model, rest)
+    return out
+
+
+def _report(command, model, root, flags, version, result, before, keys_before, log_path, wall) -> VllmStartResult:
+    workers = sorted(result["workers"], key=lambda w: w["rank"])
+    done = worker_facts.from_workers(workers)
+    after = kernel_files(root)
+    ranks = [{"rank": w["rank"], "aot": w.get("aot", []), "dynamo_traces": w["dynamo_unique_graphs"],
+              "mapped_kernels": len(w.get("mapped_kernels", [])), "vllm_counters": w["vllm_counters"]}
+             for w in workers]
+    return VllmStartResult(
+        command=command, model=model, cache_root=str(root), flags=list(flags), vllm_version=version,
+        cache_key=done.cache_key, cache_keys=done.cache_keys,
+        key_existed=bool(done.cache_keys) and set(done.cache_keys) <= keys_before,
+        inductor_compiled=len(after - before), inductor_loaded=len(done.mapped_kernels & before),
+        dynamo_traces=done.dynamo_traces, aot_loaded=done.aot_loaded, aot_saved=done.aot_saved,
+        aot_error=None if done.aot_loaded else worker_facts.aot_failure(log_path),
+        aot_artifacts_loaded=done.aot_artifacts_loaded, compiled_artifacts_loaded=done.compiled_artifacts_loaded,
+        piecewise_loaded=done.piecewise_loaded, piecewise_compiled=done.piecewise_compiled,
+        startup_seconds=result["seconds"].get("engine_init", 0.0), seconds=round(wall, 3),
+        phases=result["seconds"], tensor_parallel_size=max(1, len(workers)), ranks=ranks, log=str(log_path),
+        aot_paths=done.aot_paths)
