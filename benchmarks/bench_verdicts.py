@@ -3,7 +3,7 @@ decided, and (``--judge``) what the real ``vllm serve`` then did on that root, s
 
     python benchmarks/bench_verdicts.py                      # the tiny Llama on the CPU, every row of the table
     python benchmarks/bench_verdicts.py --judge              # ... and each row judged by its own vllm serve
-    python benchmarks/bench_verdicts.py --model llama-3.2-1b --table gpu --judge-rows -O0,--seed   # the H200
+    python benchmarks/bench_verdicts.py --model llama-3.2-1b --table gpu --judge-rows=-O0,--seed   # the H200
 
 One warm (``cachetool warm --engine vllm --push file://...``) makes the bundle; each row of
 :mod:`cachetool.engines.vllm.verdict_table` is then pulled with the server's own command line after ``--`` into a
@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="llama-3.2-1b, a model folder, or the tiny Llama (default)")
     ap.add_argument("--table", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--judge", action="store_true", help="judge every row by its own vllm serve")
-    ap.add_argument("--judge-rows", default="", help="comma-separated rows to judge (instead of all)")
+    ap.add_argument("--judge-rows", default="", help="comma-separated rows to judge (instead of all); give it as --judge-rows=-O0,... (a value that starts with a dash)")
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--warm-root", type=Path, default=None,
                     help="a root already warmed for --model and its flags (no warm of its own)")
