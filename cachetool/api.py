@@ -56,10 +56,12 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
 # imports from this module only (tests/test_cli_layer.py), these names included.
 CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ENGINE_HELP",
-             "CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging", "pull_refused_outcome")
+             "CACHE_ROOT_HELP", "DEFAULT_CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging",
+             "pull_refused_outcome")
 PULL_OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)  # every outcome a pull ends in (`pull --help` lists them)
 ENGINE_HELP = engines.help_text()  # --engine's help, from the registry
-CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help()})."
+CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help()})."  # verbs with --engine
+DEFAULT_CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help(every_engine=False)})."  # verbs without
 
 # The argument types the verbs share.
 SignKey = Union[str, Path, "Ed25519PrivateKey"]  # a key file, or a loaded key
@@ -132,7 +134,7 @@ def start_request(command: str, model: str | None, root: CacheRoot, *, device: s
     defaults)."""
     options = dict(device=device, config=config, overrides=tuple(overrides), rank=rank, dp_rank=dp_rank,
                    tensor_parallel_size=tensor_parallel_size, flags=tuple(engine_flags), load_weights=load_weights)
-    return StartRequest(command=command, model=model, cache_root=root.path, share_ranks=share_ranks,
+    return StartRequest(command=command, model=model, cache_root=root, share_ranks=share_ranks,
                         require_hit=require_hit, events=events, messages=messages,
                         given=frozenset(given) if given is not None else _given(**options), **options)
 
@@ -161,7 +163,7 @@ def warm(model: str | None = None, *, cache_root: str | Path | None = None, devi
                             tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks,
                             events=on_progress, messages=engine_progress, given=given)
     t0 = time.perf_counter()
-    require_writable(root.path, "warm")  # before minutes of compiling
+    require_writable(root, "warm")  # before minutes of compiling
     with _stopped_by_signals("warm", root):
         result = chosen.warm(request)
         summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
@@ -258,7 +260,7 @@ def pull_request(ref: str, cache_root: str | Path | None = None, *, trust: Trust
     from cachetool.transfer.pull import PullRequest
 
     chosen = _engine(engine)
-    root = CacheRoot.of(cache_root, chosen).path
+    root = CacheRoot.of(cache_root, chosen)
     asks_key = (model is not None or bool(engine_flags) or config is not None or bool(overrides)
                 or tensor_parallel_size != 1)
     key = KeyCheckRequest(model=model, cache_root=root, device=device or "cpu", config=config,
@@ -417,7 +419,7 @@ def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: 
 
         key_check = NativeKeyCheck(expected=expected_key)
     with open_ctb(bundle) as b:
-        return install_bundle(b, default_cache_root() if cache_root is None else cache_root, trust=trust,
+        return install_bundle(b, CacheRoot.of(cache_root, _engine(None)), trust=trust,
                               insecure_skip_verify=insecure_skip_verify, ranks=ranks, preflight=preflight,
                               device=device, key_check=key_check, force=force, keep_changed=keep_changed,
                               warn=warn, workers=workers, deadline=deadline)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from cachetool.cache_root import CacheRoot
 from cachetool.layouts.factors import Difference, Factors
 
 
@@ -27,7 +28,7 @@ class StartRequest:
     command: str                      # "warm" or "check"
     model: str | None                 # None: from the flags (vLLM: `vllm serve M`), or none (an engine that runs
                                       # the user's own command), or refused
-    cache_root: Path                  # resolved (cachetool.cache_root.CacheRoot.path)
+    cache_root: CacheRoot             # resolved once, by the caller
     device: str = "cpu"
     config: Any = None                # native: a CompilationConfig, dict or JSON text
     overrides: tuple[str, ...] = ()   # native: -cc.k=v
@@ -51,7 +52,7 @@ class KeyCheckRequest:
     """Pull's key question for a server (``pull --model M`` and, for vLLM, its flags after ``--``)."""
 
     model: str | None
-    cache_root: Path
+    cache_root: CacheRoot
     device: str = "cpu"
     config: Any = None
     overrides: tuple[str, ...] = ()

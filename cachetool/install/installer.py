@@ -20,6 +20,7 @@ from cachetool.install.stage import check_complete, stage
 from cachetool.install.verify import verified_manifest
 from cachetool.bundle.manifest import Manifest, Unit, manifest_digest
 from cachetool.bundle.source import BundleSource
+from cachetool.cache_root import CacheRoot
 
 if TYPE_CHECKING:
     from cachetool.engines.base import KeyCheck
@@ -57,7 +58,7 @@ class InstallResult:
 
 def install_bundle(
     source: BundleSource,
-    cache_root: str | os.PathLike,
+    cache_root: CacheRoot | str | os.PathLike,
     *,
     trust: Iterable | None = None,
     insecure_skip_verify: bool = False,
@@ -85,6 +86,7 @@ def install_bundle(
     from cachetool.bundle.fingerprint import require_device
 
     t0 = time.monotonic()
+    given_root = CacheRoot.given(cache_root)
     device = require_device(device)  # pull's rule too: --device cuda without CUDA must not take the CPU bundle
     mbytes, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify,
                                                  warn=warn)
@@ -95,12 +97,12 @@ def install_bundle(
     checked = run_preflight(manifest, device=device, key_check=key_check) if preflight else []
     preflight_seconds = time.monotonic() - t_pre
     if not units:  # nothing this server reads: no root is made, no lock taken
-        return InstallResult(manifest_digest=manifest_digest(mbytes), cache_root=Path(cache_root).expanduser(),
+        return InstallResult(manifest_digest=manifest_digest(mbytes), cache_root=given_root.path,
                              units_installed=[], units_present=[], files=0, bytes=0, blobs_fetched=0, key_id=key_id,
                              verified=not insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
                              preflight_seconds=preflight_seconds)
 
-    root, root_fd, created_root = open_root(Path(cache_root).expanduser())
+    root, root_fd, created_root = open_root(given_root)
     try:
         lock_root(root_fd, root, deadline)
         plan, nbytes, nfiles, fetched = _install_locked(source, manifest, units, root, root_fd,

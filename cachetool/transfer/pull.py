@@ -10,12 +10,11 @@ import dataclasses
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from cachetool import bounds
 from cachetool.errors import CachetoolError, filled
-from cachetool.cache_root import PARTIAL_DIR
+from cachetool.cache_root import PARTIAL_DIR, CacheRoot
 from cachetool.refs.choice import select_entry
 from cachetool.refs.opening import open_ref, read_index
 from cachetool.stores.addresses import Ref
@@ -70,7 +69,7 @@ class PullRequest:
     timeout and signals), or None."""
 
     ref: str | Ref
-    cache_root: Path
+    cache_root: CacheRoot
     engine: Engine
     key: KeyCheckRequest | None = None
     trust: Any = None
@@ -116,7 +115,7 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
 
         trust = load_trusted_keys(trust)
     r, st, own_store = open_ref(request.ref, request.store, request.store_options)
-    root = Path(request.cache_root).expanduser()
+    root = request.cache_root
     try:
         down0 = st.counters.bytes_down
         try:
@@ -132,18 +131,18 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
                           bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0,
-                          server_env=request.engine.server_environment(root.resolve()), compiles_nothing=eager)
+                          server_env=request.engine.server_environment(root.resolved), compiles_nothing=eager)
     finally:
         if own_store:
             st.close()
 
 
-def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, root: Path, *, trust: Any,
+def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, root: CacheRoot, *, trust: Any,
                    device: str | None, key_check: Any, deadline: float | None) -> tuple[StoreSource, Any]:
     """Install ``entry`` from the store through a lazy source, with the progress bar; the source and the result."""
     from cachetool.install import install_bundle
 
-    partial = root / PARTIAL_DIR
+    partial = root.path / PARTIAL_DIR
     with TransferProgress(progress_default(request.progress)) as prog:
         if prog.enabled:
             # The entry's size is the blobs' stored bytes plus the manifest's (push): the bar counts the blobs,

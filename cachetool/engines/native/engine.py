@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cachetool import envs
 from cachetool.engines.base import KeyCheckRequest, StartRequest
 from cachetool.errors import UsageError
 from cachetool.layouts.factors import Difference, Factors
@@ -16,7 +17,7 @@ class NativeEngine:
     key_kinds = ("piecewise",)
     cache_root_variable = "CACHETOOL_CACHE_ROOT"
     variables = ()  # its own are in cachetool.envs.VARIABLES
-    cache_root_default = "~/.cache/cachetool"
+    cache_root_default = envs.default(cache_root_variable)  # the registry's, which the pipeline's matches
     fingerprint_fields: tuple[str, ...] = ()
     recorded_fields: tuple[str, ...] = ()
     platform_fields: tuple[str, ...] = ()

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cachetool.cache_root import CacheRoot
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import CompilationConfigError, DeviceError, UsageError
 
@@ -110,7 +111,7 @@ def parse_compilation_config(json_text: str | None = None, overrides: list[str] 
     with compiler_errors_mapped():
         cfg = CompilationConfig.from_cli(json_text, list(overrides))
     if cache_root is not None:
-        cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
+        cfg.cache_dir = str(CacheRoot.given(cache_root).resolved)
     return cfg
 
 
@@ -163,7 +164,7 @@ def _preflight(model: str, device: str, compilation_config: Any, cache_root: str
 
     cfg = copy.deepcopy(compilation_config) if compilation_config is not None else CompilationConfig()
     if cache_root is not None:
-        cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
+        cfg.cache_dir = str(CacheRoot.given(cache_root).resolved)
     _check_device(device)
     check_model(model)
     return cfg

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from cachetool.cache_root import CacheRoot
 from cachetool.engines.base import KeyCheckRequest, StartRequest
 from cachetool.errors import UsageError
 from cachetool.layouts.factors import Difference, Factors
@@ -83,7 +84,8 @@ class VllmEngine:
 
             out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
                         load_weights=request.load_weights, progress=request.messages)
-            out.environment_notes = environment_notes(check.cache_root, self.server_environment(check.cache_root))
+            out.environment_notes = environment_notes(check.cache_root, self.server_environment(check.cache_root),
+                                                      CacheRoot.of(None, self))
         if request.require_hit:
             must_hit(out)
         return out
@@ -159,6 +161,6 @@ class VllmEngine:
         from cachetool.layouts.entries import KeyFolder
         from cachetool.engines.vllm.key_check import server_key_check
 
-        check = server_key_check(model, list(flags), scratch)
+        check = server_key_check(model, list(flags), CacheRoot.given(scratch))
         _key, diffs = check.closest([KeyFolder(h, "aot", f) for h, f in keys])  # a server's key is an AOT folder
         return diffs
