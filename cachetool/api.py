@@ -16,6 +16,7 @@ torch is imported only by the calls that compile or compute a cache key.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -57,7 +58,7 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
 # imports from this module only (tests/test_cli_layer.py), these names included.
 CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ENGINE_HELP",
              "CACHE_ROOT_HELP", "DEFAULT_CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging",
-             "pull_refused_outcome")
+             "pull_request", "pull_refused_outcome")
 PULL_OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)  # every outcome a pull ends in (`pull --help` lists them)
 ENGINE_HELP = engines.help_text()  # --engine's help, from the registry
 CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help()})."  # verbs with --engine
@@ -245,40 +246,41 @@ def default_cache_root(engine: str | None = None) -> Path:
     return CacheRoot.of(None, _engine(engine)).path
 
 
-def pull_request(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None = None,
-                 insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None,
-                 device: str | None = None, model: str | None = None, config: Config = None,
-                 overrides: list[str] | tuple[str, ...] = (), tensor_parallel_size: int = 1,
-                 engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (), force: bool = False,
-                 keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
-                 store_options: dict[str, Any] | None = None, timeout: float | None = None,
-                 progress: bool | None = None, workers: int | None = None,
-                 warn: Callable[[str], None] | None = None) -> PullRequest:
-    """A pull's every option settled into one :class:`cachetool.transfer.pull.PullRequest` (arguments as for
-    :func:`pull`): the engine, the cache root, and the server's key question when it names a model (or, for vLLM,
-    its flags after ``--``)."""
+# A pull's keywords that name the server (its key question, KeyCheckRequest's fields): ``engine_flags`` is its
+# ``flags``, as for warm and check; the question's device and timeout are the pull's own.
+KEY_KEYWORDS = {f.name: f.name for f in dataclasses.fields(KeyCheckRequest)
+                if f.name not in ("cache_root", "device", "timeout", "flags")} | {"engine_flags": "flags"}
+
+
+def pull_request(ref: str, cache_root: str | Path | None = None, *, engine: str | None = None,
+                 **options: Any) -> PullRequest:
+    """A pull's every option settled into one frozen :class:`cachetool.transfer.pull.PullRequest` (the options as
+    for :func:`pull`): the engine, the cache root, and the server's key question when the options name one
+    (``model``, ``config``, ``overrides``, ``tensor_parallel_size``, ``engine_flags``). The options' defaults are
+    the request's own (its :class:`~cachetool.install.options.InstallOptions` and its store's fields), and the key
+    question's :class:`~cachetool.engines.base.KeyCheckRequest`'s."""
     from cachetool.transfer.pull import PullRequest
 
     chosen = _engine(engine)
     root = CacheRoot.of(cache_root, chosen)
-    asks_key = (model is not None or bool(engine_flags) or config is not None or bool(overrides)
-                or tensor_parallel_size != 1)
-    key = KeyCheckRequest(model=model, cache_root=root, device=device or "cpu", config=config,
-                          overrides=tuple(overrides), flags=tuple(engine_flags),
-                          tensor_parallel_size=tensor_parallel_size, timeout=timeout) if asks_key else None
-    return PullRequest(ref=ref, cache_root=root, engine=chosen, key=key, trust=trust,
-                       insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device, force=force,
-                       keep_changed=keep_changed, preflight=preflight, store=store, store_options=store_options,
-                       timeout=timeout, progress=progress, workers=workers, warn=warn)
+    named = {KEY_KEYWORDS[k]: options.pop(k) for k in list(options) if k in KEY_KEYWORDS}
+    key = KeyCheckRequest(cache_root=root, device=options.get("device") or "cpu", timeout=options.get("timeout"),
+                          **named)
+    return PullRequest(ref=ref, cache_root=root, engine=chosen, key=key if key.asks() else None, **options)
 
 
-def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None = None,
-         insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None, device: str | None = None,
-         model: str | None = None, config: Config = None, overrides: list[str] | tuple[str, ...] = (),
-         tensor_parallel_size: int = 1, engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (),
-         force: bool = False, keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
-         store_options: dict[str, Any] | None = None, timeout: float | None = None, progress: bool | None = None,
-         workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullResult | NotNeeded:
+def _settled(ref: str | PullRequest, cache_root: str | Path | None, options: dict[str, Any]) -> PullRequest:
+    """``ref``'s request, or ``ref`` itself when it is one (:func:`pull_request`'s, as the CLI builds it)."""
+    from cachetool.transfer.pull import PullRequest
+
+    if not isinstance(ref, PullRequest):
+        return pull_request(ref, cache_root, **options)
+    if cache_root is not None or options:
+        raise UsageError("a PullRequest is settled: give its options to pull_request, not with it")
+    return ref
+
+
+def pull(ref: str | PullRequest, cache_root: str | Path | None = None, **options: Any) -> PullResult | NotNeeded:
     """Pull ``ref`` into ``cache_root`` (default: :func:`default_cache_root` of ``engine``): signature checked
     against the pinned keys, then preflight, then blobs, each verified, installed atomically. With ``model`` (and
     ``config``, ``tensor_parallel_size``; for ``engine="vllm"`` the server's flags as ``engine_flags``), preflight
@@ -286,24 +288,18 @@ def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None 
     file. A server that compiles no graph (``--enforce-eager``, ``-O0``) gets only the bundle's folders that belong
     to no key (vLLM's Triton kernels and model inspection, which an eager start needs too). Returns
     :class:`cachetool.transfer.pull.PullResult`, or :class:`cachetool.transfer.pull.NotNeeded` where such a
-    server reads nothing of the bundle; raises on failure."""
+    server reads nothing of the bundle; raises on failure. ``options``: the install's
+    (:class:`~cachetool.install.options.InstallOptions`: ``trust``, ``insecure_skip_verify``, ``ranks``,
+    ``device``, ``preflight``, ``force``, ``keep_changed``, ``warn``, ``workers``), the store's (``store``,
+    ``store_options``, ``timeout``, ``progress``), ``engine`` and the server's (above); or ``ref`` is a request
+    :func:`pull_request` built."""
     from cachetool.transfer.pull import pull as run_pull
 
-    return run_pull(pull_request(
-        ref, cache_root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device,
-        model=model, config=config, overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine,
-        engine_flags=engine_flags, force=force, keep_changed=keep_changed, preflight=preflight, store=store,
-        store_options=store_options, timeout=timeout, progress=progress, workers=workers, warn=warn))
+    return run_pull(_settled(ref, cache_root, options))
 
 
-def pull_outcome(ref: str, cache_root: str | Path | None = None, *, on_miss: OnMiss = "fail",
-                 timeout: float | None = None, trust: Trust | None = None, insecure_skip_verify: bool = False,
-                 ranks: str | Iterable[str] | None = None, device: str | None = None, model: str | None = None,
-                 config: Config = None, overrides: list[str] | tuple[str, ...] = (), tensor_parallel_size: int = 1,
-                 engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (), force: bool = False,
-                 keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
-                 store_options: dict[str, Any] | None = None, progress: bool | None = None,
-                 workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullOutcome:
+def pull_outcome(ref: str | PullRequest, cache_root: str | Path | None = None, *, on_miss: OnMiss = "fail",
+                 **options: Any) -> PullOutcome:
     """:func:`pull` under the init-container policy (:mod:`cachetool.transfer.pull_policy`): returns a
     :class:`cachetool.transfer.pull_policy.PullOutcome` whatever happens (``installed``, ``already-installed``, or the
     failure's outcome and exit code; ``on_miss="continue"`` gives exit 0 for a cache that is missing, stale,
@@ -312,14 +308,9 @@ def pull_outcome(ref: str, cache_root: str | Path | None = None, *, on_miss: OnM
     from cachetool.transfer.pull_policy import pull_with_policy
 
     try:
-        request = pull_request(
-            ref, cache_root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device,
-            model=model, config=config, overrides=overrides, tensor_parallel_size=tensor_parallel_size,
-            engine=engine, engine_flags=engine_flags, force=force, keep_changed=keep_changed, preflight=preflight,
-            store=store, store_options=store_options, timeout=timeout, progress=progress, workers=workers,
-            warn=warn)
-    except Exception as exc:  # an engine that is none: its outcome too
-        return failure_outcome(ref, on_miss, exc)
+        request = _settled(ref, cache_root, options)
+    except Exception as exc:  # an engine that is none, an option that is none: its outcome too
+        return failure_outcome(str(ref), on_miss, exc)
     return pull_with_policy(request, on_miss)
 
 
@@ -401,28 +392,26 @@ def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = No
         return VerifyResult(str(bundle), b.manifest_digest, kid, len(m.blobs), len(m.files))
 
 
-def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: Trust | None = None,
-            insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None, preflight: bool = True,
-            device: str | None = None, key_check: KeyCheck | None = None,
-            expected_key: dict[str, Any] | None = None, force: bool = False,
-            keep_changed: bool = False, warn: Callable[[str], None] | None = None, workers: int | None = None,
-            deadline: float | None = None) -> InstallResult:
+def install(bundle: str | Path, cache_root: str | Path | None = None, *, key_check: KeyCheck | None = None,
+            expected_key: dict[str, Any] | None = None, deadline: float | None = None,
+            **options: Any) -> InstallResult:
     """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root`` (default:
     :func:`default_cache_root`); ``key_check``: the server's key question (an engine's ``KeyCheck``), or
-    ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). The other arguments as for
+    ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). ``options``: the install's,
+    each with its default in :class:`cachetool.install.options.InstallOptions` (``trust``, ``insecure_skip_verify``,
+    ``ranks``, ``preflight``, ``device``, ``force``, ``keep_changed``, ``warn``, ``workers``); ``deadline`` as for
     :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
     from cachetool.bundle.ctb import open_ctb
-    from cachetool.install import install_bundle
+    from cachetool.install import InstallOptions, install_bundle
 
+    settled = InstallOptions(**options)  # an option that is none is refused before the bundle is opened
     if expected_key is not None:
         from cachetool.engines.native.keys import NativeKeyCheck
 
         key_check = NativeKeyCheck(expected=expected_key)
     with open_ctb(bundle) as b:
-        return install_bundle(b, CacheRoot.of(cache_root, _engine(None)), trust=trust,
-                              insecure_skip_verify=insecure_skip_verify, ranks=ranks, preflight=preflight,
-                              device=device, key_check=key_check, force=force, keep_changed=keep_changed,
-                              warn=warn, workers=workers, deadline=deadline)
+        return install_bundle(b, CacheRoot.of(cache_root, _engine(None)), settled, key_check=key_check,
+                              deadline=deadline)
 
 
 def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None, model: str | None = None,

@@ -828,3 +828,57 @@ def test_the_default_cache_root_is_written_once_a_package():
     written = {str(path.relative_to(ROOT)): n for path in _modules().values()
                if (n := len(default.findall(path.read_text())))}
     assert written == {"cachetool/envs.py": 1, "compiler/envs.py": 1}
+
+
+# The install's options are listed once (issue 37, item 1): cachetool/install/options.py's InstallOptions, each with
+# its default, which a pull's request (transfer.pull.PullRequest) extends; the API builds one value from its keywords
+# and every layer below hands it down. Before, api.install, install.install_bundle, api.pull, api.pull_outcome and
+# api.pull_request each took every option with its default again (api.py's three pull functions ~21 keywords each),
+# and api.pull, api.pull_outcome and transfer.pull passed every one on by name. The CLI, where flags become the
+# request's keywords, names each flag once and is not a layer below.
+OPTIONS = (("cachetool/install/options.py", "InstallOptions"),)
+
+
+def _fields(path: Path, cls: str) -> set[str]:
+    """The annotated fields of dataclass ``cls`` in ``path``."""
+    node = next(n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+
+
+def _relisted(tree: ast.AST, fields: set[str]) -> list[int]:
+    """Lines of functions that take half or more of ``fields`` as parameters, and of calls that pass half or more of
+    them by name: a second listing of the options (or of their defaults) instead of the one value."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            named = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+        elif isinstance(node, ast.Call):
+            named = {k.arg for k in node.keywords if k.arg}
+        else:
+            continue
+        if 2 * len(named & fields) >= len(fields):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_install_and_pull_options_are_listed_once():
+    bad = []
+    for where, cls in OPTIONS:
+        fields = _fields(ROOT / where, cls)
+        assert len(fields) >= 6, f"{cls}: its fields not found"
+        bad += [f"{path.relative_to(ROOT)}:{line} lists {cls}'s fields again" for mod, path in _modules().items()
+                if mod.startswith("cachetool.") and not mod.startswith("cachetool.cli")
+                for line in _relisted(ast.parse(path.read_text()), fields)]
+    assert bad == []
+
+
+def test_the_options_rule_catches_what_it_names():
+    fields = _fields(ROOT / "cachetool/install/options.py", "InstallOptions")
+    src = ("def pull(ref, root=None, *, trust=None, insecure_skip_verify=False, ranks=None, device=None, force=False,\n"
+           "         keep_changed=False, preflight=True, warn=None, workers=None, timeout=None): ...\n"
+           "install_bundle(src, root, trust=t, ranks=r, device=d, force=f, keep_changed=k)\n"
+           "install_bundle(src, root, request.install_options(trust=t, device=d), key_check=k, deadline=x)\n"
+           "def verified_manifest(source, *, trust=None, insecure_skip_verify=False, warn=None): ...\n"
+           "def install(bundle, cache_root=None, *, key_check=None, deadline=None, **options): ...\n")
+    assert _relisted(ast.parse(src), fields) == [1, 3]

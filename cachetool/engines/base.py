@@ -47,18 +47,28 @@ class StartRequest:
         return name in self.given
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class KeyCheckRequest:
-    """Pull's key question for a server (``pull --model M`` and, for vLLM, its flags after ``--``)."""
+    """Pull's key question for a server (``pull --model M`` and, for vLLM, its flags after ``--``); each field's
+    default is written here alone."""
 
-    model: str | None
     cache_root: CacheRoot
+    model: str | None = None
     device: str = "cpu"
     config: Any = None
     overrides: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
     tensor_parallel_size: int = 1
     timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "flags", tuple(self.flags))
+
+    def asks(self) -> bool:
+        """Whether it names a server at all (a model, a config, flags, a tensor-parallel size): a pull without one
+        asks no key question."""
+        return self != KeyCheckRequest(cache_root=self.cache_root, device=self.device, timeout=self.timeout)
 
 
 @runtime_checkable
