@@ -836,7 +836,8 @@ def test_the_default_cache_root_is_written_once_a_package():
 # api.pull_request each took every option with its default again (api.py's three pull functions ~21 keywords each),
 # and api.pull, api.pull_outcome and transfer.pull passed every one on by name. The CLI, where flags become the
 # request's keywords, names each flag once and is not a layer below.
-OPTIONS = (("cachetool/install/options.py", "InstallOptions"),)
+# (file, class, the modules that must not list its fields again)
+OPTIONS = (("cachetool/install/options.py", "InstallOptions", "cachetool."),)
 
 
 def _fields(path: Path, cls: str) -> set[str]:
@@ -864,11 +865,11 @@ def _relisted(tree: ast.AST, fields: set[str]) -> list[int]:
 
 def test_the_install_and_pull_options_are_listed_once():
     bad = []
-    for where, cls in OPTIONS:
+    for where, cls, scope in OPTIONS:
         fields = _fields(ROOT / where, cls)
         assert len(fields) >= 6, f"{cls}: its fields not found"
         bad += [f"{path.relative_to(ROOT)}:{line} lists {cls}'s fields again" for mod, path in _modules().items()
-                if mod.startswith("cachetool.") and not mod.startswith("cachetool.cli")
+                if mod.startswith(scope) and not mod.startswith("cachetool.cli")
                 for line in _relisted(ast.parse(path.read_text()), fields)]
     assert bad == []
 
@@ -882,3 +883,37 @@ def test_the_options_rule_catches_what_it_names():
            "def verified_manifest(source, *, trust=None, insecure_skip_verify=False, warn=None): ...\n"
            "def install(bundle, cache_root=None, *, key_check=None, deadline=None, **options): ...\n")
     assert _relisted(ast.parse(src), fields) == [1, 3]
+
+
+# The native start builds its run configuration once (issue 37, item 3): the engine turns its StartRequest into one
+# engines.native.run.NativeRun, whose compilation config is parsed and put on the cache root once; run.start checks
+# it and dispatches tensor parallelism once. Before, a warm's config was parsed by the engine and copied and re-rooted
+# by the run (twice more for each tensor-parallel rank), and run.warm and run._run each dispatched on the size.
+def _native_run_settlings(tree: ast.AST) -> dict[str, list[int]]:
+    """Lines that put a config on a root (``X.cache_dir = ...``) and lines that dispatch on the tensor-parallel size
+    (a comparison of ``tensor_parallel_size`` with 1)."""
+    found: dict[str, list[int]] = {"roots a config": [], "dispatches tensor parallelism": []}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "cache_dir"
+                                                for t in node.targets):
+            found["roots a config"].append(node.lineno)
+        elif (isinstance(node, ast.Compare) and "tensor_parallel_size" in ast.unparse(node.left)
+              and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+              and any(isinstance(c, ast.Constant) and c.value == 1 for c in node.comparators)):
+            found["dispatches tensor parallelism"].append(node.lineno)
+    return found
+
+
+def test_the_native_start_settles_its_run_once():
+    native = [p for mod, p in _modules().items() if mod.startswith("cachetool.engines.native")]
+    counts = {what: sum(len(_native_run_settlings(ast.parse(p.read_text()))[what]) for p in native)
+              for what in ("roots a config", "dispatches tensor parallelism")}
+    assert counts == {"roots a config": 1, "dispatches tensor parallelism": 1}
+
+
+def test_the_native_run_rule_catches_what_it_names():
+    src = ("cfg.cache_dir = str(root)\nif tensor_parallel_size != 1:\n    pass\n"
+           "x = a if run.tensor_parallel_size != 1 else b\nn = tensor_parallel_size < 1\nc.cache_dir\n")
+    found = _native_run_settlings(ast.parse(src))
+    assert {what: sorted(lines) for what, lines in found.items()} == {"roots a config": [1],
+                                                                      "dispatches tensor parallelism": [2, 4]}

@@ -42,21 +42,17 @@ class NativeEngine:
     def warm(self, request: StartRequest):
         from cachetool.engines.native import run
 
-        return run.warm(request.model, cache_root=request.cache_root, device=request.device,
-                        compilation_config=self._config(request), rank=request.rank, dp_rank=request.dp_rank,
-                        tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
-                        on_progress=request.events)
+        return run.start(self._run(request))
 
     def check(self, request: StartRequest):
         from cachetool.engines.native import run
 
-        return run.check(request.model, cache_root=request.cache_root, device=request.device,
-                         compilation_config=self._config(request), rank=request.rank, dp_rank=request.dp_rank, require_hit=request.require_hit,
-                         tensor_parallel_size=request.tensor_parallel_size)
+        return run.start(self._run(request))
 
     @staticmethod
-    def _config(request: StartRequest):
-        """The start's compilation config on its cache root, once another engine's options are refused."""
+    def _run(request: StartRequest):
+        """The start as one :class:`~cachetool.engines.native.run.NativeRun`, once another engine's options are
+        refused: its compilation config parsed once, on the request's cache root."""
         from cachetool.engines.native import run
 
         _refuse_flags(request.flags)
@@ -67,7 +63,11 @@ class NativeEngine:
 
             raise UsageError(f"{request.command} needs --model: a preset ({', '.join(model_presets())}), a "
                              "config.json or a model folder")
-        return run.compilation_config(request.config, request.overrides, request.cache_root)
+        return run.NativeRun(command=request.command, model=request.model,
+                             config=run.compilation_config(request.config, request.overrides, request.cache_root),
+                             device=request.device, rank=request.rank, dp_rank=request.dp_rank,
+                             tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
+                             require_hit=request.require_hit, on_progress=request.events)
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
