@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,37 +119,34 @@ def _engine(name: str | None) -> engines.Engine:
     return engines.get(name) if name is not None else engines.default()
 
 
-def _given(**options: Any) -> frozenset[str]:
-    """The start options a library caller set: those that differ from the verbs' defaults."""
-    defaults = {"device": "cpu", "config": None, "overrides": (), "rank": 0, "dp_rank": 0, "tensor_parallel_size": 1,
-                "flags": (), "load_weights": False}
-    return frozenset(k for k, v in options.items() if v != defaults[k])
+# warm's and check's keywords whose StartRequest field has another name (every other keyword is its field's name)
+START_KEYWORDS = {"engine_flags": "flags", "on_progress": "events", "engine_progress": "messages"}
 
 
-def start_request(command: str, model: str | None, root: CacheRoot, *, device: str = "cpu", config: Config = None,
-                  overrides: Iterable[str] = (), engine_flags: Iterable[str] = (), load_weights: bool = False,
-                  rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
-                  require_hit: bool = False, events: Callable[[Any], None] | None = None,
-                  messages: Callable[[str], None] | None = None, given: Iterable[str] | None = None) -> StartRequest:
-    """One engine start, typed (``given``: the options the caller set; default: those that differ from the
+def start_request(command: str, model: str | None, engine: engines.Engine, cache_root: str | Path | None = None, *,
+                  given: Iterable[str] | None = None, **options: Any) -> StartRequest:
+    """One start of ``engine``, typed: ``options`` are :class:`~cachetool.engines.base.StartRequest`'s fields
+    (``engine_flags``, ``on_progress`` and ``engine_progress`` name its ``flags``, ``events`` and ``messages``), each
+    with its default there alone; the root is ``cache_root``, else the one the engine's own configuration names, else
+    its variable's, else its default. ``given``: the options the caller set (default: those that differ from their
     defaults)."""
-    options = dict(device=device, config=config, overrides=tuple(overrides), rank=rank, dp_rank=dp_rank,
-                   tensor_parallel_size=tensor_parallel_size, flags=tuple(engine_flags), load_weights=load_weights)
-    return StartRequest(command=command, model=model, cache_root=root, share_ranks=share_ranks,
-                        require_hit=require_hit, events=events, messages=messages,
-                        given=frozenset(given) if given is not None else _given(**options), **options)
+    fields = {START_KEYWORDS.get(name, name): value for name, value in options.items()}
+    configured = engine.configured_root(fields.get("config"), tuple(fields.get("overrides", ())))
+    request = StartRequest(command=command, model=model, cache_root=CacheRoot.of(cache_root, engine, configured),
+                           **fields)
+    if given is None:
+        defaults = StartRequest(command=command, model=model, cache_root=request.cache_root)
+        given = [name for name in fields if getattr(request, name) != getattr(defaults, name)]
+    return dataclasses.replace(request, given=frozenset(given))
 
 
-def warm(model: str | None = None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
-         overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: SignKey | None = None,
-         store_options: dict[str, Any] | None = None, progress: bool | None = False, engine: str | None = None,
-         engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
-         engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
-         tensor_parallel_size: int = 1, share_ranks: bool = True,
-         on_progress: Callable[[Any], None] | None = None, given: Iterable[str] | None = None) -> WarmSummary:
+def warm(model: str | None = None, *, cache_root: str | Path | None = None, push: str | None = None,
+         sign_key: SignKey | None = None, store_options: dict[str, Any] | None = None, progress: bool | None = False,
+         engine: str | None = None, given: Iterable[str] | None = None, **options: Any) -> WarmSummary:
     """Compile ``model`` as a server would, filling the cache root (:class:`~cachetool.cache_root.CacheRoot`:
     ``cache_root``, else the engine's variable, else its default); with ``push``, pack what the start wrote
-    (signed with ``sign_key``) and push it to that ref. The native engine (the default) takes ``device``,
+    (signed with ``sign_key``) and push it to that ref. ``options``: the start's (:func:`start_request`; their
+    defaults are :class:`~cachetool.engines.base.StartRequest`'s). The native engine (the default) takes ``device``,
     ``config``/``overrides``, ``rank``, ``dp_rank``, ``tensor_parallel_size``, ``share_ranks`` and
     ``on_progress`` (its progress events); ``engine="vllm"`` starts real vLLM headless with ``engine_flags``
     (``vllm serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy
@@ -158,11 +155,8 @@ def warm(model: str | None = None, *, cache_root: str | Path | None = None, devi
 
     chosen = _engine(engine)
     sign_key = _push_key(push, sign_key, store_options)
-    root = CacheRoot.of(cache_root, chosen, chosen.configured_root(config, tuple(overrides)))
-    request = start_request("warm", model, root, device=device, config=config, overrides=overrides,
-                            engine_flags=engine_flags, load_weights=load_weights, rank=rank, dp_rank=dp_rank,
-                            tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks,
-                            events=on_progress, messages=engine_progress, given=given)
+    request = start_request("warm", model, chosen, cache_root, given=given, **options)
+    root = request.cache_root
     t0 = time.perf_counter()
     require_writable(root, "warm")  # before minutes of compiling
     with _stopped_by_signals("warm", root):
@@ -199,22 +193,16 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
         summary.phases["push"] = round(time.perf_counter() - t2, 3)
 
 
-def check(model: str | None = None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
-          overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str | None = None,
-          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
-          engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
-          tensor_parallel_size: int = 1, given: Iterable[str] | None = None) -> StartResult:
+def check(model: str | None = None, *, cache_root: str | Path | None = None, engine: str | None = None,
+          given: Iterable[str] | None = None, **options: Any) -> StartResult:
     """Start ``model`` as a server would and report compiled vs loaded graphs (the engine's
     :class:`~cachetool.engines.base.StartResult`; options as for :func:`warm`). ``require_hit``: the native engine
     raises :class:`cachetool.errors.CompileInStrictModeError` before anything compiles; vLLM raises
     :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start, with the start as its
     ``start`` (what the CLI's ``--json`` object of the failure carries)."""
     chosen = _engine(engine)
-    root = CacheRoot.of(cache_root, chosen, chosen.configured_root(config, tuple(overrides)))
-    request = start_request("check", model, root, device=device, config=config, overrides=overrides,
-                            engine_flags=engine_flags, load_weights=load_weights, rank=rank, dp_rank=dp_rank,
-                            tensor_parallel_size=tensor_parallel_size, require_hit=require_hit,
-                            messages=engine_progress, given=given)
+    request = start_request("check", model, chosen, cache_root, given=given, **options)
+    root = request.cache_root
     with _stopped_by_signals("check", root):
         return chosen.check(request)
 

@@ -835,9 +835,11 @@ def test_the_default_cache_root_is_written_once_a_package():
 # and every layer below hands it down. Before, api.install, install.install_bundle, api.pull, api.pull_outcome and
 # api.pull_request each took every option with its default again (api.py's three pull functions ~21 keywords each),
 # and api.pull, api.pull_outcome and transfer.pull passed every one on by name. The CLI, where flags become the
-# request's keywords, names each flag once and is not a layer below.
+# request's keywords, names each flag once and is not a layer below. The same for a start's options in the API:
+# StartRequest's defaults alone (api.warm, api.check and api.start_request each listed them, and _given again).
 # (file, class, the modules that must not list its fields again)
-OPTIONS = (("cachetool/install/options.py", "InstallOptions", "cachetool."),)
+OPTIONS = (("cachetool/install/options.py", "InstallOptions", "cachetool."),
+           ("cachetool/engines/base.py", "StartRequest", "cachetool.api"))
 
 
 def _fields(path: Path, cls: str) -> set[str]:

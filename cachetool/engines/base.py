@@ -23,7 +23,7 @@ from cachetool.layouts.factors import Difference, Factors
 class StartRequest:
     """One start of an engine (``warm`` or ``check``), with the options of every engine. An engine refuses, in one
     line, an option of another engine that the caller set (``given``): the native engine flags after ``--``,
-    the vLLM engine ``--device``, ``-cc`` and the rank options."""
+    the vLLM engine ``--device``, ``-cc`` and the rank options. Each option's default is written here alone."""
 
     command: str                      # "warm" or "check"
     model: str | None                 # None: from the flags (vLLM: `vllm serve M`), or none (an engine that runs
@@ -42,6 +42,11 @@ class StartRequest:
     events: Callable[[Any], None] | None = None     # native: its progress events (piece i of n, sizes, autotune)
     messages: Callable[[str], None] | None = None   # vLLM: its message lines
     given: frozenset[str] = frozenset()  # the options above that the caller set, by field name
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "flags", tuple(self.flags))
+        object.__setattr__(self, "given", frozenset(self.given))
 
     def set(self, name: str) -> bool:
         return name in self.given
