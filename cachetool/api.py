@@ -127,17 +127,18 @@ def start_request(command: str, model: str | None, engine: engines.Engine, cache
                   given: Iterable[str] | None = None, **options: Any) -> StartRequest:
     """One start of ``engine``, typed: ``options`` are :class:`~cachetool.engines.base.StartRequest`'s fields
     (``engine_flags``, ``on_progress`` and ``engine_progress`` name its ``flags``, ``events`` and ``messages``), each
-    with its default there alone; the root is ``cache_root``, else the one the engine's own configuration names, else
-    its variable's, else its default. ``given``: the options the caller set (default: those that differ from their
-    defaults)."""
+    with its default there alone; the config is the engine's settled one (its ``start_config``: the native engine
+    parses it here, once); the root is ``cache_root``, else the one that config names, else the engine's variable's,
+    else its default. ``given``: the options the caller set (default: those that
+    differ from their defaults)."""
     fields = {START_KEYWORDS.get(name, name): value for name, value in options.items()}
-    configured = engine.configured_root(fields.get("config"), tuple(fields.get("overrides", ())))
-    request = StartRequest(command=command, model=model, cache_root=CacheRoot.of(cache_root, engine, configured),
+    settled = engine.start_config(fields.get("config"), tuple(fields.get("overrides", ())))  # parsed once, here
+    request = StartRequest(command=command, model=model, cache_root=CacheRoot.of(cache_root, engine, settled.root),
                            **fields)
-    if given is None:
+    if given is None:  # the caller's values against the defaults, before the config is the settled one
         defaults = StartRequest(command=command, model=model, cache_root=request.cache_root)
         given = [name for name in fields if getattr(request, name) != getattr(defaults, name)]
-    return dataclasses.replace(request, given=frozenset(given))
+    return dataclasses.replace(request, config=settled.config, given=frozenset(given))
 
 
 def warm(model: str | None = None, *, cache_root: str | Path | None = None, push: str | None = None,

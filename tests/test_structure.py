@@ -887,10 +887,12 @@ def test_the_options_rule_catches_what_it_names():
     assert _relisted(ast.parse(src), fields) == [1, 3]
 
 
-# The native start builds its run configuration once (issue 37, item 3): the engine turns its StartRequest into one
-# engines.native.run.NativeRun, whose compilation config is parsed and put on the cache root once; run.start checks
-# it and dispatches tensor parallelism once. Before, a warm's config was parsed by the engine and copied and re-rooted
-# by the run (twice more for each tensor-parallel rank), and run.warm and run._run each dispatched on the size.
+# The native start builds its run configuration once (issue 37, item 3): the engine parses a start's config once
+# (start_config, which the API asks before it builds the StartRequest) and turns the request into one
+# engines.native.run.NativeRun, whose config is put on the cache root once; run.start checks it and dispatches tensor
+# parallelism once. Before, a warm's config was parsed twice by the engine (configured_root for the API's root, then
+# for the run), copied and re-rooted by the run (twice more for each tensor-parallel rank), and run.warm and run._run
+# each dispatched on the size.
 def _native_run_settlings(tree: ast.AST) -> dict[str, list[int]]:
     """Lines that put a config on a root (``X.cache_dir = ...``) and lines that dispatch on the tensor-parallel size
     (a comparison of ``tensor_parallel_size`` with 1)."""
@@ -906,16 +908,26 @@ def _native_run_settlings(tree: ast.AST) -> dict[str, list[int]]:
     return found
 
 
+def _config_parses(tree: ast.AST) -> list[int]:
+    """Lines that parse a compilation config: calls of ``compilation_config`` or ``parse_compilation_config``."""
+    return sorted(node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and ast.unparse(node.func).split(".")[-1] in ("compilation_config", "parse_compilation_config"))
+
+
 def test_the_native_start_settles_its_run_once():
     native = [p for mod, p in _modules().items() if mod.startswith("cachetool.engines.native")]
     counts = {what: sum(len(_native_run_settlings(ast.parse(p.read_text()))[what]) for p in native)
               for what in ("roots a config", "dispatches tensor parallelism")}
     assert counts == {"roots a config": 1, "dispatches tensor parallelism": 1}
+    engine = ROOT / "cachetool" / "engines" / "native" / "engine.py"
+    assert len(_config_parses(ast.parse(engine.read_text()))) == 1, "the engine parses a start's config once"
 
 
 def test_the_native_run_rule_catches_what_it_names():
     src = ("cfg.cache_dir = str(root)\nif tensor_parallel_size != 1:\n    pass\n"
            "x = a if run.tensor_parallel_size != 1 else b\nn = tensor_parallel_size < 1\nc.cache_dir\n")
+    assert _config_parses(ast.parse("run.compilation_config(c, o)\ncfg = compilation_config\nparse_compilation_config()\n"
+                                    "run.config_on_root(c, r)\n")) == [1, 3]
     found = _native_run_settlings(ast.parse(src))
     assert {what: sorted(lines) for what, lines in found.items()} == {"roots a config": [1],
                                                                       "dispatches tensor parallelism": [2, 4]}

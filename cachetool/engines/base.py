@@ -30,7 +30,7 @@ class StartRequest:
                                       # the user's own command), or refused
     cache_root: CacheRoot             # resolved once, by the caller
     device: str = "cpu"
-    config: Any = None                # native: a CompilationConfig, dict or JSON text
+    config: Any = None                # the engine's settled config (StartConfig.config: native, a CompilationConfig)
     overrides: tuple[str, ...] = ()   # native: -cc.k=v
     flags: tuple[str, ...] = ()       # vLLM: `vllm serve` flags
     load_weights: bool = False        # vLLM: the model's weights instead of dummy ones
@@ -50,6 +50,17 @@ class StartRequest:
 
     def set(self, name: str) -> bool:
         return name in self.given
+
+
+@dataclasses.dataclass(frozen=True)
+class StartConfig:
+    """A start's configuration as its engine reads it, settled once, before the start's request is built: ``config``
+    (the native engine's ``CompilationConfig``, parsed with its overrides applied; another engine's as given) and the
+    cache root it names (the native engine's ``-cc.cache_dir``, else None), which comes after ``--cache-root`` and
+    before the engine's variable (:class:`cachetool.cache_root.CacheRoot`)."""
+
+    config: Any
+    root: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -143,9 +154,9 @@ class Engine(Protocol):
         prints for the server's command, and ``check`` compares with the environment it runs in)."""
         ...
 
-    def configured_root(self, config: Any, overrides: tuple[str, ...]) -> str | None:
-        """The cache root the engine's own configuration names (the native engine's ``-cc.cache_dir``), or None:
-        it comes after ``--cache-root`` and before the engine's variable (:class:`cachetool.cache_root.CacheRoot`)."""
+    def start_config(self, config: Any, overrides: tuple[str, ...]) -> StartConfig:
+        """A start's configuration settled once (parsed, where the engine parses one) and the cache root it names:
+        the request carries the settled config, and the start reads it without parsing it again."""
         ...
 
     def warm(self, request: StartRequest) -> StartResult: ...

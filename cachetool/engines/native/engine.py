@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachetool import envs
-from cachetool.engines.base import KeyCheckRequest, StartRequest
+from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
 from cachetool.errors import UsageError
 from cachetool.layouts.factors import Difference, Factors
 
@@ -34,10 +34,12 @@ class NativeEngine:
     def server_environment(self, root: Path) -> dict[str, str]:
         return {self.cache_root_variable: str(root)}  # Inductor's and Triton's caches live inside the key folders
 
-    def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
+    def start_config(self, config, overrides: tuple[str, ...]) -> StartConfig:
+        """The compilation config parsed once (the start reads it as it is), and the root its cache_dir names."""
         from cachetool.engines.native import run
 
-        return run.compilation_config(config, overrides).cache_dir or None
+        parsed = run.compilation_config(config, overrides)
+        return StartConfig(parsed, parsed.cache_dir or None)
 
     def warm(self, request: StartRequest):
         from cachetool.engines.native import run
@@ -52,7 +54,7 @@ class NativeEngine:
     @staticmethod
     def _run(request: StartRequest):
         """The start as one :class:`~cachetool.engines.native.run.NativeRun`, once another engine's options are
-        refused: its compilation config parsed once, on the request's cache root."""
+        refused: its compilation config (parsed once, by :meth:`start_config`) on the request's cache root."""
         from cachetool.engines.native import run
 
         _refuse_flags(request.flags)
@@ -64,7 +66,7 @@ class NativeEngine:
             raise UsageError(f"{request.command} needs --model: a preset ({', '.join(model_presets())}), a "
                              "config.json or a model folder")
         return run.NativeRun(command=request.command, model=request.model,
-                             config=run.compilation_config(request.config, request.overrides, request.cache_root),
+                             config=run.config_on_root(request.config, request.cache_root),  # parsed: start_config
                              device=request.device, rank=request.rank, dp_rank=request.dp_rank,
                              tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
                              require_hit=request.require_hit, on_progress=request.events)

@@ -131,9 +131,7 @@ def parse_compilation_config(json_text: str | None = None, overrides: list[str] 
 
     with compiler_errors_mapped():
         cfg = CompilationConfig.from_cli(json_text, list(overrides))
-    if cache_root is not None:
-        cfg.cache_dir = str(CacheRoot.given(cache_root).resolved)
-    return cfg
+    return config_on_root(cfg, cache_root) if cache_root is not None else cfg
 
 
 def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...] = (),
@@ -177,9 +175,16 @@ def check_model(model: str) -> None:
 
 
 def config_on_root(config: Any, cache_root: CacheRoot | str | Path | None) -> Any:
-    """A run's own config from a library caller's (:func:`compilation_config`'s: a copy, the caller's left as it
-    is) on ``cache_root``."""
-    return compilation_config(config, (), cache_root)
+    """A run's own copy of a parsed config (the caller's is left as it is; None: the default), on ``cache_root``
+    (None: where the config names): the one place a config is put on a root."""
+    import copy
+
+    from compiler.config import CompilationConfig
+
+    cfg = copy.deepcopy(config) if config is not None else CompilationConfig()
+    if cache_root is not None:
+        cfg.cache_dir = str(CacheRoot.given(cache_root).resolved)
+    return cfg
 
 
 def start(run: NativeRun) -> CompileRunResult:

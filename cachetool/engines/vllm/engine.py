@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from cachetool.cache_root import CacheRoot
-from cachetool.engines.base import KeyCheckRequest, StartRequest
+from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
 from cachetool.errors import UsageError
 from cachetool.layouts.factors import Difference, Factors
 
@@ -47,8 +47,8 @@ class VllmEngine:
 
         return {self.cache_root_variable: str(root), "TRITON_CACHE_DIR": str(Path(root) / TRITON_CACHE)}
 
-    def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
-        return None  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
+    def start_config(self, config, overrides: tuple[str, ...]) -> StartConfig:
+        return StartConfig(config)  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
 
     def warm(self, request: StartRequest):
         from cachetool.engines.vllm.start import start
