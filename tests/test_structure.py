@@ -926,8 +926,9 @@ def test_the_native_start_settles_its_run_once():
 def test_the_native_run_rule_catches_what_it_names():
     src = ("cfg.cache_dir = str(root)\nif tensor_parallel_size != 1:\n    pass\n"
            "x = a if run.tensor_parallel_size != 1 else b\nn = tensor_parallel_size < 1\nc.cache_dir\n")
-    assert _config_parses(ast.parse("run.compilation_config(c, o)\ncfg = compilation_config\nparse_compilation_config()\n"
-                                    "run.config_on_root(c, r)\n")) == [1, 3]
+    parses = ("run.compilation_config(c, o)\ncfg = compilation_config\nparse_compilation_config()\n"
+              "run.config_on_root(c, r)\n")
+    assert _config_parses(ast.parse(parses)) == [1, 3]
     found = _native_run_settlings(ast.parse(src))
     assert {what: sorted(lines) for what, lines in found.items()} == {"roots a config": [1],
                                                                       "dispatches tensor parallelism": [2, 4]}
