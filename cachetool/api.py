@@ -58,7 +58,7 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
 # imports from this module only (tests/test_cli_layer.py), these names included.
 CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ENGINE_HELP",
              "CACHE_ROOT_HELP", "DEFAULT_CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging",
-             "pull_request", "pull_refused_outcome")
+             "start_request", "pull_request", "pull_refused_outcome")
 PULL_OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)  # every outcome a pull ends in (`pull --help` lists them)
 ENGINE_HELP = engines.help_text()  # --engine's help, from the registry
 CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help()})."  # verbs with --engine
@@ -123,25 +123,47 @@ def _engine(name: str | None) -> engines.Engine:
 START_KEYWORDS = {"engine_flags": "flags", "on_progress": "events", "engine_progress": "messages"}
 
 
-def start_request(command: str, model: str | None, engine: engines.Engine, cache_root: str | Path | None = None, *,
-                  given: Iterable[str] | None = None, **options: Any) -> StartRequest:
-    """One start of ``engine``, typed: ``options`` are :class:`~cachetool.engines.base.StartRequest`'s fields
-    (``engine_flags``, ``on_progress`` and ``engine_progress`` name its ``flags``, ``events`` and ``messages``), each
-    with its default there alone; the config is the engine's settled one (its ``start_config``: the native engine
-    parses it here, once); the root is ``cache_root``, else the one that config names, else the engine's variable's,
-    else its default. ``given``: the options the caller set (default: those that
-    differ from their defaults)."""
+@dataclass(frozen=True)
+class Start:
+    """One start settled once (:func:`start_request`): its engine and its request; the CLI builds it and hands it to
+    :func:`warm` or :func:`check` in place of their ``model``."""
+
+    engine: engines.Engine
+    request: StartRequest
+
+
+def start_request(command: str, model: str | None = None, cache_root: str | Path | None = None, *,
+                  engine: str | None = None, given: Iterable[str] | None = None, **options: Any) -> Start:
+    """One start of ``engine`` (default: the native engine), typed: ``options`` are
+    :class:`~cachetool.engines.base.StartRequest`'s fields (``engine_flags``, ``on_progress`` and ``engine_progress``
+    name its ``flags``, ``events`` and ``messages``), each with its default there alone; the config is the engine's
+    settled one (its ``start_config``: the native engine parses it here, once); the root is ``cache_root``, else the
+    one that config names, else the engine's variable's, else its default. ``given``: the options the caller set
+    (default: those that differ from their defaults)."""
+    chosen = _engine(engine)
     fields = {START_KEYWORDS.get(name, name): value for name, value in options.items()}
-    settled = engine.start_config(fields.get("config"), tuple(fields.get("overrides", ())))  # parsed once, here
-    request = StartRequest(command=command, model=model, cache_root=CacheRoot.of(cache_root, engine, settled.root),
+    settled = chosen.start_config(fields.get("config"), tuple(fields.get("overrides", ())))  # parsed once, here
+    request = StartRequest(command=command, model=model, cache_root=CacheRoot.of(cache_root, chosen, settled.root),
                            **fields)
     if given is None:  # the caller's values against the defaults, before the config is the settled one
         defaults = StartRequest(command=command, model=model, cache_root=request.cache_root)
         given = [name for name in fields if getattr(request, name) != getattr(defaults, name)]
-    return dataclasses.replace(request, config=settled.config, given=frozenset(given))
+    return Start(chosen, dataclasses.replace(request, config=settled.config, given=frozenset(given)))
 
 
-def warm(model: str | None = None, *, cache_root: str | Path | None = None, push: str | None = None,
+def _settled_start(command: str, model: str | Start | None, cache_root: str | Path | None, engine: str | None,
+                   given: Iterable[str] | None, options: dict[str, Any]) -> Start:
+    """``model``'s start, or ``model`` itself when it is one (:func:`start_request`'s, as the CLI builds it)."""
+    if not isinstance(model, Start):
+        return start_request(command, model, cache_root, engine=engine, given=given, **options)
+    if cache_root is not None or engine is not None or given is not None or options:
+        raise UsageError("a Start is settled: give its options to start_request, not with it")
+    if model.request.command != command:
+        raise UsageError(f"a {model.request.command} start given to {command}")
+    return model
+
+
+def warm(model: str | Start | None = None, *, cache_root: str | Path | None = None, push: str | None = None,
          sign_key: SignKey | None = None, store_options: dict[str, Any] | None = None, progress: bool | None = False,
          engine: str | None = None, given: Iterable[str] | None = None, **options: Any) -> WarmSummary:
     """Compile ``model`` as a server would, filling the cache root (:class:`~cachetool.cache_root.CacheRoot`:
@@ -151,17 +173,17 @@ def warm(model: str | None = None, *, cache_root: str | Path | None = None, push
     ``config``/``overrides``, ``rank``, ``dp_rank``, ``tensor_parallel_size``, ``share_ranks`` and
     ``on_progress`` (its progress events); ``engine="vllm"`` starts real vLLM headless with ``engine_flags``
     (``vllm serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy
-    ones; ``engine_progress`` gets its message lines). An engine refuses another engine's options in one line."""
+    ones; ``engine_progress`` gets its message lines). An engine refuses another engine's options in one line.
+    ``model`` may instead be a :class:`Start` that :func:`start_request` built (the CLI's)."""
     from cachetool.writable_root import require_writable
 
-    chosen = _engine(engine)
     sign_key = _push_key(push, sign_key, store_options)
-    request = start_request("warm", model, chosen, cache_root, given=given, **options)
-    root = request.cache_root
+    start = _settled_start("warm", model, cache_root, engine, given, options)
+    request, root = start.request, start.request.cache_root
     t0 = time.perf_counter()
     require_writable(root, "warm")  # before minutes of compiling
     with _stopped_by_signals("warm", root):
-        result = chosen.warm(request)
+        result = start.engine.warm(request)
         summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
         if push is not None:
             _pack_and_push(summary, result.pack_folder(), push, sign_key, store_options, progress)
@@ -194,18 +216,17 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
         summary.phases["push"] = round(time.perf_counter() - t2, 3)
 
 
-def check(model: str | None = None, *, cache_root: str | Path | None = None, engine: str | None = None,
+def check(model: str | Start | None = None, *, cache_root: str | Path | None = None, engine: str | None = None,
           given: Iterable[str] | None = None, **options: Any) -> StartResult:
     """Start ``model`` as a server would and report compiled vs loaded graphs (the engine's
     :class:`~cachetool.engines.base.StartResult`; options as for :func:`warm`). ``require_hit``: the native engine
     raises :class:`cachetool.errors.CompileInStrictModeError` before anything compiles; vLLM raises
     :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start, with the start as its
-    ``start`` (what the CLI's ``--json`` object of the failure carries)."""
-    chosen = _engine(engine)
-    request = start_request("check", model, chosen, cache_root, given=given, **options)
-    root = request.cache_root
+    ``start`` (what the CLI's ``--json`` object of the failure carries). ``model`` may instead be a :class:`Start`."""
+    start = _settled_start("check", model, cache_root, engine, given, options)
+    request, root = start.request, start.request.cache_root
     with _stopped_by_signals("check", root):
-        return chosen.check(request)
+        return start.engine.check(request)
 
 
 def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None,
