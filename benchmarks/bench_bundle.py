@@ -91,7 +91,7 @@ def main() -> int:
     from cachetool.bundle.ctb import write_ctb, open_ctb
 
     from cachetool.bundle.packing import pack
-    from cachetool.install import install_bundle
+    from cachetool.install import InstallOptions, install_bundle
     from cachetool.bundle.signing import generate_keypair
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench-bundle-"))
@@ -117,7 +117,7 @@ def main() -> int:
 
         def do_install():
             with open_ctb(ctb) as b:
-                return install_bundle(b, dst, trust=[pub], preflight=False)
+                return install_bundle(b, dst, InstallOptions(trust=[pub], preflight=False))
         t_inst, _ = _timed(do_install, before=lambda: _drop_tree(dst))
 
         # tar | zstd (same level, all cores), and zstd -d | tar -x

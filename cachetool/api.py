@@ -16,8 +16,9 @@ torch is imported only by the calls that compile or compute a cache key.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,10 +57,12 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
 # imports from this module only (tests/test_cli_layer.py), these names included.
 CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ENGINE_HELP",
-             "CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging", "pull_refused_outcome")
+             "CACHE_ROOT_HELP", "DEFAULT_CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging",
+             "start_request", "pull_request", "pull_refused_outcome")
 PULL_OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)  # every outcome a pull ends in (`pull --help` lists them)
 ENGINE_HELP = engines.help_text()  # --engine's help, from the registry
-CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help()})."
+CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help()})."  # verbs with --engine
+DEFAULT_CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help(every_engine=False)})."  # verbs without
 
 # The argument types the verbs share.
 SignKey = Union[str, Path, "Ed25519PrivateKey"]  # a key file, or a loaded key
@@ -116,54 +119,71 @@ def _engine(name: str | None) -> engines.Engine:
     return engines.get(name) if name is not None else engines.default()
 
 
-def _given(**options: Any) -> frozenset[str]:
-    """The start options a library caller set: those that differ from the verbs' defaults."""
-    defaults = {"device": "cpu", "config": None, "overrides": (), "rank": 0, "dp_rank": 0, "tensor_parallel_size": 1,
-                "flags": (), "load_weights": False}
-    return frozenset(k for k, v in options.items() if v != defaults[k])
+# warm's and check's keywords whose StartRequest field has another name (every other keyword is its field's name)
+START_KEYWORDS = {"engine_flags": "flags", "on_progress": "events", "engine_progress": "messages"}
 
 
-def start_request(command: str, model: str | None, root: CacheRoot, *, device: str = "cpu", config: Config = None,
-                  overrides: Iterable[str] = (), engine_flags: Iterable[str] = (), load_weights: bool = False,
-                  rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
-                  require_hit: bool = False, events: Callable[[Any], None] | None = None,
-                  messages: Callable[[str], None] | None = None, given: Iterable[str] | None = None) -> StartRequest:
-    """One engine start, typed (``given``: the options the caller set; default: those that differ from the
-    defaults)."""
-    options = dict(device=device, config=config, overrides=tuple(overrides), rank=rank, dp_rank=dp_rank,
-                   tensor_parallel_size=tensor_parallel_size, flags=tuple(engine_flags), load_weights=load_weights)
-    return StartRequest(command=command, model=model, cache_root=root.path, share_ranks=share_ranks,
-                        require_hit=require_hit, events=events, messages=messages,
-                        given=frozenset(given) if given is not None else _given(**options), **options)
+@dataclass(frozen=True)
+class Start:
+    """One start settled once (:func:`start_request`): its engine and its request; the CLI builds it and hands it to
+    :func:`warm` or :func:`check` in place of their ``model``."""
+
+    engine: engines.Engine
+    request: StartRequest
 
 
-def warm(model: str | None = None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
-         overrides: list[str] | tuple[str, ...] = (), push: str | None = None, sign_key: SignKey | None = None,
-         store_options: dict[str, Any] | None = None, progress: bool | None = False, engine: str | None = None,
-         engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
-         engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
-         tensor_parallel_size: int = 1, share_ranks: bool = True,
-         on_progress: Callable[[Any], None] | None = None, given: Iterable[str] | None = None) -> WarmSummary:
+def start_request(command: str, model: str | None = None, cache_root: str | Path | None = None, *,
+                  engine: str | None = None, given: Iterable[str] | None = None, **options: Any) -> Start:
+    """One start of ``engine`` (default: the native engine), typed: ``options`` are
+    :class:`~cachetool.engines.base.StartRequest`'s fields (``engine_flags``, ``on_progress`` and ``engine_progress``
+    name its ``flags``, ``events`` and ``messages``), each with its default there alone; the config is the engine's
+    settled one (its ``start_config``: the native engine parses it here, once); the root is ``cache_root``, else the
+    one that config names, else the engine's variable's, else its default. ``given``: the options the caller set
+    (default: those that differ from their defaults)."""
+    chosen = _engine(engine)
+    fields = {START_KEYWORDS.get(name, name): value for name, value in options.items()}
+    settled = chosen.start_config(fields.get("config"), tuple(fields.get("overrides", ())))  # parsed once, here
+    request = StartRequest(command=command, model=model, cache_root=CacheRoot.of(cache_root, chosen, settled.root),
+                           **fields)
+    if given is None:  # the caller's values against the defaults, before the config is the settled one
+        defaults = StartRequest(command=command, model=model, cache_root=request.cache_root)
+        given = [name for name in fields if getattr(request, name) != getattr(defaults, name)]
+    return Start(chosen, dataclasses.replace(request, config=settled.config, given=frozenset(given)))
+
+
+def _settled_start(command: str, model: str | Start | None, cache_root: str | Path | None, engine: str | None,
+                   given: Iterable[str] | None, options: dict[str, Any]) -> Start:
+    """``model``'s start, or ``model`` itself when it is one (:func:`start_request`'s, as the CLI builds it)."""
+    if not isinstance(model, Start):
+        return start_request(command, model, cache_root, engine=engine, given=given, **options)
+    if cache_root is not None or engine is not None or given is not None or options:
+        raise UsageError("a Start is settled: give its options to start_request, not with it")
+    if model.request.command != command:
+        raise UsageError(f"a {model.request.command} start given to {command}")
+    return model
+
+
+def warm(model: str | Start | None = None, *, cache_root: str | Path | None = None, push: str | None = None,
+         sign_key: SignKey | None = None, store_options: dict[str, Any] | None = None, progress: bool | None = False,
+         engine: str | None = None, given: Iterable[str] | None = None, **options: Any) -> WarmSummary:
     """Compile ``model`` as a server would, filling the cache root (:class:`~cachetool.cache_root.CacheRoot`:
     ``cache_root``, else the engine's variable, else its default); with ``push``, pack what the start wrote
-    (signed with ``sign_key``) and push it to that ref. The native engine (the default) takes ``device``,
+    (signed with ``sign_key``) and push it to that ref. ``options``: the start's (:func:`start_request`; their
+    defaults are :class:`~cachetool.engines.base.StartRequest`'s). The native engine (the default) takes ``device``,
     ``config``/``overrides``, ``rank``, ``dp_rank``, ``tensor_parallel_size``, ``share_ranks`` and
     ``on_progress`` (its progress events); ``engine="vllm"`` starts real vLLM headless with ``engine_flags``
     (``vllm serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy
-    ones; ``engine_progress`` gets its message lines). An engine refuses another engine's options in one line."""
+    ones; ``engine_progress`` gets its message lines). An engine refuses another engine's options in one line.
+    ``model`` may instead be a :class:`Start` that :func:`start_request` built (the CLI's)."""
     from cachetool.writable_root import require_writable
 
-    chosen = _engine(engine)
     sign_key = _push_key(push, sign_key, store_options)
-    root = CacheRoot.of(cache_root, chosen, chosen.configured_root(config, tuple(overrides)))
-    request = start_request("warm", model, root, device=device, config=config, overrides=overrides,
-                            engine_flags=engine_flags, load_weights=load_weights, rank=rank, dp_rank=dp_rank,
-                            tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks,
-                            events=on_progress, messages=engine_progress, given=given)
+    start = _settled_start("warm", model, cache_root, engine, given, options)
+    request, root = start.request, start.request.cache_root
     t0 = time.perf_counter()
-    require_writable(root.path, "warm")  # before minutes of compiling
+    require_writable(root, "warm")  # before minutes of compiling
     with _stopped_by_signals("warm", root):
-        result = chosen.warm(request)
+        result = start.engine.warm(request)
         summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
         if push is not None:
             _pack_and_push(summary, result.pack_folder(), push, sign_key, store_options, progress)
@@ -196,24 +216,17 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
         summary.phases["push"] = round(time.perf_counter() - t2, 3)
 
 
-def check(model: str | None = None, *, cache_root: str | Path | None = None, device: str = "cpu", config: Config = None,
-          overrides: list[str] | tuple[str, ...] = (), require_hit: bool = False, engine: str | None = None,
-          engine_flags: list[str] | tuple[str, ...] = (), load_weights: bool = False,
-          engine_progress: Callable[[Any], None] | None = None, rank: int = 0, dp_rank: int = 0,
-          tensor_parallel_size: int = 1, given: Iterable[str] | None = None) -> StartResult:
+def check(model: str | Start | None = None, *, cache_root: str | Path | None = None, engine: str | None = None,
+          given: Iterable[str] | None = None, **options: Any) -> StartResult:
     """Start ``model`` as a server would and report compiled vs loaded graphs (the engine's
     :class:`~cachetool.engines.base.StartResult`; options as for :func:`warm`). ``require_hit``: the native engine
     raises :class:`cachetool.errors.CompileInStrictModeError` before anything compiles; vLLM raises
     :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start, with the start as its
-    ``start`` (what the CLI's ``--json`` object of the failure carries)."""
-    chosen = _engine(engine)
-    root = CacheRoot.of(cache_root, chosen, chosen.configured_root(config, tuple(overrides)))
-    request = start_request("check", model, root, device=device, config=config, overrides=overrides,
-                            engine_flags=engine_flags, load_weights=load_weights, rank=rank, dp_rank=dp_rank,
-                            tensor_parallel_size=tensor_parallel_size, require_hit=require_hit,
-                            messages=engine_progress, given=given)
+    ``start`` (what the CLI's ``--json`` object of the failure carries). ``model`` may instead be a :class:`Start`."""
+    start = _settled_start("check", model, cache_root, engine, given, options)
+    request, root = start.request, start.request.cache_root
     with _stopped_by_signals("check", root):
-        return chosen.check(request)
+        return start.engine.check(request)
 
 
 def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None,
@@ -243,40 +256,41 @@ def default_cache_root(engine: str | None = None) -> Path:
     return CacheRoot.of(None, _engine(engine)).path
 
 
-def pull_request(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None = None,
-                 insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None,
-                 device: str | None = None, model: str | None = None, config: Config = None,
-                 overrides: list[str] | tuple[str, ...] = (), tensor_parallel_size: int = 1,
-                 engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (), force: bool = False,
-                 keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
-                 store_options: dict[str, Any] | None = None, timeout: float | None = None,
-                 progress: bool | None = None, workers: int | None = None,
-                 warn: Callable[[str], None] | None = None) -> PullRequest:
-    """A pull's every option settled into one :class:`cachetool.transfer.pull.PullRequest` (arguments as for
-    :func:`pull`): the engine, the cache root, and the server's key question when it names a model (or, for vLLM,
-    its flags after ``--``)."""
+# A pull's keywords that name the server (its key question, KeyCheckRequest's fields): ``engine_flags`` is its
+# ``flags``, as for warm and check; the question's device and timeout are the pull's own.
+KEY_KEYWORDS = {f.name: f.name for f in dataclasses.fields(KeyCheckRequest)
+                if f.name not in ("cache_root", "device", "timeout", "flags")} | {"engine_flags": "flags"}
+
+
+def pull_request(ref: str, cache_root: str | Path | None = None, *, engine: str | None = None,
+                 **options: Any) -> PullRequest:
+    """A pull's every option settled into one frozen :class:`cachetool.transfer.pull.PullRequest` (the options as
+    for :func:`pull`): the engine, the cache root, and the server's key question when the options name one
+    (``model``, ``config``, ``overrides``, ``tensor_parallel_size``, ``engine_flags``). The options' defaults are
+    the request's own (its :class:`~cachetool.install.options.InstallOptions` and its store's fields), and the key
+    question's :class:`~cachetool.engines.base.KeyCheckRequest`'s."""
     from cachetool.transfer.pull import PullRequest
 
     chosen = _engine(engine)
-    root = CacheRoot.of(cache_root, chosen).path
-    asks_key = (model is not None or bool(engine_flags) or config is not None or bool(overrides)
-                or tensor_parallel_size != 1)
-    key = KeyCheckRequest(model=model, cache_root=root, device=device or "cpu", config=config,
-                          overrides=tuple(overrides), flags=tuple(engine_flags),
-                          tensor_parallel_size=tensor_parallel_size, timeout=timeout) if asks_key else None
-    return PullRequest(ref=ref, cache_root=root, engine=chosen, key=key, trust=trust,
-                       insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device, force=force,
-                       keep_changed=keep_changed, preflight=preflight, store=store, store_options=store_options,
-                       timeout=timeout, progress=progress, workers=workers, warn=warn)
+    root = CacheRoot.of(cache_root, chosen)
+    named = {KEY_KEYWORDS[k]: options.pop(k) for k in list(options) if k in KEY_KEYWORDS}
+    key = KeyCheckRequest(cache_root=root, device=options.get("device") or "cpu", timeout=options.get("timeout"),
+                          **named)
+    return PullRequest(ref=ref, cache_root=root, engine=chosen, key=key if key.asks() else None, **options)
 
 
-def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None = None,
-         insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None, device: str | None = None,
-         model: str | None = None, config: Config = None, overrides: list[str] | tuple[str, ...] = (),
-         tensor_parallel_size: int = 1, engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (),
-         force: bool = False, keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
-         store_options: dict[str, Any] | None = None, timeout: float | None = None, progress: bool | None = None,
-         workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullResult | NotNeeded:
+def _settled(ref: str | PullRequest, cache_root: str | Path | None, options: dict[str, Any]) -> PullRequest:
+    """``ref``'s request, or ``ref`` itself when it is one (:func:`pull_request`'s, as the CLI builds it)."""
+    from cachetool.transfer.pull import PullRequest
+
+    if not isinstance(ref, PullRequest):
+        return pull_request(ref, cache_root, **options)
+    if cache_root is not None or options:
+        raise UsageError("a PullRequest is settled: give its options to pull_request, not with it")
+    return ref
+
+
+def pull(ref: str | PullRequest, cache_root: str | Path | None = None, **options: Any) -> PullResult | NotNeeded:
     """Pull ``ref`` into ``cache_root`` (default: :func:`default_cache_root` of ``engine``): signature checked
     against the pinned keys, then preflight, then blobs, each verified, installed atomically. With ``model`` (and
     ``config``, ``tensor_parallel_size``; for ``engine="vllm"`` the server's flags as ``engine_flags``), preflight
@@ -284,24 +298,18 @@ def pull(ref: str, cache_root: str | Path | None = None, *, trust: Trust | None 
     file. A server that compiles no graph (``--enforce-eager``, ``-O0``) gets only the bundle's folders that belong
     to no key (vLLM's Triton kernels and model inspection, which an eager start needs too). Returns
     :class:`cachetool.transfer.pull.PullResult`, or :class:`cachetool.transfer.pull.NotNeeded` where such a
-    server reads nothing of the bundle; raises on failure."""
+    server reads nothing of the bundle; raises on failure. ``options``: the install's
+    (:class:`~cachetool.install.options.InstallOptions`: ``trust``, ``insecure_skip_verify``, ``ranks``,
+    ``device``, ``preflight``, ``force``, ``keep_changed``, ``warn``, ``workers``), the store's (``store``,
+    ``store_options``, ``timeout``, ``progress``), ``engine`` and the server's (above); or ``ref`` is a request
+    :func:`pull_request` built."""
     from cachetool.transfer.pull import pull as run_pull
 
-    return run_pull(pull_request(
-        ref, cache_root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device,
-        model=model, config=config, overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine,
-        engine_flags=engine_flags, force=force, keep_changed=keep_changed, preflight=preflight, store=store,
-        store_options=store_options, timeout=timeout, progress=progress, workers=workers, warn=warn))
+    return run_pull(_settled(ref, cache_root, options))
 
 
-def pull_outcome(ref: str, cache_root: str | Path | None = None, *, on_miss: OnMiss = "fail",
-                 timeout: float | None = None, trust: Trust | None = None, insecure_skip_verify: bool = False,
-                 ranks: str | Iterable[str] | None = None, device: str | None = None, model: str | None = None,
-                 config: Config = None, overrides: list[str] | tuple[str, ...] = (), tensor_parallel_size: int = 1,
-                 engine: str | None = None, engine_flags: list[str] | tuple[str, ...] = (), force: bool = False,
-                 keep_changed: bool = False, preflight: bool = True, store: Store | None = None,
-                 store_options: dict[str, Any] | None = None, progress: bool | None = None,
-                 workers: int | None = None, warn: Callable[[str], None] | None = None) -> PullOutcome:
+def pull_outcome(ref: str | PullRequest, cache_root: str | Path | None = None, *, on_miss: OnMiss = "fail",
+                 **options: Any) -> PullOutcome:
     """:func:`pull` under the init-container policy (:mod:`cachetool.transfer.pull_policy`): returns a
     :class:`cachetool.transfer.pull_policy.PullOutcome` whatever happens (``installed``, ``already-installed``, or the
     failure's outcome and exit code; ``on_miss="continue"`` gives exit 0 for a cache that is missing, stale,
@@ -310,14 +318,9 @@ def pull_outcome(ref: str, cache_root: str | Path | None = None, *, on_miss: OnM
     from cachetool.transfer.pull_policy import pull_with_policy
 
     try:
-        request = pull_request(
-            ref, cache_root, trust=trust, insecure_skip_verify=insecure_skip_verify, ranks=ranks, device=device,
-            model=model, config=config, overrides=overrides, tensor_parallel_size=tensor_parallel_size,
-            engine=engine, engine_flags=engine_flags, force=force, keep_changed=keep_changed, preflight=preflight,
-            store=store, store_options=store_options, timeout=timeout, progress=progress, workers=workers,
-            warn=warn)
-    except Exception as exc:  # an engine that is none: its outcome too
-        return failure_outcome(ref, on_miss, exc)
+        request = _settled(ref, cache_root, options)
+    except Exception as exc:  # an engine that is none, an option that is none: its outcome too
+        return failure_outcome(str(ref), on_miss, exc)
     return pull_with_policy(request, on_miss)
 
 
@@ -399,28 +402,26 @@ def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = No
         return VerifyResult(str(bundle), b.manifest_digest, kid, len(m.blobs), len(m.files))
 
 
-def install(bundle: str | Path, cache_root: str | Path | None = None, *, trust: Trust | None = None,
-            insecure_skip_verify: bool = False, ranks: str | Iterable[str] | None = None, preflight: bool = True,
-            device: str | None = None, key_check: KeyCheck | None = None,
-            expected_key: dict[str, Any] | None = None, force: bool = False,
-            keep_changed: bool = False, warn: Callable[[str], None] | None = None, workers: int | None = None,
-            deadline: float | None = None) -> InstallResult:
+def install(bundle: str | Path, cache_root: str | Path | None = None, *, key_check: KeyCheck | None = None,
+            expected_key: dict[str, Any] | None = None, deadline: float | None = None,
+            **options: Any) -> InstallResult:
     """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root`` (default:
     :func:`default_cache_root`); ``key_check``: the server's key question (an engine's ``KeyCheck``), or
-    ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). The other arguments as for
+    ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). ``options``: the install's,
+    each with its default in :class:`cachetool.install.options.InstallOptions` (``trust``, ``insecure_skip_verify``,
+    ``ranks``, ``preflight``, ``device``, ``force``, ``keep_changed``, ``warn``, ``workers``); ``deadline`` as for
     :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
     from cachetool.bundle.ctb import open_ctb
-    from cachetool.install import install_bundle
+    from cachetool.install import InstallOptions, install_bundle
 
+    settled = InstallOptions(**options)  # an option that is none is refused before the bundle is opened
     if expected_key is not None:
         from cachetool.engines.native.keys import NativeKeyCheck
 
         key_check = NativeKeyCheck(expected=expected_key)
     with open_ctb(bundle) as b:
-        return install_bundle(b, default_cache_root() if cache_root is None else cache_root, trust=trust,
-                              insecure_skip_verify=insecure_skip_verify, ranks=ranks, preflight=preflight,
-                              device=device, key_check=key_check, force=force, keep_changed=keep_changed,
-                              warn=warn, workers=workers, deadline=deadline)
+        return install_bundle(b, CacheRoot.of(cache_root, _engine(None)), settled, key_check=key_check,
+                              deadline=deadline)
 
 
 def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None, model: str | None = None,

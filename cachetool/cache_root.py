@@ -3,7 +3,10 @@
 A verb that reads or writes a cache root (warm, check, pull, install) resolves it once, with :meth:`CacheRoot.of`:
 the ``--cache-root`` flag, else the root the engine's own configuration names (the native engine's
 ``-cc.cache_dir``), else the variable the engine's servers read it from (``CACHETOOL_CACHE_ROOT`` for the
-native engine, ``VLLM_CACHE_ROOT`` for vLLM), else that engine's default; every layer after that takes the value.
+native engine, ``VLLM_CACHE_ROOT`` for vLLM), else that engine's default; every layer after that takes the value
+(:attr:`CacheRoot.path` to make and lock it, :attr:`CacheRoot.resolved` where a start writes or a server is told
+where to read). A root a library caller names as a path becomes one with :meth:`CacheRoot.given`. Nothing outside
+this module expands or resolves a cache root (tests/test_structure.py).
 
 The tree (names defined here once; the layouts, the installer and the engines import them)::
 
@@ -29,6 +32,7 @@ An install unit is a key folder (one per rank where it has ranks) or a shared fo
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,13 +58,14 @@ class RootDeclared(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class CacheRoot:
-    """A resolved cache root: its path, the engine whose servers read it, and where the path came from."""
+    """A resolved cache root: its path (``~`` expanded) and where the path came from."""
 
     path: Path
     source: str  # "flag", "config" (the engine's own configuration names it), the variable's name, or "default"
 
     @classmethod
-    def of(cls, flag: str | Path | None, engine: RootDeclared, configured: str | Path | None = None) -> CacheRoot:
+    def of(cls, flag: str | os.PathLike | None, engine: RootDeclared,
+           configured: str | os.PathLike | None = None) -> CacheRoot:
         """``flag`` (``--cache-root``), else the root the engine's own configuration names (``configured``: the
         native engine's ``-cc.cache_dir``), else ``engine``'s variable, else its default; ``~`` expanded."""
         from cachetool import envs
@@ -73,3 +78,14 @@ class CacheRoot:
         if value:
             return cls(Path(value).expanduser(), engine.cache_root_variable)
         return cls(Path(engine.cache_root_default).expanduser(), "default")
+
+    @classmethod
+    def given(cls, root: CacheRoot | str | os.PathLike) -> CacheRoot:
+        """The root a caller names: a :class:`CacheRoot` as it is, a path (a library caller's) as the flag."""
+        return root if isinstance(root, CacheRoot) else cls(Path(root).expanduser(), "flag")
+
+    @property
+    def resolved(self) -> Path:
+        """The path absolute, links resolved (at the time of asking: a root made since resolves through it): where a
+        start writes, and what a server is told to read."""
+        return self.path.resolve()

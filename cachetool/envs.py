@@ -15,7 +15,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-__all__ = ["VARIABLES", "EnvVar", "config_home", "get", "logging_level", "raw", "store_max_attempts",
+__all__ = ["VARIABLES", "EnvVar", "config_home", "default", "get", "logging_level", "raw", "store_max_attempts",
            "trusted_keys"]
 
 
@@ -62,6 +62,11 @@ def get(name: str) -> str | None:
     """The value of the registered variable ``name``; its default when unset or empty."""
     value = os.environ.get(name)
     return _BY_NAME[name].default if value is None or value == "" else value
+
+
+def default(name: str) -> str | None:
+    """The registered default of ``name`` (its one place: the native cache root's default is read from here)."""
+    return _BY_NAME[name].default
 
 
 def raw(name: str, declared: tuple[EnvVar, ...] = ()) -> str | None:

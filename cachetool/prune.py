@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from cachetool.cache_root import PARTIAL_DIR
+from cachetool.cache_root import PARTIAL_DIR, CacheRoot
 from cachetool.errors import UsageError
 
 TRASH_PREFIX = ".cachetool-prune-"
@@ -58,7 +58,7 @@ def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) 
     """Remove what no later start of the root's servers reads (see the module docstring)."""
     from cachetool.engines.layouts import stale_entries
 
-    top = Path(root).expanduser()
+    top = CacheRoot.given(root).path
     if not top.is_dir() or top.is_symlink():
         raise UsageError(f"--cache-root {root}: not a cache root folder")
     require_cache_root(top)

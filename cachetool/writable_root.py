@@ -11,17 +11,18 @@ import os
 import tempfile
 from pathlib import Path
 
+from cachetool.cache_root import CacheRoot
 from cachetool.errors import DiskFullError, UnwritableRootError
 from cachetool.exit_codes import DISK_FULL_ERRNOS
 
 PROBE_PREFIX = ".cachetool-probe-"
 
 
-def require_writable(root: str | os.PathLike, verb: str) -> Path:
+def require_writable(given: CacheRoot, verb: str) -> Path:
     """``root`` when a file can be written in it (folders that are missing are created for the probe and removed
     again: the check leaves nothing behind); else one line naming it: :class:`UnwritableRootError` (exit 2), or
     :class:`DiskFullError` (exit 9) for a full file system."""
-    root = Path(root).expanduser().absolute()
+    root = given.path.absolute()
     created = next((p for p in reversed((root, *root.parents)) if not p.exists()), None)
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -84,7 +84,7 @@ ENV_FACTOR_VARS: tuple[str, ...] = (
 
 
 def cache_root() -> Path:
-    """``CACHETOOL_CACHE_ROOT`` (default ``~/.cache/cachetool``)."""
+    """``CACHETOOL_CACHE_ROOT`` (its default is the registry's, above)."""
     return Path(os.path.expanduser(get("CACHETOOL_CACHE_ROOT")))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from cachetool.api import CACHE_ROOT_HELP
+from cachetool.api import CACHE_ROOT_HELP, DEFAULT_CACHE_ROOT_HELP
 from cachetool.errors import UsageError
 
 
@@ -64,7 +64,7 @@ cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False
                                  help=CACHE_ROOT_HELP)
 # verbs without --engine (install): no word of a flag they lack
 native_cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-                                        help="Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool).")
+                                        help=DEFAULT_CACHE_ROOT_HELP)
 
 
 def device_option(what: str, default: str, extra: str = "", value: str | None = None):

@@ -136,18 +136,17 @@ def warm(ctx: click.Context, model: str | None, cache_root: str | None, device: 
     """Run the compile pipeline for MODEL as a server would, filling the cache root; with --push, also pack,
     sign and push the result. With --engine vllm, real vLLM runs headless (`warm --engine vllm --model DIR --
     [vllm serve flags]`) and the key folder it wrote is packed with vLLM's facts."""
-    from cachetool.api import warm as warm_api
+    from cachetool.api import start_request, warm as warm_api
     from cachetool.cli.progress import progress_renderer
 
     init_logging()
     with progress_renderer(as_json) as render:  # piece i of n, compile sizes, autotune (stderr; none with --json)
-        summary = warm_api(model, cache_root=cache_root, device=device, config=compilation_config,
-                           overrides=_overrides(ctx), rank=rank, dp_rank=dp_rank,
-                           tensor_parallel_size=tensor_parallel_size, push=push_ref, sign_key=sign_key,
-                           store_options=options_dict(endpoint_url, profile, insecure), engine=engine,
-                           engine_flags=list(engine_args), load_weights=load_weights, on_progress=render,
-                           engine_progress=render,
-                           given=given_options(ctx))
+        start = start_request("warm", model, cache_root, engine=engine, given=given_options(ctx), device=device,
+                              config=compilation_config, overrides=_overrides(ctx), rank=rank, dp_rank=dp_rank,
+                              tensor_parallel_size=tensor_parallel_size, engine_flags=list(engine_args),
+                              load_weights=load_weights, on_progress=render, engine_progress=render)
+        summary = warm_api(start, push=push_ref, sign_key=sign_key,  # the one start, handed down as it is
+                           store_options=options_dict(endpoint_url, profile, insecure))
     if summary.push is None:
         return _show(summary.compile, as_json)
     if as_json:
@@ -175,14 +174,15 @@ def check(ctx: click.Context, model: str | None, cache_root: str | None, device:
     """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs. With
     --engine vllm, real vLLM starts on the cache root with the flags after -- and reports what Inductor compiled
     and loaded and whether vLLM loaded its AOT artifact; --require-hit then exits 4 on a miss, naming why."""
-    from cachetool.api import check as check_api
+    from cachetool.api import check as check_api, start_request
 
     init_logging()
+    start = start_request("check", model, cache_root, engine=engine, given=given_options(ctx), device=device,
+                          config=compilation_config, overrides=_overrides(ctx), rank=rank, dp_rank=dp_rank,
+                          require_hit=require_hit, tensor_parallel_size=tensor_parallel_size,
+                          engine_flags=list(engine_args), load_weights=load_weights, engine_progress=_say(as_json))
     try:
-        result = check_api(model, cache_root=cache_root, device=device, config=compilation_config,
-                           overrides=_overrides(ctx), rank=rank, dp_rank=dp_rank, require_hit=require_hit,
-                           tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=list(engine_args),
-                           load_weights=load_weights, engine_progress=_say(as_json), given=given_options(ctx))
+        result = check_api(start)  # the one start, handed down as it is
     except EngineMissError as exc:  # the start compiled: its lines (or fields), then the one error line
         if exc.start is not None:
             if not as_json:

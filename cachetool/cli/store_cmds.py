@@ -172,19 +172,20 @@ def _given_on_miss(args: list[str]) -> str:
 @click.pass_context
 def pull_cmd(ctx, ref, on_miss, as_json, **kwargs):
     """Fetch REF and install it (the help is :func:`_pull_help`'s: it lists the outcomes)."""
-    from cachetool.api import pull_outcome, pull_refused_outcome
+    from cachetool.api import pull_outcome, pull_refused_outcome, pull_request
 
-    try:
-        arguments = _pull_arguments(ctx, **kwargs)
-    except CachetoolError as exc:  # a wrong flag is an outcome too
+    try:  # the one request of this pull, handed down as it is
+        request = pull_request(ref, **_pull_arguments(ctx, **kwargs))
+    except Exception as exc:  # a wrong flag, an engine that is none: an outcome too
         return _render(pull_refused_outcome(ref, exc, on_miss), as_json)
-    return _render(pull_outcome(ref, on_miss=on_miss, **arguments), as_json)
+    return _render(pull_outcome(request, on_miss=on_miss), as_json)
 
 
 def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, insecure_skip_verify, timeout,
                     workers, progress, model, compilation_config, tensor_parallel_size, engine, engine_args,
                     endpoint_url, profile, insecure) -> dict:
-    """The library's arguments for this pull (a flag that cannot be one is refused here)."""
+    """The flags this pull was given, as the request's keywords (a flag that cannot be one is refused here; a
+    default is the request's own)."""
     overrides = ctx.meta.get("cc_overrides", [])
     if (compilation_config or overrides) and model is None:
         raise UsageError("--compilation-config/-cc on pull needs --model (the server's model)")
@@ -193,10 +194,10 @@ def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, 
     # the server cold), api.default_cache_root's
     return dict(cache_root=cache_root or None, trust=list(trust) or None,
                 insecure_skip_verify=insecure_skip_verify, ranks=ranks, model=model, config=compilation_config,
-                overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine, engine_flags=list(engine_args),
-                device=device, force=force, keep_changed=keep_changed, timeout=timeout, workers=workers,
-                warn=warn_loud, store_options=options_dict(endpoint_url, profile, insecure),
-                progress=False if quiet else progress)
+                overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine,
+                engine_flags=list(engine_args), device=device, force=force, keep_changed=keep_changed,
+                timeout=timeout, workers=workers, warn=warn_loud,
+                store_options=options_dict(endpoint_url, profile, insecure), progress=False if quiet else progress)
 
 
 @cli.command("ls", cls=OneLineCommand)

@@ -58,12 +58,13 @@ def help_text() -> str:
     return "; ".join(f"{name}: {ENGINES[name].summary}" for name in CHOICES) + "."
 
 
-def cache_root_help() -> str:
-    """``--cache-root``'s default in words, for verbs with ``--engine``: the default engine's variable and default,
-    then each other engine's."""
+def cache_root_help(every_engine: bool = True) -> str:
+    """``--cache-root``'s default in words: the default engine's variable and default, then (for verbs with
+    ``--engine``) each other engine's."""
     first, *others = (ENGINES[name] for name in CHOICES)
     return "; ".join([f"{first.cache_root_variable} or {first.cache_root_default}",
-                      *(f"with --engine {e.name}: {e.cache_root_variable} or {e.cache_root_default}" for e in others)])
+                      *(f"with --engine {e.name}: {e.cache_root_variable} or {e.cache_root_default}"
+                        for e in others if every_engine)])
 
 
 def init_logging() -> None:

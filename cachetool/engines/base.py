@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from cachetool.cache_root import CacheRoot
 from cachetool.layouts.factors import Difference, Factors
 
 
@@ -22,14 +23,14 @@ from cachetool.layouts.factors import Difference, Factors
 class StartRequest:
     """One start of an engine (``warm`` or ``check``), with the options of every engine. An engine refuses, in one
     line, an option of another engine that the caller set (``given``): the native engine flags after ``--``,
-    the vLLM engine ``--device``, ``-cc`` and the rank options."""
+    the vLLM engine ``--device``, ``-cc`` and the rank options. Each option's default is written here alone."""
 
     command: str                      # "warm" or "check"
     model: str | None                 # None: from the flags (vLLM: `vllm serve M`), or none (an engine that runs
                                       # the user's own command), or refused
-    cache_root: Path                  # resolved (cachetool.cache_root.CacheRoot.path)
+    cache_root: CacheRoot             # resolved once, by the caller
     device: str = "cpu"
-    config: Any = None                # native: a CompilationConfig, dict or JSON text
+    config: Any = None                # the engine's settled config (StartConfig.config: native, a CompilationConfig)
     overrides: tuple[str, ...] = ()   # native: -cc.k=v
     flags: tuple[str, ...] = ()       # vLLM: `vllm serve` flags
     load_weights: bool = False        # vLLM: the model's weights instead of dummy ones
@@ -42,22 +43,48 @@ class StartRequest:
     messages: Callable[[str], None] | None = None   # vLLM: its message lines
     given: frozenset[str] = frozenset()  # the options above that the caller set, by field name
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "flags", tuple(self.flags))
+        object.__setattr__(self, "given", frozenset(self.given))
+
     def set(self, name: str) -> bool:
         return name in self.given
 
 
 @dataclasses.dataclass(frozen=True)
-class KeyCheckRequest:
-    """Pull's key question for a server (``pull --model M`` and, for vLLM, its flags after ``--``)."""
+class StartConfig:
+    """A start's configuration as its engine reads it, settled once, before the start's request is built: ``config``
+    (the native engine's ``CompilationConfig``, parsed with its overrides applied; another engine's as given) and the
+    cache root it names (the native engine's ``-cc.cache_dir``, else None), which comes after ``--cache-root`` and
+    before the engine's variable (:class:`cachetool.cache_root.CacheRoot`)."""
 
-    model: str | None
-    cache_root: Path
+    config: Any
+    root: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KeyCheckRequest:
+    """Pull's key question for a server (``pull --model M`` and, for vLLM, its flags after ``--``); each field's
+    default is written here alone."""
+
+    cache_root: CacheRoot
+    model: str | None = None
     device: str = "cpu"
     config: Any = None
     overrides: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
     tensor_parallel_size: int = 1
     timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "flags", tuple(self.flags))
+
+    def asks(self) -> bool:
+        """Whether it names a server at all (a model, a config, flags, a tensor-parallel size): a pull without one
+        asks no key question."""
+        return self != KeyCheckRequest(cache_root=self.cache_root, device=self.device, timeout=self.timeout)
 
 
 @runtime_checkable
@@ -127,9 +154,9 @@ class Engine(Protocol):
         prints for the server's command, and ``check`` compares with the environment it runs in)."""
         ...
 
-    def configured_root(self, config: Any, overrides: tuple[str, ...]) -> str | None:
-        """The cache root the engine's own configuration names (the native engine's ``-cc.cache_dir``), or None:
-        it comes after ``--cache-root`` and before the engine's variable (:class:`cachetool.cache_root.CacheRoot`)."""
+    def start_config(self, config: Any, overrides: tuple[str, ...]) -> StartConfig:
+        """A start's configuration settled once (parsed, where the engine parses one) and the cache root it names:
+        the request carries the settled config, and the start reads it without parsing it again."""
         ...
 
     def warm(self, request: StartRequest) -> StartResult: ...

@@ -19,9 +19,10 @@ The order is the safety contract (see :mod:`cachetool.bundle.source`):
 
 Each phase is a module of this package: ``verify`` (phase 1, shared with :func:`verify_bundle`), ``preflight``
 (2), ``fs`` (the root, its lock and the fd-relative primitives) and ``plan`` (3), ``blobs`` and ``stage`` (4),
-``commit`` (5); ``ranks`` chooses the units, ``installer`` runs the phases in order. A failure at any step removes the staging folder,
-the source settles its downloads under the lock (:meth:`BundleSource.settle`), and a cache root this call
-created is removed again if empty; a full disk is :class:`DiskFullError` (exit 9).
+``commit`` (5); ``options`` holds what a caller asks of an install (:class:`InstallOptions`, each option's default
+written there alone), ``ranks`` chooses the units, ``installer`` runs the phases in order. A failure at any step
+removes the staging folder, the source settles its downloads under the lock (:meth:`BundleSource.settle`), and a
+cache root this call created is removed again if empty; a full disk is :class:`DiskFullError` (exit 9).
 A kill -9 leaves at most a stale staging folder (never a partial unit); the next install removes it.
 """
 
@@ -29,9 +30,10 @@ from __future__ import annotations
 
 from cachetool.install.blobs import expand_blob
 from cachetool.install.installer import InstallResult, install_bundle
+from cachetool.install.options import InstallOptions
 from cachetool.install.preflight import run_preflight
 from cachetool.install.ranks import parse_ranks
 from cachetool.install.verify import INSECURE_WARNING, verified_manifest, verify_bundle
 
-__all__ = ["INSECURE_WARNING", "InstallResult", "expand_blob", "install_bundle", "parse_ranks",
+__all__ = ["INSECURE_WARNING", "InstallOptions", "InstallResult", "expand_blob", "install_bundle", "parse_ranks",
            "run_preflight", "verified_manifest", "verify_bundle"]

@@ -21,6 +21,7 @@ from cachetool.exit_codes import DISK_FULL_ERRNOS
 from cachetool.bundle.paths import RESERVED_PREFIX, short_path
 from cachetool.digests import sha256_stream
 from cachetool.bundle.manifest import FileEntry, Unit
+from cachetool.cache_root import CacheRoot
 
 STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
 # mkdtemp's random part, then the tree folder: staged files live at {root}/{STAGING_PREFIX}XXXXXXXX/tree/{path}
@@ -140,10 +141,11 @@ def fs_error(exc: OSError, root: Path, doing: str) -> CachetoolError:
     return InstallIOError(f"{doing}: {exc.strerror or exc}" + (f" ({where})" if where else ""))
 
 
-def open_root(root: Path) -> tuple[Path, int, Path | None]:
+def open_root(given: CacheRoot) -> tuple[Path, int, Path | None]:
     """Create the cache root if missing, resolve and open it. Returns (root, fd, topmost folder this call created,
     to remove again on failure, or None)."""
     created = None
+    root = given.path
     try:
         if not root.exists():
             p = root
@@ -151,7 +153,7 @@ def open_root(root: Path) -> tuple[Path, int, Path | None]:
                 created = p
                 p = p.parent
             root.mkdir(parents=True, exist_ok=True)
-        root = root.resolve()
+        root = given.resolved
         if not root.is_dir():
             raise UsageError(f"cache root {root} is not a folder")
         return root, os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)), created

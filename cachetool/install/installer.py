@@ -9,9 +9,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from cachetool.install.commit import commit
+from cachetool.install.options import InstallOptions
 from cachetool.install.fs import STAGING_PREFIX, fs_error, lock_root, open_root, remove_empty_tree, remove_stale_staging
 from cachetool.install.plan import Plan, plan_install
 from cachetool.install.preflight import run_preflight
@@ -20,6 +21,7 @@ from cachetool.install.stage import check_complete, stage
 from cachetool.install.verify import verified_manifest
 from cachetool.bundle.manifest import Manifest, Unit, manifest_digest
 from cachetool.bundle.source import BundleSource
+from cachetool.cache_root import CacheRoot
 
 if TYPE_CHECKING:
     from cachetool.engines.base import KeyCheck
@@ -55,62 +57,49 @@ class InstallResult:
                 "seconds": self.seconds, "preflight_seconds": self.preflight_seconds}
 
 
-def install_bundle(
-    source: BundleSource,
-    cache_root: str | os.PathLike,
-    *,
-    trust: Iterable | None = None,
-    insecure_skip_verify: bool = False,
-    ranks: str | Iterable | None = None,
-    preflight: bool = True,
-    device: str | None = None,
-    key_check: KeyCheck | None = None,
-    force: bool = False,
-    keep_changed: bool = False,
-    warn: Callable[[str], None] | None = None,
-    workers: int | None = None,
-    deadline: float | None = None,
-) -> InstallResult:
+def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLike,
+                   options: InstallOptions = InstallOptions(), *, key_check: KeyCheck | None = None,
+                   deadline: float | None = None) -> InstallResult:
     """Install ``source`` into ``cache_root``; see the module docstring. Returns an :class:`InstallResult`.
 
-    ``trust``: public key paths / :class:`cachetool.bundle.signing.PublicKey` objects; None = the pinned keys
-    (:func:`cachetool.bundle.trust.load_trusted_keys`). ``ranks``: ``"0,1"`` etc. (None = all). ``device``: the device
-    preflight compares against (default: the bundle's). ``key_check``: which key folder the server will look up
-    (its engine's :class:`~cachetool.engines.base.KeyCheck`); for a server that compiles no graph only the units
-    that belong to no key are installed (none: nothing is written). A unit present with files that differ from the bundle is replaced (one
-    ``warn`` line each); ``keep_changed``: refuse instead (:class:`UnitChangedError`, a miss). ``force``: replace
-    even with ``keep_changed`` (replacing is the default; the flag stays for old callers). ``deadline``
-    (``time.monotonic()``): waiting for the root's lock past it raises :class:`WaitTimeoutError` (exit 7).
+    ``options``: what the caller asks of the install (:class:`~cachetool.install.options.InstallOptions`, each
+    option with its default: the keys trusted, the ranks, the preflight's device, replacing a unit whose files
+    differ, the workers). ``key_check``: which key folder the server will look up (its engine's
+    :class:`~cachetool.engines.base.KeyCheck`); for a server that compiles no graph only the units that belong to
+    no key are installed (none: nothing is written). ``deadline`` (``time.monotonic()``): waiting for the root's
+    lock past it raises :class:`WaitTimeoutError` (exit 7).
     """
     from cachetool.bundle.fingerprint import require_device
 
     t0 = time.monotonic()
-    device = require_device(device)  # pull's rule too: --device cuda without CUDA must not take the CPU bundle
-    mbytes, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify,
-                                                 warn=warn)
-    units = select_units(manifest, parse_ranks(ranks))
+    given_root = CacheRoot.given(cache_root)
+    # pull's rule too: --device cuda without CUDA must not take the CPU bundle
+    device = require_device(options.device)
+    mbytes, manifest, key_id = verified_manifest(source, trust=options.trust,
+                                                 insecure_skip_verify=options.insecure_skip_verify, warn=options.warn)
+    units = select_units(manifest, parse_ranks(options.ranks))
     if key_check is not None and key_check.compiles_nothing:  # an eager server reads no key folder
         units = [u for u in units if u.key is None]
     t_pre = time.monotonic()
-    checked = run_preflight(manifest, device=device, key_check=key_check) if preflight else []
+    checked = run_preflight(manifest, device=device, key_check=key_check) if options.preflight else []
     preflight_seconds = time.monotonic() - t_pre
     if not units:  # nothing this server reads: no root is made, no lock taken
-        return InstallResult(manifest_digest=manifest_digest(mbytes), cache_root=Path(cache_root).expanduser(),
+        return InstallResult(manifest_digest=manifest_digest(mbytes), cache_root=given_root.path,
                              units_installed=[], units_present=[], files=0, bytes=0, blobs_fetched=0, key_id=key_id,
-                             verified=not insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
-                             preflight_seconds=preflight_seconds)
+                             verified=not options.insecure_skip_verify, preflight=checked,
+                             seconds=time.monotonic() - t0, preflight_seconds=preflight_seconds)
 
-    root, root_fd, created_root = open_root(Path(cache_root).expanduser())
+    root, root_fd, created_root = open_root(given_root)
     try:
         lock_root(root_fd, root, deadline)
         plan, nbytes, nfiles, fetched = _install_locked(source, manifest, units, root, root_fd,
-                                                        keep_changed and not force, workers)
+                                                        options.keep_changed and not options.force, options.workers)
         for path in sorted(plan.replace):
-            (warn or log.warning)(f"replaced {path} in {root}: its files differed from the bundle")
+            (options.warn or log.warning)(f"replaced {path} in {root}: its files differed from the bundle")
         return InstallResult(
             manifest_digest=manifest_digest(mbytes), cache_root=root, units_installed=[u.path for u in plan.units],
             units_present=plan.present, files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id,
-            verified=not insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
+            verified=not options.insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
             units_replaced=sorted(plan.replace), preflight_seconds=preflight_seconds)
     except BaseException as exc:
         if created_root is not None:

@@ -10,12 +10,12 @@ import dataclasses
 import logging
 import threading
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from cachetool import bounds
 from cachetool.errors import CachetoolError, filled
-from cachetool.cache_root import PARTIAL_DIR
+from cachetool.cache_root import PARTIAL_DIR, CacheRoot
+from cachetool.install.options import InstallOptions
 from cachetool.refs.choice import select_entry
 from cachetool.refs.opening import open_ref, read_index
 from cachetool.stores.addresses import Ref
@@ -61,31 +61,23 @@ class NotNeeded:
         return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
-class PullRequest:
-    """One pull, every option settled by the caller (:func:`cachetool.api.pull` builds it; the init-container
-    policy, :func:`cachetool.transfer.pull_policy.pull_with_policy`, runs it). ``engine``: the server's, whose bundles
-    alone the platform choice takes (another engine's bundle is a miss: this server would not read it);
-    ``key``: the server's key question, asked of the engine at the start of the pull (under the policy's
-    timeout and signals), or None."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PullRequest(InstallOptions):
+    """One pull, every option settled (:func:`cachetool.api.pull_request` builds it, the CLI once per ``pull``; the
+    init-container policy, :func:`cachetool.transfer.pull_policy.pull_with_policy`, runs it). A pull is an install
+    from a store: the install's options and their defaults are :class:`InstallOptions`', handed on to the install as
+    they are; ``engine``: the server's, whose bundles alone the platform choice takes (another engine's bundle is a
+    miss: this server would not read it); ``key``: the server's key question, asked of the engine at the start of
+    the pull (under the policy's timeout and signals), or None."""
 
     ref: str | Ref
-    cache_root: Path
+    cache_root: CacheRoot
     engine: Engine
     key: KeyCheckRequest | None = None
-    trust: Any = None
-    insecure_skip_verify: bool = False
-    ranks: Any = None
-    device: str | None = None
-    force: bool = False
-    keep_changed: bool = False
-    preflight: bool = True
     store: Store | None = None
     store_options: dict | None = None
-    timeout: float | None = None
-    progress: bool | None = None
-    workers: int | None = None
-    warn: Callable[[str], None] | None = None
+    timeout: float | None = None  # seconds for the whole pull
+    progress: bool | None = None  # the progress bar (default: when stderr is a terminal)
 
 
 def pull(request: PullRequest) -> PullResult | NotNeeded:
@@ -116,7 +108,7 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
 
         trust = load_trusted_keys(trust)
     r, st, own_store = open_ref(request.ref, request.store, request.store_options)
-    root = Path(request.cache_root).expanduser()
+    root = request.cache_root
     try:
         down0 = st.counters.bytes_down
         try:
@@ -132,18 +124,18 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
         return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
                           blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
                           bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0,
-                          server_env=request.engine.server_environment(root.resolve()), compiles_nothing=eager)
+                          server_env=request.engine.server_environment(root.resolved), compiles_nothing=eager)
     finally:
         if own_store:
             st.close()
 
 
-def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, root: Path, *, trust: Any,
+def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, root: CacheRoot, *, trust: Any,
                    device: str | None, key_check: Any, deadline: float | None) -> tuple[StoreSource, Any]:
     """Install ``entry`` from the store through a lazy source, with the progress bar; the source and the result."""
     from cachetool.install import install_bundle
 
-    partial = root / PARTIAL_DIR
+    partial = root.path / PARTIAL_DIR
     with TransferProgress(progress_default(request.progress)) as prog:
         if prog.enabled:
             # The entry's size is the blobs' stored bytes plus the manifest's (push): the bar counts the blobs,
@@ -161,10 +153,9 @@ def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, roo
             on_blob = None
         src = StoreSource(st, r, entry, partial, deadline=deadline, on_blob=on_blob)
         try:
-            result = install_bundle(src, root, trust=trust, insecure_skip_verify=request.insecure_skip_verify,
-                                    ranks=request.ranks, preflight=request.preflight, device=device,
-                                    key_check=key_check, force=request.force, keep_changed=request.keep_changed,
-                                    warn=request.warn, workers=request.workers, deadline=deadline)
+            # the request's install options as given, but the trusted keys loaded and the device checked
+            result = install_bundle(src, root, request.install_options(trust=trust, device=device),
+                                    key_check=key_check, deadline=deadline)
         except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
             # the root itself is not ours to remove: install_bundle removes it again only if it created it
             remove_if_empty(partial)

@@ -160,7 +160,7 @@ def pull_with_policy(request: PullRequest, on_miss: str = "fail") -> PullOutcome
     try:
         if on_miss not in ON_MISS:
             raise UsageError(f"on_miss must be one of {', '.join(ON_MISS)}, got {on_miss!r}")
-        root = Path(request.cache_root).expanduser()
+        root = request.cache_root.path
         with stopped_by_signals(root), hard_timeout(request.timeout, abandoned), temporary_folder_for(root):
             out = success_outcome(pull(request), on_miss)
     except Exception as exc:

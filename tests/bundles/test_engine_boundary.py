@@ -22,13 +22,13 @@ def test_the_cache_root_is_the_flag_then_the_engines_config_then_its_variable_th
     assert CacheRoot.of(None, native).source == "default"  # not the variable's name while it is unset
     monkeypatch.setenv("CACHETOOL_CACHE_ROOT", str(tmp_path / "var"))
     assert CacheRoot.of(None, native) == CacheRoot(tmp_path / "var", "CACHETOOL_CACHE_ROOT")
-    configured = native.configured_root('{"cache_dir": "%s"}' % (tmp_path / "cc"), ())
+    configured = native.start_config('{"cache_dir": "%s"}' % (tmp_path / "cc"), ()).root
     assert configured == str(tmp_path / "cc")
-    assert native.configured_root(None, (f"cache_dir={tmp_path / 'o'}",)) == str(tmp_path / "o")
+    assert native.start_config(None, (f"cache_dir={tmp_path / 'o'}",)).root == str(tmp_path / "o")
     assert CacheRoot.of(None, native, configured) == CacheRoot(tmp_path / "cc", "config")
     assert CacheRoot.of(tmp_path / "flag", native, configured) == CacheRoot(tmp_path / "flag", "flag")
     assert CacheRoot.of(None, vllm).path.name == "vllm"  # ~/.cache/vllm: its own default, not ours
-    assert vllm.configured_root('{"cache_dir": "/x"}', ()) is None
+    assert vllm.start_config('{"cache_dir": "/x"}', ()).root is None
 
 
 def test_an_engine_reads_its_cache_root_from_a_variable_it_declares_itself(monkeypatch, tmp_path):

@@ -137,7 +137,7 @@ def test_bad_flags_are_one_line_usage_errors(tmp_path, cli, args):
 def test_unusable_cache_root_is_a_cachetool_error(tmp_path, keys, signed, where):
     # The library raised a bare NotADirectoryError / FileExistsError (the CLI turned it into "install: ...").
     from cachetool.bundle.ctb import open_ctb
-    from cachetool.install import install_bundle
+    from cachetool.install import InstallOptions, install_bundle
 
     mb, env, stored = signed
     bundle = _ctb(tmp_path, mb, env, stored)
@@ -146,7 +146,7 @@ def test_unusable_cache_root_is_a_cachetool_error(tmp_path, keys, signed, where)
     if where == "dangling-symlink":
         root.symlink_to(tmp_path / "missing" / "x")
     with open_ctb(bundle) as b, pytest.raises(CachetoolError) as ei:
-        install_bundle(b, root, trust=[keys["pub"]])
+        install_bundle(b, root, InstallOptions(trust=[keys["pub"]]))
     assert "cache root" in str(ei.value) and "\n" not in str(ei.value)
     assert (tmp_path / "afile").read_text() == "x" and not (tmp_path / "missing").exists()
 

@@ -14,7 +14,7 @@ import pytest
 from cachetool.bundle.ctb import open_ctb, write_ctb
 
 from cachetool.bundle.packing import pack
-from cachetool.install import install_bundle
+from cachetool.install import InstallOptions, install_bundle
 from cachetool.bundle.manifest import platform_key
 from tests.bundles.conftest import one_error_line
 from tests.bundles.fixtures import (make_native_tree, make_triton_tree, make_vllm_tree, tree_snapshot)
@@ -144,7 +144,7 @@ def test_packed_bundle_api_for_push(tmp_path, keys):
                 assert "sha256:" + hashlib.sha256(data).hexdigest() == blob.stored_digest
                 assert data == p1.blob_path(blob).read_bytes()
         # PackedBundle is a BundleSource: installs directly
-        res = install_bundle(p1, tmp_path / "d", trust=[keys["pub"]])
+        res = install_bundle(p1, tmp_path / "d", InstallOptions(trust=[keys["pub"]]))
         assert len(res.units_installed) == 2 and res.key_id == keys["id"]
         assert tree_snapshot(tmp_path / "d") == tree_snapshot(src)
 

@@ -107,7 +107,7 @@ def test_tensor_parallel_size_is_hashed_and_dp_rank_names_the_folder(tp_warm) ->
 def test_pack_stores_ranks_once_and_install_picks_ranks(tp_warm, tmp_path: Path) -> None:
     from cachetool.bundle.ctb import open_ctb, write_ctb
     from cachetool.bundle.packing import pack
-    from cachetool.install import install_bundle
+    from cachetool.install import InstallOptions, install_bundle
 
     root, warm = tp_warm
     hash_dir = root / "torch_compile_cache" / warm["cache_key"]
@@ -122,7 +122,7 @@ def test_pack_stores_ranks_once_and_install_picks_ranks(tp_warm, tmp_path: Path)
         ctb = write_ctb(bundle, tmp_path / "tp2.ctb")
     dest = tmp_path / "node1"
     with open_ctb(ctb) as src:
-        res = install_bundle(src, dest, ranks="1", insecure_skip_verify=True)
+        res = install_bundle(src, dest, InstallOptions(ranks="1", insecure_skip_verify=True))
     assert res.units_installed
     ranks = sorted(p.name for p in (dest / "torch_compile_cache" / warm["cache_key"]).iterdir())
     assert ranks == ["rank_1_0"]

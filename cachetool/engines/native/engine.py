@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachetool.engines.base import KeyCheckRequest, StartRequest
+from cachetool import envs
+from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
 from cachetool.errors import UsageError
 from cachetool.layouts.factors import Difference, Factors
 
@@ -16,7 +17,7 @@ class NativeEngine:
     key_kinds = ("piecewise",)
     cache_root_variable = "CACHETOOL_CACHE_ROOT"
     variables = ()  # its own are in cachetool.envs.VARIABLES
-    cache_root_default = "~/.cache/cachetool"
+    cache_root_default = envs.default(cache_root_variable)  # the registry's, which the pipeline's matches
     fingerprint_fields: tuple[str, ...] = ()
     recorded_fields: tuple[str, ...] = ()
     platform_fields: tuple[str, ...] = ()
@@ -33,29 +34,27 @@ class NativeEngine:
     def server_environment(self, root: Path) -> dict[str, str]:
         return {self.cache_root_variable: str(root)}  # Inductor's and Triton's caches live inside the key folders
 
-    def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
+    def start_config(self, config, overrides: tuple[str, ...]) -> StartConfig:
+        """The compilation config parsed once (the start reads it as it is), and the root its cache_dir names."""
         from cachetool.engines.native import run
 
-        return run.compilation_config(config, overrides).cache_dir or None
+        parsed = run.compilation_config(config, overrides)
+        return StartConfig(parsed, parsed.cache_dir or None)
 
     def warm(self, request: StartRequest):
         from cachetool.engines.native import run
 
-        return run.warm(request.model, cache_root=request.cache_root, device=request.device,
-                        compilation_config=self._config(request), rank=request.rank, dp_rank=request.dp_rank,
-                        tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
-                        on_progress=request.events)
+        return run.start(self._run(request))
 
     def check(self, request: StartRequest):
         from cachetool.engines.native import run
 
-        return run.check(request.model, cache_root=request.cache_root, device=request.device,
-                         compilation_config=self._config(request), rank=request.rank, dp_rank=request.dp_rank, require_hit=request.require_hit,
-                         tensor_parallel_size=request.tensor_parallel_size)
+        return run.start(self._run(request))
 
     @staticmethod
-    def _config(request: StartRequest):
-        """The start's compilation config on its cache root, once another engine's options are refused."""
+    def _run(request: StartRequest):
+        """The start as one :class:`~cachetool.engines.native.run.NativeRun`, once another engine's options are
+        refused: its compilation config (parsed once, by :meth:`start_config`) on the request's cache root."""
         from cachetool.engines.native import run
 
         _refuse_flags(request.flags)
@@ -66,7 +65,11 @@ class NativeEngine:
 
             raise UsageError(f"{request.command} needs --model: a preset ({', '.join(model_presets())}), a "
                              "config.json or a model folder")
-        return run.compilation_config(request.config, request.overrides, request.cache_root)
+        return run.NativeRun(command=request.command, model=request.model,
+                             config=run.config_on_root(request.config, request.cache_root),  # parsed: start_config
+                             device=request.device, rank=request.rank, dp_rank=request.dp_rank,
+                             tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
+                             require_hit=request.require_hit, on_progress=request.events)
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:

@@ -9,12 +9,14 @@ does the same start and reports whether anything compiled; with ``require_hit`` 
 from __future__ import annotations
 
 import contextlib
-import time
+import dataclasses
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cachetool.cache_root import CacheRoot
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import CompilationConfigError, DeviceError, UsageError
 
@@ -102,6 +104,26 @@ class CompileRunResult:
         return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class NativeRun:
+    """One start of the pipeline, settled once by whoever starts it (the engine, from its
+    :class:`~cachetool.engines.base.StartRequest`, whose defaults it takes: none are written here): ``config`` is
+    the run's own ``CompilationConfig``, already parsed and on the cache root (``cache_dir``), which the run reads and
+    no one parses or re-roots again; :func:`start` checks the run and dispatches tensor parallelism once."""
+
+    command: str                      # "warm" or "check"
+    model: str
+    config: Any                       # compiler.config.CompilationConfig: the run's own copy, on its root
+    device: str
+    rank: int
+    dp_rank: int
+    tensor_parallel_size: int
+    share_ranks: bool                 # warm, N > 1: rank folders that compiled what rank 0 did become its copies
+    require_hit: bool                 # check: any compile raises CompileInStrictModeError before it runs
+    on_progress: Any                  # compiler.progress events (one process; not from TP ranks)
+    workload: bool = True             # prefill and decode batches after the warm-up (every start runs them)
+
+
 def parse_compilation_config(json_text: str | None = None, overrides: list[str] | tuple[str, ...] = (),
                              cache_root: str | Path | None = None) -> Any:
     """``--compilation-config`` JSON plus ``-cc.k=v`` overrides → ``CompilationConfig`` (UsageError on error)."""
@@ -109,9 +131,7 @@ def parse_compilation_config(json_text: str | None = None, overrides: list[str] 
 
     with compiler_errors_mapped():
         cfg = CompilationConfig.from_cli(json_text, list(overrides))
-    if cache_root is not None:
-        cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
-    return cfg
+    return config_on_root(cfg, cache_root) if cache_root is not None else cfg
 
 
 def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...] = (),
@@ -154,19 +174,25 @@ def check_model(model: str) -> None:
         resolve_model(model)
 
 
-def _preflight(model: str, device: str, compilation_config: Any, cache_root: str | Path | None) -> Any:
-    """Check the arguments before anything is built or written; returns the config to run: a copy of
-    ``compilation_config`` (the caller's is left as it is) with ``cache_root`` applied."""
+def config_on_root(config: Any, cache_root: CacheRoot | str | Path | None) -> Any:
+    """A run's own copy of a parsed config (the caller's is left as it is; None: the default), on ``cache_root``
+    (None: where the config names): the one place a config is put on a root."""
     import copy
 
     from compiler.config import CompilationConfig
 
-    cfg = copy.deepcopy(compilation_config) if compilation_config is not None else CompilationConfig()
+    cfg = copy.deepcopy(config) if config is not None else CompilationConfig()
     if cache_root is not None:
-        cfg.cache_dir = str(Path(cache_root).expanduser().resolve())
-    _check_device(device)
-    check_model(model)
+        cfg.cache_dir = str(CacheRoot.given(cache_root).resolved)
     return cfg
+
+
+def start(run: NativeRun) -> CompileRunResult:
+    """Run ``run``: its device and model checked before anything is built or written, then one process, or one per
+    tensor-parallel rank (:func:`_run_parallel`)."""
+    _check_device(run.device)
+    check_model(run.model)
+    return _run_parallel(run) if run.tensor_parallel_size != 1 else _run(run)
 
 
 def _check_device(device: str) -> None:
@@ -178,37 +204,32 @@ def _check_device(device: str) -> None:
         raise DeviceError(f"unsupported device {device!r} (cpu or cuda)")
 
 
-def _run(command: str, model: str, *, cache_root: str | Path | None, device: str, compilation_config: Any,
-         rank: int, dp_rank: int, require_hit: bool, workload: bool,
-         tensor_parallel_size: int = 1, on_progress: Any = None) -> CompileRunResult:
-    if tensor_parallel_size != 1:
-        return _run_parallel(command, model, cache_root=cache_root, device=device,
-                             compilation_config=compilation_config, rank=rank, dp_rank=dp_rank,
-                             require_hit=require_hit, workload=workload, tensor_parallel_size=tensor_parallel_size)
+def _run(run: NativeRun) -> CompileRunResult:
+    """One process of ``run`` (the only one, or one rank's): build, warm up, the workload."""
     from compiler import progress
     from compiler.counters import counters, strict_mode
     from compiler.layout import resolve_root
     from compiler.runner import ModelRunner, compile_jobs_dropped_on_interrupt
 
-    cfg = _preflight(model, device, compilation_config, cache_root)
+    command, cfg = run.command, run.config
     t0 = time.perf_counter()
     imported = process_age_seconds()
     before = counters.snapshot()
-    guard = strict_mode(True) if require_hit else contextlib.nullcontext()
+    guard = strict_mode(True) if run.require_hit else contextlib.nullcontext()
     # The pipeline's errors by kind: a strict-mode refusal keeps its class, a guard refusal is the config's, weights
     # that do not fit the config the model's (caught before anything is written). The first progress event comes
     # once the model is built: a bad model stays one error line. An interrupt drops the queued compile jobs.
-    with (compiler_errors_mapped(f"{command}: "), guard, progress.listening(on_progress),
+    with (compiler_errors_mapped(f"{command}: "), guard, progress.listening(run.on_progress),
           compile_jobs_dropped_on_interrupt()):
-        runner = ModelRunner(model, device, cfg, rank=rank, dp_rank=dp_rank,
+        runner = ModelRunner(run.model, run.device, cfg, rank=run.rank, dp_rank=run.dp_rank,
                              save_aot_entry=True if command == "warm" else None)
         built = time.perf_counter() - t0
         at_warmup = counters.snapshot()
         startup = runner.warmup()
         during = counters.delta(at_warmup)
-        if workload:
+        if run.workload:
             progress.emit(progress.STEP, f"{command}: prefill and decode batches")
-        wl = runner.run_workload().as_dict() if workload else {}
+        wl = runner.run_workload().as_dict() if run.workload else {}
     delta = counters.delta(before)
     report = runner.start_report()
     seconds = time.perf_counter() - t0
@@ -218,7 +239,7 @@ def _run(command: str, model: str, *, cache_root: str | Path | None, device: str
     runner.close()
     phases["exit"] = round(time.perf_counter() - t_exit, 3)
     return CompileRunResult(
-        command=command, model=model, device=str(runner.device), cache_root=str(resolve_root(cfg.cache_dir)),
+        command=command, model=run.model, device=str(runner.device), cache_root=str(resolve_root(cfg.cache_dir)),
         cache_dir=report.cache_dir, rank_dir=report.rank_dir, cache_key=report.cache_key,
         graphs_compiled=delta.graphs_compiled, graphs_loaded=delta.graphs_loaded, graphs_reused=delta.graphs_reused,
         pieces=delta.pieces, unique_pieces=delta.unique_pieces, dynamo_compiles=delta.dynamo_compiles,
@@ -269,9 +290,7 @@ def startup_phases(imported: float | None, built: float, startup: float, first: 
     return {k: round(v, 3) for k, v in phases.items() if v is not None}
 
 
-def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: int, dp_rank: int, device: str,
-                  cache_root: str | Path | None, compilation_config: Any, share_ranks: bool = True,
-                  **kwargs: Any) -> CompileRunResult:
+def _run_parallel(run: NativeRun) -> CompileRunResult:
     """One process per tensor-parallel rank (gloo on the CPU, NCCL on CUDA), each running :func:`_run` into
     its own ``rank_{r}_{dp_rank}`` folder; a failure on any rank (``require_hit``) fails the run. After a warm,
     rank folders that compiled the same pieces as rank 0 become byte copies of it (``share_ranks``), so that a
@@ -280,11 +299,11 @@ def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: 
 
     from compiler.distributed.launch import launch
 
+    command, device, tensor_parallel_size = run.command, run.device, run.tensor_parallel_size
     if tensor_parallel_size < 1:
         raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
-    if rank != 0:
+    if run.rank != 0:
         raise UsageError("--rank is chosen by the launcher when --tensor-parallel-size > 1")
-    cfg = _preflight(model, device, compilation_config, cache_root)
     if device.startswith("cuda"):
         import torch
 
@@ -292,24 +311,23 @@ def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: 
             raise DeviceError(f"--tensor-parallel-size {tensor_parallel_size} needs {tensor_parallel_size} GPUs, "
                               f"{torch.cuda.device_count()} visible")
     t0 = time.perf_counter()
-    fn = functools.partial(_run, command, model, cache_root=cache_root, compilation_config=cfg, dp_rank=dp_rank,
-                           **kwargs)
+    fn = functools.partial(_run_rank, dataclasses.replace(run, on_progress=None))  # a listener stays here
     results: list[CompileRunResult] = launch(fn, tensor_parallel_size, device=device.split(":")[0],
-                                             dp_rank=dp_rank, log_names=("cachetool",))
+                                             dp_rank=run.dp_rank, log_names=("cachetool",))
     keys = {r.cache_key for r in results}
     if len(keys) != 1:  # pragma: no cover - every rank hashes the same factors
         raise UsageError(f"tensor-parallel ranks disagree on the cache key: {sorted(map(str, keys))}")
     first = results[0]
     shared: dict[str, str] = {}
-    if share_ranks and command == "warm" and first.rank_dir:
+    if run.share_ranks and command == "warm" and first.rank_dir:
         from compiler.distributed.rank_share import share_rank_folders
 
-        shared = share_rank_folders(Path(first.rank_dir).parent, dp_rank=dp_rank)
+        shared = share_rank_folders(Path(first.rank_dir).parent, dp_rank=run.dp_rank)
     sums = {name: sum(getattr(r, name) for r in results)
             for name in ("graphs_compiled", "graphs_loaded", "graphs_reused", "pieces", "unique_pieces",
                          "dynamo_compiles", "dynamo_traces")}
     return CompileRunResult(
-        command=command, model=model, device=device, cache_root=first.cache_root, cache_dir=first.cache_dir,
+        command=command, model=run.model, device=device, cache_root=first.cache_root, cache_dir=first.cache_dir,
         rank_dir=first.rank_dir, cache_key=first.cache_key, seconds=round(time.perf_counter() - t0, 3),
         startup_seconds=max(r.startup_seconds for r in results),
         compile_seconds=max(r.compile_seconds for r in results), workload=first.workload,
@@ -325,19 +343,22 @@ def _run_parallel(command: str, model: str, *, tensor_parallel_size: int, rank: 
     )
 
 
+def _run_rank(run: NativeRun, *, rank: int, device: str) -> CompileRunResult:
+    """One rank's process of a tensor-parallel ``run`` (the launcher names its rank and device)."""
+    return _run(dataclasses.replace(run, rank=rank, device=device))
+
+
 def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", compilation_config: Any = None,
          rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
          on_progress: Any = None) -> CompileRunResult:
     """Populate the compile cache for ``model`` (compiles what is missing, loads the rest). With
     ``tensor_parallel_size`` N > 1, N rank processes each fill their ``rank_{r}_{dp_rank}`` folder (made byte
     copies of rank 0's where they compiled the same pieces, unless ``share_ranks`` is false). ``on_progress``
-    receives :class:`compiler.progress.ProgressEvent`\\ s while it compiles (one process; not from TP ranks)."""
-    if tensor_parallel_size != 1:
-        return _run_parallel("warm", model, cache_root=cache_root, device=device,
-                             compilation_config=compilation_config, rank=rank, dp_rank=dp_rank, require_hit=False,
-                             workload=True, tensor_parallel_size=tensor_parallel_size, share_ranks=share_ranks)
-    return _run("warm", model, cache_root=cache_root, device=device, compilation_config=compilation_config,
-                rank=rank, dp_rank=dp_rank, require_hit=False, workload=True, on_progress=on_progress)
+    receives :class:`compiler.progress.ProgressEvent`\\ s while it compiles (one process; not from TP ranks).
+    A library caller's entry; the engine builds its :class:`NativeRun` itself."""
+    return start(NativeRun(command="warm", model=model, config=config_on_root(compilation_config, cache_root),
+                           device=device, rank=rank, dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size,
+                           share_ranks=share_ranks, require_hit=False, on_progress=on_progress))
 
 
 def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", compilation_config: Any = None,
@@ -346,6 +367,6 @@ def check(model: str, *, cache_root: str | Path | None = None, device: str = "cp
     """Start the model as a server would and report compiled vs loaded graphs; ``require_hit``: any compile
     raises :class:`CompileInStrictModeError` (exit code 8) before it runs. With ``tensor_parallel_size`` N > 1 it
     runs on N ranks; ``ranks`` holds each rank's counters, and ``require_hit`` fails if any rank compiled."""
-    return _run("check", model, cache_root=cache_root, device=device, compilation_config=compilation_config,
-                rank=rank, dp_rank=dp_rank, require_hit=require_hit, workload=True,
-                tensor_parallel_size=tensor_parallel_size)
+    return start(NativeRun(command="check", model=model, config=config_on_root(compilation_config, cache_root),
+                           device=device, rank=rank, dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size,
+                           share_ranks=False, require_hit=require_hit, on_progress=None))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachetool.layouts.factors import Difference, Factors
-from cachetool.engines.base import KeyCheckRequest, StartRequest
+from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
 from cachetool.engines.torch.variables import ROOT, VARIABLES
 from cachetool.errors import UsageError
 
@@ -46,8 +46,8 @@ class TorchEngine:
 
         return cache_variables(Path(root))
 
-    def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
-        return None  # the program's own configuration is its code
+    def start_config(self, config, overrides: tuple[str, ...]) -> StartConfig:
+        return StartConfig(config)  # the program's own configuration is its code
 
     def warm(self, request: StartRequest):
         from cachetool.engines.torch.start import start

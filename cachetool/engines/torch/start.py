@@ -77,7 +77,7 @@ def start(verb: str, request: StartRequest, say: Callable[[str], None] | None = 
     say = say or (lambda _m: None)
     refuse_other_engines(request)
     command = parse(request.flags)
-    root = Path(request.cache_root).expanduser().resolve()
+    root = request.cache_root.resolved
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     mark = unfinished.begin(root)  # settles what a killed start left; marks this one

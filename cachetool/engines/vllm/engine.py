@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from cachetool.engines.base import KeyCheckRequest, StartRequest
+from cachetool.cache_root import CacheRoot
+from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
 from cachetool.errors import UsageError
 from cachetool.layouts.factors import Difference, Factors
 
@@ -46,8 +47,8 @@ class VllmEngine:
 
         return {self.cache_root_variable: str(root), "TRITON_CACHE_DIR": str(Path(root) / TRITON_CACHE)}
 
-    def configured_root(self, config, overrides: tuple[str, ...]) -> str | None:
-        return None  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
+    def start_config(self, config, overrides: tuple[str, ...]) -> StartConfig:
+        return StartConfig(config)  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
 
     def warm(self, request: StartRequest):
         from cachetool.engines.vllm.start import start
@@ -83,7 +84,8 @@ class VllmEngine:
 
             out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
                         load_weights=request.load_weights, progress=request.messages)
-            out.environment_notes = environment_notes(check.cache_root, self.server_environment(check.cache_root))
+            out.environment_notes = environment_notes(check.cache_root, self.server_environment(check.cache_root),
+                                                      CacheRoot.of(None, self))
         if request.require_hit:
             must_hit(out)
         return out
@@ -159,6 +161,6 @@ class VllmEngine:
         from cachetool.layouts.entries import KeyFolder
         from cachetool.engines.vllm.key_check import server_key_check
 
-        check = server_key_check(model, list(flags), scratch)
+        check = server_key_check(model, list(flags), CacheRoot.given(scratch))
         _key, diffs = check.closest([KeyFolder(h, "aot", f) for h, f in keys])  # a server's key is an AOT folder
         return diffs

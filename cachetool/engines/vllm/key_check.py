@@ -14,6 +14,7 @@ from cachetool.engines.vllm.child_env import child_env
 from cachetool.engines.vllm.headless import server_argv, server_model, tensor_parallel_size
 from cachetool.engines.vllm.preflight import check_model, python, require_vllm
 from cachetool.engines.vllm.result import short_key
+from cachetool.cache_root import CacheRoot
 from cachetool.errors import PreflightError
 from cachetool.layouts.factors import also_named, short_repr
 
@@ -143,7 +144,7 @@ class ServerKeyCheck:
                                            None, log, timeout=self.timeout)
 
 
-def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cache_root: str | Path,
+def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cache_root: CacheRoot,
                      timeout: float | None = None) -> ServerKeyCheck:
     """The arguments checked now (before anything is fetched), the question asked at preflight. The model may
     be cachetool's ``--model`` or named in the server's flags."""
@@ -151,7 +152,7 @@ def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cach
     model, rest = server_model(model, list(flags))
     check_model(model)
     eager = server_command.compiles_nothing(rest, child_env(None, tensor_parallel_size(rest)))
-    return ServerKeyCheck(model, rest, Path(cache_root).expanduser().resolve(), timeout, compiles_nothing=eager)
+    return ServerKeyCheck(model, rest, cache_root.resolved, timeout, compiles_nothing=eager)
 
 
 def _listed(items: list[str], limit: int = 3) -> str:

@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from cachetool.cache_root import TRITON_CACHE
+from cachetool.cache_root import TRITON_CACHE, CacheRoot
 from cachetool.engines.vllm import worker_facts
 from cachetool.engines.vllm.child_env import PROBE_DIR
 from cachetool.engines.vllm.preflight import python
@@ -120,14 +120,14 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def serve_once(model: str, cache_root: str | Path, flags: list[str], *, env: dict[str, str] | None = None,
+def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str], *, env: dict[str, str] | None = None,
                api_key: str | None = None, timeout: float = 900, stop_when_compiling: bool = False) -> ServerRun:
     """Start ``vllm serve MODEL FLAGS`` on ``cache_root`` (host 127.0.0.1, a free port, ``api_key`` if given),
     send one completion (to the first ``--served-model-name``, else the model), stop it; see the module docstring.
     ``env`` adds to this process's environment. ``stop_when_compiling``: stop the server as soon as it shows that
     it compiles (a key folder the root did not have, a kernel written under the root): its verdict is known then,
     and the rest of its compile would only cost time (the run then has no completion)."""
-    root = Path(cache_root).resolve()
+    root = CacheRoot.given(cache_root).resolved
     before, keys_before = kernel_files(root), key_folders(root)
     port = free_port()
     cmd = [python(), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags, *PROBE, "--host", "127.0.0.1",

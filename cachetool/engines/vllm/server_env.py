@@ -6,15 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachetool import envs
+from cachetool.cache_root import CacheRoot
 
 
-def environment_notes(root: Path, wanted: dict[str, str]) -> list[str]:
+def environment_notes(root: Path, wanted: dict[str, str], reads: CacheRoot) -> list[str]:
     """What a server started with this process's environment would miss of the cache at ``root`` (``wanted``:
-    the engine's server environment for it): a cache root it would not read, a Triton cache it would not read."""
+    the engine's server environment for it; ``reads``: the root such a server reads, the engine's
+    ``CacheRoot.of(None, ...)``): a cache root it would not read, a Triton cache it would not read."""
     notes = []
-    have = envs.get("VLLM_CACHE_ROOT")
-    if Path(have or "~/.cache/vllm").expanduser().resolve() != root:
-        notes.append(f"VLLM_CACHE_ROOT is {have or 'unset (~/.cache/vllm)'}: a server started so reads another "
+    if reads.resolved != root:
+        have = envs.get("VLLM_CACHE_ROOT") or f"unset ({reads.path})"
+        notes.append(f"VLLM_CACHE_ROOT is {have}: a server started so reads another "
                      f"cache root and compiles; start it with VLLM_CACHE_ROOT={wanted['VLLM_CACHE_ROOT']}")
     triton = Path(wanted["TRITON_CACHE_DIR"])
     kernels = sum(1 for p in triton.iterdir() if p.is_dir()) if triton.is_dir() else 0

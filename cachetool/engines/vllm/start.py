@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from cachetool.cache_root import CacheRoot
 from cachetool.engines.vllm import unfinished, worker_facts
 from cachetool.engines.vllm.child_process import run_child
 from cachetool.engines.vllm.headless import server_argv, server_model
@@ -37,7 +38,7 @@ PROMPTS = ([1, 5, 7, 11], list(range(1, 48)), [3])
 MAX_TOKENS = 4
 
 
-def start(command: str, model: str | None, *, cache_root: str | Path, flags: list[str] | tuple[str, ...] = (),
+def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list[str] | tuple[str, ...] = (),
           load_weights: bool = False, progress: Callable[[str], None] | None = None) -> VllmStartResult:
     """Start real vLLM headless on ``cache_root`` as ``vllm serve MODEL FLAGS`` would configure and run it; see
     the module docstring for the phases. ``command``: ``warm`` (records the key inputs) or ``check``. ``model``
@@ -46,7 +47,7 @@ def start(command: str, model: str | None, *, cache_root: str | Path, flags: lis
     version = require_vllm()
     model, rest = server_model(model, list(flags))
     check_model(model)
-    root = Path(cache_root).expanduser().resolve()
+    root = cache_root.resolved
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     before, keys_before = kernel_files(root), key_folders(root)

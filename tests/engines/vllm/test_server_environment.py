@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from cachetool.cache_root import CacheRoot
 from cachetool.engines import get
 from cachetool.engines.vllm.server_env import environment_notes
 
@@ -22,17 +23,17 @@ def test_check_names_a_missing_triton_cache_dir_and_its_cost(tmp_path, monkeypat
     wanted = get("vllm").server_environment(root)
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(root))
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    (note,) = environment_notes(root, wanted)
+    (note,) = environment_notes(root, wanted, CacheRoot.of(None, get("vllm")))
     assert note.startswith("TRITON_CACHE_DIR is unset") and "3 Triton kernel(s)" in note
     assert f"TRITON_CACHE_DIR={root / 'triton_cache'}" in note
     monkeypatch.setenv("TRITON_CACHE_DIR", str(root / "triton_cache"))
-    assert environment_notes(root, wanted) == []
+    assert environment_notes(root, wanted, CacheRoot.of(None, get("vllm"))) == []
 
 
 def test_check_names_a_server_that_would_read_another_root(tmp_path, monkeypatch):
     root = _root_with_triton_kernels(tmp_path, n=0)
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "elsewhere"))
-    (note,) = environment_notes(root, get("vllm").server_environment(root))
+    (note,) = environment_notes(root, get("vllm").server_environment(root), CacheRoot.of(None, get("vllm")))
     assert "reads another cache root" in note and f"VLLM_CACHE_ROOT={root}" in note
 
 
@@ -42,7 +43,7 @@ def test_a_root_without_triton_kernels_needs_no_triton_cache_dir(tmp_path, monke
     root.mkdir()
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(root))
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    assert environment_notes(root, get("vllm").server_environment(root)) == []
+    assert environment_notes(root, get("vllm").server_environment(root), CacheRoot.of(None, get("vllm"))) == []
 
 
 def test_pull_prints_the_environment_its_server_needs(tmp_path, cli):
