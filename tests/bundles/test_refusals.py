@@ -163,6 +163,32 @@ def test_file_under_file(tmp_path, keys, cli, root):
     _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root), root, 3, "under the file")
 
 
+U = "torch_compile_cache/h/rank_0_0"
+
+
+@pytest.mark.parametrize("files,dirs,words", [
+    ([(f"{U}/f", b"1")], [f"{U}/f/d"], "under the file"),
+    ([("torch_compile_cache/h/rank_9_0/f", b"1")], [], "file 'torch_compile_cache/h/rank_9_0/f' lies in no install"),
+    ([(f"{U}/f", b"1")], ["elsewhere/d"], "folder 'elsewhere/d' lies in no install unit"),
+    ([(U, b"1")], [], "install unit is a file"),
+], ids=["folder-under-file", "file-outside-units", "folder-outside-units", "unit-is-a-file"])
+def test_the_tree_invariant(files, dirs, words):
+    from cachetool.bundle.manifest import Manifest
+    from cachetool.errors import ManifestError
+
+    obj, _ = manifest_obj(files, dirs=[{"path": d, "mode": 0o755} for d in dirs])
+    with pytest.raises(ManifestError, match=words):
+        Manifest.from_bytes(canonical_json(obj))
+
+
+def test_the_tree_invariant_holds_for_deep_paths_and_folders_above_units():
+    from cachetool.bundle.manifest import Manifest
+
+    deep = f"{U}/" + "d/" * 1500 + "f"  # 3,000 components under the unit: checked without recursion
+    obj, _ = manifest_obj([(deep, b"1"), (f"{U}/g", b"2")], dirs=[{"path": "torch_compile_cache", "mode": 0o755}])
+    assert {f.path for f in Manifest.from_bytes(canonical_json(obj)).files} == {deep, f"{U}/g"}
+
+
 def test_duplicate_json_keys(tmp_path, keys, cli, root):
     obj, stored = manifest_obj([("torch_compile_cache/h/rank_0_0/f", b"data")])
     mb = canonical_json(obj).replace(b'{"blobs"', b'{"schema":1,"blobs"', 1)
