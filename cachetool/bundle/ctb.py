@@ -40,6 +40,7 @@ class CtbBundle(PackedBundle):
         self.path = Path(path)
         self._members: dict[str, tuple[int, int]] = {}  # hex -> (offset, size)
         self._tmp: Path | None = None
+        self._fd: int | None = None  # read_blob's, opened on first use
         self._lock = threading.Lock()
         manifest, signature = self._read_index()
         super().__init__(manifest, signature, f"bundle file {self.path}")
@@ -105,11 +106,28 @@ class CtbBundle(PackedBundle):
             raise BundleFormatError(f"{p} has no {CTB_MANIFEST}")
         return manifest, signature
 
-    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
+    def _member(self, blob: BlobRef) -> tuple[int, int]:
+        """(offset, size) of ``blob``'s member."""
         hexd = blob.digest.split(":", 1)[1]
         if hexd not in self._members:
             raise NotFoundError(f"{self.path}: no blob {blob.digest}", key=blob.digest)
-        offset, size = self._members[hexd]
+        return self._members[hexd]
+
+    def read_blob(self, blob: BlobRef, scratch_dir: Path) -> bytes:
+        """One ``pread`` at the member's offset through a descriptor opened once (the installer's small blobs)."""
+        offset, size = self._member(blob)
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = self._fd
+        want = min(size, blob.stored_size + 1)  # a member larger than the manifest says fails its check
+        data = os.pread(fd, want, offset)
+        if len(data) != want:
+            raise BundleFormatError(f"{self.path} is truncated (in blob {blob.digest})", key=blob.digest)
+        return data
+
+    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
+        offset, size = self._member(blob)
         with open(self.path, "rb") as f, open(dest, "wb") as out:
             f.seek(offset)
             left = size
@@ -135,6 +153,10 @@ class CtbBundle(PackedBundle):
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def open_ctb(path: str | os.PathLike) -> CtbBundle:
