@@ -163,6 +163,28 @@ def test_partial_folder_planted_as_a_symlink_is_not_written_through(bundle, keys
     assert [p.name for p in root.iterdir()] == [".cachetool-partial"]
 
 
+@pytest.mark.parametrize("blobs_in", ["memory", "files"])
+def test_partial_folder_planted_as_a_symlink_is_never_trimmed_through(bundle, keys, cli, store, tmp_path, monkeypatch,
+                                                                      blobs_in):
+    """Small blobs are read from the file store in place (no partial file): the pull succeeds; blobs fetched into
+    files refuse the planted folder (exit 3). Either way, bounding the partial folder (here to 0 bytes) deletes
+    nothing the link points to. Before: the bound was applied through the link, deleting the files it names."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "precious").write_bytes(b"keep me")
+    (root / ".cachetool-partial").symlink_to(outside)
+    monkeypatch.setenv("CACHETOOL_PARTIAL_MAX_BYTES", "0")
+    if blobs_in == "files":
+        from cachetool.install import blobs
+
+        monkeypatch.setattr(blobs, "IN_MEMORY_MAX", 0)
+    r = _pull(cli, keys, store, root)
+    assert r.rc == (0 if blobs_in == "memory" else 3), r
+    assert [p.name for p in outside.iterdir()] == ["precious"]
+    assert (outside / "precious").read_bytes() == b"keep me"
+
+
 @pytest.mark.usefixtures("blobs_on_disk")
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
 def test_partial_file_planted_as_a_link_is_not_appended_to(bundle, keys, cli, store, tmp_path, link):
