@@ -117,24 +117,32 @@ def write_new(dir_fd: int, rel: str, data: bytes, mode: int) -> None:
         os.close(fd)
 
 
-@functools.lru_cache(maxsize=1)
-def _syncfs():
+@functools.lru_cache(maxsize=None)
+def _libc(name: str, *argtypes):
+    """The C library's function ``name`` (with errno), or None where the system lacks it."""
     import ctypes
 
     try:
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int]
+    fn.argtypes = list(argtypes)
     fn.restype = ctypes.c_int
     return fn
+
+
+def syncfs():
+    """syncfs(2) of the C library (Linux), or None."""
+    import ctypes
+
+    return _libc("syncfs", ctypes.c_int)
 
 
 def sync_tree(top: Path) -> None:
     """Make every file and folder under ``top`` durable before anything is renamed into place: one ``syncfs`` of
     its file system (Linux), else an ``fsync`` of each file and folder. Writing 100,000 files and then syncing
     once costs one flush; an ``fsync`` after each file would cost 100,000 journal commits."""
-    fn = _syncfs()
+    fn = syncfs()
     if fn is not None:
         import ctypes
 
@@ -261,17 +269,11 @@ def remove_empty_tree(top: Path) -> None:
             pass
 
 
-@functools.lru_cache(maxsize=1)
 def renameat2():
+    """renameat2(2) of the C library (Linux), or None."""
     import ctypes
 
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
+    return _libc("renameat2", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
 
 
 def exchange(src_fd: int, dst_fd: int, name: str) -> bool:

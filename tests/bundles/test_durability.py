@@ -50,9 +50,9 @@ def test_staged_files_are_on_disk_before_any_rename_and_parents_after(many_small
     src, bundle = many_small
     root = tmp_path / "root"
     events: list[tuple] = []
-    real_syncfs, real_sync_tree, real_rename, real_fsync = fs._syncfs(), installer.sync_tree, os.rename, os.fsync
+    real_syncfs, real_sync_tree, real_rename, real_fsync = fs.syncfs(), installer.sync_tree, os.rename, os.fsync
 
-    def syncfs(fd):
+    def spy_syncfs(fd):
         events.append(("syncfs", _real(fd)))
         return real_syncfs(fd)
 
@@ -71,7 +71,7 @@ def test_staged_files_are_on_disk_before_any_rename_and_parents_after(many_small
 
     if real_syncfs is None:
         pytest.skip("no syncfs on this system (the fallback is tested below)")
-    monkeypatch.setattr(fs, "_syncfs", lambda: syncfs)
+    monkeypatch.setattr(fs, "syncfs", lambda: spy_syncfs)
     monkeypatch.setattr(installer, "sync_tree", sync_tree)
     monkeypatch.setattr(os, "rename", rename)
     monkeypatch.setattr(os, "fsync", fsync)
@@ -96,7 +96,7 @@ def test_without_syncfs_every_staged_file_is_fsynced_before_any_rename(many_smal
     root = tmp_path / "root"
     events: list[tuple] = []
     real_rename, real_fsync = os.rename, os.fsync
-    monkeypatch.setattr(fs, "_syncfs", lambda: None)  # a system without syncfs(2)
+    monkeypatch.setattr(fs, "syncfs", lambda: None)  # a system without syncfs(2)
     monkeypatch.setattr(os, "rename", lambda *a, **kw: (events.append(("rename",)), real_rename(*a, **kw))[1])
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", _real(fd))), real_fsync(fd))[1])
     _install(bundle, root, keys)
