@@ -231,8 +231,8 @@ def open_root(given: CacheRoot) -> tuple[Path, int, Path | None]:
             raise fs_error(exc, root, "cannot use cache root") from None
         if exc.errno == errno.ENOTDIR:  # a file on the way to the root: the root cannot be a folder
             blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
-            raise UsageError(f"cache root {root} cannot be a folder: {blocker or 'a part of its path'} is a file") \
-                from None
+            raise UsageError(
+                f"cache root {root} cannot be a folder: {blocker or 'a part of its path'} is a file") from None
         why = "a dangling symlink" if root.is_symlink() and not root.exists() else (exc.strerror or str(exc))
         raise InstallIOError(f"cannot use cache root {root}: {why}") from None
 
@@ -255,8 +255,8 @@ def lock_root(root_fd: int, root: Path, deadline: float | None) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise WaitTimeoutError(f"timed out waiting for the install lock on {root} (another install holds it)") \
-                    from None
+                raise WaitTimeoutError(
+                    f"timed out waiting for the install lock on {root} (another install holds it)") from None
             time.sleep(0.05)
 
 
