@@ -96,7 +96,8 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
         return InstallResult(manifest_digest=manifest_digest(mbytes), cache_root=given_root.path,
                              units_installed=[], units_present=[], files=0, bytes=0, blobs_fetched=0, key_id=key_id,
                              verified=not options.insecure_skip_verify, preflight=checked,
-                             seconds=time.monotonic() - t0, preflight_seconds=preflight_seconds)
+                             seconds=time.monotonic() - t0, preflight_seconds=preflight_seconds,
+                             phases=clock.phases())
 
     root, root_fd, created_root = open_root(given_root)
     try:
