@@ -46,10 +46,15 @@ if how == "ctb":
     except ImportError:  # a cachetool from before bundle/ctb.py (--before)
         from cachetool.bundle.packing import open_ctb
     from cachetool.install import install_bundle
+    try:
+        from cachetool.install.options import InstallOptions
+        kw = dict(options=InstallOptions(trust=[pub]))
+    except ImportError:  # a cachetool from before InstallOptions (--before)
+        kw = dict(trust=[pub])
     t0 = time.perf_counter()
     with open_ctb(src) as b:
         t_open = time.perf_counter() - t0
-        r = install_bundle(b, dest, trust=[pub])
+        r = install_bundle(b, dest, **kw)
 else:
     from cachetool.api import pull
     t0 = time.perf_counter()
