@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"model {args.model} on {args.device} · torch {torch.__version__} · {os.cpu_count()} CPUs · "
           f"start-up batch {args.max_tokens} tokens · TORCHINDUCTOR_VEC_ISA_OK={'unset' if args.vec_isa_check else '1'}")
-    header = f"{'variant':<28} {'start-up s':>10} {'process s':>10} {'compiled':>9} {'loaded':>7} {'pieces':>7} " \
-             f"{'unique':>7} {'dynamo':>7} {'decode ms':>10}"
+    header = (f"{'variant':<28} {'start-up s':>10} {'process s':>10} {'compiled':>9} {'loaded':>7} {'pieces':>7} "
+              f"{'unique':>7} {'dynamo':>7} {'decode ms':>10}")
     print(header)
     print("-" * len(header))
     for r in rows:

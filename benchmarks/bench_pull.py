@@ -92,8 +92,8 @@ def time_plain(src: str, work: Path, env: dict[str, str], repeat: int) -> dict:
 def tar_zst(root: Path, out: Path) -> int:
     import zstandard
 
-    with open(out, "wb") as f, zstandard.ZstdCompressor(level=3).stream_writer(f) as z, \
-            tarfile.open(fileobj=z, mode="w|") as tar:
+    with (open(out, "wb") as f, zstandard.ZstdCompressor(level=3).stream_writer(f) as z,
+          tarfile.open(fileobj=z, mode="w|") as tar):
         tar.add(root, arcname=".")
     return out.stat().st_size
 

@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import re
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from cachetool.errors import VerificationError
 
@@ -26,6 +26,19 @@ class BlobRef:
     size: int
     stored_digest: str  # "sha256:<hex>" of the zstd-compressed bytes
     stored_size: int
+
+
+def read_fetched(blob: BlobRef, fetch: Callable[[Path], None], scratch_dir: Path) -> bytes:
+    """What ``fetch(path)`` writes to a file in ``scratch_dir`` named by ``blob``'s stored digest, read back into
+    memory (at most ``blob.stored_size + 1`` bytes: one past the declared size is enough to refuse it); the file is
+    removed again."""
+    path = scratch_dir / blob.stored_digest.split(":", 1)[1]
+    try:
+        fetch(path)
+        with open(path, "rb") as f:
+            return f.read(blob.stored_size + 1)
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def is_digest(value: object) -> bool:

@@ -180,3 +180,12 @@ def cli(capsys):
 
     return run
 
+
+
+@pytest.fixture
+def blobs_on_disk(monkeypatch):
+    """Every blob of an install fetched into a file, as a blob over ``IN_MEMORY_MAX`` is (a partial download that a
+    rerun resumes, a file expanded from): the tests' bundles hold small blobs, which the installer reads into memory."""
+    from cachetool.install import blobs
+
+    monkeypatch.setattr(blobs, "IN_MEMORY_MAX", 0)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cachetool.atomic import atomic_file
 from cachetool.bundle.packing import PackedBundle
+from cachetool.bundle.ustar import plain_members
 from cachetool.digests import CHUNK as _CHUNK, BlobRef
 from cachetool.errors import BundleFormatError, NotFoundError, UsageError
 
@@ -40,6 +41,7 @@ class CtbBundle(PackedBundle):
         self.path = Path(path)
         self._members: dict[str, tuple[int, int]] = {}  # hex -> (offset, size)
         self._tmp: Path | None = None
+        self._fd: int | None = None  # read_blob's, opened on first use
         self._lock = threading.Lock()
         manifest, signature = self._read_index()
         super().__init__(manifest, signature, f"bundle file {self.path}")
@@ -63,30 +65,23 @@ class CtbBundle(PackedBundle):
         manifest = signature = None
         seen: set[str] = set()
         with f:
-            try:
-                tf = tarfile.open(fileobj=f, mode="r:")
-                members = tf.getmembers()
-            except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-                raise BundleFormatError(f"{p} is not a readable .ctb (truncated or not a tar: {exc})") from None
+            members = plain_members(f.fileno(), total)  # None: not the plain form write_ctb writes; tarfile reads it
+            if members is None:
+                members = _tar_members(f, p)
             if not members:
                 raise BundleFormatError(f"{p} is an empty .ctb")
-            for m in members:
-                name = m.name
+            for name, offset, size in members:
                 if name in seen:
                     raise BundleFormatError(f"{p}: member {name!r} appears twice")
                 seen.add(name)
-                if not m.isreg():
-                    kind = ("link" if (m.issym() or m.islnk()) else "special file" if (m.isdev() or m.isfifo())
-                            else "folder")
-                    raise BundleFormatError(f"{p}: member {name!r} is a {kind}; a .ctb holds regular files only")
-                if m.offset_data + m.size > total:
+                if offset + size > total:
                     raise BundleFormatError(f"{p} is truncated (member {name!r} runs past the end of the file)")
                 if name in (CTB_MANIFEST, CTB_SIGNATURE):
-                    if m.size > 512 << 20:
+                    if size > 512 << 20:
                         raise BundleFormatError(f"{p}: {name} is larger than 512 MiB")
-                    f.seek(m.offset_data)
-                    data = f.read(m.size)
-                    if len(data) != m.size:
+                    f.seek(offset)
+                    data = f.read(size)
+                    if len(data) != size:
                         raise BundleFormatError(f"{p} is truncated (in {name})")
                     if name == CTB_MANIFEST:
                         manifest = data
@@ -96,20 +91,37 @@ class CtbBundle(PackedBundle):
                 mm = CTB_BLOB_RE.match(name)
                 if not mm:
                     raise BundleFormatError(f"{p}: unexpected member {name!r}")
-                self._members[mm.group(1)] = (m.offset_data, m.size)
+                self._members[mm.group(1)] = (offset, size)
             # The tar end-of-archive marker (two zero blocks) must be there too: a cut file is refused.
-            end = max(m.offset_data + ((m.size + 511) // 512) * 512 for m in members)
+            end = max(offset + ((size + 511) // 512) * 512 for _name, offset, size in members)
             if total < end + 1024:
                 raise BundleFormatError(f"{p} is truncated (no end-of-archive marker)")
         if manifest is None:
             raise BundleFormatError(f"{p} has no {CTB_MANIFEST}")
         return manifest, signature
 
-    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
+    def _member(self, blob: BlobRef) -> tuple[int, int]:
+        """(offset, size) of ``blob``'s member."""
         hexd = blob.digest.split(":", 1)[1]
         if hexd not in self._members:
             raise NotFoundError(f"{self.path}: no blob {blob.digest}", key=blob.digest)
-        offset, size = self._members[hexd]
+        return self._members[hexd]
+
+    def read_blob(self, blob: BlobRef, scratch_dir: Path) -> bytes:
+        """One ``pread`` at the member's offset through a descriptor opened once (the installer's small blobs)."""
+        offset, size = self._member(blob)
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = self._fd
+        want = min(size, blob.stored_size + 1)  # a member larger than the manifest says fails its check
+        data = os.pread(fd, want, offset)
+        if len(data) != want:
+            raise BundleFormatError(f"{self.path} is truncated (in blob {blob.digest})", key=blob.digest)
+        return data
+
+    def fetch_blob(self, blob: BlobRef, dest: Path) -> None:
+        offset, size = self._member(blob)
         with open(self.path, "rb") as f, open(dest, "wb") as out:
             f.seek(offset)
             left = size
@@ -135,6 +147,24 @@ class CtbBundle(PackedBundle):
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def _tar_members(f, p: Path) -> list[tuple[str, int, int]]:
+    """(name, data offset, size) of each member, read by tarfile; a member that is not a regular file is refused."""
+    try:
+        members = tarfile.open(fileobj=f, mode="r:").getmembers()
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise BundleFormatError(f"{p} is not a readable .ctb (truncated or not a tar: {exc})") from None
+    for m in members:
+        if not m.isreg():
+            kind = ("link" if (m.issym() or m.islnk()) else "special file" if (m.isdev() or m.isfifo())
+                    else "folder")
+            raise BundleFormatError(f"{p}: member {m.name!r} is a {kind}; a .ctb holds regular files only")
+    return [(m.name, m.offset_data, m.size) for m in members]
 
 
 def open_ctb(path: str | os.PathLike) -> CtbBundle:

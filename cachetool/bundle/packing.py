@@ -59,6 +59,9 @@ class PackedBundle(BundleSource):
     def signature_bytes(self) -> bytes | None:
         return self._signature
 
+    def parsed_manifest(self) -> Manifest:
+        return self.manifest if self.manifest is not None else super().parsed_manifest()
+
     @abc.abstractmethod
     def fetch_blob(self, blob: BlobRef, dest: Path) -> None: ...
 

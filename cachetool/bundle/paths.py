@@ -21,10 +21,15 @@ RESERVED_PREFIX = ".cachetool"  # staging folders in the cache root; no bundle m
 _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
 MAX_NAME_BYTES = 255  # NAME_MAX of Linux file systems: one path component, in UTF-8 bytes
+# The same refusal for an ASCII path (nearly every path), in one scan: C0 controls, DEL and the backslash.
+_UNSAFE_ASCII = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 def unsafe_char(path: str) -> str | None:
     """The first character of ``path`` that no bundle path may hold (see above), or None."""
+    if path.isascii():
+        found = _UNSAFE_ASCII.search(path)
+        return found.group() if found else None
     for c in path:
         if c in _BIDI_CONTROLS or c == "\\" or unicodedata.category(c) in _REFUSED_CATEGORIES:
             return c
@@ -56,7 +61,9 @@ def validate_relpath(path: Any, what: str = "path") -> str:
         raise UnsafePathError(f"manifest {what} {short_path(path)} is not normalised")
     if parts[0].startswith(RESERVED_PREFIX):
         raise UnsafePathError(f"manifest {what} {short_path(path)} uses the reserved prefix {RESERVED_PREFIX!r}")
-    long = next((p for p in parts if len(p.encode("utf-8")) > MAX_NAME_BYTES), None)
+    long = None
+    if len(path.encode("utf-8")) > MAX_NAME_BYTES:  # no name is longer than its path: only then measure each
+        long = next((p for p in parts if len(p.encode("utf-8")) > MAX_NAME_BYTES), None)
     if long is not None:
         raise UnsafePathError(f"manifest {what} {short_path(path)} has a name of {len(long.encode('utf-8'))} bytes; "
                               f"file systems allow {MAX_NAME_BYTES}")

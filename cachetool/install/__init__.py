@@ -12,17 +12,22 @@ The order is the safety contract (see :mod:`cachetool.bundle.source`):
    cannot hold are refused;
 4. fetch each needed blob into a staging folder ``{root}/.cachetool-staging-*`` (same filesystem), check its
    stored size and sha256, decompress it with output bounded by the declared size, check the content sha256,
-   and write the files (``O_EXCL|O_NOFOLLOW``) with their modes;
-5. commit: rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders
+   and write the files (``O_EXCL|O_NOFOLLOW``) with their modes; a small blob (at most ``blobs.IN_MEMORY_MAX``)
+   is read, checked and expanded in memory, a larger one from a fetched file: the same checks in the same order;
+5. durable: one ``syncfs`` of the staged tree (else an ``fsync`` of each staged file and folder), so every file is
+   on disk, whole, before any of it is renamed into place;
+6. commit: rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders
    opened with ``O_NOFOLLOW`` (a symlink planted in the destination is refused, never followed); a unit being
-   replaced is swapped in with ``renameat2(RENAME_EXCHANGE)``.
+   replaced is swapped in with ``renameat2(RENAME_EXCHANGE)``; then ``fsync`` each parent folder a rename changed
+   (and each folder created on the way), so a power cut leaves a unit whole or absent.
 
 Each phase is a module of this package: ``verify`` (phase 1, shared with :func:`verify_bundle`), ``preflight``
-(2), ``fs`` (the root, its lock and the fd-relative primitives) and ``plan`` (3), ``blobs`` and ``stage`` (4),
-``commit`` (5); ``options`` holds what a caller asks of an install (:class:`InstallOptions`, each option's default
-written there alone), ``ranks`` chooses the units, ``installer`` runs the phases in order. A failure at any step
-removes the staging folder, the source settles its downloads under the lock (:meth:`BundleSource.settle`), and a
-cache root this call created is removed again if empty; a full disk is :class:`DiskFullError` (exit 9).
+(2), ``fs`` (the root, its lock, the fd-relative primitives, durability) and ``plan`` (3), ``blobs`` and ``stage``
+(4), ``commit`` (6); ``options`` holds what a caller asks of an install (:class:`InstallOptions`, each option's
+default written there alone), ``ranks`` chooses the units, ``installer`` runs the phases in order and ``timing``
+records where the time goes (``InstallResult.phases``). A failure at any step removes the staging folder, the source
+settles its downloads under the lock (:meth:`BundleSource.settle`), and a cache root this call created is removed
+again if empty; a full disk is :class:`DiskFullError` (exit 9).
 A kill -9 leaves at most a stale staging folder (never a partial unit); the next install removes it.
 """
 

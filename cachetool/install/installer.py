@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 
 from cachetool.install.commit import commit
 from cachetool.install.options import InstallOptions
-from cachetool.install.fs import STAGING_PREFIX, fs_error, lock_root, open_root, remove_empty_tree, remove_stale_staging
+from cachetool.install.fs import (STAGING_PREFIX, fs_error, lock_root, open_root, remove_empty_tree,
+                                  remove_stale_staging, sync_tree)
 from cachetool.install.plan import Plan, plan_install
 from cachetool.install.preflight import run_preflight
 from cachetool.install.ranks import parse_ranks, select_units
 from cachetool.install.stage import check_complete, stage
+from cachetool.install.timing import PhaseClock
 from cachetool.install.verify import verified_manifest
 from cachetool.bundle.manifest import Manifest, Unit, manifest_digest
 from cachetool.bundle.source import BundleSource
@@ -44,6 +46,9 @@ class InstallResult:
     seconds: float = 0.0
     units_replaced: list[str] = dataclasses.field(default_factory=list)  # in units_installed: they had other files
     preflight_seconds: float = 0.0  # of ``seconds``: the preflight (fingerprint, factors, the server's key)
+    # of ``seconds``, by phase in the order they ran: manifest, preflight, lock, plan, read, verify, write, complete,
+    # fsync, rename, cleanup (see cachetool.install.timing)
+    phases: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def already_installed(self) -> bool:
@@ -72,35 +77,42 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
     from cachetool.bundle.fingerprint import require_device
 
     t0 = time.monotonic()
+    clock = PhaseClock()
     given_root = CacheRoot.given(cache_root)
     # pull's rule too: --device cuda without CUDA must not take the CPU bundle
     device = require_device(options.device)
-    mbytes, manifest, key_id = verified_manifest(source, trust=options.trust,
-                                                 insecure_skip_verify=options.insecure_skip_verify, warn=options.warn)
+    with clock.phase("manifest"):
+        mbytes, manifest, key_id = verified_manifest(source, trust=options.trust,
+                                                     insecure_skip_verify=options.insecure_skip_verify,
+                                                     warn=options.warn)
     units = select_units(manifest, parse_ranks(options.ranks))
     if key_check is not None and key_check.compiles_nothing:  # an eager server reads no key folder
         units = [u for u in units if u.key is None]
     t_pre = time.monotonic()
-    checked = run_preflight(manifest, device=device, key_check=key_check) if options.preflight else []
+    with clock.phase("preflight"):
+        checked = run_preflight(manifest, device=device, key_check=key_check) if options.preflight else []
     preflight_seconds = time.monotonic() - t_pre
     if not units:  # nothing this server reads: no root is made, no lock taken
         return InstallResult(manifest_digest=manifest_digest(mbytes), cache_root=given_root.path,
                              units_installed=[], units_present=[], files=0, bytes=0, blobs_fetched=0, key_id=key_id,
                              verified=not options.insecure_skip_verify, preflight=checked,
-                             seconds=time.monotonic() - t0, preflight_seconds=preflight_seconds)
+                             seconds=time.monotonic() - t0, preflight_seconds=preflight_seconds,
+                             phases=clock.phases())
 
     root, root_fd, created_root = open_root(given_root)
     try:
-        lock_root(root_fd, root, deadline)
+        with clock.phase("lock"):
+            lock_root(root_fd, root, deadline)
         plan, nbytes, nfiles, fetched = _install_locked(source, manifest, units, root, root_fd,
-                                                        options.keep_changed and not options.force, options.workers)
+                                                        options.keep_changed and not options.force, options.workers,
+                                                        clock)
         for path in sorted(plan.replace):
             (options.warn or log.warning)(f"replaced {path} in {root}: its files differed from the bundle")
         return InstallResult(
             manifest_digest=manifest_digest(mbytes), cache_root=root, units_installed=[u.path for u in plan.units],
             units_present=plan.present, files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id,
             verified=not options.insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
-            units_replaced=sorted(plan.replace), preflight_seconds=preflight_seconds)
+            units_replaced=sorted(plan.replace), preflight_seconds=preflight_seconds, phases=clock.phases())
     except BaseException as exc:
         if created_root is not None:
             remove_empty_tree(created_root)
@@ -112,20 +124,26 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
 
 
 def _install_locked(source: BundleSource, manifest: Manifest, units: list[Unit], root: Path, root_fd: int,
-                    keep_changed: bool, workers: int | None) -> tuple[Plan, int, int, int]:
-    """Plan, stage and commit with the root lock held; the staging folder is always removed, and the source
-    settles (its partial downloads) still under the lock, told how the install ended."""
+                    keep_changed: bool, workers: int | None, clock: PhaseClock) -> tuple[Plan, int, int, int]:
+    """Plan, stage, make the staged tree durable and commit, with the root lock held; the staging folder is always
+    removed, and the source settles (its partial downloads) still under the lock, told how the install ended."""
     staging: Path | None = None
     error: BaseException | None = None
     try:
-        remove_stale_staging(root)
-        plan = plan_install(manifest, units, root_fd, root, keep_changed)
+        with clock.phase("plan"):
+            remove_stale_staging(root)
+            plan = plan_install(manifest, units, root_fd, root, keep_changed)
         nbytes = nfiles = fetched = 0
         if plan.units:
             staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
-            nbytes, nfiles, fetched = stage(source, manifest, plan, staging, workers)
-            check_complete(manifest, plan, staging)
-            commit(plan, manifest, staging, root_fd, root)
+            with clock.phase("stage"):
+                nbytes, nfiles, fetched = stage(source, manifest, plan, staging, workers, clock)
+            with clock.phase("complete"):
+                check_complete(manifest, plan, staging)
+            with clock.phase("fsync"):  # every staged file on disk before any of them is given its name
+                sync_tree(staging / "tree")
+            with clock.phase("rename"):
+                commit(plan, manifest, staging, root_fd, root)
         return plan, nbytes, nfiles, fetched
     except OSError as exc:
         error = fs_error(exc, root, f"install into {root} failed")
@@ -135,7 +153,8 @@ def _install_locked(source: BundleSource, manifest: Manifest, units: list[Unit],
         raise
     finally:
         if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+            with clock.phase("cleanup"):
+                shutil.rmtree(staging, ignore_errors=True)
         try:
             source.settle(error)
         except OSError as exc:  # cleaning up must not hide what happened

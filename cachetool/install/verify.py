@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-from cachetool.install.blobs import expand_blob
+from cachetool.install.blobs import expand_blob, expand_bytes, in_memory
 from cachetool.bundle.manifest import Manifest
 from cachetool.bundle.source import BundleSource
 
@@ -45,7 +45,7 @@ def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, in
                 raise
             raise UnsignedError("bundle is not signed (sign it with `cachetool sign`, or pass --insecure-skip-verify "
                                 "to install it unverified)", **{n: getattr(exc, n) for n in FIELDS}) from None
-    return mbytes, Manifest.from_bytes(mbytes), key_id
+    return mbytes, source.parsed_manifest(), key_id
 
 
 def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
@@ -59,6 +59,9 @@ def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecu
     with tempfile.TemporaryDirectory(prefix="cachetool-verify-") as tmp:
         for blob in manifest.blobs:
             zst = Path(tmp) / "blob.zst"
+            if in_memory(blob):  # as the installer checks it
+                expand_bytes(blob, source.read_blob(blob, Path(tmp)))
+                continue
             source.fetch_blob(blob, zst)
             expand_blob(blob, zst, None)
             zst.unlink()

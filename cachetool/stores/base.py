@@ -36,7 +36,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cachetool.digests import BlobRef  # noqa: F401  (part of the store interface)
+from cachetool.digests import BlobRef, read_fetched  # noqa: F401  (BlobRef: part of the store interface)
 from cachetool.errors import UsageError
 from cachetool.stores.gc import GcReport  # noqa: F401  (part of the store interface)
 
@@ -51,6 +51,9 @@ class Capabilities:
     gc_deletes: frozenset  # kinds gc deletes: "blobs", "manifests", "signatures"
     ref_update: str  # how update_ref keeps concurrent writers' entries: "lock", "conditional" or "converge"
     resumable_downloads: bool = True  # get_blob continues a partial dest
+    # read_blob reads an object in place (a local folder): a pull reads a small blob whole, keeping no partial file
+    # for a rerun, which reads it again as cheaply
+    local_reads: bool = False
 
 
 class TransferCounters:
@@ -182,7 +185,7 @@ class Store(abc.ABC):
     What push, pull, ``ls``/``rm``/``gc`` and the readers call, and nothing more: a push opens a session with
     :meth:`push` (asks what is missing, uploads it, commits manifest and signature) and then calls
     :meth:`update_ref`; a pull reads :meth:`get_ref`, :meth:`get_manifest`, :meth:`get_signature` and each blob
-    with :meth:`get_blob`."""
+    with :meth:`get_blob` (a small one with :meth:`read_blob`)."""
 
     url: str
     counters: TransferCounters  # set by each store's constructor
@@ -198,6 +201,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
         """Download the zstd bytes to ``dest`` (may resume a partial ``dest``). Does not decompress."""
+
+    def read_blob(self, blob: BlobRef, scratch_dir: Path) -> bytes:
+        """The zstd bytes of a small blob in memory (never more than ``blob.stored_size``; nothing to resume). Does
+        not decompress. By default :meth:`get_blob` into a file in ``scratch_dir`` (a folder of the caller's),
+        removed again; a store with ``capabilities.local_reads`` reads the object in place."""
+        return read_fetched(blob, lambda dest: self.get_blob(blob, dest), scratch_dir)
 
     # manifests and their signatures
     @abc.abstractmethod

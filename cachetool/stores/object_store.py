@@ -75,9 +75,12 @@ class ObjectStore(Store):
 
     # blobs
     def get_blob(self, blob: BlobRef, dest: Path) -> None:
-        self.backend.download(blob_key(blob), blob.stored_size, Path(dest),
-                              f"download blob {blob.stored_digest[:19]} from {self.url}",
-                              f"blob {blob.stored_digest[:19]} is missing from store {self.url}")
+        self.backend.download(blob_key(blob), blob.stored_size, Path(dest), *self.blob_words(blob))
+
+    def blob_words(self, blob: BlobRef) -> tuple[str, str]:
+        """What reading ``blob`` is called in an error, and the NotFoundError message when it is missing."""
+        short = blob.stored_digest[:19]
+        return f"download blob {short} from {self.url}", f"blob {short} is missing from store {self.url}"
 
     # manifests and signatures
     def get_manifest(self, manifest_digest: str) -> bytes:

@@ -10,6 +10,7 @@ first, under the cache root's lock (:meth:`cachetool.transfer.store_source.Store
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from cachetool import envs
@@ -30,8 +31,11 @@ def partial_cap() -> int:
 
 def trim_partials(folder: Path, cap: int) -> None:
     """Delete the oldest files of the partial folder until it holds at most ``cap`` bytes. Callers hold the cache
-    root's lock, so no pull is writing there."""
+    root's lock, so no pull is writing there. A folder planted as a link is not walked: nothing it points to is
+    deleted."""
     try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return
         entries = [(e.stat(follow_symlinks=False), e) for e in os.scandir(folder) if not e.is_dir(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
         return

@@ -86,6 +86,12 @@ class RefBundle(BundleSource):
         self._source.fetch_blob(blob, dest)
         self._source.discard_partials()
 
+    def read_blob(self, blob: BlobRef, scratch_dir: Path) -> bytes:
+        return self._source.read_blob(blob, scratch_dir)
+
+    def parsed_manifest(self) -> Manifest:
+        return self.manifest
+
     def close(self) -> None:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)

@@ -80,6 +80,25 @@ class StoreSource(BundleSource):
             self._failed = exc
             raise
 
+    def read_blob(self, blob: BlobRef, scratch_dir: Path) -> bytes:
+        """A small blob. From a store that reads in place (``capabilities.local_reads``: the file store) read whole,
+        with no partial file; from any other through :meth:`fetch_blob`, whose partial file a rerun resumes."""
+        if not self.store.capabilities.local_reads:
+            return super().read_blob(blob, scratch_dir)
+        if self._failed is not None:
+            raise self._failed
+        self._check_deadline()
+        try:
+            data = self.store.read_blob(blob, scratch_dir)
+        except StoreError as exc:
+            self._failed = exc
+            raise
+        with self._lock:
+            self.downloaded += 1
+        if self.on_blob:
+            self.on_blob(blob)
+        return data
+
     def discard_partials(self) -> None:
         """Delete the partial files this pull used (only those: another pull may share the folder)."""
         for p in self.used:

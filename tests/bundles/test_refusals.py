@@ -45,6 +45,17 @@ def root(request, tmp_path):
     return r
 
 
+@pytest.fixture(params=["memory", "files"])
+def blobs_in(request, monkeypatch):
+    """A blob refusal holds for a small blob (read, checked and expanded in memory) and a large one (fetched into a
+    file and expanded from it): the installer's two ways to a file."""
+    if request.param == "files":
+        from cachetool.install import blobs
+
+        monkeypatch.setattr(blobs, "IN_MEMORY_MAX", 0)
+    return request.param
+
+
 def _refused(r, root, code, *words):
     assert r.rc == code, r
     line = one_error_line(r.err)
@@ -55,6 +66,7 @@ def _refused(r, root, code, *words):
 
 
 # ---------------------------------------------------------------------------------------------- tampering
+@pytest.mark.usefixtures("blobs_in")
 def test_changed_blob_byte(good_ctb, keys, cli, root):
     m = max((m for n, m in _members(good_ctb).items() if n.startswith("blobs/")), key=lambda m: m.size)
     data = bytearray(good_ctb.read_bytes())
@@ -163,6 +175,32 @@ def test_file_under_file(tmp_path, keys, cli, root):
     _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root), root, 3, "under the file")
 
 
+U = "torch_compile_cache/h/rank_0_0"
+
+
+@pytest.mark.parametrize("files,dirs,words", [
+    ([(f"{U}/f", b"1")], [f"{U}/f/d"], "under the file"),
+    ([("torch_compile_cache/h/rank_9_0/f", b"1")], [], "file 'torch_compile_cache/h/rank_9_0/f' lies in no install"),
+    ([(f"{U}/f", b"1")], ["elsewhere/d"], "folder 'elsewhere/d' lies in no install unit"),
+    ([(U, b"1")], [], "install unit is a file"),
+], ids=["folder-under-file", "file-outside-units", "folder-outside-units", "unit-is-a-file"])
+def test_the_tree_invariant(files, dirs, words):
+    from cachetool.bundle.manifest import Manifest
+    from cachetool.errors import ManifestError
+
+    obj, _ = manifest_obj(files, dirs=[{"path": d, "mode": 0o755} for d in dirs])
+    with pytest.raises(ManifestError, match=words):
+        Manifest.from_bytes(canonical_json(obj))
+
+
+def test_the_tree_invariant_holds_for_deep_paths_and_folders_above_units():
+    from cachetool.bundle.manifest import Manifest
+
+    deep = f"{U}/" + "d/" * 1500 + "f"  # 3,000 components under the unit: checked without recursion
+    obj, _ = manifest_obj([(deep, b"1"), (f"{U}/g", b"2")], dirs=[{"path": "torch_compile_cache", "mode": 0o755}])
+    assert {f.path for f in Manifest.from_bytes(canonical_json(obj)).files} == {deep, f"{U}/g"}
+
+
 def test_duplicate_json_keys(tmp_path, keys, cli, root):
     obj, stored = manifest_obj([("torch_compile_cache/h/rank_0_0/f", b"data")])
     mb = canonical_json(obj).replace(b'{"blobs"', b'{"schema":1,"blobs"', 1)
@@ -185,6 +223,7 @@ def test_unknown_schema_version(tmp_path, keys, cli, root, schema):
 
 
 # ---------------------------------------------------------------------------------------------- sizes
+@pytest.mark.usefixtures("blobs_in")
 def test_size_lie_smaller(tmp_path, keys, cli, root):
     """Manifest (file and blob) claim 10 bytes; the content is 5000."""
     content = b"A" * 5000
@@ -193,6 +232,7 @@ def test_size_lie_smaller(tmp_path, keys, cli, root):
     _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root), root, 3, "size")
 
 
+@pytest.mark.usefixtures("blobs_in")
 def test_size_lie_larger(tmp_path, keys, cli, root):
     from tests.bundles.fixtures import zst
 
@@ -214,6 +254,7 @@ def test_file_size_differs_from_blob(tmp_path, keys, cli, root):
     _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root), root, 3, "declares")
 
 
+@pytest.mark.usefixtures("blobs_in")
 def test_stored_size_lie(tmp_path, keys, cli, root):
     obj, stored = manifest_obj([("torch_compile_cache/h/rank_0_0/f", b"D" * 100)])
     obj["blobs"][0]["stored_size"] += 7
@@ -221,6 +262,7 @@ def test_stored_size_lie(tmp_path, keys, cli, root):
 
 
 @pytest.mark.parametrize("content_size_in_frame", [True, False])
+@pytest.mark.usefixtures("blobs_in")
 def test_decompression_bomb(tmp_path, keys, cli, root, content_size_in_frame):
     import zstandard
 
@@ -257,6 +299,7 @@ def test_not_a_bundle(tmp_path, keys, cli, root):
     _refused(_install(cli, keys, tmp_path / "x.ctb", root), root, 3)
 
 
+@pytest.mark.usefixtures("blobs_in")
 def test_missing_blob_member(tmp_path, keys, cli, root):
     obj, stored = manifest_obj([("torch_compile_cache/h/rank_0_0/f", b"E" * 10)])
     _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, {}), root), root, 3, "missing")

@@ -184,6 +184,7 @@ def test_server_stopped_mid_pull_then_rerun_completes(stoppable_store, bundle, k
     assert not (root / PARTIAL_DIR).exists()
 
 
+@pytest.mark.usefixtures("blobs_on_disk")
 def test_interrupted_blob_resumes_with_a_range_request(any_store, bundle, keys, tree, tmp_path):
     ref = any_store.ref("v1")
     push(bundle, ref)
@@ -206,6 +207,7 @@ def test_interrupted_blob_resumes_with_a_range_request(any_store, bundle, keys, 
     assert tree_snapshot(root) == tree_snapshot(tree)
 
 
+@pytest.mark.usefixtures("blobs_on_disk")
 def test_bad_partial_left_behind_is_refetched(bundle, keys, tree, tmp_path):
     store = f"file://{tmp_path}/store"
     push(bundle, f"{store}/llama:v1")
@@ -429,27 +431,34 @@ def test_pull_into_a_full_disk(keys, tmp_path, cli, small_disk):
     assert list(small_disk.iterdir()) == []
 
 
-def test_disk_full_while_expanding_removes_the_partial_files(bundle, keys, tmp_path, cli, monkeypatch):
-    """The same refusal where no file system can be mounted: ENOSPC injected where the installer writes a file."""
+@pytest.mark.parametrize("blobs_in", ["memory", "files"])
+def test_disk_full_while_expanding_removes_the_partial_files(bundle, keys, tmp_path, cli, monkeypatch, blobs_in):
+    """The same refusal where no file system can be mounted: ENOSPC injected where the installer writes a file,
+    a small blob's (expanded in memory) or a large one's (expanded from its downloaded file)."""
     import errno
 
-    from cachetool.install import blobs
+    from cachetool.install import blobs, stage
 
     store = f"file://{tmp_path}/store"
     push(bundle, f"{store}/llama:v1")
     calls = []
 
-    def full(blob, zst, dest, mode):
-        calls.append(blob)
-        raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+    def full(*args):
+        calls.append(args)
+        raise OSError(errno.ENOSPC, "No space left on device", "somewhere")
 
-    monkeypatch.setattr(blobs, "verify_and_expand", full)
+    if blobs_in == "files":
+        monkeypatch.setattr(blobs, "IN_MEMORY_MAX", 0)
+        monkeypatch.setattr(blobs, "verify_and_expand", full)
+    else:
+        monkeypatch.setattr(stage, "write_new", full)
     root = tmp_path / "root"
     r = cli("pull", f"{store}/llama:v1", "--cache-root", root, "--trust", keys["pub"])
     assert r.rc == 9 and "is full" in r.error_line() and calls, r
     assert not root.exists()
 
 
+@pytest.mark.usefixtures("blobs_on_disk")
 def test_partial_files_kept_for_a_retry_are_bounded(bundle, keys, tmp_path, monkeypatch):
     store = f"file://{tmp_path}/store"
     push(bundle, f"{store}/llama:v1")

@@ -80,6 +80,14 @@ def test_blob_larger_than_declared_is_cut_at_the_declared_size(bundle, store, tm
     assert dest.stat().st_size <= blob.stored_size
 
 
+def test_blob_larger_than_declared_is_refused_when_read_whole(bundle, store, tmp_path):
+    # read_blob (a small blob read in place) reads one byte past the declared size, never the whole object
+    p, blob = _blob_path(store, bundle)
+    os.truncate(p, 1 << 30)  # a sparse gigabyte
+    with pytest.raises(VerificationError, match="more bytes than the manifest declares"):
+        open_store(f"file://{store}").read_blob(blob, tmp_path)
+
+
 def test_blob_that_is_a_fifo_is_refused_without_blocking(bundle, keys, cli, store, tmp_path):
     p, _ = _blob_path(store, bundle)
     p.unlink()
@@ -141,6 +149,7 @@ def test_push_with_a_signature_over_another_manifest_writes_nothing(bundle, tmp_
     assert not store.exists()
 
 
+@pytest.mark.usefixtures("blobs_on_disk")
 def test_partial_folder_planted_as_a_symlink_is_not_written_through(bundle, keys, cli, store, tmp_path):
     # Before: blobs were downloaded into the link's target, outside the cache root.
     root, outside = tmp_path / "root", tmp_path / "outside"
@@ -154,6 +163,29 @@ def test_partial_folder_planted_as_a_symlink_is_not_written_through(bundle, keys
     assert [p.name for p in root.iterdir()] == [".cachetool-partial"]
 
 
+@pytest.mark.parametrize("blobs_in", ["memory", "files"])
+def test_partial_folder_planted_as_a_symlink_is_never_trimmed_through(bundle, keys, cli, store, tmp_path, monkeypatch,
+                                                                      blobs_in):
+    """Small blobs are read from the file store in place (no partial file): the pull succeeds; blobs fetched into
+    files refuse the planted folder (exit 3). Either way, bounding the partial folder (here to 0 bytes) deletes
+    nothing the link points to. Before: the bound was applied through the link, deleting the files it names."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "precious").write_bytes(b"keep me")
+    (root / ".cachetool-partial").symlink_to(outside)
+    monkeypatch.setenv("CACHETOOL_PARTIAL_MAX_BYTES", "0")
+    if blobs_in == "files":
+        from cachetool.install import blobs
+
+        monkeypatch.setattr(blobs, "IN_MEMORY_MAX", 0)
+    r = _pull(cli, keys, store, root)
+    assert r.rc == (0 if blobs_in == "memory" else 3), r
+    assert [p.name for p in outside.iterdir()] == ["precious"]
+    assert (outside / "precious").read_bytes() == b"keep me"
+
+
+@pytest.mark.usefixtures("blobs_on_disk")
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
 def test_partial_file_planted_as_a_link_is_not_appended_to(bundle, keys, cli, store, tmp_path, link):
     # Before: the "resumed" download appended blob bytes to the file the link named, outside the cache root.

@@ -6,6 +6,7 @@ keep their own state (each test runs over file, S3 and OCI)."""
 from __future__ import annotations
 
 import abc
+import dataclasses
 import inspect
 import json
 import threading
@@ -247,6 +248,24 @@ def test_get_blob_resumes_a_partial_download(any_store, bundle, tmp_path):
         assert sha256_file(dest) == (blob.stored_digest, blob.stored_size)
         assert st.counters.blobs_resumed == 1
         assert st.counters.bytes_down - before == len(whole) - len(whole) // 2
+
+
+def test_read_blob_gives_the_stored_bytes_and_writes_nothing_it_keeps(any_store, bundle, tmp_path):
+    """A small blob read whole (what a pull asks for each small blob): the file store reads it in place, the others
+    through a file in the scratch folder, which is gone afterwards; a missing blob is NotFoundError on every store."""
+    blob = max(bundle.blobs, key=lambda b: b.stored_size)
+    with open_store(any_store.store) as st:
+        push(bundle, any_store.ref("read"), store=st)
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        before = st.counters.bytes_down
+        assert st.read_blob(blob, scratch) == bundle.blob_path(blob).read_bytes()
+        assert not any(scratch.iterdir()) and st.counters.bytes_down - before == blob.stored_size
+        assert st.capabilities.local_reads == (any_store.kind == "file")
+        missing = dataclasses.replace(blob, stored_digest="sha256:" + "0" * 64)
+        with pytest.raises(NotFoundError, match="missing"):
+            st.read_blob(missing, scratch)
+        assert not any(scratch.iterdir())
 
 
 def _name(any_store) -> str:
