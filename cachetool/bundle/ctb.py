@@ -155,8 +155,13 @@ class CtbBundle(PackedBundle):
 
 def _tar_members(f, p: Path) -> list[tuple[str, int, int]]:
     """(name, data offset, size) of each member, read by tarfile; a member that is not a regular file is refused."""
+    members = []
     try:
-        members = tarfile.open(fileobj=f, mode="r:").getmembers()
+        tf = tarfile.open(fileobj=f, mode="r:")
+        while (m := tf.next()) is not None:
+            if m.size < 0:  # tarfile takes a signed size and steps back onto this header: it would read forever
+                raise BundleFormatError(f"{p}: member {m.name!r} has a negative size ({m.size})")
+            members.append(m)
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise BundleFormatError(f"{p} is not a readable .ctb (truncated or not a tar: {exc})") from None
     for m in members:

@@ -32,6 +32,8 @@ def _member(buf: bytes) -> tuple[str, int] | None:
         if _octal(buf[148:156]) != 256 + sum(buf) - sum(buf[148:156]):
             return None
         size = _octal(buf[124:136])
+        if size < 0:  # int() takes a sign: a negative size would step back onto this header forever
+            return None
         for a, b in _NUMBERS:  # tarfile parses them all; a bad one ends or refuses its reading
             _octal(buf[a:b])
     except (ValueError, UnicodeDecodeError):

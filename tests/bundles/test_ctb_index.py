@@ -50,7 +50,7 @@ def _tar(path, members, fmt=tarfile.USTAR_FORMAT):
 
 
 @pytest.mark.parametrize("case", ["symlink", "folder", "pax", "gnu-long-name", "prefix", "bad-checksum-later",
-                                  "bad-number-later", "cut-in-data", "base-256-size"])
+                                  "bad-number-later", "cut-in-data", "base-256-size", "negative-size"])
 def test_anything_but_plain_members_is_left_to_tarfile(tmp_path, case):
     reg = tarfile.REGTYPE
     members = [("manifest.json", b"{}", reg), ("blobs/a", b"x" * 700, reg)]
@@ -75,5 +75,25 @@ def test_anything_but_plain_members_is_left_to_tarfile(tmp_path, case):
         del data[second + 1024:]
     elif case == "base-256-size":
         data[second + 124:second + 136] = b"\x80" + bytes(10) + b"\x01"
+    elif case == "negative-size":  # -512 bytes: the next header would be this one again, forever
+        data[second + 124:second + 136] = b"-0000001000\0"
+        unsigned = 256 + sum(data[second:second + 148]) + sum(data[second + 156:second + 512])
+        data[second + 148:second + 156] = b"%06o\0 " % unsigned
     path.write_bytes(bytes(data))
     assert _plain(path) is None
+
+
+def test_a_member_of_negative_size_is_refused_not_read_forever(tmp_path):
+    """tarfile takes a signed size and steps back onto the same header: open_ctb of such a file read forever."""
+    from cachetool.errors import BundleFormatError
+
+    path = _tar(tmp_path / "a.ctb", [("manifest.json", b"{}", tarfile.REGTYPE), ("blobs/a", b"x" * 700, tarfile.REGTYPE),
+                                     ("blobs/" + "n" * 120, b"y", tarfile.REGTYPE)], tarfile.PAX_FORMAT)
+    data = bytearray(path.read_bytes())
+    second = 512 + 512
+    data[second + 124:second + 136] = b"-0000001000\0"
+    unsigned = 256 + sum(data[second:second + 148]) + sum(data[second + 156:second + 512])
+    data[second + 148:second + 156] = b"%06o\0 " % unsigned
+    path.write_bytes(bytes(data))
+    with pytest.raises(BundleFormatError, match="negative size"):
+        open_ctb(path)
