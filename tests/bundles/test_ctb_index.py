@@ -87,8 +87,9 @@ def test_a_member_of_negative_size_is_refused_not_read_forever(tmp_path):
     """tarfile takes a signed size and steps back onto the same header: open_ctb of such a file read forever."""
     from cachetool.errors import BundleFormatError
 
-    path = _tar(tmp_path / "a.ctb", [("manifest.json", b"{}", tarfile.REGTYPE), ("blobs/a", b"x" * 700, tarfile.REGTYPE),
-                                     ("blobs/" + "n" * 120, b"y", tarfile.REGTYPE)], tarfile.PAX_FORMAT)
+    reg = tarfile.REGTYPE
+    members = [("manifest.json", b"{}", reg), ("blobs/a", b"x" * 700, reg), ("blobs/" + "n" * 120, b"y", reg)]
+    path = _tar(tmp_path / "a.ctb", members, tarfile.PAX_FORMAT)
     data = bytearray(path.read_bytes())
     second = 512 + 512
     data[second + 124:second + 136] = b"-0000001000\0"
