@@ -16,7 +16,7 @@ import pytest
 
 from cachetool.errors import CacheMissError
 from tests.bundles.conftest import one_error_line
-from tests.bundles.fixtures import dir_is_empty_or_absent, local_factors, make_native_tree
+from tests.cache_trees import dir_is_empty_or_absent, local_factors, make_native_tree
 
 # A CPU capability this machine has not (the bundle was "built" on another CPU); AVX2 here is the host's own.
 OTHER_CAPABILITY = "DEFAULT" if __import__("compiler.build_identity").build_identity.cpu_capability() != "DEFAULT" else "AVX2"

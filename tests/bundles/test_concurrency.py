@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.bundle.ctb import open_ctb
-from tests.bundles.fixtures import make_native_tree, tree_snapshot
+from tests.cache_trees import make_native_tree, tree_snapshot
 
 RANKS = tuple(f"rank_{r}_0" for r in range(8))
 

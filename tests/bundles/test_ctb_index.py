@@ -12,7 +12,7 @@ import pytest
 from cachetool.bundle.ctb import open_ctb, write_ctb
 from cachetool.bundle.packing import pack
 from cachetool.bundle.ustar import plain_members
-from tests.bundles.fixtures import make_native_tree
+from tests.cache_trees import make_native_tree
 
 
 def _tarfile_index(path) -> list[tuple[str, int, int]]:

@@ -16,7 +16,7 @@ from cachetool.bundle.packing import pack
 from cachetool.install import fs, installer
 from cachetool.install.options import InstallOptions
 from tests.bundles.conftest import one_error_line
-from tests.bundles.fixtures import dir_is_empty_or_absent, make_native_tree, tree_snapshot
+from tests.cache_trees import dir_is_empty_or_absent, make_native_tree, tree_snapshot
 
 RANKS = ("rank_0_0", "rank_1_0")
 

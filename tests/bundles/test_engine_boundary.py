@@ -12,7 +12,7 @@ from cachetool import engines
 from cachetool.cache_root import CacheRoot
 from cachetool.errors import PreflightError
 from cachetool.layouts.factors import Difference
-from tests.bundles.fixtures import make_native_tree
+from tests.cache_trees import make_native_tree
 
 
 def test_the_cache_root_is_the_flag_then_the_engines_config_then_its_variable_then_its_default(monkeypatch, tmp_path):

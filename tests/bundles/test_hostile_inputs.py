@@ -11,7 +11,7 @@ import pytest
 from cachetool.errors import CachetoolError
 from cachetool.bundle.manifest import canonical_json
 from tests.bundles.conftest import one_error_line
-from tests.bundles.fixtures import (complete_unit_files, dir_is_empty_or_absent, manifest_obj, sign_bytes,
+from tests.cache_trees import (complete_unit_files, dir_is_empty_or_absent, manifest_obj, sign_bytes,
                                     write_raw_ctb)
 
 FILE = ("torch_compile_cache/h/rank_0_0/f", b"content")

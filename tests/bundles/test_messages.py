@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.bundles.fixtures import local_factors, make_native_tree
+from tests.cache_trees import local_factors, make_native_tree
 
 
 def _bundle(tmp_path, cli, keys, name="b", **overrides):

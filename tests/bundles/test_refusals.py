@@ -16,7 +16,7 @@ import pytest
 
 from cachetool.bundle.manifest import canonical_json
 from tests.bundles.conftest import one_error_line
-from tests.bundles.fixtures import (blob_entry, dir_is_empty_or_absent, make_native_tree, manifest_obj, sign_bytes,
+from tests.cache_trees import (blob_entry, dir_is_empty_or_absent, make_native_tree, manifest_obj, sign_bytes,
                                     write_raw_ctb)
 
 
@@ -234,7 +234,7 @@ def test_size_lie_smaller(tmp_path, keys, cli, root):
 
 @pytest.mark.usefixtures("blobs_in")
 def test_size_lie_larger(tmp_path, keys, cli, root):
-    from tests.bundles.fixtures import zst
+    from tests.cache_trees import zst
 
     content = b"B" * 5000
     obj, stored = manifest_obj([("torch_compile_cache/h/rank_0_0/f", content)])

@@ -120,7 +120,7 @@ def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factor
 def test_diff_of_a_native_and_a_vllm_bundle_says_they_are_different_engines(tmp_path, cli, keys):
     """It listed every factor of each side as unset in the other (1,380 lines for two real warms) and exited 0:
     now one line says which engine's server reads which, and --exit-code exits `differs`."""
-    from tests.bundles.fixtures import make_native_tree
+    from tests.cache_trees import make_native_tree
 
     vllm = make_aot_tree(tmp_path / "vllm", ranks=("rank_0_0",))
     doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": _recorded()}

@@ -23,7 +23,7 @@ import pytest
 from cachetool.bundle.packing import pack
 from cachetool.transfer.push import push
 from cachetool.bundle.signing import generate_keypair, load_private_key
-from tests.bundles.fixtures import isolate_environment, local_factors, make_native_tree
+from tests.cache_trees import isolate_environment, local_factors, make_native_tree
 
 REPO = Path(__file__).resolve().parents[2]
 

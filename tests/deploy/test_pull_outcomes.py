@@ -12,7 +12,7 @@ import pytest
 from cachetool.bundle.packing import pack
 from cachetool.bundle.signing import generate_keypair, load_private_key
 from cachetool.transfer.push import push
-from tests.bundles.fixtures import CUDA_FP, isolate_environment, make_native_tree
+from tests.cache_trees import CUDA_FP, isolate_environment, make_native_tree
 from tests.servers import free_port
 
 

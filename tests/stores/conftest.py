@@ -9,7 +9,7 @@ import pytest
 from cachetool.bundle.packing import pack
 from cachetool.bundle.fingerprint import local_fingerprint
 from cachetool.bundle.signing import generate_keypair, load_private_key
-from tests.bundles.fixtures import CUDA_FP, isolate_environment, make_native_tree
+from tests.cache_trees import CUDA_FP, isolate_environment, make_native_tree
 from tests.server_run import server_run
 
 

@@ -13,7 +13,7 @@ from cachetool.errors import StoreError
 from cachetool.api import pull
 from cachetool.stores import open_store
 from cachetool.stores.oci import media, packs
-from tests.bundles.fixtures import tree_snapshot
+from tests.cache_trees import tree_snapshot
 from tests.stores.test_oci_packs import packable_tree
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from cachetool.digests import hexof
 from cachetool.transfer.push import push
-from tests.bundles.fixtures import tree_snapshot
+from tests.cache_trees import tree_snapshot
 from tests.compiler.conftest import warmed_root  # noqa: F401 - the compiled tiny-model root, a fixture
 
 pytestmark = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")

@@ -10,7 +10,7 @@ import uuid
 
 from cachetool.stores.base import BlobRef
 from cachetool.stores.oci import packs
-from tests.bundles.fixtures import tree_snapshot
+from tests.cache_trees import tree_snapshot
 
 
 def _blob(i: int) -> BlobRef:
@@ -37,7 +37,7 @@ def test_small_bundles_keep_one_layer_per_blob():
 
 def packable_tree(root, n: int):
     """A native tree with ``n`` small files more in rank 0's Inductor cache, and a large artifact."""
-    from tests.bundles.fixtures import make_native_tree
+    from tests.cache_trees import make_native_tree
 
     make_native_tree(root, ranks=("rank_0_0",), layers=2)
     rank = next(root.glob("torch_compile_cache/*/rank_0_0/backbone"))

@@ -7,7 +7,7 @@ import json
 import re
 
 from cachetool.bundle.ctb import write_ctb
-from tests.bundles.fixtures import tree_snapshot
+from tests.cache_trees import tree_snapshot
 
 
 def test_push_prints_the_pin_and_the_pin_pulls(any_store, bundle, keys, tree, tmp_path, cli):
@@ -30,7 +30,7 @@ def test_push_prints_the_pin_and_the_pin_pulls(any_store, bundle, keys, tree, tm
 def test_a_pin_follows_no_tag(any_store, bundle, cuda_bundle, keys, tmp_path, cli):
     """The tag moves on (another push replaces this platform's entry); the pin still names the first bundle."""
     from cachetool.bundle.packing import pack
-    from tests.bundles.fixtures import make_native_tree
+    from tests.cache_trees import make_native_tree
 
     r1 = cli("push", write_ctb(bundle, tmp_path / "a.ctb"), any_store.ref("v1"), "--json")
     pinned = json.loads(r1.out)["pinned"]

@@ -14,7 +14,7 @@ from cachetool.stores import open_store
 from cachetool.cache_root import PARTIAL_DIR
 from cachetool.api import pull
 from cachetool.transfer.push import push
-from tests.bundles.fixtures import tree_snapshot
+from tests.cache_trees import tree_snapshot
 
 
 def test_round_trip_and_unchanged_repush_uploads_nothing(any_store, bundle, keys, tree, tmp_path):
@@ -108,7 +108,7 @@ def test_a_refused_pull_keeps_a_cache_root_it_did_not_create(bundle, cuda_bundle
     """`mkdir R; pull REF --cache-root R --trust other.pub` (or an exit-4 miss) removed R: pull removed an empty
     root whatever made it. Only a root the pull itself created goes again."""
     from cachetool.bundle.packing import pack
-    from tests.bundles.fixtures import local_factors, make_native_tree
+    from tests.cache_trees import local_factors, make_native_tree
 
     store = f"file://{tmp_path}/store"
     push(bundle, f"{store}/llama:cpu")
@@ -133,7 +133,7 @@ def test_a_refused_pull_keeps_a_cache_root_it_did_not_create(bundle, cuda_bundle
 def test_preflight_runs_before_blobs_even_when_platform_matches(bundle, keys, tmp_path, monkeypatch):
     """A bundle whose platform key matches but whose compiler factors differ is refused before any download."""
     from cachetool.bundle.packing import pack
-    from tests.bundles.fixtures import local_factors, make_native_tree
+    from tests.cache_trees import local_factors, make_native_tree
 
     other = make_native_tree(tmp_path / "other", factors=local_factors(**{"compiler.torch_key": "0" * 64}))
     store = f"file://{tmp_path}/store"

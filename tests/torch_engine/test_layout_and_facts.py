@@ -19,7 +19,7 @@ from cachetool.engines.torch.command import parse
 from cachetool.engines.torch.layout import scan
 from cachetool.errors import EngineFlagsError, PreflightError
 from cachetool.engines.layouts import detect
-from tests.bundles.fixtures import make_native_tree
+from tests.cache_trees import make_native_tree
 
 
 def report(**over) -> dict:

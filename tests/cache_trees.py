@@ -1,4 +1,5 @@
-"""Cache trees for the bundle tests, built from the documented layouts, and a crafter of hostile .ctb files."""
+"""Cache trees built from the documented layouts, a crafter of hostile .ctb files, and a test's isolation from the
+machine's trust and store settings: shared by the bundle, install, store, transfer, engine and deploy tests."""
 
 from __future__ import annotations
 
