@@ -55,7 +55,7 @@ def tiny_warm(tmp_path_factory) -> dict:
 
     def build(d: Path) -> None:
         from cachetool.bundle.signing import generate_keypair
-        from tests.compiler.conftest import cli_env, run_cli
+        from tests.cli_calls import cli_env, run_cli
 
         generate_keypair(d / "signing.key")
         proc = run_cli("warm", "--model", "tiny", "--device", "cpu", "--cache-root", str(d / "root"),
@@ -69,6 +69,14 @@ def tiny_warm(tmp_path_factory) -> dict:
     return {"dir": d, "root": d / "root", "summary": json.loads((d / "summary.json").read_text()),
             "stderr": (d / "stderr.txt").read_text(), "ref": f"file://{d}/store/tiny:ci", "store": d / "store",
             "key": d / "signing.key", "pub": d / "signing.key.pub"}
+
+
+@pytest.fixture(scope="session")
+def warmed_root(tiny_warm: dict) -> tuple[Path, dict, str]:
+    """The run's one cold ``cachetool warm`` of the tiny model in a fresh root (a separate process, DEBUG logs;
+    ``tiny_warm``, which also pushed it). Returns (root, the compile's --json object, stderr).
+    Shared by every worker: read it, or copy it before a start on it (a load writes into its Inductor cache)."""
+    return tiny_warm["root"], tiny_warm["summary"]["compile"], tiny_warm["stderr"]
 
 
 # --------------------------------------------------------------------------------------------- scheduling

@@ -21,8 +21,3 @@ def keys(tmp_path_factory):
     return {"priv": priv, "pub": pub, "id": kid, "key": load_private_key(priv),
             "other_priv": opriv, "other_pub": opub, "other_key": load_private_key(opriv)}
 
-
-def one_error_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1, err
-    return lines[0]

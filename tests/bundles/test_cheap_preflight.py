@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from cachetool.errors import CacheMissError
-from tests.bundles.conftest import one_error_line
+from tests.cli_calls import one_error_line
 from tests.cache_trees import dir_is_empty_or_absent, local_factors, make_native_tree
 
 # A CPU capability this machine has not (the bundle was "built" on another CPU); AVX2 here is the host's own.

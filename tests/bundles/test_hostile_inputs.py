@@ -10,7 +10,7 @@ import pytest
 
 from cachetool.errors import CachetoolError
 from cachetool.bundle.manifest import canonical_json
-from tests.bundles.conftest import one_error_line
+from tests.cli_calls import one_error_line
 from tests.cache_trees import (complete_unit_files, dir_is_empty_or_absent, manifest_obj, sign_bytes,
                                     write_raw_ctb)
 

@@ -14,7 +14,7 @@ from cachetool.bundle.ctb import write_ctb
 
 from cachetool.bundle.packing import pack
 from cachetool.bundle.manifest import canonical_json
-from tests.bundles.conftest import one_error_line
+from tests.cli_calls import one_error_line
 from tests.cache_trees import local_factors, make_native_tree, manifest_obj, sign_bytes, tree_snapshot, write_raw_ctb
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from cachetool.errors import CacheMissError
 from cachetool.errors import PreflightError
-from tests.bundles.conftest import one_error_line
+from tests.cli_calls import one_error_line
 from tests.cache_trees import dir_is_empty_or_absent, local_factors, make_native_tree, make_vllm_tree, tree_snapshot
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.bundle.manifest import canonical_json
-from tests.bundles.conftest import one_error_line
+from tests.cli_calls import one_error_line
 from tests.cache_trees import (blob_entry, dir_is_empty_or_absent, make_native_tree, manifest_obj, sign_bytes,
                                     write_raw_ctb)
 

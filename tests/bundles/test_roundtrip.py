@@ -16,7 +16,7 @@ from cachetool.bundle.ctb import open_ctb, write_ctb
 from cachetool.bundle.packing import pack
 from cachetool.install import InstallOptions, install_bundle
 from cachetool.bundle.manifest import platform_key
-from tests.bundles.conftest import one_error_line
+from tests.cli_calls import one_error_line
 from tests.cache_trees import (make_native_tree, make_triton_tree, make_vllm_tree, tree_snapshot)
 
 BUILDERS = {"native": make_native_tree, "vllm": make_vllm_tree, "triton": make_triton_tree}

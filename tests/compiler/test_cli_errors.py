@@ -13,7 +13,7 @@ import torch
 from cachetool.cli import main
 from compiler.models.llama import build_model
 from compiler.models.safetensors_io import save_safetensors
-from tests.compiler.conftest import hf_config, hf_tensors
+from tests.hf_folders import hf_config, hf_tensors
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from compiler import torch_compat
-from tests.compiler.conftest import REPO, cli_env
+from tests.cli_calls import REPO, cli_env
 
 
 def _fresh_process_json(code: str):

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from tests.compiler.conftest import cli_env, run_cli
+from tests.cli_calls import cli_env, run_cli
 from tests.stop_helpers import DEADLINE, slow_compiler_env, start, stop, wait_for
 
 pytestmark = pytest.mark.slow

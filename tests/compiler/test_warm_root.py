@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compiler.conftest import REPO, cli_env
+from tests.cli_calls import REPO, cli_env
 
 # In the namespace: $RO a read-only bind mount of itself; then the command.
 READ_ONLY_BIND = 'set -e\nmount --bind "$RO" "$RO"\nmount -o remount,bind,ro "$RO"\nexec "$@"\n'

@@ -18,7 +18,6 @@ import pytest
 from cachetool.digests import hexof
 from cachetool.transfer.push import push
 from tests.cache_trees import tree_snapshot
-from tests.compiler.conftest import warmed_root  # noqa: F401 - the compiled tiny-model root, a fixture
 
 pytestmark = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
 
@@ -87,7 +86,7 @@ def test_a_mirrored_compiled_cache_pulls_and_the_server_compiles_nothing(how, oc
                                                                           keys, tmp_path, cli):
     """The whole path through a mirror: a real tiny-model cache (``cachetool warm``) pushed, copied by skopeo,
     pulled from the mirror with the server's key checked, then ``check --require-hit`` starts hot."""
-    from tests.compiler.conftest import run_cli
+    from tests.cli_calls import run_cli
 
     root, warm, _ = warmed_root
     repo = f"ml/real-{uuid.uuid4().hex[:6]}"

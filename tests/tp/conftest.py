@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compiler.conftest import cli_env, run_cli
+from tests.cli_calls import cli_env, run_cli
 
 os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
 

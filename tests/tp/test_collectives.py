@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from compiler.distributed.launch import RankFailed, launch
-from tests.compiler.conftest import write_hf_folder
+from tests.hf_folders import write_hf_folder
 
 
 def _run_tp(rank: int, device: str, hf_folder: str) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.compiler.conftest import cli_env, run_cli
+from tests.cli_calls import cli_env, run_cli
 from tests.tp.conftest import last_json
 
 pytestmark = pytest.mark.slow
