@@ -130,6 +130,20 @@ def make_vllm_tree(root: Path) -> Path:
     return root
 
 
+AOT = "torch_compile_cache/torch_aot_compile/" + "ab" * 32
+
+
+def make_aot_tree(root: Path, ranks=("rank_0_0", "rank_1_0")) -> Path:
+    """vLLM's AOT tree as vLLM 0.32 writes it with -tp 2: one key folder, a shared inductor_cache/ beside the
+    rank folders, and the model-inspection cache at the root."""
+    for r in ranks:
+        _w(root / AOT / r / "model", f"AOT-{r}".encode() * 500)
+    _w(root / AOT / "inductor_cache" / "ab" / "cab.so", b"\x7fELF" + b"\0" * 2000, 0o755)
+    _w(root / AOT / "inductor_cache" / "aotautograd" / "x" / "entry", b"entry" * 100)
+    _w(root / "modelinfos" / "vllm-model_executor-models-llama-LlamaForCausalLM.json", b'{"hash": "h"}')
+    return root
+
+
 def make_triton_tree(root: Path) -> Path:
     """A Triton cache folder: one folder per kernel hash, metadata with target cuda sm90."""
     for i, name in enumerate(("ZQW3ABCD", "P4LMNOPQ", "X7RSTUVW")):
@@ -145,6 +159,18 @@ def make_triton_tree(root: Path) -> Path:
     _w(root / "X7RSTUVW" / "launcher.so", b"\x7fELF" + b"\2" * 2000, 0o755)
     _w(root / "X7RSTUVW" / "readonly.source", b"src", 0o444)
     return root
+
+
+def packable_tree(root, n: int):
+    """A native tree with ``n`` small files more in rank 0's Inductor cache, and a large artifact."""
+    make_native_tree(root, ranks=("rank_0_0",), layers=2)
+    rank = next(root.glob("torch_compile_cache/*/rank_0_0/backbone"))
+    for i in range(n):
+        f = rank / "inductor_cache" / f"k{i // 500}" / f"kernel_{i}.json"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"i": i}))
+    (rank / "inductor_cache" / "big.so").write_bytes(os.urandom(600_000))
+    return root, rank
 
 
 def tree_snapshot(root: Path) -> dict:

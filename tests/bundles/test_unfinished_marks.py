@@ -20,7 +20,7 @@ from cachetool.cache_root import INCOMPLETE_DIR
 from cachetool.engines.vllm import unfinished
 from cachetool.errors import StopRequested
 from tests.cli_calls import one_error_line
-from tests.bundles.test_vllm_bundles import AOT, make_aot_tree
+from tests.cache_trees import AOT, make_aot_tree
 
 OTHER = "torch_compile_cache/torch_aot_compile/" + "cd" * 32
 

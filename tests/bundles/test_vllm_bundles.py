@@ -15,25 +15,13 @@ from cachetool.engines.vllm import key
 from cachetool.layouts.factors import UNSET, Factors
 from cachetool.engines.layouts import scan
 from cachetool.bundle.manifest import platform_key
+from tests.cache_trees import AOT, make_aot_tree
 
 
 def _w(path: Path, data: bytes, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     path.chmod(mode)
-
-AOT = "torch_compile_cache/torch_aot_compile/" + "ab" * 32
-
-
-def make_aot_tree(root: Path, ranks=("rank_0_0", "rank_1_0")) -> Path:
-    """vLLM's AOT tree as vLLM 0.32 writes it with -tp 2: one key folder, a shared inductor_cache/ beside the
-    rank folders, and the model-inspection cache at the root."""
-    for r in ranks:
-        _w(root / AOT / r / "model", f"AOT-{r}".encode() * 500)
-    _w(root / AOT / "inductor_cache" / "ab" / "cab.so", b"\x7fELF" + b"\0" * 2000, 0o755)
-    _w(root / AOT / "inductor_cache" / "aotautograd" / "x" / "entry", b"entry" * 100)
-    _w(root / "modelinfos" / "vllm-model_executor-models-llama-LlamaForCausalLM.json", b'{"hash": "h"}')
-    return root
 
 
 def test_shared_folders_are_units_of_their_own_so_each_rank_installs_alone(tmp_path, cli, keys):

@@ -13,8 +13,7 @@ from cachetool.errors import StoreError
 from cachetool.api import pull
 from cachetool.stores import open_store
 from cachetool.stores.oci import media, packs
-from tests.cache_trees import tree_snapshot
-from tests.stores.test_oci_packs import packable_tree
+from tests.cache_trees import packable_tree, tree_snapshot
 
 
 @pytest.fixture(scope="module")

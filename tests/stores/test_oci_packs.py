@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import uuid
 
 from cachetool.stores.base import BlobRef
 from cachetool.stores.oci import packs
-from tests.cache_trees import tree_snapshot
+from tests.cache_trees import packable_tree, tree_snapshot
 
 
 def _blob(i: int) -> BlobRef:
@@ -33,20 +32,6 @@ def test_plan_is_deterministic_and_a_change_stays_local():
 def test_small_bundles_keep_one_layer_per_blob():
     p = packs.plan([_blob(i) for i in range(packs.PACK_FROM)])
     assert p.packs == [] and len(p.singles) == packs.PACK_FROM
-
-
-def packable_tree(root, n: int):
-    """A native tree with ``n`` small files more in rank 0's Inductor cache, and a large artifact."""
-    from tests.cache_trees import make_native_tree
-
-    make_native_tree(root, ranks=("rank_0_0",), layers=2)
-    rank = next(root.glob("torch_compile_cache/*/rank_0_0/backbone"))
-    for i in range(n):
-        f = rank / "inductor_cache" / f"k{i // 500}" / f"kernel_{i}.json"
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps({"i": i}))
-    (rank / "inductor_cache" / "big.so").write_bytes(os.urandom(600_000))
-    return root, rank
 
 
 def test_packed_bundle_pushes_repushes_nothing_and_pulls(oci_registry, keys, tmp_path, cli):
