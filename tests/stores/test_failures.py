@@ -276,7 +276,7 @@ def _ctb(bundle, tmp_path):
 # ------------------------------------------------------------------------------------------- ref races
 @pytest.fixture(params=["file", "s3"])
 def file_or_s3(request, tmp_path):
-    from tests.stores.conftest import StoreKind
+    from tests.store_kinds import StoreKind
 
     if request.param == "file":
         return StoreKind("file", f"file://{tmp_path}/store")

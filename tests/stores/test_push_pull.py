@@ -210,7 +210,7 @@ def test_concurrent_pushes_of_two_platforms_keep_both(kind, request, tmp_path, b
     OCI read-check-write-verify)."""
     import threading
 
-    from tests.stores.conftest import make_store
+    from tests.store_kinds import make_store
 
     s = make_store(kind, request, tmp_path)
     for round_ in range(4):
