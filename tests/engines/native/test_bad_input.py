@@ -1,6 +1,6 @@
 """Bad input to ``cachetool warm`` / ``check``: one ``error:`` line, exit code 2, nothing under the cache root,
 no traceback. In-process through the CLI's ``main`` (no compilation starts: each case fails before the model
-is built or while its weights are read); ``test_config.py`` runs a few of them as real subprocesses."""
+is built or while its weights are read); tests/compiler/test_config.py runs a few of them as real subprocesses."""
 
 from __future__ import annotations
 
