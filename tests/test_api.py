@@ -128,7 +128,7 @@ def test_warm_summary_json_with_push() -> None:
 
 
 # ------------------------------------------------------------------------------------------ the public lists
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {".".join(init.parent.relative_to(REPO).parts): init.parent
             for top in ("cachetool", "compiler") for init in sorted((REPO / top).rglob("__init__.py"))}
 
