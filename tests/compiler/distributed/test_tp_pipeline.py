@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.cli_calls import cli_env, run_cli
-from tests.tp.conftest import last_json
+from tests.compiler.distributed.conftest import last_json
 
 pytestmark = pytest.mark.slow
 
