@@ -15,7 +15,7 @@ import pytest
 
 from cachetool import exit_codes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # One failing call per verb (fast: nothing compiles), and the row of the exit-code table it must end in.
 BAD_CALLS = {
