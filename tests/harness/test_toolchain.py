@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-WRAPPER = Path(__file__).resolve().parent / "toolchain" / "g++"
+WRAPPER = Path(__file__).resolve().parents[1] / "toolchain" / "g++"
 pytestmark = pytest.mark.skipif(not (shutil.which("ccache") and os.path.exists("/usr/bin/g++")),
                                 reason="ccache or g++ is not installed (scripts/install.sh --test installs ccache)")
 

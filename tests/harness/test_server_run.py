@@ -20,7 +20,7 @@ from tests.servers import REGISTRY_BINARY, require_binaries
 
 pytestmark = pytest.mark.servers
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INNER_TEST = '''
 import json, os, pathlib, time
 
