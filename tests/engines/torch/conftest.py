@@ -1,4 +1,4 @@
-"""The torch engine end to end on real torch.compile programs (tests/torch_engine/programs.py), each ``cachetool``
+"""The torch engine end to end on real torch.compile programs (tests/engines/torch/programs.py), each ``cachetool``
 call its own process as CI and an init-container run it. Each program is warmed and pushed once for the module that
 needs it (a module fixture), and its tests share that root and bundle."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.torch_engine import programs
+from tests.engines.torch import programs
 
 PY = sys.executable
 # Inductor's CPU ISA probe costs ~9 s per process here; it changes no generated code (and no recorded fact)

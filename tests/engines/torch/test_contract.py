@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.torch_engine.conftest import ENV, PY, cachetool, error_line, free_port, json_out, ok
+from tests.engines.torch.conftest import ENV, PY, cachetool, error_line, free_port, json_out, ok
 
 SERVER_ARGS = ("--request", 'POST /run {"n": 8}')
 

@@ -5,7 +5,7 @@ the init-container run it:
     cachetool pull --engine torch ...                                             (init-container: facts first)
     cachetool check --engine torch --require-hit -- python transformer.py        (the start: nothing compiled)
 
-The programs (tests/torch_engine/programs.py) know nothing of cachetool: the probe reports what they compiled.
+The programs (tests/engines/torch/programs.py) know nothing of cachetool: the probe reports what they compiled.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from tests.torch_engine.conftest import PY, cachetool, error_line, json_out, ok, printed, warm_and_push
+from tests.engines.torch.conftest import PY, cachetool, error_line, json_out, ok, printed, warm_and_push
 
 pytestmark = [pytest.mark.slow]
 
