@@ -1,6 +1,7 @@
 """The torch engine end to end on real torch.compile programs (tests/engines/torch/programs.py), each ``cachetool``
 call its own process as CI and an init-container run it. Each program is warmed and pushed once for the module that
-needs it (a module fixture), and its tests share that root and bundle."""
+needs it (a module fixture), and its tests share that root and bundle. The signing keys of the in-process tests and
+the trust isolation are tests/engines/conftest.py's."""
 
 from __future__ import annotations
 
@@ -56,22 +57,6 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def progs(tmp_path_factory) -> dict[str, Path]:
     return programs.write(tmp_path_factory.mktemp("programs"))
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory) -> dict[str, Path]:
-    """A key pair for the tests that run cachetool in this process (the ``cli`` fixture)."""
-    from cachetool.bundle.signing import generate_keypair
-
-    priv, pub, _kid = generate_keypair(tmp_path_factory.mktemp("keys") / "signer")
-    return {"priv": priv, "pub": pub}
-
-
-@pytest.fixture(autouse=True)
-def _isolated_trust(monkeypatch, tmp_path):
-    """No pinned keys leak in from the machine running the tests."""
-    monkeypatch.delenv("CACHETOOL_TRUSTED_KEYS", raising=False)
-    monkeypatch.setenv("CACHETOOL_CONFIG_DIR", str(tmp_path / "config"))
 
 
 @pytest.fixture(scope="module")
