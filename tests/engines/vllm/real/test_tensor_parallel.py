@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.conftest import FLAGS, cachetool, files_under, json_out, ok
+from tests.engines.vllm.real.conftest import FLAGS, cachetool, files_under, json_out, ok
 
 pytestmark = [pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm import facts, launch, releases, server, worker_facts
-from tests.vllm.conftest import FLAGS, cachetool, error_line, write_model
+from tests.engines.vllm.real.conftest import FLAGS, cachetool, error_line, write_model
 
 UNTESTED = "0.99.0"
 

