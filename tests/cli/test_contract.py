@@ -140,7 +140,7 @@ def test_the_docs_exit_code_tables_are_the_codes_table_or_link_to_it():
 
 
 class _MissedStart:
-    """A vLLM start that compiled (a stand-in for the child process; tests/vllm runs real vLLM)."""
+    """A vLLM start that compiled (a stand-in for the child process; tests/engines/vllm/real runs real vLLM)."""
 
     command, model, cache_key, hit, key_existed = "check", "m", "abc", False, True
     vllm_version, tensor_parallel_size, cache_root, log = "0.32", 1, "/r", "/r/log"

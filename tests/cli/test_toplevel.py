@@ -97,7 +97,7 @@ def test_install_and_pull_refuse_a_cuda_device_this_machine_lacks_alike(cli, tmp
 
 @pytest.fixture
 def keys_for_device(cli, tmp_path):
-    """A CPU bundle (the native tree of tests/bundles) pushed to a file store: (store, .ctb, public key)."""
+    """A CPU bundle (tests/cache_trees.py's native tree) pushed to a file store: (store, .ctb, public key)."""
     from tests.cache_trees import make_native_tree
 
     assert cli("keygen", "-o", tmp_path / "k").rc == 0

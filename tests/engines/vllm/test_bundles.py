@@ -1,5 +1,5 @@
 """vLLM trees as bundles, without vLLM: the AOT tree's shared folders, vLLM's facts in the fingerprint and the
-platform key, and the comparison of recorded key inputs (tests/vllm runs the same against real vLLM)."""
+platform key, and the comparison of recorded key inputs (tests/engines/vllm/real runs the same against real vLLM)."""
 
 from __future__ import annotations
 

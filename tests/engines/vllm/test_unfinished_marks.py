@@ -4,7 +4,8 @@
 Before, a warm stopped in the middle of vLLM's compile left a key folder that nothing told from a complete one, and
 ``pack`` shipped it. Now ``pack`` refuses the folders a stopped start left unfinished (exit 2, naming the mark), the
 whole root while a start runs or after one was killed outright, and a later start that completes settles the marks
-of the folders it finished (tests/vllm/test_vllm_signals.py runs the same with real vLLM and real signals)."""
+of the folders it finished (tests/engines/vllm/real/test_stop_signals.py runs the same with real vLLM and real
+signals)."""
 
 from __future__ import annotations
 

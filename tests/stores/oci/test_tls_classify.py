@@ -5,7 +5,7 @@ fields ``ssl`` exposes, not from message text (it matched ``"certificate verify 
 The ``ssl`` errors are real: OpenSSL raises them in a handshake run here between two ``SSLObject``\\ s over memory
 BIOs (no sockets), with a private CA made with ``cryptography`` as tests/servers.py makes the TLS registry's. They
 are then wrapped the way requests and urllib3 wrap them, under a top-level message that names another case.
-tests/stores/test_oci_tls.py checks the same cases' one-line errors against a real TLS registry."""
+tests/stores/oci/test_tls.py checks the same cases' one-line errors against a real TLS registry."""
 
 from __future__ import annotations
 

@@ -78,10 +78,10 @@ def signing_key(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def warmed(tmp_path_factory, oci_registry):
     """`cachetool warm --engine vllm --push oci://... -- MODEL FLAGS` once for the whole run, for every xdist worker
-    (tests/conftest.py's ``shared_build``): the CI job (one vLLM start costs 15-80 s here). The model is named after
-    --, as in `vllm serve M` (the docs' form, refused until --model stopped being required); test_vllm_tp.py warms
-    with --model. Everything here is shared, the model folder too: a test that edits it holds
-    :func:`the_warm_model` alone."""
+    (tests/conftest.py's ``shared_build``): the CI job (one vLLM start costs 15-80 s here). The model is named after --,
+    as in `vllm serve M` (the docs' form, refused until --model stopped being required); test_tensor_parallel.py warms
+    with --model. Everything here is shared, the model folder too: a test that edits it holds :func:`the_warm_model`
+    alone."""
 
     def build(d: Path) -> None:
         model = write_model(d / "models" / "tiny-llama")

@@ -4,10 +4,10 @@
     cachetool pull --engine vllm --model M -- FLAGS  (init-container: vLLM's key checked before any blob)
     cachetool check --engine vllm --require-hit      (the server start: real vLLM on the pulled root)
 
-One warm for the session (tests/vllm/conftest.py's ``warmed``); the refusals use its root, its bundle, or
-edited and re-signed copies of it. A pulled root's hit is judged by the real server in test_real_server.py (both
-pull forms, the server's command line and ``--model M -- FLAGS``) and by ``check`` in test_vllm_tp.py (each real
-vLLM start costs 10-60 s on the 2 CI cores).
+One warm for the session (tests/engines/vllm/real/conftest.py's ``warmed``); the refusals use its root, its bundle, or
+edited and re-signed copies of it. A pulled root's hit is judged by the real server in test_real_server.py (both pull
+forms, the server's command line and ``--model M -- FLAGS``) and by ``check`` in test_tensor_parallel.py (each real vLLM
+start costs 10-60 s on the 2 CI cores).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The real OpenAI server is the oracle (issue 27): what pull says before any blob equals what `vllm serve`, started
 in its own processes with the server's own flags on the pulled root, then does.
 
-    cachetool warm --engine vllm --push ...                     (tests/vllm/conftest.py's session ``warmed``)
+    cachetool warm --engine vllm --push ...                     (conftest.py's session ``warmed``)
     cachetool pull REF --engine vllm -- MODEL SERVER FLAGS      (the server's command line verbatim)
     vllm serve MODEL SERVER FLAGS                               (cachetool.engines.vllm.server.serve_once)
 

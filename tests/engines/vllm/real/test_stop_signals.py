@@ -7,7 +7,7 @@ SIGTERM while it compiles): exit 130, one ``error:`` line, one JSON object, no p
 the signal, and the key folder the start did not finish marked (``.cachetool-incomplete/``), which ``pack``
 refuses naming the mark (exit 2). Two vLLM starts, each stopped early: the warm while its EngineCore builds its
 first kernel (held, tests/stop_helpers.py), the check once its EngineCore runs, on a copy of the session's root.
-The marks' rules (a later warm that completes settles them) are tests/bundles/test_unfinished_marks.py's."""
+The marks' rules (a later warm that completes settles them) are tests/engines/vllm/test_unfinished_marks.py's."""
 
 from __future__ import annotations
 
