@@ -1,5 +1,5 @@
-"""The compiler's errors say their kind (compiler/errors.py), and cachetool maps the kind, not the message: warmup
-sorted them by 'strict mode' in their text."""
+"""The compiler's errors say their kind (compiler/errors.py), and cachetool maps the kind, not the message: the
+native warm sorted them by 'strict mode' in their text."""
 
 from __future__ import annotations
 
@@ -31,12 +31,12 @@ def test_find_looks_through_the_errors_dynamo_wraps_ours_in():
 
 
 def test_warmup_maps_kinds_not_messages():
-    from cachetool.engines.native import error_mapping as warmup
+    from cachetool.engines.native import error_mapping
     from cachetool.errors import CompilationConfigError
     from cachetool.errors import CompileInStrictModeError
 
-    assert warmup.KIND_TO_ERROR[errors.STRICT_MODE] is CompileInStrictModeError
-    assert issubclass(warmup.KIND_TO_ERROR[errors.GUARDS], CompilationConfigError)
+    assert error_mapping.KIND_TO_ERROR[errors.STRICT_MODE] is CompileInStrictModeError
+    assert issubclass(error_mapping.KIND_TO_ERROR[errors.GUARDS], CompilationConfigError)
 
 
 def test_the_pipelines_runtime_errors_share_the_base():

@@ -1,4 +1,4 @@
-"""Issue 21: what the hot path's stand-ins for Inductor's compile-time modules promise (compiler/torch_compat.py).
+"""Issue 21: what the hot path's stand-ins for Inductor's compile-time modules promise (compiler/torch_compat/).
 
 A hit resolves ``extern_kernels.<name>`` (what generated wrapper code calls) to ``torch.<name>`` without importing
 ``select_algorithm`` and ``lowering``; that must be the very kernel Inductor registers under that name, for every

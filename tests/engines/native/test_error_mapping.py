@@ -1,8 +1,9 @@
 """cachetool turns the pipeline's errors into its own in one place, by ``kind`` (compiler/errors.py,
-``error_mapping.KIND_TO_ERROR``): ``error_mapping.cachetool_error`` / ``error_mapping.compiler_errors_mapped`` (cachetool/engines/native/error_mapping.py). warmup and the native
-engine mapped ConfigError and ModelSpecError by class at five sites, so an error of kind ``model`` or ``config``
-from any other class (or one raised under ``traced_key``/``key_check`` where only ModelSpecError was caught) was an
-"unexpected" exit 1; the message never decides.
+``error_mapping.KIND_TO_ERROR``): ``error_mapping.cachetool_error`` / ``error_mapping.compiler_errors_mapped``
+(cachetool/engines/native/error_mapping.py). The native warm and the native engine mapped ConfigError and ModelSpecError
+by class at five sites, so an error of kind ``model`` or ``config`` from any other class (or one raised under
+``traced_key``/``key_check`` where only ModelSpecError was caught) was an "unexpected" exit 1; the message never
+decides.
 
 The last tests run real failures of each mapped kind through the CLI's ``main`` and check the exit codes the
 table gives them (strict mode 8, the rest usage 2)."""
@@ -29,7 +30,7 @@ UNMAPPED = (compiler_errors.INTERNAL, compiler_errors.AOT_ENTRY, compiler_errors
 
 
 class OddError(compiler_errors.CompilerError):
-    """Not one of the classes warmup used to catch: only its kind says what it is."""
+    """Not one of the classes the native warm used to catch: only its kind says what it is."""
 
 
 def test_every_mapped_kind_is_expected_here():
