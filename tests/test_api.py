@@ -3,7 +3,6 @@ and result shapes. Fast: nothing here compiles."""
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
@@ -125,66 +124,6 @@ def test_warm_summary_json_with_push() -> None:
     assert doc["bytes"] == {"raw": 1000, "unique": 600, "compressed": 200}
     assert doc["phases"] == {"warm": 2.0, "pack": 0.25, "push": 0.5} and doc["seconds"] == 2.75
     assert doc["compile"]["hit"] is True and doc["graphs_loaded"] == 3
-
-
-# ------------------------------------------------------------------------------------------ the public lists
-REPO = Path(__file__).resolve().parents[1]
-PACKAGES = {".".join(init.parent.relative_to(REPO).parts): init.parent
-            for top in ("cachetool", "compiler") for init in sorted((REPO / top).rglob("__init__.py"))}
-
-
-def _submodule(package: str, name: str) -> bool:
-    folder = PACKAGES[package]
-    return (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file()
-
-
-def test_every_package_is_one_with_its_public_names():
-    """Every folder of Python modules is a package (compiler/models was a namespace package, with no place to say
-    what it offers) whose ``__init__`` declares ``__all__``, and each name in it resolves (a name or a submodule)."""
-    import importlib
-
-    folders = {p.parent for top in ("cachetool", "compiler") for p in (REPO / top).rglob("*.py")}
-    assert sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").is_file()) == []
-    undeclared, unresolved = [], []
-    for package, folder in PACKAGES.items():
-        tree = ast.parse((folder / "__init__.py").read_text())
-        targets = [t for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
-                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
-        if not any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-            undeclared.append(package)
-            continue
-        module = importlib.import_module(package)
-        unresolved += [f"{package}.{n}" for n in module.__all__ if not (hasattr(module, n) or _submodule(package, n))]
-    assert undeclared == [] and unresolved == []
-
-
-def test_what_a_module_takes_from_a_package_is_in_its_public_list():
-    """``from compiler.torch_compat import X``, ``torch_compat.X`` and the like, anywhere in cachetool/ and
-    compiler/: X is in that package's ``__all__`` (or is one of its submodules)."""
-    import importlib
-
-    public = {p: set(importlib.import_module(p).__all__) for p in PACKAGES}
-    outside = []
-    for top in ("cachetool", "compiler"):
-        for path in sorted((REPO / top).rglob("*.py")):
-            tree = ast.parse(path.read_text())
-            names: dict[str, str] = {}  # a local name bound to a package
-            taken: list[tuple[str, str]] = []
-            for n in ast.walk(tree):
-                if isinstance(n, ast.ImportFrom) and n.module and not n.level:
-                    for a in n.names:
-                        if f"{n.module}.{a.name}" in PACKAGES:
-                            names[a.asname or a.name] = f"{n.module}.{a.name}"
-                        elif n.module in PACKAGES:
-                            taken.append((n.module, a.name))
-                elif isinstance(n, ast.Import):
-                    names.update({a.asname: a.name for a in n.names if a.asname and a.name in PACKAGES})
-            taken += [(names[n.value.id], n.attr) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-                      and isinstance(n.value, ast.Name) and n.value.id in names]
-            rel = path.relative_to(REPO)
-            outside += [f"{rel}: {p}.{x}" for p, x in taken if x not in public[p] and not _submodule(p, x)
-                        and PACKAGES[p] != path.parent]
-    assert outside == []
 
 
 def test_a_pull_outcome_is_one_of_the_outcomes_with_the_tables_words():

@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-CLI = REPO / "cachetool" / "cli"
-PACKAGES = ("cachetool", "compiler")
+from tests.structure.modules import PACKAGES, ROOT
+
+CLI = ROOT / "cachetool" / "cli"
 
 # What every CLI module may import of the project: the API, the error classes, the exit-code table, the CLI itself.
 LAYER = ("cachetool.api", "cachetool.errors", "cachetool.exit_codes")
@@ -25,7 +25,7 @@ ALLOWED = {
 
 
 def _is_module(dotted: str) -> bool:
-    path = REPO.joinpath(*dotted.split("."))
+    path = ROOT.joinpath(*dotted.split("."))
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
