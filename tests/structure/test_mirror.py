@@ -1,8 +1,8 @@
 """The tests mirror the package: a test file sits in the folder of the room it tests (tests/stores/oci/ for
 cachetool/stores/oci/, tests/compiler/distributed/ for compiler/distributed/, tests/test_errors.py for
 cachetool/errors.py) or in a folder of tests that cross the rooms (:data:`CROSS_CUTTING`); helpers that several
-folders share are modules of tests/, not a folder's conftest or test module; the scheduling list and every path a
-doc, comment or test cites name files that exist."""
+folders share are modules of tests/, not a folder's conftest or test module; the scheduling list, every path a
+doc, comment or test cites and every module they import name files that exist."""
 
 from __future__ import annotations
 
@@ -121,7 +121,12 @@ def test_the_scheduling_list_names_files_that_exist():
 # A path of tests/, or of a module of either package, as docs, comments and tests cite it
 CITED = re.compile(r"(?<![\w/.~$-])(tests/[\w/.+-]*[\w+/]|(?:cachetool|compiler)/[\w/]+\.py)")
 CITING = ("README.md", "docs/**/*.md", "cachetool/**/*.py", "compiler/**/*.py", "tests/**/*.py", "benchmarks/**/*",
-          "scripts/*", "ci/**/*", "pyproject.toml")
+          "scripts/*", "ci/**/*", ".ci/*", "pyproject.toml")
+
+
+def _cited_files() -> list[Path]:
+    return [path for pattern in CITING for path in sorted(ROOT.glob(pattern))
+            if path.is_file() and "__pycache__" not in path.parts and path != Path(__file__)]
 
 
 def test_every_path_a_doc_comment_or_test_cites_exists():
@@ -129,10 +134,30 @@ def test_every_path_a_doc_comment_or_test_cites_exists():
     structure rules cited the helpers of a module named warmup long after it was gone). This file's own made-up
     paths aside."""
     stale = []
-    for pattern in CITING:
-        for path in sorted(ROOT.glob(pattern)):
-            if path.is_file() and "__pycache__" not in path.parts and path != Path(__file__):
-                text = path.read_text(errors="replace")
-                stale += [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)}"
-                          for m in CITED.finditer(text) if not (ROOT / m.group(1)).exists()]
+    for path in _cited_files():
+        text = path.read_text(errors="replace")
+        stale += [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)}"
+                  for m in CITED.finditer(text) if not (ROOT / m.group(1)).exists()]
+    assert stale == []
+
+
+# An import of a module of tests/ or of either package, as code and the docs' examples write it
+IMPORTED = re.compile(r"^[ \t>]*(?:from[ \t]+((?:tests|cachetool|compiler)(?:\.\w+)*)[ \t]+import\b"
+                      r"|import[ \t]+((?:tests|cachetool|compiler)(?:\.\w+)*))", re.M)
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_every_module_a_doc_benchmark_or_script_imports_exists():
+    """The dotted imports of the same files: pytest imports the tests' own (a stale one fails collection), but
+    not a benchmark's or a doc's example, nor a lazy import inside a function (benchmarks/bench_stores.py still
+    imported tests.bundles.fixtures after the cache trees moved to tests/cache_trees.py)."""
+    stale = []
+    for path in _cited_files():
+        text = path.read_text(errors="replace")
+        stale += [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1) or m.group(2)}"
+                  for m in IMPORTED.finditer(text) if not _is_module(m.group(1) or m.group(2))]
     assert stale == []
