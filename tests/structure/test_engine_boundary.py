@@ -12,8 +12,8 @@ from tests.structure.modules import ROOT, modules, imports
 
 
 # cachetool reaches compiler through these modules alone: the native engine's (under cachetool/engines/native/) and
-# the two every engine reads (this machine's facts and the one comparison of recorded factors, directly under cachetool/engines/);
-# ARCHITECTURE names the same list.
+# the two every engine reads (this machine's facts and the one comparison of recorded factors, directly under
+# cachetool/engines/); ARCHITECTURE names the same list.
 COMPILER_DOORS = ("cachetool.engines.native.run", "cachetool.engines.native.error_mapping",
                   "cachetool.engines.native.keys", "cachetool.engines.native.machine",
                   "cachetool.engines.native.layout", "cachetool.engines.machine", "cachetool.engines.factor_compare")

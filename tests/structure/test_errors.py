@@ -106,8 +106,8 @@ def _message_text_tests(tree: ast.AST) -> dict[int, str]:
 
 
 def test_exceptions_are_told_apart_by_type_not_message_text():
-    """The native warm sorted the compiler's errors by 'strict mode' in their text, the OCI store its own by theirs, and the
-    OCI TLS code sorted ssl errors by theirs in a function taking the exception: an error says its kind
+    """The native warm sorted the compiler's errors by 'strict mode' in their text, the OCI store its own by theirs,
+    and the OCI TLS code sorted ssl errors by theirs in a function taking the exception: an error says its kind
     (compiler/errors.py), its class (cachetool/errors.py) or its fields (``ssl``'s ``verify_code``, ``reason``)."""
     bad, used = [], set()
     for path in modules().values():
