@@ -37,6 +37,11 @@ def test_every_mapped_kind_is_expected_here():
     assert set(error_mapping.KIND_TO_ERROR) == set(EXPECTED)
 
 
+def test_the_native_engine_maps_kinds_not_messages():
+    assert error_mapping.KIND_TO_ERROR[compiler_errors.STRICT_MODE] is CompileInStrictModeError
+    assert issubclass(error_mapping.KIND_TO_ERROR[compiler_errors.GUARDS], errors.CompilationConfigError)
+
+
 @pytest.mark.parametrize("kind", sorted(EXPECTED))
 @pytest.mark.parametrize("wrapped", [False, True], ids=["raised", "wrapped-by-dynamo"])
 def test_the_kind_picks_the_error_not_the_class_or_message(kind, wrapped):
