@@ -3,8 +3,8 @@
     python benchmarks/bench_install.py [--files 100041] [--per-folder 5] [--before DIR] [--workdir DIR]
 
 A Triton or Inductor cache can hold 100,000 files of ~200 bytes each. The tree here is a native cache root (two
-ranks, as tests/bundles/fixtures.py writes it, with the build evidence a warm records, so the preflight costs what a
-real pull's does) of ``--files`` files in all: rank 0 holds the small ones, in Triton-like kernel folders of
+ranks, as tests/cache_trees.py writes it, with the build evidence a warm records, so the preflight costs what a real
+pull's does) of ``--files`` files in all: rank 0 holds the small ones, in Triton-like kernel folders of
 ``--per-folder`` files. From it, in the same run: a signed ``.ctb`` and a ``file://`` store (cachetool's pack and
 push), and a plain tar (``tar -cf``). Then, each into a fresh folder: ``cachetool install`` of the ``.ctb``,
 ``cachetool pull`` from the store, ``tar -xf`` of the tar, and ``tar -xf`` followed by ``sync -f`` (the same
@@ -70,7 +70,7 @@ PHASE_ROWS = ("open", "manifest", "preflight", "lock", "plan", "read", "verify",
 
 def make_tree(root: Path, files: int, per_folder: int) -> int:
     """The cache tree (see the module doc); returns its number of files."""
-    from tests.bundles.fixtures import local_factors, make_native_tree
+    from tests.cache_trees import local_factors, make_native_tree
 
     make_native_tree(root, factors=local_factors(evidence=True))
     rank = next(root.glob("torch_compile_cache/*/rank_0_0/backbone"))

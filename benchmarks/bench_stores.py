@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def make_tree(root: Path, size_mib: int) -> int:
-    from tests.bundles.fixtures import local_factors
+    from tests.cache_trees import local_factors
 
     factors = local_factors()
     per = max(1, size_mib // 32) * (1 << 20)  # 2 ranks x 16 artifacts = 32 files of `per` bytes

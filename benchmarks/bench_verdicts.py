@@ -94,8 +94,9 @@ def judge_row(verdict: str, ref_root: Path, work: Path, model: Path, flags: list
     did = (f"compiled ({len(run.new_key_folders)} new key folder(s), {run.new_kernels} kernel(s), "
            f"{run.piecewise_compiled} piecewise graph(s); log {run.log})" if run.compiled
            else "compiled nothing" + ("" if run.completion else ", NO ANSWER"))
-    # an eager server is judged as tests/vllm/test_real_server.py judges it: up, and nothing compiled (vLLM 0.32's
-    # eager CPU path dies at its first request on an AVX-512 box: its own fault, shown as NO ANSWER, not a disagreement)
+    # an eager server is judged as tests/engines/vllm/real/test_real_server.py judges it: up, and nothing compiled
+    # (vLLM 0.32's eager CPU path dies at its first request on an AVX-512 box: its own fault, shown as NO ANSWER, not
+    # a disagreement)
     answered = bool(run.completion) or (verdict == "eager" and run.ready_seconds > 0)
     agree = run.compiled == (verdict == "miss") and (run.compiled or answered)
     return f"{did} ({run.ready_seconds:.0f} s){'' if agree else '  <-- DISAGREES'}"

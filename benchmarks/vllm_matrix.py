@@ -181,10 +181,10 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path, flags
 
 
 def log_patterns_hold(python: str) -> bool | None:
-    """The log lines cachetool reads, checked against this release's source (tests/vllm/test_releases.py); None
-    where pytest is not installed."""
+    """The log lines cachetool reads, checked against this release's source
+    (tests/engines/vllm/real/test_releases.py); None where pytest is not installed."""
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "log_line",
-                        "tests/vllm/test_releases.py"], capture_output=True, text=True, cwd=REPO,
+                        "tests/engines/vllm/real/test_releases.py"], capture_output=True, text=True, cwd=REPO,
                        env={**os.environ, "CACHETOOL_VLLM_PYTHON": python}, stdin=subprocess.DEVNULL, timeout=600)
     return None if "No module named pytest" in r.stderr else r.returncode == 0
 

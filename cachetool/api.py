@@ -55,7 +55,7 @@ __all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expe
            "prune"]
 
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
-# imports from this module only (tests/test_cli_layer.py), these names included.
+# imports from this module only (tests/structure/test_cli_layer.py), these names included.
 CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ENGINE_HELP",
              "CACHE_ROOT_HELP", "DEFAULT_CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging",
              "start_request", "pull_request", "pull_refused_outcome")

@@ -6,7 +6,7 @@ the ``--cache-root`` flag, else the root the engine's own configuration names (t
 native engine, ``VLLM_CACHE_ROOT`` for vLLM), else that engine's default; every layer after that takes the value
 (:attr:`CacheRoot.path` to make and lock it, :attr:`CacheRoot.resolved` where a start writes or a server is told
 where to read). A root a library caller names as a path becomes one with :meth:`CacheRoot.given`. Nothing outside
-this module expands or resolves a cache root (tests/test_structure.py).
+this module expands or resolves a cache root (tests/structure/test_cache_root.py).
 
 The tree (names defined here once; the layouts, the installer and the engines import them)::
 

@@ -4,7 +4,7 @@
 cache roots, and the other tools' conventions cachetool honours (boto3, docker/podman, XDG). An engine may declare
 variables of its own beside them (``Engine.variables``, :class:`EnvVar` values), read with ``raw(name, declared)``.
 The pipeline keeps its own registry (:mod:`compiler.envs`; cachetool does not import it); a variable both read (the
-native cache root, the logging level) is in both, with the same default (tests/test_structure.py). README.md's
+native cache root, the logging level) is in both, with the same default (tests/structure/). README.md's
 "Configuration reference" documents each. Code reads a variable through :func:`get` (an empty value counts as unset)
 or a typed reader below; an unregistered name is a ``KeyError``. Values are read on each access, not at import.
 """

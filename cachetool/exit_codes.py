@@ -8,7 +8,7 @@ cache that is missing, stale, unreachable, slow or refused; a vLLM that fails in
 a full disk, which the server meets or not on its own), except the deployment's own misconfiguration (a wrong flag,
 ref or key file, a cache root that cannot be one, a device the machine lacks: usage, 2), which no restart fixes and
 which must be seen, and a stop signal (130: the pod is being stopped).
-``tests/test_cli_contract.py`` checks that README's table and docs/deploy.md's are :func:`markdown_table`'s
+``tests/cli/test_contract.py`` checks that README's table and docs/deploy.md's are :func:`markdown_table`'s
 output, row for row (docs/stores.md links to README's).
 """
 

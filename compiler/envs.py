@@ -3,7 +3,7 @@
 :data:`VARIABLES` lists every variable the pipeline reads, with its default and meaning (:data:`COMPILER_VARIABLES`:
 cache root, disable switch, save format, logging level, torch.distributed's, ``CUDA_VISIBLE_DEVICES``). cachetool
 keeps its own registry (``cachetool/envs.py``) and does not import this one; a variable both read has one default
-(tests/test_structure.py). README.md's "Configuration reference" documents each. Code reads a variable
+(tests/structure/). README.md's "Configuration reference" documents each. Code reads a variable
 through :func:`get` (an empty value counts as unset) or one of the typed accessors below; an unregistered name
 is a ``KeyError``, so a new variable cannot be read without being registered. ``standard`` variables belong to
 other tools' conventions (torch.distributed) and are honoured, not invented, here.

@@ -55,7 +55,7 @@ def tiny_warm(tmp_path_factory) -> dict:
 
     def build(d: Path) -> None:
         from cachetool.bundle.signing import generate_keypair
-        from tests.compiler.conftest import cli_env, run_cli
+        from tests.cli_calls import cli_env, run_cli
 
         generate_keypair(d / "signing.key")
         proc = run_cli("warm", "--model", "tiny", "--device", "cpu", "--cache-root", str(d / "root"),
@@ -71,13 +71,21 @@ def tiny_warm(tmp_path_factory) -> dict:
             "key": d / "signing.key", "pub": d / "signing.key.pub"}
 
 
+@pytest.fixture(scope="session")
+def warmed_root(tiny_warm: dict) -> tuple[Path, dict, str]:
+    """The run's one cold ``cachetool warm`` of the tiny model in a fresh root (a separate process, DEBUG logs;
+    ``tiny_warm``, which also pushed it). Returns (root, the compile's --json object, stderr).
+    Shared by every worker: read it, or copy it before a start on it (a load writes into its Inductor cache)."""
+    return tiny_warm["root"], tiny_warm["summary"]["compile"], tiny_warm["stderr"]
+
+
 # --------------------------------------------------------------------------------------------- scheduling
 # A unit of work (what xdist hands one worker at a time) is a test file, or a group of tests marked
 # ``xdist_group(name)`` under ``--dist loadgroup`` (scripts/test.sh): the verdict table's parts
-# (tests/vllm/test_real_server.py), so that its ~13 real server starts spread over the workers instead of keeping
-# one worker busy for the length of the whole table while the other idles. Two real vLLM starts at once cost each
-# about what their CPU seconds say (here, 2 cores, load ~4: a start to its first compile 80 s alone, 94 s each
-# two at a time; a warm 146 s alone, 203 s each two at a time), so vLLM files are no longer kept on one worker.
+# (tests/engines/vllm/real/test_real_server.py), so that its ~13 real server starts spread over the workers instead
+# of keeping one worker busy for the length of the whole table while the other idles. Two real vLLM starts at once
+# cost each about what their CPU seconds say (here, 2 cores, load ~4: a start to its first compile 80 s alone, 94 s
+# each two at a time; a warm 146 s alone, 203 s each two at a time), so vLLM files are no longer kept on one worker.
 #
 # The units that take longest, longest first: xdist hands a worker the next unit in collection order when it is
 # nearly done, so a long unit that starts late keeps one worker busy while the other idles. Seconds of one worker
@@ -90,27 +98,29 @@ LONGEST_FIRST = {
     "tests/compiler/test_aot_hot_start.py": 314,  # builds the shared tiny_warm when it is the first to ask
     "verdicts-1": 232,
     "verdicts-2": 200,
-    "tests/vllm/test_vllm_tp.py": 165,
+    "tests/engines/vllm/real/test_tensor_parallel.py": 165,
     "verdicts-4": 136,
     "verdicts-3": 124,
-    "tests/vllm/test_vllm_signals.py": 300,  # three vLLM starts stopped by a signal (estimated, not in that run)
-    "tests/torch_engine/test_programs.py": 150,  # two warms, four starts of real programs (215 s on a loaded box)
-    "tests/compiler/test_stop_signals.py": 120,  # three native starts stopped mid-compile (estimated)
-    "tests/tp/test_tp_pipeline.py": 115,
+    # three vLLM starts stopped by a signal (estimated, not in that run)
+    "tests/engines/vllm/real/test_stop_signals.py": 300,
+    "tests/engines/torch/test_programs.py": 150,  # two warms, four starts of real programs (215 s on a loaded box)
+    "tests/engines/native/test_stop_signals.py": 120,  # three native starts stopped mid-compile (estimated)
+    "tests/compiler/distributed/test_tp_pipeline.py": 115,
     "tests/compiler/test_pipeline.py": 114,
-    "tests/vllm/test_real_server.py": 64,  # the tests outside the table (a hit server answering a completion)
+    # the tests outside the table (a hit server answering a completion)
+    "tests/engines/vllm/real/test_real_server.py": 64,
     "tests/e2e/test_deploy_path.py": 43,
     "tests/compiler/test_artifact_manager.py": 37,
-    "tests/vllm/test_vllm_engine.py": 37,
+    "tests/engines/vllm/real/test_engine.py": 37,
     "tests/compiler/test_cache_key.py": 37,
-    "tests/stores/test_oci_mirror.py": 30,
+    "tests/stores/oci/test_mirror.py": 30,
     "tests/stores/test_failures.py": 23,
     "tests/compiler/test_timing_names.py": 22,
-    "tests/stores/test_push_pull.py": 22,
+    "tests/transfer/test_push_pull.py": 22,
     "tests/stores/test_store_interface.py": 22,
-    "tests/stores/test_oci_concurrency.py": 19,
-    "tests/torch_engine/test_contract.py": 40,  # one server warm and check, the rest fast
-    "tests/tp/test_collectives.py": 18,
+    "tests/stores/oci/test_concurrency.py": 19,
+    "tests/engines/torch/test_contract.py": 40,  # one server warm and check, the rest fast
+    "tests/compiler/distributed/test_collectives.py": 18,
 }
 
 

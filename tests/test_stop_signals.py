@@ -9,7 +9,8 @@
   :func:`cachetool.process_tree.end` never signals a pid the kernel reused, and leaves alone a process that
   ignores SIGTERM (multiprocessing's resource tracker, which ends with its parent).
 
-The real starts are tests/compiler/test_stop_signals.py (native) and tests/vllm/test_vllm_signals.py (vLLM)."""
+The real starts are tests/engines/native/test_stop_signals.py (native) and
+tests/engines/vllm/real/test_stop_signals.py (vLLM)."""
 
 from __future__ import annotations
 

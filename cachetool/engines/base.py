@@ -4,7 +4,7 @@ An engine warms a cache root headless and reports one start (:class:`StartReques
 renders itself out), says which facts of this machine its caches depend on, answers pull's key question before
 any download (:class:`KeyCheckRequest` in, a :class:`KeyCheck` out), checks and compares its keys' recorded
 factors, and names the variable its servers read their cache root from. Nothing outside ``cachetool/engines/``
-names an engine or builds one (tests/test_structure.py): it asks the registry (:mod:`cachetool.engines`) by
+names an engine or builds one (tests/structure/): it asks the registry (:mod:`cachetool.engines`) by
 ``--engine`` name, by a bundle's layout or by a bundle's fingerprint.
 """
 

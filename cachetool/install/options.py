@@ -2,7 +2,7 @@
 
 :func:`cachetool.install.install_bundle` takes them as one frozen value; a pull is an install from a store, so its
 request (:class:`cachetool.transfer.pull.PullRequest`) extends them, and ``cachetool.api.install`` builds one from
-its keywords (tests/test_structure.py keeps them listed once).
+its keywords (tests/structure/test_requests.py keeps them listed once).
 """
 
 from __future__ import annotations

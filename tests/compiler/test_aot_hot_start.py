@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from compiler.aot_entry import ENTRY_FILE
-from tests.compiler.conftest import REPO, cli_env, copy_warmed, run_cli
+from tests.cli_calls import REPO, cli_env, run_cli
+from tests.compiler.conftest import copy_warmed
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 from compiler import cache_key
 from compiler.config import CompilationConfig
 from compiler.runner import compute_cache_key
-from tests.compiler.conftest import REPO, cli_env
+from tests.cli_calls import REPO, cli_env
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from compiler.config import (
     CUDAGraphMode,
     DynamicShapesType,
 )
-from tests.compiler.conftest import run_cli
+from tests.cli_calls import run_cli
 
 
 def test_defaults() -> None:

@@ -1,5 +1,6 @@
-"""The compiler's errors say their kind (compiler/errors.py), and cachetool maps the kind, not the message: warmup
-sorted them by 'strict mode' in their text."""
+"""The compiler's errors say their kind (compiler/errors.py), so that cachetool maps the kind, not the message
+(the native warm sorted them by 'strict mode' in their text): tests/engines/native/test_error_mapping.py tests
+the mapping."""
 
 from __future__ import annotations
 
@@ -28,15 +29,6 @@ def test_find_looks_through_the_errors_dynamo_wraps_ours_in():
     except RuntimeError as wrapped:
         assert errors.find(wrapped) is inner
     assert errors.find(RuntimeError("strict mode")) is None  # the text alone says nothing
-
-
-def test_warmup_maps_kinds_not_messages():
-    from cachetool.engines.native import error_mapping as warmup
-    from cachetool.errors import CompilationConfigError
-    from cachetool.errors import CompileInStrictModeError
-
-    assert warmup.KIND_TO_ERROR[errors.STRICT_MODE] is CompileInStrictModeError
-    assert issubclass(warmup.KIND_TO_ERROR[errors.GUARDS], CompilationConfigError)
 
 
 def test_the_pipelines_runtime_errors_share_the_base():

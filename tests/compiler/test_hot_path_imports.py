@@ -1,4 +1,4 @@
-"""Issue 21: what the hot path's stand-ins for Inductor's compile-time modules promise (compiler/torch_compat.py).
+"""Issue 21: what the hot path's stand-ins for Inductor's compile-time modules promise (compiler/torch_compat/).
 
 A hit resolves ``extern_kernels.<name>`` (what generated wrapper code calls) to ``torch.<name>`` without importing
 ``select_algorithm`` and ``lowering``; that must be the very kernel Inductor registers under that name, for every
@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from compiler import torch_compat
-from tests.compiler.conftest import REPO, cli_env
+from tests.cli_calls import REPO, cli_env
 
 
 def _fresh_process_json(code: str):

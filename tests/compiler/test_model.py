@@ -8,7 +8,7 @@ from compiler.config import CompilationConfig
 from compiler.forward_context import AttentionMetadata, ForwardContext, set_forward_context
 from compiler.models.llama import PRESETS, build_model, resolve_model
 from compiler.runner import ModelRunner
-from tests.compiler.conftest import write_hf_folder
+from tests.hf_folders import write_hf_folder
 
 
 def test_presets_shapes() -> None:

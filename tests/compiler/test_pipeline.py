@@ -15,7 +15,7 @@ from compiler.config import CompilationConfig
 from compiler.counters import counters
 from compiler.piecewise_backend import DynamicShapeGuardError
 from compiler.runner import ModelRunner
-from tests.compiler.conftest import cli_env, run_cli, run_json
+from tests.cli_calls import cli_env, run_cli, run_json
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from cachetool.engines.native.run import STARTUP_PHASES, startup_phases
 from compiler import progress
 from compiler.capture import StartupPhases
 from compiler.counters import CompileCounters
-from tests.compiler.conftest import REPO, cli_env
+from tests.cli_calls import REPO, cli_env
 
 
 def _startup_sum(phases: dict) -> float:

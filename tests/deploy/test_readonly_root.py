@@ -19,7 +19,7 @@ import pytest
 from cachetool.bundle.packing import pack
 from cachetool.bundle.signing import generate_keypair, load_private_key
 from cachetool.transfer.push import push
-from tests.bundles.fixtures import make_native_tree
+from tests.cache_trees import make_native_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 

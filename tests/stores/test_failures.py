@@ -21,7 +21,7 @@ from cachetool.digests import hexof
 from cachetool.cache_root import PARTIAL_DIR
 from cachetool.api import pull
 from cachetool.transfer.push import push
-from tests.bundles.fixtures import tree_snapshot
+from tests.cache_trees import tree_snapshot
 
 
 def _installed(root) -> bool:
@@ -242,7 +242,7 @@ def _corrupt(kind: str, store_url: str, server, blob) -> None:
 
 def test_blob_corrupted_in_the_store_is_detected(any_store, keys, tmp_path, cli):
     from cachetool.bundle.packing import pack
-    from tests.bundles.fixtures import make_native_tree
+    from tests.cache_trees import make_native_tree
 
     # a bundle of its own: the corruption must not reach other tests through shared blobs
     src = make_native_tree(tmp_path / "src", layers=4)
@@ -276,7 +276,7 @@ def _ctb(bundle, tmp_path):
 # ------------------------------------------------------------------------------------------- ref races
 @pytest.fixture(params=["file", "s3"])
 def file_or_s3(request, tmp_path):
-    from tests.stores.conftest import StoreKind
+    from tests.store_kinds import StoreKind
 
     if request.param == "file":
         return StoreKind("file", f"file://{tmp_path}/store")
@@ -384,7 +384,7 @@ def test_s3_reply_200_to_a_range_request_restarts_the_blob(rgw, s3_env, shared_b
 def _big_bundle(tmp_path, keys, store):
     """A bundle of about 3 MiB stored (random bytes do not compress), pushed to ``store``."""
     from cachetool.bundle.packing import pack
-    from tests.bundles.fixtures import make_native_tree
+    from tests.cache_trees import make_native_tree
 
     src = make_native_tree(tmp_path / "src", layers=2)
     rank = next(src.glob("torch_compile_cache/*/rank_0_0/backbone"))

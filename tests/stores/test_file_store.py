@@ -246,7 +246,7 @@ def test_gc_removes_lock_files_an_older_cachetool_left(bundle, tmp_path):
 @pytest.mark.parametrize("swap", ["exchange", "two renames"])
 def test_repull_over_a_changed_unit_replaces_it(bundle, keys, tree, tmp_path, cli, monkeypatch, swap):
     """Before: exit 2 "already exists with different content", also under --on-miss continue."""
-    from tests.bundles.fixtures import tree_snapshot
+    from tests.cache_trees import tree_snapshot
 
     if swap == "two renames":  # a kernel or file system without renameat2(RENAME_EXCHANGE)
         from cachetool.install import fs

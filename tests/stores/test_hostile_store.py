@@ -220,7 +220,7 @@ def test_ref_entries_cannot_forge_output_lines(keys, cli, store, tmp_path, field
 
 @pytest.fixture
 def oci_store(request, tmp_path):
-    from tests.stores.conftest import make_store
+    from tests.store_kinds import make_store
 
     return make_store("oci", request, tmp_path)
 

@@ -63,7 +63,7 @@ def _run_old(old_code: Path, code: str) -> None:
 
 
 def test_a_bundle_pushed_by_the_code_before_pulls_and_collects(any_store, bundle, keys, tree, tmp_path, old_code):
-    from tests.bundles.fixtures import tree_snapshot
+    from tests.cache_trees import tree_snapshot
 
     ctb = write_ctb(bundle, tmp_path / "b.ctb")
     ref = any_store.ref("old")

@@ -1,7 +1,7 @@
 """The one place the pipeline's errors become cachetool's: :class:`compiler.errors.CompilerError` carries a
 ``kind``, and each kind that a user can cause maps to one class of :mod:`cachetool.errors`; an error of another
 kind is an unexpected failure and passes as it is. No cachetool module catches a compiler error by its class or
-reads its message (tests/test_structure.py)."""
+reads its message (tests/structure/)."""
 
 from __future__ import annotations
 

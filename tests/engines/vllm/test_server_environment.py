@@ -50,7 +50,7 @@ def test_pull_prints_the_environment_its_server_needs(tmp_path, cli):
     from cachetool.bundle.packing import pack
     from cachetool.bundle.signing import generate_keypair, load_private_key
     from cachetool.transfer.push import push
-    from tests.bundles.fixtures import make_native_tree
+    from tests.cache_trees import make_native_tree
 
     priv, pub, _ = generate_keypair(tmp_path / "k")
     with pack(make_native_tree(tmp_path / "tree", ranks=("rank_0_0",), layers=2), sign_key=load_private_key(priv)) as b:

@@ -1,7 +1,7 @@
 """The pull's verdict on a server launched otherwise than the warm, decided from the warm's recorded facts without
 vLLM: every difference is hashed (a miss, named), unhashed (a hit) or unknown (vLLM is asked); and the comparison
 is total over any JSON a factor file can hold (the real server judges the same cases in
-tests/vllm/test_real_server.py)."""
+tests/engines/vllm/real/test_real_server.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,50 @@
+"""SIGTERM and SIGINT to the native engine's ``warm`` and ``check`` while Inductor compiles (issue 34, item 5).
+
+Before, a SIGTERM ended ``warm`` at once with exit 143, no message and no JSON object, and its kernel builds ran
+on; SIGINT gave 130 after Inductor's queued builds had finished. Now either signal ends the start within seconds:
+exit 130, one ``error:`` line naming the signal, one JSON object (``error: interrupted``), every process it started
+(the kernel builds, the tensor-parallel ranks) gone within 10 s, and what it left unfinished refused by ``pack``
+(exit 2: the native index rule). Each start's kernel builds are held (tests/stop_helpers.py), so the signal comes
+while Inductor compiles, however fast the machine."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.cli_calls import cli_env, run_cli
+from tests.stop_helpers import DEADLINE, slow_compiler_env, start, stop, wait_for
+
+pytestmark = pytest.mark.slow
+
+CASES = {
+    "warm-SIGTERM": ("warm", signal.SIGTERM, ()),
+    "warm-tp2-SIGINT": ("warm", signal.SIGINT, ("-tp", "2")),
+    "check-SIGTERM": ("check", signal.SIGTERM, ()),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_a_stop_signal_ends_the_start_its_processes_and_leaves_the_root_refused(tmp_path, case):
+    command, sig, extra = CASES[case]
+    root = tmp_path / "root"
+    env, compiling = slow_compiler_env(tmp_path, cli_env())
+    proc = start([command, "--model", "tiny", "--device", "cpu", "--cache-root", root, *extra, "--json"], env)
+    wait_for(compiling, proc, timeout=300)
+    s = stop(proc, sig)
+
+    assert s.rc == 130, (s.rc, s.err[-3000:])
+    assert s.exit_seconds < DEADLINE, s.exit_seconds
+    doc = s.one_json()
+    assert doc["error"] == "interrupted" and doc["exit_code"] == 130 and doc["ok"] is False, doc
+    assert doc["command"] == command and f"stopped by {sig.name}" in doc["message"], doc
+    assert f"stopped by {sig.name}" in s.error_line()
+    assert any("g++" in p.cmd for p in s.tree), s.tree  # the signal came while a kernel was being built
+    if extra:
+        assert sum("multiprocessing.spawn" in p.cmd for p in s.tree) >= 2, s.tree  # the ranks ran
+    assert s.left == [], s.left
+
+    r = run_cli("pack", str(root), "-o", str(tmp_path / "b.ctb"))
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "did not complete" in r.stderr and not (tmp_path / "b.ctb").exists(), r.stderr
