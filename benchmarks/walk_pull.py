@@ -40,10 +40,15 @@ def build_ref(work: Path) -> tuple[str, Path]:
     """A signed native bundle pushed to a file store: (ref, public key)."""
     from cachetool import api
 
-    try:
-        from tests.cache_trees import make_native_tree
-    except ImportError:  # a checkout from before the test helpers moved
-        from tests.bundles.fixtures import make_native_tree
+    import importlib
+
+    # the cache trees of tests/, in this tree or in a checkout from before they moved (out of the bundles folder)
+    for name in ("tests.cache_trees", "tests.bundles" + ".fixtures"):
+        try:
+            make_native_tree = importlib.import_module(name).make_native_tree
+            break
+        except ImportError:
+            continue
     make_native_tree(work / "tree")
     api.keygen(work / "k.key")
     ref = f"file://{work}/store/m:v1"
