@@ -48,7 +48,7 @@ class StartRequest:
         object.__setattr__(self, "flags", tuple(self.flags))
         object.__setattr__(self, "given", frozenset(self.given))
 
-    def set(self, name: str) -> bool:
+    def was_given(self, name: str) -> bool:
         return name in self.given
 
 

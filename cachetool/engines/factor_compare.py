@@ -6,20 +6,20 @@ engine-neutral :class:`cachetool.layouts.factors.Factors`; the compiler's types 
 from __future__ import annotations
 
 from cachetool.layouts.factors import Difference, Factors
-from compiler import cache_key as ck
+from compiler import cache_key
 
 __all__ = ["FACTOR_NAMES", "compare_factors", "compare_keys", "field_differences", "same_json"]
 
-FACTOR_NAMES = ck.FACTOR_NAMES  # the compiler's four factors, in the order its key hashes them
-field_differences = ck.field_differences  # the one field-by-field comparison
-same_json = ck.same_json  # the one equality of recorded values (total: NaN, lists, any JSON)
+FACTOR_NAMES = cache_key.FACTOR_NAMES  # the compiler's four factors, in the order its key hashes them
+field_differences = cache_key.field_differences  # the one field-by-field comparison
+same_json = cache_key.same_json  # the one equality of recorded values (total: NaN, lists, any JSON)
 
 
-def _typed(f: Factors | None) -> ck.Factors | None:
-    return ck.Factors.parse(f.raw) if f is not None else None
+def _typed(f: Factors | None) -> cache_key.Factors | None:
+    return cache_key.Factors.parse(f.raw) if f is not None else None
 
 
-def _raw(f: ck.Factors | None) -> dict:
+def _raw(f: cache_key.Factors | None) -> dict:
     raw = f.raw if f is not None else {}
     return raw["raw"] if set(raw) == {"raw"} else raw
 
@@ -32,7 +32,7 @@ def compare_factors(fa: Factors | dict | None, fb: Factors | dict | None, *, onl
     fa, fb = _typed(Factors.parse(fa)), _typed(Factors.parse(fb))
     if not (fa is not None and fa.structured and fb is not None and fb.structured):
         return [Difference("factors", d.field, d.a, d.b, cache)
-                for d in ck.field_differences(_raw(fa), _raw(fb))]
+                for d in cache_key.field_differences(_raw(fa), _raw(fb))]
     out: list[Difference] = []
     for name in only:
         a, b = fa.factor(name), fb.factor(name)
@@ -43,7 +43,7 @@ def compare_factors(fa: Factors | dict | None, fb: Factors | dict | None, *, onl
             continue
         # config fields (and a launch's env and flags) are named by their dotted path; the other factors' values
         # by their top-level key
-        fields = ck.most_telling_first(ck.field_differences(a.values if a else {}, b.values if b else {},
+        fields = cache_key.most_telling_first(cache_key.field_differences(a.values if a else {}, b.values if b else {},
                                                             nested=name in ("config", "launch")))
         out += [Difference(name, d.field, d.a, d.b, cache) for d in fields]
         if not fields and ha != hb:

@@ -12,7 +12,7 @@ from cachetool.engines.factor_compare import FACTOR_NAMES, compare_factors
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import PreflightError, UsageError, clip
 from cachetool.layouts.factors import Difference, Factors, also_named, short_repr
-from compiler import cache_key as ck
+from compiler import cache_key
 
 __all__ = ["NativeKeyCheck", "check_expected_key", "check_machine_factors", "local_factors", "server_key_check",
            "traced_key"]
@@ -69,7 +69,7 @@ class NativeKeyCheck:
     def _predict(self, manifest: Any) -> dict:
         from compiler.key_prediction import KeyMiss
 
-        candidates = [ck.CacheKey(k.hash, k.factors.raw) for k in manifest.keys if k.factors is not None]
+        candidates = [cache_key.CacheKey(k.hash, k.factors.raw) for k in manifest.keys if k.factors is not None]
         if not candidates:
             raise PreflightError(f"preflight: bundle cannot hit here: it records no hash factors for "
                                  f"{', '.join(k.hash for k in manifest.keys) or 'its caches'}")
@@ -128,7 +128,7 @@ def check_machine_factors(manifest: Any, device: str) -> list[str]:
                     and (k.factors.values("compiler") is not None or k.factors.values("env") is not None)]
     if not with_factors:
         return []
-    local_env = ck.local_env_factors()
+    local_env = cache_key.local_env_factors()
     for k in with_factors:
         for name, local in (("compiler", _local_compiler_values(device, k.factors)), ("env", local_env)):
             values = k.factors.values(name)
@@ -149,18 +149,18 @@ def _local_compiler_values(device: str, factors: Factors) -> dict:
     def exact() -> dict:
         try:
             with compiler_errors_mapped():
-                return ck.local_compiler_factors(device)
+                return cache_key.local_compiler_factors(device)
         except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
             raise factors_unavailable(device, exc) from None
 
-    return compiler_factors_for(device, ck.Factors.parse(factors.raw).factor("compiler"), exact)[0]
+    return compiler_factors_for(device, cache_key.Factors.parse(factors.raw).factor("compiler"), exact)[0]
 
 
 def local_factors(device: str) -> Factors:
     """This machine's ``env`` and ``compiler`` factors (no model: ``config`` and ``code`` are unknown)."""
-    env, comp = ck.local_env_factors(), ck.local_compiler_factors(device)
-    return Factors({"env": ck.Factor(ck.factor_hash(env), env).to_json(),
-                    "compiler": ck.Factor(ck.factor_hash(comp), comp).to_json()})
+    env, comp = cache_key.local_env_factors(), cache_key.local_compiler_factors(device)
+    return Factors({"env": cache_key.Factor(cache_key.factor_hash(env), env).to_json(),
+                    "compiler": cache_key.Factor(cache_key.factor_hash(comp), comp).to_json()})
 
 
 def factors_unavailable(device: str, exc: BaseException) -> PreflightError:

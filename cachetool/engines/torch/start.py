@@ -36,7 +36,7 @@ OTHER_ENGINES = {"device": "--device", "config": "--compilation-config", "overri
 
 
 def refuse_other_engines(request: StartRequest) -> None:
-    given = [flag for name, flag in OTHER_ENGINES.items() if request.set(name)]
+    given = [flag for name, flag in OTHER_ENGINES.items() if request.was_given(name)]
     if request.model:
         given.insert(0, "--model")
     if given or request.overrides or request.config is not None:

@@ -1,7 +1,7 @@
 """Real vLLM as an engine (``--engine vllm``), run headless in a child process. See docs/vllm.md.
 
 - :mod:`.engine`: :class:`VllmEngine`, the :class:`~cachetool.engines.base.Engine` it is;
-- :mod:`.start`: one headless start (warm, check) in named phases; :mod:`.preflight`, :mod:`.headless` (the
+- :mod:`.start`: one headless start (warm, check) in named phases; :mod:`.prerequisites`, :mod:`.headless` (the
   server's command line as a start takes it), :mod:`.child_env`, :mod:`.child_process` (the parent's side of
   :mod:`.child`, the process that imports vLLM), :mod:`.child_log`, :mod:`.root_files` (the kernels and key
   folders counted), :mod:`.result` (:class:`~.result.VllmStartResult`), :mod:`.record` (a warm's key inputs);

@@ -15,7 +15,7 @@ from cachetool.engines.vllm import facts, releases
 from cachetool.engines.vllm.child_env import child_env
 from cachetool.engines.vllm.child_log import last_log_error, log_note
 from cachetool.engines.vllm.headless import tensor_parallel_size
-from cachetool.engines.vllm.preflight import python
+from cachetool.engines.vllm.prerequisites import python
 from cachetool.errors import EngineFailedError, EngineFlagsError, EngineLayoutError, WaitTimeoutError
 
 CHILD = Path(__file__).with_name("child.py")

@@ -96,7 +96,7 @@ class VllmEngine:
             logging.getLogger("cachetool.vllm").warning(line)
 
     def _refuse_native(self, request: StartRequest) -> None:
-        given = [flag for name, flag in NATIVE_ONLY.items() if request.set(name)]
+        given = [flag for name, flag in NATIVE_ONLY.items() if request.was_given(name)]
         if given or request.overrides or request.config is not None:
             raise UsageError(f"{(given or ['-cc.*'])[0]} is a native-engine option: with --engine {self.name} pass "
                              "vLLM's own flags after -- (e.g. -- -tp 2 -cc.mode=0)")

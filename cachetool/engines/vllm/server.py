@@ -33,7 +33,7 @@ from pathlib import Path
 from cachetool.cache_root import TRITON_CACHE, CacheRoot
 from cachetool.engines.vllm import worker_facts
 from cachetool.engines.vllm.child_env import PROBE_DIR
-from cachetool.engines.vllm.preflight import python
+from cachetool.engines.vllm.prerequisites import python
 from cachetool.engines.vllm.root_files import kernel_files, key_folders
 
 # vLLM's engine-init seconds, in its log only (printed by every tested release: docs/vllm.md, "Tested vLLM releases")

@@ -1,7 +1,7 @@
 """One headless start of real vLLM on a cache root (:func:`start`, behind ``warm`` and ``check``), in named phases:
 
-1. ``preflight``: vLLM is installed, the model is a folder with ``config.json`` (or a hub id served from the
-   local cache), no flag after ``--`` is one cachetool sets itself (:mod:`~cachetool.engines.vllm.preflight`,
+1. ``prerequisites``: vLLM is installed, the model is a folder with ``config.json`` (or a hub id served from the
+   local cache), no flag after ``--`` is one cachetool sets itself (:mod:`~cachetool.engines.vllm.prerequisites`,
    :mod:`~cachetool.engines.vllm.headless`);
 2. ``snapshot``: the kernel binaries the cache root already holds (:mod:`~cachetool.engines.vllm.root_files`);
 3. ``engine``: :mod:`cachetool.engines.vllm.child` starts vLLM on ``VLLM_CACHE_ROOT`` offline (dummy weights
@@ -28,7 +28,7 @@ from cachetool.cache_root import CacheRoot
 from cachetool.engines.vllm import unfinished, worker_facts
 from cachetool.engines.vllm.child_process import run_child
 from cachetool.engines.vllm.headless import server_argv, server_model
-from cachetool.engines.vllm.preflight import check_model, require_vllm
+from cachetool.engines.vllm.prerequisites import check_model, require_vllm
 from cachetool.engines.vllm.record import record_key_inputs
 from cachetool.engines.vllm.result import VllmStartResult
 from cachetool.engines.vllm.root_files import kernel_files, key_folders

@@ -313,7 +313,7 @@ def test_the_triton_cache_ships_as_a_unit_of_its_own_and_installs_where_the_serv
 def test_a_native_preset_is_refused_for_vllm_in_one_line():
     import pytest
 
-    from cachetool.engines.vllm.preflight import check_model
+    from cachetool.engines.vllm.prerequisites import check_model
     from cachetool.errors import UsageError
 
     with pytest.raises(UsageError, match="a preset of the native engine; --engine vllm --model takes a model folder"):

@@ -1,6 +1,6 @@
-"""A headless start's preflight, before anything starts: vLLM is installed for the interpreter that runs it
-(:func:`python`, :func:`require_vllm`), and the model is a folder with ``config.json`` or a hub id served from the
-local cache (:func:`check_model`)."""
+"""What a headless start needs before anything starts (its prerequisites): vLLM is installed for the interpreter
+that runs it (:func:`python`, :func:`require_vllm`), and the model is a folder with ``config.json`` or a hub id
+served from the local cache (:func:`check_model`). (A pull's *preflight* is the install's: cachetool.install.)"""
 
 from __future__ import annotations
 
