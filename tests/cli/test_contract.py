@@ -170,10 +170,14 @@ def missed_vllm_start(monkeypatch, tmp_path):
     reached through api.check) decides the miss, as it does for real vLLM. The root holds a key folder a server
     wrote itself (no recorded key inputs), so the check cannot answer without starting vLLM. Returns the
     arguments naming the model and the root."""
-    from cachetool.engines.vllm import start
+    from cachetool.engines.vllm import key_check, start
+    from cachetool.engines.vllm.releases import TESTED_CPU
     from cachetool.engines.vllm.tiny import write_model
 
     monkeypatch.setattr(start, "start", lambda *a, **k: _MissedStart())
+    # the check's key question asks that vLLM is installed first: stood in too, so that these tests of the CLI's
+    # rendering need no vLLM (Debian's python3 venv of install.sh --test has none)
+    monkeypatch.setattr(key_check, "require_vllm", lambda: TESTED_CPU[-1])
     root = tmp_path / "root"
     (root / "torch_compile_cache" / "torch_aot_compile" / "abc" / "rank_0_0").mkdir(parents=True)
     return ["--model", write_model(tmp_path / "m"), "--cache-root", root]
