@@ -11,11 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm import key
+from cachetool.engines.vllm import facts, key
 from cachetool.layouts.factors import UNSET, Factors
 from cachetool.engines.layouts import scan
 from cachetool.bundle.manifest import platform_key
 from tests.cache_trees import AOT, make_aot_tree
+
+# a pull or diff compares the bundle's vLLM with this machine's: without vLLM here it is (rightly) another machine
+needs_vllm = pytest.mark.skipif(facts.vllm_version() is None,
+                                reason="vLLM is not installed (scripts/install.sh --vllm)")
 
 
 def _w(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -89,6 +93,7 @@ def test_the_recorded_factors_file_is_what_the_layout_reads(tmp_path):
     assert k.kind == "aot" and k.factors.values("serve")["model"] == "/models/a"
 
 
+@needs_vllm
 def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factors(tmp_path, cli, keys):
     from cachetool.engines.vllm import facts
 
@@ -160,6 +165,7 @@ def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monke
     assert "VLLM_CPU_OMP_THREADS_BIND" not in child_env.child_env(tmp_path, 2)
 
 
+@needs_vllm
 def test_pull_for_vllm_without_a_cache_root_installs_where_vllm_reads(tmp_path, cli, keys, monkeypatch):
     """`pull --engine vllm` without --cache-root installed into cachetool's root, where `vllm serve` never looks:
     the server started cold. It now takes vLLM's own root, as warm and check do (VLLM_CACHE_ROOT)."""
@@ -233,6 +239,7 @@ def test_pull_for_an_eager_server_of_a_bundle_with_nothing_it_reads_is_not_neede
     assert "pull: outcome=not-needed " in r.err and not root.exists()
 
 
+@needs_vllm
 def test_the_default_engine_does_not_take_a_vllm_only_tag(tmp_path, cli, keys):
     """`pull REF` without --engine (the native server's) installed a tag's only bundle, vLLM's, and exited 0: a
     cache no native server reads, the server started cold. It is a miss naming the engine; --engine vllm takes it."""
