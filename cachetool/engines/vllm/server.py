@@ -3,16 +3,16 @@
 :func:`serve_once` runs ``python -m vllm.entrypoints.cli.main serve MODEL FLAGS`` (what the ``vllm`` command
 runs: the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT`` = the root and
 ``TRITON_CACHE_DIR`` = its ``triton_cache/`` (as docs/vllm.md starts a server), waits for ``/health``, sends one
-completion, asks every worker what it compiled and loaded, stops the server (SIGTERM to its process group) and
-reports what it did to the root: the key folders it added (a new folder is a key cachetool did not predict), the
-kernel binaries it wrote (what it compiled), and vLLM's own facts (the AOT key folder, AOT artifact loaded,
-piecewise graphs loaded or compiled: :mod:`~cachetool.engines.vllm.worker_facts`), read through the server's
-development endpoint ``POST /collective_rpc`` from the worker extension :mod:`cachetool_vllm_probe`:
-``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls``, which vLLM leaves out of its key (env factors;
-``ParallelConfig.compute_hash``). Two things only its log has: the engine-init seconds (``init engine (profile,
-create kv cache, warmup model) took N s``: measured in the engine-core process, reported nowhere else) and vLLM's
-reason when it did not load its AOT artifact. The tests and the benchmarks (``bench_vllm.py``, ``vllm_matrix.py``)
-judge pull, check and diff by it.
+completion, asks every worker what it compiled and loaded, stops the server (its process group: SIGTERM, or SIGKILL
+when it was stopped while compiling) and reports what it did to the root: the key folders it added (a new folder is a
+key cachetool did not predict), the kernel binaries it wrote (what it compiled), and vLLM's own facts (the AOT key
+folder, AOT artifact loaded, piecewise graphs loaded or compiled: :mod:`~cachetool.engines.vllm.worker_facts`), read
+through the server's development endpoint ``POST /collective_rpc`` from the worker extension
+:mod:`cachetool_vllm_probe`: ``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls``, which vLLM leaves out of its
+key (env factors; ``ParallelConfig.compute_hash``). Two things only its log has: the engine-init seconds (``init
+engine (profile, create kv cache, warmup model) took N s``: measured in the engine-core process, reported nowhere
+else) and vLLM's reason when it did not load its AOT artifact. The tests and the benchmarks (``bench_vllm.py``,
+``vllm_matrix.py``) judge pull, check and diff by it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import tempfile
@@ -35,10 +34,12 @@ from cachetool.engines.vllm import worker_facts
 from cachetool.engines.vllm.child_env import PROBE_DIR
 from cachetool.engines.vllm.prerequisites import python
 from cachetool.engines.vllm.root_files import kernel_files, key_folders
+from cachetool.process_tree import end_group
 
 # vLLM's engine-init seconds, in its log only (printed by every tested release: docs/vllm.md, "Tested vLLM releases")
 ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 PROBE = ["--worker-extension-cls", "cachetool_vllm_probe.CachetoolProbe"]
+STOP_GRACE = 30.0  # SIGTERM -> SIGKILL for a server that came up
 
 
 @dataclasses.dataclass
@@ -106,18 +107,13 @@ def _workers(port: int, api_key: str | None) -> list[dict] | None:
     return results if isinstance(results, list) and all(isinstance(w, dict) for w in results) else None
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (API server, engine core, workers), SIGKILL after 30 s."""
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _stop(proc: subprocess.Popen, compiling: bool) -> None:
+    """End the server's process group (API server, engine core, workers). A server that answered gets SIGTERM and
+    :data:`STOP_GRACE` s to shut down as a user's would; one stopped while it compiles is killed outright: vLLM
+    defers SIGTERM during its start (the API server waited the whole grace for its engine core every time), and
+    nothing it leaves on its throwaway root is read."""
+    end_group(proc.pid, grace=0 if compiling else STOP_GRACE)
+    proc.wait()
 
 
 def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str], *, env: dict[str, str] | None = None,
@@ -143,18 +139,19 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                 start_new_session=True)
         try:
-            ready = None
+            ready, compiling = None, False
             while time.perf_counter() - t0 < timeout and proc.poll() is None:
                 if _get(f"http://127.0.0.1:{port}/health") == 200:
                     ready = time.perf_counter() - t0
                     break
-                if stop_when_compiling and (key_folders(root) - keys_before or kernel_files(root) - before):
+                compiling = stop_when_compiling and bool(key_folders(root) - keys_before or kernel_files(root) - before)
+                if compiling:
                     break
                 time.sleep(0.5)
             completion = _complete(port, served_name(model, flags), api_key) if ready is not None else None
             workers = _workers(port, api_key) if ready is not None else None
         finally:
-            _stop(proc)
+            _stop(proc, compiling)
     text = log_path.read_text(errors="replace")
     done = worker_facts.from_workers(workers) if workers else None
     init = ENGINE_INIT.findall(text)
