@@ -74,7 +74,11 @@ def prefetch_artifact_loader() -> None:
 
     import threading
 
-    _prefetch = threading.Thread(target=run, name="cachetool-prefetch", daemon=True)
+    # Not a daemon: the interpreter joins it before it exits. A daemon thread still importing torch's C++-backed
+    # modules while the interpreter finalizes can abort the process ("terminate called without an active
+    # exception", exit -6: seen in a suite run), so a start that ends early (a miss, an error) would lose its exit
+    # code; waiting out the imports costs at most their few seconds.
+    _prefetch = threading.Thread(target=run, name="cachetool-prefetch", daemon=False)
     _prefetch.start()
 
 

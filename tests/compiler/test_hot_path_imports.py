@@ -81,3 +81,17 @@ def test_the_start_imports_no_dynamo_or_inductor_module_while_the_prefetch_does(
         "builtins.__import__ = real\n"
         "print(json.dumps(seen))\n")
     assert _fresh_process_json(code) == []
+
+
+def test_a_process_that_ends_while_the_prefetch_imports_waits_for_it() -> None:
+    """A start can end while the background prefetch still imports Dynamo and Inductor (a miss found early, an
+    error): the interpreter must not finalize under that thread (a daemon thread's C++ imports during finalization
+    aborted a process with SIGABRT, its exit code lost). By the time exit handlers run, the prefetch is done."""
+    code = (
+        "import atexit, json\n"
+        "import torch\n"
+        "from compiler import torch_compat\n"
+        "atexit.register(lambda: print(json.dumps(torch_compat.prefetch_running())))\n"
+        "torch_compat.prefetch_artifact_loader()\n"
+        "assert torch_compat.prefetch_running()\n")
+    assert _fresh_process_json(code) is False
