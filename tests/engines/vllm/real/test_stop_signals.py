@@ -12,8 +12,11 @@ The marks' rules (a later warm that completes settles them) are tests/engines/vl
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import time
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +25,17 @@ from tests.stop_helpers import DEADLINE, slow_compiler_env, start, stop, wait_fo
 from tests.engines.vllm.real.conftest import ENV, FLAGS, cachetool
 
 pytestmark = [pytest.mark.slow]
+
+
+def _aged_copy(warmed, dest: Path) -> Path:
+    """The session's root copied (it stays the other tests'), every entry dated a minute back: a start's mark counts
+    a key folder written up to 2 s before the start as its own (unfinished.SLACK_NS), and the shared warm may have
+    finished just before this test copies it."""
+    shutil.copytree(warmed["root"], dest, symlinks=True)
+    then = time.time() - 60
+    for path in [dest, *dest.rglob("*")]:
+        os.utime(path, (then, then), follow_symlinks=False)
+    return dest
 
 
 def _check_stopped(s, command: str, sig: signal.Signals) -> None:
@@ -55,8 +69,7 @@ def test_sigterm_to_a_vllm_warm_ends_vllm_and_leaves_its_key_folder_refused(tmp_
 
 
 def test_sigint_to_a_vllm_check_ends_vllm_and_leaves_the_root_as_it_was(tmp_path, warmed):
-    root = tmp_path / "root"
-    shutil.copytree(warmed["root"], root, symlinks=True)  # the session's root stays the other tests'
+    root = _aged_copy(warmed, tmp_path / "root")
     proc = start(["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--",
                   *FLAGS], ENV)
     wait_for("EngineCore", proc, timeout=600)
@@ -71,8 +84,7 @@ def test_sigint_to_a_vllm_check_ends_vllm_and_leaves_the_root_as_it_was(tmp_path
 def test_a_killed_check_leaves_no_vllm_process_behind(tmp_path, warmed):
     """SIGKILL gives cachetool no chance to end its child's group: the child's parent-death signal does it (the
     child ends its own process group: vLLM's EngineCore survived its killed parent before)."""
-    root = tmp_path / "root"
-    shutil.copytree(warmed["root"], root, symlinks=True)
+    root = _aged_copy(warmed, tmp_path / "root")
     proc = start(["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--",
                   *FLAGS], ENV)
     wait_for("EngineCore", proc, timeout=600)
