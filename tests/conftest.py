@@ -82,45 +82,46 @@ def warmed_root(tiny_warm: dict) -> tuple[Path, dict, str]:
 # --------------------------------------------------------------------------------------------- scheduling
 # A unit of work (what xdist hands one worker at a time) is a test file, or a group of tests marked
 # ``xdist_group(name)`` under ``--dist loadgroup`` (scripts/test.sh): the verdict table's parts
-# (tests/engines/vllm/real/test_real_server.py), so that its ~13 real server starts spread over the workers instead
-# of keeping one worker busy for the length of the whole table while the other idles. Two real vLLM starts at once
+# (tests/engines/vllm/real/test_real_server.py), so that its 14 real server starts spread over the workers instead
+# of keeping one worker busy for the length of the whole table while the others idle. Two real vLLM starts at once
 # cost each about what their CPU seconds say (here, 2 cores, load ~4: a start to its first compile 80 s alone, 94 s
 # each two at a time; a warm 146 s alone, 203 s each two at a time), so vLLM files are no longer kept on one worker.
 #
 # The units that take longest, longest first: xdist hands a worker the next unit in collection order when it is
-# nearly done, so a long unit that starts late keeps one worker busy while the other idles. Seconds of one worker
-# in a full `scripts/test.sh` run on the 2-core box (2026-12-03, the box shared with other runs at load ~4.8: the
-# order is what counts; junit times, module and session fixtures included); units not listed keep their order
-# after these. The first two units should not wait on the same shared build: the first verdict part builds the
-# vLLM warm (~100 s of its time), the AOT file the tiny model's. A new unit that takes minutes belongs here.
+# nearly done, so a long unit that starts late keeps one worker busy while the others idle. Seconds of one worker
+# in a full `scripts/test.sh` run on the 2-core box (2026-12-03, 3 workers, the box otherwise quiet: the order is
+# what counts; junit times, module and session fixtures included); units not listed keep their order after these.
+# The first units should not wait on the same shared build: the first verdict part builds the vLLM warm (~100 s of
+# its time), the AOT file the tiny model's, vLLM's tensor-parallel file warms on its own. A new unit that takes
+# minutes belongs here.
 LONGEST_FIRST = {
-    "verdicts-0": 372,  # the hit and not-needed rows: 3 server starts, the vLLM warm
-    "tests/compiler/test_aot_hot_start.py": 314,  # builds the shared tiny_warm when it is the first to ask
-    "verdicts-1": 232,
-    "verdicts-2": 200,
-    "tests/engines/vllm/real/test_tensor_parallel.py": 165,
-    "verdicts-4": 136,
-    "verdicts-3": 124,
-    # three vLLM starts stopped by a signal (estimated, not in that run)
-    "tests/engines/vllm/real/test_stop_signals.py": 300,
-    "tests/engines/torch/test_programs.py": 150,  # two warms, four starts of real programs (215 s on a loaded box)
-    "tests/engines/native/test_stop_signals.py": 120,  # three native starts stopped mid-compile (estimated)
-    "tests/compiler/distributed/test_tp_pipeline.py": 115,
-    "tests/compiler/test_pipeline.py": 114,
-    # the tests outside the table (a hit server answering a completion)
-    "tests/engines/vllm/real/test_real_server.py": 64,
-    "tests/e2e/test_deploy_path.py": 43,
-    "tests/compiler/test_artifact_manager.py": 37,
-    "tests/engines/vllm/real/test_engine.py": 37,
+    "verdicts-0": 283,  # the hit and not-needed rows (3 server starts), the vLLM warm, the server-command test
+    "tests/compiler/test_aot_hot_start.py": 197,  # builds the shared tiny_warm when it is the first to ask
+    "tests/engines/vllm/real/test_tensor_parallel.py": 142,
+    "tests/compiler/distributed/test_tp_pipeline.py": 126,
+    "tests/compiler/test_pipeline.py": 119,
+    "tests/engines/vllm/real/test_stop_signals.py": 117,  # three vLLM starts stopped by a signal
+    "verdicts-1": 98,  # the misses: a server each, stopped at its first compile
+    "verdicts-3": 66,
+    "tests/engines/torch/test_programs.py": 66,  # two warms, four starts of real programs
+    "verdicts-2": 63,
+    "tests/compiler/test_artifact_manager.py": 49,
+    "tests/e2e/test_deploy_path.py": 47,
+    "verdicts-4": 45,
+    "tests/engines/native/test_stop_signals.py": 41,  # three native starts stopped mid-compile
     "tests/compiler/test_cache_key.py": 37,
-    "tests/stores/oci/test_mirror.py": 30,
-    "tests/stores/test_failures.py": 23,
-    "tests/compiler/test_timing_names.py": 22,
-    "tests/transfer/test_push_pull.py": 22,
-    "tests/stores/test_store_interface.py": 22,
-    "tests/stores/oci/test_concurrency.py": 19,
-    "tests/engines/torch/test_contract.py": 40,  # one server warm and check, the rest fast
-    "tests/compiler/distributed/test_collectives.py": 18,
+    "tests/engines/torch/test_contract.py": 32,  # one server warm and check, the rest fast
+    "tests/engines/vllm/real/test_engine.py": 30,
+    "tests/compiler/test_timing_names.py": 28,
+    "tests/stores/oci/test_mirror.py": 27,
+    "tests/transfer/test_push_pull.py": 24,
+    "tests/stores/test_failures.py": 21,
+    "tests/stores/test_store_interface.py": 21,
+    "tests/stores/oci/test_concurrency.py": 20,
+    "tests/stores/test_layout_compat.py": 18,
+    "tests/compiler/distributed/test_collectives.py": 16,
+    "tests/deploy/test_readme.py": 16,
+    "tests/engines/vllm/real/test_real_server.py": 5,  # the tests outside the table: no server start
 }
 
 

@@ -143,7 +143,7 @@ def test_test_sh_runs_pytest_from_the_venv_with_durations(fake):
     r = fake("test.sh", "tests/deploy")
     assert r.returncode == 0, r.stdout + r.stderr
     runs = [c for c in fake.log.read_text().splitlines() if " -m pytest " in c]
-    assert runs == [f"{fake.venv}/bin/python -m pytest -n 2 --dist loadgroup tests/deploy"], runs
+    assert runs == [f"{fake.venv}/bin/python -m pytest -n 3 --dist loadgroup tests/deploy"], runs
     assert "the suite took" in r.stdout
     # tests that run `cachetool` by name find the venv's first (Debian's PATH has none), as activation does
     paths = [c for c in fake.log.read_text().splitlines() if c.startswith("PATH=")]

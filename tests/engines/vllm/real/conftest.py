@@ -105,3 +105,12 @@ def the_warm_model(warmed, edits: bool = False):
     with open(warmed["base"] / "model.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if edits else fcntl.LOCK_SH)
         yield
+
+
+@pytest.fixture
+def reading_the_warm_model(warmed):
+    """The test pulls, checks or serves with the warm's model: held shared (:func:`the_warm_model`), as the verdict
+    table's row that edits its config.json in place holds it alone (a check that read the edited config.json
+    answered "miss" at once, exit 0, and never started vLLM)."""
+    with the_warm_model(warmed):
+        yield

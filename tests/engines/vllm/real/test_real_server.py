@@ -10,6 +10,7 @@ in its own processes with the server's own flags on the pulled root, then does.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm import facts
-from cachetool.engines.vllm.server import serve_once
+from cachetool.engines.vllm.server import ServerRun, serve_once
 from cachetool.engines.vllm.verdict_table import TABLE, model_for
 from tests.engines.vllm.real.conftest import FLAGS, cachetool, files_under, json_out, ok, the_warm_model
 
@@ -36,45 +37,14 @@ def pull(warmed, root: Path, server_args: list[str], env: dict | None = None) ->
                      "--json", "--", *server_args, env=env)
 
 
-@pytest.fixture
-def reading_the_warm_model(warmed):
-    """The test pulls or serves with the warm's model: held shared (a verdict row on another worker may edit it)."""
-    with the_warm_model(warmed):
-        yield
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """One row of the table: the pull's verdict and JSON, the real server that judged it, the root pulled into."""
 
-
-@pytest.mark.usefixtures("reading_the_warm_model")
-def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(warmed, tmp_path):
-    """The init-container copies the server's arguments (a positional model, API and uvicorn flags): the pull
-    installs without asking vLLM, and `vllm serve` on the pulled root (another path than the warm's) answers a
-    completion, adds no key folder and builds no kernel. A pull given ``--model M -- FLAGS`` instead installs the
-    same files (so the same server start judges it too)."""
-    root = tmp_path / "server-root"
-    server_args = [str(warmed["model"]), *FLAGS, *HEADLESS, *API_FLAGS]
-    doc = json_out(ok(pull(warmed, root, server_args)))
-    assert doc["outcome"] == "installed", doc
-    key = warmed["summary"]["compile"]["cache_key"]
-    line = next(p for p in doc["install"]["preflight"] if p.startswith("cache key"))
-    assert key in line and "vLLM not asked" in line, line
-    assert (root / "modelinfos").is_dir()  # vLLM's model inspection cache comes with the bundle
-
-    other = tmp_path / "model-flag-root"
-    by_flag = json_out(ok(cachetool("pull", warmed["ref"], "--cache-root", other, "--trust", warmed["pub"],
-                                    "--engine", "vllm", "--model", warmed["model"], "--json", "--", *FLAGS)))
-    assert by_flag["outcome"] == "installed"
-    assert any(c.startswith(f"cache key {key}") for c in by_flag["install"]["preflight"]), by_flag["install"]
-    for sub in ("torch_compile_cache", "modelinfos"):
-        assert files_under(other / sub) == files_under(root / sub), sub
-
-    run = serve_once(str(warmed["model"]), root, [*FLAGS, *HEADLESS], api_key="secret")
-    assert run.completion and run.completion["usage"]["completion_tokens"] == 4, run.log
-    assert run.new_key_folders == [], f"the server computed another key: {run.new_key_folders} ({run.log})"
-    assert run.new_kernels == 0, f"the server built {run.new_kernels} kernel(s) ({run.log})"
-    assert not run.compiled and run.facts and run.cache_key == key, run  # vLLM's own facts, through its endpoint
-    # ... and check agrees on the root the server started from (the matrix row of this release, as CI runs it)
-    doc = json_out(ok(cachetool("check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root,
-                                "--require-hit", "--json", "--", *FLAGS)))
-    assert doc["hit"] and doc["cache_key"] == key, doc
+    verdict: str
+    doc: dict
+    run: ServerRun | None
+    root: Path
 
 
 def pulled_verdict(warmed, root: Path, model: Path, row) -> tuple[str, dict]:
@@ -99,6 +69,7 @@ def table_parts(rows: list[str], misses_per_part: int = 3) -> dict[str, list[str
 
 
 PARTS = table_parts(list(TABLE))
+HITS = "verdicts-0"  # the part whose hits one server judges
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +78,7 @@ def table(warmed, tmp_path_factory, request):
     then judged by the real server: the rows the pull called a hit by one `vllm serve` with all their differences
     at once on a pulled root (it must compile nothing and answer), each miss by a server on the bundle's root
     installed regardless (it must compile: stopped at its first key folder or kernel), each eager one by a server on
-    the root its pull left (it must compile nothing). Returns {row: (verdict, pull's JSON, the server's run)}."""
+    the root its pull left (it must compile nothing). Returns {row: :class:`Judged`}."""
     base = tmp_path_factory.mktemp("verdicts")
     out = {}
     for name in PARTS[request.param]:
@@ -124,16 +95,16 @@ def table(warmed, tmp_path_factory, request):
                                  stop_when_compiling=True)
             elif verdict == "eager":
                 run = serve_once(str(model), base / f"root{i}", [*FLAGS, *row.flags, *HEADLESS], env=row.env)
-        out[name] = (verdict, doc, run)
-    hits = [name for name, (verdict, _, _) in out.items() if verdict == "hit" and TABLE[name].model == "same"]
+        out[name] = Judged(verdict, doc, run, base / f"root{i}")
+    hits = [name for name, judged in out.items() if judged.verdict == "hit" and TABLE[name].model == "same"]
     if hits:
         env = {k: v for name in hits for k, v in TABLE[name].env.items()}
         flags = [f for name in hits for f in TABLE[name].flags if f not in ("--api-key", "k")]
         with the_warm_model(warmed):
-            together = serve_once(str(warmed["model"]), base / f"root{list(TABLE).index(hits[0])}",
-                                  [*FLAGS, *flags, *HEADLESS], env=env, api_key="k")
+            together = serve_once(str(warmed["model"]), out[hits[0]].root, [*FLAGS, *flags, *HEADLESS], env=env,
+                                  api_key="k")
         for name in hits:
-            out[name] = (*out[name][:2], together)
+            out[name] = dataclasses.replace(out[name], run=together)
     return out
 
 
@@ -146,7 +117,7 @@ def _rows():
 @pytest.mark.parametrize("table,name", list(_rows()), indirect=["table"], scope="module")
 def test_the_pulls_verdict_is_what_the_real_server_does(table, name):
     row = TABLE[name].on(facts.vllm_version())
-    verdict, doc, run = table[name]
+    verdict, doc, run = table[name].verdict, table[name].doc, table[name].run
     assert run is not None, f"{name}: no server judged the pull's {verdict}"
     compiled = f"{run.new_key_folders} new key folder(s), {run.new_kernels} kernel(s); log {run.log}"
     if verdict == "miss":
@@ -165,6 +136,45 @@ def test_the_pulls_verdict_is_what_the_real_server_does(table, name):
         (p for p in doc.get("install", {}).get("preflight", []) if p.startswith("cache key")), "")
     if verdict != "eager":
         assert ("vLLM asked" in how) == row.asks_vllm, how
+
+
+@pytest.mark.xdist_group(HITS)
+@pytest.mark.parametrize("table", [HITS], indirect=True, scope="module")
+def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(table, warmed, tmp_path):
+    """The init-container copies the server's arguments (a positional model, API and uvicorn flags): the pull
+    installs without asking vLLM, and `vllm serve` on the pulled root (another path than the warm's) answers a
+    completion, adds no key folder, builds no kernel and uses the warm's key by vLLM's own facts (the table's
+    server of the hits: the first hit row's root, every hit row's flags at once). A pull given ``--model M --
+    FLAGS`` instead installs the same files (so the same server start judges it too), and check agrees on the
+    root the server started from (the matrix row of this release, as CI runs it)."""
+    first = next(name for name in PARTS[HITS] if table[name].verdict == "hit" and TABLE[name].model == "same")
+    pulled, key = table[first], warmed["summary"]["compile"]["cache_key"]
+    assert pulled.doc["outcome"] == "installed", pulled.doc
+    line = next(p for p in pulled.doc["install"]["preflight"] if p.startswith("cache key"))
+    assert key in line and "vLLM not asked" in line, line
+    assert (pulled.root / "modelinfos").is_dir()  # vLLM's model inspection cache comes with the bundle
+
+    # the two forms of the pull install the same files (compared on fresh roots: the server has since written
+    # into the table's root: vLLM 0.32 on the CPU saves its AOT artifact again at every start)
+    by_args, by_flag = tmp_path / "server-args-root", tmp_path / "model-flag-root"
+    with the_warm_model(warmed):
+        ok(pull(warmed, by_args, [str(warmed["model"]), *FLAGS, *HEADLESS, *API_FLAGS]))
+        doc = json_out(ok(cachetool("pull", warmed["ref"], "--cache-root", by_flag, "--trust", warmed["pub"],
+                                    "--engine", "vllm", "--model", warmed["model"], "--json", "--", *FLAGS)))
+    assert doc["outcome"] == "installed"
+    assert any(c.startswith(f"cache key {key}") for c in doc["install"]["preflight"]), doc["install"]
+    for sub in ("torch_compile_cache", "modelinfos"):
+        assert files_under(by_flag / sub) == files_under(by_args / sub), sub
+
+    run = pulled.run
+    assert run.completion and run.completion["usage"]["completion_tokens"] == 4, run.log
+    assert run.new_key_folders == [], f"the server computed another key: {run.new_key_folders} ({run.log})"
+    assert run.new_kernels == 0, f"the server built {run.new_kernels} kernel(s) ({run.log})"
+    assert not run.compiled and run.facts and run.cache_key == key, run  # vLLM's own facts, through its endpoint
+    with the_warm_model(warmed):
+        doc = json_out(ok(cachetool("check", "--engine", "vllm", "--model", warmed["model"], "--cache-root",
+                                    pulled.root, "--require-hit", "--json", "--", *FLAGS)))
+    assert doc["hit"] and doc["cache_key"] == key, doc
 
 
 @pytest.mark.usefixtures("reading_the_warm_model")

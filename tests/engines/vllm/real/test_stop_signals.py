@@ -68,6 +68,7 @@ def test_sigterm_to_a_vllm_warm_ends_vllm_and_leaves_its_key_folder_refused(tmp_
     assert not (tmp_path / "b.ctb").exists()
 
 
+@pytest.mark.usefixtures("reading_the_warm_model")
 def test_sigint_to_a_vllm_check_ends_vllm_and_leaves_the_root_as_it_was(tmp_path, warmed):
     root = _aged_copy(warmed, tmp_path / "root")
     proc = start(["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--",
@@ -81,6 +82,7 @@ def test_sigint_to_a_vllm_check_ends_vllm_and_leaves_the_root_as_it_was(tmp_path
     assert r.returncode == 0, (r.returncode, r.stderr)
 
 
+@pytest.mark.usefixtures("reading_the_warm_model")
 def test_a_killed_check_leaves_no_vllm_process_behind(tmp_path, warmed):
     """SIGKILL gives cachetool no chance to end its child's group: the child's parent-death signal does it (the
     child ends its own process group: vLLM's EngineCore survived its killed parent before)."""
