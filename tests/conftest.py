@@ -122,14 +122,6 @@ LONGEST_FIRST = {
     "tests/compiler/distributed/test_collectives.py": 16,
     "tests/deploy/test_readme.py": 16,
     "tests/engines/vllm/real/test_real_server.py": 5,  # the tests outside the table: no server start
-    # units that mostly wait (stop signals, timeouts, bounded downloads): placed before the many short CPU-bound
-    # units, so that their waits overlap others' work instead of leaving cores idle at the end of the run (the last
-    # ~50 s ran at ~60% CPU with them last)
-    "tests/test_stop_signals.py": 4,
-    "tests/transfer/test_pull_bounds.py": 4,
-    "tests/transfer/test_pull_outcomes.py": 4,
-    "tests/transfer/test_reading.py": 4,
-    "tests/harness/test_server_run.py": 4,
 }
 
 
