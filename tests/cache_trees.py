@@ -10,6 +10,7 @@ import json
 import os
 import stat
 import tarfile
+import time
 from pathlib import Path
 
 from cachetool.bundle.manifest import MEDIA_TYPE, canonical_json
@@ -186,6 +187,15 @@ def tree_snapshot(root: Path) -> dict:
             assert stat.S_ISREG(st.st_mode), p
             out[str(p.relative_to(root))] = ("f", stat.S_IMODE(st.st_mode), hashlib.sha256(p.read_bytes()).hexdigest())
     return out
+
+
+def aged(root: Path, seconds: float = 3600) -> Path:
+    """Every file and folder of ``root`` as written ``seconds`` ago: older than any start of the test (a vLLM start's
+    mark counts what was written up to 2 s before it as its own, ``unfinished.SLACK_NS``)."""
+    then = time.time() - seconds
+    for p in [root, *root.rglob("*")]:
+        os.utime(p, (then, then), follow_symlinks=False)
+    return root
 
 
 def dir_is_empty_or_absent(p: Path) -> bool:

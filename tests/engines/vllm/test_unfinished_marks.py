@@ -21,7 +21,7 @@ from cachetool.cache_root import INCOMPLETE_DIR
 from cachetool.engines.vllm import unfinished
 from cachetool.errors import StopRequested
 from tests.cli_calls import one_error_line
-from tests.cache_trees import AOT, make_aot_tree
+from tests.cache_trees import AOT, aged, make_aot_tree
 
 OTHER = "torch_compile_cache/torch_aot_compile/" + "cd" * 32
 
@@ -30,14 +30,6 @@ def _w(path: Path, data: bytes, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     path.chmod(mode)
-
-
-def _aged(root: Path, seconds: float = 3600) -> Path:
-    """Every file and folder of ``root`` as written ``seconds`` ago (before any start of the test)."""
-    then = time.time() - seconds
-    for p in [root, *root.rglob("*")]:
-        os.utime(p, (then, then), follow_symlinks=False)
-    return root
 
 
 def _write_key_folder(root: Path, rel: str) -> None:
@@ -57,7 +49,7 @@ def _marks(root: Path) -> list[dict]:
 
 
 def test_a_stopped_start_marks_the_folders_it_wrote_and_pack_refuses_them(tmp_path, cli):
-    root = _aged(make_aot_tree(tmp_path / "root"))
+    root = aged(make_aot_tree(tmp_path / "root"))
     _stopped_start(root, OTHER)
     [mark] = _marks(root)
     assert mark["folders"] == [OTHER] and mark["command"] == "warm" and mark["pid"] == os.getpid(), mark
@@ -73,14 +65,14 @@ def test_a_stopped_start_marks_the_folders_it_wrote_and_pack_refuses_them(tmp_pa
 
 
 def test_a_start_that_wrote_no_key_folder_leaves_no_mark(tmp_path, cli):
-    root = _aged(make_aot_tree(tmp_path / "root"))
+    root = aged(make_aot_tree(tmp_path / "root"))
     _stopped_start(root)
     assert not (root / INCOMPLETE_DIR).exists()
     assert cli("pack", root, "-o", tmp_path / "b.ctb").rc == 0
 
 
 def test_the_whole_root_is_refused_while_a_start_runs(tmp_path, cli):
-    root = _aged(make_aot_tree(tmp_path / "root"))
+    root = aged(make_aot_tree(tmp_path / "root"))
     with unfinished.marked(root, "check"):
         r = cli("pack", root, "-o", tmp_path / "b.ctb")
         assert r.rc == 2, r
@@ -93,11 +85,11 @@ def test_the_whole_root_is_refused_while_a_start_runs(tmp_path, cli):
 
 
 def test_a_completed_start_settles_the_folders_it_finished(tmp_path, cli):
-    root = _aged(make_aot_tree(tmp_path / "root"))
+    root = aged(make_aot_tree(tmp_path / "root"))
     third = "torch_compile_cache/torch_aot_compile/" + "ef" * 32
     _stopped_start(root, OTHER, third)
     assert _marks(root)[0]["folders"] == sorted([OTHER, third])
-    _aged(root)
+    aged(root)
     with unfinished.marked(root, "warm"):  # a warm of the same server as the stopped one's first folder
         _write_key_folder(root, OTHER)
     [mark] = _marks(root)
@@ -121,10 +113,10 @@ def _killed_mark(root: Path, started: float, **fields) -> Path:
 
 
 def test_a_killed_start_refuses_the_root_until_the_next_start_settles_it(tmp_path, cli):
-    root = _aged(make_aot_tree(tmp_path / "root"))
+    root = aged(make_aot_tree(tmp_path / "root"))
     path = _killed_mark(root, time.time() - 100)
     _write_key_folder(root, OTHER)  # what the killed start wrote before it died, a minute ago
-    _aged(root / OTHER, 60)
+    aged(root / OTHER, 60)
     r = cli("pack", root / AOT, "-o", tmp_path / "b.ctb")  # a folder it did not write: refused all the same
     assert r.rc == 2 and "has not finished: it runs, or was killed" in one_error_line(r.err), r
     with unfinished.marked(root, "check"):  # the next start: before vLLM runs, the killed start's folders are named
@@ -138,7 +130,7 @@ def test_a_killed_start_refuses_the_root_until_the_next_start_settles_it(tmp_pat
 
 
 def test_a_running_start_s_mark_is_left_to_it(tmp_path):
-    root = _aged(make_aot_tree(tmp_path / "root"))
+    root = aged(make_aot_tree(tmp_path / "root"))
     me = unfinished.Mark.new(root, "warm")  # this process: running
     me.path = root / INCOMPLETE_DIR / "warm-running.json"
     me.write()

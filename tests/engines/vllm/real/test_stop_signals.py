@@ -12,30 +12,17 @@ The marks' rules (a later warm that completes settles them) are tests/engines/vl
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import time
-from pathlib import Path
 
 import pytest
 
 from cachetool.cache_root import INCOMPLETE_DIR
+from tests.cache_trees import aged
 from tests.stop_helpers import DEADLINE, slow_compiler_env, start, stop, wait_for
 from tests.engines.vllm.real.conftest import ENV, FLAGS, cachetool
 
 pytestmark = [pytest.mark.slow]
-
-
-def _aged_copy(warmed, dest: Path) -> Path:
-    """The session's root copied (it stays the other tests'), every entry dated a minute back: a start's mark counts
-    a key folder written up to 2 s before the start as its own (unfinished.SLACK_NS), and the shared warm may have
-    finished just before this test copies it."""
-    shutil.copytree(warmed["root"], dest, symlinks=True)
-    then = time.time() - 60
-    for path in [dest, *dest.rglob("*")]:
-        os.utime(path, (then, then), follow_symlinks=False)
-    return dest
 
 
 def _check_stopped(s, command: str, sig: signal.Signals) -> None:
@@ -70,7 +57,7 @@ def test_sigterm_to_a_vllm_warm_ends_vllm_and_leaves_its_key_folder_refused(tmp_
 
 @pytest.mark.usefixtures("reading_the_warm_model")
 def test_sigint_to_a_vllm_check_ends_vllm_and_leaves_the_root_as_it_was(tmp_path, warmed):
-    root = _aged_copy(warmed, tmp_path / "root")
+    root = aged(shutil.copytree(warmed["root"], tmp_path / "root", symlinks=True), 60)  # the others' root stays
     proc = start(["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--",
                   *FLAGS], ENV)
     wait_for("EngineCore", proc, timeout=600)
@@ -86,7 +73,7 @@ def test_sigint_to_a_vllm_check_ends_vllm_and_leaves_the_root_as_it_was(tmp_path
 def test_a_killed_check_leaves_no_vllm_process_behind(tmp_path, warmed):
     """SIGKILL gives cachetool no chance to end its child's group: the child's parent-death signal does it (the
     child ends its own process group: vLLM's EngineCore survived its killed parent before)."""
-    root = _aged_copy(warmed, tmp_path / "root")
+    root = aged(shutil.copytree(warmed["root"], tmp_path / "root", symlinks=True), 60)  # the others' root stays
     proc = start(["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--",
                   *FLAGS], ENV)
     wait_for("EngineCore", proc, timeout=600)
