@@ -44,6 +44,8 @@ def one_more_job(stop):  # a worker thread that starts the job it had taken as t
     late.append(subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
 
+# as the block finds them (SIGINT stays ignored in a process started in a script's background)
+before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 try:
     with stopped_by_signals(lambda name: f"block stopped by {name}") as stop:
         threading.Thread(target=one_more_job, args=(stop,), daemon=True).start()
@@ -56,8 +58,7 @@ try:
 except StopSignalError as exc:
     time.sleep(0.1)
     print(json.dumps({"error": str(exc), "exit_code": exc.exit_code, "late": [p.pid for p in late],
-                      "handlers": [signal.getsignal(s) is h for s, h in
-                                   ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler))]}),
+                      "handlers": [signal.getsignal(s) is h for s, h in before.items()]}),
           flush=True)
 """
 

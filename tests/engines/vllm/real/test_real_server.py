@@ -195,13 +195,14 @@ def test_check_on_a_root_warmed_for_another_command_is_a_miss_without_starting_v
 @pytest.mark.usefixtures("reading_the_warm_model")
 def test_a_killed_pull_leaves_no_vllm_child_behind(warmed, tmp_path):
     """SIGKILL during the key check (vLLM asked: a variable only it can judge): the child dies with the pull, no
-    folder stays."""
-    before = set(Path("/tmp").glob("cachetool-vllm-*"))
+    folder stays (in a temporary folder of the pull's own: the other workers' vLLM starts write theirs in /tmp)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "cachetool", "pull", warmed["ref"], "--cache-root",
                              tmp_path / "root", "--trust", warmed["pub"], "--engine", "vllm", "--",
                              str(warmed["model"]), *FLAGS],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "OMP_NUM_THREADS": "2"})
+                            env={**os.environ, "OMP_NUM_THREADS": "2", "TMPDIR": str(scratch)})
     child = None
     deadline = time.time() + 60
     while child is None and time.time() < deadline and proc.poll() is None:
@@ -219,7 +220,7 @@ def test_a_killed_pull_leaves_no_vllm_child_behind(warmed, tmp_path):
         os.kill(child, 9)
         pytest.fail("the vLLM key child outlived its pull")
     time.sleep(0.5)
-    assert set(Path("/tmp").glob("cachetool-vllm-*")) <= before
+    assert list(scratch.glob("cachetool-vllm-*")) == []
 
 
 def test_inspect_shows_the_model_flags_and_vllms_facts(warmed):
