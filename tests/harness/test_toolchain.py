@@ -50,3 +50,22 @@ def test_other_calls_and_failures_are_the_real_compilers(tmp_path: Path) -> None
     proc = subprocess.run([str(WRAPPER), str(bad), "-shared", "-fPIC", "-o", str(tmp_path / "bad.so")], env=env,
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "error" in proc.stderr and not (tmp_path / "bad.so").exists()
+
+
+def test_one_kernel_built_in_two_folders_at_once_is_compiled_once(tmp_path: Path) -> None:
+    """The ranks of a tensor-parallel warm build the same kernels at the same moment: the second build waits for
+    the first and takes its object from the cache."""
+    env = _env(tmp_path)
+    # <regex> makes the compile last about a second here, so that both builds run at once
+    source = '#include <regex>\nextern "C" int matches(const char* s) { return std::regex_match(s, std::regex("a+")); }\n'
+    builds = []
+    for folder in ("rank_0", "rank_1"):
+        src = tmp_path / folder / "kernel.cpp"
+        src.parent.mkdir()
+        src.write_text(source)
+        builds.append(subprocess.Popen([str(WRAPPER), str(src), "-O2", "-shared", "-fPIC", "-o",
+                                        str(src.with_suffix(".so"))], env=env))
+    assert [b.wait(120) for b in builds] == [0, 0]
+    assert [ctypes.CDLL(str(tmp_path / f / "kernel.so")).matches(b"aaa") for f in ("rank_0", "rank_1")] == [1, 1]
+    stats = _stats(env)
+    assert stats["cache_miss"] == 1 and stats["direct_cache_hit"] == 1, stats
