@@ -119,7 +119,9 @@ def test_an_altered_artifact_is_not_loaded_by_the_entry(warmed_modes, tmp_path: 
     shutil.copytree(root, copy, symlinks=True)
     artifact = sorted(copy.rglob("artifact_general_*"))[0]
     artifact.write_bytes(artifact.read_bytes() + b"x")
-    proc = run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--json")
+    # strict: the Dynamo path that follows would compile that piece again (only the refusal is asked here)
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--json", "--require-hit")
+    assert proc.returncode == 8, proc.stderr[-2000:]
     reasons = [ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln]
     assert len(reasons) == 1 and f"artifact {artifact.name} does not match" in reasons[0], proc.stderr[-2000:]
 
