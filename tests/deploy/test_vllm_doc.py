@@ -104,3 +104,17 @@ def test_the_server_command_line_parses_as_vllm_serve_takes_it(calls):
     (serve,) = calls["vllm"]
     args = server_parser().parse_args(serve[4:])
     assert args.model_tag == serve[4] and args.skip_tokenizer_init and args.load_format == "dummy", shlex.join(serve)
+
+
+def test_the_kv_cache_is_sized_in_bytes_not_as_a_share_of_the_machines_ram(calls):
+    """On the CPU `--gpu-memory-utilization` is a share of the NUMA node's RAM less what the worker already holds:
+    0.06 started on a 24 GiB node and refused on a 12 GiB one (0.06 x 11.5 GiB < the worker's 0.67 GiB), so every
+    real-vLLM test failed there. The doc's flags are the tests' (tiny.CPU_FLAGS) and give the size in bytes."""
+    pytest.importorskip("vllm")
+    from cachetool.engines.vllm.child import server_parser
+    from cachetool.engines.vllm.tiny import CPU_FLAGS
+
+    (warm,) = calls["warm"]
+    assert _after_dashes(warm)[1:] == CPU_FLAGS
+    args = server_parser().parse_args(["m", *CPU_FLAGS])
+    assert args.kv_cache_memory_bytes == 64 * 2**20

@@ -11,11 +11,13 @@ TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
               "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
               "vocab_size": 1024, "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
               "torch_dtype": "bfloat16", "tie_word_embeddings": False, "head_dim": 32}
-# On the CPU gpu_memory_utilization is the worker's share of RAM (model and KV cache); 0.92 refuses to start here.
-# 0.06 of 24 GiB leaves ~0.75 GiB of KV cache after vLLM's ~0.66 GiB of other use, ample for 4 sequences of 256
-# tokens: vLLM fills its KV cache at every start, and 0.15 (2.9 GiB) took ~8 s of each start on 2 cores, 0.06 <1 s.
+# The KV cache's size in bytes, not as --gpu-memory-utilization: on the CPU that is a share of the NUMA node's RAM
+# less what the worker already holds, so 0.06 gave ~0.75 GiB on a 24 GiB node and refused to start on a 12 GiB one
+# (0.06 x 11.5 GiB is less than the worker's ~0.67 GiB). 64 MiB holds ~130k tokens of this model (512 bytes a token),
+# ample for 4 sequences of 256; vLLM fills its KV cache at every start, so a small one keeps starts short. vLLM leaves
+# the KV cache size out of its compile hash.
 CPU_FLAGS = ["--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens",
-             "256", "--gpu-memory-utilization", "0.06"]
+             "256", "--kv-cache-memory-bytes", str(64 * 2**20)]
 
 
 def write_model(folder: Path, **changes) -> Path:
