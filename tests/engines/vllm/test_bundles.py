@@ -254,54 +254,6 @@ def test_the_default_engine_does_not_take_a_vllm_only_tag(tmp_path, cli, keys):
     assert r.rc == 0 and "[vllm" in r.out, r
 
 
-def _entry(platform: str, fingerprint: dict):
-    from cachetool.stores.base import RefEntry
-
-    return RefEntry(manifest_digest="sha256:" + "0" * 64, platform=platform, fingerprint=fingerprint, size=1,
-                    created="2026-01-01T00:00:00Z")
-
-
-CUDA_VLLM = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.9.0+cu129", "cuda": "12.9",
-             "triton": "3.5.0", "gpu": "NVIDIA H200", "capability": "sm90", "vllm": "0.26.0"}
-CPU_NATIVE = {"os": "linux", "arch": "x86_64", "device": "cpu", "torch": "2.13.0+cpu"}
-
-
-def test_the_gpu_is_probed_when_any_entry_is_a_gpu_bundle_whatever_its_engine():
-    """local_platform probed the GPU only for a platform key starting with "cuda"; vLLM's start with "vllm"
-    (vllm0.26.0-cuda-sm90-...), so `pull --engine vllm` without --device took this GPU machine for a CPU one."""
-    from cachetool.refs.choice import device_to_probe
-
-    vllm_gpu = _entry("vllm0.26.0-cuda-sm90-torch2.9.0+cu129", CUDA_VLLM)
-    cpu = _entry("cpu-x86_64-torch2.13.0+cpu", CPU_NATIVE)
-    assert device_to_probe([cpu, vllm_gpu], None) is None  # None: probe
-    assert device_to_probe([_entry("vllm0.26.0-cuda-sm90-torch2.9.0+cu129", {})], None) is None  # the key's words
-    assert device_to_probe([cpu], None) == "cpu"
-    assert device_to_probe([vllm_gpu], "cpu") == "cpu"  # --device decides
-
-
-def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_machine(monkeypatch):
-    from cachetool import engines
-    from cachetool.bundle import fingerprint
-    from cachetool.engines.vllm import facts
-    from cachetool.refs.choice import select_entry
-    from cachetool.stores.base import RefIndex
-
-    here = dict(CUDA_VLLM, vllm=None)  # a GPU machine (stubbed: there is none here), vLLM 0.26.0 installed
-
-    def local_fingerprint(device=None):
-        return dict(here) if device is None or device.startswith("cuda") else dict(CPU_NATIVE)
-
-    monkeypatch.setattr(fingerprint, "local_fingerprint", local_fingerprint)
-    monkeypatch.setattr(facts, "vllm_version", lambda: "0.26.0")
-    monkeypatch.setattr(facts.machine, "cuda_device", lambda index=0: {"device": "NVIDIA H200",
-                                                                             "capability": "9.0"})
-    gpu = _entry(platform_key(CUDA_VLLM), CUDA_VLLM)
-    cpu = _entry(platform_key(dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2")),
-                 dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2"))
-    index = RefIndex(name="tiny", tag="v1", entries=(cpu, gpu))
-    assert select_entry(index, "file:///s/tiny:v1", None, engines.get("vllm")) is gpu
-
-
 def test_the_triton_cache_ships_as_a_unit_of_its_own_and_installs_where_the_server_reads_it(tmp_path, cli, keys):
     """vLLM's own Triton kernels (TRITON_CACHE_DIR = ROOT/triton_cache in the warm and the server) are an install
     unit without a rank beside the compile cache: a pulled root has them, so a fresh pod JIT-compiles nothing."""
