@@ -7,6 +7,7 @@ that log their calls, so the wiring is checked in milliseconds."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,7 +39,7 @@ case "$*" in
     touch "$here/../torch" ;;
   *"print(f"*) echo 3.11 ;;
   *"torch.__version__"*) echo "torch 2.13.0+cpu" ;;
-  "-m pytest"*) echo "PATH=$PATH" >> "$LOG" ;;
+  "-m pytest"*) echo "PATH=$PATH" >> "$LOG"; sleep 0.3 ;;  # a run lasts: /proc/stat's ticks move on
 esac
 exit 0
 """
@@ -145,6 +146,9 @@ def test_test_sh_runs_pytest_from_the_venv_with_durations(fake):
     runs = [c for c in fake.log.read_text().splitlines() if " -m pytest " in c]
     assert runs == [f"{fake.venv}/bin/python -m pytest -n 3 --dist loadgroup tests/deploy"], runs
     assert "the suite took" in r.stdout
+    # how busy the cores were over the run: the suite is bound by its CPU work on a small box (README, "Suite time")
+    busy = re.search(r"the machine's (\d+) cores were (\d+)% busy \((\d+) CPU-seconds", r.stdout)
+    assert busy and int(busy[1]) == len(os.sched_getaffinity(0)) and 0 <= int(busy[2]) <= 100, r.stdout
     # tests that run `cachetool` by name find the venv's first (Debian's PATH has none), as activation does
     paths = [c for c in fake.log.read_text().splitlines() if c.startswith("PATH=")]
     assert paths and paths[0].split("=", 1)[1].split(":")[0] == f"{fake.venv}/bin", paths
