@@ -8,8 +8,9 @@ import pytest
 
 from cachetool.errors import NotFoundError, UsageError
 from cachetool.refs.admin import list_refs, remove, without_platform
-from cachetool.stores import open_store
+from cachetool.refs.opening import open_ref, read_index
 from cachetool.stores.addresses import parse_ref
+from cachetool.stores.base import RefIndex
 from cachetool.transfer.push import push
 
 
@@ -22,10 +23,14 @@ def two_platform_tag(tmp_path, bundle, cuda_bundle) -> str:
     return ref
 
 
+def _index_of(ref: str) -> RefIndex:
+    r, st, _ = open_ref(ref)
+    with st:
+        return read_index(st, r)
+
+
 def _platforms(ref: str) -> list[str]:
-    r = parse_ref(ref)
-    with open_store(r.store) as st:
-        return [e.platform for e in st.get_ref(r.name, r.tag).entries]
+    return [e.platform for e in _index_of(ref).entries]
 
 
 def test_removing_one_platform_keeps_the_others(two_platform_tag, local_platform, cuda_bundle):
@@ -59,9 +64,7 @@ def test_a_digest_pin_names_no_tag_to_remove(two_platform_tag, bundle):
 
 
 def test_removing_a_platform_is_idempotent_as_a_merging_store_needs(two_platform_tag, cuda_bundle):
-    r = parse_ref(two_platform_tag)
-    with open_store(r.store) as st:
-        index = st.get_ref(r.name, r.tag)
+    r, index = parse_ref(two_platform_tag), _index_of(two_platform_tag)
     once = without_platform(index, r, cuda_bundle.manifest.platform)
     assert without_platform(once, r, cuda_bundle.manifest.platform) == once
     assert without_platform(None, r, cuda_bundle.manifest.platform) is None
