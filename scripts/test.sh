@@ -43,7 +43,8 @@ echo "== test.sh: the suite took $(( $(date +%s) - start )) s (exit $rc)"
 read -r busy1 total1 < <(cpu_ticks || echo 0 0)
 if [ "$total1" -gt "$total0" ]; then
   percent=$(( 100 * (busy1 - busy0) / (total1 - total0) )) cpu_s=$(( (busy1 - busy0) / $(getconf CLK_TCK) ))
-  echo "== test.sh: the machine's $(nproc) cores were $percent% busy ($cpu_s CPU-seconds: the suite's and anything else's)"
+  # the cores /proc/stat counts are the online ones (nproc counts only this process's allowed ones)
+  echo "== test.sh: the machine's $(getconf _NPROCESSORS_ONLN) cores were $percent% busy ($cpu_s CPU-seconds: the suite's and anything else's)"
 fi
 [ -z "${CCACHE_DIR:-}" ] || echo "== test.sh: C++ kernel builds through ccache: $(ccache --print-stats | awk -F'\t' '$1=="direct_cache_hit"||$1=="preprocessed_cache_hit"{h+=$2} $1=="cache_miss"{m=$2} END{print h+0 " from the cache, " m+0 " compiled"}')"
 STEP="run the tests: pytest failed"
