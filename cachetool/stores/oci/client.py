@@ -165,8 +165,10 @@ class RegistryClient:
         self._auth_header = f"Bearer {token}"
 
     # -------------------------------------------------------------------------------------------- requests
-    def request(self, method: str, url: str, what: str, *, ok=(200,), retry: bool = True, data_path=None, **kw):
-        """One HTTP request with auth and retries; a status outside ``ok`` is a one-line error."""
+    def request(self, method: str, url: str, what: str, *, ok=(200,), retry: bool = True, data_path=None,
+                passing_codes: tuple[str, ...] = (), **kw):
+        """One HTTP request with auth and retries; a status outside ``ok`` is a one-line error. Retried: cut
+        connections, 429, 5xx, and a 4xx whose error code the caller knows to be passing (``passing_codes``)."""
         import requests
 
         if not url.startswith("http"):
@@ -201,13 +203,20 @@ class RegistryClient:
                 with self._auth_lock:
                     self._authenticate(r.headers["WWW-Authenticate"], what)
                 continue
-            if (r.status_code == 429 or r.status_code >= 500) and retry and attempt + 1 < self.max_attempts:
+            passing = self._passing_code(r, passing_codes)
+            if (r.status_code == 429 or r.status_code >= 500 or passing) and retry and attempt + 1 < self.max_attempts:
                 attempt += 1
-                pause(what, attempt - 1, f"{self.host} answered {r.status_code}")
+                pause(what, attempt - 1, f"{self.host} answered {r.status_code}{' ' + passing if passing else ''}")
                 continue
             if r.status_code in ok:
                 return r
             raise self.http_error(r, what)
+
+    def _passing_code(self, r, passing_codes: tuple[str, ...]) -> str:
+        """The first of ``passing_codes`` that a 4xx answer ``r`` carries ('' when none)."""
+        if not passing_codes or not 400 <= r.status_code < 500:
+            return ""
+        return next((c for c in self.error_codes(r)[0] if c in passing_codes), "")
 
     def error_codes(self, r) -> tuple[list[str], str]:
         try:

@@ -92,10 +92,10 @@ class OCIPush(PushSession):
         url = self.store_url
         if self.plan is not None and blob.digest in self.plan.pack_of:
             digest, size, path = self.plan.pack_of[blob.digest]
-            self.transfer.upload_once(digest, size, path, f"upload pack {digest[:19]} to {url}")
+            self.transfer.upload_once(digest, size, f"upload pack {digest[:19]} to {url}", path=path)
         else:
-            self.transfer.upload_once(blob.stored_digest, blob.stored_size, Path(self.blob_path(blob)),
-                                      f"upload blob {blob.stored_digest[:19]} to {url}")
+            self.transfer.upload_once(blob.stored_digest, blob.stored_size,
+                                      f"upload blob {blob.stored_digest[:19]} to {url}", path=Path(self.blob_path(blob)))
 
     def _commit(self, manifest_bytes: bytes, signature: bytes | None) -> StoredManifest:
         """The bundle manifest as a blob (the config), the OCI manifest listing this push's layers, then the

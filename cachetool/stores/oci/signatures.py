@@ -13,26 +13,27 @@ from cachetool.stores.oci.manifests import BundleManifests
 from cachetool.stores.oci.media import A, CREATED
 from cachetool.stores.oci.refs import Tags
 from cachetool.stores.oci.repository import Repository
+from cachetool.stores.oci.uploads import BlobTransfer
 
 
 class Signatures:
     """The signatures of the bundles in ``repository``: a push's commit attaches one (``tags`` writes the referrers
     tag, converging), ``get_signature`` reads it; ``manifests`` names the OCI manifest each signs."""
 
-    def __init__(self, repository: Repository, manifests: BundleManifests, tags: Tags):
+    def __init__(self, repository: Repository, manifests: BundleManifests, tags: Tags, blobs: BlobTransfer):
         self.repository = repository
         self.manifests = manifests
         self.tags = tags
+        self.blobs = blobs  # the store's uploads: two pushes through it send the shared empty config once
         self.url = repository.url
 
     def attach(self, manifest_digest: str, envelope: bytes) -> None:
         what = f"upload signature to {self.url}"
         oci, size = self.manifests.oci_of(manifest_digest)
-        env_digest = media.sha(envelope)
-        if self.repository.head_blob(env_digest) is None:
-            self.repository.upload_retrying(env_digest, len(envelope), what, data=envelope)
-        if self.repository.head_blob(media.EMPTY_DIGEST) is None:
-            self.repository.upload_retrying(media.EMPTY_DIGEST, len(media.EMPTY_JSON), what, data=media.EMPTY_JSON)
+        for data in (envelope, media.EMPTY_JSON):
+            digest = media.sha(data)
+            if not self.blobs.has(digest, len(data)):
+                self.blobs.upload_once(digest, len(data), what, data=data)
         created = now_iso()
         body = media.compose_signature(envelope, {"mediaType": media.OCI_MANIFEST, "digest": oci, "size": size},
                                        manifest_digest, created)

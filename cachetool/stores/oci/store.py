@@ -51,7 +51,7 @@ class OCIStore(Store):
         self.manifests = BundleManifests(self.repository)
         self.blobs = BlobTransfer(self.repository, self.manifests)
         self.tags = Tags(self.repository, self.manifests)
-        self.signatures = Signatures(self.repository, self.manifests, self.tags)
+        self.signatures = Signatures(self.repository, self.manifests, self.tags, self.blobs)
         self.signature_gc = SignatureGc(self.repository, self.tags, self.signatures)
 
     def close(self) -> None:

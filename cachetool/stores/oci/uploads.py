@@ -44,19 +44,23 @@ class BlobTransfer:
     def has(self, digest: str, size: int) -> bool:
         if digest not in self._present:
             got = self.repository.head_blob(digest)
-            self._present[digest] = got is not None and got in (size, -1)
+            found = got is not None and got in (size, -1)
+            with self._lock:  # an upload through this store that landed while we asked is not undone by our answer
+                self._present[digest] = self._present.get(digest, False) or found
         return self._present[digest]
 
     def _lock_for(self, digest: str) -> threading.Lock:
         with self._lock:
             return self._digest_locks.setdefault(digest, threading.Lock())
 
-    def upload_once(self, digest: str, size: int, path: Path, what: str) -> None:
-        """Upload the file at ``path`` unless this store already sent (or found) ``digest``: a pack two pushes share
-        goes up once, and a later push through this store does not send it again."""
+    def upload_once(self, digest: str, size: int, what: str, *, path: Path | None = None,
+                    data: bytes | None = None) -> None:
+        """Upload the file at ``path`` (or ``data``) unless this store already sent (or found) ``digest``: a pack two
+        pushes share goes up once, and a later push through this store does not send it again. (Sent twice,
+        docker-registry rewrites the blob's link under the other push's manifest PUT: :meth:`Repository.put_manifest`.)"""
         with self._lock_for(digest):
             if not self._present.get(digest):
-                self.repository.upload_retrying(digest, size, what, path=path)
+                self.repository.upload_retrying(digest, size, what, path=path, data=data)
                 self._present[digest] = True
 
     def get_blob(self, blob: BlobRef, dest: Path) -> None:

@@ -3,6 +3,7 @@ two pushers racing to commit one blob (a CI matrix whose jobs share the signatur
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 
@@ -207,5 +208,105 @@ def test_a_failed_check_after_a_failed_upload_leaves_the_retries_to_run(oci_regi
     try:
         st.repository.upload_retrying(digest, len(data), "upload test blob", data=data)
         assert failures == {"put": 0, "head": 0} and real_head(digest) == len(data)
+    finally:
+        st.close()
+
+
+def test_two_pushes_through_one_store_send_the_signatures_empty_config_once(oci_registry, bundles, monkeypatch):
+    """Both pushes ask for the signature's empty config before either sends it: it still goes up once. (Sent
+    twice, docker-registry rewrites its link file under the other push's signature PUT, which then fails with 400
+    DIGEST_INVALID: CI's two-platform push test failed on it.)"""
+    from cachetool.transfer.push import push
+
+    repo = _repo(oci_registry)
+    st = open_store(repo)
+    both_asked = threading.Barrier(2, timeout=60)
+    real_head, real_upload = st.repository.head_blob, st.repository.upload
+    sent: list[str] = []
+
+    def head_then_wait(digest, **kw):
+        got = real_head(digest, **kw)
+        if digest == media.EMPTY_DIGEST:
+            both_asked.wait()
+        return got
+
+    def counted_upload(digest, size, what, **kw):
+        sent.append(digest)
+        return real_upload(digest, size, what, **kw)
+
+    monkeypatch.setattr(st.repository, "head_blob", head_then_wait)
+    monkeypatch.setattr(st.repository, "upload", counted_upload)
+    errors: list[Exception] = []
+
+    def push_one(name):
+        try:
+            push(bundles[name][1], f"{repo}:{name}", store=st)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push_one, args=(name,)) for name in ("packed", "small")]
+    try:
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    finally:
+        st.close()
+    assert not errors, errors
+    assert sent.count(media.EMPTY_DIGEST) == 1
+
+
+def _link_file(registry, store, digest: str):
+    """Where docker-registry's filesystem driver keeps the repository's link to blob ``digest``."""
+    return (registry.data_dir / "docker/registry/v2/repositories" / store.repo / "_layers/sha256"
+            / digest.split(":", 1)[1] / "link")
+
+
+def _signature_like_manifest() -> bytes:
+    return json.dumps({"schemaVersion": 2, "mediaType": media.OCI_MANIFEST,
+                       "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": media.EMPTY_DIGEST,
+                                  "size": len(media.EMPTY_JSON)},
+                       "layers": [], "annotations": {"test": uuid.uuid4().hex}}).encode()
+
+
+def test_a_manifest_put_that_meets_a_link_being_rewritten_is_asked_again(oci_registry, monkeypatch):
+    """The real registry in the state another pusher's upload leaves for an instant: the link file of a blob the
+    manifest names is empty (truncated, not yet written). docker-registry answers the PUT 400 DIGEST_INVALID; the
+    store asks again once the link is back, instead of failing the push."""
+    from cachetool.stores.oci import client
+
+    st = open_store(_repo(oci_registry))
+    try:
+        st.repository.upload(media.EMPTY_DIGEST, len(media.EMPTY_JSON), "upload empty config", data=media.EMPTY_JSON)
+        link = _link_file(oci_registry, st, media.EMPTY_DIGEST)
+        written = link.read_bytes()
+        link.write_bytes(b"")  # the other pusher's commit, between truncate and write
+        waits = []
+
+        def other_pusher_finishes(what, attempt, reason, seconds=None):
+            waits.append(reason)
+            link.write_bytes(written)
+
+        monkeypatch.setattr(client, "pause", other_pusher_finishes)
+        body = _signature_like_manifest()
+        st.repository.put_manifest(media.sha(body), body, media.OCI_MANIFEST, "put signature manifest")
+        assert len(waits) == 1 and "DIGEST_INVALID" in waits[0]
+        assert st.repository.get_manifest(media.sha(body), "read back", media.OCI_MANIFEST)[0] == body
+    finally:
+        st.close()
+
+
+def test_a_manifest_put_under_a_digest_not_its_own_fails_at_once(oci_registry, monkeypatch):
+    """Our own mistake is not the registry's moment: DIGEST_INVALID for a digest that is not the body's is the
+    error, with no retries."""
+    from cachetool.stores.oci import client
+
+    waits = []
+    monkeypatch.setattr(client, "pause", lambda *a, **kw: waits.append(a))
+    st = open_store(_repo(oci_registry))
+    try:
+        st.repository.upload(media.EMPTY_DIGEST, len(media.EMPTY_JSON), "upload empty config", data=media.EMPTY_JSON)
+        body = _signature_like_manifest()
+        with pytest.raises(StoreError, match="400 DIGEST_INVALID"):
+            st.repository.put_manifest(media.sha(b"other"), body, media.OCI_MANIFEST, "put signature manifest")
+        assert waits == []
     finally:
         st.close()
