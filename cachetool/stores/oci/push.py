@@ -94,8 +94,8 @@ class OCIPush(PushSession):
             digest, size, path = self.plan.pack_of[blob.digest]
             self.transfer.upload_once(digest, size, f"upload pack {digest[:19]} to {url}", path=path)
         else:
-            self.transfer.upload_once(blob.stored_digest, blob.stored_size,
-                                      f"upload blob {blob.stored_digest[:19]} to {url}", path=Path(self.blob_path(blob)))
+            what = f"upload blob {blob.stored_digest[:19]} to {url}"
+            self.transfer.upload_once(blob.stored_digest, blob.stored_size, what, path=Path(self.blob_path(blob)))
 
     def _commit(self, manifest_bytes: bytes, signature: bytes | None) -> StoredManifest:
         """The bundle manifest as a blob (the config), the OCI manifest listing this push's layers, then the

@@ -126,8 +126,9 @@ class Repository:
         its references at that instant reads an empty link and answers 400 DIGEST_INVALID: another pusher's moment,
         asked again. A digest that is not the body's is our own error, answered at once."""
         digest_is_the_bodys = not ref.startswith("sha256:") or media.sha(body) == ref
+        passing = ("DIGEST_INVALID",) if digest_is_the_bodys else ()
         r = self.request("PUT", self.v2(f"manifests/{ref}"), what, ok=(201,), data=body,
-                         headers={"Content-Type": media_type}, passing_codes=("DIGEST_INVALID",) if digest_is_the_bodys else ())
+                         headers={"Content-Type": media_type}, passing_codes=passing)
         self.counters.up(len(body))
         return r
 

@@ -57,7 +57,8 @@ class BlobTransfer:
                     data: bytes | None = None) -> None:
         """Upload the file at ``path`` (or ``data``) unless this store already sent (or found) ``digest``: a pack two
         pushes share goes up once, and a later push through this store does not send it again. (Sent twice,
-        docker-registry rewrites the blob's link under the other push's manifest PUT: :meth:`Repository.put_manifest`.)"""
+        docker-registry rewrites the blob's link under the other push's manifest PUT: see
+        :meth:`Repository.put_manifest`.)"""
         with self._lock_for(digest):
             if not self._present.get(digest):
                 self.repository.upload_retrying(digest, size, what, path=path, data=data)
