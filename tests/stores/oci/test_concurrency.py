@@ -106,8 +106,8 @@ def test_pack_files_of_simultaneous_plans_do_not_share_a_name(oci_registry, pack
 
 
 def test_an_upload_lost_to_another_pusher_counts_as_done(oci_registry, monkeypatch):
-    """docker-registry can fail the loser of two simultaneous commits of one blob (400 DIGEST_INVALID) although
-    the blob is there: the upload is done, not an error (CI failed on this with a two-job matrix)."""
+    """An upload whose PUT fails while the blob is there now (another pusher's commit landed) is done, not an
+    error: content-addressed, theirs is ours."""
     repo = _repo(oci_registry)
     ours, theirs = open_store(repo), open_store(repo)
     data = b'{"cachetool": "race"}'
