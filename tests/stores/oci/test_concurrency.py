@@ -1,5 +1,6 @@
 """Pushes at once on docker-registry: two pushes through one OCIStore object (a server pushing from threads), and
-two pushers racing to commit one blob (a CI matrix whose jobs share the signature's empty config blob)."""
+two pushers racing on one blob (a CI matrix whose jobs share the signature's empty config blob): one's commit, and
+the other's manifest PUT meeting the blob's link while the registry rewrites it."""
 
 from __future__ import annotations
 
