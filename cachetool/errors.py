@@ -70,8 +70,29 @@ def clip(text: object, limit: int = 200) -> str:
 def os_error_line(exc: OSError, who: str) -> str:
     """An OSError no layer mapped as one line naming its file: ``who: /path: No space left on device`` (the file
     the user knows, :func:`user_path`, not a staging or temporary one)."""
-    where = f" {user_path(exc.filename)}" if exc.filename else ""
-    return f"{who}:{where}: {exc.strerror or cause(exc)}"
+    where = f" {user_path(exc.filename)}:" if exc.filename else ""
+    return f"{who}:{where} {exc.strerror or cause(exc)}"
+
+
+def disk_full_cause(exc: BaseException | None) -> OSError | None:
+    """The OSError of a full file system (ENOSPC, or a quota: EDQUOT) in ``exc`` or the exceptions it was raised
+    from (a compiler wraps the write that failed in an error of its own), else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno in exit_codes.DISK_FULL_ERRNOS:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__ or getattr(exc, "inner_exception", None)
+    return None
+
+
+def disk_full(exc: OSError, doing: str, where: str | os.PathLike, outcome: str, **fields) -> "DiskFullError":
+    """A full file system as one line naming the folder or file the user knows (``where``, also the ``path``
+    field): ``{doing}: the file system of {where} is full ({why}); {outcome}``, where ``outcome`` says what is
+    left (nothing) and what to do."""
+    fields.setdefault("path", os.fspath(where))
+    return DiskFullError(f"{doing}: the file system of {os.fspath(where)} is full ({exc.strerror or cause(exc)}); "
+                         f"{outcome}", **fields)
 
 
 # {root}/.cachetool-staging-XXXXXXXX[/tree][/path]: an install's staging folder (cachetool.install.fs.STAGING_PREFIX)

@@ -25,7 +25,7 @@ from cachetool.atomic import atomic_file
 from cachetool.bundle.packing import PackedBundle
 from cachetool.bundle.ustar import plain_members
 from cachetool.digests import CHUNK as _CHUNK, BlobRef
-from cachetool.errors import BundleFormatError, NotFoundError, UsageError
+from cachetool.errors import BundleFormatError, NotFoundError, UsageError, disk_full, disk_full_cause
 
 __all__ = ["CTB_BLOB_RE", "CTB_MANIFEST", "CTB_SIGNATURE", "CtbBundle", "open_ctb", "write_ctb"]
 
@@ -189,8 +189,22 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
 
 
 def write_ctb(bundle: PackedBundle, out_path: str | os.PathLike) -> Path:
-    """Write the single-file form of ``bundle`` to ``out_path`` (temp file + rename: never a half file)."""
+    """Write the single-file form of ``bundle`` to ``out_path`` (temp file + rename: never a half file); a full
+    file system is one line naming ``out_path`` (:class:`~cachetool.errors.DiskFullError`, exit 9)."""
     out = Path(out_path)
+    try:
+        _write_members(bundle, out)
+    except OSError as exc:
+        full = disk_full_cause(exc)
+        if full is None:
+            raise
+        raise disk_full(full, f"write {out}", out.absolute().parent, "nothing was written (the partial file is "
+                        "removed): free space or write the bundle elsewhere", path=str(out)) from None
+    return out
+
+
+def _write_members(bundle: PackedBundle, out: Path) -> None:
+    """The .ctb's members in their order, through a temporary file that becomes ``out`` whole."""
     with atomic_file(out) as f:
         with tarfile.open(fileobj=f, mode="w:", format=tarfile.USTAR_FORMAT) as tf:
             m = bundle.manifest_bytes()
@@ -203,4 +217,3 @@ def write_ctb(bundle: PackedBundle, out_path: str | os.PathLike) -> Path:
                 size = p.stat().st_size
                 with open(p, "rb") as bf:
                     tf.addfile(_tarinfo(f"blobs/sha256/{b.digest.split(':', 1)[1]}.zst", size), bf)
-    return out

@@ -19,7 +19,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cachetool.errors import IncompleteCacheError, NotFoundError, UnsafePathError, UsageError
+from cachetool.errors import (IncompleteCacheError, NotFoundError, UnsafePathError, UsageError, disk_full,
+                              disk_full_cause)
 from cachetool.engines.layouts import incomplete_reason, scan as scan_layout
 from cachetool.layouts.base import LayoutScan
 from cachetool.bundle.paths import validate_relpath
@@ -153,8 +154,12 @@ def _compress(src: Path, size: int, dest: Path, level: int) -> tuple[str, int]:
             n += len(b)
             return self.f.write(b)
 
-    with open(src, "rb") as fin, open(dest, "wb") as fout:
-        cctx.copy_stream(fin, _HashingWriter(fout), size=size, read_size=_CHUNK, write_size=_CHUNK)
+    try:
+        with open(src, "rb") as fin, open(dest, "wb") as fout:
+            cctx.copy_stream(fin, _HashingWriter(fout), size=size, read_size=_CHUNK, write_size=_CHUNK)
+    except BaseException:
+        dest.unlink(missing_ok=True)  # no partial blob is left in a caller's workdir
+        raise
     return "sha256:" + h.hexdigest(), n
 
 
@@ -195,7 +200,7 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
     scan = _scanned(cache_path, layout)
     owned, blob_dir = _blob_folder(workdir)
     try:
-        digests, blobs = _blobs(scan, blob_dir, level)
+        digests, blobs = _blobs_written(scan, blob_dir, level, owned)
         manifest = Manifest(
             layout=scan.kind,
             files=tuple(FileEntry(f.rel, f.mode, f.size, d) for f, d in zip(scan.files, digests)),
@@ -234,6 +239,22 @@ def _blob_folder(workdir: str | os.PathLike | None) -> tuple[Path | None, Path]:
         blob_dir = Path(workdir) / "blobs"
     blob_dir.mkdir(parents=True, exist_ok=True)
     return owned, blob_dir
+
+
+def _blobs_written(scan: LayoutScan, blob_dir: Path, level: int,
+                   owned: Path | None) -> tuple[list[str], list[BlobRef]]:
+    """:func:`_blobs`, where a full file system is one line naming the folder the blobs go to: the temporary
+    folder's parent (TMPDIR's; the folder itself is removed) or the caller's ``workdir``."""
+    try:
+        return _blobs(scan, blob_dir, level)
+    except OSError as exc:
+        full = disk_full_cause(exc)
+        if full is None:
+            raise
+        where = owned.parent if owned is not None else blob_dir
+        hint = "set TMPDIR to a folder with room" if owned is not None else "free space or pass another workdir"
+        outcome = f"nothing was written (the compressed blobs go there first): {hint}"
+        raise disk_full(full, "pack", where, outcome) from None
 
 
 def _blobs(scan: LayoutScan, blob_dir: Path, level: int) -> tuple[list[str], list[BlobRef]]:
