@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from cachetool.cache_root import CacheRoot
-from cachetool.errors import DiskFullError, UnwritableRootError
+from cachetool.errors import UnwritableRootError, disk_full
 from cachetool.exit_codes import DISK_FULL_ERRNOS
 
 PROBE_PREFIX = ".cachetool-probe-"
@@ -31,8 +31,7 @@ def require_writable(given: CacheRoot, verb: str) -> Path:
         os.unlink(probe)
     except OSError as exc:
         if exc.errno in DISK_FULL_ERRNOS:
-            raise DiskFullError(f"{verb}: the file system of cache root {root} is full ({exc.strerror}); nothing "
-                                "was compiled") from None
+            raise disk_full(exc, verb, f"cache root {root}", "nothing was compiled", path=str(root)) from None
         raise UnwritableRootError(f"{verb}: cache root {root} is not writable ({_why(exc, root)}); nothing was "
                                   "compiled: pass a writable --cache-root") from None
     finally:

@@ -16,8 +16,8 @@ import stat
 import time
 from pathlib import Path
 
-from cachetool.errors import (CachetoolError, DiskFullError, InstallIOError, PathTooLongError, UnsafeDestinationError,
-                              UsageError, WaitTimeoutError, user_path)
+from cachetool.errors import (CachetoolError, InstallIOError, PathTooLongError, UnsafeDestinationError, UsageError,
+                              WaitTimeoutError, disk_full, user_path)
 from cachetool.exit_codes import DISK_FULL_ERRNOS
 from cachetool.bundle.paths import RESERVED_PREFIX, short_path
 from cachetool.digests import sha256_stream
@@ -201,8 +201,7 @@ def fs_error(exc: OSError, root: Path, doing: str) -> CachetoolError:
     """An OSError as one short line: a full disk and a name too long get their own classes (and exit codes)."""
     where = short_path(user_path(exc.filename)) if exc.filename else ""  # not the staging folder's name
     if exc.errno in DISK_FULL_ERRNOS:
-        return DiskFullError(f"{doing}: the file system of {root} is full ({exc.strerror}); nothing was installed: "
-                             "free space or use another cache root")
+        return disk_full(exc, doing, root, "nothing was installed: free space or use another cache root")
     if exc.errno == errno.ENAMETOOLONG:
         return PathTooLongError(f"{doing}: a path is too long for the file system of {root} ({where})")
     return InstallIOError(f"{doing}: {exc.strerror or exc}" + (f" ({where})" if where else ""))

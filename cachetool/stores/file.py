@@ -24,7 +24,8 @@ from typing import Iterable, Iterator
 
 from cachetool.atomic import atomic_write
 from cachetool.digests import CHUNK
-from cachetool.errors import NotFoundError, OversizeBlobError, StoreError, VerificationError
+from cachetool.errors import (CachetoolError, NotFoundError, OversizeBlobError, StoreError, VerificationError,
+                              disk_full, disk_full_cause)
 from cachetool.stores.base import BlobRef, Capabilities, TransferCounters
 from cachetool.stores.common import resume_offset, write_bounded
 from cachetool.stores.object_store import ObjectStore, blob_key
@@ -104,17 +105,25 @@ class FileBackend(ObjectBackend):
             if not (self.root / MARKER).exists():
                 atomic_write(self.root / MARKER, json.dumps({"format": "cachetool-store", "version": 1}).encode())
         except OSError as exc:
-            raise StoreError(f"cannot write store {self.url}: {exc.strerror or exc}", store=self.url,
-                             key=MARKER) from None
+            raise self._write_error(exc, f"cannot write store {self.url}", MARKER) from None
 
     def _write(self, path: Path, data: bytes | None = None, src: Path | None = None) -> None:
         self._ensure_marker()
         self._inside(path.parent, "write")  # the object itself is replaced by a rename, never followed
+        key = os.path.relpath(path, self.root)
         try:
             atomic_write(path, data, src=src)
         except OSError as exc:
-            raise StoreError(f"cannot write {path} in store {self.url}: {exc.strerror or exc}", store=self.url,
-                             key=os.path.relpath(path, self.root)) from None
+            raise self._write_error(exc, f"cannot write {path} in store {self.url}", key) from None
+
+    def _write_error(self, exc: OSError, doing: str, key: str) -> CachetoolError:
+        """A write the store folder's file system refused, as one line: a full one is a
+        :class:`~cachetool.errors.DiskFullError` (exit 9) naming the folder, anything else a StoreError."""
+        fields = {"store": self.url, "key": key}
+        if disk_full_cause(exc) is not None:
+            short = key if len(key) <= 40 else key[:25] + "…"
+            return disk_full(exc, f"write {short}", self.root, "free space in the store folder", **fields)
+        return StoreError(f"{doing}: {exc.strerror or exc}", **fields)
 
     # the operations
     def check(self) -> None:
@@ -221,8 +230,8 @@ class FileBackend(ObjectBackend):
             except FileNotFoundError:
                 continue  # the folder was removed with the last lock in it: make it again
             except OSError as exc:
-                raise StoreError(f"cannot lock {lock} in store {self.url}: {exc.strerror or exc}", store=self.url,
-                                 key=os.path.relpath(lock, self.root)) from None
+                raise self._write_error(exc, f"cannot lock {lock} in store {self.url}",
+                                        os.path.relpath(lock, self.root)) from None
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _same_file(fd, lock):
                 break

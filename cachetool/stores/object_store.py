@@ -15,13 +15,14 @@ deletes once it is older than ``older_than``.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from cachetool.digests import hexof, sha256_bytes
-from cachetool.errors import CachetoolError, NotFoundError, StoreError, filled
+from cachetool.errors import CachetoolError, DiskFullError, NotFoundError, StoreError, filled
 from cachetool.retry import pause
 from cachetool.stores.base import (GC_MIN_AGE_S, BlobRef, Capabilities, PushSession, RefEntry, RefIndex, Store,
                                    StoredManifest)
@@ -231,11 +232,32 @@ class ObjectStore(Store):
 
 class ObjectPush(PushSession):
     """A push to an object store: it keeps no scratch, and nothing of it is visible before :meth:`commit` writes
-    the manifest (blobs are content-addressed, so uploading them early changes no reader)."""
+    the manifest (blobs are content-addressed, so uploading them early changes no reader). A push that a full file
+    system stopped (:class:`~cachetool.errors.DiskFullError`, a folder store's) removes what it wrote when it is
+    left without a commit: the space is what the store needs back, and a rerun would upload those blobs anyway.
+    Other failures keep them, for a rerun to skip."""
 
     def __init__(self, store: ObjectStore, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]):
         super().__init__(store.url, blobs, blob_path)
         self.store = store
+        self._written: list[str] = []  # the keys this session wrote, in order
+        self._lock = threading.Lock()  # put_blob runs from threads
+        self._full = False  # a write found the store's file system full
+
+    def _put(self, key: str, what: str, **content) -> None:
+        """One object written, remembered as this session's; a full file system is remembered too."""
+        try:
+            self.store.backend.put(key, what, **content)
+        except DiskFullError:
+            self._full = True
+            raise
+        with self._lock:
+            self._written.append(key)
+
+    def _discard(self) -> None:
+        if self._full and self.state != "committed":
+            self.store.backend.delete(reversed(self._written), f"remove what the push wrote to {self.store_url}")
+            self._written = []
 
     def _missing(self, workers: int) -> list[BlobRef]:
         """One stat per blob, ``workers`` at a time."""
@@ -249,14 +271,14 @@ class ObjectPush(PushSession):
         return info is not None and info.size == blob.stored_size
 
     def _put_blob(self, blob: BlobRef) -> None:
-        self.store.backend.put(blob_key(blob), f"upload blob {blob.stored_digest[:19]} to {self.store_url}",
-                               src=Path(self.blob_path(blob)))
+        self._put(blob_key(blob), f"upload blob {blob.stored_digest[:19]} to {self.store_url}",
+                  src=Path(self.blob_path(blob)))
 
     def _commit(self, manifest_bytes: bytes, signature: bytes | None) -> StoredManifest:
-        backend, digest = self.store.backend, sha256_bytes(manifest_bytes)
+        digest = sha256_bytes(manifest_bytes)
         key = manifest_key(digest)
-        if backend.stat(key) is None:  # content-addressed: a re-push writes it once
-            backend.put(key, f"upload manifest {digest[:19]} to {self.store_url}", data=manifest_bytes)
+        if self.store.backend.stat(key) is None:  # content-addressed: a re-push writes it once
+            self._put(key, f"upload manifest {digest[:19]} to {self.store_url}", data=manifest_bytes)
         if signature is not None:  # after its manifest (the write order)
-            backend.put(signature_key(digest), f"upload signature to {self.store_url}", data=signature)
+            self._put(signature_key(digest), f"upload signature to {self.store_url}", data=signature)
         return StoredManifest(digest, digest)
