@@ -9,6 +9,10 @@ worker thread in the middle of a blob, stops at the bound, and the raise unwinds
 any failure. The bounds ride in a context variable, so that the stores' interface takes no deadline argument; worker
 threads that work for the operation run in its context (``contextvars.copy_context``, see
 :mod:`cachetool.install.stage`). Without a bound applied, :func:`check` does nothing.
+
+Some work cannot look at a bound: an import of torch, a store request that never answers. :func:`finish_within` runs
+an operation in a worker thread and ends the wait for it at the deadline itself, whatever the operation is doing: a
+timeout is then one outcome, reached on time, and its message names the phase that was running (:func:`phase`).
 """
 
 from __future__ import annotations
@@ -18,12 +22,19 @@ import contextvars
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
-from cachetool.errors import StopSignalError, WaitTimeoutError
+from cachetool.errors import StopSignalError, UsageError, WaitTimeoutError
+
+T = TypeVar("T")
 
 # How often a wait looks at the stop requests (a deadline ends it exactly).
 POLL_SECONDS = 0.05
+
+# How long :func:`finish_within` waits, past the deadline or a stop request, for a worker to unwind through its own
+# cleanup (its checks end it at the same deadline) before it leaves the worker behind.
+UNWIND_SECONDS = 0.3
 
 
 @dataclasses.dataclass
@@ -35,6 +46,7 @@ class Bound:
     seconds: float | None = None
     stopped_by: str = ""  # what asked to stop, e.g. "SIGTERM"
     requested: threading.Event = dataclasses.field(default_factory=threading.Event)
+    phase: str = ""  # what the operation is doing now (:func:`phase`): a timeout names it
 
     @classmethod
     def timeout(cls, seconds: float | None) -> Bound:
@@ -51,8 +63,16 @@ class Bound:
     def check(self, what: str, **fields) -> None:
         if self.requested.is_set():
             raise StopSignalError(f"{what}: stopped by {self.stopped_by or 'a stop request'}", **fields)
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        if self.passed():
             raise WaitTimeoutError(f"{what}: ran past --timeout {self.seconds:g} s", **fields)
+
+    def passed(self, at: float | None = None) -> bool:
+        """Whether the deadline is reached (now, or at ``at``, a ``time.monotonic()``)."""
+        return self.deadline is not None and (time.monotonic() if at is None else at) >= self.deadline
+
+    def timed_out(self, what: str, phase: str) -> WaitTimeoutError:
+        """The timeout of ``what`` (``"pull"``) reached during ``phase``."""
+        return WaitTimeoutError(f"{what} ran past --timeout {self.seconds:g} s" + (f" during {phase}" if phase else ""))
 
 
 _bounds: contextvars.ContextVar[tuple[Bound, ...]] = contextvars.ContextVar("cachetool_bounds", default=())
@@ -66,6 +86,21 @@ def applied(bound: Bound) -> Iterator[Bound]:
         yield bound
     finally:
         _bounds.reset(token)
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Name what the block does (``"the preflight"``) for the bounds applied here, so that a timeout reached in it
+    says where the time went; the phase before it is named again when the block ends. For the thread that runs the
+    operation's steps in order, not its workers."""
+    saved = [(b, b.phase) for b in _bounds.get()]
+    for b, _ in saved:
+        b.phase = name
+    try:
+        yield
+    finally:
+        for b, before in saved:
+            b.phase = before
 
 
 def check(what: str, **fields) -> None:
@@ -86,3 +121,51 @@ def sleep(seconds: float, what: str) -> None:
             return
         deadlines = [r for r in (b.remaining() for b in _bounds.get()) if r is not None]
         time.sleep(max(0.0, min([left, POLL_SECONDS if _bounds.get() else left, *deadlines])))
+
+
+def finish_within(bound: Bound, work: Callable[[], T], what: str, abandoned: threading.Event | None = None) -> T:
+    """``work()``, run in a worker thread of this context, waited for until ``bound``'s deadline (and a stop request),
+    then for :data:`UNWIND_SECONDS` while the worker ends at its own checks and cleans up. A worker still running then
+    is left behind (a daemon thread; ``abandoned`` is set) and the timeout, naming the phase that was running, is
+    raised: so the deadline holds whatever the work is doing (an import of torch, a request that never answers).
+    A failure of the work that came past the deadline is the timeout too (``from`` the failure): past the bound a
+    pull has one outcome. Without a deadline ``work()`` runs here."""
+    if bound.deadline is None:
+        return work()
+    done, box = threading.Event(), {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            box["error"], box["at"] = exc, time.monotonic()
+        finally:
+            done.set()
+
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(run,), name=f"cachetool-{what}", daemon=True).start()
+    try:
+        finished = done.wait(max(0.0, bound.remaining() or 0.0))
+        running = bound.phase
+        finished = finished or done.wait(UNWIND_SECONDS)
+    except BaseException:  # a stop signal in this thread: the worker sees the stop request at its next check
+        if not done.wait(UNWIND_SECONDS) and abandoned is not None:
+            abandoned.set()
+        raise
+    if not finished:
+        if abandoned is not None:
+            abandoned.set()
+        raise bound.timed_out(what, running)
+    return _outcome(bound, box, what, running)
+
+
+def _outcome(bound: Bound, box: dict, what: str, running: str):
+    """The finished work's value, or its failure: the timeout where it came past the deadline (a usage mistake, a
+    timeout or a stop stays what it is)."""
+    if "error" not in box:
+        return box["value"]
+    exc = box["error"]
+    if bound.passed(box["at"]) and not isinstance(exc, (WaitTimeoutError, StopSignalError, UsageError,
+                                                        KeyboardInterrupt)):
+        raise bound.timed_out(what, running) from exc
+    raise exc

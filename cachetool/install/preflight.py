@@ -5,6 +5,7 @@ is downloaded or written before it passes. The engine is the bundle's (by its la
 
 from __future__ import annotations
 
+from cachetool import bounds
 from cachetool.errors import PreflightError
 from cachetool.layouts.factors import also_named, short_repr
 from cachetool.bundle.manifest import Manifest
@@ -31,11 +32,30 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, key_check=No
     if key_check is not None and key_check.compiles_nothing:  # no key folder is installed: none is compared
         return checked + [f"cache key: none needed ({key_check.compiles_nothing}); only the folders that belong to "
                           "no key"]
+    # A difference in what the cache does not depend on (on the CPU, Triton) is no refusal, but the engine then
+    # computes the compiler factors that follow from the installed files here (torch imported: seconds) instead of
+    # taking them from the bundle: said, and named by a timeout reached there
+    build = "; ".join(unchecked_differences(bundle_fp, local_fp, engines.fields_ignored_by(engine)))
+    slow = f" (this machine's build differs: {build}: its compiler factors are computed here)" if build else ""
     if key_check is not None:  # the engine says which key folder the server will use
-        h = key_check.expected_for(manifest)
+        with bounds.phase(f"the preflight's key check{slow}"):
+            h = key_check.expected_for(manifest)
         how = key_check.describe()
         checked.append(f"cache key {h}" + (f" ({how})" if how else ""))
     # The device this machine really has (asked for cuda on a machine without a GPU: the cpu); a bundle's own
     # fingerprint may name any device string, and only a real one reaches the engine.
     local_dev = dev if local_fp["device"] == "cuda" and dev.startswith("cuda") else local_fp["device"]
-    return checked + engine.check_factors(manifest, local_dev)
+    with bounds.phase(f"the preflight's factor check{slow}"):
+        checked += engine.check_factors(manifest, local_dev)
+    bounds.check("preflight")  # what it found past the deadline is not acted on: nothing is written
+    return checked + ([f"build differs ({build}): compiler factors computed here"] if build else [])
+
+
+def unchecked_differences(bundle_fp: dict, local_fp: dict, ignored: tuple[str, ...]) -> list[str]:
+    """The common fingerprint fields that differ but that a cache of this bundle does not depend on (on the CPU, the
+    GPU's: Triton), one phrase a field: ``"triton 3.6.0 in the bundle, 3.9.0 here"``."""
+    from cachetool.bundle.fingerprint import COMMON_FIELDS, fields_that_matter
+
+    matter = fields_that_matter(bundle_fp, ignored)
+    return [f"{f} {bundle_fp[f]} in the bundle, {local_fp.get(f) or 'none'} here" for f in COMMON_FIELDS
+            if f not in matter and bundle_fp.get(f) is not None and bundle_fp[f] != local_fp.get(f)]

@@ -80,39 +80,43 @@ class PullRequest(InstallOptions):
     progress: bool | None = None  # the progress bar (default: when stderr is a terminal)
 
 
-def pull(request: PullRequest) -> PullResult | NotNeeded:
+def pull(request: PullRequest, *, abandoned: threading.Event | None = None) -> PullResult | NotNeeded:
     """Resolve the ref, pick this machine's bundle for the server's engine, and install it into the cache root
     (see the module docstring), in named phases: the arguments (device, pinned keys, the engine's key question),
     the entry, then the install from a lazy :class:`StoreSource`. For a server that compiles no graph only the
     units that belong to no key are installed (:class:`NotNeeded` where there are none). ``request.timeout``:
-    seconds for the whole pull
-    (:class:`WaitTimeoutError` past it)."""
-    with bounds.applied(bounds.Bound.timeout(request.timeout)):  # every download's chunks and retry waits, every thread
-        return _pull(request)
+    seconds for the whole pull: past it the pull ends in :class:`WaitTimeoutError` naming the phase that was running,
+    within :data:`cachetool.bounds.UNWIND_SECONDS`, whatever that phase was doing (:func:`cachetool.bounds.
+    finish_within`; ``abandoned`` is set where a phase that looks at no bound had to be left running)."""
+    bound = bounds.Bound.timeout(request.timeout)
+    with bounds.applied(bound):  # every download's chunks and retry waits, every thread
+        return bounds.finish_within(bound, lambda: _pull(request, bound.deadline), "pull", abandoned)
 
 
-def _pull(request: PullRequest) -> PullResult | NotNeeded:
+def _pull(request: PullRequest, deadline: float | None) -> PullResult | NotNeeded:
     from cachetool.bundle.fingerprint import require_device
 
     t0 = time.monotonic()
-    deadline = t0 + request.timeout if request.timeout else None
     # the arguments, before any request: the server's (its model and config, refused in one line), the device,
     # the pinned keys (a missing key file is a usage error)
     if notice := request.engine.notice():  # an untested engine release: said first, the pull goes on
         (request.warn or logging.getLogger("cachetool.pull").warning)(f"warning: {notice}")
-    key_check = request.engine.key_check(request.key) if request.key is not None else None
+    with bounds.phase("the server's key check"):
+        key_check = request.engine.key_check(request.key) if request.key is not None else None
     device = require_device(request.device)
     trust = request.trust
     if not request.insecure_skip_verify:
         from cachetool.bundle.trust import load_trusted_keys
 
         trust = load_trusted_keys(trust)
-    r, st, own_store = open_ref(request.ref, request.store, request.store_options)
+    with bounds.phase("the opening of the store"):
+        r, st, own_store = open_ref(request.ref, request.store, request.store_options)
     root = request.cache_root
     try:
         down0 = st.counters.bytes_down
         try:
-            entry = select_entry(read_index(st, r), r.url, device, request.engine)
+            with bounds.phase(f"the read of {r.url} from the store"):
+                entry = select_entry(read_index(st, r), r.url, device, request.engine)
         except CachetoolError as exc:
             raise filled(exc, store=st.url, ref=r.url)
         src, result = _install_entry(request, st, r, entry, root, trust=trust, device=device,
@@ -153,9 +157,11 @@ def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, roo
             on_blob = None
         src = StoreSource(st, r, entry, partial, deadline=deadline, on_blob=on_blob)
         try:
+            # the install's own phases (the manifest's read, the preflight) name themselves within this one
+            with bounds.phase(f"the install of {r.url} [{entry.platform}] (root lock, blob downloads, staging)"):
             # the request's install options as given, but the trusted keys loaded and the device checked
-            result = install_bundle(src, root, request.install_options(trust=trust, device=device),
-                                    key_check=key_check, deadline=deadline)
+                result = install_bundle(src, root, request.install_options(trust=trust, device=device),
+                                        key_check=key_check, deadline=deadline)
         except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
             # the root itself is not ours to remove: install_bundle removes it again only if it created it
             remove_if_empty(partial)

@@ -9,9 +9,10 @@ failure's row of :mod:`cachetool.exit_codes`) and the exit code the policy gives
 - a read-only root file system with no writable temporary folder: importing torch's compiler needs one (Inductor's
   default cache folder) to compute torch's key, so a private folder inside the cache root serves, removed at the
   end (:func:`temporary_folder_for`);
-- ``timeout``: the whole pull is bounded, also when a store stops answering in the middle of a request
-  (:func:`hard_timeout`); worker threads still blocked in a read are then abandoned, which the outcome says
-  (``abandoned_threads``) so that a process can exit without joining them;
+- ``timeout``: the whole pull is bounded, whatever phase runs at the deadline: a store that stops answering in the
+  middle of a request, or a preflight that imports torch (:func:`cachetool.bounds.finish_within`); past the bound the
+  outcome is ``timeout``, its message naming the phase. A thread still blocked then is abandoned, which the outcome
+  says (``abandoned_threads``) so that a process can exit without joining it;
 - SIGINT and SIGTERM (how Kubernetes stops an init-container) end the pull within a second, cleanly, as outcome
   ``interrupted`` (exit 130, whatever ``on_miss`` says): the staging folder removed, every unit installed whole or
   not at all, the partial downloads kept for a rerun to resume, and the message says which (:func:`stopped_message`).
@@ -26,14 +27,13 @@ import dataclasses
 import enum
 import os
 import shutil
-import signal
 import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, get_args
 
 from cachetool import exit_codes, stop_signals
-from cachetool.errors import CachetoolError, UsageError, WaitTimeoutError, cause, os_error_line
+from cachetool.errors import CachetoolError, UsageError, cause, os_error_line
 from cachetool.cache_root import PARTIAL_DIR
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def one_line(exc: BaseException) -> str:
 
 
 def pull_with_policy(request: PullRequest, on_miss: str = "fail") -> PullOutcome:
-    """:func:`cachetool.transfer.pull.pull` of ``request`` under the policy (``request.timeout`` is the hard bound too);
+    """:func:`cachetool.transfer.pull.pull` of ``request`` under the policy (``request.timeout`` bounds it, see above);
     returns the outcome, never raises for a failure of the pull (``KeyboardInterrupt`` and ``SystemExit`` pass)."""
     from cachetool.transfer.pull import pull
 
@@ -161,8 +161,8 @@ def pull_with_policy(request: PullRequest, on_miss: str = "fail") -> PullOutcome
         if on_miss not in ON_MISS:
             raise UsageError(f"on_miss must be one of {', '.join(ON_MISS)}, got {on_miss!r}")
         root = request.cache_root.path
-        with stopped_by_signals(root), hard_timeout(request.timeout, abandoned), temporary_folder_for(root):
-            out = success_outcome(pull(request), on_miss)
+        with stopped_by_signals(root), temporary_folder_for(root):
+            out = success_outcome(pull(request, abandoned=abandoned), on_miss)
     except Exception as exc:
         out = failure_outcome(str(request.ref), on_miss, exc)
     out.abandoned_threads = abandoned.is_set()
@@ -201,34 +201,6 @@ def temporary_folder_for(root: Path) -> Iterator[None]:
         if created:
             with contextlib.suppress(OSError):
                 os.rmdir(root)  # a failed pull leaves no empty root behind
-
-
-# The hard bound fires this long after the timeout: the pull's own deadline checks (between requests and blobs)
-# normally end it first and clean up; the alarm only ends a request that blocks.
-HARD_TIMEOUT_GRACE = 2.0
-
-
-@contextlib.contextmanager
-def hard_timeout(seconds: float | None, abandoned: threading.Event) -> Iterator[None]:
-    """Bound the block by ``seconds`` (+ :data:`HARD_TIMEOUT_GRACE`) even when a store stops answering in the middle
-    of a request (a socket read waits for the store's own read timeout and retries, minutes): SIGALRM raises
-    :class:`WaitTimeoutError` in the main thread and sets ``abandoned`` (worker threads may still be blocked). Only
-    in the main thread, where signals are delivered; elsewhere the pull's own deadline checks bound it."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def fire(signum: int, frame: object) -> None:
-        abandoned.set()
-        raise WaitTimeoutError(f"pull ran past --timeout {seconds:g} s: the store stopped answering")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds + HARD_TIMEOUT_GRACE)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def stopped_by_signals(root: Path) -> contextlib.AbstractContextManager[Any]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from cachetool import bounds
 from cachetool.bundle.source import BundleSource
 from cachetool.digests import hexof, sha256_bytes, sha256_file
 from cachetool.errors import StoreError, UnsafeDestinationError, VerificationError, WaitTimeoutError
@@ -45,13 +46,15 @@ class StoreSource(BundleSource):
         self.reused = 0
 
     def _check_deadline(self) -> None:
+        bounds.check(f"pull of {self.description}", **self.fields)  # the pull's bound names its --timeout
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise WaitTimeoutError(f"pull of {self.description} ran past --timeout", **self.fields)
+            raise WaitTimeoutError(f"pull of {self.description} ran past its deadline", **self.fields)
 
     def manifest_bytes(self) -> bytes:
         if self._manifest is None:
             self._check_deadline()
-            data = self.store.get_manifest(self.entry.manifest_digest)
+            with bounds.phase(f"the read of {self.description}'s manifest from the store"):
+                data = self.store.get_manifest(self.entry.manifest_digest)
             if sha256_bytes(data) != self.entry.manifest_digest:
                 raise VerificationError(f"{self.description}: the manifest in the store does not match its digest",
                                         key=self.entry.manifest_digest, **self.fields)
@@ -61,7 +64,8 @@ class StoreSource(BundleSource):
     def signature_bytes(self) -> bytes | None:
         if not self._sig_read:
             self._check_deadline()
-            self._signature = self.store.get_signature(self.entry.manifest_digest)
+            with bounds.phase(f"the read of {self.description}'s signature from the store"):
+                self._signature = self.store.get_signature(self.entry.manifest_digest)
             self._sig_read = True
         return self._signature
 
