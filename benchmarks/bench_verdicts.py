@@ -91,8 +91,8 @@ def judge_row(verdict: str, ref_root: Path, work: Path, model: Path, flags: list
     run = serve_once(str(model), ref_root, [*flags, *[f for f in row.flags if f not in ("--api-key", "k")],
                                             *HEADLESS], env=row.env, api_key=api_key,
                      stop_when_compiling=verdict == "miss")
-    did = (f"compiled ({len(run.new_key_folders)} new key folder(s), {run.new_kernels} kernel(s), "
-           f"{run.piecewise_compiled} piecewise graph(s); log {run.log})" if run.compiled
+    did = (f"compiled ({len(run.new_key_folders)} new key folder(s), {', '.join(run.evidence) or 'nothing else'}; "
+           f"log {run.log})" if run.compiled
            else "compiled nothing" + ("" if run.completion else ", NO ANSWER"))
     # an eager server is judged as tests/engines/vllm/real/test_real_server.py judges it: up, and nothing compiled
     # (vLLM 0.32's eager CPU path dies at its first request on an AVX-512 box: its own fault, shown as NO ANSWER, not

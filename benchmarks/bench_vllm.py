@@ -168,11 +168,11 @@ def main() -> None:
     if server is not None:
         print(f"{'server':<8} {server.engine_init_seconds or -1:>10.2f} {server.ready_seconds:>9.2f} "
               f"{server.compile_seconds if server.compile_seconds is not None else '-':>8} "
-              f"{server.new_kernels + len(server.new_key_folders):>9} {server.piecewise_loaded:>7} "
+              f"{server.new_kernels + len(server.new_key_folders):>9} {server.vllm_counters.get('num_compiled_artifacts_loaded', 0):>7} "
               f"{'loaded' if server.aot_loaded else 'no':>6} {server_jit:>10}   (vllm serve: ready = exec to /health)")
         print(f"server: completion {'ok' if server.completion else 'FAILED'}, new key folders "
-              f"{server.new_key_folders or 'none'}, kernels built {server.new_kernels}, piecewise compiled "
-              f"{server.piecewise_compiled}, log {server.log}")
+              f"{server.new_key_folders or 'none'}, kernels built {server.new_kernels}, what it compiled "
+              f"{server.evidence or 'nothing'}, log {server.log}")
     print("\nphases from vLLM's log (s): " + "; ".join(
         f"{n}: " + ", ".join(f"{k} {v:g}" for k, v in d["log_phases"].items()) for n, d in runs.items()))
     doc, wall = pulls["pulled"]

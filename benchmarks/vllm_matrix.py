@@ -12,7 +12,7 @@ cachetool runs from its own interpreter (this one); each release's vLLM from its
 - ``pull``: ``cachetool pull --engine vllm -- MODEL FLAGS --port ... --api-key ...`` (the server's own command line)
   into a fresh root at another path: installed, the key check answered without asking vLLM;
 - ``serve``: the real ``vllm serve`` on that root (:func:`cachetool.engines.vllm.server.serve_once`) answers a
-  completion, adds no key folder, builds no kernel and compiles no piecewise graph;
+  completion, adds no key folder, builds no kernel and Inductor compiles no graph;
 - ``check``: ``cachetool check --engine vllm --require-hit`` on that root;
 - ``refuse``: a pull for a server with one hashed flag changed (``--max-model-len 128``) is refused with exit 4,
   naming ``model_config.max_model_len``, before any blob (the root stays empty).
@@ -149,8 +149,8 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path, flags
         if not run.completion:
             raise StepFailed(f"no completion (log {run.log})")
         if run.compiled:
-            raise StepFailed(f"the server compiled: new key folders {run.new_key_folders}, {run.new_kernels} "
-                             f"kernel(s), {run.piecewise_compiled} piecewise graph(s) (log {run.log})")
+            raise StepFailed(f"the server compiled: new key folders {run.new_key_folders}, {run.evidence} "
+                             f"(log {run.log})")
         row.steps[step] = "ok"
 
         step = next(steps)

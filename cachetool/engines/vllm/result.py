@@ -33,8 +33,8 @@ class VllmStartResult:
     aot_error: str | None            # vLLM's own reason for not loading it
     aot_artifacts_loaded: int        # vLLM's counter num_aot_artifacts_loaded, summed over the workers
     compiled_artifacts_loaded: int   # vLLM's counter num_compiled_artifacts_loaded (GPU: loaded graphs)
-    piecewise_loaded: int            # graphs vLLM's piecewise backend took from its cache (its counters)
-    piecewise_compiled: int          # graphs it handed to Inductor (its counter num_inductor_compiles)
+    inductor_graphs_compiled: int    # graphs Inductor lowered (its counters: worker_facts.graphs_compiled)
+    inductor_graphs_loaded: int      # graphs Inductor took from its cache
     startup_seconds: float           # engine init, as vLLM's `LLMEngine` takes it
     seconds: float                   # the whole child process, exec to exit
     phases: dict[str, float]         # import, key, engine_init, workload
@@ -43,11 +43,13 @@ class VllmStartResult:
     log: str                         # vLLM's log of this start
     aot_paths: list[str] = dataclasses.field(default_factory=list)  # the AOT files loaded or saved
     environment_notes: list[str] = dataclasses.field(default_factory=list)  # what a server started here would miss
+    compiled: list[str] = dataclasses.field(default_factory=list)  # what it compiled or wrote (worker_facts' rule)
+    vllm_counters: dict[str, int] = dataclasses.field(default_factory=dict)  # vLLM's own, summed: shown, not judged
     engine: str = "vllm"
 
     @property
-    def hit(self) -> bool:  # the server's folder was there and nothing compiled: no kernel, no piecewise graph
-        return self.inductor_compiled == 0 and self.piecewise_compiled == 0 and self.key_existed
+    def hit(self) -> bool:  # the server's folder was there, and nothing was compiled or written
+        return self.key_existed and not self.compiled
 
     @property
     def graphs_compiled(self) -> int:  # the name the native engine's results use (warm summaries, CI scripts)
@@ -69,9 +71,7 @@ class VllmStartResult:
                     "(another model path, flag, environment or install than the cache was warmed with)")
         aot = "" if self.aot_loaded else (f"; vLLM did not load its AOT artifact ({self.aot_note()}): "
                                           f"{self.aot_error or 'none saved'}")
-        graphs = f", vLLM compiled {self.piecewise_compiled} piecewise graph(s)" if self.piecewise_compiled else ""
-        return (f"Inductor compiled {self.inductor_compiled} kernel(s){graphs} in key folder "
-                f"{short_key(self.cache_key)}{aot}")
+        return f"{', '.join(self.compiled)} in key folder {short_key(self.cache_key)}{aot}"
 
     def aot_note(self) -> str:
         return releases.aot_note(self.vllm_version, releases.device_here())
@@ -95,13 +95,14 @@ class VllmStartResult:
             verdict = (f"warmed: Inductor compiled {self.inductor_compiled} kernel(s)" if self.inductor_compiled
                        else "already warm: Inductor compiled nothing")
         else:
-            verdict = "HIT: Inductor compiled nothing" if self.hit else f"MISS: {self.miss_reason()}"
+            verdict = "HIT: nothing compiled or written" if self.hit else f"MISS: {self.miss_reason()}"
         return [f"{self.command}: model {self.model} with vLLM {self.vllm_version} "
                 f"(tensor parallel {self.tensor_parallel_size})",
                 f"  cache root     {self.cache_root}",
                 f"  cache key      {self.cache_key or '-'}" + ("" if self.key_existed else " (new)"),
-                f"  inductor       compiled {self.inductor_compiled} kernel(s), loaded {self.inductor_loaded}; "
-                f"Dynamo traces {self.dynamo_traces}",
+                f"  inductor       compiled {self.inductor_graphs_compiled} graph(s), loaded "
+                f"{self.inductor_graphs_loaded}; kernels written {self.inductor_compiled}, loaded "
+                f"{self.inductor_loaded}; Dynamo traces {self.dynamo_traces}",
                 f"  AOT artifact   {aot}",
                 f"  start-up       {self.startup_seconds:.2f} s engine init (process {self.seconds:.2f} s); "
                 + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()),

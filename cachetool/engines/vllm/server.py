@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 
 from cachetool.cache_root import TRITON_CACHE, CacheRoot
-from cachetool.engines.vllm import worker_facts
+from cachetool.engines.vllm import facts, releases, worker_facts
 from cachetool.engines.vllm.child_env import PROBE_DIR
 from cachetool.engines.vllm.prerequisites import python
 from cachetool.engines.vllm.root_files import kernel_files, key_folders
@@ -56,15 +56,18 @@ class ServerRun:
     cache_key: str | None                # the AOT key folder the server used (vLLM's facts; None: not asked)
     aot_loaded: bool
     aot_error: str | None
-    piecewise_loaded: int
-    piecewise_compiled: int
+    graphs_compiled: int                 # graphs Inductor lowered in the workers (worker_facts.graphs_compiled)
+    evidence: list[str]                  # what it compiled or wrote (worker_facts.compiled_evidence)
     facts: bool                          # the workers answered (else only the root's files judge)
     log: str
+    vllm_counters: dict[str, int] = dataclasses.field(default_factory=dict)  # vLLM's own, summed
+    reports: list[dict] = dataclasses.field(default_factory=list)  # the workers' reports (worker_facts.recorded)
 
     @property
     def compiled(self) -> bool:
-        """The server compiled something: a key folder cachetool did not have, a kernel, or a piecewise graph."""
-        return bool(self.new_key_folders or self.new_kernels or self.piecewise_compiled)
+        """The server compiled something: a key folder cachetool did not have, a kernel, a graph Inductor lowered,
+        or an AOT artifact saved where the release loads it (the one rule of :func:`worker_facts.compiled_evidence`)."""
+        return bool(self.new_key_folders or self.evidence)
 
 
 def free_port() -> int:
@@ -154,17 +157,20 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
             _stop(proc, compiling)
     text = log_path.read_text(errors="replace")
     done = worker_facts.from_workers(workers) if workers else None
+    new_kernels = len(kernel_files(root) - before)
+    aot_expected = releases.aot_loads(facts.vllm_version(), releases.device_here())
     init = ENGINE_INIT.findall(text)
     return ServerRun(command=cmd, ready_seconds=round(ready, 3) if ready is not None else -1.0,
                      engine_init_seconds=float(init[-1]) if init else None,
                      compile_seconds=done.compilation_seconds if done else None, completion=completion,
                      new_key_folders=sorted(key_folders(root) - keys_before),
-                     new_kernels=len(kernel_files(root) - before), cache_key=done.cache_key if done else None,
+                     new_kernels=new_kernels, cache_key=done.cache_key if done else None,
                      aot_loaded=bool(done and done.aot_loaded),
                      aot_error=None if done and done.aot_loaded else worker_facts.aot_failure(log_path),
-                     piecewise_loaded=done.piecewise_loaded if done else 0,
-                     piecewise_compiled=done.piecewise_compiled if done else 0, facts=done is not None,
-                     log=str(log_path))
+                     graphs_compiled=done.graphs_compiled if done else 0,
+                     evidence=worker_facts.compiled_evidence(done, new_kernels=new_kernels, aot_expected=aot_expected),
+                     facts=done is not None, log=str(log_path), vllm_counters=done.vllm_counters if done else {},
+                     reports=[worker_facts.recorded(w) for w in workers or []])
 
 
 def served_name(model: str, flags: list[str]) -> str:

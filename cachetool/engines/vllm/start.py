@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from cachetool.cache_root import CacheRoot
-from cachetool.engines.vllm import unfinished, worker_facts
+from cachetool.engines.vllm import releases, unfinished, worker_facts
 from cachetool.engines.vllm.child_process import run_child
 from cachetool.engines.vllm.headless import server_argv, server_model
 from cachetool.engines.vllm.prerequisites import check_model, require_vllm
@@ -78,19 +78,20 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
 def _report(command, model, root, flags, version, result, before, keys_before, log_path, wall) -> VllmStartResult:
     workers = sorted(result["workers"], key=lambda w: w["rank"])
     done = worker_facts.from_workers(workers)
-    after = kernel_files(root)
-    ranks = [{"rank": w["rank"], "aot": w.get("aot", []), "dynamo_traces": w["dynamo_unique_graphs"],
-              "mapped_kernels": len(w.get("mapped_kernels", [])), "vllm_counters": w["vllm_counters"]}
-             for w in workers]
+    new_kernels = len(kernel_files(root) - before)
+    aot_expected = releases.aot_loads(version, releases.device_here())
+    ranks = [worker_facts.recorded(w) for w in workers]
     return VllmStartResult(
         command=command, model=model, cache_root=str(root), flags=list(flags), vllm_version=version,
         cache_key=done.cache_key, cache_keys=done.cache_keys,
         key_existed=bool(done.cache_keys) and set(done.cache_keys) <= keys_before,
-        inductor_compiled=len(after - before), inductor_loaded=len(done.mapped_kernels & before),
+        inductor_compiled=new_kernels, inductor_loaded=len(done.mapped_kernels & before),
         dynamo_traces=done.dynamo_traces, aot_loaded=done.aot_loaded, aot_saved=done.aot_saved,
         aot_error=None if done.aot_loaded else worker_facts.aot_failure(log_path),
         aot_artifacts_loaded=done.aot_artifacts_loaded, compiled_artifacts_loaded=done.compiled_artifacts_loaded,
-        piecewise_loaded=done.piecewise_loaded, piecewise_compiled=done.piecewise_compiled,
+        inductor_graphs_compiled=done.graphs_compiled, inductor_graphs_loaded=done.graphs_loaded,
+        compiled=worker_facts.compiled_evidence(done, new_kernels=new_kernels, aot_expected=aot_expected),
+        vllm_counters=done.vllm_counters,
         startup_seconds=result["seconds"].get("engine_init", 0.0), seconds=round(wall, 3),
         phases=result["seconds"], tensor_parallel_size=max(1, len(workers)), ranks=ranks, log=str(log_path),
         aot_paths=done.aot_paths)

@@ -314,21 +314,6 @@ def write_tiny(folder: Path) -> Path:
     return write_model(folder)
 
 
-def test_a_start_that_compiled_a_piecewise_graph_is_not_a_hit():
-    """On the GPU a root without vLLM's piecewise folder loads the AOT artifact, compiles no kernel file in the
-    root, and still compiles one graph ("Compiling a graph for compile range ..."): a miss, named."""
-    from cachetool.engines.vllm.result import VllmStartResult
-
-    fields = dict(command="check", model="/m", cache_root="/r", flags=[], vllm_version="0.26.0", cache_key="ab" * 32,
-                  cache_keys=["ab" * 32], key_existed=True, inductor_compiled=0, inductor_loaded=0, dynamo_traces=0,
-                  aot_loaded=True, aot_saved=False, aot_error=None, aot_artifacts_loaded=1,
-                  compiled_artifacts_loaded=3, piecewise_loaded=0, piecewise_compiled=0, startup_seconds=1.0,
-                  seconds=2.0, phases={}, tensor_parallel_size=1, ranks=[], log="/l")
-    assert VllmStartResult(**fields).hit and VllmStartResult(**fields).graphs_loaded == 3
-    missed = VllmStartResult(**{**fields, "piecewise_compiled": 1})
-    assert not missed.hit and "1 piecewise graph(s)" in missed.miss_reason()
-
-
 def test_diff_of_two_vllm_bundles_names_inductor_and_never_says_nothing_for_two_keys():
     """Two warms whose key folders differ only by an Inductor setting (the server's TORCHINDUCTOR_* variable) or
     by nothing recorded at all: diff names the Inductor field and the launch variable, or at least the two keys;

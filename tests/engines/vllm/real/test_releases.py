@@ -95,19 +95,22 @@ def test_the_fast_key_check_compares_what_the_release_hashes_whatever_its_name()
 
 def test_a_starts_facts_are_summed_from_every_workers_report():
     """Rank 0's key folder names the start; the AOT artifact counts as loaded only if every compiled rank loaded
-    it; the piecewise backend's loads are its compilations less those it handed to Inductor."""
-    def worker(rank, key, loaded, **counters):
+    it; the graphs compiled are Inductor's misses and bypasses on every rank, whatever vLLM's counters say."""
+    def worker(rank, key, loaded, inductor, **counters):
         return {"rank": rank, "aot": [{"key": key, "computed_key": key, "loaded": loaded,
                                        "path": f"/r/torch_compile_cache/torch_aot_compile/{key}/rank_{rank}_0/model"}],
                 "vllm_counters": counters, "dynamo_unique_graphs": 1, "mapped_kernels": [f"/k{rank}.so"],
-                "compilation_seconds": 1.5 + rank}
+                "compilation_seconds": 1.5 + rank, "inductor": inductor}
 
     done = worker_facts.from_workers([
-        worker(0, "a" * 64, True, num_backend_compilations=3, num_inductor_compiles=1, num_aot_artifacts_loaded=1),
-        worker(1, "a" * 64, False, num_backend_compilations=2, num_aot_artifacts_saved=1)])
+        worker(0, "a" * 64, True, {"fxgraph_cache_hit": 2}, num_backend_compilations=3, num_inductor_compiles=1,
+               num_aot_artifacts_loaded=1),
+        worker(1, "a" * 64, False, {"fxgraph_cache_miss": 1, "fxgraph_cache_bypass": 1},
+               num_backend_compilations=2, num_aot_artifacts_saved=1)])
     assert done.cache_key == "a" * 64 and done.cache_keys == ["a" * 64] and len(done.aot_paths) == 2
     assert not done.aot_loaded and done.aot_saved and done.aot_artifacts_loaded == 1
-    assert (done.piecewise_compiled, done.piecewise_loaded) == (1, 4)
+    assert (done.graphs_compiled, done.graphs_loaded) == (2, 2)
+    assert done.vllm_counters["num_backend_compilations"] == 5 and done.vllm_counters["num_inductor_compiles"] == 1
     assert done.compilation_seconds == 2.5 and done.mapped_kernels == {"/k0.so", "/k1.so"}
 
 
