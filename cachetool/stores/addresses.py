@@ -63,6 +63,11 @@ class Ref:
             return f"{self.store.url}{at}"
         return f"{self.store.url.rstrip('/')}/{self.name}{at}"
 
+    @property
+    def repository(self) -> str:
+        """The ref without its tag or pin: the bundle name in its store (``file:///dir/name``)."""
+        return self.store.url if self.store.scheme == "oci" else f"{self.store.url.rstrip('/')}/{self.name}"
+
     def pinned(self, digest: str) -> "Ref":
         return dataclasses.replace(self, digest=digest)
 
@@ -170,6 +175,17 @@ def parse_ref(text: str) -> Ref:
         return Ref(store, name, tag, digest)
     store = _store_from(text, scheme, head if scheme == "s3" else head or "/")
     return Ref(store, name, tag, digest)
+
+
+def repository_named(text: str) -> Ref | None:
+    """The bundle name a tagless file or S3 store URL may also be read as (``file:///dir/store/tiny``: ``tiny`` in
+    the store ``file:///dir/store``), as a ref of its default tag; None where it cannot be one (an OCI store URL is
+    one repository already; a tag, a pin, or a last part that is no valid name)."""
+    scheme, rest = _split_scheme(text, "store")
+    last = rest.rstrip("/").rsplit("/", 1)[-1]
+    if scheme == "oci" or ":" in last or "@" in last or not NAME_RE.match(last) or "/" not in rest.strip("/"):
+        return None
+    return parse_ref(text.rstrip("/"))
 
 
 def parse_store_or_ref(text: str) -> tuple[StoreURL, Ref | None]:
