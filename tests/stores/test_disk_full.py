@@ -102,3 +102,21 @@ def test_install_into_a_full_disk_is_exit_9_and_keeps_what_was_there(tmp_path, s
     assert r.rc == 9, r
     assert f"the file system of {root} is full" in r.error_line(), r
     assert _files(small_disk) == ["root/mine.txt"] and [p.name for p in root.iterdir()] == ["mine.txt"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("there", [False, True], ids=["root-it-creates", "root-that-was-there"])
+def test_warm_on_a_full_disk_is_exit_9_naming_the_root_and_leaves_nothing(small_disk, there):
+    """Before: exit 1, ``unexpected BackendCompilerFailed: backend='<compiler.piecewise_backend.PiecewiseBackend
+    object at 0x…>'`` (the OSError only under DEBUG), and the root it made left on the full disk."""
+    from tests.cli_calls import one_error_line, run_cli
+
+    root = small_disk / "root"
+    if there:
+        root.mkdir()
+        (root / "mine.txt").write_text("kept")
+    r = run_cli("warm", "--model", "tiny", "--device", "cpu", "--cache-root", str(root))
+    assert r.returncode == 9, r.stderr[-3000:]
+    line = one_error_line(r.stderr)
+    assert f"warm: the file system of cache root {root} is full" in line and "removed" in line, line
+    assert _files(small_disk) == (["root/mine.txt"] if there else []), _files(small_disk)

@@ -18,7 +18,8 @@ from typing import Any
 
 from cachetool.cache_root import CacheRoot
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
-from cachetool.errors import CompilationConfigError, DeviceError, UsageError
+from cachetool.engines.native.start_root import kept_clean
+from cachetool.errors import CompilationConfigError, CompileInStrictModeError, DeviceError, UsageError
 
 
 @dataclass
@@ -189,10 +190,31 @@ def config_on_root(config: Any, cache_root: CacheRoot | str | Path | None) -> An
 
 def start(run: NativeRun) -> CompileRunResult:
     """Run ``run``: its device and model checked before anything is built or written, then one process, or one per
-    tensor-parallel rank (:func:`_run_parallel`)."""
+    tensor-parallel rank (:func:`_run_parallel`), on a root kept clean of what a failed start made
+    (:mod:`.start_root`)."""
+    from compiler.layout import resolve_root
+
     _check_device(run.device)
     check_model(run.model)
-    return _run_parallel(run) if run.tensor_parallel_size != 1 else _run(run)
+    with kept_clean(resolve_root(run.config.cache_dir), run.command):
+        return _run_parallel(run) if run.tensor_parallel_size != 1 else _run(run)
+
+
+def _refuse_uncached(run: NativeRun, root: Path) -> None:
+    """``require_hit`` where the root holds no key folder for this process's rank: every piece would compile, so the
+    start is refused before the model is built or traced (piecewise mode, the one that reads the root; the compile
+    cache not disabled)."""
+    from compiler import envs as compiler_envs
+    from compiler.config import CompilationMode
+    from cachetool.engines.native.layout import has_key_folder
+
+    if not run.require_hit or run.config.mode != CompilationMode.PIECEWISE or compiler_envs.disable_compile_cache():
+        return
+    if not has_key_folder(root, run.rank, run.dp_rank):
+        rank = f"rank_{run.rank}_{run.dp_rank}"
+        where = f"{root} holds no cache for {rank}" if root.is_dir() else f"{root} does not exist"
+        raise CompileInStrictModeError(f"{run.command}: strict mode: {where}: every piece would compile (cache "
+                                       "miss); nothing was built or compiled: warm this root first")
 
 
 def _check_device(device: str) -> None:
@@ -212,6 +234,7 @@ def _run(run: NativeRun) -> CompileRunResult:
     from compiler.runner import ModelRunner, compile_jobs_dropped_on_interrupt
 
     command, cfg = run.command, run.config
+    _refuse_uncached(run, resolve_root(cfg.cache_dir))
     t0 = time.perf_counter()
     imported = process_age_seconds()
     before = counters.snapshot()
