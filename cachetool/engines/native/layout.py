@@ -40,6 +40,15 @@ def incomplete_reason(unit_dir: Path, ranked: bool) -> str | None:
     return None
 
 
+def has_key_folder(root: Path, rank: int, dp_rank: int) -> bool:
+    """Whether ``root`` holds a key folder for this rank with its recorded factors: what a start looks for first
+    (without one it compiles everything), read without building or tracing anything."""
+    from compiler.key_prediction import candidates_on_disk
+    from compiler.layout import DEFAULT_PREFIX
+
+    return bool(candidates_on_disk(root, rank, dp_rank, DEFAULT_PREFIX))
+
+
 def _prefix_folders(unit_dir: Path, depth: int = 2) -> list[Path]:
     found: list[Path] = []
     level = [unit_dir]
