@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cachetool.errors import (BadSignatureError, KeyFileError, SignatureError, UnsignedError, UntrustedKeyError,
-                              UsageError, cause)
+                              UsageError)
 from cachetool.bundle.manifest import MEDIA_TYPE, canonical_json
 
 PAYLOAD_TYPE = MEDIA_TYPE
@@ -132,6 +132,19 @@ def _why_not_a_private_key(data: bytes) -> str:
     return "its PEM data does not parse as a private key (truncated or not a key)"
 
 
+def _why_not_a_public_key(data: bytes) -> str:
+    """Our own words for what cryptography refused of a public key file (its message ends in a FAQ link)."""
+    head = data[:4096].decode("ascii", "replace").lstrip()
+    kind = head.split(None, 1)[0] if head.startswith(("ssh-", "ecdsa-")) else ""
+    if kind and kind != "ssh-ed25519":
+        return f"it is an {kind} key (cachetool keys are Ed25519: `cachetool keygen` writes NAME.pub)"
+    if kind:
+        return "its ssh-ed25519 line does not parse (truncated, or not a key)"
+    if "-----BEGIN" not in head:
+        return "it is neither a PEM file (no -----BEGIN line) nor an ssh-ed25519 line (`cachetool keygen` writes one)"
+    return "its PEM data does not parse as a public key (truncated, or not a key)"
+
+
 def load_public_key(path: str | os.PathLike) -> PublicKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -144,10 +157,10 @@ def load_public_key(path: str | os.PathLike) -> PublicKey:
             key = serialization.load_ssh_public_key(data.strip())
         else:
             key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError, Exception) as exc:  # cryptography raises several types
+    except Exception:  # cryptography raises several types, with long generic messages
         if "PRIVATE KEY" in data[:200].decode("ascii", "replace"):
             raise UsageError(f"{p} is a private key; pass the public key ({p}.pub)") from None
-        raise UsageError(f"{p} is not a PEM or ssh-ed25519 public key ({cause(exc, detail=True)})") from None
+        raise UsageError(f"{p} is not a trusted key: {_why_not_a_public_key(data)}") from None
     if not isinstance(key, Ed25519PublicKey):
         raise UsageError(f"{p} is not an Ed25519 public key")
     return PublicKey(key, key_id(key), str(p))
