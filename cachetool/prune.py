@@ -49,9 +49,10 @@ def require_cache_root(folder: Path) -> None:
     if not names or names & (cache_folders | {PARTIAL_DIR}):
         return
     hint = f"; its parent {folder.parent} may be the root" if folder.name in cache_folders else ""
-    *head, last = sorted(f"{n}/" for n in cache_folders)
-    raise UsageError(f"--cache-root {folder}: not a cache root (the root a server reads holds {', '.join(head)} or "
-                     f"{last}, or is empty){hint}")
+    known = sorted(f"{n}/" for n in cache_folders)
+    examples = ", ".join(n for n in known if n in ("torch_compile_cache/", "triton_cache/", "inductor/"))
+    raise UsageError(f"--cache-root {folder}: not a cache root (it holds none of the {len(known)} folders a server's "
+                     f"root holds, such as {examples}, and is not empty){hint}")
 
 
 def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) -> PruneReport:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cachetool.cache_root import TRITON_CACHE
 from cachetool.engines import machine  # the torch-free machine facts, every engine's
+from cachetool.engines.vllm import jit_caches
 from cachetool.errors import UsageError
 
 # The folder of child.py and cachetool_vllm_probe.py, which vLLM's workers (spawned ones too) import by name.
@@ -25,9 +25,11 @@ def child_env(cache_root: Path | None, tp: int) -> dict[str, str]:
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # vLLM's default (on): the server's process structure
     if cache_root is not None:
         env["VLLM_CACHE_ROOT"] = str(cache_root)
-        # vLLM's own Triton kernels (JIT-compiled at start, outside torch.compile's cache) land in the root and
-        # ship with it; a server reads them with the same variable (docs/vllm.md). Not in vLLM's key.
-        env.setdefault("TRITON_CACHE_DIR", str(Path(cache_root) / TRITON_CACHE))
+        # the JIT caches vLLM fills at start, outside torch.compile's (its own Triton kernels; on a GPU FlashInfer's
+        # and DeepGEMM's builds) land in the root and ship with it; a server reads them with the same variables
+        # (docs/vllm.md). None is in vLLM's key.
+        for name, value in jit_caches.server_environment(Path(cache_root), gpu=machine.cuda_device(0) is not None).items():
+            env.setdefault(name, value)
     else:
         env.pop("VLLM_CACHE_ROOT", None)
     # vLLM's workers import cachetool_vllm_probe by name (spawned workers too): its folder goes on their path

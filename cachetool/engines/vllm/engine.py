@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cachetool.cache_root import CacheRoot
 from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
+from cachetool.engines.vllm import jit_caches
 from cachetool.errors import UsageError
 from cachetool.layouts.factors import Difference, Factors
 
@@ -24,7 +25,7 @@ class VllmEngine:
     layout = "vllm"
     key_kinds = ("piecewise", "aot")  # torch_compile_cache/{hash}, torch_compile_cache/torch_aot_compile/{hash}
     cache_root_variable = "VLLM_CACHE_ROOT"
-    variables = ()  # its own are in cachetool.envs.VARIABLES
+    variables = jit_caches.VARIABLES  # beside its own in cachetool.envs.VARIABLES
     cache_root_default = "~/.cache/vllm"
     fingerprint_fields = ("vllm", "cpu_isa")
     recorded_fields = ("gpu_driver",)
@@ -40,12 +41,14 @@ class VllmEngine:
 
     # ------------------------------------------------------------------------------------------ starts
     def server_environment(self, root: Path) -> dict[str, str]:
-        """vLLM reads its compile cache from ``VLLM_CACHE_ROOT``; the Triton kernels its own ops JIT-compile at start
-        (outside torch.compile's cache) only from ``TRITON_CACHE_DIR``: without it a fresh pod compiles them
-        again (12-17 s on the H200)."""
-        from cachetool.cache_root import TRITON_CACHE
+        """vLLM reads its compile cache from ``VLLM_CACHE_ROOT``; every JIT cache a start fills beside it (Triton's
+        kernels of vLLM's own ops; on a GPU also FlashInfer's and DeepGEMM's JIT builds and Inductor's early
+        compiles) only from its own variable: without them a fresh pod builds them all again
+        (:mod:`~cachetool.engines.vllm.jit_caches`)."""
+        from cachetool.engines import machine
 
-        return {self.cache_root_variable: str(root), "TRITON_CACHE_DIR": str(Path(root) / TRITON_CACHE)}
+        gpu = machine.cuda_device(0) is not None
+        return {self.cache_root_variable: str(root), **jit_caches.server_environment(Path(root), gpu=gpu)}
 
     def start_config(self, config, overrides: tuple[str, ...]) -> StartConfig:
         return StartConfig(config)  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
@@ -80,8 +83,10 @@ class VllmEngine:
         check = server_key_check(request.model, list(request.flags), request.cache_root)
         out = before_starting(check, check.cache_root, check.model, check.flags)
         if out is None:
+            from cachetool.engines.vllm.root_writable import require_writable_for_vllm
             from cachetool.engines.vllm.server_env import environment_notes
 
+            require_writable_for_vllm(request.cache_root, "check")  # before vLLM would die on a read-only root
             out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
                         load_weights=request.load_weights, progress=request.messages)
             out.environment_notes = environment_notes(check.cache_root, self.server_environment(check.cache_root),

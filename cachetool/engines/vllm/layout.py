@@ -13,13 +13,16 @@ vLLM (V1 engine) writes::
     triton_cache/                                               TRITON_CACHE_DIR of a cachetool warm or check (and
                                                                 of a server started as docs/vllm.md says): the
                                                                 Triton kernels vLLM's own ops JIT-compile at start
+    inductor_cache/, flashinfer/, deep_gemm/,                   on a GPU, the other JIT caches a start fills, each
+    flashinfer_autotune_cache/                                  sent here by its variable (jit_caches.py)
 
 The compile tree is the same shape as the native one; only detection differs. Of each AOT folder's
 ``inductor_cache/aotautograd/`` only the newest entry is packed (:func:`stale_aotautograd`; ``cachetool prune``
 removes the others from a local root). The root's ``modelinfos/`` (one
 small JSON per architecture, checked by vLLM against its module's hash) and ``triton_cache/`` (Triton's own
 content-addressed kernel cache: a folder per kernel hash, valid for the Triton version, GPU and CUDA the bundle's
-fingerprint records) are packed with the root or any folder in it, each an install unit without a rank: a pulled
+fingerprint records), and on a GPU the other JIT caches (:mod:`~cachetool.engines.vllm.jit_caches`), are packed
+with the root or any folder in it, each an install unit without a rank: a pulled
 root without the first makes vLLM start a subprocess to inspect the model class again, without the second every
 fresh pod JIT-compiles vLLM's Triton kernels again (12-17 s on the H200).
 """
@@ -33,12 +36,13 @@ from cachetool.engines.vllm import unfinished
 from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.engines.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
                                              scan_compile_cache)
-from cachetool.cache_root import MODELINFOS, TRITON_CACHE
+from cachetool.cache_root import MODELINFOS
+from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS
 from cachetool.layouts.entries import Unit
 
 NAME = "vllm"
 MARKERS = ("vllm_compile_cache.py",)
-SHARED_FOLDERS = (MODELINFOS, TRITON_CACHE)  # beside torch_compile_cache/, shared by every rank
+SHARED_FOLDERS = (MODELINFOS, *JIT_FOLDERS)  # beside torch_compile_cache/, shared by every rank
 ROOT_NAMES = (TCC_NAME, *SHARED_FOLDERS)  # what a vLLM cache root holds at its top
 
 

@@ -45,6 +45,7 @@ class VllmStartResult:
     environment_notes: list[str] = dataclasses.field(default_factory=list)  # what a server started here would miss
     compiled: list[str] = dataclasses.field(default_factory=list)  # what it compiled or wrote (worker_facts' rule)
     vllm_counters: dict[str, int] = dataclasses.field(default_factory=dict)  # vLLM's own, summed: shown, not judged
+    written_outside: dict[str, int] = dataclasses.field(default_factory=dict)  # files added outside the root, by folder
     engine: str = "vllm"
 
     @property
@@ -108,6 +109,8 @@ class VllmStartResult:
                 + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()),
                 f"  vLLM log       {self.log}",
                 *(f"  server env     {note}" for note in self.environment_notes),
+                *(f"  outside root   {n} file(s) written in {folder}: they do not ship (every fresh pod builds them)"
+                  for folder, n in self.written_outside.items()),
                 f"  result         {verdict}"]
 
 

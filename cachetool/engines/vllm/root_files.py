@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachetool.cache_root import AOT, TCC, TRITON_CACHE
+from cachetool.cache_root import AOT, TCC
+from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS
 
 AOT_DIR = (TCC, AOT)
 KERNEL_SUFFIXES = (".so", ".cubin", ".hsaco")
 
 
 def kernel_files(cache_root: Path) -> set[str]:
-    """Kernel binaries under the root's compile cache and Triton cache (a new one is a kernel compiled)."""
+    """Kernel binaries under the root's compile cache and its JIT caches (a new one is a kernel compiled)."""
     out: set[str] = set()
-    for top in (cache_root.joinpath(*AOT_DIR[:1]), cache_root / TRITON_CACHE):
+    for top in (cache_root.joinpath(*AOT_DIR[:1]), *(cache_root / f for f in JIT_FOLDERS)):
         if top.is_dir():
             out.update(str(p) for p in top.rglob("*") if p.suffix in KERNEL_SUFFIXES and p.is_file())
     return out

@@ -2,7 +2,7 @@
 
 :func:`serve_once` runs ``python -m vllm.entrypoints.cli.main serve MODEL FLAGS`` (what the ``vllm`` command
 runs: the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT`` = the root and
-``TRITON_CACHE_DIR`` = its ``triton_cache/`` (as docs/vllm.md starts a server), waits for ``/health``, sends one
+the server environment ``pull`` prints (every JIT cache into the root: as docs/vllm.md starts a server), waits for ``/health``, sends one
 completion, asks every worker what it compiled and loaded, stops the server (its process group: SIGTERM, or SIGKILL
 when it was stopped while compiling) and reports what it did to the root: the key folders it added (a new folder is a
 key cachetool did not predict), the kernel binaries it wrote (what it compiled), and vLLM's own facts (the AOT key
@@ -29,8 +29,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from cachetool.cache_root import TRITON_CACHE, CacheRoot
-from cachetool.engines.vllm import facts, releases, worker_facts
+from cachetool.cache_root import CacheRoot
+from cachetool.engines.vllm import facts, jit_caches, releases, worker_facts
+from cachetool.engines.vllm.engine import VllmEngine
 from cachetool.engines.vllm.child_env import PROBE_DIR
 from cachetool.engines.vllm.prerequisites import python
 from cachetool.engines.vllm.root_files import kernel_files, key_folders
@@ -62,6 +63,7 @@ class ServerRun:
     log: str
     vllm_counters: dict[str, int] = dataclasses.field(default_factory=dict)  # vLLM's own, summed
     reports: list[dict] = dataclasses.field(default_factory=list)  # the workers' reports (worker_facts.recorded)
+    written_outside: dict[str, int] = dataclasses.field(default_factory=dict)  # JIT files written outside the root
 
     @property
     def compiled(self) -> bool:
@@ -131,10 +133,12 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
     port = free_port()
     cmd = [python(), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags, *PROBE, "--host", "127.0.0.1",
            "--port", str(port), *(["--api-key", api_key] if api_key else [])]
-    # started as docs/vllm.md says: the root's Triton kernels through TRITON_CACHE_DIR (``env`` may say otherwise)
+    # started as docs/vllm.md says: with the server environment pull prints (the root's JIT caches through their
+    # variables; ``env`` may say otherwise)
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                "TRITON_CACHE_DIR": str(root / TRITON_CACHE), **(env or {}), "VLLM_CACHE_ROOT": str(root),
+                **VllmEngine().server_environment(root), **(env or {}), "VLLM_CACHE_ROOT": str(root),
                 "VLLM_SERVER_DEV_MODE": "1"}
+    outside_before = jit_caches.outside_snapshot()
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE_DIR), full_env.get("PYTHONPATH")) if p)
     log_path = Path(tempfile.mkstemp(prefix="cachetool-vllm-serve-", suffix=".log")[1])
     t0 = time.perf_counter()
@@ -158,6 +162,7 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
     text = log_path.read_text(errors="replace")
     done = worker_facts.from_workers(workers) if workers else None
     new_kernels = len(kernel_files(root) - before)
+    outside = jit_caches.written_outside(outside_before, jit_caches.outside_snapshot())
     aot_expected = releases.aot_loads(facts.vllm_version(), releases.device_here())
     init = ENGINE_INIT.findall(text)
     return ServerRun(command=cmd, ready_seconds=round(ready, 3) if ready is not None else -1.0,
@@ -170,7 +175,7 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
                      graphs_compiled=done.graphs_compiled if done else 0,
                      evidence=worker_facts.compiled_evidence(done, new_kernels=new_kernels, aot_expected=aot_expected),
                      facts=done is not None, log=str(log_path), vllm_counters=done.vllm_counters if done else {},
-                     reports=[worker_facts.recorded(w) for w in workers or []])
+                     reports=[worker_facts.recorded(w) for w in workers or []], written_outside=outside)
 
 
 def served_name(model: str, flags: list[str]) -> str:

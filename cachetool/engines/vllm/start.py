@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from cachetool.cache_root import CacheRoot
-from cachetool.engines.vllm import releases, unfinished, worker_facts
+from cachetool.engines.vllm import jit_caches, releases, unfinished, worker_facts
 from cachetool.engines.vllm.child_process import run_child
 from cachetool.engines.vllm.headless import server_argv, server_model
 from cachetool.engines.vllm.prerequisites import check_model, require_vllm
@@ -51,6 +51,7 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     before, keys_before = kernel_files(root), key_folders(root)
+    outside_before = jit_caches.outside_snapshot()
     argv = server_argv(rest, load_weights)
     log_path = Path(tempfile.mkstemp(prefix=f"cachetool-vllm-{command}-", suffix=".log")[1])
     say(f"{command}: starting vLLM {version} on {root} (vLLM's log: {log_path})")
@@ -70,6 +71,10 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
             say(f"{command}: what vLLM hashes could not be recorded ({result['hashing_error']}): a pull for "
                 "another server command will ask vLLM itself")
         out = _report(command, model, root, rest, version, result, before, keys_before, log_path, wall)
+        out.written_outside = jit_caches.written_outside(outside_before, jit_caches.outside_snapshot())
+        for folder, n in out.written_outside.items():
+            say(f"{command}: vLLM wrote {n} file(s) outside the cache root, in {folder}: they do not ship, and every "
+                "fresh pod builds them again")
         if command == "warm":
             record_key_inputs(out, result, model, rest)
     return out

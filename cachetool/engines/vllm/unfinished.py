@@ -36,7 +36,8 @@ from pathlib import Path
 
 from cachetool import process_tree
 from cachetool.atomic import atomic_write
-from cachetool.cache_root import AOT, INCOMPLETE_DIR, MODELINFOS, TCC, TRITON_CACHE
+from cachetool.cache_root import AOT, INCOMPLETE_DIR, MODELINFOS, TCC
+from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS
 
 __all__ = ["Mark", "incomplete_reason", "marked", "touched_since"]
 
@@ -201,7 +202,7 @@ def _root_of(unit_dir: Path) -> tuple[Path, str] | None:
     if TCC in parts:
         i = len(parts) - 1 - parts[::-1].index(TCC)
         return Path(*parts[:i]), "/".join(parts[i:])
-    if unit_dir.name in (MODELINFOS, TRITON_CACHE):
+    if unit_dir.name in (MODELINFOS, *JIT_FOLDERS):
         return unit_dir.parent, unit_dir.name
     return None
 
