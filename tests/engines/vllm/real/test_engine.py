@@ -208,3 +208,30 @@ def test_native_options_with_the_vllm_engine_are_refused(tmp_path, tiny_model):
     r = cachetool("warm", "--model", "tiny", "--cache-root", tmp_path, "--", "-tp", "2")
     assert r.returncode == 2 and "--engine vllm" in error_line(r), r
     assert os.listdir(tmp_path) == []
+
+
+def test_check_on_a_read_only_root_says_so_in_one_line_before_vllm_starts(warmed, reading_the_warm_model, tmp_path):
+    """A pulled root mounted read-only (a read-only PVC, an image volume): vLLM writes under its root at every start
+    and dies there with EROFS (vLLM 0.26 on the H200), so check refuses in one line naming the root, the cause and
+    the fix, with exit 2, and starts nothing (no vLLM log). The mount is real: a private mount namespace in which a
+    copy of the warm's root is bind-mounted read-only; skipped where the kernel refuses one."""
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare for a read-only bind mount")
+    root = tmp_path / "root"
+    shutil.copytree(warmed["root"], root, symlinks=True)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    script = 'mount --bind "$ROOT" "$ROOT" && mount -o remount,bind,ro "$ROOT" && exec "$@"'
+    env = {**os.environ, "ROOT": str(root), "TMPDIR": str(logs)}
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script, "bash", sys.executable,
+                        "-m", "cachetool", "check", "--engine", "vllm", "--cache-root", str(root), "--require-hit",
+                        "--", str(warmed["model"]), *FLAGS], capture_output=True, text=True, env=env, timeout=300)
+    if "mount" in r.stderr and r.returncode == 32:
+        pytest.skip(f"no read-only bind mount here: {r.stderr.strip()[-200:]}")
+    line = error_line(r)
+    assert r.returncode == 2, r.stderr
+    assert f"cache root {root}" in line and "not writable" in line and "VLLM_CACHE_ROOT=" in line, line
+    assert not list(logs.glob("cachetool-vllm-*.log")), "vLLM was started"
