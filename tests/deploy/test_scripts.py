@@ -31,6 +31,11 @@ if [ "$1" = "-m" ] && [ "$2" = "pip" ] && [ "$(basename "$(dirname "$(dirname "$
   echo "pip outside the venv" >&2; exit 9
 fi
 here=$(dirname "$0")
+# FAIL_PIP / SLOW_PIP: a pip install whose arguments hold that text fails as pip does (an ERROR: line), or lasts 2.5 s
+if [ -n "$FAIL_PIP" ] && [[ "$*" == *"pip install"*"$FAIL_PIP"* ]]; then
+  echo "ERROR: No matching distribution found for $FAIL_PIP" >&2; exit 1
+fi
+if [ -n "$SLOW_PIP" ] && [[ "$*" == *"pip install"*"$SLOW_PIP"* ]]; then sleep 2.5; fi
 case "$*" in
   "-c import torch") [ -f "$here/../torch" ] || exit 1 ;;  # torch is there once pip installed it
   *"pip install"*"torch=="*)
@@ -190,3 +195,52 @@ def test_an_unreachable_torch_index_is_named_with_its_cause(tmp_path):
     assert "cannot be reached: [Errno 111] Connection refused" in failed[0], failed
     assert "ResolutionImpossible" not in r.stderr and "No matching distribution" not in r.stderr, r.stderr
     assert not list(tmp_path.glob("cachetool-torch.*")), "the pip log was left behind"
+
+
+# ------------------------------------------------------------------------------ issue 45, item 5: a quiet pip step
+def test_a_long_pip_step_says_every_few_seconds_that_it_is_still_at_work(fake):
+    """Before: `install.sh --vllm`'s pip step printed nothing for about 2 minutes. Now every step that waits on pip
+    says so every CACHETOOL_HEARTBEAT_S seconds (10 by default), naming the step."""
+    r = fake("install.sh", SLOW_PIP="-e", CACHETOOL_HEARTBEAT_S="1")
+    assert r.returncode == 0, r.stderr
+    beats = [ln for ln in r.stdout.splitlines() if "still at: install cachetool into" in ln]
+    first = f"install.sh: still at: install cachetool into {fake.venv} (1 s)"
+    assert len(beats) >= 2 and beats[0].strip() == first, r.stdout
+
+
+def _pip_installs(fake) -> list[str]:
+    return [c for c in fake.log.read_text().splitlines() if " -m pip install" in c]
+
+
+def test_install_takes_every_wheel_from_the_folder_cachetool_wheels_names(fake, tmp_path):
+    """Before: no documented way to install from a local wheel folder. CACHETOOL_WHEELS=/dir makes every pip install
+    (torch, the project, vLLM) take its wheels from that folder alone, and PyTorch's index is never asked."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    r = fake("install.sh", "--vllm", CACHETOOL_WHEELS=str(wheels))
+    assert r.returncode == 0, r.stderr
+    calls = _pip_installs(fake)
+    assert len(calls) == 3 and all(f"--no-index --find-links {wheels} " in c for c in calls), calls
+    assert not any("--extra-index-url" in c for c in calls), calls
+
+    fake.log.write_text("")
+    shutil.rmtree(fake.venv)
+    r = fake("install.sh", CACHETOOL_WHEELS=str(wheels), NO_LOCAL_TORCH="1")
+    failed = [ln for ln in r.stderr.splitlines() if "FAILED at step: " in ln]
+    assert r.returncode != 0 and len(failed) == 1, r.stderr
+    assert f"no torch==2.13.0+cpu in the wheel folder CACHETOOL_WHEELS={wheels}" in failed[0], failed
+    assert not any("--extra-index-url" in c for c in _pip_installs(fake))
+
+
+def test_a_failed_pip_step_names_pips_error_and_how_to_install_offline(fake):
+    r = fake("install.sh", FAIL_PIP="-e")
+    failed = [ln for ln in r.stderr.splitlines() if "FAILED at step: " in ln]
+    assert r.returncode != 0 and len(failed) == 1, r.stderr
+    assert "install cachetool into" in failed[0] and "No matching distribution found for -e" in failed[0], failed
+    assert "CACHETOOL_WHEELS=/dir" in failed[0] and "PIP_INDEX_URL" in failed[0], failed
+
+
+def test_a_wheel_folder_that_is_not_one_is_refused_first(fake, tmp_path):
+    r = fake("install.sh", CACHETOOL_WHEELS=str(tmp_path / "nowhere"))
+    assert r.returncode == 2 and f"CACHETOOL_WHEELS={tmp_path / 'nowhere'} is not a folder" in r.stderr, r.stderr
+    assert _pip_installs(fake) == []
