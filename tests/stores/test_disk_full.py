@@ -19,7 +19,7 @@ from tests.cache_trees import make_native_tree
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 1 MiB file system (tmpfs)."""
+    """A real 1 MiB file system (tmpfs), as test_failures.py's (a shared one belongs in tests/stores/conftest.py)."""
     mnt = tmp_path / "small"
     mnt.mkdir()
     p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
