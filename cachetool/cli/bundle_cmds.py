@@ -9,9 +9,9 @@ import click
 from cachetool import exit_codes
 from cachetool.api import ENGINE_CHOICES
 from cachetool.cli.group import cli
-from cachetool.cli.common import (OneLineCommand, device_option, human_size, json_option, layout_option,
-                                  native_cache_root_option, ranks_option, replace_options, sign_key_option,
-                                  trust_option, warn_loud)
+from cachetool.cli.common import (OneLineCommand, WordedDefault, device_option, exact_size, human_size, json_option,
+                                  layout_option, native_cache_root_option, ranks_option, replace_options,
+                                  sign_key_option, trust_option, warn_loud)
 from cachetool.cli.output import emit
 from cachetool.cli.store_options import options_dict, store_options
 
@@ -36,8 +36,8 @@ def pack_cmd(path, output, sign_key, layout, level, as_json):
         click.echo("unsigned: `cachetool sign` it before others can install it", err=True)
     b = r.bytes
     return emit(as_json, r.to_dict(),
-                f"packed {r.files} files ({human_size(b.raw)}; {r.unique_blobs} unique, {human_size(b.unique)}; "
-                f"{human_size(b.compressed)} compressed) layout={r.layout} ranks={','.join(r.ranks) or '-'} -> "
+                f"packed {r.files} files: raw {human_size(b.raw)}, {r.unique_blobs} unique {human_size(b.unique)}, "
+                f"compressed blobs {exact_size(b.compressed)}; layout={r.layout} ranks={','.join(r.ranks) or '-'} -> "
                 f"{r.output}\nmanifest {r.manifest_digest}  platform {r.platform}"
                 + (f"\nsigned by {', '.join(r.signed_by)}" if r.signed_by else ""))
 
@@ -99,8 +99,8 @@ def inspect_cmd(bundle, as_json, show_files, platform, endpoint_url, profile, in
     dedupe = (b.raw / b.unique) if b.unique else 1.0
     lines += [f"ranks     {', '.join(info.ranks) or '-'}  ({len(info.units)} install units)",
               f"files     {info.files} files, {info.unique_blobs} unique",
-              f"bytes     raw {b.raw} ({human_size(b.raw)}), unique {b.unique} ({human_size(b.unique)}, "
-              f"dedupe x{dedupe:.2f}), compressed {b.compressed} ({human_size(b.compressed)})"]
+              f"bytes     raw {exact_size(b.raw)}, unique {exact_size(b.unique)}, dedupe x{dedupe:.2f}, "
+              f"compressed blobs {exact_size(b.compressed)}"]
     if show_files:
         lines += [f"  {f['mode']:04o} {f['size']:>12} {f['digest'][7:19]} {f['path']}" for f in info.file_list]
     click.echo("\n".join(lines))
@@ -159,7 +159,8 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, k
 @json_option
 @click.option("--exit-code", is_flag=True,
               help=f"Exit {exit_codes.DIFFERS.code} when something differs (0 when nothing does).")
-@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=None, show_default="A's, by its layout",
+@click.option("--engine", cls=WordedDefault, type=click.Choice(ENGINE_CHOICES), default=None,
+              show_default="A's, by its layout",
               help="The engine of the `local` server: vllm compares vLLM's facts and, with --model and vLLM's "
                    "flags after --, the key inputs vLLM computes for that server.")
 @click.option("--model", "-m", default=None, help="--engine vllm: the server's model (folder or hub id).")

@@ -3,6 +3,8 @@ warnings and the shared options (``--layout``'s choices come from the layout reg
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from cachetool.api import CACHE_ROOT_HELP, DEFAULT_CACHE_ROOT_HELP
@@ -11,13 +13,37 @@ from cachetool.errors import UsageError
 
 class OneLineCommand(click.Command):
     """A bad flag, a missing argument or a bad value is one ``error:`` line and exit 2, like every other bad
-    input (click's own report is three lines, with ``Usage:`` and ``Error:``)."""
+    input (click's own report is three lines, with ``Usage:`` and ``Error:``). ``cachetool --help`` lists the verb
+    with its help's first sentence, whole."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
             raise UsageError(f"{exc.format_message()} (see `cachetool {self.name} --help`)") from None
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The help's first sentence, whole: click's cuts it at the terminal's width with "…" (the list wraps it)."""
+        if self.short_help or not self.help:
+            return super().get_short_help_str(limit)
+        return first_sentence(self.help)
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph, on one line."""
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    return re.split(r"(?<=[.)])\s+(?=[A-Z])", paragraph, maxsplit=1)[0]
+
+
+class WordedDefault(click.Option):
+    """An option whose default is said in words (``show_default="3600 s (1 hour)"``), shown as written: click puts a
+    worded default in parentheses, ``[default: (3600 s (1 hour))]``."""
+
+    def get_help_extra(self, ctx: click.Context):
+        extra = super().get_help_extra(ctx)
+        if isinstance(self.show_default, str):
+            extra["default"] = self.show_default
+        return extra
 
 
 def human_size(n: int) -> str:
@@ -28,6 +54,17 @@ def human_size(n: int) -> str:
             return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
         f /= 1024
     return f"{n} B"
+
+
+def exact_size(n: int) -> str:
+    """``398319`` → ``389.0 KiB (398319 B)``: a size as people read it and as the bytes that every other report of the
+    same quantity shows (``ls``, ``--json``)."""
+    return f"{human_size(n)} ({n} B)"
+
+
+# What a store holds of a bundle, the size `ls` lists (STORED) and `warm --push` reports; `pack` and `inspect` report
+# the compressed blobs alone (the manifest is made with them).
+STORED_MEANS = "compressed blobs and manifest"
 
 
 def warn_loud(msg: str) -> None:

@@ -16,8 +16,8 @@ from cachetool import exit_codes
 from cachetool.cli import output
 from cachetool.cli.group import cli
 from cachetool.cli.store_options import options_dict, store_options as _store_options
-from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, device_option, json_option,
-                                  sign_key_option)
+from cachetool.cli.common import (CC_HELP, STORED_MEANS, OneLineCommand, cache_root_option, device_option,
+                                  exact_size, json_option, sign_key_option)
 from cachetool.cli.output import emit
 from cachetool.errors import EngineMissError
 from cachetool.api import ENGINE_CHOICES, ENGINE_HELP, CompilationConfigError, init_logging
@@ -133,7 +133,7 @@ def warm(ctx: click.Context, model: str | None, cache_root: str | None, device: 
          rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,
          engine_args: tuple[str, ...], push_ref: str | None, sign_key: str | None, endpoint_url: str | None,
          profile: str | None, insecure: bool) -> None:
-    """Run the compile pipeline for MODEL as a server would, filling the cache root; with --push, also pack,
+    """Run the compile pipeline for the --model as a server would, filling the cache root; with --push, also pack,
     sign and push the result. With --engine vllm, real vLLM runs headless (`warm --engine vllm --model DIR --
     [vllm serve flags]`) and the key folder it wrote is packed with vLLM's facts."""
     from cachetool.api import start_request, warm as warm_api
@@ -152,14 +152,20 @@ def warm(ctx: click.Context, model: str | None, cache_root: str | None, device: 
     if as_json:
         return emit(True, summary.to_json(), f"{_summary(summary.compile)}; pushed {summary.push.ref}")
     _show(summary.compile, False)
+    click.echo("\n".join(push_lines(summary)))
+
+
+def push_lines(summary) -> list[str]:
+    """What ``warm --push`` adds to the start's lines: the sizes (each named, in binary units with the exact bytes
+    that ``ls`` and ``--json`` show for the same quantity), where it went, the phases."""
     p = summary.push
-    click.echo(f"  bytes          {summary.bytes_raw} raw, {summary.bytes_unique} unique, "
-               f"{summary.bytes_compressed} compressed")
-    click.echo(f"  pushed         {p.ref} [{p.platform}] {p.manifest_digest}")
-    click.echo(f"  pinned         {p.pinned}")
-    click.echo(f"  blobs          {p.blobs_uploaded} uploaded, {p.blobs_skipped} already there; "
-               f"{'signed' if p.signed else 'UNSIGNED'}")
-    click.echo("  phases         " + ", ".join(f"{k} {v:.2f} s" for k, v in summary.phases.items()))
+    return [f"  bytes          raw {exact_size(summary.bytes_raw)}, unique {exact_size(summary.bytes_unique)}, "
+            f"stored {exact_size(summary.bytes_compressed)}: {STORED_MEANS}, as `ls` lists it",
+            f"  pushed         {p.ref} [{p.platform}] {p.manifest_digest}",
+            f"  pinned         {p.pinned}",
+            f"  blobs          {p.blobs_uploaded} uploaded, {p.blobs_skipped} already there; "
+            f"{'signed' if p.signed else 'UNSIGNED'}",
+            "  phases         " + ", ".join(f"{k} {v:.2f} s" for k, v in summary.phases.items())]
 
 
 @cli.command(cls=CompileCommand, context_settings=_CONTEXT)
@@ -171,7 +177,7 @@ def warm(ctx: click.Context, model: str | None, cache_root: str | None, device: 
 def check(ctx: click.Context, model: str | None, cache_root: str | None, device: str, compilation_config: str | None,
           rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,
           engine_args: tuple[str, ...], require_hit: bool) -> None:
-    """Start MODEL as a server would (load, prefill and decode) and report compiled vs loaded graphs. With
+    """Start the --model as a server would (load, prefill and decode) and report compiled vs loaded graphs. With
     --engine vllm, real vLLM starts on the cache root with the flags after -- and reports what Inductor compiled
     and loaded and whether vLLM loaded its AOT artifact; --require-hit then exits 4 on a miss, naming why."""
     from cachetool.api import check as check_api, start_request

@@ -10,9 +10,9 @@ from cachetool.api import ENGINE_CHOICES, GC_MIN_AGE_S, ON_MISS, PULL_OUTCOMES, 
 from cachetool.cli import output
 from cachetool.cli.group import cli
 from cachetool.cli.output import emit
-from cachetool.cli.common import (CC_HELP, OneLineCommand, cache_root_option, device_option, human_size, json_option,
-                                  layout_option, ranks_option, replace_options, sign_key_option, trust_option,
-                                  warn_loud)
+from cachetool.cli.common import (CC_HELP, STORED_MEANS, OneLineCommand, WordedDefault, cache_root_option,
+                                  device_option, exact_size, human_size, json_option, layout_option, ranks_option,
+                                  replace_options, sign_key_option, trust_option, warn_loud)
 from cachetool.cli.store_options import options_dict, store_options
 from cachetool.cli.compile_cmds import CompileCommand
 from cachetool.errors import CachetoolError, UsageError
@@ -153,7 +153,8 @@ def _given_on_miss(args: list[str]) -> str:
               help="Bound the whole pull; past it exit 7.")
 @click.option("--on-miss", type=click.Choice(ON_MISS), default=ON_MISS_DEFAULT, show_default=True,
               help=_continued_help())
-@click.option("--workers", type=click.IntRange(1, 64), default=None, show_default="2 per CPU core, from 2 to 8",
+@click.option("--workers", cls=WordedDefault, type=click.IntRange(1, 64), default=None,
+              show_default="2 per CPU core, from 2 to 8",
               help="Parallel downloads.")
 @json_option
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: when stderr is a terminal).")
@@ -215,11 +216,11 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=listing.store, box=None)
-    for col in ("REF", "PLATFORM", "CREATED", "SIZE", "DIGEST", "GPU"):
+    t = Table(title=listing.store, box=None, caption=f"STORED: {STORED_MEANS}", caption_justify="left")
+    for col in ("REF", "PLATFORM", "CREATED", "STORED", "DIGEST", "GPU"):
         t.add_column(col)
     for row in listing.refs:
-        t.add_row(row.ref, row.platform, row.created, human_size(row.size), row.manifest_digest[:19],
+        t.add_row(row.ref, row.platform, row.created, exact_size(row.size), row.manifest_digest[:19],
                   str(row.fingerprint.get("gpu") or "-"))
     Console(width=200).print(t)
     return 0
@@ -227,7 +228,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 
 @cli.command("rm", cls=OneLineCommand)
 @click.argument("ref")
-@click.option("--platform", default=None, help="Remove only this platform's entry of the tag.")
+@click.option("--platform", default=None, metavar="PLATFORM", help="Remove only this platform's entry of the tag.")
 @json_option
 @store_options
 def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
@@ -251,8 +252,9 @@ def _age(seconds: float) -> str:
 @cli.command("gc", cls=OneLineCommand)
 @click.argument("store")
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=_age(GC_MIN_AGE_S),
-              metavar="SECONDS", help="Keep objects written more recently (a push in flight writes blobs before its ref).")
+@click.option("--older-than", cls=WordedDefault, type=click.FloatRange(min=0), default=GC_MIN_AGE_S,
+              show_default=_age(GC_MIN_AGE_S), metavar="SECONDS",
+              help="Keep objects written more recently (a push in flight writes blobs before its ref).")
 @json_option
 @store_options
 def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure):
@@ -277,7 +279,8 @@ def gc_cmd(store, dry_run, older_than, as_json, endpoint_url, profile, insecure)
 @click.option("--cache-root", type=click.Path(file_okay=False), default=None,
               help="Cache root to prune (required: prune deletes, so the root is named, never a default).")
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
-@click.option("--older-than", type=click.FloatRange(min=0), default=GC_MIN_AGE_S, show_default=_age(GC_MIN_AGE_S),
+@click.option("--older-than", cls=WordedDefault, type=click.FloatRange(min=0), default=GC_MIN_AGE_S,
+              show_default=_age(GC_MIN_AGE_S),
               metavar="SECONDS", help="Keep entries written more recently (a server may be starting now).")
 @json_option
 def prune_cmd(cache_root, dry_run, older_than, as_json):

@@ -11,11 +11,12 @@ class TransferProgress:
         self._p = None
         if enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                               TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+            # binary units, as every size cachetool prints (KiB, MiB, GiB); rich's defaults are decimal (kB, MB, GB)
+            self._p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                               binary_speed_column(), TimeRemainingColumn(), console=Console(stderr=True),
+                               transient=False)
 
     @property
     def enabled(self) -> bool:
@@ -43,6 +44,23 @@ class TransferProgress:
         if self._p and task is not None:
             done = self._p.tasks[[t.id for t in self._p.tasks].index(task)].completed
             self._p.update(task, total=done, completed=done)
+
+
+def binary_speed_column():
+    """rich's transfer speed column in binary units (``1.5 MiB/s``)."""
+    from rich import filesize
+    from rich.progress import TransferSpeedColumn
+    from rich.text import Text
+
+    class BinarySpeedColumn(TransferSpeedColumn):
+        def render(self, task) -> Text:
+            speed = task.finished_speed or task.speed
+            if speed is None:
+                return Text("?", style="progress.data.speed")
+            unit, suffix = filesize.pick_unit_and_suffix(int(speed), ["B", "KiB", "MiB", "GiB", "TiB"], 1024)
+            return Text(f"{speed / unit:.1f} {suffix}/s", style="progress.data.speed")
+
+    return BinarySpeedColumn()
 
 
 def progress_default(progress: bool | None) -> bool:

@@ -1,8 +1,8 @@
 """What ``ls TARGET`` lists (cachetool/refs/admin.py ``listing``), on a real file store (issue 45, item 2).
 
-``ls file:///d/store/tiny`` was exit 5 ("…/store/tiny does not exist") while ``pull`` reads the same text as the bundle
-name ``tiny`` of the store ``file:///d/store`` (its ``:latest``), and ``ls …/store/tiny:latest`` said "no refs" of a
-name whose only tag is ``v1``. A target is now read as every verb reads a ref: a tag lists that tag, or names the
+``ls file:///d/store/tiny`` was exit 5 ("…/store/tiny does not exist") while ``pull`` reads the same text as the
+bundle name ``tiny`` of the store ``file:///d/store`` (its ``:latest``), and ``ls …/store/tiny:latest`` said "no refs"
+of a name whose only tag is ``v1``. A target is now read as every verb reads a ref: a tag lists that tag, or names the
 tags there; a bundle name lists its tags, as one listing; a store lists everything."""
 
 from __future__ import annotations

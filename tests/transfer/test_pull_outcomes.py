@@ -193,7 +193,7 @@ def test_the_pull_progress_bar_ends_at_100_percent(store, tmp_path, cli):
     r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--trust", store["pub"],
             "--progress")
     assert r.rc == 0, r
-    sizes = re.findall(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) ([kMG]?B)", r.err)
+    sizes = re.findall(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) (bytes|[KMG]iB)", r.err)
     assert sizes, r.err
     done, total, _ = sizes[-1]
     assert done == total, r.err
