@@ -124,8 +124,8 @@ def sleep(seconds: float, what: str) -> None:
 
 
 def finish_within(bound: Bound, work: Callable[[], T], what: str, abandoned: threading.Event | None = None) -> T:
-    """``work()``, run in a worker thread of this context, waited for until ``bound``'s deadline (and a stop request),
-    then for :data:`UNWIND_SECONDS` while the worker ends at its own checks and cleans up. A worker still running then
+    """``work()``, run in a worker thread of this context, waited for until ``bound``'s deadline (or a stop signal
+    raised in this thread), then for :data:`UNWIND_SECONDS` while the worker ends at its own checks and cleans up. A worker still running then
     is left behind (a daemon thread; ``abandoned`` is set) and the timeout, naming the phase that was running, is
     raised: so the deadline holds whatever the work is doing (an import of torch, a request that never answers).
     A failure of the work that came past the deadline is the timeout too (``from`` the failure): past the bound a
