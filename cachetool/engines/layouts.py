@@ -67,6 +67,14 @@ def incomplete_reason(layout: str, unit_dir: str | Path, ranked: bool) -> str | 
     return rule(Path(unit_dir), ranked) if rule is not None else None
 
 
+def settle_installed(layout: str, root: str | Path) -> None:
+    """What the files of ``layout`` need once installed under ``root``, where the layout states it
+    (``settle_installed(root)``: vLLM's FlashInfer workspace gets its recorded modification times back)."""
+    rule = getattr(LAYOUTS.get(layout), "settle_installed", None)
+    if rule is not None:
+        rule(Path(root))
+
+
 def stale_entries(root: str | Path) -> list[Path]:
     """What no later start reads under a cache root, by every layout that states such a rule (vLLM's per-start
     AOTAutograd entries, ...); ``cachetool prune`` removes them."""

@@ -17,6 +17,7 @@ from cachetool.install.fs import (STAGING_PREFIX, fs_error, lock_root, open_root
                                   remove_stale_staging, sync_tree)
 from cachetool.install.plan import Plan, plan_install
 from cachetool.install.preflight import run_preflight
+from cachetool.engines.layouts import settle_installed
 from cachetool.install.ranks import parse_ranks, select_units
 from cachetool.install.stage import check_complete, stage
 from cachetool.install.timing import PhaseClock
@@ -106,6 +107,8 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
         plan, nbytes, nfiles, fetched = _install_locked(source, manifest, units, root, root_fd,
                                                         options.keep_changed and not options.force, options.workers,
                                                         clock)
+        with clock.phase("settle"):
+            settle_installed(manifest.layout, root)  # under the lock still: what the layout's files need in place
         for path in sorted(plan.replace):
             (options.warn or log.warning)(f"replaced {path} in {root}: its files differed from the bundle")
         return InstallResult(

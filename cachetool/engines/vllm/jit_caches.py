@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import json
 import os
 from pathlib import Path
 
@@ -87,3 +88,47 @@ def written_outside(before: dict[str, int], after: dict[str, int]) -> dict[str, 
     """The outside folders a start added files to, and how many: a hot start that writes there is a defect a warm
     reports (those files are built again on every fresh pod)."""
     return {folder: n - before.get(folder, 0) for folder, n in after.items() if n > before.get(folder, 0)}
+
+
+# FlashInfer builds its JIT modules with ninja at every load, and ninja rebuilds an output whose recorded build time
+# (.ninja_log) is older than an input: a pulled workspace, every file dated by the pull, rebuilt every module. The
+# warm records each workspace file's modification time; after an install they are set back, so ninja finds the
+# workspace as the warm left it. Its build commands hold the workspace's absolute path: a FlashInfer cache hits
+# only in a root at the path it was built at (the path rule of docs/vllm.md).
+MTIMES_FILE = "cachetool_mtimes.json"
+KEEPS_MTIMES = ("flashinfer",)
+
+
+def record_mtimes(root: Path) -> list[Path]:
+    """Write, in each JIT folder of :data:`KEEPS_MTIMES` that ``root`` holds, every file's modification time (ns);
+    returns the files written."""
+    written = []
+    for name in KEEPS_MTIMES:
+        folder = Path(root) / name
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        times = {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*"))
+                 if p.is_file() and not p.is_symlink() and p.name != MTIMES_FILE}
+        (folder / MTIMES_FILE).write_text(json.dumps({"root": str(root), "mtime_ns": times},
+                                                     indent=0, sort_keys=True))
+        written.append(folder / MTIMES_FILE)
+    return written
+
+
+def restore_mtimes(root: Path) -> int:
+    """Set the recorded modification times back on the files of ``root``'s JIT folders (after an install); returns
+    how many were set. A file missing or not a plain file is left alone; a record that is not one is ignored."""
+    restored = 0
+    for name in KEEPS_MTIMES:
+        folder = Path(root) / name
+        try:
+            times = json.loads((folder / MTIMES_FILE).read_text())["mtime_ns"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for rel, ns in times.items():
+            path = folder / rel
+            if ".." in Path(rel).parts or not isinstance(ns, int) or path.is_symlink() or not path.is_file():
+                continue
+            os.utime(path, ns=(ns, ns), follow_symlinks=False)
+            restored += 1
+    return restored

@@ -37,7 +37,7 @@ from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.engines.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
                                              scan_compile_cache)
 from cachetool.cache_root import MODELINFOS
-from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS
+from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS, restore_mtimes
 from cachetool.layouts.entries import Unit
 
 NAME = "vllm"
@@ -106,3 +106,9 @@ def stale_entries(root: Path) -> list[Path]:
     entries but the last start's of each rank (:func:`stale_aotautograd`)."""
     tcc = Path(root) / TCC_NAME
     return stale_aotautograd(tcc) if tcc.is_dir() and not tcc.is_symlink() else []
+
+
+def settle_installed(root: Path) -> None:
+    """After an install: the FlashInfer workspace's files get the modification times the warm recorded, or its
+    ninja would rebuild every module (:func:`cachetool.engines.vllm.jit_caches.restore_mtimes`)."""
+    restore_mtimes(root)

@@ -77,6 +77,7 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
                 "fresh pod builds them again")
         if command == "warm":
             record_key_inputs(out, result, model, rest)
+            jit_caches.record_mtimes(root)  # FlashInfer's ninja reads them (jit_caches.restore_mtimes)
     return out
 
 

@@ -269,6 +269,41 @@ def test_the_triton_cache_ships_as_a_unit_of_its_own_and_installs_where_the_serv
     assert (root / "triton_cache" / ("cd" * 16) / "triton_.cubin").read_bytes().startswith(b"\x7fELF")
 
 
+def test_every_jit_cache_ships_as_a_unit_and_flashinfers_workspace_keeps_its_build_times(tmp_path, cli, keys):
+    """On a GPU a start fills FlashInfer's JIT workspace, DeepGEMM's kernels, FlashInfer's autotune results and
+    Inductor's early cache under the root (their variables: jit_caches.py): each is an install unit without a rank,
+    so a pulled root has them (pack used to drop them without a word). FlashInfer's ninja rebuilds a module whose
+    inputs are newer than its recorded build: the warm records the workspace's modification times and the install
+    sets them back, so the pulled workspace is as the warm left it (a pull dated every file now)."""
+    import os
+
+    from cachetool.engines.vllm import jit_caches
+
+    src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
+    ws = src / "flashinfer" / ".cache" / "flashinfer" / "0.6.14" / "90a"
+    _w(ws / "cached_ops" / "fp8_gemm" / "fp8_gemm.so", b"\x7fELF" + b"\3" * 300)
+    _w(ws / "cached_ops" / "fp8_gemm" / ".ninja_log", b"# ninja log v5\n")
+    _w(ws / "generated" / "fp8_gemm.cu", b"// generated")
+    _w(src / "deep_gemm" / "cache" / "kernel.gemm.abc" / "kernel.cubin", b"CUBIN" * 50)
+    _w(src / "flashinfer_autotune_cache" / "0.6.14" / "90a" / ("ef" * 32) / "autotune_configs.json", b"{}")
+    _w(src / "inductor_cache" / "xy" / "kernel.py", b"# kernel")
+    built = 1_700_000_000_000_000_000  # the warm's build, long before the pull
+    for p in ws.rglob("*"):
+        if p.is_file():
+            os.utime(p, ns=(built, built))
+    assert jit_caches.record_mtimes(src) == [src / "flashinfer" / jit_caches.MTIMES_FILE]
+    units = {u.path: u.rank for u in scan(src).units}
+    assert {f: units.get(f, "missing") for f in jit_caches.FOLDERS if (src / f).exists()} == {
+        "flashinfer": None, "deep_gemm": None, "flashinfer_autotune_cache": None, "inductor_cache": None}
+    ctb = tmp_path / "x.ctb"
+    assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
+    root = tmp_path / "root"
+    assert cli("install", ctb, "--cache-root", root, "--trust", keys["pub"], "--no-preflight").rc == 0
+    pulled = root / ws.relative_to(src)
+    assert (root / "deep_gemm" / "cache" / "kernel.gemm.abc" / "kernel.cubin").is_file()
+    assert {p.stat().st_mtime_ns for p in pulled.rglob("*") if p.is_file()} == {built}
+
+
 def test_a_native_preset_is_refused_for_vllm_in_one_line():
     import pytest
 
