@@ -41,7 +41,7 @@ from cachetool.engines.torch.layout import FACTS
 from cachetool.engines.torch.variables import CACHE_KEY_SETTINGS
 from cachetool.errors import PreflightError
 
-__all__ = ["FACT_NAMES", "SCHEMA", "check_env", "closest_differences", "compiler_values", "env_values", "key_of",
+__all__ = ["FACT_NAMES", "NOT_CODE", "SCHEMA", "changes_code", "check_env", "closest_differences", "compiler_values", "env_values", "key_of",
            "local_compiler_values", "local_factors", "recorded_factors", "write_facts"]
 
 SCHEMA = 1
@@ -124,15 +124,39 @@ def local_factors(device: str) -> Factors:
     return Factors({"compiler": _factor(local_compiler_values(device)), "env": _factor(env_values())})
 
 
+# Recorded variables that change no generated code: whether Inductor's caches are used (a switch, not what they
+# hold: its cache key leaves these settings out), where remote caches are, logging, and PyTorch's run-time settings
+# (PYTORCH_*: the allocator, NVML, warnings; none is an Inductor setting). diff names them; a pull never refuses on
+# them: a false miss (``TORCHINDUCTOR_FX_GRAPH_CACHE=1``, the default, set explicitly, refused a cache check hit).
+NOT_CODE = frozenset({
+    "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
+    "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE",
+    "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE", "TORCHINDUCTOR_REDIS_HOST", "TORCHINDUCTOR_REDIS_PORT",
+    "TORCHINDUCTOR_WORKER_START", "TORCHINDUCTOR_WORKER_SUPPRESS_LOGGING", "TORCHINDUCTOR_DEBUG",
+    "TORCH_COMPILE_DEBUG", "TORCH_COMPILE_CPROFILE", "TORCHINDUCTOR_PROFILE", "TRITON_PRINT_AUTOTUNING",
+    "TRITON_DEBUG"})
+
+
+def changes_code(name: str) -> bool:
+    """Whether the variable ``name`` can change what Inductor or Triton generate (a pull compares only these)."""
+    return not name.startswith("PYTORCH_") and name not in NOT_CODE
+
+
+def code_env(values: dict | None) -> dict | None:
+    return None if values is None else {k: v for k, v in values.items() if changes_code(k)}
+
+
 def check_env(manifest: Any) -> list[str]:
     """The install preflight's check: the Inductor and Triton variables a key folder was warmed with against this
-    machine's (a pull runs with the server's environment); a :class:`PreflightError` names the first variable
-    that differs in every key folder, before any blob."""
-    here = Factors({"env": _factor(env_values())})
+    machine's (a pull runs with the server's environment), those that change generated code only
+    (:func:`changes_code`); a :class:`PreflightError` names the first variable that differs in every key folder,
+    before any blob."""
+    here = Factors({"env": _factor(code_env(env_values()))})
     keys = [k for k in manifest.keys if k.factors is not None and k.factors.values("env") is not None]
     first: list[Difference] = []
     for k in keys:
-        diffs = compare_factors(k.factors, here, only=("env",))
+        warm = Factors({"env": _factor(code_env(k.factors.values("env")))})
+        diffs = compare_factors(warm, here, only=("env",))
         if not diffs:
             return ["Inductor and Triton variables"]
         first = first or diffs

@@ -91,6 +91,27 @@ def test_the_preflight_checks_the_inductor_variables_the_warm_had(tmp_path, monk
             key.check_env(b.manifest)
 
 
+@pytest.mark.parametrize("variable", ["TORCHINDUCTOR_FX_GRAPH_CACHE", "PYTORCH_NO_CUDA_MEMORY_CACHING"])
+def test_a_variable_that_changes_no_generated_code_is_never_a_pull_refusal(tmp_path, monkeypatch, cli, keys,
+                                                                           variable):
+    """A pull under TORCHINDUCTOR_FX_GRAPH_CACHE=1 (the default, set explicitly) or PYTORCH_NO_CUDA_MEMORY_CACHING=1
+    was refused (exit 4) while check on the same root said hit: neither changes what Inductor generates. Such a
+    variable is recorded and diff names it; a pull installs, set either way round."""
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+    monkeypatch.setenv(variable, "1")  # the warm had it
+    root, _k = make_torch_root(tmp_path / "r")
+    store = f"file://{tmp_path / 'store'}/m:main"
+    assert cli("push", root, store, "--sign-key", keys["priv"]).rc == 0
+    monkeypatch.delenv(variable)  # the pull does not
+    r = cli("pull", store, "--engine", "torch", "--cache-root", tmp_path / "pulled", "--trust", keys["pub"])
+    assert r.rc == 0, r
+    monkeypatch.setenv(variable, "0")  # or has another value
+    r = cli("pull", store, "--engine", "torch", "--cache-root", tmp_path / "pulled2", "--trust", keys["pub"])
+    assert r.rc == 0, r
+    d = cli("diff", store, "local", "--engine", "torch")
+    assert variable in d.out + d.err, d
+
+
 def test_a_torch_bundle_and_a_native_bundle_share_a_tag_each_pulled_by_its_engine(tmp_path, cli, keys):
     store = f"file://{tmp_path / 'store'}/m:main"
     root, _ = make_torch_root(tmp_path / "t")
