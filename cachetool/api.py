@@ -192,12 +192,20 @@ def warm(model: str | Start | None = None, *, cache_root: str | Path | None = No
 
 def _stopped_by_signals(command: str, root: CacheRoot) -> AbstractContextManager[Any]:
     """A start (``warm``, ``check``) that SIGINT or SIGTERM ends cleanly (:mod:`cachetool.stop_signals`): every
-    process it started ended, :class:`~cachetool.errors.StopSignalError` (exit 130), what it left unfinished in the
-    root refused by ``pack`` (the engine's layout says what is unfinished)."""
+    process it started ended, :class:`~cachetool.errors.StopSignalError` (exit 130) naming what is left of the root:
+    a root the start created is removed (every engine does), what it left unfinished in one that was there is
+    refused by ``pack`` (the engine's layout says what is unfinished)."""
     from cachetool.stop_signals import stopped_by_signals
 
-    return stopped_by_signals(lambda name: f"{command} stopped by {name}: every process it started is ended; pack "
-                                           f"refuses what it left unfinished in {root.path} until a warm completes")
+    return stopped_by_signals(lambda name: f"{command} stopped by {name}: every process it started is ended; "
+                                           f"{_left_of_root(root.path)}")
+
+
+def _left_of_root(path: Path) -> str:
+    """What a stopped start left of its root, as it is once the start has cleaned up: only what exists is named."""
+    if path.exists():
+        return f"pack refuses what it left unfinished in {path} until a warm completes"
+    return f"the cache root {path} it created is removed"
 
 
 def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: SignKey | None,

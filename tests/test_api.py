@@ -4,6 +4,10 @@ and result shapes. Fast: nothing here compiles."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +17,7 @@ from cachetool.api import WarmSummary
 from cachetool.errors import UsageError
 from cachetool.transfer.push import PushResult
 from cachetool.engines.native.run import CompileRunResult
-from cachetool.errors import CompilationConfigError, ModelError
+from cachetool.errors import CompilationConfigError, ModelError, StopSignalError
 from compiler.config import CompilationConfig, CompilationMode, CUDAGraphMode, DynamicShapesType
 
 
@@ -143,3 +147,40 @@ def test_a_pull_outcome_is_one_of_the_outcomes_with_the_tables_words():
     assert out.line().startswith("pull: outcome=usage-error ref=file:///s/llama:v1 exit=2 code=2 on_miss=continue ")
     for row in (exit_codes.COMPILED, exit_codes.DIFFERS):  # no pull ends in them: an unexpected failure
         assert Outcome.of_failure(row) is Outcome.ERROR
+
+
+class _WarmStoppedBySigterm:
+    """An engine whose warm writes into its root, is stopped by SIGTERM while it runs, and removes the root if it
+    created it (as the native, vLLM and torch engines do)."""
+
+    def warm(self, request):
+        root = request.cache_root.path
+        created = not root.exists()
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "half-built").write_text("")
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the stop handler raises in here
+        finally:
+            if created:
+                shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("there", [False, True], ids=["root-it-created", "root-that-was-there"])
+def test_a_stopped_warms_message_names_only_what_is_left_of_its_root(tmp_path: Path, there: bool) -> None:
+    """Before, a stopped warm said "pack refuses what it left unfinished in ROOT" even when it had removed ROOT."""
+    from cachetool import api
+
+    root = tmp_path / "root"
+    if there:
+        root.mkdir()
+    settled = api.start_request("warm", "tiny", cache_root=root)
+    with pytest.raises(StopSignalError) as stopped:
+        cachetool.warm(api.Start(_WarmStoppedBySigterm(), settled.request))
+    line = str(stopped.value)
+    assert line.startswith("warm stopped by SIGTERM: every process it started is ended; ") and "\n" not in line
+    assert root.exists() is there
+    if there:
+        assert f"pack refuses what it left unfinished in {root}" in line, line
+    else:
+        assert line.endswith(f"the cache root {root} it created is removed") and "pack" not in line, line
