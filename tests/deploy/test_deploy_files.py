@@ -19,6 +19,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -175,11 +176,11 @@ def _only(argvs: list[tuple[str, list[str]]], sub: str) -> list[str]:
 # ----------------------------------------------------------------------------------------------- Dockerfile
 
 
-def _dockerfile_instructions() -> list[tuple[str, str]]:
+def _dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) pairs with comments dropped and continuation lines joined."""
     out: list[tuple[str, str]] = []
     pending = ""
-    for raw in DOCKERFILE.read_text().splitlines():
+    for raw in path.read_text().splitlines():
         line = raw.strip()
         if not pending and (not line or line.startswith("#")):
             continue
@@ -197,6 +198,15 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
+def _dockerfile_base(ins: list[tuple[str, str]]) -> str:
+    """The image of the (single) FROM, with the build arguments declared before it at their defaults."""
+    names = [i for i, _ in ins]
+    froms = [a for i, a in ins if i == "FROM"]
+    assert len(froms) == 1, froms
+    base_args = dict(a.split("=", 1) for i, a in ins[:names.index("FROM")] if i == "ARG" and "=" in a)
+    return re.sub(r"\$\{(\w+)\}", lambda m: base_args.get(m.group(1), m.group(0)), froms[0].split()[0])
+
+
 def test_dockerfile_structure():
     ins = _dockerfile_instructions()
     names = [i for i, _ in ins]
@@ -204,11 +214,9 @@ def test_dockerfile_structure():
              "LABEL", "EXPOSE", "SHELL", "STOPSIGNAL", "HEALTHCHECK", "ONBUILD"}
     assert set(names) <= known, f"unknown instructions: {set(names) - known}"
 
-    froms = [a for i, a in ins if i == "FROM"]
     # the base is a build argument whose default is the pinned official image
-    base_args = dict(a.split("=", 1) for i, a in ins[:names.index("FROM")] if i == "ARG" and "=" in a)
-    base = re.sub(r"\$\{(\w+)\}", lambda m: base_args.get(m.group(1), m.group(0)), froms[0].split()[0]) if froms else ""
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base), froms
+    base = _dockerfile_base(ins)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base), base
 
     args = {a.split("=", 1)[0] for i, a in ins if i == "ARG"}
     assert {"TORCH_INDEX_URL", "TORCH_VERSION"} <= args
@@ -579,3 +587,133 @@ def test_every_cachetool_flag_in_the_vllm_files_exists():
                 problems += [f"{path.name}: cachetool {argv[1]} has no option {t}" for t in argv[2:]
                              if t.startswith("-") and t.partition("=")[0] not in options]
     assert not problems, "\n".join(problems)
+
+
+# ----------------------------------------------------------------------------------------------- vLLM image
+
+VLLM_DOCKERFILE = CI / "Dockerfile.vllm"
+VLLM_IMAGE_REPO = "ghcr.io/example/vllm-cachetool"
+PIP_VALUE_OPTIONS = {"-c", "--constraint", "-r", "--requirement", "-i", "--index-url", "--extra-index-url",
+                     "-f", "--find-links"}
+
+
+def _vllm_pods() -> list[tuple[str, dict]]:
+    return [(VLLM_DEPLOYMENT.name, _one(VLLM_DEPLOYMENT, "Deployment")["spec"]["template"]["spec"]),
+            (VLLM_WARM_JOB.name, _one(VLLM_WARM_JOB, "Job")["spec"]["template"]["spec"])]
+
+
+def _vllm_containers() -> list[tuple[str, dict, dict]]:
+    return [(f"{where}:{c['name']}", pod, c) for where, pod in _vllm_pods()
+            for c in (pod.get("initContainers") or []) + pod["containers"]]
+
+
+def _pip_installs(ins: list[tuple[str, str]]) -> list[list[str]]:
+    """The arguments after `install` of every `pip install` / `python3 -m pip install` in the RUN instructions."""
+    out = []
+    for instr, args in ins:
+        if instr != "RUN":
+            continue
+        for cmd in _shell_commands(args):
+            while cmd and re.fullmatch(r"[A-Za-z_]\w*=.*", cmd[0]):  # leading VAR=value assignments
+                cmd = cmd[1:]
+            if "pip" in cmd and "install" in cmd[cmd.index("pip"):]:
+                out.append(cmd[cmd.index("install", cmd.index("pip")) + 1:])
+    return out
+
+
+def _pip_targets(args: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(args):
+        if args[i] in PIP_VALUE_OPTIONS:
+            i += 2
+            continue
+        if not args[i].startswith("-"):
+            out.append(args[i])
+        i += 1
+    return out
+
+
+def test_vllm_dockerfile_adds_cachetool_to_the_tested_vllm_image_and_keeps_its_torch():
+    """ci/Dockerfile.vllm: FROM vLLM's CUDA image of the last tested GPU release; the project with --no-deps, then
+    exactly pyproject's dependencies but torch, constrained (so pip can add, never replace, a package of the base);
+    a non-root USER after every RUN; ENTRYPOINT and CMD left to the manifests."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from cachetool.engines.vllm import releases
+
+    ins = _dockerfile_instructions(VLLM_DOCKERFILE)
+    assert _dockerfile_base(ins) == f"vllm/vllm-openai:v{releases.TESTED_CUDA[-1]}"
+
+    installs = _pip_installs(ins)
+    project = [a for a in installs if "." in _pip_targets(a)]
+    assert len(project) == 1 and _pip_targets(project[0]) == ["."], installs
+    assert "--no-deps" in project[0], "the project's `torch>=2.11` would let pip replace vLLM's torch"
+    run_of_project = next(n for n, (i, a) in enumerate(ins) if i == "RUN" and re.search(r"install (\S+ )*\.(\s|$)", a))
+    copies = " ".join(a for n, (i, a) in enumerate(ins) if i in {"COPY", "ADD"} and n < run_of_project)
+    for needed in ("pyproject.toml", "README.md", "cachetool", "compiler"):
+        assert needed in copies, f"{needed} is not copied before the project is installed"
+
+    named = [a for a in installs if a is not project[0]]
+    assert all(not set(a) & {"-r", "--requirement"} for a in named), "the dependencies are listed in the Dockerfile"
+    assert all(set(a) & {"-c", "--constraint"} for a in named), "an unconstrained install may replace the base's packages"
+    installed = {(canonicalize_name(r.name), str(r.specifier)) for a in named for r in map(Requirement, _pip_targets(a))}
+    deps = map(Requirement, tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    wanted = {(canonicalize_name(r.name), str(r.specifier)) for r in deps if canonicalize_name(r.name) != "torch"}
+    assert installed == wanted, f"pyproject.toml's dependencies but torch: {sorted(wanted)}; installed {sorted(installed)}"
+
+    names = [i for i, _ in ins]
+    users = [a for i, a in ins if i == "USER"]
+    assert users and users[-1].split(":")[0] == "10001", users
+    assert max(n for n, i in enumerate(names) if i == "USER") > max(n for n, i in enumerate(names) if i == "RUN")
+    assert not {"ENTRYPOINT", "CMD"} & set(names), "the manifests give every container its command"
+
+
+def test_vllm_manifests_run_the_image_built_from_ci_dockerfile_vllm():
+    """Every container of ci/k8s/vllm/ runs `vllm-cachetool:<the Dockerfile's vLLM release>`, gives its own command,
+    and the pod runs as the Dockerfile's user."""
+    from cachetool.engines.vllm import releases
+
+    ins = _dockerfile_instructions(VLLM_DOCKERFILE)
+    release = re.fullmatch(r"vllm/vllm-openai:v([\d.]+)", _dockerfile_base(ins)).group(1)
+    assert release == releases.TESTED_CUDA[-1]
+    user = [a for i, a in ins if i == "USER"][-1].split(":")
+    for where, pod, c in _vllm_containers():
+        assert c["image"] == f"{VLLM_IMAGE_REPO}:{release}", where
+        assert c.get("command"), f"{where}: no command (the image leaves ENTRYPOINT to the manifests)"
+    for where, pod in _vllm_pods():
+        sc = pod["securityContext"]
+        assert str(sc["runAsUser"]) == user[0] and str(sc["runAsGroup"]) == (user[1:] or user)[0], where
+
+
+def test_vllm_warm_pull_and_server_share_the_servers_environment_and_a_writable_root():
+    """The five variables through which a vLLM server on a GPU reads the pulled root's JIT caches, as `pull` prints
+    them, are set in the warm Job, the init-container and the server; the three environments are one but for the
+    registry credentials (HOME too: vLLM 0.26 hashes VLLM_CONFIG_ROOT, derived from it); the cache root is the same
+    path in the warm and the server (FlashInfer's JIT cache hits only at the path it was built at) and is a writable
+    emptyDir in every container (vLLM writes under it at every start), as is HOME."""
+    from cachetool.engines.vllm import jit_caches
+
+    dep = _one(VLLM_DEPLOYMENT, "Deployment")["spec"]["template"]["spec"]
+    (init,), (server,) = dep["initContainers"], dep["containers"]
+    job = _one(VLLM_WARM_JOB, "Job")["spec"]["template"]["spec"]
+    (warm,) = job["containers"]
+    pull_argv, _ = _split_at_dashes(_argv(init))
+    warm_argv, _ = _split_at_dashes(_argv(warm))
+    root = _flag_value(pull_argv, "--cache-root")
+    assert _flag_value(warm_argv, "--cache-root") == root
+
+    wanted = {"VLLM_CACHE_ROOT": root, **jit_caches.server_environment(Path(root), gpu=True)}
+    assert len(wanted) == 5, wanted
+    credentials = {"DOCKER_CONFIG"}
+    server_env = list(server.get("env") or [])
+    for where, pod, c in _vllm_containers():
+        env = {e["name"]: e for e in c.get("env") or []}
+        values = {name: e.get("value") for name, e in env.items()}
+        assert values.items() >= wanted.items(), f"{where}: {values}"
+        others = sorted((e for n, e in env.items() if n not in credentials), key=lambda e: e["name"])
+        assert others == sorted(server_env, key=lambda e: e["name"]), f"{where}: not the server's environment"
+        for path in (root, values["HOME"]):
+            mount = _mount_for(c, path)
+            assert mount["mountPath"] == path and not mount.get("readOnly"), f"{where}: {path} is not writable"
+            assert "emptyDir" in _volume(pod, mount["name"]), f"{where}: {path} is not an emptyDir"

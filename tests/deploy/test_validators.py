@@ -2,11 +2,13 @@
 
 - every Kubernetes object: the API's own OpenAPI schemas, strict (unknown fields refused), with
   `kubernetes-validate` for the oldest and newest Kubernetes versions it knows here;
-- every pod template: Pod Security Standards "restricted" (the controls of the Kubernetes docs, checked below; each
-  check is shown to catch its violation), plus our own: a read-only root filesystem with an emptyDir at /tmp;
+- every pod template (ci/k8s/, ci/k8s/irsa/, ci/k8s/vllm/): Pod Security Standards "restricted" (the controls of the
+  Kubernetes docs, checked below; each check is shown to catch its violation), plus our own: a read-only root
+  filesystem with an emptyDir at /tmp;
 - ci/k8s/irsa/: the same objects as ci/k8s/ but for credentials (an IAM role, no keys);
-- the warm Job lands on the servers' GPU type; images are pinned and the same everywhere;
-- ci/Dockerfile: `hadolint` (pinned base and apt versions);
+- each warm Job lands on its servers' GPU type; the tool image is pinned and the same everywhere in ci/k8s/ and
+  ci/k8s/irsa/ (ci/k8s/vllm/ runs its own image: tests/deploy/test_deploy_files.py);
+- ci/Dockerfile and ci/Dockerfile.vllm: `hadolint` (pinned base and apt versions);
 - ci/github/warm-cache.yml: GitHub's workflow schema (`check-jsonschema`, SchemaStore's schema vendored there).
 
 The validators come with the test extras (pyproject.toml); missing ones skip locally and fail under CI=true.
@@ -28,7 +30,8 @@ yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "ci" / "k8s"
 IRSA = K8S / "irsa"
-MANIFESTS = sorted(p for d in (K8S, IRSA) for p in d.glob("*.yaml") if p.name != "kustomization.yaml")
+VLLM = K8S / "vllm"
+MANIFESTS = sorted(p for d in (K8S, IRSA, VLLM) for p in d.glob("*.yaml") if p.name != "kustomization.yaml")
 KUSTOMIZATIONS = [K8S / "kustomization.yaml", IRSA / "kustomization.yaml"]
 KUBE_VERSIONS = ("1.29.0", "1.37.0")  # an old cluster still common, and the newest schemas here
 
@@ -66,6 +69,10 @@ def _objects() -> list[tuple[str, dict]]:
 
 def _pod_specs() -> list[tuple[str, dict]]:
     return [(where, d["spec"]["template"]["spec"]) for where, d in _objects() if d["kind"] in ("Deployment", "Job")]
+
+
+def test_the_vllm_pods_are_among_those_checked():
+    assert {w.split(":")[0] for w, _ in _pod_specs()} >= {"ci/k8s/vllm/deployment.yaml", "ci/k8s/vllm/warm-job.yaml"}
 
 
 def _containers(pod: dict) -> list[dict]:
@@ -223,7 +230,8 @@ def test_kustomizations_list_what_exists_and_pin_one_tag():
         for r in doc["resources"]:
             assert (k.parent / r).is_file(), f"{k}: {r} does not exist"
         tags |= {img["newTag"] for img in doc["images"]}
-    images = {c["image"] for _, pod in _pod_specs() for c in _containers(pod)}
+    images = {c["image"] for where, pod in _pod_specs() if not where.startswith(f"{VLLM.relative_to(ROOT)}/")
+              for c in _containers(pod)}
     assert len(images) == 1, f"every container runs the one tool image: {images}"
     (image,) = images
     repo, _, tag = image.rpartition(":")
@@ -234,24 +242,27 @@ def test_kustomizations_list_what_exists_and_pin_one_tag():
 # ------------------------------------------------------------------------------------------ GPU scheduling
 
 
-def test_warm_job_is_scheduled_on_the_servers_gpu_type():
-    job = next(d for _, d in _objects() if d["kind"] == "Job")
-    dep = next(d for _, d in _objects() if d["kind"] == "Deployment")
+@pytest.mark.parametrize("folder", [K8S, IRSA, VLLM], ids=lambda p: str(p.relative_to(ROOT)))
+def test_warm_job_is_scheduled_on_the_servers_gpu_type(folder):
+    objs = [d for p in sorted(folder.glob("*.yaml")) for d in _docs(p)]
+    (job,) = [d for d in objs if d["kind"] == "Job"]
+    (dep,) = [d for d in objs if d["kind"] == "Deployment"]
     jpod, dpod = job["spec"]["template"]["spec"], dep["spec"]["template"]["spec"]
     selector = jpod.get("nodeSelector") or {}
     assert any(k.startswith("nvidia.com/gpu") for k in selector), f"no GPU nodeSelector: {selector}"
     assert selector == dpod.get("nodeSelector"), "the Job warms on another GPU type than the servers run on"
-    tol = jpod.get("tolerations") or []
-    assert any(t.get("key") == "nvidia.com/gpu" and t.get("effect") in (None, "NoSchedule") for t in tol), tol
+    for pod in (jpod, dpod):
+        tol = pod.get("tolerations") or []
+        assert any(t.get("key") == "nvidia.com/gpu" and t.get("effect") in (None, "NoSchedule") for t in tol), tol
     assert int(jpod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) == 1
 
 
 # ------------------------------------------------------------------------------------------ Dockerfile, workflow
 
 
-def test_hadolint_passes_the_dockerfile():
-    r = subprocess.run([_tool("hadolint"), str(ROOT / "ci" / "Dockerfile")], capture_output=True, text=True,
-                       timeout=120)
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.vllm"])
+def test_hadolint_passes_the_dockerfile(name):
+    r = subprocess.run([_tool("hadolint"), str(ROOT / "ci" / name)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
