@@ -1,0 +1,396 @@
+"""The GPU acceptance command: every GPU path, run as a user runs it, judged by what the real server or program did.
+
+    python3 benchmarks/gpu_acceptance.py vllm --out OUT          # Llama-3.2-1B's config: the verdict rows
+    python3 benchmarks/gpu_acceptance.py moe-cold --out OUT      # FP8 MoE: stock cold, then kept
+    python3 benchmarks/gpu_acceptance.py moe-pulled --out OUT    # FP8 MoE: warm, push, pull, vllm serve, check
+    python3 benchmarks/gpu_acceptance.py table --out OUT         # the one table of every row recorded in OUT
+
+benchmarks/gpu_acceptance.sh runs the parts through the device tool's calls (each part fits one call of under ten
+minutes; the machine stays warm between them). Every part appends its rows to ``OUT/rows.jsonl`` and its progress to
+``OUT/progress.log`` as it goes (a call that times out still returns them); ``table`` prints them. Each row has a
+figure and, where cachetool gives a verdict, whether it equals what the server did: ``check = server``.
+
+vLLM rows (a fresh pod before each start: ``~/.triton``, ``~/.cache/flashinfer``, ``/tmp/torchinductor_$USER``
+cleared; each server is the real ``vllm serve``, its own processes, with the environment ``pull`` printed):
+warm (cold, its engine init) → push → pull with the server's argv → ``vllm serve`` on the pulled root → ``check
+--require-hit`` on another pulled root → the same root with vLLM's piecewise folder removed (a perturbed start:
+check and server) → a changed hashed flag (pull refuses before download; the server compiles) → an eager server
+(``-O0``) → the pulled root read-only (check refuses in one line; the server fails).
+
+FP8 MoE rows: a small FP8 block-quantized Qwen3-MoE-shaped config (dummy weights, 4 layers). ``moe-cold``: ``vllm
+serve`` on an empty root of a fresh pod, with every JIT cache sent into the root (stock vLLM: the variables only
+choose folders). ``moe-pulled``: the same again on that root (kept: a node that keeps every cache), ``cachetool
+warm`` on that root (a hot start that records the facts) with ``--push``, the root removed and the pod cleared (a
+fresh pod at the same path), ``pull`` with the server's argv, ``vllm serve`` with the printed environment, and
+``check --require-hit`` on the pulled root. JIT files are counted in the root and outside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import getpass
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+HEADLESS = ["--load-format", "dummy", "--skip-tokenizer-init"]
+POD = ("~/.triton", "~/.cache/flashinfer", "~/.cache/vllm", f"/tmp/torchinductor_{getpass.getuser()}",
+       "~/.nv/ComputeCache")
+# A Qwen3-MoE-shaped FP8 model, block-quantized as DeepSeek's and Qwen's FP8 checkpoints are (128x128 blocks)
+FP8_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+           "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 32, "num_experts_per_tok": 8,
+           "norm_topk_prob": True, "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 4,
+           "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+           "rope_theta": 1000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "decoder_sparse_step": 1, "mlp_only_layers": [], "bos_token_id": 151643, "eos_token_id": 151645,
+           "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                   "weight_block_size": [128, 128]}}
+MOE_FLAGS = ["--max-model-len", "2048", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048",
+             "--gpu-memory-utilization", "0.5"]
+
+
+@dataclasses.dataclass
+class Run:
+    out: Path
+
+    def say(self, msg: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        print(line, flush=True)
+        with open(self.out / "progress.log", "a") as f:
+            f.write(line + "\n")
+
+    def row(self, part: str, name: str, figure: str, verdict: str | None = None, server: str | None = None,
+            **extra) -> None:
+        equal = None if verdict is None or server is None else verdict == server
+        doc = {"part": part, "row": name, "figure": figure, "cachetool": verdict, "server": server, "equal": equal,
+               **extra}
+        with open(self.out / "rows.jsonl", "a") as f:
+            f.write(json.dumps(doc, default=str) + "\n")
+        self.say(f"ROW {part} | {name} | {figure} | cachetool {verdict} | server {server} | equal {equal}")
+
+
+def cli(*args, env: dict | None = None, timeout: float = 900) -> tuple[subprocess.CompletedProcess, float, dict]:
+    """One ``cachetool`` process: the process, its wall time, its JSON object ({} when none)."""
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
+                       cwd=REPO, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, timeout=timeout)
+    doc = {}
+    if "{" in p.stdout:
+        try:
+            doc = json.loads(p.stdout[p.stdout.index("{"):])
+        except ValueError:
+            doc = {}
+    return p, time.perf_counter() - t0, doc
+
+
+def error_line(p: subprocess.CompletedProcess) -> str:
+    return next((ln for ln in p.stderr.splitlines() if ln.startswith("error: ")), p.stderr.strip()[-300:])
+
+
+def clear_pod() -> None:
+    for top in POD:
+        shutil.rmtree(os.path.expanduser(top), ignore_errors=True)
+
+
+def file_total(root: Path) -> int:
+    return sum(len(files) for _d, _s, files in os.walk(root)) if root.is_dir() else 0
+
+
+def server_word(run) -> str:
+    """What the real server did: compiled, compiled nothing, or did not start (the column ``check`` is held to)."""
+    if run.ready_seconds < 0 and not run.compiled:
+        return "failed to start"
+    return "compiled" if run.compiled else "compiled nothing"
+
+
+def check_word(p: subprocess.CompletedProcess, doc: dict) -> str:
+    """What ``check`` said the server would do, in the server column's words."""
+    if p.returncode == 2:
+        return "failed to start"
+    if doc.get("compiles_nothing") or "compiles nothing" in (p.stdout + p.stderr):
+        return "compiled nothing"
+    c = doc.get("compile", doc)
+    return "compiled nothing" if p.returncode == 0 and c.get("hit", True) else "compiled"
+
+
+def record_start(run: Run, name: str, vllm: str, workers: list, new_kernels: int, key_existed: bool,
+                 verdict: str) -> None:
+    """A start's worker reports, as tests/engines/vllm/recorded_starts.json keeps them."""
+    doc = {"name": name, "vllm": vllm, "device": "cuda", "key_existed": key_existed, "new_kernels": new_kernels,
+           "verdict": verdict, "workers": workers,
+           "recorded": f"{time.strftime('%Y-%m-%d')} by benchmarks/gpu_acceptance.py on the device machine"}
+    with open(run.out / "recorded_starts.jsonl", "a") as f:
+        f.write(json.dumps(doc) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ vLLM rows
+def part_vllm(run: Run, work: Path, cpu: bool = False) -> None:
+    from cachetool.engines.vllm.facts import vllm_version
+    from cachetool.engines.vllm.server import serve_once
+    from cachetool.engines.vllm.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
+
+    vllm = vllm_version()
+    if cpu:  # a dry run of the rows on the CPU box (the tiny model), to try this script before a device call
+        model, flags = write_model(work / "models" / "tiny"), list(CPU_FLAGS)
+    else:
+        model, flags = write_llama_1b(work / "models" / "llama-3.2-1b"), list(GPU_FLAGS)
+    store = f"file://{work}/store/llama:gpu"
+    cli("keygen", "-o", work / "k")
+    clear_pod()
+    run.say("vllm: warm (cold) with --push")
+    p, wall, doc = cli("warm", "--engine", "vllm", "--cache-root", work / "ci", "--push", store, "--sign-key",
+                       work / "k", "--json", "--", model, *flags)
+    c = doc.get("compile", doc)
+    cold = c.get("startup_seconds", -1)
+    run.row("vllm", "warm (cold start, pushed)", f"engine init {cold:.2f} s, wall {wall:.1f} s, exit {p.returncode}",
+            extra_error=None if p.returncode == 0 else error_line(p))
+    if c.get("ranks"):
+        record_start(run, "vLLM 0.26 CUDA, Llama-3.2-1B config, cold warm on an empty root", vllm, c["ranks"],
+                     c.get("inductor_compiled", 0), False, "compiled")
+    pulled = {}
+    for name in ("serve", "check", "perturbed", "ro"):
+        clear_pod()
+        p, wall, doc = cli("pull", store, "--cache-root", work / name, "--trust", work / "k.pub", "--engine", "vllm", "--json", "--",
+                           model, *flags, *HEADLESS)
+        pulled[name] = (p, wall, doc)
+    p, wall, doc = pulled["serve"]
+    run.row("vllm", "pull with the server's argv", f"{wall:.2f} s wall, exit {p.returncode}",
+            server_env=doc.get("server_env"))
+    clear_pod()
+    run.say("vllm: vllm serve on the pulled root")
+    srv = serve_once(str(model), work / "serve", [*flags, *HEADLESS])
+    run.row("vllm", "vllm serve on the pulled root", f"engine init {srv.engine_init_seconds} s, /health "
+            f"{srv.ready_seconds:.1f} s ({(srv.engine_init_seconds or 0) / cold:.2f}x cold), written outside "
+            f"{srv.written_outside or 0}", None, server_word(srv), evidence=srv.evidence, log=srv.log,
+            counters=srv.vllm_counters)
+    record_start(run, "vLLM 0.26 CUDA, Llama-3.2-1B config, vllm serve on a pulled root", vllm, srv.reports,
+                 srv.new_kernels, not srv.new_key_folders, server_word(srv))
+    clear_pod()
+    run.say("vllm: check --require-hit on another pulled root")
+    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--require-hit", "--json",
+                       "--", model, *flags)
+    run.row("vllm", "check --require-hit on a pulled root", f"{wall:.1f} s wall, exit {p.returncode}: "
+            f"{doc.get('miss_reason') or 'hit'}", check_word(p, doc), server_word(srv))
+    for step in (lambda: perturbed(run, work, model, flags, vllm), lambda: changed_flag(run, work, store, model, flags),
+                 lambda: eager(run, work, store, model, flags), lambda: read_only(run, work, model, flags)):
+        guarded(run, step)
+
+
+def guarded(run: Run, step) -> None:
+    """A row's step; a failure of the step itself (not a verdict) is a row of its own, and the part goes on."""
+    try:
+        step()
+    except Exception as exc:  # noqa: BLE001 - the table says what broke, the next row still runs
+        import traceback
+
+        run.row("error", "a step failed", f"{type(exc).__name__}: {exc}"[:300])
+        run.say(traceback.format_exc()[-2000:])
+
+
+def perturbed(run: Run, work: Path, model: Path, flags: list[str], vllm: str) -> None:
+    """The pulled root without vLLM's piecewise folder (torch_compile_cache/{hash10}/): the AOT artifact loads, a
+    piece compiles again. Check and the server on two copies."""
+    from cachetool.engines.vllm.server import serve_once
+
+    tcc = work / "perturbed" / "torch_compile_cache"
+    for d in tcc.iterdir() if tcc.is_dir() else []:
+        if d.name != "torch_aot_compile":
+            shutil.rmtree(d)
+    shutil.copytree(work / "perturbed", work / "perturbed-srv", symlinks=True)
+    clear_pod()
+    run.say("vllm: check on the perturbed root")
+    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "perturbed", "--require-hit", "--json",
+                       "--", model, *flags)
+    c = doc.get("start") or doc.get("compile") or doc
+    if c.get("ranks"):
+        record_start(run, "vLLM 0.26 CUDA, Llama-3.2-1B config, a pulled root without its piecewise folder", vllm,
+                     c["ranks"], c.get("inductor_compiled", 0), bool(c.get("key_existed")), check_word(p, doc))
+    clear_pod()
+    srv = serve_once(str(model), work / "perturbed-srv", [*flags, *HEADLESS])
+    run.row("vllm", "a pulled root without the piecewise folder", f"check exit {p.returncode} "
+            f"({doc.get('miss_reason') or 'hit'}); server {srv.evidence or 'nothing'}", check_word(p, doc),
+            server_word(srv), counters=srv.vllm_counters)
+
+
+def changed_flag(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
+    from cachetool.engines.vllm.server import serve_once
+
+    at = flags.index("--max-model-len") + 1  # vLLM hashes it
+    changed = [*flags[:at], str(int(flags[at]) // 2), *flags[at + 1:]]
+    p, wall, _doc = cli("pull", store, "--cache-root", work / "changed", "--trust", work / "k.pub", "--engine", "vllm", "--json",
+                        "--",
+                        model, *changed, *HEADLESS)
+    written = file_total(work / "changed")
+    pc, _w, docc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *changed)
+    clear_pod()
+    srv = serve_once(str(model), work / "check", [*changed, *HEADLESS], stop_when_compiling=True)
+    run.row("vllm", f"a changed hashed flag (--max-model-len {changed[at]})", f"pull exit {p.returncode} in {wall:.1f} s, "
+            f"{written} file(s) written: {error_line(p)[:160]}", check_word(pc, docc), server_word(srv))
+
+
+def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
+    from cachetool.engines.vllm.server import serve_once
+
+    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *flags,
+                       "-O0")
+    clear_pod()
+    srv = serve_once(str(model), work / "eager", [*flags, *HEADLESS, "-O0"])
+    run.row("vllm", "an eager server (-O0)", f"check exit {p.returncode} in {wall:.1f} s; server engine init "
+            f"{srv.engine_init_seconds} s", check_word(p, doc), server_word(srv))
+
+
+def read_only(run: Run, work: Path, model: Path, flags: list[str]) -> None:
+    """The pulled root bind-mounted read-only in a private mount namespace: check and the server."""
+    root = work / "ro"
+    wrap = ["unshare", "-m", "--propagation", "private", "bash", "-c",
+            'mount --bind "$RO" "$RO" && mount -o remount,bind,ro "$RO" && exec "$@"', "bash"]
+    probe = subprocess.run([*wrap, "true"], env={**os.environ, "RO": str(root)}, capture_output=True, text=True)
+    if probe.returncode != 0:
+        run.row("vllm", "the pulled root read-only", f"not run: no read-only bind mount here ({probe.stderr[-120:]})")
+        return
+    p = subprocess.run([*wrap, sys.executable, "-m", "cachetool", "check", "--engine", "vllm", "--cache-root",
+                        str(root), "--require-hit", "--", str(model), *flags], env={**os.environ, "RO": str(root)},
+                       capture_output=True, text=True, cwd=REPO)
+    clear_pod()
+    from cachetool.engines.vllm.engine import VllmEngine
+    from cachetool.engines.vllm.server import free_port
+    from cachetool.process_tree import end_group
+
+    env = {**os.environ, **VllmEngine().server_environment(root), "RO": str(root), "HF_HUB_OFFLINE": "1"}
+    log, port = work / "ro-serve.log", free_port()
+    t0 = time.perf_counter()
+    with open(log, "wb") as f:
+        s = subprocess.Popen([*wrap, sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), *flags,
+                              *HEADLESS, "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=f,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        up = wait_health(s, port, 240, log)
+        end_group(s.pid, grace=10)
+        s.wait()
+    text = log.read_text(errors="replace")
+    died = " (Read-only file system)" if "Read-only file system" in text else ""
+    run.row("vllm", "the pulled root read-only", f"check exit {p.returncode}: {error_line(p)[:200]}; server "
+            f"{'up' if up else f'exit {s.returncode}'} after {time.perf_counter() - t0:.0f} s{died}",
+            "failed to start" if p.returncode == 2 else "started", "started" if up else "failed to start",
+            log=str(log))
+
+
+def wait_health(proc: subprocess.Popen, port: int, timeout: float, log: Path) -> bool:
+    """Whether the server answers /health within ``timeout``; False at once when it exits or its log shows that
+    its engine failed (vLLM's API server stays up a while after its engine core died)."""
+    import urllib.request
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout and proc.poll() is None:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "Read-only file system" in text or "initialization failed" in text:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(1)
+    return False
+
+
+# ------------------------------------------------------------------------------------------------ FP8 MoE rows
+def moe_model(work: Path, cpu: bool) -> tuple[Path, list[str]]:
+    """The FP8 MoE model and its flags (``cpu``: the tiny Llama and its CPU flags instead: a dry run of the rows)."""
+    from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+
+    if cpu:
+        return write_model(work / "models" / "tiny"), list(CPU_FLAGS)
+    folder = work / "models" / "fp8-moe"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(FP8_MOE))
+    return folder, list(MOE_FLAGS)
+
+
+def moe_serve(run: Run, name: str, root: Path, model: Path, flags: list[str], cold: float | None) -> float:
+    from cachetool.engines.vllm.server import serve_once
+
+    files0 = file_total(root)
+    run.say(f"moe: vllm serve ({name})")
+    srv = serve_once(str(model), root, [*flags, *HEADLESS], timeout=520)
+    init = srv.engine_init_seconds or -1.0
+    ratio = f" ({init / cold:.3f}x cold)" if cold and init > 0 else ""
+    run.row("moe", name, f"engine init {init:.1f} s{ratio}, /health {srv.ready_seconds:.1f} s, JIT files in root "
+            f"+{file_total(root) - files0}, outside {srv.written_outside or 0}, answered {bool(srv.completion)}",
+            None, server_word(srv), evidence=srv.evidence, log=srv.log, counters=srv.vllm_counters,
+            engine_init=init, ready=srv.ready_seconds)
+    shutil.copy(srv.log, run.out / f"moe-{name.split()[0]}.log")
+    return init
+
+
+def part_moe_cold(run: Run, work: Path, cpu: bool = False) -> None:
+    model, flags = moe_model(work, cpu)
+    root = work / "moe-root"
+    shutil.rmtree(root, ignore_errors=True)
+    clear_pod()
+    cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None)
+    (work / "moe-cold.json").write_text(json.dumps({"cold": cold}))
+
+
+def part_moe_pulled(run: Run, work: Path, cpu: bool = False) -> None:
+    model, flags = moe_model(work, cpu)
+    root = work / "moe-root"
+    cold = json.loads((work / "moe-cold.json").read_text())["cold"] if (work / "moe-cold.json").exists() else None
+    store = f"file://{work}/store/moe:gpu"
+    moe_serve(run, "kept (every cache kept)", root, model, flags, cold)
+    cli("keygen", "-o", work / "k")
+    run.say("moe: warm on the kept root (records the facts), push")
+    p, wall, doc = cli("warm", "--engine", "vllm", "--cache-root", root, "--push", store, "--sign-key", work / "k",
+                       "--json", "--", model, *flags)
+    run.row("moe", "warm --push (on the kept root)", f"exit {p.returncode}, wall {wall:.1f} s, bytes "
+            f"{doc.get('bytes')}: {error_line(p)[:160] if p.returncode else 'ok'}")
+    shutil.rmtree(root)  # a fresh pod: the same path, nothing in it
+    clear_pod()
+    p, wall, doc = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
+                       "--", model, *flags, *HEADLESS)
+    run.row("moe", "pull with the server's argv", f"exit {p.returncode}, {wall:.2f} s wall",
+            server_env=doc.get("server_env"))
+    shutil.copytree(root, work / "moe-check", symlinks=True)
+    moe_serve(run, "pulled (fresh pod, vllm serve with the printed environment)", root, model, flags, cold)
+    clear_pod()
+    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "moe-check", "--require-hit", "--json",
+                       "--", model, *flags)
+    rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines()]
+    server = next((r["server"] for r in rows if r["row"].startswith("pulled")), None)
+    run.row("moe", "check --require-hit on the pulled root", f"exit {p.returncode}, {wall:.1f} s wall: "
+            f"{(doc.get('compile') or doc).get('miss_reason') or 'hit'}", check_word(p, doc), server)
+
+
+# ------------------------------------------------------------------------------------------------ the table
+def part_table(run: Run) -> None:
+    rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines() if ln.strip()]
+    print(f"\n| part | row | figure | cachetool | server | check = server |\n|---|---|---|---|---|---|")
+    for r in rows:
+        eq = {True: "yes", False: "**NO**", None: "-"}[r["equal"]]
+        print(f"| {r['part']} | {r['row']} | {r['figure']} | {r['cachetool'] or '-'} | {r['server'] or '-'} | {eq} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("part", choices=("vllm", "moe-cold", "moe-pulled", "table"))
+    ap.add_argument("--out", type=Path, required=True, help="rows.jsonl, progress.log and logs go here")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-acceptance"), help="roots, store, models")
+    ap.add_argument("--cpu", action="store_true", help="the tiny Llama on the CPU instead (a dry run of the rows)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    run = Run(args.out)
+    {"vllm": lambda: part_vllm(run, args.work, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
+     "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu), "table": lambda: part_table(run)}[args.part]()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU acceptance command (benchmarks/gpu_acceptance.py), as the device tool's calls run it on the H200: vLLM's
+# CUDA build comes from ../shared/tools/vllm-h200 (`PROFILE=fp8-moe build.sh .vllm-h200-fp8`: three chunks, one a
+# call, back to back; the machine stays warm between calls), unpacked into /tmp/vsite by the third call.
+#   call 1  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c01}   bash benchmarks/gpu_acceptance.sh chunk
+#   call 2  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c02}   bash benchmarks/gpu_acceptance.sh chunk
+#   call 3  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c03}   bash benchmarks/gpu_acceptance.sh vllm
+#   call 4  carry .vllm-h200-fp8/unpack.sh                    bash benchmarks/gpu_acceptance.sh moe-cold
+#   call 5  carry .vllm-h200-fp8/unpack.sh                    bash benchmarks/gpu_acceptance.sh moe-pulled
+# Each part writes its rows and progress under $OUT (what a timed-out call returns) and ends with the table of
+# every row so far; docs/gpu.md keeps the latest, with its date and commit.
+set -uo pipefail
+part=${1:?chunk|vllm|moe-cold|moe-pulled}
+out=${OUT:-/tmp/gpu-acceptance-out}
+mkdir -p "$out" /tmp/gpu-acceptance
+if [ "$part" = chunk ]; then
+  bash .vllm-h200-fp8/unpack.sh; rc=$?
+  [ "$rc" = 2 ] && { echo "chunk kept (exit 2: waiting for the rest)"; exit 0; }
+  exit "$rc"
+fi
+bash .vllm-h200-fp8/unpack.sh || { echo "unpack failed: start again from c01"; exit 1; }
+export PYTHONPATH=/tmp/vsite${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CACHETOOL_LOGGING_LEVEL=WARNING \
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 NCCL_NVLS_ENABLE=0 \
+  TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pyc}
+# results that outlive a call's $OUT (emptied before each call): kept in /tmp, copied back at the end
+keep=/tmp/gpu-acceptance-keep
+mkdir -p "$keep"
+cp -a "$keep/." "$out/" 2>/dev/null
+echo "$(date -u +%FT%TZ) part $part, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), \
+$(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())' 2>&1 | tail -1)" >> "$out/progress.log"
+python3 benchmarks/gpu_acceptance.py "$part" --out "$out"; rc=$?
+python3 benchmarks/gpu_acceptance.py table --out "$out"
+cp -a "$out/." "$keep/"
+exit "$rc"
