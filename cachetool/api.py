@@ -78,14 +78,14 @@ class WarmSummary:
     push: PushResult | None = None  # when pushed
     bytes_raw: int | None = None  # files in the pushed cache folder
     bytes_unique: int | None = None  # after deduplicating identical files
-    bytes_compressed: int | None = None  # zstd blobs + manifest, what a store holds
+    bytes_compressed: int | None = None  # zstd blobs + manifest, what a store holds: to_json's "stored", ls's size
     phases: dict[str, float] = field(default_factory=dict)  # seconds: warm (the whole run), pack, push
 
     def to_json(self) -> dict[str, Any]:
         return {
             "compile": self.compile.to_json(),
             "push": self.push.to_dict() if self.push is not None else None,
-            "bytes": {"raw": self.bytes_raw, "unique": self.bytes_unique, "compressed": self.bytes_compressed},
+            "bytes": {"raw": self.bytes_raw, "unique": self.bytes_unique, "stored": self.bytes_compressed},
             "phases": self.phases,
             # the fields CI scripts read most, at the top level too
             "graphs_compiled": self.compile.graphs_compiled,

@@ -110,7 +110,7 @@ def test_warm_summary_json_without_push() -> None:
     assert set(doc) == {"compile", "push", "bytes", "phases", "graphs_compiled", "graphs_loaded", "cache_dir",
                         "seconds", "ref", "manifest_digest"}
     assert doc["push"] is None and doc["ref"] is None and doc["manifest_digest"] is None
-    assert doc["bytes"] == {"raw": None, "unique": None, "compressed": None}
+    assert doc["bytes"] == {"raw": None, "unique": None, "stored": None}
     assert (doc["graphs_compiled"], doc["graphs_loaded"]) == (3, 0)
     assert doc["cache_dir"] == "/r/t/h/rank_0_0/backbone" and doc["seconds"] == 9.5
     assert doc["compile"]["hit"] is False and doc["compile"]["cache_key"] == "0123456789"
@@ -125,7 +125,7 @@ def test_warm_summary_json_with_push() -> None:
     doc = json.loads(json.dumps(s.to_json()))
     assert doc["ref"] == "file:///s/tiny:v1" and doc["manifest_digest"] == "sha256:ab"
     assert doc["push"]["blobs_uploaded"] == 3 and doc["push"]["signed"] is True
-    assert doc["bytes"] == {"raw": 1000, "unique": 600, "compressed": 200}
+    assert doc["bytes"] == {"raw": 1000, "unique": 600, "stored": 200}  # ls's size, push's word
     assert doc["phases"] == {"warm": 2.0, "pack": 0.25, "push": 0.5} and doc["seconds"] == 2.75
     assert doc["compile"]["hit"] is True and doc["graphs_loaded"] == 3
 
