@@ -139,29 +139,22 @@ def test_the_docs_exit_code_tables_are_the_codes_table_or_link_to_it():
     assert "README.md#exit-codes" in stores and "6 store,\n7 timeout." not in stores
 
 
-class _MissedStart:
-    """A vLLM start that compiled (a stand-in for the child process; tests/engines/vllm/real runs real vLLM)."""
+_MISSED = ["3 kernel binaries written", "Inductor compiled 2 graph(s)"]  # what the start compiled, in its words
 
-    command, model, cache_key, hit, key_existed = "check", "m", "abc", False, True
-    vllm_version, tensor_parallel_size, cache_root, log = "0.32", 1, "/r", "/r/log"
-    inductor_compiled, inductor_loaded, dynamo_traces, aot_loaded, aot_error = 3, 0, 1, False, None
-    startup_seconds, seconds, phases, environment_notes = 1.0, 2.0, {"engine init": 1.0}, []
 
-    def to_json(self):
-        return {"engine": "vllm", "hit": False, "inductor_compiled": 3}
+def _missed_start(root):
+    """A vLLM check that compiled, as the start reports one (cachetool.engines.vllm.start's result; a stand-in for
+    the child process, tests/engines/vllm/real runs real vLLM): its key folder was there, and Inductor compiled."""
+    from cachetool.engines.vllm.releases import TESTED_CPU
+    from cachetool.engines.vllm.result import VllmStartResult
 
-    def aot_note(self):
-        from cachetool.engines.vllm.result import VllmStartResult
-
-        return VllmStartResult.aot_note(self)
-
-    def miss_reason(self):
-        return "Inductor compiled 3 kernel(s)"
-
-    def lines(self):  # the real result's rendering, on these fields
-        from cachetool.engines.vllm.result import VllmStartResult
-
-        return VllmStartResult.lines(self)
+    return VllmStartResult(
+        command="check", model="m", cache_root=str(root), flags=[], vllm_version=TESTED_CPU[-1], cache_key="abc",
+        cache_keys=["abc"], key_existed=True, inductor_compiled=3, inductor_loaded=0, dynamo_traces=1,
+        aot_loaded=False, aot_saved=False, aot_error=None, aot_artifacts_loaded=0, compiled_artifacts_loaded=0,
+        inductor_graphs_compiled=2, inductor_graphs_loaded=0, startup_seconds=1.0, seconds=2.0,
+        phases={"engine_init": 1.0}, tensor_parallel_size=1, ranks=[], log=str(root / "log"),
+        compiled=list(_MISSED))
 
 
 @pytest.fixture
@@ -174,12 +167,12 @@ def missed_vllm_start(monkeypatch, tmp_path):
     from cachetool.engines.vllm.releases import TESTED_CPU
     from cachetool.engines.vllm.tiny import write_model
 
-    monkeypatch.setattr(start, "start", lambda *a, **k: _MissedStart())
     # the check's key question asks that vLLM is installed first: stood in too, so that these tests of the CLI's
     # rendering need no vLLM (Debian's python3 venv of install.sh --test has none)
     monkeypatch.setattr(key_check, "require_vllm", lambda: TESTED_CPU[-1])
     root = tmp_path / "root"
     (root / "torch_compile_cache" / "torch_aot_compile" / "abc" / "rank_0_0").mkdir(parents=True)
+    monkeypatch.setattr(start, "start", lambda *a, **k: _missed_start(root))
     return ["--model", write_model(tmp_path / "m"), "--cache-root", root]
 
 
@@ -190,14 +183,19 @@ def test_a_vllm_check_that_missed_with_require_hit_is_one_object(cli, missed_vll
     assert r.rc == exit_codes.MISS.code, r
     doc = json.loads(r.out)
     assert doc["ok"] is False and doc["error"] == "miss" and doc["inductor_compiled"] == 3
-    assert "Inductor compiled 3" in doc["message"] and _error_lines(r.err) == [f"error: {doc['message']}"]
+    assert doc["inductor_graphs_compiled"] == 2 and doc["compiled"] == _MISSED
+    assert doc["message"].startswith(f"check: not a hit: {', '.join(_MISSED)} in key folder abc")
+    assert _error_lines(r.err) == [f"error: {doc['message']}"]
 
 
 def test_a_vllm_check_that_missed_with_require_hit_shows_the_start_then_one_error(cli, missed_vllm_start, tmp_path):
     r = cli("check", "--engine", "vllm", *missed_vllm_start, "--require-hit")
     assert r.rc == exit_codes.MISS.code, r
-    assert "MISS: Inductor compiled 3 kernel(s)" in r.out and "AOT artifact   not loaded" in r.out
-    assert r.err.strip().splitlines()[-1] == "error: check: not a hit: Inductor compiled 3 kernel(s)"
+    reason = f"{', '.join(_MISSED)} in key folder abc"
+    assert "inductor       compiled 2 graph(s), loaded 0; kernels written 3, loaded 0; Dynamo traces 1" in r.out
+    assert f"MISS: {reason}" in r.out and "AOT artifact   not loaded" in r.out, r.out
+    last = r.err.strip().splitlines()[-1]
+    assert last.startswith(f"error: check: not a hit: {reason}") and _error_lines(r.err) == [last], r.err
     r = cli("check", "--engine", "vllm", *missed_vllm_start, "--json")  # without --require-hit: the start, exit 0
     assert r.rc == 0 and json.loads(r.out)["hit"] is False
 
