@@ -8,25 +8,12 @@ left on device`` without a path; a ``warm`` exited 1 with the compiler backend's
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from cachetool.bundle.packing import pack
 from cachetool.transfer.push import push
 from tests.cache_trees import make_native_tree
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 1 MiB file system (tmpfs), as test_failures.py's (a shared one belongs in tests/stores/conftest.py)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if p.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()[:100]}")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], check=True)
 
 
 def _big_tree(tmp_path):

@@ -407,18 +407,6 @@ def test_blob_missing_from_the_store_leaves_no_partial_files(bundle, keys, tmp_p
     assert not root.exists()
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 1 MiB file system (tmpfs); skipped where mounting is not allowed."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if p.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()[:100]}")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], check=True)
-
-
 def test_pull_into_a_full_disk(keys, tmp_path, cli, small_disk):
     """Before: exit 1 ("unexpected failure") with 2 MB left in the partial folder. Now exit 9, one line, and
     nothing of the pull is left on the full file system."""
