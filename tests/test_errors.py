@@ -85,3 +85,14 @@ def test_clip_marks_a_cut_at_a_word_boundary():
     out = errors.clip(long, 60)
     assert len(out) <= 60 and out.endswith(" …") and long.startswith(out[:-2])
     assert out[:-2].split()[-1] in long.split()  # a whole word, not a cut one
+
+
+def test_an_os_error_line_without_a_filename_has_one_separator():
+    """``pack`` on a full disk said ``pack:: No space left on device``: an OSError with no filename got the colon
+    that follows one."""
+    import errno
+
+    assert errors.os_error_line(OSError(errno.ENOSPC, "No space left on device"), "pack") == \
+        "pack: No space left on device"
+    assert errors.os_error_line(OSError(errno.ENOSPC, "No space left on device", "/d/b.ctb"), "pack") == \
+        "pack: /d/b.ctb: No space left on device"
