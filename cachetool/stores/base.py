@@ -114,9 +114,11 @@ class PushSession(abc.ABC):
             stored = p.commit(manifest_bytes, signature)
 
     Its state is its own (not the store's), so pushes through one store object, from threads, never see each
-    other's. Leaving the ``with`` without :meth:`commit` aborts: the session's scratch goes, no manifest is written
-    (blobs already uploaded stay: content-addressed, maybe another push's too; gc collects them if no ref comes).
-    A session that committed or aborted refuses further calls. ``put_blob`` may be called from threads."""
+    other's. Leaving the ``with`` without :meth:`commit` aborts: the session's scratch goes, no manifest is written,
+    and the blobs it uploaded stay, for a rerun to skip (gc collects them if no ref comes), except after a full file
+    system (:class:`~cachetool.errors.DiskFullError`, a folder store's): then the session removes what it wrote, the
+    space the store needs back. Blobs it found already there (maybe another push's) are never removed. A session that
+    committed or aborted refuses further calls. ``put_blob`` may be called from threads."""
 
     def __init__(self, store_url: str, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path]):
         self.store_url = store_url
