@@ -446,17 +446,13 @@ def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None
 
 
 def ls(store: str, *, store_options: dict[str, Any] | None = None) -> Listing:
-    """Every platform's bundle under every tag of ``store`` (or of one ref's tag)."""
-    from cachetool.stores.addresses import parse_store_or_ref
-    from cachetool.stores import open_store
+    """Every platform's bundle under every tag of ``store``: a store lists every name's tags, a ref one tag, a
+    bundle name without a tag (``file:///dir/store/tiny``) that name's tags (:func:`cachetool.refs.admin.listing`)."""
+    from cachetool.refs.admin import listing
 
-    su, ref = parse_store_or_ref(store)
-    with open_store(su, **(store_options or {})) as st:
-        refs = list(st.list_refs())
-    if ref is not None:
-        refs = [x for x in refs if x.name == ref.name and x.tag == ref.tag]
-    return Listing(su.url, [RefRow(f"{idx.name}:{idx.tag}", e.platform, e.created, e.size, e.manifest_digest,
-                                   dict(e.fingerprint or {})) for idx in refs for e in idx.entries])
+    url, idx = listing(store, store_options=store_options)
+    return Listing(url, [RefRow(f"{i.name}:{i.tag}", e.platform, e.created, e.size, e.manifest_digest,
+                                dict(e.fingerprint or {})) for i in idx for e in i.entries])
 
 
 def rm(ref: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> RemoveResult:

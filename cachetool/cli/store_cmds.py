@@ -206,7 +206,10 @@ def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, 
 @json_option
 @store_options
 def ls_cmd(store, as_json, endpoint_url, profile, insecure):
-    """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms."""
+    """List the refs of STORE (file:///dir, s3://bucket/prefix, oci://host/repo): tags, dates, sizes, platforms.
+
+    A ref (file:///dir/name:tag) lists that tag; a bundle name without a tag (file:///dir/name) lists that name's
+    tags."""
     from cachetool import api
 
     listing = api.ls(store, store_options=options_dict(endpoint_url, profile, insecure))

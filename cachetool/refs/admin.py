@@ -28,7 +28,7 @@ def listing(target: str, *, store_options: dict | None = None) -> tuple[str, lis
             return r.url, [read_index(st, r)]
     repo = repository_named(target)
     try:
-        found = list_refs(su.url, store_options=store_options)
+        found = list_refs(su, store_options=store_options)
     except NotFoundError as missing:  # no store there: the bundle name in the store above, if that is one
         if repo is None:
             raise
