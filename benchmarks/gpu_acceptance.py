@@ -132,7 +132,7 @@ def record_start(run: Run, name: str, vllm: str, workers: list, new_kernels: int
 
 
 # ------------------------------------------------------------------------------------------------ vLLM rows
-def part_vllm(run: Run, work: Path, cpu: bool = False) -> None:
+def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = ()) -> None:
     from cachetool.engines.vllm.facts import vllm_version
     from cachetool.engines.vllm.server import serve_once
     from cachetool.engines.vllm.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
@@ -179,9 +179,13 @@ def part_vllm(run: Run, work: Path, cpu: bool = False) -> None:
                        "--", model, *flags)
     run.row("vllm", "check --require-hit on a pulled root", f"{wall:.1f} s wall, exit {p.returncode}: "
             f"{doc.get('miss_reason') or 'hit'}", check_word(p, doc), server_word(srv))
-    for step in (lambda: perturbed(run, work, model, flags, vllm), lambda: changed_flag(run, work, store, model, flags),
-                 lambda: eager(run, work, store, model, flags), lambda: read_only(run, work, model, flags)):
-        guarded(run, step)
+    steps = {"perturbed": lambda: perturbed(run, work, model, flags, vllm),
+             "changed": lambda: changed_flag(run, work, store, model, flags),
+             "eager": lambda: eager(run, work, store, model, flags),
+             "read-only": lambda: read_only(run, work, model, flags, with_server="ro-server" not in skip)}
+    for name, step in steps.items():
+        if name not in skip:
+            guarded(run, step)
 
 
 def guarded(run: Run, step) -> None:
@@ -247,8 +251,9 @@ def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> No
             f"{srv.engine_init_seconds} s", check_word(p, doc), server_word(srv))
 
 
-def read_only(run: Run, work: Path, model: Path, flags: list[str]) -> None:
-    """The pulled root bind-mounted read-only in a private mount namespace: check and the server."""
+def read_only(run: Run, work: Path, model: Path, flags: list[str], with_server: bool = True) -> None:
+    """The pulled root bind-mounted read-only in a private mount namespace: check and the server (``with_server``
+    False: check alone, the server's verdict then the one recorded on the H200 on 2026-12-04, EROFS)."""
     root = work / "ro"
     wrap = ["unshare", "-m", "--propagation", "private", "bash", "-c",
             'mount --bind "$RO" "$RO" && mount -o remount,bind,ro "$RO" && exec "$@"', "bash"]
@@ -259,6 +264,11 @@ def read_only(run: Run, work: Path, model: Path, flags: list[str]) -> None:
     p = subprocess.run([*wrap, sys.executable, "-m", "cachetool", "check", "--engine", "vllm", "--cache-root",
                         str(root), "--require-hit", "--", str(model), *flags], env={**os.environ, "RO": str(root)},
                        capture_output=True, text=True, cwd=REPO)
+    if not with_server:
+        run.row("vllm", "the pulled root read-only", f"check exit {p.returncode}: {error_line(p)[:200]}; server not "
+                "started here (2026-12-04 on the H200: 'Read-only file system')",
+                "failed to start" if p.returncode == 2 else "started", "failed to start (recorded)")
+        return
     clear_pod()
     from cachetool.engines.vllm.engine import VllmEngine
     from cachetool.engines.vllm.server import free_port
@@ -369,6 +379,47 @@ def part_moe_pulled(run: Run, work: Path, cpu: bool = False) -> None:
             f"{(doc.get('compile') or doc).get('miss_reason') or 'hit'}", check_word(p, doc), server)
 
 
+def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0) -> None:
+    """The FP8 MoE rows in one call: cold, then the warm on that root as the kept start (a hot start with every cache
+    kept, headless: its engine init), push, a fresh pod at the same path, pull, the real server, and check while the
+    call's ``budget`` seconds allow."""
+    t0 = time.perf_counter()
+    model, flags = moe_model(work, cpu)
+    root = work / "moe-root"
+    shutil.rmtree(root, ignore_errors=True)
+    clear_pod()
+    cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None)
+    store = f"file://{work}/store/moe:gpu"
+    cli("keygen", "-o", work / "k")
+    run.say("moe: warm on the cold start's root (every cache kept), push")
+    p, wall, doc = cli("warm", "--engine", "vllm", "--cache-root", root, "--push", store, "--sign-key", work / "k",
+                       "--json", "--", model, *flags)
+    c = doc.get("compile", doc)
+    kept = c.get("startup_seconds", -1.0)
+    run.row("moe", "kept (every cache kept: the warm's start on that root, headless)", f"engine init {kept:.1f} s "
+            f"({kept / cold:.3f}x cold), exit {p.returncode}, compiled {c.get('compiled')}, outside "
+            f"{c.get('written_outside') or 0}, pushed {doc.get('bytes')}",
+            "compiled nothing" if p.returncode == 0 and not c.get("compiled") else "compiled", None, engine_init=kept)
+    shutil.rmtree(root)  # a fresh pod: the same path, nothing in it
+    clear_pod()
+    p, wall, doc = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
+                       "--", model, *flags, *HEADLESS)
+    run.row("moe", "pull with the server's argv", f"exit {p.returncode}, {wall:.2f} s wall",
+            server_env=doc.get("server_env"))
+    shutil.copytree(root, work / "moe-check", symlinks=True)
+    moe_serve(run, "pulled (fresh pod, vllm serve with the printed environment)", root, model, flags, cold)
+    if time.perf_counter() - t0 > budget - 90:
+        run.row("moe", "check --require-hit on the pulled root", "not run: the call's time was spent")
+        return
+    clear_pod()
+    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "moe-check", "--require-hit", "--json",
+                       "--", model, *flags, timeout=max(30, budget - (time.perf_counter() - t0)))
+    rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines()]
+    server = next((r["server"] for r in rows if r["row"].startswith("pulled")), None)
+    run.row("moe", "check --require-hit on the pulled root", f"exit {p.returncode}, {wall:.1f} s wall: "
+            f"{(doc.get('compile') or doc).get('miss_reason') or 'hit'}", check_word(p, doc), server)
+
+
 # ------------------------------------------------------------------------------------------------ the table
 def part_table(run: Run) -> None:
     rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines() if ln.strip()]
@@ -380,7 +431,9 @@ def part_table(run: Run) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=("vllm", "moe-cold", "moe-pulled", "table"))
+    ap.add_argument("part", choices=("vllm", "moe", "moe-cold", "moe-pulled", "table"))
+    ap.add_argument("--skip", default="", help="vllm part: rows to leave out (perturbed, changed, eager, read-only, "
+                    "ro-server), comma-separated")
     ap.add_argument("--out", type=Path, required=True, help="rows.jsonl, progress.log and logs go here")
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-acceptance"), help="roots, store, models")
     ap.add_argument("--cpu", action="store_true", help="the tiny Llama on the CPU instead (a dry run of the rows)")
@@ -388,7 +441,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     run = Run(args.out)
-    {"vllm": lambda: part_vllm(run, args.work, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
+    {"vllm": lambda: part_vllm(run, args.work, args.cpu, tuple(filter(None, args.skip.split(",")))),
+     "moe": lambda: part_moe(run, args.work, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
      "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu), "table": lambda: part_table(run)}[args.part]()
 
 

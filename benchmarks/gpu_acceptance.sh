@@ -7,10 +7,12 @@
 #   call 3  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c03}   bash benchmarks/gpu_acceptance.sh vllm
 #   call 4  carry .vllm-h200-fp8/unpack.sh                    bash benchmarks/gpu_acceptance.sh moe-cold
 #   call 5  carry .vllm-h200-fp8/unpack.sh                    bash benchmarks/gpu_acceptance.sh moe-pulled
+# (or, with less device time: `vllm --skip perturbed,ro-server` in call 3, then `moe`, the FP8 MoE rows in one call,
+# the warm's hot start on the cold root standing for the kept row)
 # Each part writes its rows and progress under $OUT (what a timed-out call returns) and ends with the table of
 # every row so far; docs/gpu.md keeps the latest, with its date and commit.
 set -uo pipefail
-part=${1:?chunk|vllm|moe-cold|moe-pulled}
+part=${1:?chunk|vllm|moe|moe-cold|moe-pulled}; shift
 out=${OUT:-/tmp/gpu-acceptance-out}
 mkdir -p "$out" /tmp/gpu-acceptance
 if [ "$part" = chunk ]; then
@@ -28,7 +30,7 @@ mkdir -p "$keep"
 cp -a "$keep/." "$out/" 2>/dev/null
 echo "$(date -u +%FT%TZ) part $part, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), \
 $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())' 2>&1 | tail -1)" >> "$out/progress.log"
-python3 benchmarks/gpu_acceptance.py "$part" --out "$out"; rc=$?
+python3 benchmarks/gpu_acceptance.py "$part" --out "$out" "$@"; rc=$?
 python3 benchmarks/gpu_acceptance.py table --out "$out"
 cp -a "$out/." "$keep/"
 exit "$rc"

@@ -51,6 +51,8 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("REGISTRY_AUTH_FILE", None, "podman/skopeo credentials file, consulted first", True),
     EnvVar("XDG_RUNTIME_DIR", None, "containers/auth.json under it (OCI credentials)", True),
     EnvVar("XDG_CONFIG_HOME", None, "base of the configuration folders; default ~/.config", True),
+    EnvVar("XDG_STATE_HOME", None, "base of the run logs (cachetool/logs/: vLLM's and torch programs' logs, the "
+           "newest 20 of each kind); default ~/.local/state", True),
     EnvVar("REQUESTS_CA_BUNDLE", None, "CA bundle for OCI registries (then CURL_CA_BUNDLE)", True),
     EnvVar("CURL_CA_BUNDLE", None, "CA bundle for OCI registries", True),
 )

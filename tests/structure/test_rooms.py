@@ -15,7 +15,8 @@ from tests.structure.modules import ROOT, modules, imports
 # package (with everything under it); ``cachetool`` is the front door's __init__ alone.
 ROOMS = (
     "cachetool.version", "cachetool.exit_codes", "cachetool.errors", "cachetool.envs", "cachetool.digests",
-    "cachetool.atomic", "cachetool.bounds", "cachetool.retry", "cachetool.process_tree", "cachetool.stop_signals",
+    "cachetool.atomic", "cachetool.bounds", "cachetool.retry", "cachetool.process_tree", "cachetool.run_logs",
+    "cachetool.stop_signals",
     "cachetool.cache_root",  # the root's on-disk names: the layouts, engines, installer and transfers use them
     "cachetool.writable_root",  # a CacheRoot probed for writing
     "cachetool.layouts",     # what a cache folder holds (entries, factors) and the scan every layout shares

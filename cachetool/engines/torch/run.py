@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from cachetool import process_tree
+from cachetool import process_tree, run_logs
 from cachetool.engines.torch.command import ProgramCommand
 from cachetool.engines.torch.layout import INDUCTOR, TRITON
 from cachetool.errors import EngineFailedError, WaitTimeoutError
@@ -182,7 +182,7 @@ def _drive(proc: subprocess.Popen, command: ProgramCommand, log: Path, t0: float
 def run_program(command: ProgramCommand, root: Path, verb: str, say: Callable[[str], None]) -> ProgramRun:
     """Run ``command`` on ``root`` (see the module docstring); the program's failure is an
     :class:`EngineFailedError` naming its last error line."""
-    log = Path(tempfile.mkstemp(prefix=f"cachetool-torch-{verb}-", suffix=".log")[1])
+    log = run_logs.new_log(f"torch-{verb}")
     with _probe_folder(root) as probe, open(log, "wb") as out:
         say(f"running {command.text} (log: {log})")
         t0 = time.perf_counter()

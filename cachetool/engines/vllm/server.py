@@ -23,12 +23,12 @@ import os
 import re
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from cachetool import run_logs
 from cachetool.cache_root import CacheRoot
 from cachetool.engines.vllm import facts, jit_caches, releases, worker_facts
 from cachetool.engines.vllm.engine import VllmEngine
@@ -140,7 +140,7 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
                 "VLLM_SERVER_DEV_MODE": "1"}
     outside_before = jit_caches.outside_snapshot()
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE_DIR), full_env.get("PYTHONPATH")) if p)
-    log_path = Path(tempfile.mkstemp(prefix="cachetool-vllm-serve-", suffix=".log")[1])
+    log_path = run_logs.new_log("vllm-serve")
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,

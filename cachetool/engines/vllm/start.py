@@ -19,11 +19,11 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
+from cachetool import run_logs
 from cachetool.cache_root import CacheRoot
 from cachetool.engines.vllm import jit_caches, releases, unfinished, worker_facts
 from cachetool.engines.vllm.child_process import run_child
@@ -31,6 +31,7 @@ from cachetool.engines.vllm.headless import server_argv, server_model
 from cachetool.engines.vllm.prerequisites import check_model, require_vllm
 from cachetool.engines.vllm.record import record_key_inputs
 from cachetool.engines.vllm.result import VllmStartResult
+from cachetool.engines.vllm.start_progress import heartbeat
 from cachetool.engines.vllm.root_files import kernel_files, key_folders
 
 # The first requests of a server: a short and a longer prompt, and a one-token one (decode-sized batches follow).
@@ -53,12 +54,12 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
     before, keys_before = kernel_files(root), key_folders(root)
     outside_before = jit_caches.outside_snapshot()
     argv = server_argv(rest, load_weights)
-    log_path = Path(tempfile.mkstemp(prefix=f"cachetool-vllm-{command}-", suffix=".log")[1])
+    log_path = run_logs.new_log(f"vllm-{command}")
     say(f"{command}: starting vLLM {version} on {root} (vLLM's log: {log_path})")
     with unfinished.marked(root, command):  # pack refuses the root until this start completes
         t0 = time.perf_counter()
         try:
-            with open(log_path, "w+b") as log:
+            with open(log_path, "w+b") as log, heartbeat(log_path, say, command):
                 result = run_child({"mode": command, "model": model, "argv": argv, "prompts": list(PROMPTS),
                                     "max_tokens": MAX_TOKENS}, root, log)
         except BaseException:
