@@ -362,21 +362,7 @@ def part_moe_pulled(run: Run, work: Path, cpu: bool = False) -> None:
                        "--json", "--", model, *flags)
     run.row("moe", "warm --push (on the kept root)", f"exit {p.returncode}, wall {wall:.1f} s, bytes "
             f"{doc.get('bytes')}: {error_line(p)[:160] if p.returncode else 'ok'}")
-    shutil.rmtree(root)  # a fresh pod: the same path, nothing in it
-    clear_pod()
-    p, wall, doc = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
-                       "--", model, *flags, *HEADLESS)
-    run.row("moe", "pull with the server's argv", f"exit {p.returncode}, {wall:.2f} s wall",
-            server_env=doc.get("server_env"))
-    shutil.copytree(root, work / "moe-check", symlinks=True)
-    moe_serve(run, "pulled (fresh pod, vllm serve with the printed environment)", root, model, flags, cold)
-    clear_pod()
-    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "moe-check", "--require-hit", "--json",
-                       "--", model, *flags)
-    rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines()]
-    server = next((r["server"] for r in rows if r["row"].startswith("pulled")), None)
-    run.row("moe", "check --require-hit on the pulled root", f"exit {p.returncode}, {wall:.1f} s wall: "
-            f"{(doc.get('compile') or doc).get('miss_reason') or 'hit'}", check_word(p, doc), server)
+    moe_pulled_rows(run, work, store, model, flags, cold, deadline=None)
 
 
 def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0) -> None:
@@ -400,6 +386,14 @@ def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0) -> 
             f"({kept / cold:.3f}x cold), exit {p.returncode}, compiled {c.get('compiled')}, outside "
             f"{c.get('written_outside') or 0}, pushed {doc.get('bytes')}",
             "compiled nothing" if p.returncode == 0 and not c.get("compiled") else "compiled", None, engine_init=kept)
+    moe_pulled_rows(run, work, store, model, flags, cold, deadline=t0 + budget)
+
+
+def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[str], cold: float | None,
+                    deadline: float | None) -> None:
+    """A fresh pod at the warm's root path (FlashInfer's rule): pull with the server's argv, the real server with
+    the printed environment, and check on a copy of the pulled root (skipped when ``deadline`` is too near)."""
+    root = work / "moe-root"
     shutil.rmtree(root)  # a fresh pod: the same path, nothing in it
     clear_pod()
     p, wall, doc = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
@@ -408,12 +402,17 @@ def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0) -> 
             server_env=doc.get("server_env"))
     shutil.copytree(root, work / "moe-check", symlinks=True)
     moe_serve(run, "pulled (fresh pod, vllm serve with the printed environment)", root, model, flags, cold)
-    if time.perf_counter() - t0 > budget - 90:
+    left = None if deadline is None else deadline - time.perf_counter()
+    if left is not None and left < 90:
         run.row("moe", "check --require-hit on the pulled root", "not run: the call's time was spent")
         return
     clear_pod()
-    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "moe-check", "--require-hit", "--json",
-                       "--", model, *flags, timeout=max(30, budget - (time.perf_counter() - t0)))
+    try:
+        p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "moe-check", "--require-hit",
+                           "--json", "--", model, *flags, timeout=left or 900)
+    except subprocess.TimeoutExpired:
+        run.row("moe", "check --require-hit on the pulled root", "not finished: the call's time was spent")
+        return
     rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines()]
     server = next((r["server"] for r in rows if r["row"].startswith("pulled")), None)
     run.row("moe", "check --require-hit on the pulled root", f"exit {p.returncode}, {wall:.1f} s wall: "
