@@ -28,7 +28,8 @@ def child_env(cache_root: Path | None, tp: int) -> dict[str, str]:
         # the JIT caches vLLM fills at start, outside torch.compile's (its own Triton kernels; on a GPU FlashInfer's
         # and DeepGEMM's builds) land in the root and ship with it; a server reads them with the same variables
         # (docs/vllm.md). None is in vLLM's key.
-        for name, value in jit_caches.server_environment(Path(cache_root), gpu=machine.cuda_device(0) is not None).items():
+        gpu = machine.cuda_device(0) is not None
+        for name, value in jit_caches.server_environment(Path(cache_root), gpu=gpu).items():
             env.setdefault(name, value)
     else:
         env.pop("VLLM_CACHE_ROOT", None)
