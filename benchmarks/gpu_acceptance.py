@@ -158,8 +158,8 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     pulled = {}
     for name in ("serve", "check", "perturbed", "ro"):
         clear_pod()
-        p, wall, doc = cli("pull", store, "--cache-root", work / name, "--trust", work / "k.pub", "--engine", "vllm", "--json", "--",
-                           model, *flags, *HEADLESS)
+        p, wall, doc = cli("pull", store, "--cache-root", work / name, "--trust", work / "k.pub", "--engine", "vllm",
+                           "--json", "--", model, *flags, *HEADLESS)
         pulled[name] = (p, wall, doc)
     p, wall, doc = pulled["serve"]
     run.row("vllm", "pull with the server's argv", f"{wall:.2f} s wall, exit {p.returncode}",

@@ -1,19 +1,18 @@
 """The real OpenAI server, ``vllm serve``, started once on a cache root: the oracle for cachetool's verdicts.
 
-:func:`serve_once` runs ``python -m vllm.entrypoints.cli.main serve MODEL FLAGS`` (what the ``vllm`` command
-runs: the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT`` = the root and
-the server environment ``pull`` prints (every JIT cache into the root: as docs/vllm.md starts a server), waits for ``/health``, sends one
+:func:`serve_once` runs ``python -m vllm.entrypoints.cli.main serve MODEL FLAGS`` (what the ``vllm`` command runs:
+the API server, the engine core in its own process) with ``VLLM_CACHE_ROOT`` = the root and the server environment
+``pull`` prints (every JIT cache into the root: as docs/vllm.md starts a server), waits for ``/health``, sends one
 completion, asks every worker what it compiled and loaded, stops the server (its process group: SIGTERM, or SIGKILL
-when it was stopped while compiling) and reports what it did to the root: the key folders it added (a new folder is a
-key cachetool did not predict), the kernel binaries it wrote (what it compiled), and vLLM's own facts (the AOT key
+when it was stopped while compiling) and reports what it did to the root: the key folders it added (a new folder is
+a key cachetool did not predict), the kernel binaries it wrote (what it compiled), and vLLM's own facts (the AOT key
 folder, AOT artifact loaded, piecewise graphs loaded or compiled: :mod:`~cachetool.engines.vllm.worker_facts`), read
 through the server's development endpoint ``POST /collective_rpc`` from the worker extension
 :mod:`cachetool_vllm_probe`: ``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls``, which vLLM leaves out of its
 key (env factors; ``ParallelConfig.compute_hash``). Two things only its log has: the engine-init seconds (``init
 engine (profile, create kv cache, warmup model) took N s``: measured in the engine-core process, reported nowhere
 else) and vLLM's reason when it did not load its AOT artifact. The tests and the benchmarks (``bench_vllm.py``,
-``vllm_matrix.py``) judge pull, check and diff by it.
-"""
+``vllm_matrix.py``) judge pull, check and diff by it."""
 
 from __future__ import annotations
 
