@@ -67,6 +67,13 @@ def incomplete_reason(layout: str, unit_dir: str | Path, ranked: bool) -> str | 
     return rule(Path(unit_dir), ranked) if rule is not None else None
 
 
+def invalid_units(layout: str, manifest, root: str | Path) -> dict[str, str]:
+    """The install units of a ``layout`` bundle that cannot be valid in a root at ``root`` on this machine, each with
+    why, where the layout states such a rule (vLLM's JIT caches: FlashInfer's version, nvcc, the root's path)."""
+    rule = getattr(LAYOUTS.get(layout), "invalid_units", None)
+    return rule(manifest, Path(root)) if rule is not None else {}
+
+
 def settle_installed(layout: str, root: str | Path) -> None:
     """What the files of ``layout`` need once installed under ``root``, where the layout states it
     (``settle_installed(root)``: vLLM's FlashInfer workspace gets its recorded modification times back)."""

@@ -17,7 +17,7 @@ from cachetool.install.fs import (STAGING_PREFIX, fs_error, lock_root, open_root
                                   remove_stale_staging, sync_tree)
 from cachetool.install.plan import Plan, plan_install
 from cachetool.install.preflight import run_preflight
-from cachetool.engines.layouts import settle_installed
+from cachetool.engines.layouts import invalid_units, settle_installed
 from cachetool.install.ranks import parse_ranks, select_units
 from cachetool.install.stage import check_complete, stage
 from cachetool.install.timing import PhaseClock
@@ -47,6 +47,7 @@ class InstallResult:
     seconds: float = 0.0
     units_replaced: list[str] = dataclasses.field(default_factory=list)  # in units_installed: they had other files
     preflight_seconds: float = 0.0  # of ``seconds``: the preflight (fingerprint, factors, the server's key)
+    units_skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # units that cannot be valid here: why
     # of ``seconds``, by phase in the order they ran: manifest, preflight, lock, plan, read, verify, write, complete,
     # fsync, rename, cleanup (see cachetool.install.timing)
     phases: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -60,7 +61,7 @@ class InstallResult:
                 "units_installed": self.units_installed, "units_present": self.units_present, "files": self.files,
                 "bytes": self.bytes, "key_id": self.key_id, "verified": self.verified, "preflight": self.preflight,
                 "already_installed": self.already_installed, "units_replaced": self.units_replaced,
-                "seconds": self.seconds, "preflight_seconds": self.preflight_seconds}
+                "seconds": self.seconds, "preflight_seconds": self.preflight_seconds, "units_skipped": self.units_skipped}
 
 
 def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLike,
@@ -93,12 +94,16 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
     with clock.phase("preflight"):
         checked = run_preflight(manifest, device=device, key_check=key_check) if options.preflight else []
     preflight_seconds = time.monotonic() - t_pre
+    skipped = invalid_units(manifest.layout, manifest, given_root.resolved) if options.preflight else {}
+    units = [u for u in units if u.path not in skipped]  # before any blob: what cannot be valid here
+    for path, why in sorted(skipped.items()):
+        (options.warn or log.warning)(f"skipped {path}: it cannot be valid here ({why})")
     if not units:  # nothing this server reads: no root is made, no lock taken
         return InstallResult(manifest_digest=manifest_digest(mbytes), cache_root=given_root.path,
                              units_installed=[], units_present=[], files=0, bytes=0, blobs_fetched=0, key_id=key_id,
                              verified=not options.insecure_skip_verify, preflight=checked,
                              seconds=time.monotonic() - t0, preflight_seconds=preflight_seconds,
-                             phases=clock.phases())
+                             phases=clock.phases(), units_skipped=skipped)
 
     root, root_fd, created_root = open_root(given_root)
     try:
@@ -115,7 +120,8 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
             manifest_digest=manifest_digest(mbytes), cache_root=root, units_installed=[u.path for u in plan.units],
             units_present=plan.present, files=nfiles, bytes=nbytes, blobs_fetched=fetched, key_id=key_id,
             verified=not options.insecure_skip_verify, preflight=checked, seconds=time.monotonic() - t0,
-            units_replaced=sorted(plan.replace), preflight_seconds=preflight_seconds, phases=clock.phases())
+            units_replaced=sorted(plan.replace), preflight_seconds=preflight_seconds, phases=clock.phases(),
+            units_skipped=skipped)
     except BaseException as exc:
         if created_root is not None:
             remove_empty_tree(created_root)

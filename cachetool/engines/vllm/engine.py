@@ -23,7 +23,8 @@ NATIVE_ONLY = {"device": "--device", "config": "--compilation-config", "override
 class VllmEngine:
     name = "vllm"
     layout = "vllm"
-    key_kinds = ("piecewise", "aot")  # torch_compile_cache/{hash}, torch_compile_cache/torch_aot_compile/{hash}
+    # torch_compile_cache/{hash}, torch_compile_cache/torch_aot_compile/{hash}; a JIT folder's facts (jit_facts.py)
+    key_kinds = ("piecewise", "aot", "jit")
     cache_root_variable = "VLLM_CACHE_ROOT"
     variables = jit_caches.VARIABLES  # beside its own in cachetool.envs.VARIABLES
     cache_root_default = "~/.cache/vllm"

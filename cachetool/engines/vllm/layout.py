@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cachetool.engines.vllm import unfinished
+from cachetool.engines.vllm import jit_facts, unfinished
 from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.engines.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
                                              scan_compile_cache)
@@ -85,6 +85,8 @@ def scan(path: Path) -> LayoutScan:
         result.files = [f for f in result.files if not str(f.abspath).startswith(tuple(stale))]
         dropped = {f"{TCC_NAME}/{Path(e).relative_to(tcc)}".rstrip("/") for e in stale}
         result.dirs = [(d, m) for d, m in result.dirs if not any(d == x or d.startswith(x + "/") for x in dropped)]
+    if tcc is not None:  # what each JIT folder is valid under, as key folders of kind "jit" (jit_facts.py)
+        result.keys.extend(jit_facts.key_folders(tcc.parent))
     for name in SHARED_FOLDERS:
         folder = tcc.parent / name if tcc is not None else None  # the root's, also for one key folder
         if folder is not None and folder.is_dir() and not folder.is_symlink():
@@ -106,6 +108,12 @@ def stale_entries(root: Path) -> list[Path]:
     entries but the last start's of each rank (:func:`stale_aotautograd`)."""
     tcc = Path(root) / TCC_NAME
     return stale_aotautograd(tcc) if tcc.is_dir() and not tcc.is_symlink() else []
+
+
+def invalid_units(manifest, root: Path) -> dict[str, str]:
+    """The JIT units that cannot be valid in a root at ``root`` on this machine, with why: an install skips them
+    before it downloads anything (:func:`cachetool.engines.vllm.jit_facts.invalid_units`)."""
+    return jit_facts.invalid_units(manifest, root)
 
 
 def settle_installed(root: Path) -> None:

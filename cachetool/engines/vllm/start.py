@@ -25,7 +25,7 @@ from typing import Callable
 
 from cachetool import run_logs
 from cachetool.cache_root import CacheRoot
-from cachetool.engines.vllm import jit_caches, releases, unfinished, worker_facts
+from cachetool.engines.vllm import jit_caches, jit_facts, releases, unfinished, worker_facts
 from cachetool.engines.vllm.child_process import run_child
 from cachetool.engines.vllm.headless import server_argv, server_model
 from cachetool.engines.vllm.prerequisites import check_model, require_vllm
@@ -78,6 +78,7 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
                 "fresh pod builds them again")
         if command == "warm":
             record_key_inputs(out, result, model, rest)
+            jit_facts.record(root)  # what each JIT folder is valid under: an install compares it before download
             jit_caches.record_mtimes(root)  # FlashInfer's ninja reads them (jit_caches.restore_mtimes)
     return out
 

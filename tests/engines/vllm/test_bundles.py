@@ -304,6 +304,36 @@ def test_every_jit_cache_ships_as_a_unit_and_flashinfers_workspace_keeps_its_bui
     assert {p.stat().st_mtime_ns for p in pulled.rglob("*") if p.is_file()} == {built}
 
 
+def test_a_jit_cache_that_cannot_be_valid_here_is_skipped_before_download_and_named(tmp_path, cli, keys):
+    """Each JIT folder records what it is valid under (jit_facts.py); the manifest lists those facts as key folders
+    of kind jit, and an install compares them with this machine before any blob: FlashInfer's modules built in a
+    root at another path are rebuilt anyway (ninja's commands hold the path), so that unit is skipped and named;
+    a unit whose facts hold here (or cannot be read here) is installed."""
+    from cachetool.bundle.ctb import open_ctb
+    from cachetool.engines.vllm import jit_facts
+
+    src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
+    _w(src / "flashinfer" / ".cache" / "flashinfer" / "0.6.14" / "90a" / "cached_ops" / "m" / "m.so", b"\x7fELF")
+    _w(src / "deep_gemm" / "cache" / "kernel.abc" / "kernel.cubin", b"CUBIN")
+    (src / "flashinfer" / jit_facts.FACTS_FILE).write_text(json.dumps(
+        {"flashinfer": "0.6.14", "nvcc": "13.0.88", "capability": "9.0", "root": "/vllm-cache"}))
+    (src / "deep_gemm" / jit_facts.FACTS_FILE).write_text(json.dumps(
+        {"deep_gemm_headers": None, "nvcc": "13.0.88", "capability": "9.0"}))
+    ctb = tmp_path / "x.ctb"
+    assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
+    with open_ctb(ctb) as b:
+        kinds = {k.hash: k.kind for k in b.manifest.keys}
+    assert kinds["jit.flashinfer"] == kinds["jit.deep_gemm"] == "jit"
+    root = tmp_path / "root"
+    r = cli("install", ctb, "--cache-root", root, "--trust", keys["pub"], "--json")
+    assert r.rc == 0, r
+    doc = json.loads(r.out)
+    skipped = doc["units_skipped"]
+    assert set(skipped) == {"flashinfer"} and "root /vllm-cache in the bundle" in skipped["flashinfer"], skipped
+    assert "not relocatable" in skipped["flashinfer"] and "skipped flashinfer" in r.err
+    assert not (root / "flashinfer").exists() and (root / "deep_gemm" / "cache" / "kernel.abc").is_dir()
+
+
 def test_a_native_preset_is_refused_for_vllm_in_one_line():
     import pytest
 
