@@ -53,9 +53,11 @@ JIT_CACHES = (
 FOLDERS = tuple(c.folder for c in JIT_CACHES)
 # The variables beside cachetool's registry (which has TRITON_CACHE_DIR) that a vLLM server on a GPU is started with
 # (the engine's ``variables``; README's configuration reference documents each)
-VARIABLES = tuple(EnvVar(c.variable, None, f"on a GPU, {c.what}: a vLLM server reads ROOT/{c.folder} only through "
-                         "it (pull prints it; check names it when it is missing)", True)
-                  for c in JIT_CACHES if c.variable is not None and c.variable != "TRITON_CACHE_DIR")
+VARIABLES = (*(EnvVar(c.variable, None, f"on a GPU, {c.what}: a vLLM server reads ROOT/{c.folder} only through "
+                       "it (pull prints it; check names it when it is missing)", True)
+                for c in JIT_CACHES if c.variable is not None and c.variable != "TRITON_CACHE_DIR"),
+             EnvVar("CUDA_HOME", None, "the CUDA toolkit whose nvcc FlashInfer and DeepGEMM build with (its version is "
+                    "one of their JIT caches' facts); default PATH's nvcc, then /usr/local/cuda", True))
 
 
 def server_environment(root: Path, *, gpu: bool) -> dict[str, str]:

@@ -22,15 +22,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from cachetool import envs
 from cachetool.engines import machine
 from cachetool.engines.vllm import facts
+from cachetool.engines.vllm.jit_caches import VARIABLES
 from cachetool.layouts.entries import KeyFolder
 from cachetool.layouts.factors import Factors
 
@@ -46,7 +47,7 @@ WHAT = {"flashinfer": ("flashinfer", "nvcc", "capability", "root"),
 def nvcc_version() -> str | None:
     """The CUDA compiler's release (``13.0.88``) as FlashInfer and DeepGEMM find it (CUDA_HOME, PATH, /usr/local/cuda),
     or None where there is none."""
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    home = envs.raw("CUDA_HOME", VARIABLES)
     candidates = [Path(home) / "bin" / "nvcc"] if home else []
     candidates += [Path(p) for p in (shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc") if p]
     nvcc = next((c for c in candidates if c.is_file()), None)
