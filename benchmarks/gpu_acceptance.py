@@ -132,7 +132,7 @@ def record_start(run: Run, name: str, vllm: str, workers: list, new_kernels: int
 
 
 # ------------------------------------------------------------------------------------------------ vLLM rows
-def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = ()) -> None:
+def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> None:
     from cachetool.engines.vllm.facts import vllm_version
     from cachetool.engines.vllm.server import serve_once
     from cachetool.engines.vllm.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
@@ -143,6 +143,8 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     else:
         model, flags = write_llama_1b(work / "models" / "llama-3.2-1b"), list(GPU_FLAGS)
     store = f"file://{work}/store/llama:gpu"
+    if only:  # rows again on the warm, store and pulled roots an earlier run of this part left in ``work``
+        return vllm_rows(run, work, store, model, flags, vllm, skip=(), only=only)
     cli("keygen", "-o", work / "k")
     clear_pod()
     run.say("vllm: warm (cold) with --push")
@@ -179,12 +181,17 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
                        "--", model, *flags)
     run.row("vllm", "check --require-hit on a pulled root", f"{wall:.1f} s wall, exit {p.returncode}: "
             f"{doc.get('miss_reason') or 'hit'}", check_word(p, doc), server_word(srv))
+    vllm_rows(run, work, store, model, flags, vllm, skip=skip, only=())
+
+
+def vllm_rows(run: Run, work: Path, store: str, model: Path, flags: list[str], vllm: str, *, skip: tuple[str, ...],
+              only: tuple[str, ...]) -> None:
     steps = {"perturbed": lambda: perturbed(run, work, model, flags, vllm),
              "changed": lambda: changed_flag(run, work, store, model, flags),
              "eager": lambda: eager(run, work, store, model, flags),
              "read-only": lambda: read_only(run, work, model, flags, with_server="ro-server" not in skip)}
     for name, step in steps.items():
-        if name not in skip:
+        if name not in skip and (not only or name in only):
             guarded(run, step)
 
 
@@ -241,14 +248,22 @@ def changed_flag(run: Run, work: Path, store: str, model: Path, flags: list[str]
 
 
 def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
+    """An eager server (``-O0``): check answers without vLLM (it compiles no graph), the pull for that command
+    installs only the folders that belong to no key (vLLM's own Triton kernels, the model inspection), and the real
+    server starts on that pulled root."""
     from cachetool.engines.vllm.server import serve_once
 
     p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *flags,
                        "-O0")
     clear_pod()
-    srv = serve_once(str(model), work / "eager", [*flags, *HEADLESS, "-O0"])
-    run.row("vllm", "an eager server (-O0)", f"check exit {p.returncode} in {wall:.1f} s; server engine init "
-            f"{srv.engine_init_seconds} s", check_word(p, doc), server_word(srv))
+    root = work / "eager"
+    shutil.rmtree(root, ignore_errors=True)
+    pulled, _w, _d = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
+                         "--", model, *flags, *HEADLESS, "-O0")
+    srv = serve_once(str(model), root, [*flags, *HEADLESS, "-O0"])
+    run.row("vllm", "an eager server (-O0) on its pulled root", f"check exit {p.returncode} in {wall:.1f} s; pull exit "
+            f"{pulled.returncode}; server engine init {srv.engine_init_seconds} s, {srv.evidence or 'nothing'}",
+            check_word(p, doc), server_word(srv))
 
 
 def read_only(run: Run, work: Path, model: Path, flags: list[str], with_server: bool = True) -> None:
@@ -267,7 +282,7 @@ def read_only(run: Run, work: Path, model: Path, flags: list[str], with_server: 
     if not with_server:
         run.row("vllm", "the pulled root read-only", f"check exit {p.returncode}: {error_line(p)[:200]}; server not "
                 "started here (2026-12-04 on the H200: 'Read-only file system')",
-                "failed to start" if p.returncode == 2 else "started", "failed to start (recorded)")
+                "failed to start" if p.returncode == 2 else "started", None)
         return
     clear_pod()
     from cachetool.engines.vllm.engine import VllmEngine
@@ -431,6 +446,7 @@ def part_table(run: Run) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("part", choices=("vllm", "moe", "moe-cold", "moe-pulled", "table"))
+    ap.add_argument("--only", default="", help="vllm part: these rows again, on what an earlier run left in --work")
     ap.add_argument("--skip", default="", help="vllm part: rows to leave out (perturbed, changed, eager, read-only, "
                     "ro-server), comma-separated")
     ap.add_argument("--out", type=Path, required=True, help="rows.jsonl, progress.log and logs go here")
@@ -440,7 +456,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     run = Run(args.out)
-    {"vllm": lambda: part_vllm(run, args.work, args.cpu, tuple(filter(None, args.skip.split(",")))),
+    {"vllm": lambda: part_vllm(run, args.work, args.cpu, tuple(filter(None, args.skip.split(","))),
+                              tuple(filter(None, args.only.split(",")))),
      "moe": lambda: part_moe(run, args.work, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
      "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu), "table": lambda: part_table(run)}[args.part]()
 

@@ -30,7 +30,12 @@ mkdir -p "$keep"
 cp -a "$keep/." "$out/" 2>/dev/null
 echo "$(date -u +%FT%TZ) part $part, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), \
 $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())' 2>&1 | tail -1)" >> "$out/progress.log"
+# the newest server log, copied into $OUT as it grows: a call that times out still shows how far a start got
+( while sleep 10; do latest=$(ls -t "${XDG_STATE_HOME:-$HOME/.local/state}"/cachetool/logs/vllm-*.log 2>/dev/null | head -n 1)
+    [ -n "$latest" ] && cp "$latest" "$out/vllm-latest.log"; done ) &
+copier=$!
 python3 benchmarks/gpu_acceptance.py "$part" --out "$out" "$@"; rc=$?
+kill "$copier" 2>/dev/null
 python3 benchmarks/gpu_acceptance.py table --out "$out"
 cp -a "$out/." "$keep/"
 exit "$rc"

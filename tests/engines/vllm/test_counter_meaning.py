@@ -28,7 +28,7 @@ def test_a_recorded_start_is_judged_as_it_went(start):
     wrote nothing, a cold or perturbed start did."""
     found = evidence(start)
     hit = start["key_existed"] and not found
-    assert hit == (start["verdict"] == "hit"), (start["name"], found)
+    assert hit == (start["verdict"] in ("hit", "compiled nothing")), (start["name"], found)
 
 
 def recorded(vllm: str, verdict: str) -> list[dict]:
@@ -39,9 +39,8 @@ def test_vllm_0_26_counts_loaded_pieces_as_inductor_compiles_and_cachetool_does_
     """The pin of the false miss: on the H200 a pulled root that vLLM 0.26 served from its AOT artifact, writing
     nothing, reports a non-zero num_inductor_compiles (pieces handed to its adaptor and stopped by its dedupe). The
     verdict must not read it."""
-    hits = recorded("0.26.0", "hit")
-    if not hits:
-        pytest.skip("no vLLM 0.26 CUDA hit recorded yet (benchmarks/gpu_acceptance.sh records them)")
+    hits = recorded("0.26.0", "compiled nothing")
+    assert hits, "the recorded vLLM 0.26 CUDA hit (benchmarks/gpu_acceptance.sh records it)"
     for start in hits:
         done = worker_facts.from_workers(start["workers"])
         assert done.vllm_counters.get("num_inductor_compiles", 0) > 0, start["name"]
