@@ -717,3 +717,21 @@ def test_vllm_warm_pull_and_server_share_the_servers_environment_and_a_writable_
             mount = _mount_for(c, path)
             assert mount["mountPath"] == path and not mount.get("readOnly"), f"{where}: {path} is not writable"
             assert "emptyDir" in _volume(pod, mount["name"]), f"{where}: {path} is not an emptyDir"
+
+
+def test_the_deployments_word_on_pull_outcomes_is_the_exit_tables():
+    """The init-container's comment says which pull outcomes still fail the pod under --on-miss continue: the exit
+    table's (cachetool/exit_codes.py). It said 1 still failed, which the table continues (exit 0, outcome=error)."""
+    from cachetool import exit_codes
+
+    text = (ROOT / "ci" / "k8s" / "deployment.yaml").read_text()
+    comment = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    comment = comment[comment.index("Pull outcomes"):]
+    continued = re.search(r"also 0 for every outcome that leaves nothing installed \(([^)]*)\)", comment)
+    failing = re.search(r"Only (.*?) still fails? the init-container", comment)
+    assert continued and failing, comment[:400]
+    table_continued = {e.name for e in exit_codes.TABLE if e.continuable}
+    assert {n.strip() for n in continued.group(1).split(",")} == table_continued
+    named_failing = {int(n) for n in re.findall(r"\b(\d+) \(", failing.group(1))}
+    assert named_failing == {e.code for e in exit_codes.TABLE
+                             if not e.continuable and e.code not in (0, 8, 10, 130)}  # pull's own failures
