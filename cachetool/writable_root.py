@@ -18,10 +18,11 @@ from cachetool.exit_codes import DISK_FULL_ERRNOS
 PROBE_PREFIX = ".cachetool-probe-"
 
 
-def require_writable(given: CacheRoot, verb: str) -> Path:
+def require_writable(given: CacheRoot, verb: str, needed_by: str | None = None) -> Path:
     """``root`` when a file can be written in it (folders that are missing are created for the probe and removed
     again: the check leaves nothing behind); else one line naming it: :class:`UnwritableRootError` (exit 2), or
-    :class:`DiskFullError` (exit 9) for a full file system."""
+    :class:`DiskFullError` (exit 9) for a full file system. ``needed_by``: why the start that would run there must
+    write (an engine's words), for a root that a server only reads (check): the line then names the fix."""
     root = given.path.absolute()
     created = next((p for p in reversed((root, *root.parents)) if not p.exists()), None)
     try:
@@ -32,6 +33,11 @@ def require_writable(given: CacheRoot, verb: str) -> Path:
     except OSError as exc:
         if exc.errno in DISK_FULL_ERRNOS:
             raise disk_full(exc, verb, f"cache root {root}", "nothing was compiled", path=str(root)) from None
+        if needed_by:
+            raise UnwritableRootError(
+                f"{verb}: cache root {root} is not writable ({_why(exc, root)}), and {needed_by}: mount it read-write, "
+                f"or copy it to a writable folder first (cp -a {root} DIR) and give the server DIR as its cache root "
+                "(the environment pull prints for DIR); nothing was started") from None
         raise UnwritableRootError(f"{verb}: cache root {root} is not writable ({_why(exc, root)}); nothing was "
                                   "compiled: pass a writable --cache-root") from None
     finally:

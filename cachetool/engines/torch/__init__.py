@@ -18,6 +18,10 @@ from cachetool.errors import UsageError
 __all__ = ["TorchEngine"]
 
 
+READ_ONLY_WHY = ("a torch.compile program writes under its Inductor cache at every start, a hit too (file locks and "
+                 "the kernels it loads: it dies with 'Read-only file system' there)")
+
+
 class TorchEngine:
     name = "torch"
     summary = ("your own torch.compile program, the command after -- (e.g. -- python serve.py), run with "
@@ -59,6 +63,11 @@ class TorchEngine:
         :class:`~cachetool.errors.EngineMissError` naming what and why, with the start as its ``start``."""
         from cachetool.engines.torch.start import start
 
+        from cachetool.writable_root import require_writable
+
+        # Inductor writes under its cache folder at every start, a hit too (file locks, a loaded kernel's folders):
+        # on a read-only root the program itself dies with EROFS; and the start marks its root
+        require_writable(request.cache_root, "check", needed_by=READ_ONLY_WHY)
         return start("check", request, request.messages)
 
     # ------------------------------------------------------------------------------------------ facts

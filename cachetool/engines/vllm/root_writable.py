@@ -13,22 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachetool.cache_root import CacheRoot
-from cachetool.errors import UnwritableRootError
 from cachetool.writable_root import require_writable
 
 WHY = ("vLLM writes under its cache root at every start, a hit too (it unpacks the kernels of the AOT artifact it "
-       "loads into torch_compile_cache/torch_aot_compile/KEY/inductor_cache/; on a read-only root vLLM 0.26 recompiles "
-       "and dies with 'Read-only file system')")
+       "loads into torch_compile_cache/torch_aot_compile/KEY/inductor_cache/ and dies with 'Read-only file system' "
+       "there)")
 
 
 def require_writable_for_vllm(root: CacheRoot, verb: str) -> Path:
     """``root``'s path when vLLM can write there; else :class:`UnwritableRootError` (exit 2) in one line: the root,
     why vLLM needs it writable, and the fix (a full file system stays :class:`DiskFullError`, exit 9)."""
-    try:
-        return require_writable(root, verb)
-    except UnwritableRootError:
-        where = root.resolved
-        raise UnwritableRootError(
-            f"{verb}: vLLM cannot start on cache root {where}: it is not writable, and {WHY}: mount it read-write, "
-            f"or copy it to a writable folder first (cp -a {where} DIR) and start the server with "
-            "VLLM_CACHE_ROOT=DIR; nothing was started") from None
+    return require_writable(root, verb, needed_by=WHY)

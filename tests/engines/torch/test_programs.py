@@ -67,6 +67,30 @@ def test_a_transformer_warms_pushes_pulls_and_hot_starts_with_nothing_compiled(t
     assert pruned["removed"] == [], pruned
 
 
+def test_check_on_a_read_only_root_says_so_in_one_line_before_the_program_runs(transformer, progs, tmp_path):
+    """A torch.compile program writes under its Inductor cache at every start, a hit too (the lock files above; the
+    program itself died with EROFS on a read-only root): check refuses a read-only root in one line, exit 2, naming
+    the fix, and runs nothing. The mount is real: a read-only bind mount in a private mount namespace."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare for a read-only bind mount")
+    root = tmp_path / "root"
+    shutil.copytree(transformer["root"], root, symlinks=True)
+    logs = tmp_path / "logs"
+    script = 'mount --bind "$ROOT" "$ROOT" && mount -o remount,bind,ro "$ROOT" && exec "$@"'
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script, "bash", sys.executable,
+                        "-m", "cachetool", "check", "--engine", "torch", "--cache-root", str(root), "--require-hit",
+                        "--", PY, str(progs["transformer"])], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "ROOT": str(root), "XDG_STATE_HOME": str(logs)})
+    line = error_line(r)
+    assert r.returncode == 2, r.stderr
+    assert f"cache root {root} is not writable" in line and f"cp -a {root} DIR" in line, line
+    assert not logs.exists(), "the program was started"
+
+
 def test_dynamic_shapes_load_for_lengths_the_warm_never_ran(dynamic, progs, tmp_path):
     """One graph for any length: a pulled root serves lengths the warm did not run, compiling nothing."""
     comp = dynamic["summary"]["compile"]

@@ -233,5 +233,6 @@ def test_check_on_a_read_only_root_says_so_in_one_line_before_vllm_starts(warmed
         pytest.skip(f"no read-only bind mount here: {r.stderr.strip()[-200:]}")
     line = error_line(r)
     assert r.returncode == 2, r.stderr
-    assert f"cache root {root}" in line and "not writable" in line and "VLLM_CACHE_ROOT=" in line, line
+    assert f"cache root {root} is not writable" in line and "vLLM writes under its cache root" in line, line
+    assert f"cp -a {root} DIR" in line, line
     assert not list(logs.rglob("*.log")), "vLLM was started"
