@@ -6,7 +6,7 @@
     python benchmarks/bench_torch_engine.py --json out.json                   # the figures as JSON too
 
 The program (written into a work folder; it knows nothing of cachetool) builds a small GPT, compiles it with
-``torch.compile`` (on CUDA ``mode="max-autotune-no-cudagraphs"``: Triton kernels and GEMM autotuning), runs a
+``torch.compile`` (``--mode``; on CUDA by default ``max-autotune-no-cudagraphs``: Triton kernels and GEMM autotuning), runs a
 prefill and a decode batch, and prints when its first forward was done. Each variant is one fresh process:
 
 - ``cold``: ``cachetool warm --engine torch`` on an empty root (the CI job: it records the facts; the program also
@@ -55,6 +55,7 @@ p.add_argument("--dim", type=int, default=64)
 p.add_argument("--seq", type=int, default=32)
 p.add_argument("--save-mega")
 p.add_argument("--load-mega")
+p.add_argument("--mode", default=None)
 a = p.parse_args()
 import torch
 t_import = time.perf_counter()
@@ -98,7 +99,7 @@ class GPT(torch.nn.Module):
 torch.manual_seed(0)
 cuda = a.device.startswith("cuda")
 model = GPT(a.layers, a.dim).to(a.device, torch.bfloat16 if cuda else torch.float32).eval()
-compiled = torch.compile(model, mode="max-autotune-no-cudagraphs" if cuda else None)
+compiled = torch.compile(model, mode=a.mode if a.mode != "default" else None)
 with torch.no_grad():
     prefill = compiled(torch.randint(0, 4096, (4, a.seq), device=a.device))
     if cuda:
@@ -187,7 +188,7 @@ def run(args) -> dict:
     prog = work / "program.py"
     prog.write_text(PROGRAM)
     command = [sys.executable, str(prog), "--device", args.device, "--layers", str(args.layers), "--dim",
-               str(args.dim), "--seq", str(args.seq)]
+               str(args.dim), "--seq", str(args.seq), "--mode", args.mode]
     mega = work / "mega.bin"
     rows: dict[str, dict] = {}
     if args.fresh_pod:
@@ -251,11 +252,14 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--fresh-pod", action="store_true", help="remove the per-user caches a new pod lacks first")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each check row; the median is shown")
+    ap.add_argument("--mode", default=None, help="torch.compile's mode (default: max-autotune-no-cudagraphs on CUDA, "
+                    "Inductor's default on the CPU; 'default' for Inductor's default anywhere)")
     ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
     args.layers = args.layers or (4 if cuda else 2)
     args.dim = args.dim or (512 if cuda else 64)
+    args.mode = args.mode or ("max-autotune-no-cudagraphs" if cuda else "default")
     result = run(args)
     print(table(result))
     if args.json:

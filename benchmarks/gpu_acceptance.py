@@ -3,6 +3,8 @@
     python3 benchmarks/gpu_acceptance.py vllm --out OUT          # Llama-3.2-1B's config: the verdict rows
     python3 benchmarks/gpu_acceptance.py moe-cold --out OUT      # FP8 MoE: stock cold, then kept
     python3 benchmarks/gpu_acceptance.py moe-pulled --out OUT    # FP8 MoE: warm, push, pull, vllm serve, check
+    python3 benchmarks/gpu_acceptance.py native --out OUT        # the AOT hot start vs stock warm (no vLLM)
+    python3 benchmarks/gpu_acceptance.py torch --out OUT         # the torch engine: default and max-autotune
     python3 benchmarks/gpu_acceptance.py table --out OUT         # the one table of every row recorded in OUT
 
 benchmarks/gpu_acceptance.sh runs the parts through the device tool's calls (each part fits one call of under ten
@@ -434,6 +436,56 @@ def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[s
             f"{(doc.get('compile') or doc).get('miss_reason') or 'hit'}", check_word(p, doc), server)
 
 
+# ------------------------------------------------------------------------------------------------ native, torch
+def benchmark(run: Run, script: str, *args: str) -> subprocess.CompletedProcess:
+    """One of the benchmarks of this folder, its output saved beside the rows."""
+    run.say(f"{script} {' '.join(args)}")
+    p = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True,
+                       cwd=REPO, stdin=subprocess.DEVNULL)
+    (run.out / f"{Path(script).stem}.log").write_text(p.stdout[-200_000:] + p.stderr[-20_000:])
+    return p
+
+
+def part_native(run: Run, cpu: bool = False) -> None:
+    """This project's pipeline: the AOT hot start against stock torch.compile's warm start (its local cache kept)
+    and Mega-Cache, one fresh process each (benchmarks/bench_startup.py)."""
+    model, device = ("tiny", "cpu") if cpu else ("llama-3.2-1b", "cuda")
+    out = run.out / "native.json"
+    p = benchmark(run, "bench_startup.py", "--model", model, "--device", device, "--pycache", "/tmp/pyc",
+                  "--compilation-config", '{"cudagraph_mode": "NONE"}', "--json", str(out))
+    if p.returncode != 0 or not out.exists():
+        run.row("native", "AOT hot start", f"bench_startup failed (exit {p.returncode}): {p.stderr.strip()[-200:]}")
+        return
+    rows = {r["variant"]: r for r in json.loads(out.read_text())}
+    aot = next(r for name, r in rows.items() if name.startswith("hot, AOT"))
+    warm = rows["stock torch.compile, warm"]
+    run.row("native", f"AOT hot start vs stock warm ({model}, graphs NONE)", f"start-up {aot['startup_s']:.2f} s vs "
+            f"{warm['startup_s']:.2f} s ({aot['startup_s'] / warm['startup_s']:.2f}x); exec to first forward "
+            f"{aot['ready_s']:.2f} vs {warm['ready_s']:.2f} s; compiled {aot['compiled']}",
+            "compiled nothing" if aot["compiled"] == 0 else "compiled", None)
+
+
+def part_torch(run: Run, cpu: bool = False) -> None:
+    """The torch engine on a program it knows nothing of (benchmarks/bench_torch_engine.py: a small GPT, bf16 on the
+    GPU), default mode and max-autotune: cold (a warm), then a pulled root at another path in a fresh pod, checked by
+    running the program again (its probe counts what it compiled: FX graphs, kernels, autotuning)."""
+    device = "cpu" if cpu else "cuda"
+    for mode in ("default",) if cpu else ("default", "max-autotune-no-cudagraphs"):
+        out = run.out / f"torch-{mode}.json"
+        p = benchmark(run, "bench_torch_engine.py", "--device", device, "--fresh-pod", "--mode", mode, "--json",
+                      str(out))
+        if p.returncode != 0 or not out.exists():
+            run.row("torch", f"mode {mode}", f"bench_torch_engine failed (exit {p.returncode})")
+            continue
+        rows = json.loads(out.read_text())["rows"]
+        cold, pulled = rows["cold"], rows["pulled"]
+        ready = pulled["program"]["ready_s"]
+        run.row("torch", f"mode {mode}: pulled root, fresh pod", f"ready {ready:.2f} s vs cold "
+                f"{cold['program']['ready_s']:.2f} s; built {pulled.get('triton_kernels_built')} Triton / "
+                f"{pulled.get('cpp_kernels_built')} C++ kernels, {pulled.get('autotune_benchmarks')} autotunings",
+                "compiled nothing" if pulled.get("hit") else "compiled", None)
+
+
 # ------------------------------------------------------------------------------------------------ the table
 def part_table(run: Run) -> None:
     rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines() if ln.strip()]
@@ -445,7 +497,7 @@ def part_table(run: Run) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=("vllm", "moe", "moe-cold", "moe-pulled", "table"))
+    ap.add_argument("part", choices=("native", "torch", "vllm", "moe", "moe-cold", "moe-pulled", "table"))
     ap.add_argument("--only", default="", help="vllm part: these rows again, on what an earlier run left in --work")
     ap.add_argument("--skip", default="", help="vllm part: rows to leave out (perturbed, changed, eager, read-only, "
                     "ro-server), comma-separated")
@@ -458,7 +510,8 @@ def main() -> None:
     run = Run(args.out)
     {"vllm": lambda: part_vllm(run, args.work, args.cpu, tuple(filter(None, args.skip.split(","))),
                               tuple(filter(None, args.only.split(",")))),
-     "moe": lambda: part_moe(run, args.work, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
+     "moe": lambda: part_moe(run, args.work, args.cpu), "native": lambda: part_native(run, args.cpu),
+     "torch": lambda: part_torch(run, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
      "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu), "table": lambda: part_table(run)}[args.part]()
 
 

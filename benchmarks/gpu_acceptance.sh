@@ -7,12 +7,13 @@
 #   call 3  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c03}   bash benchmarks/gpu_acceptance.sh vllm
 #   call 4  carry .vllm-h200-fp8/unpack.sh                    bash benchmarks/gpu_acceptance.sh moe-cold
 #   call 5  carry .vllm-h200-fp8/unpack.sh                    bash benchmarks/gpu_acceptance.sh moe-pulled
+#   then   the same carry                                  bash benchmarks/gpu_acceptance.sh native (and torch)
 # (or, with less device time: `vllm --skip perturbed,ro-server` in call 3, then `moe`, the FP8 MoE rows in one call,
 # the warm's hot start on the cold root standing for the kept row)
 # Each part writes its rows and progress under $OUT (what a timed-out call returns) and ends with the table of
 # every row so far; docs/gpu.md keeps the latest, with its date and commit.
 set -uo pipefail
-part=${1:?chunk|vllm|moe|moe-cold|moe-pulled}; shift
+part=${1:?chunk|native|torch|vllm|moe|moe-cold|moe-pulled}; shift
 out=${OUT:-/tmp/gpu-acceptance-out}
 mkdir -p "$out" /tmp/gpu-acceptance
 if [ "$part" = chunk ]; then
@@ -20,7 +21,10 @@ if [ "$part" = chunk ]; then
   [ "$rc" = 2 ] && { echo "chunk kept (exit 2: waiting for the rest)"; exit 0; }
   exit "$rc"
 fi
-bash .vllm-h200-fp8/unpack.sh || { echo "unpack failed: start again from c01"; exit 1; }
+case "$part" in
+  native|torch) ;;  # no vLLM (the vLLM tree, when unpacked, still lends them zstandard for the torch part's pack)
+  *) bash .vllm-h200-fp8/unpack.sh || { echo "unpack failed: start again from c01"; exit 1; } ;;
+esac
 export PYTHONPATH=/tmp/vsite${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CACHETOOL_LOGGING_LEVEL=WARNING \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 NCCL_NVLS_ENABLE=0 \
   TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pyc}
