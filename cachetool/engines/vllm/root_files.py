@@ -5,9 +5,11 @@ start used was there before, or not). A headless start (:mod:`~cachetool.engines
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from cachetool.cache_root import AOT, TCC
+from cachetool.engines.vllm import jit_caches
 from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS
 
 AOT_DIR = (TCC, AOT)
@@ -26,3 +28,28 @@ def kernel_files(cache_root: Path) -> set[str]:
 def key_folders(cache_root: Path) -> set[str]:
     top = cache_root.joinpath(*AOT_DIR)
     return {p.name for p in top.iterdir() if p.is_dir()} if top.is_dir() else set()
+
+
+@dataclasses.dataclass(frozen=True)
+class RootWatch:
+    """A cache root as a start found it, to tell afterwards what the start added: kernel binaries and key folders
+    under the root, and files in the JIT caches' default folders outside it (a headless start and ``vllm serve``
+    are watched alike)."""
+
+    root: Path
+    kernels: frozenset[str]
+    keys: frozenset[str]
+    outside: dict[str, int]
+
+    @classmethod
+    def of(cls, root: Path) -> "RootWatch":
+        return cls(root, frozenset(kernel_files(root)), frozenset(key_folders(root)), jit_caches.outside_snapshot())
+
+    def new_kernels(self) -> set[str]:
+        return kernel_files(self.root) - self.kernels
+
+    def new_key_folders(self) -> set[str]:
+        return key_folders(self.root) - self.keys
+
+    def written_outside(self) -> dict[str, int]:
+        return jit_caches.written_outside(self.outside, jit_caches.outside_snapshot())

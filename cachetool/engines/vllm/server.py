@@ -29,11 +29,11 @@ from pathlib import Path
 
 from cachetool import run_logs
 from cachetool.cache_root import CacheRoot
-from cachetool.engines.vllm import facts, jit_caches, releases, worker_facts
+from cachetool.engines.vllm import facts, releases, worker_facts
 from cachetool.engines.vllm.engine import VllmEngine
 from cachetool.engines.vllm.child_env import PROBE_DIR
 from cachetool.engines.vllm.prerequisites import python
-from cachetool.engines.vllm.root_files import kernel_files, key_folders
+from cachetool.engines.vllm.root_files import RootWatch
 from cachetool.process_tree import end_group
 
 # vLLM's engine-init seconds, in its log only (printed by every tested release: docs/vllm.md, "Tested vLLM releases")
@@ -128,7 +128,7 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
     it compiles (a key folder the root did not have, a kernel written under the root): its verdict is known then,
     and the rest of its compile would only cost time (the run then has no completion)."""
     root = CacheRoot.given(cache_root).resolved
-    before, keys_before = kernel_files(root), key_folders(root)
+    watch = RootWatch.of(root)
     port = free_port()
     cmd = [python(), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags, *PROBE, "--host", "127.0.0.1",
            "--port", str(port), *(["--api-key", api_key] if api_key else [])]
@@ -137,7 +137,6 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                 **VllmEngine().server_environment(root), **(env or {}), "VLLM_CACHE_ROOT": str(root),
                 "VLLM_SERVER_DEV_MODE": "1"}
-    outside_before = jit_caches.outside_snapshot()
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE_DIR), full_env.get("PYTHONPATH")) if p)
     log_path = run_logs.new_log("vllm-serve")
     t0 = time.perf_counter()
@@ -150,7 +149,7 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
                 if _get(f"http://127.0.0.1:{port}/health") == 200:
                     ready = time.perf_counter() - t0
                     break
-                compiling = stop_when_compiling and bool(key_folders(root) - keys_before or kernel_files(root) - before)
+                compiling = stop_when_compiling and bool(watch.new_key_folders() or watch.new_kernels())
                 if compiling:
                     break
                 time.sleep(0.5)
@@ -160,21 +159,20 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
             _stop(proc, compiling)
     text = log_path.read_text(errors="replace")
     done = worker_facts.from_workers(workers) if workers else None
-    new_kernels = len(kernel_files(root) - before)
-    outside = jit_caches.written_outside(outside_before, jit_caches.outside_snapshot())
+    new_kernels = len(watch.new_kernels())
     aot_expected = releases.aot_loads(facts.vllm_version(), releases.device_here())
     init = ENGINE_INIT.findall(text)
     return ServerRun(command=cmd, ready_seconds=round(ready, 3) if ready is not None else -1.0,
                      engine_init_seconds=float(init[-1]) if init else None,
                      compile_seconds=done.compilation_seconds if done else None, completion=completion,
-                     new_key_folders=sorted(key_folders(root) - keys_before),
+                     new_key_folders=sorted(watch.new_key_folders()),
                      new_kernels=new_kernels, cache_key=done.cache_key if done else None,
                      aot_loaded=bool(done and done.aot_loaded),
                      aot_error=None if done and done.aot_loaded else worker_facts.aot_failure(log_path),
                      graphs_compiled=done.graphs_compiled if done else 0,
                      evidence=worker_facts.compiled_evidence(done, new_kernels=new_kernels, aot_expected=aot_expected),
                      facts=done is not None, log=str(log_path), vllm_counters=done.vllm_counters if done else {},
-                     reports=[worker_facts.recorded(w) for w in workers or []], written_outside=outside)
+                     reports=[worker_facts.recorded(w) for w in workers or []], written_outside=watch.written_outside())
 
 
 def served_name(model: str, flags: list[str]) -> str:

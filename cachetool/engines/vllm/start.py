@@ -32,7 +32,7 @@ from cachetool.engines.vllm.prerequisites import check_model, require_vllm
 from cachetool.engines.vllm.record import record_key_inputs
 from cachetool.engines.vllm.result import VllmStartResult
 from cachetool.engines.vllm.start_progress import heartbeat
-from cachetool.engines.vllm.root_files import kernel_files, key_folders
+from cachetool.engines.vllm.root_files import RootWatch
 
 # The first requests of a server: a short and a longer prompt, and a one-token one (decode-sized batches follow).
 PROMPTS = ([1, 5, 7, 11], list(range(1, 48)), [3])
@@ -51,8 +51,7 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
     root = cache_root.resolved
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
-    before, keys_before = kernel_files(root), key_folders(root)
-    outside_before = jit_caches.outside_snapshot()
+    watch = RootWatch.of(root)
     argv = server_argv(rest, load_weights)
     log_path = run_logs.new_log(f"vllm-{command}")
     say(f"{command}: starting vLLM {version} on {root} (vLLM's log: {log_path})")
@@ -71,8 +70,7 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
         if result.get("hashing_error"):
             say(f"{command}: what vLLM hashes could not be recorded ({result['hashing_error']}): a pull for "
                 "another server command will ask vLLM itself")
-        out = _report(command, model, root, rest, version, result, before, keys_before, log_path, wall)
-        out.written_outside = jit_caches.written_outside(outside_before, jit_caches.outside_snapshot())
+        out = _report(command, model, root, rest, version, result, watch, log_path, wall)
         for folder, n in out.written_outside.items():
             say(f"{command}: vLLM wrote {n} file(s) outside the cache root, in {folder}: they do not ship, and every "
                 "fresh pod builds them again")
@@ -83,17 +81,17 @@ def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list
     return out
 
 
-def _report(command, model, root, flags, version, result, before, keys_before, log_path, wall) -> VllmStartResult:
+def _report(command, model, root, flags, version, result, watch, log_path, wall) -> VllmStartResult:
     workers = sorted(result["workers"], key=lambda w: w["rank"])
     done = worker_facts.from_workers(workers)
-    new_kernels = len(kernel_files(root) - before)
+    new_kernels = len(watch.new_kernels())
     aot_expected = releases.aot_loads(version, releases.device_here())
     ranks = [worker_facts.recorded(w) for w in workers]
     return VllmStartResult(
         command=command, model=model, cache_root=str(root), flags=list(flags), vllm_version=version,
         cache_key=done.cache_key, cache_keys=done.cache_keys,
-        key_existed=bool(done.cache_keys) and set(done.cache_keys) <= keys_before,
-        inductor_compiled=new_kernels, inductor_loaded=len(done.mapped_kernels & before),
+        key_existed=bool(done.cache_keys) and set(done.cache_keys) <= watch.keys,
+        inductor_compiled=new_kernels, inductor_loaded=len(done.mapped_kernels & watch.kernels),
         dynamo_traces=done.dynamo_traces, aot_loaded=done.aot_loaded, aot_saved=done.aot_saved,
         aot_error=None if done.aot_loaded else worker_facts.aot_failure(log_path),
         aot_artifacts_loaded=done.aot_artifacts_loaded, compiled_artifacts_loaded=done.compiled_artifacts_loaded,
@@ -102,4 +100,4 @@ def _report(command, model, root, flags, version, result, before, keys_before, l
         vllm_counters=done.vllm_counters,
         startup_seconds=result["seconds"].get("engine_init", 0.0), seconds=round(wall, 3),
         phases=result["seconds"], tensor_parallel_size=max(1, len(workers)), ranks=ranks, log=str(log_path),
-        aot_paths=done.aot_paths)
+        aot_paths=done.aot_paths, written_outside=watch.written_outside())
