@@ -72,19 +72,19 @@ def _values_here(root: Path) -> dict[str, str | None]:
             "deep_gemm_headers": str(headers.parent / "include") if headers else None}
 
 
-def facts_here(folder: str, root: Path) -> dict[str, str | None]:
-    """What the JIT cache ``folder`` of a root at ``root`` would be valid under on this machine."""
-    here = _values_here(root)
+def _of(folder: str, here: dict[str, str | None]) -> dict[str, str | None]:
+    """What the JIT cache ``folder`` is valid under, of this machine's values ``here`` (:func:`_values_here`)."""
     return {name: here[name] for name in WHAT.get(folder, ())}
 
 
 def record(root: Path) -> list[Path]:
     """Write each JIT folder's facts in it (a warm, after its start); returns the files written."""
-    written = []
+    written, here = [], None
     for folder in WHAT:
         top = Path(root) / folder
         if top.is_dir() and not top.is_symlink():
-            (top / FACTS_FILE).write_text(json.dumps(facts_here(folder, root), indent=1, sort_keys=True))
+            here = here or _values_here(root)  # read once, and only for a root that has a JIT folder
+            (top / FACTS_FILE).write_text(json.dumps(_of(folder, here), indent=1, sort_keys=True))
             written.append(top / FACTS_FILE)
     return written
 
@@ -106,13 +106,14 @@ def key_folders(root: Path) -> list[KeyFolder]:
 def invalid_units(manifest: Any, root: Path) -> dict[str, str]:
     """The JIT units of ``manifest`` that cannot be valid in a root at ``root`` on this machine, each with why in a
     few words (``flashinfer: FlashInfer 0.6.14 in the bundle, 0.7.0 here``)."""
-    out = {}
+    out, values = {}, None
     for key in manifest.keys:
         recorded = key.factors.values(KIND) if key.kind == KIND and key.factors is not None else None
         folder = key.hash[len(PREFIX):]
         if not isinstance(recorded, dict) or folder not in WHAT:
             continue
-        here = facts_here(folder, root)
+        values = values or _values_here(root)  # read once, and only for a bundle that has JIT facts
+        here = _of(folder, values)
         differ = [f"{name} {recorded.get(name)} in the bundle, {here[name]} here" for name in WHAT[folder]
                   if here.get(name) is not None and recorded.get(name) is not None and here[name] != recorded[name]]
         if differ:

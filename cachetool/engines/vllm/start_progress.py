@@ -37,11 +37,11 @@ _COMPILED = [(re.compile(p, re.IGNORECASE), phase) for p, phase in PHASES]
 
 def current_phase(text: str) -> str:
     """The phase of the last line of ``text`` that names one; before any, vLLM's imports."""
-    found, where = "importing vLLM", -1
-    for line_no, line in enumerate(text.splitlines()):
-        for rx, phase in _COMPILED:
-            if rx.search(line) and line_no >= where:
-                found, where = phase, line_no
+    found = "importing vLLM"
+    for line in text.splitlines():
+        for rx, phase in _COMPILED:  # a line that names two phases is the later one's (FlashInfer's autotuner)
+            if rx.search(line):
+                found = phase
     return found
 
 
