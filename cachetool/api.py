@@ -35,6 +35,12 @@ from cachetool.errors import CompilationConfigError, UsageError
 from cachetool.transfer.pull_policy import ON_MISS, OnMiss, Outcome, PullOutcome, failure_outcome
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
 from cachetool.stores.base import GC_MIN_AGE_S
+from cachetool.bundle import engine_rules
+from cachetool.engines import layouts as engine_layouts
+
+# The core (bundle, stores, refs, install, transfer) imports no engine: this layer, which joins the two, hands the
+# engine registry and the layouts' rules to it once.
+engine_rules.register(engines, engine_layouts)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -165,7 +171,8 @@ def _settled_start(command: str, model: str | Start | None, cache_root: str | Pa
 
 def warm(model: str | Start | None = None, *, cache_root: str | Path | None = None, push: str | None = None,
          sign_key: SignKey | None = None, store_options: dict[str, Any] | None = None, progress: bool | None = False,
-         engine: str | None = None, given: Iterable[str] | None = None, **options: Any) -> WarmSummary:
+         engine: str | None = None, given: Iterable[str] | None = None, timeout: float | None = None,
+         **options: Any) -> WarmSummary:
     """Compile ``model`` as a server would, filling the cache root (:class:`~cachetool.cache_root.CacheRoot`:
     ``cache_root``, else the engine's variable, else its default); with ``push``, pack what the start wrote
     (signed with ``sign_key``) and push it to that ref. ``options``: the start's (:func:`start_request`; their
@@ -174,7 +181,9 @@ def warm(model: str | Start | None = None, *, cache_root: str | Path | None = No
     ``on_progress`` (its progress events); ``engine="vllm"`` starts real vLLM headless with ``engine_flags``
     (``vllm serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy
     ones; ``engine_progress`` gets its message lines). An engine refuses another engine's options in one line.
-    ``model`` may instead be a :class:`Start` that :func:`start_request` built (the CLI's)."""
+    ``model`` may instead be a :class:`Start` that :func:`start_request` built (the CLI's). ``timeout`` (seconds)
+    bounds the whole warm, push included: past it every process the warm started is ended and
+    :class:`~cachetool.errors.WaitTimeoutError` (exit 7) names the phase it was in."""
     from cachetool.writable_root import require_writable
 
     sign_key = _push_key(push, sign_key, store_options)
@@ -182,7 +191,7 @@ def warm(model: str | Start | None = None, *, cache_root: str | Path | None = No
     request, root = start.request, start.request.cache_root
     t0 = time.perf_counter()
     require_writable(root, "warm")  # before minutes of compiling
-    with _stopped_by_signals("warm", root):
+    with _stopped_by_signals("warm", root, timeout):
         result = start.engine.warm(request)
         summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
         if push is not None:
@@ -190,15 +199,16 @@ def warm(model: str | Start | None = None, *, cache_root: str | Path | None = No
     return summary
 
 
-def _stopped_by_signals(command: str, root: CacheRoot) -> AbstractContextManager[Any]:
-    """A start (``warm``, ``check``) that SIGINT or SIGTERM ends cleanly (:mod:`cachetool.stop_signals`): every
-    process it started ended, :class:`~cachetool.errors.StopSignalError` (exit 130) naming what is left of the root:
+def _stopped_by_signals(command: str, root: CacheRoot, timeout: float | None) -> AbstractContextManager[Any]:
+    """A start (``warm``, ``check``) that SIGINT, SIGTERM or its ``timeout`` ends cleanly
+    (:mod:`cachetool.stop_signals`): every process it started ended, :class:`~cachetool.errors.StopSignalError`
+    (exit 130; a timeout: :class:`~cachetool.errors.WaitTimeoutError`, exit 7) naming what is left of the root:
     a root the start created is removed (every engine does), what it left unfinished in one that was there is
     refused by ``pack`` (the engine's layout says what is unfinished)."""
     from cachetool.stop_signals import stopped_by_signals
 
-    return stopped_by_signals(lambda name: f"{command} stopped by {name}: every process it started is ended; "
-                                           f"{_left_of_root(root.path)}")
+    return stopped_by_signals(lambda cause: f"{command} stopped by {cause}: every process it started is ended; "
+                                            f"{_left_of_root(root.path)}", timeout)
 
 
 def _left_of_root(path: Path) -> str:
@@ -225,15 +235,16 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
 
 
 def check(model: str | Start | None = None, *, cache_root: str | Path | None = None, engine: str | None = None,
-          given: Iterable[str] | None = None, **options: Any) -> StartResult:
+          given: Iterable[str] | None = None, timeout: float | None = None, **options: Any) -> StartResult:
     """Start ``model`` as a server would and report compiled vs loaded graphs (the engine's
     :class:`~cachetool.engines.base.StartResult`; options as for :func:`warm`). ``require_hit``: the native engine
     raises :class:`cachetool.errors.CompileInStrictModeError` before anything compiles; vLLM raises
     :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start, with the start as its
-    ``start`` (what the CLI's ``--json`` object of the failure carries). ``model`` may instead be a :class:`Start`."""
+    ``start`` (what the CLI's ``--json`` object of the failure carries). ``model`` may instead be a :class:`Start`.
+    ``timeout``: as for :func:`warm`."""
     start = _settled_start("check", model, cache_root, engine, given, options)
     request, root = start.request, start.request.cache_root
-    with _stopped_by_signals("check", root):
+    with _stopped_by_signals("check", root, timeout):
         return start.engine.check(request)
 
 

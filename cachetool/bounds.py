@@ -88,6 +88,11 @@ def applied(bound: Bound) -> Iterator[Bound]:
         _bounds.reset(token)
 
 
+def current() -> tuple[Bound, ...]:
+    """The bounds applied here: a helper thread that follows the operation (a start's progress) names their phase."""
+    return _bounds.get()
+
+
 @contextlib.contextmanager
 def phase(name: str) -> Iterator[None]:
     """Name what the block does (``"the preflight"``) for the bounds applied here, so that a timeout reached in it

@@ -141,6 +141,29 @@ def stop(proc: subprocess.Popen, sig: signal.Signals) -> Stopped:
     return Stopped(proc.returncode, out, err, exit_seconds, before, left)
 
 
+def run_out(proc: subprocess.Popen, timeout: float = 900) -> Stopped:
+    """Wait for the cachetool process to end by itself (its ``--timeout``), watching its processes as it goes:
+    ``tree`` is what ran at the last look, ``left`` what of its sessions still runs :data:`DEADLINE` s after."""
+    seen: list[Proc] = []
+    sessions = {proc.pid}
+    end = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < end:
+        seen = tree(proc.pid) or seen
+        sessions |= {p.sid for p in seen}
+        time.sleep(0.2)
+    if proc.poll() is None:  # it did not end: the test fails, and ends it itself
+        _kill(_running(sessions))
+        proc.kill()
+    out, err = proc.communicate()
+    t0 = time.monotonic()
+    left = _running(sessions)
+    while left and time.monotonic() - t0 < DEADLINE:
+        time.sleep(0.1)
+        left = _running(sessions)
+    _kill(left)
+    return Stopped(proc.returncode, out, err, 0.0, seen, left)
+
+
 def _running(sessions: set[int]) -> list[Proc]:
     return [p for p in processes().values() if p.sid in sessions and p.state != "Z"]
 

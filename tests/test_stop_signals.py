@@ -30,11 +30,12 @@ from tests.stop_helpers import REPO, processes
 # (its trap runs and it goes on), reports their pids, then sleeps; the StopSignalError it ends in is printed.
 BLOCK = """
 import json, signal, subprocess, sys, threading, time
-from cachetool import process_tree
-from cachetool.errors import StopSignalError
+from cachetool import bounds, process_tree
+from cachetool.errors import StopSignalError, WaitTimeoutError
 from cachetool.stop_signals import stopped_by_signals
 
 process_tree.GRACE = 1.0
+TIMEOUT = float(sys.argv[1]) if len(sys.argv) > 1 else None
 late = []
 
 
@@ -45,9 +46,9 @@ def one_more_job(stop):  # a worker thread that starts the job it had taken as t
 
 
 # as the block finds them (SIGINT stays ignored in a process started in a script's background)
-before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
 try:
-    with stopped_by_signals(lambda name: f"block stopped by {name}") as stop:
+    with stopped_by_signals(lambda name: f"block stopped by {name}", TIMEOUT) as stop, bounds.phase("sleeping"):
         threading.Thread(target=one_more_job, args=(stop,), daemon=True).start()
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"], **quiet)
@@ -55,10 +56,11 @@ try:
         time.sleep(1.0)
         print(json.dumps({"ready": True}), flush=True)
         time.sleep(60)
-except StopSignalError as exc:
+except (StopSignalError, WaitTimeoutError) as exc:
     time.sleep(0.1)
     print(json.dumps({"error": str(exc), "exit_code": exc.exit_code, "late": [p.pid for p in late],
-                      "handlers": [signal.getsignal(s) is h for s, h in before.items()]}),
+                      "handlers": [signal.getsignal(s) is h for s, h in before.items()],
+                      "timer": signal.getitimer(signal.ITIMER_REAL)[0]}),
           flush=True)
 """
 
@@ -78,8 +80,8 @@ def _running(pids: set[int]) -> set[int]:
     return {p for p in pids if p in procs and procs[p].state != "Z"}
 
 
-def _start_block() -> tuple[subprocess.Popen, set[int]]:
-    proc = subprocess.Popen([sys.executable, "-c", BLOCK], stdout=subprocess.PIPE, text=True, cwd=str(REPO),
+def _start_block(*args: str) -> tuple[subprocess.Popen, set[int]]:
+    proc = subprocess.Popen([sys.executable, "-c", BLOCK, *args], stdout=subprocess.PIPE, text=True, cwd=str(REPO),
                             env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
     assert json.loads(proc.stdout.readline()) == {"ready": True}
     started = _descendants(proc.pid)
@@ -96,11 +98,30 @@ def test_a_stop_signal_ends_the_blocks_processes_then_raises_one_error(sig):
     seconds = time.monotonic() - t0
     doc = json.loads(out)
     assert doc["error"] == f"block stopped by {sig.name}" and doc["exit_code"] == 130, doc
-    assert doc["handlers"] == [True, True], doc  # the block's handlers are gone
+    assert doc["handlers"] == [True, True, True], doc  # the block's handlers are gone
     assert _running(started) == set(), started
     assert len(doc["late"]) == 1 and _running(set(doc["late"])) == set(), doc  # started after the signal: ended too
     # the deferring shell was killed after the grace (1 s here), not waited for
     assert 1.0 <= seconds < 1.0 + process_tree.KILL_WAIT + 3.0, seconds
+
+
+def test_a_time_limit_ends_the_block_as_a_stop_signal_does_then_raises_the_timeout():
+    proc, started = _start_block("3")  # warm --timeout 3, check --timeout 3
+    out, _ = proc.communicate(timeout=30)
+    doc = json.loads(out)
+    assert doc["error"] == "block stopped by --timeout 3 s during sleeping" and doc["exit_code"] == 7, doc
+    assert doc["handlers"] == [True, True, True] and doc["timer"] == 0.0, doc  # SIGALRM's handler and timer gone
+    assert _running(started) == set(), started
+    assert len(doc["late"]) == 1 and _running(set(doc["late"])) == set(), doc
+
+
+def test_a_block_that_ends_in_time_leaves_no_timer_behind():
+    code = ("import signal, time\nfrom cachetool.stop_signals import stopped_by_signals\n"
+            "with stopped_by_signals(lambda n: n, 0.5):\n    pass\n"
+            "time.sleep(1.0)\nprint(signal.getitimer(signal.ITIMER_REAL)[0], signal.getsignal(signal.SIGALRM))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO), timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0 and p.stdout.split() == ["0.0", str(int(signal.SIG_DFL))], (p.stdout, p.stderr)
 
 
 def test_a_second_signal_does_not_cut_the_cleanup():

@@ -77,6 +77,9 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
         json_option,
         click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=ENGINE_CHOICES[0], show_default=True,
                      help=ENGINE_HELP),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+                     help="Bound the whole command; past it every process it started is ended, exit 7 naming the "
+                          "phase (e.g. which JIT step of vLLM's start)."),
         click.option("--load-weights", is_flag=True,
                      help="--engine vllm: load the model's weights (default: dummy weights; compiled code does "
                           "not depend on weight values)."),
@@ -131,8 +134,8 @@ def _say(as_json: bool):
 @click.pass_context
 def warm(ctx: click.Context, model: str | None, cache_root: str | None, device: str, compilation_config: str | None,
          rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,
-         engine_args: tuple[str, ...], push_ref: str | None, sign_key: str | None, endpoint_url: str | None,
-         profile: str | None, insecure: bool) -> None:
+         timeout: float | None, engine_args: tuple[str, ...], push_ref: str | None, sign_key: str | None,
+         endpoint_url: str | None, profile: str | None, insecure: bool) -> None:
     """Run the compile pipeline for the --model as a server would, filling the cache root; with --push, also pack,
     sign and push the result. With --engine vllm, real vLLM runs headless (`warm --engine vllm --model DIR --
     [vllm serve flags]`) and the key folder it wrote is packed with vLLM's facts."""
@@ -146,7 +149,7 @@ def warm(ctx: click.Context, model: str | None, cache_root: str | None, device: 
                               tensor_parallel_size=tensor_parallel_size, engine_flags=list(engine_args),
                               load_weights=load_weights, on_progress=render, engine_progress=render)
         summary = warm_api(start, push=push_ref, sign_key=sign_key,  # the one start, handed down as it is
-                           store_options=options_dict(endpoint_url, profile, insecure))
+                           store_options=options_dict(endpoint_url, profile, insecure), timeout=timeout)
     if summary.push is None:
         return _show(summary.compile, as_json)
     if as_json:
@@ -176,7 +179,7 @@ def push_lines(summary) -> list[str]:
 @click.pass_context
 def check(ctx: click.Context, model: str | None, cache_root: str | None, device: str, compilation_config: str | None,
           rank: int, dp_rank: int, tensor_parallel_size: int, as_json: bool, engine: str, load_weights: bool,
-          engine_args: tuple[str, ...], require_hit: bool) -> None:
+          timeout: float | None, engine_args: tuple[str, ...], require_hit: bool) -> None:
     """Start the --model as a server would (load, prefill and decode) and report compiled vs loaded graphs. With
     --engine vllm, real vLLM starts on the cache root with the flags after -- and reports what Inductor compiled
     and loaded and whether vLLM loaded its AOT artifact; --require-hit then exits 4 on a miss, naming why."""
@@ -188,7 +191,7 @@ def check(ctx: click.Context, model: str | None, cache_root: str | None, device:
                           require_hit=require_hit, tensor_parallel_size=tensor_parallel_size,
                           engine_flags=list(engine_args), load_weights=load_weights, engine_progress=_say(as_json))
     try:
-        result = check_api(start)  # the one start, handed down as it is
+        result = check_api(start, timeout=timeout)  # the one start, handed down as it is
     except EngineMissError as exc:  # the start compiled: its lines (or fields), then the one error line
         if exc.start is not None:
             if not as_json:

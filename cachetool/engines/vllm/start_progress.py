@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from cachetool import bounds
+
 EVERY = 10.0
 TAIL = 64 * 1024
 # (a pattern of vLLM's or a library's log line, the phase it starts), matched case-insensitively
@@ -57,14 +59,24 @@ def _tail(log: Path) -> str:
 
 @contextlib.contextmanager
 def heartbeat(log: Path, say: Callable[[str], None], label: str, every: float = EVERY) -> Iterator[None]:
-    """While the block runs, ``say(f"{label}: vLLM starting, N s: PHASE")`` every ``every`` seconds."""
+    """While the block runs, ``say(f"{label}: vLLM starting, N s: PHASE")`` every ``every`` seconds; the phase is
+    also that of the bounds applied here, so that a ``--timeout`` reached names it."""
     done = threading.Event()
     t0 = time.monotonic()
+    applied = bounds.current()
+
+    def name_phase() -> str:
+        phase = current_phase(_tail(log))
+        for bound in applied:
+            bound.phase = f"vLLM's start ({phase})"
+        return phase
 
     def beat() -> None:
         while not done.wait(every):
-            say(f"{label}: vLLM starting, {time.monotonic() - t0:.0f} s: {current_phase(_tail(log))}")
+            phase = name_phase()
+            say(f"{label}: vLLM starting, {time.monotonic() - t0:.0f} s: {phase}")
 
+    name_phase()
     thread = threading.Thread(target=beat, name="vllm-start-heartbeat", daemon=True)
     thread.start()
     try:

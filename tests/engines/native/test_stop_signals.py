@@ -16,7 +16,7 @@ import signal
 import pytest
 
 from tests.cli_calls import cli_env, run_cli
-from tests.stop_helpers import DEADLINE, slow_compiler_env, start, stop, wait_for
+from tests.stop_helpers import DEADLINE, run_out, slow_compiler_env, start, stop, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -68,3 +68,20 @@ def test_a_stop_signal_ends_the_start_its_processes_and_leaves_nothing_it_made(t
     r = run_cli("pack", str(root), "-o", str(tmp_path / "b.ctb"))
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "did not complete" in r.stderr and not (tmp_path / "b.ctb").exists(), r.stderr
+
+
+@pytest.mark.parametrize("command", ["warm", "check"])
+def test_a_time_limit_ends_the_start_as_a_stop_signal_does(tmp_path, command):
+    """``--timeout``: a start whose kernel builds never finish ends at its limit, exit 7, every process it started
+    gone, the root it created removed; the one line says it was the time limit."""
+    root = tmp_path / "root"
+    env, _ = slow_compiler_env(tmp_path, cli_env())
+    proc = start([command, "--model", "tiny", "--device", "cpu", "--cache-root", root, "--timeout", "20", "--json"],
+                 env)
+    s = run_out(proc, timeout=300)
+    assert s.rc == 7, (s.rc, s.err[-3000:])
+    doc = s.one_json()
+    assert doc["exit_code"] == 7 and doc["command"] == command and doc["ok"] is False, doc
+    assert f"{command} stopped by --timeout 20 s" in doc["message"] and "--timeout 20 s" in s.error_line(), doc
+    assert f"the cache root {root} it created is removed" in doc["message"] and not root.exists(), doc
+    assert s.left == [], s.left

@@ -17,9 +17,9 @@ import signal
 
 import pytest
 
-from cachetool.cache_root import INCOMPLETE_DIR
+from cachetool.engines.root_names import INCOMPLETE_DIR
 from tests.cache_trees import aged
-from tests.stop_helpers import DEADLINE, slow_compiler_env, start, stop, wait_for
+from tests.stop_helpers import DEADLINE, run_out, slow_compiler_env, start, stop, wait_for
 from tests.engines.vllm.real.conftest import ENV, FLAGS, cachetool
 
 pytestmark = [pytest.mark.slow]
@@ -80,3 +80,20 @@ def test_a_killed_check_leaves_no_vllm_process_behind(tmp_path, warmed):
     s = stop(proc, signal.SIGKILL)
     assert s.rc == -signal.SIGKILL and any("EngineCore" in p.cmd for p in s.tree), (s.rc, s.tree)
     assert s.left == [], s.left
+
+
+def test_a_vllm_warm_past_its_time_limit_ends_vllm_and_names_the_phase(tmp_path, tiny_model):
+    """``warm --timeout``: vLLM's start (its kernel builds held, so it cannot finish) ends at the limit as on
+    SIGTERM: exit 7, one line naming the limit and the phase vLLM's log was in, no process of the start left."""
+    root = tmp_path / "root"
+    env, _ = slow_compiler_env(tmp_path, ENV)
+    proc = start(["warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", root, "--timeout", "90",
+                  "--json", "--", *FLAGS], env)
+    s = run_out(proc, timeout=600)
+    assert s.rc == 7, (s.rc, s.err[-3000:])
+    doc = s.one_json()
+    assert doc["exit_code"] == 7 and doc["command"] == "warm", doc
+    assert "warm stopped by --timeout 90 s during vLLM's start (" in doc["message"], doc
+    assert "--timeout 90 s during vLLM's start (" in s.error_line()
+    assert s.left == [], s.left
+    assert not root.exists()  # the root this start made is removed
