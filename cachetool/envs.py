@@ -1,8 +1,10 @@
 """cachetool's environment variables: its registry, and the one module of cachetool that reads the environment.
 
 :data:`VARIABLES` lists every variable cachetool reads, with its default and meaning: stores, trust, the engines'
-cache roots, and the other tools' conventions cachetool honours (boto3, docker/podman, XDG). An engine may declare
-variables of its own beside them (``Engine.variables``, :class:`EnvVar` values), read with ``raw(name, declared)``.
+cache root, and the other tools' conventions cachetool honours (boto3, docker/podman, XDG, torch's). Each engine
+declares its own beside them (``Engine.variables``, :class:`EnvVar` values), read with ``get(name, declared)`` or
+``raw(name, declared)``: this module names no engine; a caller that lists every variable (README's sync test)
+combines the registry with the engines' declarations.
 The pipeline keeps its own registry (:mod:`compiler.envs`; cachetool does not import it); a variable both read (the
 native cache root, the logging level) is in both, with the same default (tests/structure/). README.md's
 "Configuration reference" documents each. Code reads a variable through :func:`get` (an empty value counts as unset)
@@ -15,8 +17,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-__all__ = ["VARIABLES", "EnvVar", "config_home", "default", "get", "logging_level", "raw", "store_max_attempts",
-           "trusted_keys"]
+__all__ = ["VARIABLES", "EnvVar", "by_prefix", "config_home", "default", "get", "logging_level", "raw",
+           "store_max_attempts", "trusted_keys"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +37,8 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("CACHETOOL_STORE_MAX_ATTEMPTS", "5", "attempts of one S3/OCI request before the store error"),
     EnvVar("CACHETOOL_PARTIAL_MAX_BYTES", str(4 << 30), "bound of a cache root's .cachetool-partial/ folder"),
     EnvVar("CACHETOOL_CERTS_D", None, "os.pathsep-separated certs.d roots for OCI registries' TLS"),
-    EnvVar("CACHETOOL_VLLM_PYTHON", None, "the Python interpreter that runs vLLM for --engine vllm; default this one"),
-    EnvVar("VLLM_CACHE_ROOT", None, "vLLM's cache root (--engine vllm's default cache root); default ~/.cache/vllm", True),
-    EnvVar("TRITON_CACHE_DIR", None, "Triton's kernel cache; a vLLM server reads the root's triton_cache/ only through it "
-           "(check names it when it is missing)", True),
+    EnvVar("ATEN_CPU_CAPABILITY", None, "the vector ISA torch's CPU kernels use (a fact of this machine)", True),
+    EnvVar("CUDA_VISIBLE_DEVICES", None, "which GPUs a process sees; maps a CUDA index to NVML's", True),
     EnvVar("AWS_ENDPOINT_URL_S3", None, "S3 endpoint (before AWS_ENDPOINT_URL)", True),
     EnvVar("AWS_ENDPOINT_URL", None, "S3 endpoint", True),
     EnvVar("AWS_ACCESS_KEY_ID", None, "S3 credentials (boto3's chain)", True),
@@ -51,7 +51,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("REGISTRY_AUTH_FILE", None, "podman/skopeo credentials file, consulted first", True),
     EnvVar("XDG_RUNTIME_DIR", None, "containers/auth.json under it (OCI credentials)", True),
     EnvVar("XDG_CONFIG_HOME", None, "base of the configuration folders; default ~/.config", True),
-    EnvVar("XDG_STATE_HOME", None, "base of the run logs (cachetool/logs/: vLLM's and torch programs' logs, the "
+    EnvVar("XDG_STATE_HOME", None, "base of the run logs (cachetool/logs/: each engine's logs, the "
            "newest 20 of each kind); default ~/.local/state", True),
     EnvVar("REQUESTS_CA_BUNDLE", None, "CA bundle for OCI registries (then CURL_CA_BUNDLE)", True),
     EnvVar("CURL_CA_BUNDLE", None, "CA bundle for OCI registries", True),
@@ -60,10 +60,12 @@ _BY_NAME = {v.name: v for v in VARIABLES}
 LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def get(name: str) -> str | None:
-    """The value of the registered variable ``name``; its default when unset or empty."""
-    value = os.environ.get(name)
-    return _BY_NAME[name].default if value is None or value == "" else value
+def get(name: str, declared: tuple[EnvVar, ...] = ()) -> str | None:
+    """The value of the registered variable ``name`` (or one among ``declared``, an engine's own); its default when
+    unset or empty."""
+    var = registered(name, declared)
+    value = os.environ.get(var.name)
+    return var.default if value is None or value == "" else value
 
 
 def default(name: str) -> str | None:
@@ -74,10 +76,21 @@ def default(name: str) -> str | None:
 def raw(name: str, declared: tuple[EnvVar, ...] = ()) -> str | None:
     """The value exactly as set (None when unset), of a registered variable or of one among ``declared`` (an
     engine's own, ``Engine.variables``)."""
+    return os.environ.get(registered(name, declared).name)
+
+
+def registered(name: str, declared: tuple[EnvVar, ...] = ()) -> EnvVar:
+    """The registered variable ``name``, or the one among ``declared``; an unregistered name is a ``KeyError``."""
     var = _BY_NAME.get(name) or next((v for v in declared if v.name == name), None)
     if var is None:
         raise KeyError(name)
-    return os.environ.get(var.name)
+    return var
+
+
+def by_prefix(prefixes: tuple[str, ...]) -> dict[str, str]:
+    """Every variable set whose name starts with one of ``prefixes`` (another tool's settings, e.g. Inductor's
+    ``TORCHINDUCTOR_*``, read as facts of this machine rather than as ours), sorted by name."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
 
 
 def config_home() -> Path:

@@ -76,7 +76,7 @@ def init_logging() -> None:
 
 def common_facts(device: str | None = None) -> dict:
     """The fingerprint fields every engine's caches depend on, as this machine has them (read without torch)."""
-    from cachetool.engines.machine import common_facts as read
+    from cachetool.facts.machine import common_facts as read
 
     return read(device)
 

@@ -165,7 +165,7 @@ def test_diff_names_the_same_fingerprint_fields_both_ways(tmp_path, cli, keys):
 def test_factor_files_of_another_shape_are_compared_field_by_field():
     # Before: any entry with "values" made a file count as ours, so a file of other factor names was compared
     # over env/config/code/compiler only and nothing differed.
-    from cachetool.engines.factor_compare import compare_factors
+    from cachetool.facts.factor_compare import compare_factors
     from cachetool.layouts.factors import Factors
     from compiler.cache_key import Factors as CompilerFactors
 
@@ -189,7 +189,10 @@ def test_a_cpu_bundle_hits_whatever_triton_is_here(tmp_path, cli, keys, monkeypa
     src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
     with pack(src, sign_key=keys["key"], fingerprint=dict(local_fingerprint(device="cpu"), triton=bundle_triton)) as b:
         ctb = write_ctb(b, tmp_path / "cpu.ctb")
-    monkeypatch.setattr(build_identity, "triton_version", lambda: here_triton)
+    from cachetool.facts import installed
+
+    monkeypatch.setattr(build_identity, "triton_version", lambda: here_triton)  # the pipeline's reading
+    monkeypatch.setattr(installed, "triton_version", lambda: here_triton)  # and cachetool's
     assert local_fingerprint(device="cpu")["triton"] == here_triton
     r = cli("install", ctb, "--cache-root", tmp_path / "d", "--trust", keys["pub"])
     assert r.rc == 0 and "preflight: fingerprint, compiler factors, env factors" in r.out, r
@@ -227,7 +230,7 @@ def test_diff_against_this_machine_is_the_preflights_comparison():
 def test_a_miss_names_the_field_a_user_set_before_what_follows_from_it():
     """-tp 2 changes the all-reduce choice too, another model the head size: the user set tensor_parallel_size and
     num_hidden_layers / hidden_size, so those are named first (by name, all_reduce and head_dim came first)."""
-    from cachetool.engines.factor_compare import compare_factors
+    from cachetool.facts.factor_compare import compare_factors
     from cachetool.layouts.factors import Factors
 
     def config(tp: int, all_reduce: str, hidden: int, head_dim: int, layers: int) -> Factors:

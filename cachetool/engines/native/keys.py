@@ -1,14 +1,14 @@
 """The native engine's cache keys, through :mod:`compiler.cache_key` and :mod:`compiler.key_prediction`: the key a
 server will look up (:class:`NativeKeyCheck`: predicted from a bundle's own factors, or traced), and the factors
 this machine would record (:func:`check_machine_factors`, :func:`local_factors`); two keys are compared by every
-engine's comparison (:mod:`cachetool.engines.factor_compare`). Everything here works on cachetool's engine-neutral
+engine's comparison (:mod:`cachetool.facts.factor_compare`). Everything here works on cachetool's engine-neutral
 :class:`cachetool.layouts.factors.Factors`; the compiler's types stay inside this module."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cachetool.engines.factor_compare import FACTOR_NAMES, compare_factors
+from cachetool.facts.factor_compare import FACTOR_NAMES, compare_factors
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import PreflightError, UsageError, clip
 from cachetool.layouts.factors import Difference, Factors, also_named, short_repr

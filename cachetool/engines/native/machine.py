@@ -1,5 +1,5 @@
 """The native engine's own settings, read without importing torch: the compiler's log handler and its model
-presets (this machine's facts are every engine's: :mod:`cachetool.engines.machine`)."""
+presets (this machine's facts are every engine's: :mod:`cachetool.facts.machine`)."""
 
 from __future__ import annotations
 

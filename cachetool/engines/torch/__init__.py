@@ -103,7 +103,7 @@ class TorchEngine:
 
     def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
                      cache: str = "") -> list[Difference]:
-        from cachetool.engines.factor_compare import compare_keys
+        from cachetool.facts.factor_compare import compare_keys
 
         return compare_keys(a, b, only=only, cache=cache)
 

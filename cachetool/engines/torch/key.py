@@ -34,9 +34,9 @@ from typing import Any
 
 from cachetool import envs
 from cachetool.layouts.factors import UNSET, Difference, Factors
-from cachetool.cache_root import FACTORS_FILE
-from cachetool.engines import machine
-from cachetool.engines.factor_compare import compare_factors
+from cachetool.engines.root_names import FACTORS_FILE
+from cachetool.facts import machine
+from cachetool.facts.factor_compare import compare_factors
 from cachetool.engines.torch.layout import FACTS
 from cachetool.engines.torch.variables import CACHE_KEY_SETTINGS
 from cachetool.errors import PreflightError

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cachetool.engines import machine  # the torch-free machine facts, every engine's
+from cachetool.facts import machine  # the torch-free machine facts, every engine's
 from cachetool.engines.vllm import jit_caches
 from cachetool.errors import UsageError
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from cachetool.cache_root import CacheRoot
 from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
 from cachetool.engines.vllm import jit_caches
+from cachetool.engines.vllm.variables import VARIABLES
 from cachetool.errors import UsageError
 from cachetool.layouts.factors import Difference, Factors
 
@@ -26,7 +27,7 @@ class VllmEngine:
     # torch_compile_cache/{hash}, torch_compile_cache/torch_aot_compile/{hash}; a JIT folder's facts (jit_facts.py)
     key_kinds = ("piecewise", "aot", "jit")
     cache_root_variable = "VLLM_CACHE_ROOT"
-    variables = jit_caches.VARIABLES  # beside its own in cachetool.envs.VARIABLES
+    variables = VARIABLES  # its own, beside cachetool.envs.VARIABLES
     cache_root_default = "~/.cache/vllm"
     fingerprint_fields = ("vllm", "cpu_isa")
     recorded_fields = ("gpu_driver",)
@@ -46,7 +47,7 @@ class VllmEngine:
         kernels of vLLM's own ops; on a GPU also FlashInfer's and DeepGEMM's JIT builds and Inductor's early
         compiles) only from its own variable: without them a fresh pod builds them all again
         (:mod:`~cachetool.engines.vllm.jit_caches`)."""
-        from cachetool.engines import machine
+        from cachetool.facts import machine
 
         gpu = machine.cuda_device(0) is not None
         return {self.cache_root_variable: str(root), **jit_caches.server_environment(Path(root), gpu=gpu)}
@@ -144,7 +145,7 @@ class VllmEngine:
 
     def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
                      cache: str = "") -> list[Difference]:
-        from cachetool.engines.factor_compare import compare_keys
+        from cachetool.facts.factor_compare import compare_keys
 
         return compare_keys(a, b, only=only, cache=cache)  # the one comparison of recorded factors
 

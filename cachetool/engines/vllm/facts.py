@@ -7,7 +7,7 @@ hurry: ``import vllm`` costs 5-15 s, ``import torch`` 2 s. Everything here reads
   ``torch/version.py``, both of the interpreter that runs vLLM (:func:`vllm_python`: ``CACHETOOL_VLLM_PYTHON``,
   whose ``sys.path`` is asked once, tens of milliseconds; else this one's), found without importing either;
 - the device: the GPU's name and capability and the driver from NVML, or the CPU's vector ISA from its flags
-  (:func:`cachetool.engines.machine.cpu_isa`, every engine's reading).
+  (:func:`cachetool.facts.machine.cpu_isa`, every engine's reading).
 
 These land in a vLLM bundle's fingerprint (flat strings; see :data:`FINGERPRINT_FIELDS`) and are compared by
 every pull before any blob, with or without ``--model``.
@@ -23,8 +23,9 @@ import sys
 from pathlib import Path
 
 from cachetool import envs
-from cachetool.engines import machine  # the torch-free machine facts, every engine's
-from cachetool.engines.machine import cpu_isa
+from cachetool.engines.vllm.variables import PYTHON
+from cachetool.facts import machine  # the torch-free machine facts, every engine's
+from cachetool.facts.machine import cpu_isa
 
 # Fingerprint fields a vLLM bundle adds to the common ones (cachetool.bundle.fingerprint.COMMON_FIELDS).
 FINGERPRINT_FIELDS = ("vllm", "cpu_isa", "gpu_driver")
@@ -36,7 +37,7 @@ __all__ = ["FINGERPRINT_FIELDS", "cpu_isa", "interpreter_path", "machine_facts",
 def vllm_python() -> str:
     """The interpreter that runs vLLM: ``CACHETOOL_VLLM_PYTHON``, else this one. Its vLLM and torch are the ones
     a cache is made and checked with, whatever cachetool's own venv holds."""
-    return envs.get("CACHETOOL_VLLM_PYTHON") or sys.executable
+    return envs.get(PYTHON.name, (PYTHON,)) or sys.executable
 
 
 @functools.lru_cache(maxsize=8)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool import envs
-from cachetool.engines import machine
+from cachetool.facts import machine
 from cachetool.engines.vllm import facts
 from cachetool.engines.vllm.jit_caches import VARIABLES
 from cachetool.layouts.entries import KeyFolder

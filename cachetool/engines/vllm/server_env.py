@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachetool import envs
-from cachetool.cache_root import TRITON_CACHE, CacheRoot
+from cachetool.engines.vllm.variables import CACHE_ROOT, VARIABLES
+from cachetool.cache_root import CacheRoot
+from cachetool.engines.vllm.root_names import TRITON_CACHE
 from cachetool.engines.vllm import jit_caches
 
 
@@ -17,7 +19,7 @@ def environment_notes(root: Path, wanted: dict[str, str], reads: CacheRoot) -> l
     ``CacheRoot.of(None, ...)``): a cache root it would not read, a JIT cache of the root it would not read."""
     notes = []
     if reads.resolved != root:
-        have = envs.get("VLLM_CACHE_ROOT") or f"unset ({reads.path})"
+        have = envs.get(CACHE_ROOT.name, (CACHE_ROOT,)) or f"unset ({reads.path})"
         notes.append(f"VLLM_CACHE_ROOT is {have}: a server started so reads another "
                      f"cache root and compiles; start it with VLLM_CACHE_ROOT={wanted['VLLM_CACHE_ROOT']}")
     for cache in jit_caches.JIT_CACHES:
@@ -29,7 +31,7 @@ def environment_notes(root: Path, wanted: dict[str, str], reads: CacheRoot) -> l
 def _missed_jit_cache(cache: jit_caches.JitCache, folder: Path) -> list[str]:
     """The note for a JIT cache the root holds that a server started with this environment would not read."""
     entries = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
-    have = envs.raw(cache.variable, jit_caches.VARIABLES) or None
+    have = envs.raw(cache.variable, VARIABLES) or None
     if not entries or (have is not None and Path(have).expanduser().resolve() == folder):
         return []
     if cache.folder == TRITON_CACHE:

@@ -13,7 +13,7 @@ from cachetool import engines
 from cachetool.bundle.fingerprint import local_fingerprint
 from cachetool.bundle.manifest import platform_key
 from cachetool.bundle.packing import pack
-from cachetool.engines.machine import cpu_isa
+from cachetool.facts.machine import cpu_isa
 from cachetool.engines.torch import key
 from cachetool.engines.torch.command import parse
 from cachetool.engines.torch.layout import scan

@@ -155,13 +155,13 @@ def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monke
     """VLLM_CPU_OMP_THREADS_BIND is one of vLLM's hashed env factors: set on a GPU machine, a warm's key would
     differ from its server's, which never sets it."""
     from cachetool.engines.vllm import child_env
-    from compiler import build_identity
+    from cachetool.facts import devices
 
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
-    monkeypatch.setattr(build_identity, "cuda_device", lambda index=0: None)
+    monkeypatch.setattr(devices, "cuda_device", lambda index=0: None)
     assert child_env.child_env(tmp_path, 2).get("VLLM_CPU_OMP_THREADS_BIND")
     assert "VLLM_CPU_OMP_THREADS_BIND" not in child_env.child_env(tmp_path, 1)
-    monkeypatch.setattr(build_identity, "cuda_device", lambda index=0: {"device": "NVIDIA H200", "capability": "9.0"})
+    monkeypatch.setattr(devices, "cuda_device", lambda index=0: {"device": "NVIDIA H200", "capability": "9.0"})
     assert "VLLM_CPU_OMP_THREADS_BIND" not in child_env.child_env(tmp_path, 2)
 
 
