@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 from cachetool.errors import UsageError
-from cachetool.cache_root import AOT, FACTORS_FILE, RANK_RE, TCC
+from cachetool.engines.root_names import AOT, FACTORS_FILE, RANK_RE, TCC
 from cachetool.layouts.factors import Factors
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
 from cachetool.layouts.entries import KeyFolder, Unit

@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from cachetool.cache_root import TCC
+from cachetool.engines.root_names import TCC
 from cachetool.errors import disk_full, disk_full_cause
 
 

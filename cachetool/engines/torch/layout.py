@@ -26,7 +26,7 @@ from pathlib import Path
 
 from cachetool.layouts.entries import KeyFolder, Unit
 from cachetool.layouts.factors import Factors
-from cachetool.cache_root import FACTORS_FILE, INCOMPLETE_DIR
+from cachetool.engines.root_names import FACTORS_FILE, INCOMPLETE_DIR
 from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
 

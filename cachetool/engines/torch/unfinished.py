@@ -26,7 +26,7 @@ from pathlib import Path
 
 from cachetool import process_tree
 from cachetool.atomic import atomic_write
-from cachetool.cache_root import INCOMPLETE_DIR
+from cachetool.engines.root_names import INCOMPLETE_DIR
 from cachetool.engines.torch.layout import MARK_PREFIX, kernel_files, marks, read_mark
 
 __all__ = ["begin", "end"]

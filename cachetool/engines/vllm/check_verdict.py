@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.layouts.entries import KeyFolder
-from cachetool.cache_root import AOT, FACTORS_FILE, RANK_RE, TCC
+from cachetool.engines.root_names import AOT, FACTORS_FILE, RANK_RE, TCC
 from cachetool.errors import PreflightError
 
 

@@ -27,7 +27,7 @@ import json
 import os
 from pathlib import Path
 
-from cachetool.cache_root import TRITON_CACHE
+from cachetool.engines.vllm.root_names import TRITON_CACHE
 from cachetool.envs import EnvVar
 
 

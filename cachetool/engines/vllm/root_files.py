@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cachetool.cache_root import AOT, TCC
+from cachetool.engines.root_names import AOT, TCC
 from cachetool.engines.vllm import jit_caches
 from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS
 

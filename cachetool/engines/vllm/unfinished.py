@@ -36,7 +36,8 @@ from pathlib import Path
 
 from cachetool import process_tree
 from cachetool.atomic import atomic_write
-from cachetool.cache_root import AOT, INCOMPLETE_DIR, MODELINFOS, TCC
+from cachetool.engines.root_names import AOT, INCOMPLETE_DIR, TCC
+from cachetool.engines.vllm.root_names import MODELINFOS
 from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS
 
 __all__ = ["Mark", "incomplete_reason", "marked", "touched_since"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.cache_root import INCOMPLETE_DIR
+from cachetool.engines.root_names import INCOMPLETE_DIR
 from cachetool.engines.vllm import unfinished
 from cachetool.errors import StopRequested
 from tests.cli_calls import one_error_line
