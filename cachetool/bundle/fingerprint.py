@@ -6,8 +6,8 @@ A fingerprint is a flat dict::
      "triton": "3.6.0" | None, "gpu": "NVIDIA H200" | None, "capability": "sm90" | None, ...}
 
 the common fields (:data:`COMMON_FIELDS`, every engine's caches depend on them), then the fields of the engine whose
-caches the bundle holds (its version, the CPU's vector ISA, the GPU driver: ``Engine.fingerprint_fields`` and
-``Engine.recorded_fields``, read from the registry).
+caches the bundle holds (``fingerprint_fields`` and ``recorded_fields`` of
+:class:`~cachetool.bundle.engine_rules.EngineRules`, read from the registered engines).
 
 It is what a store shows per platform (``manifest.platform_key``) and what preflight compares before any download;
 the finer truth is the compiler hash factors (``cache_key_factors.json``), which preflight compares too.
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import re
 
+from cachetool.bundle import engine_rules
 from cachetool.errors import UsageError
+from cachetool.facts import machine
 
 COMMON_FIELDS = ("os", "arch", "device", "torch", "cuda", "triton", "gpu", "capability")
 # Common fields preflight compares (a difference means the cache cannot hit). "gpu" is covered by "capability".
@@ -33,18 +35,14 @@ GPU_ONLY = ("cuda", "triton", "capability")
 def engine_fields() -> tuple[str, ...]:
     """The fields engines add to the common ones (compared or recorded), in the registry's order: a bundle takes
     them from its compiler factor values as they are (:func:`fingerprint_from_factors`)."""
-    from cachetool import engines
-
-    return tuple(dict.fromkeys(f for e in engines.ENGINES.values() for f in (*e.fingerprint_fields,
-                                                                          *e.recorded_fields)))
+    engines = engine_rules.catalog().ENGINES.values()
+    return tuple(dict.fromkeys(f for e in engines for f in (*e.fingerprint_fields, *e.recorded_fields)))
 
 
 def checked_fields() -> tuple[str, ...]:
-    """Every field preflight compares: the common ones, then each engine's own (``Engine.fingerprint_fields``)."""
-    from cachetool import engines
-
-    return tuple(dict.fromkeys((*COMMON_CHECKED, *(f for e in engines.ENGINES.values()
-                                                    for f in e.fingerprint_fields))))
+    """Every field preflight compares: the common ones, then each engine's own (``fingerprint_fields``)."""
+    engines = engine_rules.catalog().ENGINES.values()
+    return tuple(dict.fromkeys((*COMMON_CHECKED, *(f for e in engines for f in e.fingerprint_fields))))
 
 
 def check_device(device: str | None) -> str | None:
@@ -65,11 +63,9 @@ def require_device(device: str | None) -> str | None:
 
 def local_fingerprint(device: str | None = None) -> dict:
     """This machine's fingerprint. ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or None (probe for a GPU).
-    Read without importing torch (the engines' common facts, :func:`cachetool.engines.common_facts`); probing
-    reports what is there: ``device="cuda"`` on a machine without a usable GPU gives ``"cpu"``."""
-    from cachetool import engines
-
-    return engines.common_facts(device)
+    Read without importing torch (:func:`cachetool.facts.machine.common_facts`); probing reports what is there:
+    ``device="cuda"`` on a machine without a usable GPU gives ``"cpu"``."""
+    return machine.common_facts(device)
 
 
 def fingerprint_from_factors(compiler_values: dict | None, fallback: dict) -> dict:
@@ -123,7 +119,7 @@ def fingerprint_from_factors(compiler_values: dict | None, fallback: dict) -> di
 
 def fields_that_matter(bundle_fp: dict, ignored: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The checked fields that can change what a cache built under ``bundle_fp`` loads: the GPU's only for a CUDA
-    cache; ``ignored``: those only other engines' caches depend on (:func:`cachetool.engines.fields_ignored_by`)."""
+    cache; ``ignored``: those only other engines' caches depend on (``EngineCatalog.fields_ignored_by``)."""
     on_gpu = bundle_fp.get("device") == "cuda"
     return tuple(f for f in checked_fields() if (on_gpu or f not in GPU_ONLY) and f not in ignored)
 

@@ -24,6 +24,7 @@ from cachetool.version import __version__
 from cachetool.layouts.entries import DirEntry, FileEntry, KeyFolder, Unit
 from cachetool.layouts.factors import short_repr
 from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
+from cachetool.bundle import engine_rules
 from cachetool.bundle.paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
 
@@ -31,6 +32,9 @@ SCHEMA_VERSION = 1
 MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
 MAX_FILE_SIZE = 64 << 30  # one file; larger is refused as implausible
 MAX_FILES = 1_000_000
+# A layout or key kind is an engine's name for it, opaque here: checked for shape only, so a bundle of a layout this
+# cachetool does not know (a newer engine's) still parses, lists and collects.
+KIND_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
 
 def sha256_hex(data: bytes) -> str:
@@ -46,18 +50,16 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
-def platform_key(fingerprint: dict, engine: Any = None) -> str:
+def platform_key(fingerprint: dict, engine: engine_rules.EngineRules | None = None) -> str:
     """Short platform key for multi-platform refs: ``cuda-sm90-torch2.11.0+cu130``, ``cpu-x86_64-torch2.13.0+cpu``;
-    the engine whose caches the bundle holds (``engine``, else the one that recognizes the fingerprint) may lead it
-    and name some of its own fields after the device (``Engine.platform_prefix``, ``Engine.platform_fields``: a
-    real vLLM tree's ``vllm0.32.0-cpu-x86_64-avx2-torch2.13.0+cpu``).
+    the engine whose caches the bundle holds (``engine``, else the registered one that recognizes the fingerprint)
+    may lead it and name some of its own fields after the device (``EngineRules.platform_prefix`` and
+    ``platform_fields``: ``<engine><version>-cpu-x86_64-avx2-torch2.13.0+cpu``).
 
     A Triton-only bundle without torch gets ``...-triton<version>`` instead of the torch part.
     """
-    from cachetool import engines
-
     fp = fingerprint or {}
-    engine = engine or engines.for_fingerprint(fp)
+    engine = engine or engine_rules.catalog().for_fingerprint(fp)
     device = fp.get("device") or "cpu"
     if device == "cuda":
         head = f"cuda-{fp.get('capability') or 'unknown'}"
@@ -215,6 +217,34 @@ class Manifest:
         return platform_key(self.fingerprint)
 
 
+@dataclasses.dataclass(frozen=True)
+class StoredSummary:
+    """What a store reads of a stored manifest (gc's mark phase, a pinned ref's entry): its fingerprint and blob
+    table only. Read by :func:`stored_summary` without the rest of the schema, so a bundle that a newer cachetool
+    wrote (another layout, more fields) never stops an older one's gc."""
+
+    fingerprint: dict
+    blobs: tuple[BlobRef, ...]
+
+    @property
+    def stored_size(self) -> int:
+        return sum(b.stored_size for b in self.blobs)
+
+    @property
+    def platform(self) -> str:
+        return platform_key(self.fingerprint)
+
+
+def stored_summary(data: bytes) -> StoredSummary:
+    """The fingerprint and blob table of a stored manifest's bytes, each checked for shape; anything else in it is
+    not read. A document that is not a manifest at all is a one-line :class:`ManifestError`."""
+    obj = _load_json(data)
+    if not isinstance(obj.get("blobs"), list):
+        raise ManifestError("manifest 'blobs' is missing or not a list")
+    fingerprint = _check_fingerprint(obj.get("fingerprint") or {})
+    return StoredSummary(fingerprint, tuple(_parse_blobs(obj["blobs"]).values()))
+
+
 # ---- parsing, one section at a time (Manifest.from_bytes) ------------------------------------------------------
 def _no_dupes(pairs) -> dict:
     d = {}
@@ -267,10 +297,9 @@ def _check_header(obj: dict) -> None:
     tool = obj["tool"]
     if not isinstance(tool, dict) or set(tool) != {"name", "version"} or not isinstance(tool["version"], str):
         raise ManifestError("manifest 'tool' must be {name, version}")
-    from cachetool.engines.layouts import LAYOUTS  # every engine's layout, and triton
-
-    if obj["layout"] not in LAYOUTS:
-        raise ManifestError(f"manifest layout {obj['layout']!r} is not one of {', '.join(LAYOUTS)}")
+    if not isinstance(obj["layout"], str) or not KIND_RE.match(obj["layout"]):
+        raise ManifestError(f"manifest layout {short_repr(obj['layout'])} is not a layout name (lowercase letters, "
+                            "digits, '.', '_', '-')")
     if obj["save_format"] not in (None, "binary", "unpacked", "mixed"):
         raise ManifestError(f"manifest save_format {obj['save_format']!r} is unknown")
     _check_fingerprint(obj["fingerprint"])
@@ -290,16 +319,14 @@ def _exact(entry: Any, keys: set, what: str) -> dict:
 
 
 def _parse_keys(entries: list) -> list[KeyFolder]:
-    from cachetool import engines
-
-    kinds = {kind for e in engines.ENGINES.values() for kind in e.key_kinds}  # every engine's key naming
     keys = []
     for k in entries:
         k = _exact(k, {"hash", "kind", "factors"}, "key")
         if not isinstance(k["hash"], str) or not re.match(r"^[A-Za-z0-9_.-]{1,128}$", k["hash"]):
             raise ManifestError(f"manifest cache key {k['hash']!r} is not a plain name")
-        if k["kind"] not in kinds:
-            raise ManifestError(f"manifest cache key kind {k['kind']!r} is unknown")
+        if not isinstance(k["kind"], str) or not KIND_RE.match(k["kind"]):
+            raise ManifestError(f"manifest cache key kind {short_repr(k['kind'])} is not a kind name (lowercase "
+                                "letters, digits, '.', '_', '-')")
         if k["factors"] is not None and not isinstance(k["factors"], dict):
             raise ManifestError("manifest cache key factors are not an object")
         keys.append(KeyFolder(k["hash"], k["kind"], k["factors"]))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from cachetool.errors import (IncompleteCacheError, NotFoundError, UnsafePathError, UsageError, disk_full,
                               disk_full_cause)
-from cachetool.engines.layouts import incomplete_reason, scan as scan_layout
 from cachetool.layouts.base import LayoutScan
+from cachetool.bundle import engine_rules
 from cachetool.bundle.paths import validate_relpath
 from cachetool.bundle.manifest import DirEntry, FileEntry, Manifest, manifest_digest, platform_key
 from cachetool.bundle.source import BundleSource
@@ -175,9 +175,10 @@ def _check_paths(scan) -> None:
 
 def _check_complete(scan) -> None:
     """Refuse a cache whose warm did not complete: installed, its units would replace complete ones."""
+    rules = engine_rules.layouts()
     for unit in scan.units:
         folder = scan.unit_dirs.get(unit.path)
-        reason = incomplete_reason(scan.kind, folder, unit.rank is not None) if folder is not None else None
+        reason = rules.incomplete_reason(scan.kind, folder, unit.rank is not None) if folder is not None else None
         if reason is not None:
             raise IncompleteCacheError(f"cannot pack {folder}: its warm did not complete ({reason}); run the warm "
                                        "again", path=unit.path)
@@ -223,7 +224,7 @@ def pack(cache_path: str | os.PathLike, *, layout: str = "auto", sign_key=None, 
 def _scanned(cache_path: str | os.PathLike, layout: str) -> LayoutScan:
     """The cache scanned with ``layout``, refused before anything is hashed where a manifest may not hold a path or
     the warm did not complete."""
-    scan = scan_layout(cache_path, layout)
+    scan = engine_rules.layouts().scan(cache_path, layout)
     _check_paths(scan)
     _check_complete(scan)
     return scan

@@ -9,7 +9,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cachetool.install.commit import commit
 from cachetool.install.options import InstallOptions
@@ -17,17 +16,15 @@ from cachetool.install.fs import (STAGING_PREFIX, fs_error, lock_root, open_root
                                   remove_stale_staging, sync_tree)
 from cachetool.install.plan import Plan, plan_install
 from cachetool.install.preflight import run_preflight
-from cachetool.engines.layouts import invalid_units, settle_installed
 from cachetool.install.ranks import parse_ranks, select_units
 from cachetool.install.stage import check_complete, stage
 from cachetool.install.timing import PhaseClock
 from cachetool.install.verify import verified_manifest
+from cachetool.bundle import engine_rules
 from cachetool.bundle.manifest import Manifest, Unit, manifest_digest
 from cachetool.bundle.source import BundleSource
 from cachetool.cache_root import CacheRoot
-
-if TYPE_CHECKING:
-    from cachetool.engines.base import KeyCheck
+from cachetool.install.key_check import KeyCheck
 
 log = logging.getLogger("cachetool.install")
 
@@ -71,8 +68,8 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
 
     ``options``: what the caller asks of the install (:class:`~cachetool.install.options.InstallOptions`, each
     option with its default: the keys trusted, the ranks, the preflight's device, replacing a unit whose files
-    differ, the workers). ``key_check``: which key folder the server will look up (its engine's
-    :class:`~cachetool.engines.base.KeyCheck`); for a server that compiles no graph only the units that belong to
+    differ, the workers). ``key_check``: which key folder the server will look up (its engine's answer,
+    :class:`~cachetool.install.key_check.KeyCheck`); for a server that compiles no graph only the units that belong to
     no key are installed (none: nothing is written). ``deadline`` (``time.monotonic()``): waiting for the root's
     lock past it raises :class:`WaitTimeoutError` (exit 7).
     """
@@ -94,7 +91,8 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
     with clock.phase("preflight"):
         checked = run_preflight(manifest, device=device, key_check=key_check) if options.preflight else []
     preflight_seconds = time.monotonic() - t_pre
-    skipped = invalid_units(manifest.layout, manifest, given_root.resolved) if options.preflight else {}
+    rules = engine_rules.layouts()
+    skipped = rules.invalid_units(manifest.layout, manifest, given_root.resolved) if options.preflight else {}
     units = [u for u in units if u.path not in skipped]  # before any blob: what cannot be valid here
     for path, why in sorted(skipped.items()):
         (options.warn or log.warning)(f"skipped {path}: it cannot be valid here ({why})")
@@ -113,7 +111,7 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
                                                         options.keep_changed and not options.force, options.workers,
                                                         clock)
         with clock.phase("settle"):
-            settle_installed(manifest.layout, root)  # under the lock still: what the layout's files need in place
+            rules.settle_installed(manifest.layout, root)  # under the lock still: what the layout's files need in place
         for path in sorted(plan.replace):
             (options.warn or log.warning)(f"replaced {path} in {root}: its files differed from the bundle")
         return InstallResult(

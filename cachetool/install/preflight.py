@@ -1,5 +1,5 @@
 """Preflight: will this bundle hit here? The bundle's fingerprint (with its engine's facts) against this machine,
-then the server's key (its engine's :class:`~cachetool.engines.base.KeyCheck`: which key folder the server will
+then the server's key (its engine's :class:`~cachetool.install.key_check.KeyCheck`: which key folder the server will
 look up), then the engine's own checks of the recorded factors; each refusal names the first difference. Nothing
 is downloaded or written before it passes. The engine is the bundle's (by its layout); nothing here names one."""
 
@@ -8,15 +8,17 @@ from __future__ import annotations
 from cachetool import bounds
 from cachetool.errors import PreflightError
 from cachetool.layouts.factors import also_named, short_repr
+from cachetool.bundle import engine_rules
 from cachetool.bundle.manifest import Manifest
+from cachetool.install.key_check import KeyCheck
 
 
-def run_preflight(manifest: Manifest, *, device: str | None = None, key_check=None) -> list[str]:
+def run_preflight(manifest: Manifest, *, device: str | None = None, key_check: KeyCheck | None = None) -> list[str]:
     """Raise :class:`PreflightError` naming the first difference; return the list of things checked.
     ``key_check``: the server's key question (``Engine.key_check``'s answer), or None."""
-    from cachetool import engines
     from cachetool.bundle.fingerprint import compare
 
+    engines = engine_rules.catalog()
     engine = engines.for_layout(manifest.layout)
     bundle_fp = manifest.fingerprint or {}
     dev = device or bundle_fp.get("device") or "cpu"

@@ -21,7 +21,7 @@ from cachetool.install import blobs
 from cachetool.install.fs import DIR_FLAGS, copy_file, write_new
 from cachetool.install.plan import Plan
 from cachetool.install.timing import PhaseClock
-from cachetool.engines.layouts import incomplete_reason
+from cachetool.bundle import engine_rules
 from cachetool.bundle.manifest import FileEntry, Manifest
 from cachetool.bundle.source import BundleSource
 
@@ -156,7 +156,7 @@ def check_complete(manifest: Manifest, plan: Plan, staging: Path) -> None:
     """Refuse, before anything is committed, a staged unit that is not a complete cache of its layout (what an
     interrupted warm leaves, from an old pack or a signer gone bad): it would replace a complete unit."""
     for u in plan.units:
-        reason = incomplete_reason(manifest.layout, staging / "tree" / u.path, u.rank is not None)
+        reason = engine_rules.layouts().incomplete_reason(manifest.layout, staging / "tree" / u.path, u.rank is not None)
         if reason is not None:
             raise IncompleteUnitError(f"{u.path} in the bundle is incomplete ({reason}); refused: nothing "
                                       "installed", path=u.path)

@@ -9,23 +9,20 @@ engines' (:func:`local_platform`); the GPU is probed only where some entry is a 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
+from cachetool.bundle import engine_rules
+from cachetool.bundle.engine_rules import EngineRules
 from cachetool.errors import CacheMissError, NotFoundError, UsageError
 from cachetool.stores.base import RefEntry, RefIndex
-
-if TYPE_CHECKING:
-    from cachetool.engines.base import Engine
 
 __all__ = ["choose_entry", "device_to_probe", "entry_device", "entry_engine", "local_platform", "select_entry",
            "why_not"]
 
 
-def entry_engine(entry: RefEntry) -> Engine:
+def entry_engine(entry: RefEntry) -> EngineRules:
     """The engine whose server reads an entry's bundle (by what its fingerprint records)."""
-    from cachetool import engines
-
-    return engines.for_fingerprint(entry.fingerprint)
+    return engine_rules.catalog().for_fingerprint(entry.fingerprint)
 
 
 def entry_device(entry: RefEntry) -> str:
@@ -47,14 +44,14 @@ def device_to_probe(entries: Iterable[RefEntry], device: str | None) -> str | No
 
 
 def local_platform(entries: Iterable[RefEntry], device: str | None,
-                   engine: Engine | None) -> tuple[list[str], dict]:
+                   engine: EngineRules | None) -> tuple[list[str], dict]:
     """This machine's platform keys (for a server of ``engine``; None: one per engine whose bundles the tag
     holds, the default engine's first) and fingerprint (with those engines' facts); probes the GPU only when some
     entry is a GPU bundle."""
-    from cachetool import engines
     from cachetool.bundle.fingerprint import local_fingerprint
     from cachetool.bundle.manifest import platform_key
 
+    engines = engine_rules.catalog()
     entries = list(entries)
     fp = local_fingerprint(device=device_to_probe(entries, device))
     wanted = ([engine] if engine is not None
@@ -68,11 +65,11 @@ def local_platform(entries: Iterable[RefEntry], device: str | None,
     return keys, full
 
 
-def why_not(entry: RefEntry, fp: dict, engine: Engine | None) -> str:
+def why_not(entry: RefEntry, fp: dict, engine: EngineRules | None) -> str:
     """Why ``entry`` does not fit this machine (``fp``) and a server of ``engine`` (None: any), in a few words."""
-    from cachetool import engines
     from cachetool.bundle.fingerprint import compare
 
+    engines = engine_rules.catalog()
     theirs = entry_engine(entry)
     if engine is not None and theirs is not engine:
         return f"a {theirs.name} bundle, not for a {engine.name} server: pull it with --engine {theirs.name}"
@@ -81,7 +78,7 @@ def why_not(entry: RefEntry, fp: dict, engine: Engine | None) -> str:
 
 
 def select_entry(index: RefIndex, ref_text: str, device: str | None = None,
-                 engine: Engine | None = None) -> RefEntry:
+                 engine: EngineRules | None = None) -> RefEntry:
     """The entry for this machine and a server of ``engine`` (None: any engine's, as reading a ref takes it), or
     a one-line CacheMissError saying why each entry does not fit."""
     if not index.entries:

@@ -35,9 +35,11 @@ def reachable(store, indexes: Iterable) -> tuple[set[str], set[str]]:
     """(hex of every manifest the ref indexes name, hex of the stored digest of every blob those manifests list).
 
     A manifest that is missing keeps nothing alive but does not stop the collection; one that is not a manifest
-    stops it, naming the store and the manifest.
+    stops it, naming the store and the manifest. Only each manifest's blob table is read
+    (:func:`~cachetool.bundle.manifest.stored_summary`): a bundle of a layout or schema this cachetool does not know
+    keeps its blobs all the same.
     """
-    from cachetool.bundle.manifest import Manifest
+    from cachetool.bundle.manifest import stored_summary
 
     manifests: set[str] = set()
     blobs: set[str] = set()
@@ -46,7 +48,7 @@ def reachable(store, indexes: Iterable) -> tuple[set[str], set[str]]:
             manifests.add(hexof(e.manifest_digest))
     for m in sorted(manifests):
         try:
-            man = Manifest.from_bytes(store.get_manifest("sha256:" + m))
+            man = stored_summary(store.get_manifest("sha256:" + m))
         except NotFoundError:
             continue
         except CachetoolError as exc:

@@ -129,12 +129,12 @@ class ObjectStore(Store):
 
     def _pinned(self, name: str, digest: str) -> RefIndex:
         """Exactly the bundle manifest with that digest, as a one-entry index."""
-        from cachetool.bundle.manifest import Manifest
+        from cachetool.bundle.manifest import stored_summary
 
         ref = f"{name}@{digest}"
         data = self._manifest(digest, ref)
         try:
-            man = Manifest.from_bytes(data)
+            man = stored_summary(data)
         except CachetoolError as exc:  # a stored object that is not a bundle manifest
             raise filled(exc, store=self.url, ref=ref, key=manifest_key(digest))
         entry = RefEntry(digest, man.platform, dict(man.fingerprint or {}), man.stored_size + len(data), "")

@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cachetool import bounds
 from cachetool.errors import CachetoolError, filled
@@ -22,9 +22,7 @@ from cachetool.stores.addresses import Ref
 from cachetool.stores.base import BlobRef, RefEntry, Store
 from cachetool.transfer.progress import TransferProgress, progress_default
 from cachetool.transfer.store_source import StoreSource, remove_if_empty
-
-if TYPE_CHECKING:
-    from cachetool.engines.base import Engine, KeyCheckRequest
+from cachetool.transfer.pull_engine import PullEngine
 
 
 @dataclasses.dataclass
@@ -72,8 +70,8 @@ class PullRequest(InstallOptions):
 
     ref: str | Ref
     cache_root: CacheRoot
-    engine: Engine
-    key: KeyCheckRequest | None = None
+    engine: PullEngine
+    key: Any = None  # the engine's own key-check request, handed to ``engine.key_check`` as it is
     store: Store | None = None
     store_options: dict | None = None
     timeout: float | None = None  # seconds for the whole pull

@@ -20,12 +20,13 @@ ROOMS = (
     "cachetool.cache_root",  # the root's on-disk names: the layouts, engines, installer and transfers use them
     "cachetool.writable_root",  # a CacheRoot probed for writing
     "cachetool.layouts",     # what a cache folder holds (entries, factors) and the scan every layout shares
-    "cachetool.engines",     # the compilers, each declaring its layout, key kinds, fingerprint fields; the registries
-    "cachetool.bundle",      # the manifest, fingerprint, packing, .ctb, signing: read what the engines declare
+    "cachetool.facts",       # this machine's facts and the one comparison of recorded factors, engine-neutral
+    "cachetool.bundle",      # the manifest, fingerprint, packing, .ctb, signing; what the core needs of engines
     "cachetool.stores",      # where bundles live
     "cachetool.refs",        # a ref opened, its entry for this machine chosen; ls, rm, gc
     "cachetool.install",     # a bundle source installed into a root
     "cachetool.transfer",    # push, pull (and its policy), reading a ref's bundle
+    "cachetool.engines",     # the compilers, each declaring its layout, key kinds, fields; they register in the core
     "cachetool.diff", "cachetool.prune", "cachetool.results",
     "cachetool.api",         # every verb
     "cachetool.cli", "cachetool.__main__", "cachetool",

@@ -48,10 +48,10 @@ class BundleManifests:
             raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {url}", store=url,
                                 key=manifest_digest, status=exc.status) from None
         if self._layouts.get(manifest_digest):  # which pack holds which blob comes from this manifest's blob list
-            from cachetool.bundle.manifest import Manifest
+            from cachetool.bundle.manifest import stored_summary
 
             try:
-                man = Manifest.from_bytes(data)
+                man = stored_summary(data)
             except CachetoolError as exc:  # stored under the digest (checked), yet not a bundle manifest
                 raise filled(exc, store=url, key=manifest_digest)
             with self._lock:

@@ -49,9 +49,9 @@ class Tags:
                 fp = json.loads(ann.get(A + "fingerprint") or "{}")
                 platform = ann[A + "platform"]
             else:  # cachetool before these annotations: read our manifest itself
-                from cachetool.bundle.manifest import Manifest
+                from cachetool.bundle.manifest import stored_summary
 
-                man = Manifest.from_bytes(self.repository.get_blob_bytes(md, what, limit=512 << 20))
+                man = stored_summary(self.repository.get_blob_bytes(md, what, limit=512 << 20))
                 fp, platform = dict(man.fingerprint or {}), man.platform
             size = ann.get(A + "size") or (sum(int(l.get("size") or 0) for l in doc.get("layers") or [])
                                           + int(doc["config"].get("size") or 0))
