@@ -1,6 +1,8 @@
 """The GPU acceptance command: every GPU path, run as a user runs it, judged by what the real server or program did.
 
     python3 benchmarks/gpu_acceptance.py vllm --out OUT          # Llama-3.2-1B's config: the verdict rows
+    python3 benchmarks/gpu_acceptance.py moe --out OUT           # FP8 MoE: cold, kept, pulled and check, one call
+    python3 benchmarks/gpu_acceptance.py dense --out OUT         # the same rows for an FP8 dense model
     python3 benchmarks/gpu_acceptance.py moe-cold --out OUT      # FP8 MoE: stock cold, then kept
     python3 benchmarks/gpu_acceptance.py moe-pulled --out OUT    # FP8 MoE: warm, push, pull, vllm serve, check
     python3 benchmarks/gpu_acceptance.py native --out OUT        # the AOT hot start vs stock warm (no vLLM)
@@ -19,7 +21,8 @@ warm (cold, its engine init) → push → pull with the server's argv → ``vllm
 check and server) → a changed hashed flag (pull refuses before download; the server compiles) → an eager server
 (``-O0``) → the pulled root read-only (check refuses in one line; the server fails).
 
-FP8 MoE rows: a small FP8 block-quantized Qwen3-MoE-shaped config (dummy weights, 4 layers). ``moe-cold``: ``vllm
+FP8 rows: a small FP8 block-quantized Qwen3-MoE-shaped config (dummy weights, 4 layers), and its dense twin (the
+same shapes, no experts: ``dense``). ``moe`` and ``dense`` run a model's rows in one call. ``moe-cold``: ``vllm
 serve`` on an empty root of a fresh pod, with every JIT cache sent into the root (stock vLLM: the variables only
 choose folders). ``moe-pulled``: the same again on that root (kept: a node that keeps every cache), ``cachetool
 warm`` on that root (a hot start that records the facts) with ``--push``, the root removed and the pod cleared (a
@@ -55,6 +58,12 @@ FP8_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", 
            "decoder_sparse_step": 1, "mlp_only_layers": [], "bos_token_id": 151643, "eos_token_id": 151645,
            "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                    "weight_block_size": [128, 128]}}
+# A Qwen3-shaped dense FP8 model, block-quantized the same way: FP8 linear layers without experts
+FP8_DENSE = {**{k: v for k, v in FP8_MOE.items() if k not in ("moe_intermediate_size", "num_experts",
+                                                              "num_experts_per_tok", "norm_topk_prob",
+                                                              "decoder_sparse_step", "mlp_only_layers")},
+             "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 4}
+FP8_MODELS = {"moe": FP8_MOE, "dense": FP8_DENSE}
 MOE_FLAGS = ["--max-model-len", "2048", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048",
              "--gpu-memory-utilization", "0.5"]
 
@@ -330,31 +339,33 @@ def wait_health(proc: subprocess.Popen, port: int, timeout: float, log: Path) ->
 
 
 # ------------------------------------------------------------------------------------------------ FP8 MoE rows
-def moe_model(work: Path, cpu: bool) -> tuple[Path, list[str]]:
-    """The FP8 MoE model and its flags (``cpu``: the tiny Llama and its CPU flags instead: a dry run of the rows)."""
+def moe_model(work: Path, cpu: bool, kind: str = "moe") -> tuple[Path, list[str]]:
+    """The FP8 model (``kind``: moe or dense) and its flags (``cpu``: the tiny Llama and its CPU flags instead: a
+    dry run of the rows)."""
     from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
 
     if cpu:
         return write_model(work / "models" / "tiny"), list(CPU_FLAGS)
-    folder = work / "models" / "fp8-moe"
+    folder = work / "models" / f"fp8-{kind}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(FP8_MOE))
+    (folder / "config.json").write_text(json.dumps(FP8_MODELS[kind]))
     return folder, list(MOE_FLAGS)
 
 
-def moe_serve(run: Run, name: str, root: Path, model: Path, flags: list[str], cold: float | None) -> float:
+def moe_serve(run: Run, name: str, root: Path, model: Path, flags: list[str], cold: float | None,
+              part: str = "moe") -> float:
     from cachetool.engines.vllm.server import serve_once
 
     files0 = file_total(root)
-    run.say(f"moe: vllm serve ({name})")
+    run.say(f"{part}: vllm serve ({name})")
     srv = serve_once(str(model), root, [*flags, *HEADLESS], timeout=520)
     init = srv.engine_init_seconds or -1.0
     ratio = f" ({init / cold:.3f}x cold)" if cold and init > 0 else ""
-    run.row("moe", name, f"engine init {init:.1f} s{ratio}, /health {srv.ready_seconds:.1f} s, JIT files in root "
+    run.row(part, name, f"engine init {init:.1f} s{ratio}, /health {srv.ready_seconds:.1f} s, JIT files in root "
             f"+{file_total(root) - files0}, outside {srv.written_outside or 0}, answered {bool(srv.completion)}",
             None, server_word(srv), evidence=srv.evidence, log=srv.log, counters=srv.vllm_counters,
             engine_init=init, ready=srv.ready_seconds)
-    shutil.copy(srv.log, run.out / f"moe-{name.split()[0]}.log")
+    shutil.copy(srv.log, run.out / f"{part}-{name.split()[0]}.log")
     return init
 
 
@@ -382,32 +393,33 @@ def part_moe_pulled(run: Run, work: Path, cpu: bool = False) -> None:
     moe_pulled_rows(run, work, store, model, flags, cold, deadline=None)
 
 
-def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0) -> None:
-    """The FP8 MoE rows in one call: cold, then the warm on that root as the kept start (a hot start with every cache
-    kept, headless: its engine init), push, a fresh pod at the same path, pull, the real server, and check while the
-    call's ``budget`` seconds allow."""
+def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0, kind: str = "moe") -> None:
+    """The FP8 rows of one model (``kind``: moe, dense) in one call: stock ``vllm serve`` cold (a fresh pod, an
+    empty root), the same server again with every cache kept, the warm on that root with ``--push`` (a hot start
+    that records the facts), a fresh pod at the same path, pull, the real server with the printed environment, and
+    check while the call's ``budget`` seconds allow."""
     t0 = time.perf_counter()
-    model, flags = moe_model(work, cpu)
+    model, flags = moe_model(work, cpu, kind)
     root = work / "moe-root"
     shutil.rmtree(root, ignore_errors=True)
     clear_pod()
-    cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None)
-    store = f"file://{work}/store/moe:gpu"
+    cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None, kind)
+    moe_serve(run, "kept (stock vLLM, every cache kept)", root, model, flags, cold, kind)
+    store = f"file://{work}/store/{kind}:gpu"
     cli("keygen", "-o", work / "k")
-    run.say("moe: warm on the cold start's root (every cache kept), push")
+    run.say(f"{kind}: warm on the kept root (records the facts), push")
     p, wall, doc = cli("warm", "--engine", "vllm", "--cache-root", root, "--push", store, "--sign-key", work / "k",
                        "--json", "--", model, *flags)
     c = doc.get("compile", doc)
-    kept = c.get("startup_seconds", -1.0)
-    run.row("moe", "kept (every cache kept: the warm's start on that root, headless)", f"engine init {kept:.1f} s "
-            f"({kept / cold:.3f}x cold), exit {p.returncode}, compiled {c.get('compiled')}, outside "
+    run.row(kind, "warm --push (on the kept root)", f"exit {p.returncode}, wall {wall:.1f} s, engine init "
+            f"{c.get('startup_seconds', -1.0):.1f} s, compiled {c.get('compiled')}, outside "
             f"{c.get('written_outside') or 0}, pushed {doc.get('bytes')}",
-            "compiled nothing" if p.returncode == 0 and not c.get("compiled") else "compiled", None, engine_init=kept)
-    moe_pulled_rows(run, work, store, model, flags, cold, deadline=t0 + budget)
+            "compiled nothing" if p.returncode == 0 and not c.get("compiled") else "compiled", None)
+    moe_pulled_rows(run, work, store, model, flags, cold, deadline=t0 + budget, part=kind)
 
 
 def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[str], cold: float | None,
-                    deadline: float | None) -> None:
+                    deadline: float | None, part: str = "moe") -> None:
     """A fresh pod at the warm's root path (FlashInfer's rule): pull with the server's argv, the real server with
     the printed environment, and check on a copy of the pulled root (skipped when ``deadline`` is too near)."""
     root = work / "moe-root"
@@ -415,24 +427,26 @@ def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[s
     clear_pod()
     p, wall, doc = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
                        "--", model, *flags, *HEADLESS)
-    run.row("moe", "pull with the server's argv", f"exit {p.returncode}, {wall:.2f} s wall",
+    run.row(part, "pull with the server's argv", f"exit {p.returncode}, {wall:.2f} s wall",
             server_env=doc.get("server_env"))
+    shutil.rmtree(work / "moe-check", ignore_errors=True)
     shutil.copytree(root, work / "moe-check", symlinks=True)
-    moe_serve(run, "pulled (fresh pod, vllm serve with the printed environment)", root, model, flags, cold)
+    moe_serve(run, "pulled (fresh pod, vllm serve with the printed environment)", root, model, flags, cold, part)
     left = None if deadline is None else deadline - time.perf_counter()
     if left is not None and left < 90:
-        run.row("moe", "check --require-hit on the pulled root", "not run: the call's time was spent")
+        run.row(part, "check --require-hit on the pulled root", "not run: the call's time was spent")
         return
     clear_pod()
     try:
         p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "moe-check", "--require-hit",
                            "--json", "--", model, *flags, timeout=left or 900)
     except subprocess.TimeoutExpired:
-        run.row("moe", "check --require-hit on the pulled root", "not finished: the call's time was spent")
+        run.row(part, "check --require-hit on the pulled root", "not finished: the call's time was spent")
         return
     rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines()]
-    server = next((r["server"] for r in rows if r["row"].startswith("pulled")), None)
-    run.row("moe", "check --require-hit on the pulled root", f"exit {p.returncode}, {wall:.1f} s wall: "
+    server = next((r["server"] for r in reversed(rows) if r["part"] == part and r["row"].startswith("pulled")),
+                  None)
+    run.row(part, "check --require-hit on the pulled root", f"exit {p.returncode}, {wall:.1f} s wall: "
             f"{(doc.get('compile') or doc).get('miss_reason') or 'hit'}", check_word(p, doc), server)
 
 
@@ -497,7 +511,7 @@ def part_table(run: Run) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=("native", "torch", "vllm", "moe", "moe-cold", "moe-pulled", "table"))
+    ap.add_argument("part", choices=("native", "torch", "vllm", "moe", "dense", "moe-cold", "moe-pulled", "table"))
     ap.add_argument("--only", default="", help="vllm part: these rows again, on what an earlier run left in --work")
     ap.add_argument("--skip", default="", help="vllm part: rows to leave out (perturbed, changed, eager, read-only, "
                     "ro-server), comma-separated")
@@ -510,7 +524,8 @@ def main() -> None:
     run = Run(args.out)
     {"vllm": lambda: part_vllm(run, args.work, args.cpu, tuple(filter(None, args.skip.split(","))),
                               tuple(filter(None, args.only.split(",")))),
-     "moe": lambda: part_moe(run, args.work, args.cpu), "native": lambda: part_native(run, args.cpu),
+     "moe": lambda: part_moe(run, args.work, args.cpu),
+     "dense": lambda: part_moe(run, args.work, args.cpu, kind="dense"), "native": lambda: part_native(run, args.cpu),
      "torch": lambda: part_torch(run, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
      "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu), "table": lambda: part_table(run)}[args.part]()
 
