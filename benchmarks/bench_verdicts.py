@@ -82,7 +82,7 @@ def pull_row(ref: str, work: Path, root: Path, model: Path, flags: list[str], ro
 
 
 def judge_row(verdict: str, ref_root: Path, work: Path, model: Path, flags: list[str], row) -> str:
-    from cachetool.engines.vllm.server import serve_once
+    from tests.vllm_oracle.server import serve_once
 
     if verdict == "miss":
         cachetool("install", work / "bundle.ctb", "--cache-root", ref_root, "--trust", f"{work}/k.pub",
@@ -113,8 +113,8 @@ def main() -> None:
                     help="a root already warmed for --model and its flags (no warm of its own)")
     args = ap.parse_args()
     from cachetool.engines.vllm.facts import vllm_version
-    from cachetool.engines.vllm.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
-    from cachetool.engines.vllm.verdict_table import GPU_TABLE, TABLE, model_for
+    from tests.vllm_oracle.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
+    from tests.vllm_oracle.verdict_table import GPU_TABLE, TABLE, model_for
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-verdicts-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -103,7 +103,7 @@ def row(name: str, d: dict, base: dict[str, float]) -> str:
 
 
 def model_folder(spec: str | None, work: Path) -> tuple[Path, list[str]]:
-    from cachetool.engines.vllm.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
+    from tests.vllm_oracle.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
 
     if spec == "llama-3.2-1b":
         return write_llama_1b(work / "models" / "llama-3.2-1b"), GPU_FLAGS
@@ -126,7 +126,7 @@ def main() -> None:
     model, default_flags = model_folder(args.model, work)
     flags = [f for f in args.flags if f != "--"] or default_flags
     from cachetool.engines.vllm.facts import vllm_version
-    from cachetool.engines.vllm.server import serve_once
+    from tests.vllm_oracle.server import serve_once
 
     headless = ["--load-format", "dummy", "--skip-tokenizer-init"]
     print(f"vLLM {vllm_version()}, model {model}, flags {' '.join(flags)}, fresh pod: {args.fresh_pod}", flush=True)

@@ -145,8 +145,8 @@ def record_start(run: Run, name: str, vllm: str, workers: list, new_kernels: int
 # ------------------------------------------------------------------------------------------------ vLLM rows
 def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> None:
     from cachetool.engines.vllm.facts import vllm_version
-    from cachetool.engines.vllm.server import serve_once
-    from cachetool.engines.vllm.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
+    from tests.vllm_oracle.server import serve_once
+    from tests.vllm_oracle.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
 
     vllm = vllm_version()
     if cpu:  # a dry run of the rows on the CPU box (the tiny model), to try this script before a device call
@@ -220,7 +220,7 @@ def guarded(run: Run, step) -> None:
 def perturbed(run: Run, work: Path, model: Path, flags: list[str], vllm: str) -> None:
     """The pulled root without vLLM's piecewise folder (torch_compile_cache/{hash10}/): the AOT artifact loads, a
     piece compiles again. Check and the server on two copies."""
-    from cachetool.engines.vllm.server import serve_once
+    from tests.vllm_oracle.server import serve_once
 
     tcc = work / "perturbed" / "torch_compile_cache"
     for d in tcc.iterdir() if tcc.is_dir() else []:
@@ -243,7 +243,7 @@ def perturbed(run: Run, work: Path, model: Path, flags: list[str], vllm: str) ->
 
 
 def changed_flag(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
-    from cachetool.engines.vllm.server import serve_once
+    from tests.vllm_oracle.server import serve_once
 
     at = flags.index("--max-model-len") + 1  # vLLM hashes it
     changed = [*flags[:at], str(int(flags[at]) // 2), *flags[at + 1:]]
@@ -262,7 +262,7 @@ def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> No
     """An eager server (``-O0``): check answers without vLLM (it compiles no graph), the pull for that command
     installs only the folders that belong to no key (vLLM's own Triton kernels, the model inspection), and the real
     server starts on that pulled root."""
-    from cachetool.engines.vllm.server import serve_once
+    from tests.vllm_oracle.server import serve_once
 
     p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *flags,
                        "-O0")
@@ -297,7 +297,7 @@ def read_only(run: Run, work: Path, model: Path, flags: list[str], with_server: 
         return
     clear_pod()
     from cachetool.engines.vllm.engine import VllmEngine
-    from cachetool.engines.vllm.server import free_port
+    from tests.vllm_oracle.server import free_port
     from cachetool.process_tree import end_group
 
     env = {**os.environ, **VllmEngine().server_environment(root), "RO": str(root), "HF_HUB_OFFLINE": "1"}
@@ -342,7 +342,7 @@ def wait_health(proc: subprocess.Popen, port: int, timeout: float, log: Path) ->
 def moe_model(work: Path, cpu: bool, kind: str = "moe") -> tuple[Path, list[str]]:
     """The FP8 model (``kind``: moe or dense) and its flags (``cpu``: the tiny Llama and its CPU flags instead: a
     dry run of the rows)."""
-    from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+    from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
     if cpu:
         return write_model(work / "models" / "tiny"), list(CPU_FLAGS)
@@ -354,7 +354,7 @@ def moe_model(work: Path, cpu: bool, kind: str = "moe") -> tuple[Path, list[str]
 
 def moe_serve(run: Run, name: str, root: Path, model: Path, flags: list[str], cold: float | None,
               part: str = "moe") -> float:
-    from cachetool.engines.vllm.server import serve_once
+    from tests.vllm_oracle.server import serve_once
 
     files0 = file_total(root)
     run.say(f"{part}: vllm serve ({name})")

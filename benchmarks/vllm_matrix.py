@@ -39,8 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cachetool.engines.vllm import server as vllm_server  # noqa: E402 - after the repository is on the path
-from cachetool.engines.vllm.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model  # noqa: E402
+from tests.vllm_oracle import server as vllm_server  # noqa: E402 - after the repository is on the path
+from tests.vllm_oracle.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model  # noqa: E402
 
 STEPS = ("warm", "push", "pull", "serve", "check", "refuse")
 HEADLESS = ["--load-format", "dummy", "--skip-tokenizer-init"]  # the server has no weights and no tokenizer here

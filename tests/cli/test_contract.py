@@ -165,7 +165,7 @@ def missed_vllm_start(monkeypatch, tmp_path):
     arguments naming the model and the root."""
     from cachetool.engines.vllm import key_check, start
     from cachetool.engines.vllm.releases import TESTED_CPU
-    from cachetool.engines.vllm.tiny import write_model
+    from tests.vllm_oracle.tiny import write_model
 
     # the check's key question asks that vLLM is installed first: stood in too, so that these tests of the CLI's
     # rendering need no vLLM (Debian's python3 venv of install.sh --test has none)

@@ -112,7 +112,7 @@ def test_the_kv_cache_is_sized_in_bytes_not_as_a_share_of_the_machines_ram(calls
     real-vLLM test failed there. The doc's flags are the tests' (tiny.CPU_FLAGS) and give the size in bytes."""
     pytest.importorskip("vllm")
     from cachetool.engines.vllm.child import server_parser
-    from cachetool.engines.vllm.tiny import CPU_FLAGS
+    from tests.vllm_oracle.tiny import CPU_FLAGS
 
     (warm,) = calls["warm"]
     assert _after_dashes(warm)[1:] == CPU_FLAGS

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from cachetool.engines.vllm import child_process, facts, start
-from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
 pytestmark = pytest.mark.skipif(facts.vllm_version() is None, reason="vLLM is not installed")
 

@@ -207,7 +207,7 @@ def test_pull_for_an_eager_server_takes_only_the_folders_it_reads(eager, tmp_pat
     H200 its engine init took 2.6 s with a compiling warm's triton_cache/ and 20.7 s without): the pull compares no
     key (the server's flags differ from the warm's) and installs just those folders."""
     from cachetool.engines.vllm import facts
-    from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+    from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
     if facts.vllm_version() is None:
         pytest.skip("vLLM is not installed")
@@ -225,7 +225,7 @@ def test_pull_for_an_eager_server_takes_only_the_folders_it_reads(eager, tmp_pat
 
 def test_pull_for_an_eager_server_of_a_bundle_with_nothing_it_reads_is_not_needed(tmp_path, cli, keys):
     from cachetool.engines.vllm import facts
-    from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
+    from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
     if facts.vllm_version() is None:
         pytest.skip("vLLM is not installed")
@@ -374,7 +374,7 @@ def test_launch_inputs_name_what_differs_and_keep_secrets_out(tmp_path):
 
 
 def write_tiny(folder: Path) -> Path:
-    from cachetool.engines.vllm.tiny import write_model
+    from tests.vllm_oracle.tiny import write_model
 
     return write_model(folder)
 

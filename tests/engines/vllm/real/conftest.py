@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm import facts
-from cachetool.engines.vllm.tiny import CPU_FLAGS, write_model
 from tests.conftest import shared_build
+from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
 FLAGS = CPU_FLAGS
 HERE = Path(__file__).parent

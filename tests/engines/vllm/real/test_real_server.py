@@ -3,7 +3,7 @@ in its own processes with the server's own flags on the pulled root, then does.
 
     cachetool warm --engine vllm --push ...                     (conftest.py's session ``warmed``)
     cachetool pull REF --engine vllm -- MODEL SERVER FLAGS      (the server's command line verbatim)
-    vllm serve MODEL SERVER FLAGS                               (cachetool.engines.vllm.server.serve_once)
+    vllm serve MODEL SERVER FLAGS                               (tests.vllm_oracle.server.serve_once)
 
 "Compiled" is judged on the root by the server's own doing: a key folder it added, a kernel library it wrote.
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from cachetool.engines.vllm import facts
-from cachetool.engines.vllm.server import ServerRun, serve_once
-from cachetool.engines.vllm.verdict_table import TABLE, model_for
 from tests.engines.vllm.real.conftest import FLAGS, cachetool, files_under, json_out, ok, the_warm_model
+from tests.vllm_oracle.server import ServerRun, serve_once
+from tests.vllm_oracle.verdict_table import TABLE, model_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
 

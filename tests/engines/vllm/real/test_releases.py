@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm import facts, launch, releases, server, worker_facts
+from cachetool.engines.vllm import facts, launch, releases, worker_facts
 from tests.engines.vllm.real.conftest import FLAGS, cachetool, error_line, write_model
+from tests.vllm_oracle import server
 
 UNTESTED = "0.99.0"
 

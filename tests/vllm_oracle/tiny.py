@@ -11,11 +11,10 @@ TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
               "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
               "vocab_size": 1024, "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
               "torch_dtype": "bfloat16", "tie_word_embeddings": False, "head_dim": 32}
-# The KV cache's size in bytes, not as --gpu-memory-utilization: on the CPU that is a share of the NUMA node's RAM
-# less what the worker already holds, so 0.06 gave ~0.75 GiB on a 24 GiB node and refused to start on a 12 GiB one
-# (0.06 x 11.5 GiB is less than the worker's ~0.67 GiB). 64 MiB holds ~130k tokens of this model (512 bytes a token),
-# ample for 4 sequences of 256; vLLM fills its KV cache at every start, so a small one keeps starts short. vLLM leaves
-# the KV cache size out of its compile hash.
+# The KV cache sized in bytes, not by --gpu-memory-utilization: on the CPU that is a share of the NUMA node's RAM
+# less what the worker already holds, so a share that fits one machine refuses to start on a smaller one. 64 MiB
+# (512 bytes a token of this model) is ample for 4 sequences of 256, and small keeps starts short: vLLM fills its KV
+# cache at every start. vLLM leaves the KV cache size out of its compile hash.
 CPU_FLAGS = ["--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens",
              "256", "--kv-cache-memory-bytes", str(64 * 2**20)]
 
