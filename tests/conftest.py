@@ -9,6 +9,7 @@ pytest_plugins = ["tests.server_run", "tests.servers"]
 
 
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -82,47 +83,42 @@ def warmed_root(tiny_warm: dict) -> tuple[Path, dict, str]:
 # --------------------------------------------------------------------------------------------- scheduling
 # A unit of work (what xdist hands one worker at a time) is a test file, or a group of tests marked
 # ``xdist_group(name)`` under ``--dist loadgroup`` (scripts/test.sh): the verdict table's parts
-# (tests/engines/vllm/real/test_real_server.py), so that its 14 real server starts spread over the workers instead
-# of keeping one worker busy for the length of the whole table while the others idle. Two real vLLM starts at once
-# cost each about what their CPU seconds say (here, 2 cores, load ~4: a start to its first compile 80 s alone, 94 s
-# each two at a time; a warm 146 s alone, 203 s each two at a time), so vLLM files are no longer kept on one worker.
+# (tests/engines/vllm/real/test_real_server.py), so that its real server starts spread over the workers instead of
+# keeping one worker busy for the whole table while the others idle.
 #
-# The units that take longest, longest first: xdist hands a worker the next unit in collection order when it is
-# nearly done, so a long unit that starts late keeps one worker busy while the others idle. Seconds of one worker
-# in a full `scripts/test.sh` run on the 2-core box (2026-12-03, 3 workers, the box otherwise quiet: the order is
-# what counts; junit times, module and session fixtures included); units not listed keep their order after these.
-# The first units should not wait on the same shared build: the first verdict part builds the vLLM warm (~100 s of
-# its time), the AOT file the tiny model's, vLLM's tensor-parallel file warms on its own. A new unit that takes
-# minutes belongs here.
-LONGEST_FIRST = {
-    "verdicts-0": 283,  # the hit and not-needed rows (3 server starts), the vLLM warm, the server-command test
-    "tests/compiler/test_aot_hot_start.py": 197,  # builds the shared tiny_warm when it is the first to ask
-    "tests/engines/vllm/real/test_tensor_parallel.py": 142,
-    "tests/compiler/distributed/test_tp_pipeline.py": 126,
-    "tests/compiler/test_pipeline.py": 119,
-    "tests/engines/vllm/real/test_stop_signals.py": 117,  # three vLLM starts stopped by a signal
-    "verdicts-1": 98,  # the misses: a server each, stopped at its first compile
-    "verdicts-3": 66,
-    "tests/engines/torch/test_programs.py": 66,  # two warms, four starts of real programs
-    "verdicts-2": 63,
-    "tests/compiler/test_artifact_manager.py": 49,
-    "tests/e2e/test_deploy_path.py": 47,
-    "verdicts-4": 45,
-    "tests/engines/native/test_stop_signals.py": 41,  # three native starts stopped mid-compile
-    "tests/compiler/test_cache_key.py": 37,
-    "tests/engines/torch/test_contract.py": 32,  # one server warm and check, the rest fast
-    "tests/engines/vllm/real/test_engine.py": 30,
-    "tests/compiler/test_timing_names.py": 28,
-    "tests/stores/oci/test_mirror.py": 27,
-    "tests/transfer/test_push_pull.py": 24,
-    "tests/stores/test_failures.py": 21,
-    "tests/stores/test_store_interface.py": 21,
-    "tests/stores/oci/test_concurrency.py": 20,
-    "tests/stores/test_layout_compat.py": 18,
-    "tests/compiler/distributed/test_collectives.py": 16,
-    "tests/deploy/test_readme.py": 16,
-    "tests/engines/vllm/real/test_real_server.py": 5,  # the tests outside the table: no server start
-}
+# xdist hands a worker the next unit in collection order when it is nearly done, so a long unit that starts late
+# keeps one worker busy while the others idle: the long units go first. What makes a unit long is read from what its
+# tests do, never from timings (they change with the machine and the code). The kinds, longest first: a test that
+# starts real vLLM (marked ``vllm``), one that compiles a real model (``slow``), one that uses the real S3 or OCI
+# server (a fixture of tests/servers.py: :data:`SERVER_FIXTURES`). A unit is of its longest test's kind; within a
+# kind, more such tests first. The two longest kinds take turns, so that the workers' first units neither all wait
+# on the same shared build (the vLLM warm, the tiny model's) nor all start vLLM at once; the rest keep their order.
+SERVER_FIXTURES = frozenset({"rgw", "oci_registry", "oci_registry_auth", "oci_mirror", "oci_registry_tls",
+                             "own_registry"})
+VLLM, COMPILES, SERVERS, QUICK = range(4)
+TAKE_TURNS = (VLLM, COMPILES)
+
+
+def _kind(item) -> int:
+    if item.get_closest_marker("vllm"):
+        return VLLM
+    if item.get_closest_marker("slow"):
+        return COMPILES
+    if SERVER_FIXTURES & set(item.fixturenames):
+        return SERVERS
+    return QUICK
+
+
+def long_units_first(units: dict[str, list[int]]) -> list[str]:
+    """The units (name: its tests' kinds, in collection order) in the order they should start."""
+    kinds: dict[int, list[str]] = {kind: [] for kind in (VLLM, COMPILES, SERVERS, QUICK)}
+    for unit, tests in units.items():
+        kinds[min(tests)].append(unit)
+    for kind, names in kinds.items():
+        if kind != QUICK:
+            names.sort(key=lambda unit: -units[unit].count(kind))  # stable: ties keep collection order
+    turns = [unit for row in itertools.zip_longest(*(kinds[k] for k in TAKE_TURNS)) for unit in row if unit]
+    return turns + kinds[SERVERS] + kinds[QUICK]
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -155,11 +151,16 @@ def _unit(item) -> str:
     return str(group.args[0]) if group else item.nodeid.split("::", 1)[0]
 
 
+@pytest.hookimpl(trylast=True)  # after the folders' conftests have marked their tests (vllm: engines/vllm/real/)
 def pytest_collection_modifyitems(config, items):
-    """Longest units first (:data:`LONGEST_FIRST`); a stable sort: each unit's tests keep their order, unlisted
-    units theirs. With --dist loadgroup the verdict parts' tests come one part after another (as the scheduler
-    takes them)."""
-    items.sort(key=lambda item: -LONGEST_FIRST.get(_unit(item), 0))
+    """Long units first (:func:`long_units_first`); each unit's tests keep their order. With --dist loadgroup the
+    verdict parts' tests come one part after another (as the scheduler takes them)."""
+    units: dict[str, list[int]] = {}
+    for item in items:
+        units.setdefault(_unit(item), []).append(_kind(item))
+    place = {unit: i for i, unit in enumerate(long_units_first(units))}
+    items.sort(key=lambda item: place[_unit(item)])
+
 
 class CLIResult:
     """What one in-process ``cachetool`` call returned: exit code, stdout, stderr."""

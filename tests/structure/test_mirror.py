@@ -1,8 +1,8 @@
 """The tests mirror the package: a test file sits in the folder of the room it tests (tests/stores/oci/ for
 cachetool/stores/oci/, tests/compiler/distributed/ for compiler/distributed/, tests/test_errors.py for
 cachetool/errors.py) or in a folder of tests that cross the rooms (:data:`CROSS_CUTTING`); helpers that several
-folders share are modules of tests/, not a folder's conftest or test module; the scheduling list, every path a
-doc, comment or test cites and every module they import name files that exist."""
+folders share are modules of tests/, not a folder's conftest or test module; the scheduler's fixture names, every
+path a doc, comment or test cites and every module they import name files that exist."""
 
 from __future__ import annotations
 
@@ -110,12 +110,13 @@ def test_helpers_are_modules_of_tests_not_test_modules_or_other_folders_conftest
     assert bad == []
 
 
-def test_the_scheduling_list_names_files_that_exist():
-    """tests/conftest.py's LONGEST_FIRST starts the long files first by their paths: a moved file would silently
-    lose its place."""
-    from tests.conftest import LONGEST_FIRST
+def test_the_scheduler_knows_the_server_fixtures_by_names_that_exist():
+    """tests/conftest.py tells a unit that uses the real S3 or OCI server by its fixtures' names: a renamed fixture
+    would silently send its files to the back of the queue."""
+    import tests.servers
+    from tests.conftest import SERVER_FIXTURES
 
-    assert [unit for unit in LONGEST_FIRST if "/" in unit and not (ROOT / unit).is_file()] == []
+    assert sorted(name for name in SERVER_FIXTURES if not callable(getattr(tests.servers, name, None))) == []
 
 
 # A path of tests/, or of a module of either package, as docs, comments and tests cite it
