@@ -2,10 +2,10 @@
 # The test command: installs everything (tool, test extras, real vLLM, the S3 and OCI servers) into .venv/ (see
 # scripts/install.sh) and runs the suite (pyproject's testpaths) in PYTEST_WORKERS (default 3) parallel workers,
 # one test file per worker at a time (--dist loadgroup with tests/conftest.py's scheduler: a file's module
-# fixtures are built once; the verdict table's parts, marked xdist_group, are units of their own; the longest
-# units start first), with the 15 slowest tests, the suite's time and how busy the cores were at the end. The
-# workers share one S3 and one OCI server on 127.0.0.1, started by the first worker that needs it and stopped by
-# pid when the run ends (tests/servers.py, tests/server_run.py).
+# fixtures are built once; the verdict table's parts, marked xdist_group, are units of their own; the long units
+# start first, told by what their tests do), with the 15 slowest tests, the suite's time and how busy the cores
+# were at the end. The workers share one S3 and one OCI server on 127.0.0.1, started by the first worker that needs
+# it and stopped by pid when the run ends (tests/servers.py, tests/server_run.py).
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/stores -x`; `-n 0` runs in one process).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -29,15 +29,15 @@ fi
 # As `. .venv/bin/activate` would: tests that run the `cachetool` entry point by name find the venv's.
 export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH
 # The machine's busy and total CPU ticks (/proc/stat's first line: user nice system idle iowait irq softirq steal):
-# the suite is bound by its CPU work on a small box, and the last line says how busy the cores were (README, "Suite
-# time"); on a shared box it also shows the load of others.
+# the suite is bound by its CPU work on a small box, and the last line says how busy the cores were
+# (docs/benchmarks.md, "The test suite"); on a shared box it also shows the load of others.
 cpu_ticks() { [ -r /proc/stat ] && awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 read -r busy0 total0 < <(cpu_ticks || echo 0 0)
 start=$(date +%s)
 rc=0
-# Three workers on the 2-core box: much of a test's time is a subprocess or a server it waits on (a vLLM start is
-# three processes that hand over to each other), and a third worker keeps both cores busy (94% busy, 672 s, against
-# 2 workers' ~770 s on 2026-12-03; README, "Suite time").
+# Three workers by default, one more than a small box's 2 cores: much of a test's time is a subprocess or a server
+# it waits on (a vLLM start is three processes that hand over to each other), so a third worker keeps both cores
+# busy (docs/benchmarks.md, "The test suite").
 "$VPY" -m pytest -n "${PYTEST_WORKERS:-3}" --dist loadgroup "$@" || rc=$?
 echo "== test.sh: the suite took $(( $(date +%s) - start )) s (exit $rc)"
 read -r busy1 total1 < <(cpu_ticks || echo 0 0)

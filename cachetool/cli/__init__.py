@@ -96,11 +96,10 @@ def entry() -> None:
 
 def _exit_stopped(rc: int) -> None:
     """A stopped verb has ended its processes and said so: the exit that was asked for, now. The interpreter's last
-    garbage collection of what torch and Dynamo built (1-6 s on a busy 2-core box) would only delay it, and its
-    finalization has extensions report every object still alive (Triton's nanobind module: ~31 lines of "leaked
-    instances" after a stopped native warm). So objects now alive are frozen (no collection walks them), the exit
-    handlers still run (logging's flush, temporary files), the standard streams are flushed, and the process ends
-    without finalizing."""
+    garbage collection of what torch and Dynamo built would only delay it, and its finalization has extensions
+    (Triton's nanobind module) report every object still alive as leaked, noise after a clean stop. So objects now
+    alive are frozen (no collection walks them), the exit handlers still run (logging's flush, temporary files),
+    the standard streams are flushed, and the process ends without finalizing."""
     gc.freeze()
     atexit._run_exitfuncs()  # what sys.exit would run; os._exit runs none
     _exit_now(rc)

@@ -81,9 +81,8 @@ class Repository:
             try:
                 return self.upload(digest, size, what, **kw)
             except StoreError:
-                # A failed PUT of a blob that is there now (another pusher's commit) is done: content-addressed,
-                # theirs is ours. (CI's 400 DIGEST_INVALID of two pushers was a manifest PUT: see put_manifest;
-                # 300 rounds of two uploads of one new blob at once never failed on docker-registry 2.8.)
+                # A failed PUT of a blob that is there now (another pusher's) is done: a blob is named by its
+                # digest, so theirs is ours. Two pushers racing on one tag are put_manifest's to settle.
                 if self._blob_there(digest, size):
                     return
                 if attempt + 1 >= self.max_attempts:
