@@ -1,89 +1,23 @@
 """Engines: the compilers cachetool warms caches with, checks hits of and predicts server keys for.
 
-``native`` is this project's pipeline (:mod:`cachetool.engines.native`), ``vllm`` is real vLLM run headless in a
-child process (:mod:`cachetool.engines.vllm`), ``torch`` is any torch.compile program, the user's own command
-(:mod:`cachetool.engines.torch`). Each is an :class:`~cachetool.engines.base.Engine`. This registry is how the rest
-of cachetool reaches one, never by naming it: :func:`get` (by ``--engine``), :func:`for_layout` (by a bundle's
-layout), :func:`for_fingerprint` (by what a bundle's fingerprint records), :func:`default` (a pull or a warm that
-names none); and what engines declare is read here (their layouts, fields, variables, help).
+The registry (:mod:`cachetool.engines.registry`, its names re-exported here) is how the rest of cachetool reaches
+an engine, never by naming it; :mod:`cachetool.engines.base` is what every engine is. Importing this package hands
+the registry and the layouts' rules (:mod:`cachetool.engines.layouts`) to the core
+(:func:`cachetool.bundle.engine_rules.register`): the core names no engine, and any import of the engines makes
+them known to it.
 """
 
 from __future__ import annotations
 
-from cachetool.engines.base import Engine, KeyCheck, KeyCheckRequest, StartRequest, StartResult
-from cachetool.engines.native import NativeEngine
-from cachetool.engines.torch import TorchEngine
-from cachetool.engines.vllm import VllmEngine
-from cachetool.errors import UsageError
+from cachetool.bundle import engine_rules
+from cachetool.engines import layouts, registry
+from cachetool.engines.base import Engine, StartRequest, StartResult
+from cachetool.engines.registry import (CHOICES, DEFAULT, ENGINES, cache_root_help, common_facts, default,
+                                        fields_ignored_by, for_fingerprint, for_layout, get, help_text, init_logging,
+                                        machine_fingerprint)
 
-# The most specific first: for_fingerprint takes the first engine that recognizes a bundle (native takes any).
-ENGINES: dict[str, Engine] = {e.name: e for e in (VllmEngine(), TorchEngine(), NativeEngine())}
-DEFAULT = "native"  # the server a verb that names no --engine is for: this project's
-CHOICES = (DEFAULT, *(n for n in ENGINES if n != DEFAULT))
+__all__ = ["CHOICES", "DEFAULT", "ENGINES", "Engine", "StartRequest", "StartResult", "cache_root_help",
+           "common_facts", "default", "fields_ignored_by", "for_fingerprint", "for_layout", "get", "help_text",
+           "init_logging", "machine_fingerprint"]
 
-__all__ = ["CHOICES", "DEFAULT", "ENGINES", "Engine", "KeyCheck", "KeyCheckRequest", "StartRequest", "StartResult",
-           "cache_root_help", "common_facts", "default", "fields_ignored_by", "for_fingerprint", "for_layout", "get",
-           "help_text", "init_logging", "machine_fingerprint"]
-
-
-def get(name: str) -> Engine:
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise UsageError(f"unknown engine {name!r} ({', '.join(CHOICES)})") from None
-
-
-def default() -> Engine:
-    return ENGINES[DEFAULT]
-
-
-def for_layout(layout: str | None) -> Engine:
-    """The engine whose caches a bundle of ``layout`` holds (a Triton-only bundle: the default engine's rules)."""
-    return next((e for e in ENGINES.values() if e.layout == layout), default())
-
-
-def for_fingerprint(fingerprint: dict | None) -> Engine:
-    """The engine whose server reads a bundle with this fingerprint."""
-    return next(e for e in ENGINES.values() if e.recognizes(fingerprint or {}))
-
-
-def fields_ignored_by(engine: Engine) -> tuple[str, ...]:
-    """Fingerprint fields only other engines' caches depend on (a native cache loads the same beside any vLLM)."""
-    return tuple(f for e in ENGINES.values() if e is not engine for f in e.fingerprint_fields
-                 if f not in engine.fingerprint_fields)
-
-
-def help_text() -> str:
-    """``--engine``'s help: each engine's one line, the default first."""
-    return "; ".join(f"{name}: {ENGINES[name].summary}" for name in CHOICES) + "."
-
-
-def cache_root_help(every_engine: bool = True) -> str:
-    """``--cache-root``'s default in words: the default engine's variable and default, then (for verbs with
-    ``--engine``) each other engine's."""
-    first, *others = (ENGINES[name] for name in CHOICES)
-    return "; ".join([f"{first.cache_root_variable} or {first.cache_root_default}",
-                      *(f"with --engine {e.name}: {e.cache_root_variable} or {e.cache_root_default}"
-                        for e in others if every_engine)])
-
-
-def init_logging() -> None:
-    """Log lines of the compiler and of cachetool on stderr, at ``CACHETOOL_LOGGING_LEVEL``."""
-    from cachetool.engines.native.machine import init_logging as to_stderr
-
-    to_stderr("cachetool")
-
-
-def common_facts(device: str | None = None) -> dict:
-    """The fingerprint fields every engine's caches depend on, as this machine has them (read without torch)."""
-    from cachetool.facts.machine import common_facts as read
-
-    return read(device)
-
-
-def machine_fingerprint(engine: Engine, device: str | None = None) -> dict:
-    """This machine's fingerprint as a server of ``engine`` has it: the common facts and the engine's own (what a
-    bundle of that engine recorded, and what the install preflight and ``diff`` compare it with)."""
-    fp = common_facts(device)
-    fp.update(engine.machine_facts(fp["device"]))
-    return fp
+engine_rules.register(registry, layouts)

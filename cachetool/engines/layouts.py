@@ -1,13 +1,10 @@
-"""The layout registry, beside the engine registry: every layout a bundle may name, found from the engines that
-declare them.
+"""The layouts' rules, read from the layout table (:data:`cachetool.engines.registry.LAYOUTS`): every layout a
+bundle may name, found from the engines that declare them.
 
 A layout is a small plug-in (a module) with ``detect(path) -> bool`` and ``scan(path) -> LayoutScan``, and where it
 states them ``incomplete_reason(unit_dir, ranked)`` and ``stale_entries(root)``. Each engine declares its own
 (``Engine.layout`` names it, ``Engine.layout_rules()`` returns it: ``native``, the tree ``compiler/`` writes;
-``vllm``, a real vLLM cache root; ...); the one layout no engine writes is here too, ``triton`` (a plain Triton
-cache folder, :mod:`cachetool.layouts.triton`). :data:`LAYOUTS` maps every name a manifest may carry to its module,
-in detection order (the engines' registry order, the most specific first, then ``triton``); :data:`CHOICES` is what
-the CLI's ``--layout`` accepts.
+``vllm``, a real vLLM cache root; ...); :data:`CHOICES` is what the CLI's ``--layout`` accepts.
 A new engine's layout needs nothing here.
 
 ``<path>`` may be the whole root, one hash folder or one rank folder: manifest paths stay relative to the cache
@@ -19,12 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachetool import engines
+from cachetool.engines.registry import LAYOUTS
 from cachetool.errors import NotFoundError, UsageError
-from cachetool.layouts import triton
 from cachetool.layouts.base import LayoutScan, ScannedFile
 
-LAYOUTS = {**{e.layout: e.layout_rules() for e in engines.ENGINES.values()}, triton.NAME: triton}
 CHOICES = ("auto", *LAYOUTS)  # the CLI's --layout
 
 __all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "incomplete_reason", "root_names", "scan",
