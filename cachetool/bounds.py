@@ -1,18 +1,26 @@
-"""What may end an operation before it is done: a deadline (``pull --timeout``) or a stop request (a SIGINT or
-SIGTERM that :mod:`cachetool.transfer.pull_policy` turns into one).
+"""What may end an operation before it is done: a time limit (``pull --timeout``, ``warm --timeout``, ``check
+--timeout``) or a stop request (a SIGINT or SIGTERM that :mod:`cachetool.stop_signals` turns into one).
 
-A :class:`Bound` holds one of them. An operation applies its bounds (:func:`applied`) for the code it runs; the loops
-that take time call :func:`check` (a download's chunks, the expansion of a blob) or wait with :func:`sleep` (a
-retry's backoff), which raise :class:`~cachetool.errors.WaitTimeoutError` (exit 7) or
-:class:`~cachetool.errors.StopSignalError` (exit 130) once a bound is reached. So a store that streams steadily, or a
-worker thread in the middle of a blob, stops at the bound, and the raise unwinds through the install's cleanup like
-any failure. The bounds ride in a context variable, so that the stores' interface takes no deadline argument; worker
-threads that work for the operation run in its context (``contextvars.copy_context``, see
+A :class:`Bound` holds them, and it is the one way they reach the code an operation runs. An operation applies its
+bounds (:func:`applied`) for the code it runs; the loops that take time call :func:`check` (a download's chunks, the
+expansion of a blob) or wait with :func:`sleep` (a retry's backoff, the wait for the cache root's lock), which raise
+:class:`~cachetool.errors.WaitTimeoutError` (exit 7) or :class:`~cachetool.errors.StopSignalError` (exit 130) once a
+bound is reached. So a store that streams steadily, or a worker thread in the middle of a blob, stops at the bound,
+and the raise unwinds through the install's cleanup like any failure. The bounds ride in a context variable, so that
+no store, source or install function takes a deadline argument (tests/transfer/test_one_bound.py keeps it so);
+worker threads that work for the operation run in its context (``contextvars.copy_context``, see
 :mod:`cachetool.install.stage`). Without a bound applied, :func:`check` does nothing.
 
-Some work cannot look at a bound: an import of torch, a store request that never answers. :func:`finish_within` runs
-an operation in a worker thread and ends the wait for it at the deadline itself, whatever the operation is doing: a
-timeout is then one outcome, reached on time, and its message names the phase that was running (:func:`phase`).
+Some work cannot look at a bound: an import of torch, a store request that never answers, a child process that
+compiles. For that work alone the operation also holds its deadline from outside, with the same bound, in one of two
+ways:
+
+- :func:`finish_within` (``pull``): the work runs in a worker thread and the wait for it ends at the deadline itself,
+  whatever the work is doing; a timeout is then one outcome, reached on time, and its message names the phase that
+  was running (:func:`phase`). A worker still blocked is left behind, which only in-process work allows.
+- the clock as a stop signal (``warm``, ``check``: :func:`cachetool.stop_signals.stopped_by_signals` with a
+  ``timeout``): SIGALRM at the deadline stops the block as SIGTERM does, so the main thread unwinds through the
+  engine's cleanup and every process the start made is ended, which no abandoned thread would do.
 """
 
 from __future__ import annotations
@@ -130,7 +138,8 @@ def sleep(seconds: float, what: str) -> None:
 
 def finish_within(bound: Bound, work: Callable[[], T], what: str, abandoned: threading.Event | None = None) -> T:
     """``work()``, run in a worker thread of this context, waited for until ``bound``'s deadline (or a stop signal
-    raised in this thread), then for :data:`UNWIND_SECONDS` while the worker ends at its own checks and cleans up. A worker still running then
+    raised in this thread), then for :data:`UNWIND_SECONDS` while the worker ends at its own checks and cleans up.
+    Only around work that cannot look at a bound (see the module doc); what can, checks it. A worker still running then
     is left behind (a daemon thread; ``abandoned`` is set) and the timeout, naming the phase that was running, is
     raised: so the deadline holds whatever the work is doing (an import of torch, a request that never answers).
     A failure of the work that came past the deadline is the timeout too (``from`` the failure): past the bound a

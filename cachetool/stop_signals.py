@@ -20,6 +20,12 @@ A time limit (``warm --timeout``, ``check --timeout``) is the same stop, sent by
 as it would on SIGTERM, every process it started included, and raises :class:`~cachetool.errors.WaitTimeoutError`
 (exit 7) naming the phase it was in (:func:`cachetool.bounds.phase`, or a start's progress setting the bound's
 ``phase``). One mechanism for both, so a start that runs past its limit leaves nothing running, as a stopped one.
+The deadline is the block's :class:`~cachetool.bounds.Bound`'s, the one the block's checks see; the clock only holds
+it for the work that cannot look at a bound (a child process compiling). ``pull`` holds its own ``--timeout`` with
+:func:`cachetool.bounds.finish_within` instead (see :mod:`cachetool.bounds`).
+
+This is the one ``stopped_by_signals``: a verb that needs its own message wraps it under a name that says so
+(``pull_policy.pull_stopped_by_signals``).
 """
 
 from __future__ import annotations

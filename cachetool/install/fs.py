@@ -13,11 +13,11 @@ import os
 import posixpath
 import shutil
 import stat
-import time
 from pathlib import Path
 
+from cachetool import bounds
 from cachetool.errors import (CachetoolError, InstallIOError, PathTooLongError, UnsafeDestinationError, UsageError,
-                              WaitTimeoutError, disk_full, user_path)
+                              disk_full, user_path)
 from cachetool.exit_codes import DISK_FULL_ERRNOS
 from cachetool.bundle.paths import RESERVED_PREFIX, short_path
 from cachetool.digests import sha256_stream
@@ -28,6 +28,7 @@ STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
 # mkdtemp's random part, then the tree folder: staged files live at {root}/{STAGING_PREFIX}XXXXXXXX/tree/{path}
 STAGED_PREFIX_LEN = len(STAGING_PREFIX) + 8 + len("/tree/")
 CHUNK = 1 << 20
+LOCK_POLL_SECONDS = 0.05  # how often a bounded wait for the root's lock tries it again
 _RENAME_EXCHANGE = 2
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -243,9 +244,10 @@ def remove_stale_staging(root: Path) -> None:
             shutil.rmtree(e.path, ignore_errors=True)
 
 
-def lock_root(root_fd: int, root: Path, deadline: float | None) -> None:
-    """The exclusive lock on the cache root; with a ``deadline``, polled so that the wait ends with it."""
-    if deadline is None:
+def lock_root(root_fd: int, root: Path) -> None:
+    """The exclusive lock on the cache root. Under an applied bound (``pull --timeout``, a stop signal:
+    :mod:`cachetool.bounds`) the wait is polled, so that it ends with the bound; without one it blocks."""
+    if not bounds.current():
         fcntl.flock(root_fd, fcntl.LOCK_EX)
         return
     while True:
@@ -253,10 +255,7 @@ def lock_root(root_fd: int, root: Path, deadline: float | None) -> None:
             fcntl.flock(root_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise WaitTimeoutError(
-                    f"timed out waiting for the install lock on {root} (another install holds it)") from None
-            time.sleep(0.05)
+            bounds.sleep(LOCK_POLL_SECONDS, f"the wait for the install lock on {root} (another install holds it)")
 
 
 def remove_empty_tree(top: Path) -> None:

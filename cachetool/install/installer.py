@@ -62,16 +62,16 @@ class InstallResult:
 
 
 def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLike,
-                   options: InstallOptions = InstallOptions(), *, key_check: KeyCheck | None = None,
-                   deadline: float | None = None) -> InstallResult:
+                   options: InstallOptions = InstallOptions(), *, key_check: KeyCheck | None = None) -> InstallResult:
     """Install ``source`` into ``cache_root``; see the module docstring. Returns an :class:`InstallResult`.
 
     ``options``: what the caller asks of the install (:class:`~cachetool.install.options.InstallOptions`, each
     option with its default: the keys trusted, the ranks, the preflight's device, replacing a unit whose files
     differ, the workers). ``key_check``: which key folder the server will look up (its engine's answer,
     :class:`~cachetool.install.key_check.KeyCheck`); for a server that compiles no graph only the units that belong to
-    no key are installed (none: nothing is written). ``deadline`` (``time.monotonic()``): waiting for the root's
-    lock past it raises :class:`WaitTimeoutError` (exit 7).
+    no key are installed (none: nothing is written). A time limit or a stop request is the caller's bound
+    (:mod:`cachetool.bounds`, ``pull --timeout``), applied around the call: every wait of the install (the root's
+    lock, a blob's download and expansion, the preflight's checks) ends with it; no deadline is passed in.
     """
     from cachetool.bundle.fingerprint import require_device
 
@@ -106,7 +106,7 @@ def install_bundle(source: BundleSource, cache_root: CacheRoot | str | os.PathLi
     root, root_fd, created_root = open_root(given_root)
     try:
         with clock.phase("lock"):
-            lock_root(root_fd, root, deadline)
+            lock_root(root_fd, root)
         plan, nbytes, nfiles, fetched = _install_locked(source, manifest, units, root, root_fd,
                                                         options.keep_changed and not options.force, options.workers,
                                                         clock)

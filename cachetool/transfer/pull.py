@@ -83,15 +83,19 @@ def pull(request: PullRequest, *, abandoned: threading.Event | None = None) -> P
     (see the module docstring), in named phases: the arguments (device, pinned keys, the engine's key question),
     the entry, then the install from a lazy :class:`StoreSource`. For a server that compiles no graph only the
     units that belong to no key are installed (:class:`NotNeeded` where there are none). ``request.timeout``:
-    seconds for the whole pull: past it the pull ends in :class:`WaitTimeoutError` naming the phase that was running,
-    within :data:`cachetool.bounds.UNWIND_SECONDS`, whatever that phase was doing (:func:`cachetool.bounds.
-    finish_within`; ``abandoned`` is set where a phase that looks at no bound had to be left running)."""
+    seconds for the whole pull, a :class:`cachetool.bounds.Bound` applied to it (the one way a time limit reaches
+    the layers below: no deadline is passed down): every download's chunks, retry waits, blob expansions and the
+    wait for the root's lock end at it, in every thread. Some of a pull cannot look at a bound (the engine's key
+    check and the preflight import torch; a store request may never answer), so the pull runs under
+    :func:`cachetool.bounds.finish_within`: past the bound it ends in :class:`WaitTimeoutError` naming the phase that
+    was running, within :data:`cachetool.bounds.UNWIND_SECONDS`, whatever that phase was doing (``abandoned`` is
+    set where such a phase had to be left running)."""
     bound = bounds.Bound.timeout(request.timeout)
-    with bounds.applied(bound):  # every download's chunks and retry waits, every thread
-        return bounds.finish_within(bound, lambda: _pull(request, bound.deadline), "pull", abandoned)
+    with bounds.applied(bound):
+        return bounds.finish_within(bound, lambda: _pull(request), "pull", abandoned)
 
 
-def _pull(request: PullRequest, deadline: float | None) -> PullResult | NotNeeded:
+def _pull(request: PullRequest) -> PullResult | NotNeeded:
     from cachetool.bundle.fingerprint import require_device
 
     t0 = time.monotonic()
@@ -117,8 +121,7 @@ def _pull(request: PullRequest, deadline: float | None) -> PullResult | NotNeede
                 entry = select_entry(read_index(st, r), r.url, device, request.engine)
         except CachetoolError as exc:
             raise filled(exc, store=st.url, ref=r.url)
-        src, result = _install_entry(request, st, r, entry, root, trust=trust, device=device,
-                                     key_check=key_check, deadline=deadline)
+        src, result = _install_entry(request, st, r, entry, root, trust=trust, device=device, key_check=key_check)
         down1 = st.counters.bytes_down
         eager = key_check.compiles_nothing if key_check is not None else None
         if eager and not result.units_installed and not result.units_present:
@@ -133,7 +136,7 @@ def _pull(request: PullRequest, deadline: float | None) -> PullResult | NotNeede
 
 
 def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, root: CacheRoot, *, trust: Any,
-                   device: str | None, key_check: Any, deadline: float | None) -> tuple[StoreSource, Any]:
+                   device: str | None, key_check: Any) -> tuple[StoreSource, Any]:
     """Install ``entry`` from the store through a lazy source, with the progress bar; the source and the result."""
     from cachetool.install import install_bundle
 
@@ -153,13 +156,13 @@ def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, roo
                 prog.advance(holder["task"], b.stored_size)
         else:
             on_blob = None
-        src = StoreSource(st, r, entry, partial, deadline=deadline, on_blob=on_blob)
+        src = StoreSource(st, r, entry, partial, on_blob=on_blob)
         try:
             # the install's own phases (the manifest's read, the preflight) name themselves within this one
             with bounds.phase(f"the install of {r.url} [{entry.platform}] (root lock, blob downloads, staging)"):
             # the request's install options as given, but the trusted keys loaded and the device checked
                 result = install_bundle(src, root, request.install_options(trust=trust, device=device),
-                                        key_check=key_check, deadline=deadline)
+                                        key_check=key_check)
         except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
             # the root itself is not ours to remove: install_bundle removes it again only if it created it
             remove_if_empty(partial)

@@ -9,10 +9,11 @@ failure's row of :mod:`cachetool.exit_codes`) and the exit code the policy gives
 - a read-only root file system with no writable temporary folder: importing torch's compiler needs one (Inductor's
   default cache folder) to compute torch's key, so a private folder inside the cache root serves, removed at the
   end (:func:`temporary_folder_for`);
-- ``timeout``: the whole pull is bounded, whatever phase runs at the deadline: a store that stops answering in the
-  middle of a request, or a preflight that imports torch (:func:`cachetool.bounds.finish_within`); past the bound the
-  outcome is ``timeout``, its message naming the phase. A thread still blocked then is abandoned, which the outcome
-  says (``abandoned_threads``) so that a process can exit without joining it;
+- ``timeout``: the whole pull is bounded (a :class:`cachetool.bounds.Bound` that :func:`cachetool.transfer.pull.pull`
+  applies), whatever phase runs at the deadline: a store that stops answering in the middle of a request, or a
+  preflight that imports torch (:func:`cachetool.bounds.finish_within`); past the bound the outcome is ``timeout``,
+  its message naming the phase. A thread still blocked then is abandoned, which the outcome says
+  (``abandoned_threads``) so that a process can exit without joining it;
 - SIGINT and SIGTERM (how Kubernetes stops an init-container) end the pull within a second, cleanly, as outcome
   ``interrupted`` (exit 130, whatever ``on_miss`` says): the staging folder removed, every unit installed whole or
   not at all, the partial downloads kept for a rerun to resume, and the message says which (:func:`stopped_message`).
@@ -161,7 +162,7 @@ def pull_with_policy(request: PullRequest, on_miss: str = "fail") -> PullOutcome
         if on_miss not in ON_MISS:
             raise UsageError(f"on_miss must be one of {', '.join(ON_MISS)}, got {on_miss!r}")
         root = request.cache_root.path
-        with stopped_by_signals(root), temporary_folder_for(root):
+        with pull_stopped_by_signals(root), temporary_folder_for(root):
             out = success_outcome(pull(request, abandoned=abandoned), on_miss)
     except Exception as exc:
         out = failure_outcome(str(request.ref), on_miss, exc)
@@ -203,10 +204,12 @@ def temporary_folder_for(root: Path) -> Iterator[None]:
                 os.rmdir(root)  # a failed pull leaves no empty root behind
 
 
-def stopped_by_signals(root: Path) -> contextlib.AbstractContextManager[Any]:
-    """End the block cleanly on SIGINT or SIGTERM (:func:`cachetool.stop_signals.stopped_by_signals`): the pull's
-    worker threads stop at their next chunk and the main thread unwinds through the install's cleanup, which removes
-    the staging folder; the partial downloads stay for a rerun. The message is made once the pull has unwound."""
+def pull_stopped_by_signals(root: Path) -> contextlib.AbstractContextManager[Any]:
+    """:func:`cachetool.stop_signals.stopped_by_signals` with the pull's message (:func:`stopped_message`, made once
+    the pull has unwound): on SIGINT or SIGTERM the pull's worker threads stop at their next chunk and the main
+    thread unwinds through the install's cleanup, which removes the staging folder; the partial downloads stay for a
+    rerun. No time limit here: the pull's ``--timeout`` is its own bound (:func:`cachetool.transfer.pull.pull`), so
+    that a pull outside the policy has it too."""
     return stop_signals.stopped_by_signals(lambda name: stopped_message(name, root))
 
 

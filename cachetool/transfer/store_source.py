@@ -8,14 +8,13 @@ import os
 import shutil
 import stat
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
 from cachetool import bounds
 from cachetool.bundle.source import BundleSource
 from cachetool.digests import hexof, sha256_bytes, sha256_file
-from cachetool.errors import StoreError, UnsafeDestinationError, VerificationError, WaitTimeoutError
+from cachetool.errors import StoreError, UnsafeDestinationError, VerificationError
 from cachetool.stores.addresses import Ref
 from cachetool.stores.base import BlobRef, RefEntry, Store
 from cachetool.transfer.partials import RETRYABLE, partial_cap, trim_partials
@@ -27,13 +26,12 @@ class StoreSource(BundleSource):
     """A bundle in a store, read lazily: manifest and signature first, each blob only when the installer asks."""
 
     def __init__(self, store: Store, ref: Ref, entry: RefEntry, partial_dir: Path, *,
-                 deadline: float | None = None, on_blob: Callable[[BlobRef], None] | None = None):
+                 on_blob: Callable[[BlobRef], None] | None = None):
         self.store = store
         self.entry = entry
         self.fields = {"store": store.url, "ref": ref.url}  # of every error this source raises itself
         self.description = f"{ref.url} [{entry.platform}]"
         self.partial_dir = Path(partial_dir)
-        self.deadline = deadline
         self.on_blob = on_blob
         self._manifest: bytes | None = None
         self._signature: bytes | None = None
@@ -45,14 +43,14 @@ class StoreSource(BundleSource):
         self.resumed = 0
         self.reused = 0
 
-    def _check_deadline(self) -> None:
-        bounds.check(f"pull of {self.description}", **self.fields)  # the pull's bound names its --timeout
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise WaitTimeoutError(f"pull of {self.description} ran past its deadline", **self.fields)
+    def _check_bounds(self) -> None:
+        """Before each request: the bounds the pull applied (its ``--timeout``, a stop signal; :mod:`cachetool.
+        bounds`) end it here, named with the store and ref."""
+        bounds.check(f"pull of {self.description}", **self.fields)
 
     def manifest_bytes(self) -> bytes:
         if self._manifest is None:
-            self._check_deadline()
+            self._check_bounds()
             with bounds.phase(f"the read of {self.description}'s manifest from the store"):
                 data = self.store.get_manifest(self.entry.manifest_digest)
             if sha256_bytes(data) != self.entry.manifest_digest:
@@ -63,7 +61,7 @@ class StoreSource(BundleSource):
 
     def signature_bytes(self) -> bytes | None:
         if not self._sig_read:
-            self._check_deadline()
+            self._check_bounds()
             with bounds.phase(f"the read of {self.description}'s signature from the store"):
                 self._signature = self.store.get_signature(self.entry.manifest_digest)
             self._sig_read = True
@@ -77,7 +75,7 @@ class StoreSource(BundleSource):
         if self._failed is not None:
             # The store already failed this pull (server down, credentials): don't hammer it blob by blob.
             raise self._failed
-        self._check_deadline()
+        self._check_bounds()
         try:
             self._fetch(blob, dest)
         except StoreError as exc:
@@ -91,7 +89,7 @@ class StoreSource(BundleSource):
             return super().read_blob(blob, scratch_dir)
         if self._failed is not None:
             raise self._failed
-        self._check_deadline()
+        self._check_bounds()
         try:
             data = self.store.read_blob(blob, scratch_dir)
         except StoreError as exc:
