@@ -16,7 +16,6 @@ torch is imported only by the calls that compile or compute a cache key.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Union
 from cachetool import engines
 from cachetool.cache_root import CacheRoot
 from cachetool.engines import CHOICES as ENGINE_CHOICES
-from cachetool.engines.base import KeyCheckRequest, StartRequest, StartResult
+from cachetool.engines.base import StartRequest, StartResult
 # the native engine's own public helper, cachetool's API since its first release (expected_cache_key and install's
 # expected_key import its keys module when called: compiler.cache_key is half of this module's import time)
 from cachetool.engines.native.run import compilation_config
@@ -35,18 +34,12 @@ from cachetool.errors import CompilationConfigError, UsageError
 from cachetool.transfer.pull_policy import ON_MISS, OnMiss, Outcome, PullOutcome, failure_outcome
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
 from cachetool.stores.base import GC_MIN_AGE_S
-from cachetool.bundle import engine_rules
-from cachetool.engines import layouts as engine_layouts
-
-# The core (bundle, stores, refs, install, transfer) imports no engine: this layer, which joins the two, hands the
-# engine registry and the layouts' rules to it once.
-engine_rules.register(engines, engine_layouts)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from cachetool.bundle.packing import PackedBundle
-    from cachetool.engines.base import KeyCheck
+    from cachetool.install.key_check import KeyCheck
     from cachetool.layouts.factors import Difference
     from cachetool.install import InstallResult
     from cachetool.transfer.pull import NotNeeded, PullRequest, PullResult
@@ -125,44 +118,33 @@ def _engine(name: str | None) -> engines.Engine:
     return engines.get(name) if name is not None else engines.default()
 
 
-# warm's and check's keywords whose StartRequest field has another name (every other keyword is its field's name)
-START_KEYWORDS = {"engine_flags": "flags", "on_progress": "events", "engine_progress": "messages"}
-
-
 @dataclass(frozen=True)
 class Start:
-    """One start settled once (:func:`start_request`): its engine and its request; the CLI builds it and hands it to
-    :func:`warm` or :func:`check` in place of their ``model``."""
+    """One start settled once (:func:`start_request`): its engine and the engine's own request; the CLI builds it
+    and hands it to :func:`warm` or :func:`check` in place of their ``model``."""
 
     engine: engines.Engine
     request: StartRequest
 
 
 def start_request(command: str, model: str | None = None, cache_root: str | Path | None = None, *,
-                  engine: str | None = None, given: Iterable[str] | None = None, **options: Any) -> Start:
-    """One start of ``engine`` (default: the native engine), typed: ``options`` are
-    :class:`~cachetool.engines.base.StartRequest`'s fields (``engine_flags``, ``on_progress`` and ``engine_progress``
-    name its ``flags``, ``events`` and ``messages``), each with its default there alone; the config is the engine's
-    settled one (its ``start_config``: the native engine parses it here, once); the root is ``cache_root``, else the
-    one that config names, else the engine's variable's, else its default. ``given``: the options the caller set
-    (default: those that differ from their defaults)."""
+                  engine: str | None = None, **options: Any) -> Start:
+    """One start of ``engine`` (default: the native engine), parsed by that engine into its own frozen request
+    (``Engine.start_request``): ``options`` are those the caller gives, by the names of
+    :data:`cachetool.engines.base.START_OPTIONS`, and the listeners ``on_progress`` (the native engine's progress
+    events) and ``engine_progress`` (another engine's message lines); each default is the engine's request's. An
+    engine refuses another engine's option in one line. The root is ``cache_root``, else the one the engine's
+    configuration names (the native engine's ``-cc.cache_dir``), else the engine's variable's, else its default."""
     chosen = _engine(engine)
-    fields = {START_KEYWORDS.get(name, name): value for name, value in options.items()}
-    settled = chosen.start_config(fields.get("config"), tuple(fields.get("overrides", ())))  # parsed once, here
-    request = StartRequest(command=command, model=model, cache_root=CacheRoot.of(cache_root, chosen, settled.root),
-                           **fields)
-    if given is None:  # the caller's values against the defaults, before the config is the settled one
-        defaults = StartRequest(command=command, model=model, cache_root=request.cache_root)
-        given = [name for name in fields if getattr(request, name) != getattr(defaults, name)]
-    return Start(chosen, dataclasses.replace(request, config=settled.config, given=frozenset(given)))
+    return Start(chosen, chosen.start_request(command, model, cache_root, options))
 
 
 def _settled_start(command: str, model: str | Start | None, cache_root: str | Path | None, engine: str | None,
-                   given: Iterable[str] | None, options: dict[str, Any]) -> Start:
+                   options: dict[str, Any]) -> Start:
     """``model``'s start, or ``model`` itself when it is one (:func:`start_request`'s, as the CLI builds it)."""
     if not isinstance(model, Start):
-        return start_request(command, model, cache_root, engine=engine, given=given, **options)
-    if cache_root is not None or engine is not None or given is not None or options:
+        return start_request(command, model, cache_root, engine=engine, **options)
+    if cache_root is not None or engine is not None or options:
         raise UsageError("a Start is settled: give its options to start_request, not with it")
     if model.request.command != command:
         raise UsageError(f"a {model.request.command} start given to {command}")
@@ -171,28 +153,28 @@ def _settled_start(command: str, model: str | Start | None, cache_root: str | Pa
 
 def warm(model: str | Start | None = None, *, cache_root: str | Path | None = None, push: str | None = None,
          sign_key: SignKey | None = None, store_options: dict[str, Any] | None = None, progress: bool | None = False,
-         engine: str | None = None, given: Iterable[str] | None = None, timeout: float | None = None,
-         **options: Any) -> WarmSummary:
+         engine: str | None = None, timeout: float | None = None, **options: Any) -> WarmSummary:
     """Compile ``model`` as a server would, filling the cache root (:class:`~cachetool.cache_root.CacheRoot`:
     ``cache_root``, else the engine's variable, else its default); with ``push``, pack what the start wrote
     (signed with ``sign_key``) and push it to that ref. ``options``: the start's (:func:`start_request`; their
-    defaults are :class:`~cachetool.engines.base.StartRequest`'s). The native engine (the default) takes ``device``,
+    defaults are the engine's request's). The native engine (the default) takes ``device``,
     ``config``/``overrides``, ``rank``, ``dp_rank``, ``tensor_parallel_size``, ``share_ranks`` and
     ``on_progress`` (its progress events); ``engine="vllm"`` starts real vLLM headless with ``engine_flags``
     (``vllm serve`` flags, read by vLLM's own parser; ``load_weights`` reads the model's weights instead of dummy
-    ones; ``engine_progress`` gets its message lines). An engine refuses another engine's options in one line.
+    ones; ``engine_progress`` gets its message lines); ``engine="torch"`` runs the program in ``engine_flags``.
+    An engine refuses another engine's options in one line.
     ``model`` may instead be a :class:`Start` that :func:`start_request` built (the CLI's). ``timeout`` (seconds)
     bounds the whole warm, push included: past it every process the warm started is ended and
     :class:`~cachetool.errors.WaitTimeoutError` (exit 7) names the phase it was in."""
     from cachetool.writable_root import require_writable
 
     sign_key = _push_key(push, sign_key, store_options)
-    start = _settled_start("warm", model, cache_root, engine, given, options)
+    start = _settled_start("warm", model, cache_root, engine, options)
     request, root = start.request, start.request.cache_root
     t0 = time.perf_counter()
     require_writable(root, "warm")  # before minutes of compiling
     with _stopped_by_signals("warm", root, timeout):
-        result = start.engine.warm(request)
+        result = start.engine.start(request)
         summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
         if push is not None:
             _pack_and_push(summary, result.pack_folder(), push, sign_key, store_options, progress)
@@ -235,17 +217,16 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
 
 
 def check(model: str | Start | None = None, *, cache_root: str | Path | None = None, engine: str | None = None,
-          given: Iterable[str] | None = None, timeout: float | None = None, **options: Any) -> StartResult:
+          timeout: float | None = None, **options: Any) -> StartResult:
     """Start ``model`` as a server would and report compiled vs loaded graphs (the engine's
-    :class:`~cachetool.engines.base.StartResult`; options as for :func:`warm`). ``require_hit``: the native engine
+    :class:`~cachetool.engines.base.StartResult`; options as for :func:`warm`, and ``require_hit``). ``require_hit``: the native engine
     raises :class:`cachetool.errors.CompileInStrictModeError` before anything compiles; vLLM raises
     :class:`cachetool.errors.EngineMissError` (exit 4) naming why, after the start, with the start as its
     ``start`` (what the CLI's ``--json`` object of the failure carries). ``model`` may instead be a :class:`Start`.
     ``timeout``: as for :func:`warm`."""
-    start = _settled_start("check", model, cache_root, engine, given, options)
-    request, root = start.request, start.request.cache_root
-    with _stopped_by_signals("check", root, timeout):
-        return start.engine.check(request)
+    start = _settled_start("check", model, cache_root, engine, options)
+    with _stopped_by_signals("check", start.request.cache_root, timeout):
+        return start.engine.start(start.request)
 
 
 def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None,
@@ -275,27 +256,25 @@ def default_cache_root(engine: str | None = None) -> Path:
     return CacheRoot.of(None, _engine(engine)).path
 
 
-# A pull's keywords that name the server (its key question, KeyCheckRequest's fields): ``engine_flags`` is its
-# ``flags``, as for warm and check; the question's device and timeout are the pull's own.
-KEY_KEYWORDS = {f.name: f.name for f in dataclasses.fields(KeyCheckRequest)
-                if f.name not in ("cache_root", "device", "timeout", "flags")} | {"engine_flags": "flags"}
+# A pull's keywords that name the server (its key question, which its engine parses: Engine.key_request); the
+# question's device and timeout are the pull's own.
+KEY_OPTIONS = ("model", "config", "overrides", "tensor_parallel_size", "engine_flags")
 
 
 def pull_request(ref: str, cache_root: str | Path | None = None, *, engine: str | None = None,
                  **options: Any) -> PullRequest:
     """A pull's every option settled into one frozen :class:`cachetool.transfer.pull.PullRequest` (the options as
-    for :func:`pull`): the engine, the cache root, and the server's key question when the options name one
-    (``model``, ``config``, ``overrides``, ``tensor_parallel_size``, ``engine_flags``). The options' defaults are
-    the request's own (its :class:`~cachetool.install.options.InstallOptions` and its store's fields), and the key
-    question's :class:`~cachetool.engines.base.KeyCheckRequest`'s."""
+    for :func:`pull`): the engine, the cache root, and the server's key question, the engine's own request, when
+    the options name one (``model``, ``config``, ``overrides``, ``tensor_parallel_size``, ``engine_flags``: those
+    the caller gives; another engine's is refused in one line). The options' defaults are the request's own (its
+    :class:`~cachetool.install.options.InstallOptions` and its store's fields)."""
     from cachetool.transfer.pull import PullRequest
 
     chosen = _engine(engine)
     root = CacheRoot.of(cache_root, chosen)
-    named = {KEY_KEYWORDS[k]: options.pop(k) for k in list(options) if k in KEY_KEYWORDS}
-    key = KeyCheckRequest(cache_root=root, device=options.get("device") or "cpu", timeout=options.get("timeout"),
-                          **named)
-    return PullRequest(ref=ref, cache_root=root, engine=chosen, key=key if key.asks() else None, **options)
+    named = {k: options.pop(k) for k in list(options) if k in KEY_OPTIONS}
+    key = chosen.key_request(root, options.get("device") or "cpu", options.get("timeout"), named)
+    return PullRequest(ref=ref, cache_root=root, engine=chosen, key=key, **options)
 
 
 def _settled(ref: str | PullRequest, cache_root: str | Path | None, options: dict[str, Any]) -> PullRequest:
@@ -422,14 +401,16 @@ def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = No
 
 
 def install(bundle: str | Path, cache_root: str | Path | None = None, *, key_check: KeyCheck | None = None,
-            expected_key: dict[str, Any] | None = None, deadline: float | None = None,
+            expected_key: dict[str, Any] | None = None, timeout: float | None = None,
             **options: Any) -> InstallResult:
     """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root`` (default:
     :func:`default_cache_root`); ``key_check``: the server's key question (an engine's ``KeyCheck``), or
     ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). ``options``: the install's,
     each with its default in :class:`cachetool.install.options.InstallOptions` (``trust``, ``insecure_skip_verify``,
-    ``ranks``, ``preflight``, ``device``, ``force``, ``keep_changed``, ``warn``, ``workers``); ``deadline`` as for
-    :func:`cachetool.install.install_bundle`. Returns its :class:`~cachetool.install.InstallResult`."""
+    ``ranks``, ``preflight``, ``device``, ``force``, ``keep_changed``, ``warn``, ``workers``); ``timeout``: seconds
+    for the whole install, applied as its bound (:mod:`cachetool.bounds`). Returns its
+    :class:`~cachetool.install.InstallResult`."""
+    from cachetool import bounds
     from cachetool.bundle.ctb import open_ctb
     from cachetool.install import InstallOptions, install_bundle
 
@@ -438,9 +419,8 @@ def install(bundle: str | Path, cache_root: str | Path | None = None, *, key_che
         from cachetool.engines.native.keys import NativeKeyCheck
 
         key_check = NativeKeyCheck(expected=expected_key)
-    with open_ctb(bundle) as b:
-        return install_bundle(b, CacheRoot.of(cache_root, _engine(None)), settled, key_check=key_check,
-                              deadline=deadline)
+    with bounds.applied(bounds.Bound.timeout(timeout)), open_ctb(bundle) as b:
+        return install_bundle(b, CacheRoot.of(cache_root, _engine(None)), settled, key_check=key_check)
 
 
 def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None, model: str | None = None,

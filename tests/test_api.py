@@ -153,7 +153,7 @@ class _WarmStoppedBySigterm:
     """An engine whose warm writes into its root, is stopped by SIGTERM while it runs, and removes the root if it
     created it (as the native, vLLM and torch engines do)."""
 
-    def warm(self, request):
+    def start(self, request):
         root = request.cache_root.path
         created = not root.exists()
         root.mkdir(parents=True, exist_ok=True)

@@ -90,19 +90,24 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-# The start options a command line sets, by the name the engines' StartRequest gives them: an engine refuses
-# another engine's option only when it was given (a default is no choice).
-_REQUEST_FIELDS = {"device": "device", "compilation_config": "config", "rank": "rank", "dp_rank": "dp_rank",
-                   "tensor_parallel_size": "tensor_parallel_size", "load_weights": "load_weights"}
+# The start options a command line can set, by their API keywords (cachetool.engines.base.START_OPTIONS): only
+# those set reach the engine, whose own request holds the defaults; an engine refuses another engine's option.
+_START_OPTIONS = {"device": "device", "compilation_config": "config", "rank": "rank", "dp_rank": "dp_rank",
+                  "tensor_parallel_size": "tensor_parallel_size", "load_weights": "load_weights",
+                  "require_hit": "require_hit"}
 
 
-def given_options(ctx: click.Context) -> list[str]:
-    """The start options set on this command line (StartRequest field names)."""
+def given_options(ctx: click.Context) -> dict[str, Any]:
+    """The start options set on this command line, by their API keywords, with their values."""
     from click.core import ParameterSource
 
-    given = [field for name, field in _REQUEST_FIELDS.items()
-             if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
-    return given + (["overrides"] if _overrides(ctx) else [])
+    given = {keyword: ctx.params[name] for name, keyword in _START_OPTIONS.items()
+             if name in ctx.params and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    if _overrides(ctx):
+        given["overrides"] = _overrides(ctx)
+    if ctx.params.get("engine_args"):
+        given["engine_flags"] = list(ctx.params["engine_args"])
+    return given
 
 
 def _summary(result: Any) -> str:
@@ -144,10 +149,8 @@ def warm(ctx: click.Context, model: str | None, cache_root: str | None, device: 
 
     init_logging()
     with progress_renderer(as_json) as render:  # piece i of n, compile sizes, autotune (stderr; none with --json)
-        start = start_request("warm", model, cache_root, engine=engine, given=given_options(ctx), device=device,
-                              config=compilation_config, overrides=_overrides(ctx), rank=rank, dp_rank=dp_rank,
-                              tensor_parallel_size=tensor_parallel_size, engine_flags=list(engine_args),
-                              load_weights=load_weights, on_progress=render, engine_progress=render)
+        start = start_request("warm", model, cache_root, engine=engine, on_progress=render, engine_progress=render,
+                              **given_options(ctx))
         summary = warm_api(start, push=push_ref, sign_key=sign_key,  # the one start, handed down as it is
                            store_options=options_dict(endpoint_url, profile, insecure), timeout=timeout)
     if summary.push is None:
@@ -186,10 +189,8 @@ def check(ctx: click.Context, model: str | None, cache_root: str | None, device:
     from cachetool.api import check as check_api, start_request
 
     init_logging()
-    start = start_request("check", model, cache_root, engine=engine, given=given_options(ctx), device=device,
-                          config=compilation_config, overrides=_overrides(ctx), rank=rank, dp_rank=dp_rank,
-                          require_hit=require_hit, tensor_parallel_size=tensor_parallel_size,
-                          engine_flags=list(engine_args), load_weights=load_weights, engine_progress=_say(as_json))
+    start = start_request("check", model, cache_root, engine=engine, engine_progress=_say(as_json),
+                          **given_options(ctx))
     try:
         result = check_api(start, timeout=timeout)  # the one start, handed down as it is
     except EngineMissError as exc:  # the start compiled: its lines (or fields), then the one error line

@@ -193,12 +193,22 @@ def _pull_arguments(ctx, cache_root, trust, ranks, device, force, keep_changed, 
     quiet = ctx.params.get("as_json")
     # no --cache-root: the root the server of --engine reads (an init-container that pulled elsewhere would leave
     # the server cold), api.default_cache_root's
+    # the server's key question: only what was given reaches its engine, which refuses another engine's option
+    server = {"model": model, "config": compilation_config, "overrides": overrides,
+              "tensor_parallel_size": tensor_parallel_size if _given(ctx, "tensor_parallel_size") else None,
+              "engine_flags": list(engine_args)}
     return dict(cache_root=cache_root or None, trust=list(trust) or None,
-                insecure_skip_verify=insecure_skip_verify, ranks=ranks, model=model, config=compilation_config,
-                overrides=overrides, tensor_parallel_size=tensor_parallel_size, engine=engine,
-                engine_flags=list(engine_args), device=device, force=force, keep_changed=keep_changed,
-                timeout=timeout, workers=workers, warn=warn_loud,
-                store_options=options_dict(endpoint_url, profile, insecure), progress=False if quiet else progress)
+                insecure_skip_verify=insecure_skip_verify, ranks=ranks, engine=engine, device=device, force=force,
+                keep_changed=keep_changed, timeout=timeout, workers=workers, warn=warn_loud,
+                store_options=options_dict(endpoint_url, profile, insecure), progress=False if quiet else progress,
+                **{k: v for k, v in server.items() if v is not None and v != []})
+
+
+def _given(ctx, name: str) -> bool:
+    """Whether ``name`` was set on the command line (not its default)."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
 @cli.command("ls", cls=OneLineCommand)

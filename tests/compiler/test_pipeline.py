@@ -130,10 +130,9 @@ def test_require_hit_on_empty_root_fails(tmp_path) -> None:
 def test_unpacked_round_trip(tmp_path) -> None:
     root = tmp_path / "unpacked"
     # Warm in this process (Inductor is already warm here: faster than a cold subprocess), check in another.
-    from cachetool.engines.native.run import parse_compilation_config, warm as warm_api
+    import cachetool
 
-    cfg = parse_compilation_config(None, ["-cc.compile_cache_save_format=unpacked"], root)
-    warm = warm_api("tiny", cache_root=root, compilation_config=cfg).to_json()
+    warm = cachetool.warm("tiny", cache_root=root, overrides=["compile_cache_save_format=unpacked"]).compile.to_json()
     assert warm["graphs_compiled"] == 3
     d = Path(warm["cache_dir"])
     index = json.loads((d / "compile_index.json").read_text())

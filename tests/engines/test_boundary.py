@@ -10,7 +10,7 @@ import pytest
 
 from cachetool import engines
 from cachetool.cache_root import CacheRoot
-from cachetool.errors import PreflightError
+from cachetool.errors import PreflightError, UsageError
 from cachetool.layouts.factors import Difference
 from tests.cache_trees import make_native_tree
 
@@ -22,13 +22,17 @@ def test_the_cache_root_is_the_flag_then_the_engines_config_then_its_variable_th
     assert CacheRoot.of(None, native).source == "default"  # not the variable's name while it is unset
     monkeypatch.setenv("CACHETOOL_CACHE_ROOT", str(tmp_path / "var"))
     assert CacheRoot.of(None, native) == CacheRoot(tmp_path / "var", "CACHETOOL_CACHE_ROOT")
-    configured = native.start_config('{"cache_dir": "%s"}' % (tmp_path / "cc"), ()).root
-    assert configured == str(tmp_path / "cc")
-    assert native.start_config(None, (f"cache_dir={tmp_path / 'o'}",)).root == str(tmp_path / "o")
-    assert CacheRoot.of(None, native, configured) == CacheRoot(tmp_path / "cc", "config")
-    assert CacheRoot.of(tmp_path / "flag", native, configured) == CacheRoot(tmp_path / "flag", "flag")
+    configured = native.start_request("warm", "tiny", None, {"config": '{"cache_dir": "%s"}' % (tmp_path / "cc")})
+    assert configured.cache_root == CacheRoot(tmp_path / "cc", "config")
+    overridden = native.start_request("warm", "tiny", None, {"overrides": (f"cache_dir={tmp_path / 'o'}",)})
+    assert overridden.cache_root == CacheRoot(tmp_path / "o", "config")
+    assert CacheRoot.of(None, native, str(tmp_path / "cc")) == CacheRoot(tmp_path / "cc", "config")
+    flagged = native.start_request("warm", "tiny", tmp_path / "flag", {"config": '{"cache_dir": "/x"}'})
+    assert flagged.cache_root == CacheRoot(tmp_path / "flag", "flag")
+    assert flagged.config.cache_dir == str(tmp_path / "flag")  # the start writes where its request's root is
     assert CacheRoot.of(None, vllm).path.name == "vllm"  # ~/.cache/vllm: its own default, not ours
-    assert vllm.start_config('{"cache_dir": "/x"}', ()).root is None
+    with pytest.raises(UsageError, match="--compilation-config is a native-engine option"):
+        vllm.start_request("warm", None, None, {"config": '{"cache_dir": "/x"}'})
 
 
 def test_an_engine_reads_its_cache_root_from_a_variable_it_declares_itself(monkeypatch, tmp_path):
@@ -103,3 +107,31 @@ def test_every_engine_has_every_member_of_the_interface():
     members = {n for n in vars(Engine) if not n.startswith("_")} | set(Engine.__annotations__)
     missing = {name: sorted(m for m in members if not hasattr(e, m)) for name, e in engines.ENGINES.items()}
     assert missing == {name: [] for name in engines.ENGINES}
+
+
+@pytest.mark.parametrize(("engine", "options", "line"), [
+    ("native", {"load_weights": True}, "--load-weights is for --engine vllm"),
+    ("native", {"engine_flags": ["-tp", "2"]}, "flags after -- are vLLM's"),
+    ("vllm", {"rank": 1}, "--rank is a native-engine option"),
+    ("vllm", {"device": "cpu"}, "--device is a native-engine option"),  # given is chosen, whatever its value
+    ("torch", {"engine_flags": ["python", "x.py"], "tensor_parallel_size": 2},
+     "--tensor-parallel-size is another engine's option"),
+    ("native", {"devcie": "cpu"}, "unknown start option 'devcie'"),
+])
+def test_each_engine_parses_its_own_request_and_refuses_another_engines_option_in_one_line(engine, options, line,
+                                                                                           tmp_path):
+    with pytest.raises(UsageError) as refused:
+        engines.get(engine).start_request("warm", "tiny" if engine != "torch" else None, tmp_path, options)
+    assert line in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_listener_is_no_option_an_engine_refuses(tmp_path):
+    """The CLI hands every engine both listeners; each calls the one it has something for."""
+    said = []
+    for name in engines.ENGINES:
+        request = engines.get(name).start_request(
+            "check", "tiny" if name != "torch" else None, tmp_path,
+            {"on_progress": said.append, "engine_progress": said.append,
+             **({"engine_flags": ["python", "x.py"]} if name == "torch" else {})})
+        assert request.command == "check" and request.cache_root.path == tmp_path
+    assert not tmp_path.joinpath("torch_compile_cache").exists()  # parsing a request writes nothing

@@ -16,10 +16,11 @@ from tests.structure.modules import ROOT, modules
 # api.pull_request each took every option with its default again (api.py's three pull functions ~21 keywords each),
 # and api.pull, api.pull_outcome and transfer.pull passed every one on by name. The CLI, where flags become the
 # request's keywords, names each flag once and is not a layer below. The same for a start's options in the API:
-# StartRequest's defaults alone (api.warm, api.check and api.start_request each listed them, and _given again).
+# each engine's own request holds their defaults alone (api.warm, api.check and api.start_request each listed them,
+# and _given again); the native engine's has the most.
 # (file, class, the modules that must not list its fields again)
 OPTIONS = (("cachetool/install/options.py", "InstallOptions", "cachetool."),
-           ("cachetool/engines/base.py", "StartRequest", "cachetool.api"))
+           ("cachetool/engines/native/run.py", "NativeStartRequest", "cachetool.api"))
 
 
 def _fields(path: Path, cls: str) -> set[str]:
@@ -68,8 +69,8 @@ def test_the_options_rule_catches_what_it_names():
 
 
 # The native start builds its run configuration once (issue 37, item 3): the engine parses a start's config once
-# (start_config, which the API asks before it builds the StartRequest) and turns the request into one
-# engines.native.run.NativeRun, whose config is put on the cache root once; run.start checks it and dispatches tensor
+# (start_request, which the API asks for the engine's own request) into one engines.native.run.NativeStartRequest,
+# whose config is put on the cache root once; run.start checks it and dispatches tensor
 # parallelism once. Before, a warm's config was parsed twice by the engine (configured_root for the API's root, then
 # for the run), copied and re-rooted by the run (twice more for each tensor-parallel rank), and run.warm and run._run
 # each dispatched on the size.

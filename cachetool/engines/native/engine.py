@@ -1,27 +1,49 @@
-"""This project's pipeline (:mod:`compiler`) as an engine: warm and check run it in this process (or N rank
-processes, :mod:`.run`); pull's key check predicts the key from the bundle's own factors without a trace
-(:mod:`.keys`); its facts and its layout are the compiler's (:mod:`.machine`, :mod:`.layout`)."""
+"""This project's pipeline (:mod:`compiler`) as an engine: a start's options parse into one
+:class:`~cachetool.engines.native.run.NativeStartRequest`, which warm and check run in this process (or N rank
+processes, :mod:`.run`); pull's key question parses into a :class:`NativeKeyRequest`, answered by predicting the key
+from the bundle's own factors without a trace (:mod:`.keys`); its facts and its layout are the compiler's
+(:mod:`.machine`, :mod:`.layout`)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cachetool import envs
-from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
+from cachetool.cache_root import CacheRoot
+from cachetool.engines.base import EngineBase, listener, own_options
 from cachetool.errors import UsageError
-from cachetool.layouts.factors import Difference, Factors
+from cachetool.layouts.factors import Factors
 
-class NativeEngine:
+__all__ = ["NativeEngine", "NativeKeyRequest"]
+
+# What a start and a pull's key question take of the callers' options (engines.base.START_OPTIONS): everything
+# but the vLLM engine's (flags after --, --load-weights).
+START_TAKES = ("device", "config", "overrides", "rank", "dp_rank", "tensor_parallel_size", "share_ranks",
+               "require_hit")
+KEY_TAKES = ("model", "config", "overrides", "tensor_parallel_size")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NativeKeyRequest:
+    """Pull's key question for a native server: its model and compilation config (parsed when it is asked)."""
+
+    cache_root: CacheRoot
+    device: str = "cpu"
+    model: str | None = None
+    config: Any = None
+    overrides: tuple[str, ...] = ()
+    tensor_parallel_size: int = 1
+
+
+class NativeEngine(EngineBase):
     name = "native"
     layout = "native"
     key_kinds = ("piecewise",)
     cache_root_variable = "CACHETOOL_CACHE_ROOT"
-    variables = ()  # its own are in cachetool.envs.VARIABLES
     cache_root_default = envs.default(cache_root_variable)  # the registry's, which the pipeline's matches
-    fingerprint_fields: tuple[str, ...] = ()
-    recorded_fields: tuple[str, ...] = ()
-    platform_fields: tuple[str, ...] = ()
-    local_by_server = False
     summary = "this project's pipeline (compiler/): --model and its compilation config"
 
     @staticmethod
@@ -30,92 +52,77 @@ class NativeEngine:
 
         return layout
 
-    # ------------------------------------------------------------------------------------------ starts
     def server_environment(self, root: Path) -> dict[str, str]:
         return {self.cache_root_variable: str(root)}  # Inductor's and Triton's caches live inside the key folders
 
-    def start_config(self, config, overrides: tuple[str, ...]) -> StartConfig:
-        """The compilation config parsed once (the start reads it as it is), and the root its cache_dir names."""
+    # ------------------------------------------------------------------------------------------ starts
+    def start_request(self, command: str, model: str | None, cache_root: str | Path | None,
+                      options: Mapping[str, Any]):
+        """The options parsed once into a :class:`~.run.NativeStartRequest`: the compilation config parsed here
+        (the start reads it as it is) and put on the cache root (``cache_root``, else the config's ``cache_dir``,
+        else the variable's, else the default)."""
         from cachetool.engines.native import run
 
-        parsed = run.compilation_config(config, overrides)
-        return StartConfig(parsed, parsed.cache_dir or None)
-
-    def warm(self, request: StartRequest):
-        from cachetool.engines.native import run
-
-        return run.start(self._run(request))
-
-    def check(self, request: StartRequest):
-        from cachetool.engines.native import run
-
-        return run.start(self._run(request))
-
-    @staticmethod
-    def _run(request: StartRequest):
-        """The start as one :class:`~cachetool.engines.native.run.NativeRun`, once another engine's options are
-        refused: its compilation config (parsed once, by :meth:`start_config`) on the request's cache root."""
-        from cachetool.engines.native import run
-
-        _refuse_flags(request.flags)
-        if request.load_weights:
-            raise UsageError("--load-weights is for --engine vllm (the native engine builds weights itself)")
-        if not request.model:  # vLLM's may come after -- as in `vllm serve M`; this engine's only from --model
+        _refuse_flags(tuple(options.get("engine_flags") or ()))
+        own = own_options(options, START_TAKES, _refused)
+        config = run.compilation_config(own.pop("config", None), own.pop("overrides", ()))  # parsed once, here
+        root = CacheRoot.of(cache_root, self, config.cache_dir or None)
+        if not model:  # vLLM's may come after -- as in `vllm serve M`; this engine's only from --model
             from cachetool.engines.native.machine import model_presets
 
-            raise UsageError(f"{request.command} needs --model: a preset ({', '.join(model_presets())}), a "
-                             "config.json or a model folder")
-        return run.NativeRun(command=request.command, model=request.model,
-                             config=run.config_on_root(request.config, request.cache_root),  # parsed: start_config
-                             device=request.device, rank=request.rank, dp_rank=request.dp_rank,
-                             tensor_parallel_size=request.tensor_parallel_size, share_ranks=request.share_ranks,
-                             require_hit=request.require_hit, on_progress=request.events)
+            raise UsageError(f"{command} needs --model: a preset ({', '.join(model_presets())}), a config.json or "
+                             "a model folder")
+        return run.NativeStartRequest(command=command, model=model, cache_root=root,
+                                      config=run.config_on_root(config, root),
+                                      on_progress=listener(options, "on_progress"), **own)
+
+    def start(self, request):
+        from cachetool.engines.native import run
+
+        return run.start(request)
+
+    # ------------------------------------------------------------------------------------------ keys
+    def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None,
+                    options: Mapping[str, Any]) -> NativeKeyRequest | None:
+        _refuse_flags(tuple(options.get("engine_flags") or ()))
+        own = own_options({k: v for k, v in options.items() if k != "engine_flags"}, KEY_TAKES, _refused)
+        if "overrides" in own:
+            own["overrides"] = tuple(own["overrides"])
+        return NativeKeyRequest(cache_root=cache_root, device=device, **own) if own else None
+
+    def key_check(self, request: NativeKeyRequest):
+        """What pull's preflight asks for the key of a server running ``request.model`` (None without a model):
+        the key predicted from the bundle's own factors, no trace; the model and config are checked now."""
+        from cachetool.engines.native.keys import server_key_check
+
+        return server_key_check(request.model, config=request.config, overrides=request.overrides,
+                                device=request.device or "cpu", tensor_parallel_size=request.tensor_parallel_size)
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
         return {}  # the common fingerprint fields say all (cachetool.bundle.fingerprint)
 
-    def notice(self) -> str | None:
-        return None  # the pipeline is this package's own: nothing untested to warn of
-
     def recognizes(self, fingerprint: dict) -> bool:
         return True  # the registry's last resort: a bundle no other engine claims is ours
-
-    def platform_prefix(self, fingerprint: dict) -> str | None:
-        return None  # cpu-x86_64-torch2.13.0+cpu, cuda-sm90-torch2.11.0+cu130: the platform alone
-
-    # ------------------------------------------------------------------------------------------ keys
-    def key_check(self, request: KeyCheckRequest):
-        """What pull's preflight asks for the key of a server running ``request.model`` (None without a model):
-        the key predicted from the bundle's own factors, no trace; the model and config are checked now."""
-        from cachetool.engines.native.keys import server_key_check
-
-        _refuse_flags(request.flags)
-        return server_key_check(request.model, config=request.config, overrides=tuple(request.overrides),
-                                device=request.device or "cpu", tensor_parallel_size=request.tensor_parallel_size)
 
     def check_factors(self, manifest, device: str) -> list[str]:
         from cachetool.engines.native.keys import check_machine_factors
 
         return check_machine_factors(manifest, device)
 
-    def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
-                     cache: str = "") -> list[Difference]:
-        from cachetool.facts.factor_compare import compare_keys
-
-        return compare_keys(a, b, only=only, cache=cache)
-
-    def key_lines(self, factors: Factors) -> list[str]:
-        return []  # its factor hashes (env, config, code, compiler) say all
-
     def local_factors(self, device: str) -> Factors | None:
         from cachetool.engines.native.keys import local_factors
 
         return local_factors(device)
 
-    def server_differences(self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str],
-                           scratch: Path) -> list[Difference]:
+    def server_differences(self, keys, model, flags, scratch):
         raise UsageError("--model and flags after -- on diff are for --engine vllm")
+
+
+def _refused(name: str, flag: str) -> str:
+    if name == "load_weights":
+        return "--load-weights is for --engine vllm (the native engine builds weights itself)"
+    return f"{flag} is another engine's option: the native engine takes --model and its compilation config"
 
 
 def _refuse_flags(flags: tuple[str, ...]) -> None:

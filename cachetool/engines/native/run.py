@@ -106,22 +106,24 @@ class CompileRunResult:
 
 
 @dataclass(frozen=True, kw_only=True)
-class NativeRun:
-    """One start of the pipeline, settled once by whoever starts it (the engine, from its
-    :class:`~cachetool.engines.base.StartRequest`, whose defaults it takes: none are written here): ``config`` is
-    the run's own ``CompilationConfig``, already parsed and on the cache root (``cache_dir``), which the run reads and
-    no one parses or re-roots again; :func:`start` checks the run and dispatches tensor parallelism once."""
+class NativeStartRequest:
+    """One start of the pipeline (``warm`` or ``check``), the native engine's own request, each option's default
+    written here alone: the engine parses a caller's options into it once
+    (:meth:`~cachetool.engines.native.engine.NativeEngine.start_request`). ``config`` is the start's own
+    ``CompilationConfig``, already parsed and on the cache root (``cache_dir``), which the start reads and no one
+    parses or re-roots again; :func:`start` checks the request and dispatches tensor parallelism once."""
 
     command: str                      # "warm" or "check"
     model: str
-    config: Any                       # compiler.config.CompilationConfig: the run's own copy, on its root
-    device: str
-    rank: int
-    dp_rank: int
-    tensor_parallel_size: int
-    share_ranks: bool                 # warm, N > 1: rank folders that compiled what rank 0 did become its copies
-    require_hit: bool                 # check: any compile raises CompileInStrictModeError before it runs
-    on_progress: Any                  # compiler.progress events (one process; not from TP ranks)
+    cache_root: CacheRoot             # resolved once, when the request was parsed
+    config: Any                       # compiler.config.CompilationConfig: the start's own copy, on its root
+    device: str = "cpu"
+    rank: int = 0
+    dp_rank: int = 0
+    tensor_parallel_size: int = 1
+    share_ranks: bool = True          # warm, N > 1: rank folders that compiled what rank 0 did become its copies
+    require_hit: bool = False         # check: any compile raises CompileInStrictModeError before it runs
+    on_progress: Any = None           # compiler.progress events (one process; not from TP ranks)
     workload: bool = True             # prefill and decode batches after the warm-up (every start runs them)
 
 
@@ -188,7 +190,7 @@ def config_on_root(config: Any, cache_root: CacheRoot | str | Path | None) -> An
     return cfg
 
 
-def start(run: NativeRun) -> CompileRunResult:
+def start(run: NativeStartRequest) -> CompileRunResult:
     """Run ``run``: its device and model checked before anything is built or written, then one process, or one per
     tensor-parallel rank (:func:`_run_parallel`), on a root kept clean of what a failed start made
     (:mod:`.start_root`)."""
@@ -200,7 +202,7 @@ def start(run: NativeRun) -> CompileRunResult:
         return _run_parallel(run) if run.tensor_parallel_size != 1 else _run(run)
 
 
-def _refuse_uncached(run: NativeRun, root: Path) -> None:
+def _refuse_uncached(run: NativeStartRequest, root: Path) -> None:
     """``require_hit`` where the root holds no key folder for this process's rank: every piece would compile, so the
     start is refused before the model is built or traced (piecewise mode, the one that reads the root; the compile
     cache not disabled)."""
@@ -226,7 +228,7 @@ def _check_device(device: str) -> None:
         raise DeviceError(f"unsupported device {device!r} (cpu or cuda)")
 
 
-def _run(run: NativeRun) -> CompileRunResult:
+def _run(run: NativeStartRequest) -> CompileRunResult:
     """One process of ``run`` (the only one, or one rank's): build, warm up, the workload."""
     from compiler import progress
     from compiler.counters import counters, strict_mode
@@ -313,7 +315,7 @@ def startup_phases(imported: float | None, built: float, startup: float, first: 
     return {k: round(v, 3) for k, v in phases.items() if v is not None}
 
 
-def _run_parallel(run: NativeRun) -> CompileRunResult:
+def _run_parallel(run: NativeStartRequest) -> CompileRunResult:
     """One process per tensor-parallel rank (gloo on the CPU, NCCL on CUDA), each running :func:`_run` into
     its own ``rank_{r}_{dp_rank}`` folder; a failure on any rank (``require_hit``) fails the run. After a warm,
     rank folders that compiled the same pieces as rank 0 become byte copies of it (``share_ranks``), so that a
@@ -366,30 +368,7 @@ def _run_parallel(run: NativeRun) -> CompileRunResult:
     )
 
 
-def _run_rank(run: NativeRun, *, rank: int, device: str) -> CompileRunResult:
+def _run_rank(run: NativeStartRequest, *, rank: int, device: str) -> CompileRunResult:
     """One rank's process of a tensor-parallel ``run`` (the launcher names its rank and device)."""
     return _run(dataclasses.replace(run, rank=rank, device=device))
 
-
-def warm(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", compilation_config: Any = None,
-         rank: int = 0, dp_rank: int = 0, tensor_parallel_size: int = 1, share_ranks: bool = True,
-         on_progress: Any = None) -> CompileRunResult:
-    """Populate the compile cache for ``model`` (compiles what is missing, loads the rest). With
-    ``tensor_parallel_size`` N > 1, N rank processes each fill their ``rank_{r}_{dp_rank}`` folder (made byte
-    copies of rank 0's where they compiled the same pieces, unless ``share_ranks`` is false). ``on_progress``
-    receives :class:`compiler.progress.ProgressEvent`\\ s while it compiles (one process; not from TP ranks).
-    A library caller's entry; the engine builds its :class:`NativeRun` itself."""
-    return start(NativeRun(command="warm", model=model, config=config_on_root(compilation_config, cache_root),
-                           device=device, rank=rank, dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size,
-                           share_ranks=share_ranks, require_hit=False, on_progress=on_progress))
-
-
-def check(model: str, *, cache_root: str | Path | None = None, device: str = "cpu", compilation_config: Any = None,
-          rank: int = 0, dp_rank: int = 0, require_hit: bool = False,
-          tensor_parallel_size: int = 1) -> CompileRunResult:
-    """Start the model as a server would and report compiled vs loaded graphs; ``require_hit``: any compile
-    raises :class:`CompileInStrictModeError` (exit code 8) before it runs. With ``tensor_parallel_size`` N > 1 it
-    runs on N ranks; ``ranks`` holds each rank's counters, and ``require_hit`` fails if any rank compiled."""
-    return start(NativeRun(command="check", model=model, config=config_on_root(compilation_config, cache_root),
-                           device=device, rank=rank, dp_rank=dp_rank, tensor_parallel_size=tensor_parallel_size,
-                           share_ranks=False, require_hit=require_hit, on_progress=None))

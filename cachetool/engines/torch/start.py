@@ -15,11 +15,14 @@ with torch.compile is refused (there would be nothing to ship).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from cachetool.engines.base import StartRequest
+from cachetool.cache_root import CacheRoot
+from cachetool.engines.base import listener, own_options
 from cachetool.engines.torch import key, unfinished
 from cachetool.engines.torch.command import ProgramCommand, parse
 from cachetool.engines.torch.layout import FACTS, kernel_files
@@ -27,21 +30,35 @@ from cachetool.engines.torch.result import TorchStartResult, counted
 from cachetool.engines.torch.run import ProgramRun, run_program
 from cachetool.errors import EngineFailedError, EngineMissError, UsageError
 
-__all__ = ["start"]
-
-# Options of the other engines, as a caller names them: --engine torch runs the command after --.
-OTHER_ENGINES = {"device": "--device", "config": "--compilation-config", "overrides": "-cc.*", "rank": "--rank",
-                 "dp_rank": "--dp-rank", "tensor_parallel_size": "--tensor-parallel-size",
-                 "load_weights": "--load-weights"}
+__all__ = ["TorchStartRequest", "request_of", "start"]
 
 
-def refuse_other_engines(request: StartRequest) -> None:
-    given = [flag for name, flag in OTHER_ENGINES.items() if request.was_given(name)]
-    if request.model:
-        given.insert(0, "--model")
-    if given or request.overrides or request.config is not None:
-        raise UsageError(f"{(given or ['-cc.*'])[0]} is another engine's option: --engine torch runs the program "
-                         "you give after -- (e.g. -- python serve.py) and compiles what it compiles")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TorchStartRequest:
+    """One ``--engine torch`` start, the torch engine's own request (each default written here alone): the
+    program's command after ``--``, read once (:func:`request_of`)."""
+
+    command: str                       # "warm" or "check"
+    cache_root: CacheRoot
+    program: ProgramCommand
+    require_hit: bool = False          # check: a start that compiled raises EngineMissError naming why
+    messages: Callable[[str], None] | None = None  # its message lines while it runs
+
+
+def _refused(name: str, flag: str) -> str:
+    return (f"{flag} is another engine's option: --engine torch runs the program you give after -- (e.g. -- python "
+            "serve.py) and compiles what it compiles")
+
+
+def request_of(command: str, model: str | None, cache_root: CacheRoot, options: Mapping[str, Any]) -> TorchStartRequest:
+    """A start's options parsed (step 1, ``command``): another engine's option, ``--model`` first, refused in one
+    line; the arguments after ``--`` read (:mod:`.command`)."""
+    if model:
+        raise UsageError(_refused("model", "--model"))
+    own = own_options(options, ("engine_flags", "require_hit"), _refused)
+    program = parse(tuple(own.pop("engine_flags", ())))
+    return TorchStartRequest(command=command, cache_root=cache_root, program=program,
+                             messages=listener(options, "engine_progress"), **own)
 
 
 def _main_report(reports: list[dict]) -> dict | None:
@@ -72,11 +89,10 @@ def _result(verb: str, command: ProgramCommand, root: Path, run: ProgramRun, bef
         differences=[d.to_json() for d in differences], **counts)
 
 
-def start(verb: str, request: StartRequest, say: Callable[[str], None] | None = None) -> TorchStartResult:
+def start(request: TorchStartRequest) -> TorchStartResult:
     """Run the program after ``--`` on the request's cache root (see the module docstring)."""
-    say = say or (lambda _m: None)
-    refuse_other_engines(request)
-    command = parse(request.flags)
+    verb, command = request.command, request.program
+    say = request.messages or (lambda _m: None)
     root = request.cache_root.resolved
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)

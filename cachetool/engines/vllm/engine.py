@@ -1,14 +1,18 @@
 """The vLLM engine (``--engine vllm``): :class:`VllmEngine`, the :class:`~cachetool.engines.base.Engine` real vLLM
-is: its declarations, its warm and check (a headless start, :mod:`~cachetool.engines.vllm.start`, after the key
-question), its answers to the registry's questions. See docs/vllm.md."""
+is: its declarations, its start (a :class:`~cachetool.engines.vllm.start.VllmStartRequest` run headless,
+:mod:`~cachetool.engines.vllm.start`, after the key question), its key question
+(:class:`~cachetool.engines.vllm.key_check.VllmKeyRequest`), its answers to the registry's questions. See
+docs/vllm.md."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cachetool.cache_root import CacheRoot
-from cachetool.engines.base import KeyCheckRequest, StartConfig, StartRequest
+from cachetool.engines.base import EngineBase, listener, own_options
 from cachetool.engines.vllm import jit_caches
 from cachetool.engines.vllm.variables import VARIABLES
 from cachetool.errors import UsageError
@@ -16,12 +20,12 @@ from cachetool.layouts.factors import Difference, Factors
 
 __all__ = ["VllmEngine"]
 
-# Options of the native engine, as a caller names them: with --engine vllm the same things are vLLM flags after --.
-NATIVE_ONLY = {"device": "--device", "config": "--compilation-config", "overrides": "-cc.*", "rank": "--rank",
-               "dp_rank": "--dp-rank", "tensor_parallel_size": "--tensor-parallel-size"}
+
+NATIVE_KEY_OPTIONS = ("--compilation-config/-cc/--tensor-parallel-size are native-engine options: with --engine vllm "
+                      "pass vLLM's own flags after -- (e.g. -- -tp 2)")
 
 
-class VllmEngine:
+class VllmEngine(EngineBase):
     name = "vllm"
     layout = "vllm"
     # torch_compile_cache/{hash}, torch_compile_cache/torch_aot_compile/{hash}; a JIT folder's facts (jit_facts.py)
@@ -52,45 +56,50 @@ class VllmEngine:
         gpu = machine.cuda_device(0) is not None
         return {self.cache_root_variable: str(root), **jit_caches.server_environment(Path(root), gpu=gpu)}
 
-    def start_config(self, config, overrides: tuple[str, ...]) -> StartConfig:
-        return StartConfig(config)  # vLLM's root is VLLM_CACHE_ROOT's (a -cc is refused as a native option)
+    def start_request(self, command: str, model: str | None, cache_root: str | Path | None,
+                      options: Mapping[str, Any]):
+        """The options parsed into a :class:`~.start.VllmStartRequest`: the server's flags after ``--`` (its
+        ``engine_flags``), ``--load-weights``, ``--require-hit``; the native engine's options refused in one line
+        (with --engine vllm the same things are vLLM flags after --). The root: ``cache_root``, else
+        ``VLLM_CACHE_ROOT``'s, else vLLM's default."""
+        from cachetool.engines.vllm.start import VllmStartRequest
 
-    def warm(self, request: StartRequest):
-        from cachetool.engines.vllm.start import start
+        own = own_options(options, ("engine_flags", "load_weights", "require_hit"), self._refused)
+        flags = tuple(own.pop("engine_flags", ()))
+        return VllmStartRequest(command=command, cache_root=CacheRoot.of(cache_root, self), model=model,
+                                flags=flags, messages=listener(options, "engine_progress"), **own)
+
+    def start(self, request):
+        """The key question first: a warm of a server that compiles nothing is refused; a check
+        (:func:`~cachetool.engines.vllm.check_verdict.before_starting`) of one, or of a root without this server's
+        key folder, is answered without starting vLLM; else vLLM starts on the cache root. ``require_hit``: a start
+        that compiled (or a root that cannot hit) raises :class:`EngineMissError` naming why, with the result as
+        its ``start`` (a caller reports it beside the failure)."""
         from cachetool.engines.vllm.key_check import server_key_check
+        from cachetool.engines.vllm.start import start
 
-        self._refuse_native(request)
         self._announce()
         check = server_key_check(request.model, list(request.flags), request.cache_root)
-        if check.compiles_nothing:
-            raise UsageError(f"nothing to warm for this command: {check.compiles_nothing}; warm the server's compiling "
-                             "command instead: its bundle's Triton kernels and model inspection serve an eager server "
-                             "too (a pull for one installs just those)")
-        return start("warm", request.model, cache_root=request.cache_root, flags=list(request.flags),
-                     load_weights=request.load_weights, progress=request.messages)
+        if request.command == "warm":
+            if check.compiles_nothing:
+                raise UsageError(f"nothing to warm for this command: {check.compiles_nothing}; warm the server's "
+                                 "compiling command instead: its bundle's Triton kernels and model inspection serve "
+                                 "an eager server too (a pull for one installs just those)")
+            return start(request)
+        return self._check(request, check)
 
-    def check(self, request: StartRequest):
-        """The key question first (:func:`~cachetool.engines.vllm.check_verdict.before_starting`): a server that
-        compiles nothing, or a root without this server's key folder, is answered without starting vLLM; else
-        vLLM starts on the cache root. ``require_hit``: a start that compiled (or a root that cannot hit) raises
-        :class:`EngineMissError` naming why, with the result as its ``start`` (a caller reports it beside the
-        failure)."""
+    def _check(self, request, check):
         from cachetool.engines.vllm.check_verdict import before_starting
-        from cachetool.engines.vllm.start import start
         from cachetool.engines.vllm.result import require_hit as must_hit
-        from cachetool.engines.vllm.key_check import server_key_check
+        from cachetool.engines.vllm.start import start
 
-        self._refuse_native(request)
-        self._announce()
-        check = server_key_check(request.model, list(request.flags), request.cache_root)
         out = before_starting(check, check.cache_root, check.model, check.flags)
         if out is None:
             from cachetool.engines.vllm.root_writable import require_writable_for_vllm
             from cachetool.engines.vllm.server_env import environment_notes
 
             require_writable_for_vllm(request.cache_root, "check")  # before vLLM would die on a read-only root
-            out = start("check", request.model, cache_root=request.cache_root, flags=list(request.flags),
-                        load_weights=request.load_weights, progress=request.messages)
+            out = start(request)
             out.environment_notes = environment_notes(check.cache_root, self.server_environment(check.cache_root),
                                                       CacheRoot.of(None, self))
         if request.require_hit:
@@ -102,11 +111,9 @@ class VllmEngine:
         if line := self.notice():
             logging.getLogger("cachetool.vllm").warning(line)
 
-    def _refuse_native(self, request: StartRequest) -> None:
-        given = [flag for name, flag in NATIVE_ONLY.items() if request.was_given(name)]
-        if given or request.overrides or request.config is not None:
-            raise UsageError(f"{(given or ['-cc.*'])[0]} is a native-engine option: with --engine {self.name} pass "
-                             "vLLM's own flags after -- (e.g. -- -tp 2 -cc.mode=0)")
+    def _refused(self, name: str, flag: str) -> str:
+        return (f"{flag} is a native-engine option: with --engine {self.name} pass vLLM's own flags after -- "
+                "(e.g. -- -tp 2 -cc.mode=0)")
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
@@ -128,26 +135,23 @@ class VllmEngine:
         return f"vllm{version}" if version else None
 
     # ------------------------------------------------------------------------------------------ keys
-    def key_check(self, request: KeyCheckRequest):
+    def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None,
+                    options: Mapping[str, Any]):
         """The server's own command line after ``--`` (its model as ``--model``, ``vllm serve M``'s tag or
-        ``--model M``) checked now; vLLM's verdict at preflight. None without a model or flags."""
+        ``--model M``): a :class:`~.key_check.VllmKeyRequest`, or None without a model or flags."""
+        from cachetool.engines.vllm.key_check import VllmKeyRequest
+
+        own = own_options(options, ("model", "engine_flags"), lambda _n, _f: NATIVE_KEY_OPTIONS)
+        if not (own.get("model") or own.get("engine_flags")):
+            return None
+        return VllmKeyRequest(cache_root=cache_root, model=own.get("model"), flags=tuple(own.get("engine_flags", ())),
+                              timeout=timeout)
+
+    def key_check(self, request):
+        """The arguments checked now; vLLM's verdict at preflight (:func:`~.key_check.server_key_check`)."""
         from cachetool.engines.vllm.key_check import server_key_check
 
-        if request.config is not None or request.overrides or request.tensor_parallel_size != 1:
-            raise UsageError("--compilation-config/-cc/--tensor-parallel-size are native-engine options: with "
-                             "--engine vllm pass vLLM's own flags after -- (e.g. -- -tp 2)")
-        if not (request.model or request.flags):
-            return None
         return server_key_check(request.model, list(request.flags), request.cache_root, request.timeout)
-
-    def check_factors(self, manifest, device: str) -> list[str]:
-        return []  # the native compiler's factors do not describe vLLM's caches: its key check does
-
-    def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
-                     cache: str = "") -> list[Difference]:
-        from cachetool.facts.factor_compare import compare_keys
-
-        return compare_keys(a, b, only=only, cache=cache)  # the one comparison of recorded factors
 
     def key_lines(self, factors: Factors) -> list[str]:
         """What the server must be started with to use the key folder, and what built it."""
@@ -159,9 +163,6 @@ class VllmEngine:
                          if compiler.get(n) is not None)
         return [f"serves    model {serve.get('model')}  flags {' '.join(serve.get('flags') or []) or '-'}"
                 f"  tp {serve.get('tensor_parallel_size', 1)}", f"built by  {built}"]
-
-    def local_factors(self, device: str) -> Factors | None:
-        return None  # vLLM computes its key from the server's flags: see server_differences
 
     def server_differences(self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str],
                            scratch: Path) -> list[Difference]:

@@ -157,3 +157,14 @@ def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cach
 
 def _listed(items: list[str], limit: int = 3) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VllmKeyRequest:
+    """Pull's key question for a vLLM server, the vLLM engine's own request: the server's model and flags after
+    ``--``, asked at the start of the pull (:func:`server_key_check`)."""
+
+    cache_root: CacheRoot
+    model: str | None = None        # None: named in ``flags`` as the server names it
+    flags: tuple[str, ...] = ()
+    timeout: float | None = None    # the pull's: a key child that asks vLLM is bounded by it

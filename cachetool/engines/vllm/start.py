@@ -18,10 +18,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
-from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from cachetool import run_logs
 from cachetool.cache_root import CacheRoot
@@ -39,14 +39,29 @@ PROMPTS = ([1, 5, 7, 11], list(range(1, 48)), [3])
 MAX_TOKENS = 4
 
 
-def start(command: str, model: str | None, *, cache_root: CacheRoot, flags: list[str] | tuple[str, ...] = (),
-          load_weights: bool = False, progress: Callable[[str], None] | None = None) -> VllmStartResult:
-    """Start real vLLM headless on ``cache_root`` as ``vllm serve MODEL FLAGS`` would configure and run it; see
-    the module docstring for the phases. ``command``: ``warm`` (records the key inputs) or ``check``. ``model``
-    may instead be named in ``flags`` as the server names it (a positional tag, ``--model``)."""
-    say = progress or (lambda _m: None)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VllmStartRequest:
+    """One headless start of real vLLM, the vLLM engine's own request (each default written here alone)."""
+
+    command: str                       # "warm" (records the key inputs) or "check"
+    cache_root: CacheRoot
+    model: str | None = None           # None: named in ``flags`` as the server names it (a tag, ``--model``)
+    flags: tuple[str, ...] = ()        # `vllm serve` flags, read by vLLM's own parser
+    load_weights: bool = False         # the model's weights instead of dummy ones
+    require_hit: bool = False          # check: a start that compiled raises EngineMissError naming why
+    messages: Callable[[str], None] | None = None  # its message lines while it runs
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flags", tuple(self.flags))
+
+
+def start(request: VllmStartRequest) -> VllmStartResult:
+    """Start real vLLM headless on the request's cache root as ``vllm serve MODEL FLAGS`` would configure and run
+    it; see the module docstring for the phases."""
+    command, cache_root, load_weights = request.command, request.cache_root, request.load_weights
+    say = request.messages or (lambda _m: None)
     version = require_vllm()
-    model, rest = server_model(model, list(flags))
+    model, rest = server_model(request.model, list(request.flags))
     check_model(model)
     root = cache_root.resolved
     created = not root.exists()
