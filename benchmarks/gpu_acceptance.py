@@ -393,29 +393,38 @@ def part_moe_pulled(run: Run, work: Path, cpu: bool = False) -> None:
     moe_pulled_rows(run, work, store, model, flags, cold, deadline=None)
 
 
-def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0, kind: str = "moe") -> None:
+def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0, kind: str = "moe",
+             serve_cold: bool = True) -> None:
     """The FP8 rows of one model (``kind``: moe, dense) in one call: stock ``vllm serve`` cold (a fresh pod, an
     empty root), the same server again with every cache kept, the warm on that root with ``--push`` (a hot start
     that records the facts), a fresh pod at the same path, pull, the real server with the printed environment, and
-    check while the call's ``budget`` seconds allow."""
+    check while the call's ``budget`` seconds allow. Without ``serve_cold`` the warm is the cold start (on an empty
+    root of a fresh pod) and the two stock rows are left out: the pulled rows in less device time."""
     t0 = time.perf_counter()
     model, flags = moe_model(work, cpu, kind)
     root = work / "moe-root"
     shutil.rmtree(root, ignore_errors=True)
     clear_pod()
-    cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None, kind)
-    moe_serve(run, "kept (stock vLLM, every cache kept)", root, model, flags, cold, kind)
+    cold = None
+    if serve_cold:
+        cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None, kind)
+        moe_serve(run, "kept (stock vLLM, every cache kept)", root, model, flags, cold, kind)
     store = f"file://{work}/store/{kind}:gpu"
     cli("keygen", "-o", work / "k")
-    run.say(f"{kind}: warm on the kept root (records the facts), push")
+    name = "warm --push (on the kept root)" if serve_cold else "warm --push (cold: fresh pod, empty root)"
+    run.say(f"{kind}: {name}")
     p, wall, doc = cli("warm", "--engine", "vllm", "--cache-root", root, "--push", store, "--sign-key", work / "k",
                        "--json", "--", model, *flags)
+    (run.out / f"{kind}-warm.err").write_text(p.stderr[-30_000:])
     c = doc.get("compile", doc)
-    run.row(kind, "warm --push (on the kept root)", f"exit {p.returncode}, wall {wall:.1f} s, engine init "
-            f"{c.get('startup_seconds', -1.0):.1f} s, compiled {c.get('compiled')}, outside "
-            f"{c.get('written_outside') or 0}, pushed {doc.get('bytes')}",
+    init = c.get("startup_seconds", -1.0)
+    run.row(kind, name, f"exit {p.returncode}, wall {wall:.1f} s, engine init {init:.1f} s, compiled "
+            f"{c.get('compiled')}, outside {c.get('written_outside') or 0}, pushed {doc.get('bytes')}"
+            + (f": {error_line(p)[:300]}" if p.returncode else ""),
             "compiled nothing" if p.returncode == 0 and not c.get("compiled") else "compiled", None)
-    moe_pulled_rows(run, work, store, model, flags, cold, deadline=t0 + budget, part=kind)
+    if p.returncode == 0:
+        moe_pulled_rows(run, work, store, model, flags, cold if serve_cold else init, deadline=t0 + budget,
+                        part=kind)
 
 
 def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[str], cold: float | None,
@@ -427,8 +436,8 @@ def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[s
     clear_pod()
     p, wall, doc = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
                        "--", model, *flags, *HEADLESS)
-    run.row(part, "pull with the server's argv", f"exit {p.returncode}, {wall:.2f} s wall",
-            server_env=doc.get("server_env"))
+    run.row(part, "pull with the server's argv", f"exit {p.returncode}, {wall:.2f} s wall"
+            + (f": {error_line(p)[:300]}" if p.returncode else ""), server_env=doc.get("server_env"))
     shutil.rmtree(work / "moe-check", ignore_errors=True)
     shutil.copytree(root, work / "moe-check", symlinks=True)
     moe_serve(run, "pulled (fresh pod, vllm serve with the printed environment)", root, model, flags, cold, part)
@@ -518,14 +527,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="rows.jsonl, progress.log and logs go here")
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-acceptance"), help="roots, store, models")
     ap.add_argument("--cpu", action="store_true", help="the tiny Llama on the CPU instead (a dry run of the rows)")
+    ap.add_argument("--no-stock", action="store_true", help="moe, dense: leave out the stock cold and kept servers "
+                    "(the warm is the cold start): the pulled rows in less device time")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     run = Run(args.out)
     {"vllm": lambda: part_vllm(run, args.work, args.cpu, tuple(filter(None, args.skip.split(","))),
                               tuple(filter(None, args.only.split(",")))),
-     "moe": lambda: part_moe(run, args.work, args.cpu),
-     "dense": lambda: part_moe(run, args.work, args.cpu, kind="dense"), "native": lambda: part_native(run, args.cpu),
+     "moe": lambda: part_moe(run, args.work, args.cpu, serve_cold=not args.no_stock),
+     "dense": lambda: part_moe(run, args.work, args.cpu, kind="dense", serve_cold=not args.no_stock), "native": lambda: part_native(run, args.cpu),
      "torch": lambda: part_torch(run, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
      "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu), "table": lambda: part_table(run)}[args.part]()
 
