@@ -430,7 +430,8 @@ def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0, kin
 def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[str], cold: float | None,
                     deadline: float | None, part: str = "moe") -> None:
     """A fresh pod at the warm's root path (FlashInfer's rule): pull with the server's argv, the real server with
-    the printed environment, and check on a copy of the pulled root (skipped when ``deadline`` is too near)."""
+    the printed environment, and check on the pulled root as the pull left it (skipped when ``deadline`` is too
+    near)."""
     root = work / "moe-root"
     shutil.rmtree(root)  # a fresh pod: the same path, nothing in it
     clear_pod()
@@ -445,9 +446,13 @@ def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[s
     if left is not None and left < 90:
         run.row(part, "check --require-hit on the pulled root", "not run: the call's time was spent")
         return
+    # check on the pulled root as pull left it, at its own path: an FP8 root's keys hold its path (a copy of it
+    # elsewhere misses: vLLM names another key folder there), and the server above added files to it
+    shutil.rmtree(root)
+    shutil.copytree(work / "moe-check", root, symlinks=True)
     clear_pod()
     try:
-        p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "moe-check", "--require-hit",
+        p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", root, "--require-hit",
                            "--json", "--", model, *flags, timeout=left or 900)
     except subprocess.TimeoutExpired:
         run.row(part, "check --require-hit on the pulled root", "not finished: the call's time was spent")
