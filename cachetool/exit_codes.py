@@ -43,7 +43,7 @@ MISS = ExitCode(4, "miss", "cache miss: a hash factor or the fingerprint differs
                 "compiled", True)
 NOT_FOUND = ExitCode(5, "not-found", "not found: ref, tag, bucket, repository, bundle file or store object", True)
 STORE = ExitCode(6, "store-error", "store: network, credentials, server error, interrupted transfer", True)
-TIMEOUT = ExitCode(7, "timeout", "`pull --timeout` ran out", True)
+TIMEOUT = ExitCode(7, "timeout", "a `--timeout` ran out (`pull`, `warm`, `check`)", True)
 COMPILED = ExitCode(8, "compiled", "`check --require-hit` (native engine): something would compile", False)
 DISK_FULL = ExitCode(9, "disk-full", "disk full: the cache root's (or a store folder's) file system is full, ENOSPC "
                      "or a quota (EDQUOT); a pull leaves nothing of itself there", True)
