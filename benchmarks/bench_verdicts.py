@@ -6,7 +6,7 @@ decided, and (``--judge``) what the real ``vllm serve`` then did on that root, s
     python benchmarks/bench_verdicts.py --model llama-3.2-1b --table gpu --judge-rows=-O0,--seed   # the H200
 
 One warm (``cachetool warm --engine vllm --push file://...``) makes the bundle; each row of
-:mod:`cachetool.engines.vllm.verdict_table` is then pulled with the server's own command line after ``--`` into a
+:mod:`tests.vllm_oracle.verdict_table` is then pulled with the server's own command line after ``--`` into a
 fresh root (``pull wall``: the whole ``cachetool pull`` process, exec to exit). The judge starts the server as a
 deployment would: a hit on the pulled root (it must compile nothing and answer), a miss on the bundle's root
 installed regardless (it must compile: stopped at its first key folder or kernel), an eager one on what its pull left

@@ -11,7 +11,7 @@ cachetool runs from its own interpreter (this one); each release's vLLM from its
 - ``push``: the warm's push reached the store (a pinned manifest);
 - ``pull``: ``cachetool pull --engine vllm -- MODEL FLAGS --port ... --api-key ...`` (the server's own command line)
   into a fresh root at another path: installed, the key check answered without asking vLLM;
-- ``serve``: the real ``vllm serve`` on that root (:func:`cachetool.engines.vllm.server.serve_once`) answers a
+- ``serve``: the real ``vllm serve`` on that root (:func:`tests.vllm_oracle.server.serve_once`) answers a
   completion, adds no key folder, builds no kernel and Inductor compiles no graph;
 - ``check``: ``cachetool check --engine vllm --require-hit`` on that root;
 - ``refuse``: a pull for a server with one hashed flag changed (``--max-model-len 128``) is refused with exit 4,

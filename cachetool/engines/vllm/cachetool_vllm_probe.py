@@ -7,7 +7,7 @@ class out of its config hash (``ParallelConfig.compute_hash`` ignores ``worker_e
 computes the key folder a server without it computes. A method name, not a pickled function, crosses vLLM's RPC:
 a function would need ``VLLM_ALLOW_INSECURE_SERIALIZATION``, which vLLM hashes. The real ``vllm serve`` is asked
 the same through its development endpoint ``POST /collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``, which vLLM leaves
-out of its env factors): :mod:`cachetool.engines.vllm.server`.
+out of its env factors): the oracle in ``tests/vllm_oracle/server.py``.
 
 Everything here is read from vLLM itself, never from its log: the AOT key folder and whether the artifact was
 loaded (the compiled model's own attributes, and vLLM's key function over this worker's config), vLLM's compilation

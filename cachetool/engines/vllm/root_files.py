@@ -1,7 +1,7 @@
 """What a vLLM cache root holds, read before and after a start: its kernel binaries (a new one is a kernel
 Inductor compiled; one a worker mapped that was there before, one it loaded) and its AOT key folders (the one a
 start used was there before, or not). A headless start (:mod:`~cachetool.engines.vllm.start`) and ``vllm serve``
-(:mod:`~cachetool.engines.vllm.server`) count them alike."""
+(the oracle in ``tests/vllm_oracle/server.py``) count them alike."""
 
 from __future__ import annotations
 

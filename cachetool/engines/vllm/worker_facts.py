@@ -6,7 +6,7 @@ whether vLLM loaded or saved it (its flag on the model, its counters ``num_aot_a
 ``num_aot_artifacts_saved``), the piecewise graphs its backend compiled or loaded (its counters
 ``num_inductor_compiles``, ``num_backend_compilations``), the compiled artifacts it loaded and the seconds its
 compile monitor added up. The same facts come
-from a headless start (``warm``, ``check``) and from the real ``vllm serve`` (:mod:`cachetool.engines.vllm.server`).
+from a headless start (``warm``, ``check``) and from the real ``vllm serve`` (the oracle in ``tests/vllm_oracle/server.py``).
 
 What each counter means decides the verdict (:func:`compiled_evidence`), and the names mislead. In every tested
 release vLLM's ``num_inductor_compiles`` counts the pieces *handed to* its Inductor adaptor, not pieces compiled:
@@ -117,7 +117,7 @@ def aot_failure(log: Path | str) -> str | None:
 
 def compiled_evidence(facts: StartFacts | None, *, new_kernels: int, aot_expected: bool | None) -> list[str]:
     """What a start compiled or wrote, a few words each; empty: nothing (with its key folder there before, a hit).
-    The one rule of a headless start's verdict and of the real server's (:mod:`cachetool.engines.vllm.server`):
+    The one rule of a headless start's verdict and of the real server's (the oracle in ``tests/vllm_oracle/server.py``):
     kernel binaries written under the root, graphs Inductor compiled, compiled pieces vLLM saved, and an AOT
     artifact saved where this release loads it (``aot_expected``: :func:`~cachetool.engines.vllm.releases.aot_loads`;
     None, an untested release, counts a save too). vLLM's ``num_inductor_compiles`` is not read (module docstring)."""
