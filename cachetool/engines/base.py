@@ -155,6 +155,7 @@ class EngineBase:
     recorded_fields: tuple[str, ...] = ()     # fingerprint fields it records and nobody compares (the GPU driver)
     platform_fields: tuple[str, ...] = ()     # fingerprint fields its platform key names after the device (CPU ISA)
     local_by_server = False                   # diff's "local" side: its server computes the key (needs its flags)
+    loggers: tuple[str, ...] = ()             # the loggers whose lines a command shows on stderr (log_lines.py)
 
     def notice(self) -> str | None:
         """A line the user must read before a warm, pull or check does any work (vLLM: its release is outside

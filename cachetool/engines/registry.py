@@ -78,10 +78,10 @@ def cache_root_help(every_engine: bool = True) -> str:
 
 
 def init_logging() -> None:
-    """Log lines of the compiler and of cachetool on stderr, at ``CACHETOOL_LOGGING_LEVEL``."""
-    from cachetool.engines.native.machine import init_logging as to_stderr
+    """Log lines of cachetool and of every engine's loggers on stderr, at ``CACHETOOL_LOGGING_LEVEL``."""
+    from cachetool.log_lines import init_logging as to_stderr
 
-    to_stderr("cachetool")
+    to_stderr(name for engine in ENGINES.values() for name in engine.loggers)
 
 
 def common_facts(device: str | None = None) -> dict:

@@ -16,6 +16,7 @@ from tests.structure.modules import ROOT, modules, imports
 ROOMS = (
     "cachetool.version", "cachetool.exit_codes", "cachetool.errors", "cachetool.envs", "cachetool.digests",
     "cachetool.atomic", "cachetool.bounds", "cachetool.retry", "cachetool.process_tree", "cachetool.run_logs",
+    "cachetool.log_lines",
     "cachetool.stop_signals",
     "cachetool.cache_root",  # the root's on-disk names: the layouts, engines, installer and transfers use them
     "cachetool.writable_root",  # a CacheRoot probed for writing

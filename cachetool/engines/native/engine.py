@@ -45,6 +45,7 @@ class NativeEngine(EngineBase):
     cache_root_variable = "CACHETOOL_CACHE_ROOT"
     cache_root_default = envs.default(cache_root_variable)  # the registry's, which the pipeline's matches
     summary = "this project's pipeline (compiler/): --model and its compilation config"
+    loggers = ("compiler",)  # the pipeline's log lines
 
     @staticmethod
     def layout_rules():
