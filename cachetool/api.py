@@ -173,7 +173,7 @@ def warm(model: str | Start | None = None, *, cache_root: str | Path | None = No
     request, root = start.request, start.request.cache_root
     t0 = time.perf_counter()
     require_writable(root, "warm")  # before minutes of compiling
-    with _stopped_by_signals("warm", root, timeout):
+    with _start_stopped_by_signals("warm", root, timeout):
         result = start.engine.start(request)
         summary = WarmSummary(compile=result, phases={"warm": round(time.perf_counter() - t0, 3)})
         if push is not None:
@@ -181,7 +181,7 @@ def warm(model: str | Start | None = None, *, cache_root: str | Path | None = No
     return summary
 
 
-def _stopped_by_signals(command: str, root: CacheRoot, timeout: float | None) -> AbstractContextManager[Any]:
+def _start_stopped_by_signals(command: str, root: CacheRoot, timeout: float | None) -> AbstractContextManager[Any]:
     """A start (``warm``, ``check``) that SIGINT, SIGTERM or its ``timeout`` ends cleanly
     (:mod:`cachetool.stop_signals`): every process it started ended, :class:`~cachetool.errors.StopSignalError`
     (exit 130; a timeout: :class:`~cachetool.errors.WaitTimeoutError`, exit 7) naming what is left of the root:
@@ -225,7 +225,7 @@ def check(model: str | Start | None = None, *, cache_root: str | Path | None = N
     ``start`` (what the CLI's ``--json`` object of the failure carries). ``model`` may instead be a :class:`Start`.
     ``timeout``: as for :func:`warm`."""
     start = _settled_start("check", model, cache_root, engine, options)
-    with _stopped_by_signals("check", start.request.cache_root, timeout):
+    with _start_stopped_by_signals("check", start.request.cache_root, timeout):
         return start.engine.start(start.request)
 
 
