@@ -2,7 +2,7 @@
 
     python benchmarks/bench_tp.py [--model tiny] [--keep DIR]
 
-Warms the model at TP=1 and at TP=2 (two gloo ranks) into fresh cache roots with ``cachetool.engines.native.run.warm``, then
+Warms the model at TP=1 and at TP=2 (two gloo ranks) into fresh cache roots with ``cachetool.warm``, then
 packs each hash folder with the bundle API (``cachetool.bundle.packing.pack`` + ``write_ctb``; content-addressed zstd blobs,
 identical files stored once) and prints one table:
 
@@ -57,7 +57,7 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep the cache roots and bundles in this folder")
     args = ap.parse_args()
 
-    from cachetool.engines.native.run import warm
+    from cachetool import warm
     from compiler.distributed.rank_share import share_rank_folders
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-tp-"))
@@ -65,13 +65,13 @@ def main() -> int:
     rows: list[tuple[str, int, int, int, int, int, int, float]] = []
     try:
         t = time.perf_counter()
-        r1 = warm(args.model, cache_root=work / "tp1")
+        r1 = warm(args.model, cache_root=work / "tp1").compile
         s1 = time.perf_counter() - t
         h1 = Path(r1.rank_dir).parent
         rows.append(("TP=1", 1, *tree_bytes(h1), *ctb_bytes(h1, work / "tp1.ctb"), s1))
 
         t = time.perf_counter()
-        r2 = warm(args.model, cache_root=work / "tp2", tensor_parallel_size=2, share_ranks=False)
+        r2 = warm(args.model, cache_root=work / "tp2", tensor_parallel_size=2, share_ranks=False).compile
         s2 = time.perf_counter() - t
         h2 = Path(r2.rank_dir).parent
         rows.append(("TP=2, as compiled", 2, *tree_bytes(h2), *ctb_bytes(h2, work / "tp2-raw.ctb"), s2))
