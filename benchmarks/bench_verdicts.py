@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--warm-root", type=Path, default=None,
                     help="a root already warmed for --model and its flags (no warm of its own)")
     args = ap.parse_args()
-    from cachetool.engines.vllm.facts import vllm_version
+    from cachetool.engines.vllm.install_facts import vllm_version
     from tests.vllm_oracle.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
     from tests.vllm_oracle.verdict_table import GPU_TABLE, TABLE, model_for
 

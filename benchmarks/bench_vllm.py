@@ -125,7 +125,7 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-vllm-"))
     model, default_flags = model_folder(args.model, work)
     flags = [f for f in args.flags if f != "--"] or default_flags
-    from cachetool.engines.vllm.facts import vllm_version
+    from cachetool.engines.vllm.install_facts import vllm_version
     from tests.vllm_oracle.server import serve_once
 
     headless = ["--load-format", "dummy", "--skip-tokenizer-init"]

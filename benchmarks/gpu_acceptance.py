@@ -144,7 +144,7 @@ def record_start(run: Run, name: str, vllm: str, workers: list, new_kernels: int
 
 # ------------------------------------------------------------------------------------------------ vLLM rows
 def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> None:
-    from cachetool.engines.vllm.facts import vllm_version
+    from cachetool.engines.vllm.install_facts import vllm_version
     from tests.vllm_oracle.server import serve_once
     from tests.vllm_oracle.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
 

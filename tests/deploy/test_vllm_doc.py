@@ -99,7 +99,7 @@ def test_a_request_reaches_the_server_with_token_ids(calls):
 
 def test_the_server_command_line_parses_as_vllm_serve_takes_it(calls):
     pytest.importorskip("vllm")
-    from cachetool.engines.vllm.child import server_parser
+    from cachetool.engines.vllm.child.in_vllm.child import server_parser
 
     (serve,) = calls["vllm"]
     args = server_parser().parse_args(serve[4:])
@@ -111,7 +111,7 @@ def test_the_kv_cache_is_sized_in_bytes_not_as_a_share_of_the_machines_ram(calls
     0.06 started on a 24 GiB node and refused on a 12 GiB one (0.06 x 11.5 GiB < the worker's 0.67 GiB), so every
     real-vLLM test failed there. The doc's flags are the tests' (tiny.CPU_FLAGS) and give the size in bytes."""
     pytest.importorskip("vllm")
-    from cachetool.engines.vllm.child import server_parser
+    from cachetool.engines.vllm.child.in_vllm.child import server_parser
     from tests.vllm_oracle.tiny import CPU_FLAGS
 
     (warm,) = calls["warm"]

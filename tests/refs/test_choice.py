@@ -118,7 +118,7 @@ def test_the_gpu_is_probed_when_any_entry_is_a_gpu_bundle_whatever_its_engine():
 
 def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_machine(monkeypatch):
     from cachetool.bundle import fingerprint
-    from cachetool.engines.vllm import facts
+    from cachetool.engines.vllm import install_facts
 
     here = dict(CUDA_VLLM, vllm=None)  # a GPU machine (stubbed: there is none here), vLLM 0.26.0 installed
 
@@ -126,8 +126,8 @@ def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_mac
         return dict(here) if device is None or device.startswith("cuda") else dict(CPU_NATIVE)
 
     monkeypatch.setattr(fingerprint, "local_fingerprint", local_fingerprint)
-    monkeypatch.setattr(facts, "vllm_version", lambda: "0.26.0")
-    monkeypatch.setattr(facts.machine, "cuda_device", lambda index=0: {"device": "NVIDIA H200",
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
+    monkeypatch.setattr(install_facts.machine, "cuda_device", lambda index=0: {"device": "NVIDIA H200",
                                                                              "capability": "9.0"})
     gpu = _entry(platform_key(CUDA_VLLM), CUDA_VLLM)
     cpu = _entry(platform_key(dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2")),

@@ -88,7 +88,7 @@ def test_the_room_rule_catches_a_climb_back():
                "cachetool": [("__init__.py:31", "cachetool.api")]}
     assert _climbs_back(imports) == ["reading.py:55 cachetool.bundle -> cachetool.transfer",
                                      "pull.py:10 cachetool.transfer -> cachetool"]
-    assert _room_of("cachetool.engines.vllm.child") == ROOMS.index("cachetool.engines")
+    assert _room_of("cachetool.engines.vllm.child.in_vllm.child") == ROOMS.index("cachetool.engines")
     assert _room_of("cachetool.bundles") is None  # a room's name is a whole part of the dotted name
 
 

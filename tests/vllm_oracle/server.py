@@ -29,9 +29,9 @@ from pathlib import Path
 
 from cachetool import run_logs
 from cachetool.cache_root import CacheRoot
-from cachetool.engines.vllm import facts, releases, worker_facts
+from cachetool.engines.vllm import install_facts, releases, worker_facts
 from cachetool.engines.vllm.engine import VllmEngine
-from cachetool.engines.vllm.child_env import PROBE_DIR
+from cachetool.engines.vllm.child.env import PROBE_DIR
 from cachetool.engines.vllm.prerequisites import python
 from cachetool.engines.vllm.root_files import RootWatch
 from cachetool.process_tree import end_group
@@ -160,7 +160,7 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
     text = log_path.read_text(errors="replace")
     done = worker_facts.from_workers(workers) if workers else None
     new_kernels = len(watch.new_kernels())
-    aot_expected = releases.aot_loads(facts.vllm_version(), releases.device_here())
+    aot_expected = releases.aot_loads(install_facts.vllm_version(), releases.device_here())
     init = ENGINE_INIT.findall(text)
     return ServerRun(command=cmd, ready_seconds=round(ready, 3) if ready is not None else -1.0,
                      engine_init_seconds=float(init[-1]) if init else None,

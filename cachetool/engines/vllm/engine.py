@@ -117,7 +117,7 @@ class VllmEngine(EngineBase):
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
-        from cachetool.engines.vllm.facts import machine_facts
+        from cachetool.engines.vllm.install_facts import machine_facts
 
         return machine_facts(device)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from cachetool import envs
 from cachetool.facts import machine
-from cachetool.engines.vllm import facts
+from cachetool.engines.vllm import install_facts
 from cachetool.engines.vllm.jit_caches import VARIABLES
 from cachetool.layouts.entries import KeyFolder
 from cachetool.layouts.factors import Factors
@@ -64,8 +64,8 @@ def nvcc_version() -> str | None:
 
 def _values_here(root: Path) -> dict[str, str | None]:
     gpu = machine.cuda_device(0)
-    flashinfer = facts.installed_file("flashinfer._build_meta")
-    headers = facts.installed_file("vllm.third_party.deep_gemm")
+    flashinfer = install_facts.installed_file("flashinfer._build_meta")
+    headers = install_facts.installed_file("vllm.third_party.deep_gemm")
     return {"flashinfer": machine.literal_assignments(flashinfer).get("__version__") if flashinfer else None,
             "nvcc": nvcc_version(), "capability": gpu["capability"] if gpu else None,
             "gpu": gpu["device"] if gpu else None, "root": str(root),

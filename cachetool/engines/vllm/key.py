@@ -43,7 +43,8 @@ def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict,
                      tensor_parallel_size: int, launch: dict | None = None, hashing: dict | None = None) -> dict:
     """The ``factors`` a warm writes for the folder vLLM used, from the child's key inputs and worker reports,
     the launch inputs (:mod:`cachetool.engines.vllm.launch`) of the pull's fast path, and what vLLM hashes of a
-    server's command line (:mod:`cachetool.engines.vllm.cachetool_vllm_facts`: the pull's verdict without vLLM)."""
+    server's command line (:mod:`cachetool.engines.vllm.child.in_vllm.cachetool_vllm_hashing`: the pull's
+    verdict without vLLM)."""
     compiler = dict(inputs["compiler"]["values"])
     compiler.update(machine)
     out = {

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cachetool.engines.vllm import child_process, key, launch, server_command, verdict
-from cachetool.engines.vllm.child_env import child_env
+from cachetool.engines.vllm import key, launch, server_command, verdict
+from cachetool.engines.vllm.child import process as child_process
+from cachetool.engines.vllm.child.env import child_env
 from cachetool.engines.vllm.headless import server_argv, server_model, tensor_parallel_size
 from cachetool.engines.vllm.prerequisites import check_model, python, require_vllm
 from cachetool.engines.vllm.result import short_key

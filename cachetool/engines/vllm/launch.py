@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from cachetool.engines.vllm import facts
+from cachetool.engines.vllm import install_facts
 
 # Variables that can change what vLLM, torch, Inductor or Triton compile (names with these prefixes) ...
 ENV_PREFIXES = ("VLLM_", "TORCH", "PYTORCH_", "INDUCTOR_", "TRITON_", "CUDA_", "ATEN_", "OMP_", "KMP_", "MKL_",
@@ -117,7 +117,7 @@ class LaunchInputs:
            server_only: Mapping[str, bool], hashed: Iterable[str] = ()) -> "LaunchInputs":
         """``hashed``: the variables the installed vLLM hashes (:func:`launch_env`)."""
         unhashed = {**{k: v for k, v in server_only.items() if k not in ENGINE_AFFECTING}, **UNHASHED_ENGINE_OPTIONS}
-        return cls(vllm=facts.vllm_version(), torch=facts.torch_version(), model=model,
+        return cls(vllm=install_facts.vllm_version(), torch=install_facts.torch_version(), model=model,
                    model_config=model_config_digest(model), flags=tuple(strip_options(flags, unhashed)),
                    env=launch_env(env, hashed), config_json=read_config_json(model))
 
@@ -144,7 +144,7 @@ def traced_digests(ids: list[str], python: str) -> dict[str, str | None]:
     installation has it; None where it is not here. The ids are the warm's (``cachetool_vllm_probe.file_id``)."""
     from cachetool.digests import hexof, sha256_file
 
-    roots = [Path(p or ".") for p in facts.interpreter_path(python)]
+    roots = [Path(p or ".") for p in install_facts.interpreter_path(python)]
     out: dict[str, str | None] = {}
     for fid in ids:
         cands = [Path(fid)] if Path(fid).is_absolute() else [r / fid for r in roots]

@@ -7,19 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachetool.engines.native.machine import model_presets  # a name --model must not be
-from cachetool.engines.vllm import facts
+from cachetool.engines.vllm import install_facts
 from cachetool.errors import EngineUnavailableError, UsageError
 
 
 def python() -> str:
     """The interpreter that runs vLLM: ``CACHETOOL_VLLM_PYTHON``, else this one."""
-    return facts.vllm_python()
+    return install_facts.vllm_python()
 
 
 def require_vllm() -> str:
     """vLLM's version (of the interpreter that runs it), or :class:`EngineUnavailableError` naming how to install
     it."""
-    version = facts.vllm_version()
+    version = install_facts.vllm_version()
     if version is None:
         raise EngineUnavailableError(f"--engine vllm: vLLM is not installed for {python()}; install it with "
                                      "scripts/install.sh --vllm (or set CACHETOOL_VLLM_PYTHON)")

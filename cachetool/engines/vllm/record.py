@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from cachetool.facts import machine  # the torch-free machine facts, every engine's
-from cachetool.engines.vllm import facts, key, launch
-from cachetool.engines.vllm.child_env import child_env
+from cachetool.engines.vllm import install_facts, key, launch
+from cachetool.engines.vllm.child.env import child_env
 from cachetool.engines.vllm.result import VllmStartResult
 
 
@@ -19,7 +19,7 @@ def record_key_inputs(out: VllmStartResult, result: dict, model: str, flags: lis
     for w in result["workers"]:
         traced.update(w["traced_files"])
     gpu = machine.cuda_device(0)
-    here = {"device": "cuda" if gpu else "cpu", **facts.machine_facts("cuda" if gpu else "cpu"),
+    here = {"device": "cuda" if gpu else "cpu", **install_facts.machine_facts("cuda" if gpu else "cpu"),
             "gpu": gpu["device"] if gpu else None,
             "capability": gpu["capability"] if gpu else None}
     here.pop("engine", None)

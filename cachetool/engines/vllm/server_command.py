@@ -15,7 +15,7 @@ Two questions are answered here:
   mode NONE, ``TORCH_COMPILE_DISABLE=1``)? vLLM 0.26 to 0.32 then compile nothing at all (``VllmConfig``'s
   ``__post_init__`` sets the mode to NONE), so there is nothing to pull, check or warm;
 - :func:`parse`: the option values a command sets, by vLLM's destination name, read with the option table a warm
-  recorded from vLLM's own parser (:mod:`cachetool.engines.vllm.cachetool_vllm_facts`).
+  recorded from vLLM's own parser (:mod:`cachetool.engines.vllm.child.in_vllm.cachetool_vllm_hashing`).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class Parsed:
 
 def parse(flags: list[str] | tuple[str, ...], table: Mapping[str, Mapping[str, Any]]) -> Parsed:
     """``flags`` (without the model) read with a recorded option table: ``{option string: {"dest", "takes":
-    0 | 1 | "?" | "*" | "+", "const"}}`` (:func:`cachetool_vllm_facts.option_table`)."""
+    0 | 1 | "?" | "*" | "+", "const"}}`` (:func:`cachetool_vllm_hashing.option_table`)."""
     tokens, dicts = split_dict_args(normalized(flags))
     values: dict[str, Any] = {}
     given: dict[str, str] = {}

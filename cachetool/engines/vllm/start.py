@@ -4,9 +4,9 @@
    local cache), no flag after ``--`` is one cachetool sets itself (:mod:`~cachetool.engines.vllm.prerequisites`,
    :mod:`~cachetool.engines.vllm.headless`);
 2. ``snapshot``: the kernel binaries the cache root already holds (:mod:`~cachetool.engines.vllm.root_files`);
-3. ``engine``: :mod:`cachetool.engines.vllm.child` starts vLLM on ``VLLM_CACHE_ROOT`` offline (dummy weights
-   unless ``load_weights``, no tokenizer), sends prefill and decode requests, and every worker reports what it
-   compiled, loaded and mapped (:mod:`~cachetool.engines.vllm.child_process`); vLLM's own log goes to a file whose
+3. ``engine``: :mod:`cachetool.engines.vllm.child.in_vllm.child` starts vLLM on ``VLLM_CACHE_ROOT`` offline
+   (dummy weights unless ``load_weights``, no tokenizer), sends prefill and decode requests, and every worker
+   reports what it compiled, loaded and mapped (:mod:`~cachetool.engines.vllm.child.process`); vLLM's own log goes to a file whose
    path the result names;
 4. ``report``: new kernel binaries are what Inductor compiled, mapped kernels that were there before are what it
    loaded; vLLM's log tells whether its AOT artifact loaded (and vLLM's reason when not): a
@@ -26,12 +26,12 @@ from collections.abc import Callable
 from cachetool import run_logs
 from cachetool.cache_root import CacheRoot
 from cachetool.engines.vllm import jit_caches, jit_facts, releases, unfinished, worker_facts
-from cachetool.engines.vllm.child_process import run_child
+from cachetool.engines.vllm.child.process import run_child
 from cachetool.engines.vllm.headless import server_argv, server_model
 from cachetool.engines.vllm.prerequisites import check_model, require_vllm
 from cachetool.engines.vllm.record import record_key_inputs
 from cachetool.engines.vllm.result import VllmStartResult
-from cachetool.engines.vllm.start_progress import heartbeat
+from cachetool.engines.vllm.child.progress import heartbeat
 from cachetool.engines.vllm.root_files import RootWatch
 
 # The first requests of a server: a short and a longer prompt, and a one-token one (decode-sized batches follow).

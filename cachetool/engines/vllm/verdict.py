@@ -2,7 +2,8 @@
 
 A pull (and ``check``) knows the server's model, ``config.json``, flags and environment; the warm recorded its
 own (the ``launch`` factor) and what vLLM hashes of them (the ``hashing`` factor,
-:mod:`cachetool.engines.vllm.cachetool_vllm_facts`). Every difference between the two is sorted into one of three:
+:mod:`cachetool.engines.vllm.child.in_vllm.cachetool_vllm_hashing`). Every difference between the two is sorted
+into one of three:
 
 - **hashed**: it changes vLLM's key (another vLLM or torch, another model path, a ``config.json`` field, a flag
   whose change moved the config hash when the warm tried it, a variable in vLLM's compile factors, an Inductor

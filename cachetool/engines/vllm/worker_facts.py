@@ -1,5 +1,5 @@
 """What one vLLM start did, from what vLLM itself reports: the workers' answers to ``cachetool_report``
-(:mod:`cachetool.engines.vllm.cachetool_vllm_probe`, through ``collective_rpc``), summed over the ranks.
+(:mod:`cachetool.engines.vllm.child.in_vllm.cachetool_vllm_probe`, through ``collective_rpc``), summed over the ranks.
 
 Facts, not log lines: the AOT key folder and artifact (the compiled model's attributes and vLLM's key function),
 whether vLLM loaded or saved it (its flag on the model, its counters ``num_aot_artifacts_loaded`` /

@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from cachetool.engines.vllm import child_process, facts, start
+from cachetool.engines.vllm import install_facts, start
+from cachetool.engines.vllm.child import process as child_process
 from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
-pytestmark = pytest.mark.skipif(facts.vllm_version() is None, reason="vLLM is not installed")
+pytestmark = pytest.mark.skipif(install_facts.vllm_version() is None, reason="vLLM is not installed")
 
 
 @pytest.fixture

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm import facts, key
+from cachetool.engines.vllm import install_facts, key
 from cachetool.layouts.factors import UNSET, Factors
 from cachetool.engines.layouts import scan
 from cachetool.bundle.manifest import platform_key
 from tests.cache_trees import AOT, make_aot_tree
 
 # a pull or diff compares the bundle's vLLM with this machine's: without vLLM here it is (rightly) another machine
-needs_vllm = pytest.mark.skipif(facts.vllm_version() is None,
+needs_vllm = pytest.mark.skipif(install_facts.vllm_version() is None,
                                 reason="vLLM is not installed (scripts/install.sh --vllm)")
 
 
@@ -95,11 +95,11 @@ def test_the_recorded_factors_file_is_what_the_layout_reads(tmp_path):
 
 @needs_vllm
 def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factors(tmp_path, cli, keys):
-    from cachetool.engines.vllm import facts
+    from cachetool.engines.vllm import install_facts
 
     src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
-    recorded = key.recorded_factors(_inputs(vllm=facts.vllm_version() or "0.32.0"), {},
-                                    {"cpu_isa": facts.cpu_isa(), "device": "cpu"}, [], 1)
+    recorded = key.recorded_factors(_inputs(vllm=install_facts.vllm_version() or "0.32.0"), {},
+                                    {"cpu_isa": install_facts.cpu_isa(), "device": "cpu"}, [], 1)
     doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": recorded}
     (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
     ctb = tmp_path / "v.ctb"
@@ -154,7 +154,7 @@ def test_inspect_names_what_a_vllm_key_folder_serves_in_its_engines_words(tmp_pa
 def test_the_cpu_thread_binding_is_set_for_tensor_parallel_on_the_cpu_only(monkeypatch, tmp_path):
     """VLLM_CPU_OMP_THREADS_BIND is one of vLLM's hashed env factors: set on a GPU machine, a warm's key would
     differ from its server's, which never sets it."""
-    from cachetool.engines.vllm import child_env
+    from cachetool.engines.vllm.child import env as child_env
     from cachetool.facts import devices
 
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
@@ -182,15 +182,15 @@ def test_pull_for_vllm_without_a_cache_root_installs_where_vllm_reads(tmp_path, 
 def _pushed_vllm_bundle(tmp_path, cli, keys, *, triton: bool = False, modelinfos: bool = True) -> str:
     """A CPU vLLM bundle of this machine's facts, the only bundle of a file-store tag: its ref (``triton``: with a
     Triton kernel in ``triton_cache/``; without ``modelinfos``: key folders alone)."""
-    from cachetool.engines.vllm import facts
+    from cachetool.engines.vllm import install_facts
 
     src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
     if triton:
         _w(src / "triton_cache" / "KHASH" / "kernel.json", b'{"name": "k"}')
     if not modelinfos:
         shutil.rmtree(src / "modelinfos")
-    recorded = key.recorded_factors(_inputs(vllm=facts.vllm_version() or "0.32.0"), {},
-                                    {"cpu_isa": facts.cpu_isa(), "device": "cpu"}, [], 1)
+    recorded = key.recorded_factors(_inputs(vllm=install_facts.vllm_version() or "0.32.0"), {},
+                                    {"cpu_isa": install_facts.cpu_isa(), "device": "cpu"}, [], 1)
     doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": recorded}
     (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
     ref = f"file://{tmp_path}/store/tiny:v1"
@@ -206,10 +206,10 @@ def test_pull_for_an_eager_server_takes_only_the_folders_it_reads(eager, tmp_pat
     """An eager server reads no key folder, but vLLM's Triton kernels and model inspection serve it too (on the
     H200 its engine init took 2.6 s with a compiling warm's triton_cache/ and 20.7 s without): the pull compares no
     key (the server's flags differ from the warm's) and installs just those folders."""
-    from cachetool.engines.vllm import facts
+    from cachetool.engines.vllm import install_facts
     from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
-    if facts.vllm_version() is None:
+    if install_facts.vllm_version() is None:
         pytest.skip("vLLM is not installed")
     ref = _pushed_vllm_bundle(tmp_path, cli, keys, triton=True)
     root = tmp_path / "root"
@@ -224,10 +224,10 @@ def test_pull_for_an_eager_server_takes_only_the_folders_it_reads(eager, tmp_pat
 
 
 def test_pull_for_an_eager_server_of_a_bundle_with_nothing_it_reads_is_not_needed(tmp_path, cli, keys):
-    from cachetool.engines.vllm import facts
+    from cachetool.engines.vllm import install_facts
     from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
-    if facts.vllm_version() is None:
+    if install_facts.vllm_version() is None:
         pytest.skip("vLLM is not installed")
     ref = _pushed_vllm_bundle(tmp_path, cli, keys, modelinfos=False)
     root = tmp_path / "root"

@@ -1,4 +1,4 @@
-"""A long vLLM start shows its phase as it goes (cachetool/engines/vllm/start_progress.py), and the logs of the runs
+"""A long vLLM start shows its phase as it goes (cachetool/engines/vllm/child/progress.py), and the logs of the runs
 cachetool starts are kept where a user finds them, the newest of each kind (cachetool/run_logs.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 import time
 
 from cachetool import run_logs
-from cachetool.engines.vllm.start_progress import current_phase, heartbeat
+from cachetool.engines.vllm.child.progress import current_phase, heartbeat
 
 # vLLM 0.26's lines of an FP8 MoE start on the H200, in order (shortened)
 LINES = [

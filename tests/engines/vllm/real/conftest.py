@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm import facts
+from cachetool.engines.vllm import install_facts
 from tests.conftest import shared_build
 from tests.vllm_oracle.tiny import CPU_FLAGS, write_model
 
@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config, items):
     mine = [item for item in items if item.path.is_relative_to(HERE)]
     for item in mine:
         item.add_marker(pytest.mark.vllm)
-    if not mine or facts.vllm_version() is not None:
+    if not mine or install_facts.vllm_version() is not None:
         return
     if os.environ.get("CI"):
         pytest.exit("vLLM is not installed: CI must run the vLLM tests (scripts/test.sh installs it)", returncode=1)

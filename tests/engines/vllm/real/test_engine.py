@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm.facts import cpu_isa
+from cachetool.engines.vllm.install_facts import cpu_isa
 from tests.engines.vllm.real.conftest import FLAGS, cachetool, error_line, json_out, ok, write_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm import facts
+from cachetool.engines.vllm import install_facts
 from tests.engines.vllm.real.conftest import FLAGS, cachetool, files_under, json_out, ok, the_warm_model
 from tests.vllm_oracle.server import ServerRun, serve_once
 from tests.vllm_oracle.verdict_table import TABLE, model_for
@@ -116,7 +116,7 @@ def _rows():
 
 @pytest.mark.parametrize("table,name", list(_rows()), indirect=["table"], scope="module")
 def test_the_pulls_verdict_is_what_the_real_server_does(table, name):
-    row = TABLE[name].on(facts.vllm_version())
+    row = TABLE[name].on(install_facts.vllm_version())
     verdict, doc, run = table[name].verdict, table[name].doc, table[name].run
     assert run is not None, f"{name}: no server judged the pull's {verdict}"
     compiled = f"{run.new_key_folders} new key folder(s), {run.new_kernels} kernel(s); log {run.log}"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm import facts, launch, releases, worker_facts
+from cachetool.engines.vllm import install_facts, launch, releases, worker_facts
 from tests.engines.vllm.real.conftest import FLAGS, cachetool, error_line, write_model
 from tests.vllm_oracle import server
 
@@ -40,9 +40,10 @@ def test_the_facts_are_those_of_the_interpreter_that_runs_vllm(untested_vllm, mo
     """CACHETOOL_VLLM_PYTHON names vLLM's interpreter: its release is what a bundle records and a pull compares,
     whatever cachetool's own venv holds (before, a warm through another venv recorded cachetool's own vLLM)."""
     monkeypatch.setenv("CACHETOOL_VLLM_PYTHON", str(untested_vllm))
-    assert facts.vllm_version() == UNTESTED
-    assert facts.machine_facts("cpu")["vllm"] == UNTESTED
-    assert facts.torch_version() == facts.machine_facts("cpu")["torch"]  # the wrapper's torch is this one's
+    assert install_facts.vllm_version() == UNTESTED
+    assert install_facts.machine_facts("cpu")["vllm"] == UNTESTED
+    # the wrapper's torch is this one's
+    assert install_facts.torch_version() == install_facts.machine_facts("cpu")["torch"]
 
 
 def test_a_tested_release_is_quiet_and_any_other_is_named_with_the_range():
@@ -143,9 +144,9 @@ def test_every_log_line_cachetool_reads_is_in_the_installed_release(what):
     each release): the line is still printed and the pattern still reads it."""
     relpath, anchor, pattern = LOG_LINES[what]
     module = relpath.removesuffix(".py").replace("/", ".")
-    source = facts.installed_file(module)
-    assert source is not None, f"{module} is not in vLLM {facts.vllm_version()}"
+    source = install_facts.installed_file(module)
+    assert source is not None, f"{module} is not in vLLM {install_facts.vllm_version()}"
     found = format_strings(source, anchor)
-    assert found, f"vLLM {facts.vllm_version()} no longer logs {anchor!r} in {relpath}"
+    assert found, f"vLLM {install_facts.vllm_version()} no longer logs {anchor!r} in {relpath}"
     for fmt in found:
         assert pattern.search(as_logged(fmt)), f"{pattern.pattern!r} does not read {fmt!r}"

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from cachetool import process_tree
-from cachetool.engines.vllm import facts, releases
-from cachetool.engines.vllm.child_env import child_env
-from cachetool.engines.vllm.child_log import last_log_error, log_note
+from cachetool.engines.vllm import install_facts, releases
+from cachetool.engines.vllm.child.env import PROBE_DIR, child_env
+from cachetool.engines.vllm.child.log import last_log_error, log_note
 from cachetool.engines.vllm.headless import tensor_parallel_size
 from cachetool.engines.vllm.prerequisites import python
 from cachetool.errors import EngineFailedError, EngineFlagsError, EngineLayoutError, WaitTimeoutError
 
-CHILD = Path(__file__).with_name("child.py")
+CHILD = PROBE_DIR / "child.py"
 
 
 def run_child(request: dict, cache_root: Path | None, log: BinaryIO, *, timeout: float | None = None) -> dict:
@@ -49,7 +49,8 @@ def run_child(request: dict, cache_root: Path | None, log: BinaryIO, *, timeout:
     result = json.loads(text)
     if not result.get("ok"):
         if result.get("layout"):
-            raise EngineLayoutError(f"vLLM {facts.vllm_version()}: {result.get('error')} (cachetool is tested with "
+            raise EngineLayoutError(f"vLLM {install_facts.vllm_version()}: {result.get('error')} "
+                                    "(cachetool is tested with "
                                     f"vLLM {releases.described_range('cpu')} on the CPU, "
                                     f"{releases.described_range('cuda')} on CUDA)")
         cls = EngineFlagsError if result.get("usage") else EngineFailedError

@@ -11,8 +11,10 @@ from cachetool.facts import machine  # the torch-free machine facts, every engin
 from cachetool.engines.vllm import jit_caches
 from cachetool.errors import UsageError
 
-# The folder of child.py and cachetool_vllm_probe.py, which vLLM's workers (spawned ones too) import by name.
-PROBE_DIR = Path(__file__).parent
+# The folder of what runs inside vLLM's processes (child.py, cachetool_vllm_probe.py, cachetool_vllm_hashing.py),
+# which vLLM's workers (spawned ones too) import by name: only those modules, so nothing else of cachetool shadows a
+# top-level name there.
+PROBE_DIR = Path(__file__).with_name("in_vllm")
 
 
 def child_env(cache_root: Path | None, tp: int) -> dict[str, str]:

@@ -20,7 +20,7 @@ The request names a mode:
   torch versions, the model. Nothing starts; nothing is written but the scratch root. (The traced files are
   re-hashed by cachetool itself, on this interpreter's ``sys.path``: ``launch.traced_digests``.)
 - ``warm``: the same, plus what vLLM hashes of the server's command line and environment
-  (:mod:`cachetool_vllm_facts`: the pull's fast verdict for a server launched differently); then the engine starts
+  (:mod:`cachetool_vllm_hashing`: the pull's fast verdict for a server launched differently); then the engine starts
   on ``VLLM_CACHE_ROOT``, a few prefill and decode requests run, and every worker reports what it compiled or
   loaded (``cachetool_vllm_probe``, through ``collective_rpc``);
 - ``check``: the config only (no key inputs: the workers report the folder they used), then the engine as above.
@@ -307,7 +307,7 @@ def run(request: dict) -> dict:
     if request["mode"] == "warm":
         t1 = time.perf_counter()
         try:  # without them a pull asks vLLM for every difference: slower, still right
-            from cachetool_vllm_facts import server_facts
+            from cachetool_vllm_hashing import server_facts
 
             result["hashing"] = server_facts(parser, engine_dests(), pristine, vllm_config, usage, env_before,
                                              _config_fields)
