@@ -273,8 +273,8 @@ def pull_request(ref: str, cache_root: str | Path | None = None, *, engine: str 
     chosen = _engine(engine)
     root = CacheRoot.of(cache_root, chosen)
     named = {k: options.pop(k) for k in list(options) if k in KEY_OPTIONS}
-    key = chosen.key_request(root, options.get("device") or "cpu", options.get("timeout"), named)
-    return PullRequest(ref=ref, cache_root=root, engine=chosen, key=key, **options)
+    key_request = chosen.key_request(root, options.get("device") or "cpu", options.get("timeout"), named)
+    return PullRequest(ref=ref, cache_root=root, engine=chosen, key_request=key_request, **options)
 
 
 def _settled(ref: str | PullRequest, cache_root: str | Path | None, options: dict[str, Any]) -> PullRequest:

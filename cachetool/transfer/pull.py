@@ -65,13 +65,13 @@ class PullRequest(InstallOptions):
     init-container policy, :func:`cachetool.transfer.pull_policy.pull_with_policy`, runs it). A pull is an install
     from a store: the install's options and their defaults are :class:`InstallOptions`', handed on to the install as
     they are; ``engine``: the server's, whose bundles alone the platform choice takes (another engine's bundle is a
-    miss: this server would not read it); ``key``: the server's key question, asked of the engine at the start of
-    the pull (under the policy's timeout and signals), or None."""
+    miss: this server would not read it); ``key_request``: the server's key question, asked of the engine at the
+    start of the pull (under the policy's timeout and signals), or None."""
 
     ref: str | Ref
     cache_root: CacheRoot
     engine: PullEngine
-    key: Any = None  # the engine's own key-check request, handed to ``engine.key_check`` as it is
+    key_request: Any = None  # the engine's own key-check request, handed to ``engine.key_check`` as it is
     store: Store | None = None
     store_options: dict | None = None
     timeout: float | None = None  # seconds for the whole pull
@@ -104,7 +104,7 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
     if notice := request.engine.notice():  # an untested engine release: said first, the pull goes on
         (request.warn or logging.getLogger("cachetool.pull").warning)(f"warning: {notice}")
     with bounds.phase("the server's key check"):
-        key_check = request.engine.key_check(request.key) if request.key is not None else None
+        key_check = request.engine.key_check(request.key_request) if request.key_request is not None else None
     device = require_device(request.device)
     trust = request.trust
     if not request.insecure_skip_verify:
