@@ -83,7 +83,7 @@ class WarmSummary:
     def to_json(self) -> dict[str, Any]:
         return {
             "compile": self.compile.to_json(),
-            "push": self.push.to_dict() if self.push is not None else None,
+            "push": self.push.to_json() if self.push is not None else None,
             "bytes": {"raw": self.bytes_raw, "unique": self.bytes_unique, "stored": self.bytes_compressed},
             "phases": self.phases,
             # the fields CI scripts read most, at the top level too

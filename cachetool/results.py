@@ -1,7 +1,7 @@
 """The typed results of the bundle and store verbs of :mod:`cachetool.api` (``pack``, ``keygen``, ``sign``,
 ``inspect``, ``verify``, ``ls``, ``rm``); the others have theirs beside the code that makes them
 (``InstallResult``, ``PushResult``, ``PullResult``, ``PullOutcome``, ``GcReport``, ``Difference``). Each has
-``to_dict()``: the fields of the verb's ``--json`` object."""
+``to_json()``: the fields of the verb's ``--json`` object."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Sizes:
 
 
 class _Dict:
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
 

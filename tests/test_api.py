@@ -143,7 +143,7 @@ def test_a_pull_outcome_is_one_of_the_outcomes_with_the_tables_words():
                                           *(row.name for row in failures)]
     out = failure_outcome("file:///s/llama:v1", "continue", UsageError("wrong flag"))
     assert isinstance(out, PullOutcome) and out.outcome is Outcome.USAGE_ERROR and out.exit_code == 2
-    assert json.loads(json.dumps(out.to_dict()))["outcome"] == "usage-error"
+    assert json.loads(json.dumps(out.to_json()))["outcome"] == "usage-error"
     assert out.line().startswith("pull: outcome=usage-error ref=file:///s/llama:v1 exit=2 code=2 on_miss=continue ")
     for row in (exit_codes.COMPILED, exit_codes.DIFFERS):  # no pull ends in them: an unexpected failure
         assert Outcome.of_failure(row) is Outcome.ERROR

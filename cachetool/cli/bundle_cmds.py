@@ -35,7 +35,7 @@ def pack_cmd(path, output, sign_key, layout, level, as_json):
     if not r.signed_by:
         click.echo("unsigned: `cachetool sign` it before others can install it", err=True)
     b = r.bytes
-    return emit(as_json, r.to_dict(),
+    return emit(as_json, r.to_json(),
                 f"packed {r.files} files: raw {human_size(b.raw)}, {r.unique_blobs} unique {human_size(b.unique)}, "
                 f"compressed blobs {exact_size(b.compressed)}; layout={r.layout} ranks={','.join(r.ranks) or '-'} -> "
                 f"{r.output}\nmanifest {r.manifest_digest}  platform {r.platform}"
@@ -51,7 +51,7 @@ def keygen_cmd(output, as_json):
     from cachetool import api
 
     k = api.keygen(output)
-    return emit(as_json, k.to_dict(),
+    return emit(as_json, k.to_json(),
                 f"private key {k.private_key} (keep secret)\npublic key  {k.public_key}\nkey id      {k.key_id}")
 
 
@@ -65,7 +65,7 @@ def sign_cmd(bundle, sign_key, output, as_json):
     from cachetool import api
 
     r = api.sign(bundle, sign_key, output=output)
-    return emit(as_json, r.to_dict(), f"signed {r.output} with key {r.key_id}")
+    return emit(as_json, r.to_json(), f"signed {r.output} with key {r.key_id}")
 
 
 @cli.command("inspect", cls=OneLineCommand)
@@ -81,7 +81,7 @@ def inspect_cmd(bundle, as_json, show_files, platform, endpoint_url, profile, in
 
     info = api.inspect(bundle, platform=platform, store_options=options_dict(endpoint_url, profile, insecure))
     if as_json:
-        return emit(True, info.to_dict(), f"bundle {bundle}: {info.files} files, platform {info.platform}")
+        return emit(True, info.to_json(), f"bundle {bundle}: {info.files} files, platform {info.platform}")
     b = info.bytes
     lines = [f"bundle    {bundle}",
              f"manifest  {info.manifest_digest}  (schema {info.schema}, cachetool {info.tool_version})",
@@ -119,7 +119,7 @@ def verify_cmd(bundle, trust, as_json, platform, endpoint_url, profile, insecure
 
     r = api.verify(bundle, trust=list(trust) or None, platform=platform,
                    store_options=options_dict(endpoint_url, profile, insecure))
-    return emit(as_json, r.to_dict(),
+    return emit(as_json, r.to_json(),
                 f"OK {bundle}: signed by trusted key {r.key_id}; {r.blobs} blobs, {r.files} files verified")
 
 
@@ -146,7 +146,7 @@ def install_cmd(bundle, cache_root, trust, ranks, device, no_preflight, force, k
                 + (f"; {len(r.units_present)} already present" if r.units_present else ""))
     else:
         text = f"already installed: {len(r.units_present)} unit(s) in {r.cache_root}"
-    return emit(as_json, r.to_dict(),
+    return emit(as_json, r.to_json(),
                 text + f"\nmanifest {r.manifest_digest}; "
                 + (f"signed by trusted key {r.key_id}" if r.verified else "SIGNATURE NOT VERIFIED")
                 + (f"; preflight: {', '.join(r.preflight)}" if r.preflight else "; preflight skipped"))

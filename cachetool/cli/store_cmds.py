@@ -40,7 +40,7 @@ def push_cmd(source, ref, sign_key, layout, workers, as_json, progress, endpoint
              progress=False if as_json else progress)
     if not r.signed:
         warn_loud(f"warning: {r.ref} is UNSIGNED: pull refuses it unless --insecure-skip-verify (sign with --sign-key)")
-    return emit(as_json, r.to_dict(),
+    return emit(as_json, r.to_json(),
           f"pushed {r.ref} [{r.platform}] {r.manifest_digest}\n"
           f"blobs: {r.blobs_uploaded} uploaded, {r.blobs_skipped} already there (of {r.blobs_total}); "
           f"{human_size(r.bytes_uploaded)} sent in all (blobs, manifest, signature, ref), "
@@ -63,11 +63,11 @@ def _render(outcome: PullOutcome, as_json: bool) -> int:
     if outcome.error is not None:
         click.echo(f"pull: no usable bundle ({outcome.outcome}); continuing without it (--on-miss continue): "
                    "the server will compile", err=True)
-        return emit(as_json, outcome.to_dict(), "")
+        return emit(as_json, outcome.to_json(), "")
     if outcome.not_needed is not None:
-        return emit(as_json, outcome.to_dict(), f"not needed: {outcome.not_needed.reason}; nothing installed")
+        return emit(as_json, outcome.to_json(), f"not needed: {outcome.not_needed.reason}; nothing installed")
     r, i = outcome.result, outcome.result.install  # no error: it installed, or found its bundle installed
-    return emit(as_json, outcome.to_dict(),
+    return emit(as_json, outcome.to_json(),
                 f"{outcome.outcome} {r.ref} [{r.platform}] into {i.cache_root}: {len(i.units_installed)} unit(s), "
                 f"{i.files} files ({human_size(i.bytes)}); {r.blobs_downloaded} blob(s) downloaded, "
                 f"{human_size(r.bytes_downloaded)} received in all (blobs, index, manifest, signature)"
@@ -83,7 +83,7 @@ def _report(outcome: PullOutcome) -> None:
     """The outcome line every pull prints, and its fields for the JSON object of a failure."""
     click.echo(outcome.line(), err=True)
     if outcome.error is not None:
-        output.add_failure_fields(**outcome.to_dict())
+        output.add_failure_fields(**outcome.to_json())
 
 
 ON_MISS_DEFAULT = "fail"
@@ -224,7 +224,7 @@ def ls_cmd(store, as_json, endpoint_url, profile, insecure):
 
     listing = api.ls(store, store_options=options_dict(endpoint_url, profile, insecure))
     if as_json or not listing.refs:
-        return emit(as_json, listing.to_dict(), f"{listing.store}: {len(listing.refs)} ref entries" if listing.refs
+        return emit(as_json, listing.to_json(), f"{listing.store}: {len(listing.refs)} ref entries" if listing.refs
                     else f"{listing.store}: no refs")
     from rich.console import Console
     from rich.table import Table
@@ -249,7 +249,7 @@ def rm_cmd(ref, platform, as_json, endpoint_url, profile, insecure):
     from cachetool import api
 
     r = api.rm(ref, platform=platform, store_options=options_dict(endpoint_url, profile, insecure))
-    return emit(as_json, r.to_dict(),
+    return emit(as_json, r.to_json(),
                 f"removed {ref}" + (f" [{platform}]; left: {', '.join(r.remaining)}" if r.remaining else ""))
 
 

@@ -53,7 +53,7 @@ class InstallResult:
     def already_installed(self) -> bool:
         return not self.units_installed
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return {"cache_root": str(self.cache_root), "manifest_digest": self.manifest_digest,
                 "units_installed": self.units_installed, "units_present": self.units_present, "files": self.files,
                 "bytes": self.bytes, "key_id": self.key_id, "verified": self.verified, "preflight": self.preflight,

@@ -39,9 +39,9 @@ class PullResult:
     server_env: dict = dataclasses.field(default_factory=dict)  # what the server must be started with to read it
     compiles_nothing: str | None = None  # an eager server: why; only the units that belong to no key were taken
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k != "install"}
-        d["install"] = {k: v for k, v in self.install.to_dict().items() if k != "manifest_digest"}
+        d["install"] = {k: v for k, v in self.install.to_json().items() if k != "manifest_digest"}
         return d
 
 
@@ -55,7 +55,7 @@ class NotNeeded:
     reason: str  # the engine's: what makes the server compile nothing
     seconds: float
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
 

@@ -115,10 +115,10 @@ class PullOutcome:
         return (f"pull: outcome={self.outcome} " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
                 + f" reason={self.message}")
 
-    def to_dict(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self.result.to_dict() if self.result is not None else {"ref": self.ref}
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self.result.to_json() if self.result is not None else {"ref": self.ref}
         if self.not_needed is not None:
-            doc.update(self.not_needed.to_dict())
+            doc.update(self.not_needed.to_json())
         doc.update(outcome=self.outcome.value, exit_code=self.exit_code, on_miss=self.on_miss, installed=self.installed,
                    continued=self.continued)
         if self.error is not None:

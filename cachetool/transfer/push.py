@@ -37,7 +37,7 @@ class PushResult:
     seconds: float
     pinned: str = ""  # the ref pinned to this bundle's digest (ref@sha256:...)
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
 

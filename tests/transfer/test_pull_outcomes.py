@@ -208,7 +208,7 @@ def test_the_library_applies_the_same_policy_as_the_cli(store, tmp_path):
     miss = pull_outcome(f"{store['url']}/llama:gpu", root, trust=[store["pub"]], on_miss="continue")
     assert (miss.outcome, miss.exit_code, miss.error_exit_code, miss.continued, miss.installed) == \
         ("miss", 0, 4, True, False)
-    assert "pull: outcome=miss " in miss.line() and miss.to_dict()["continued"] is True
+    assert "pull: outcome=miss " in miss.line() and miss.to_json()["continued"] is True
     wrong = pull_outcome(f"{store['url']}/llama:v1", root, trust=[str(tmp_path / "missing.pub")], on_miss="continue")
     assert (wrong.outcome, wrong.exit_code, wrong.continued) == ("usage-error", 2, False)
     assert not root.exists()
