@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import cachetool.engines  # noqa: F401 - the engines register with the core, as any program using cachetool has them
+
 
 def shared_build(tmp_path_factory: pytest.TempPathFactory, name: str, build) -> Path:
     """``build(folder)`` once per test run, for every xdist worker: the first worker that asks builds it under a

@@ -110,4 +110,5 @@ def layouts() -> LayoutRules:
     return Registered.layouts
 
 
-NOT_REGISTERED = "no engines are registered with the core: import cachetool.api (it registers them) first"
+NOT_REGISTERED = ("no engines are registered with the core: import cachetool.engines (or cachetool.api) first: "
+                  "the engines register themselves as they are imported")
