@@ -29,7 +29,6 @@ from cachetool.engines import CHOICES as ENGINE_CHOICES
 from cachetool.engines.base import StartRequest, StartResult
 # the native engine's own public helper, cachetool's API since its first release (expected_cache_key and install's
 # expected_key import its keys module when called: compiler.cache_key is half of this module's import time)
-from cachetool.engines.native.run import compilation_config
 from cachetool.errors import CompilationConfigError, UsageError
 from cachetool.transfer.pull_policy import ON_MISS, OnMiss, Outcome, PullOutcome, failure_outcome
 from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
@@ -116,6 +115,20 @@ def _push_key(push: str | None, sign_key: SignKey | None, store_options: dict[st
 
 def _engine(name: str | None) -> engines.Engine:
     return engines.get(name) if name is not None else engines.default()
+
+
+def _native() -> Any:
+    """The default engine, this project's pipeline, for what the API offers of it alone (its compilation config,
+    its traced key, install's key check)."""
+    return engines.default()
+
+
+def compilation_config(config: Config = None, overrides: Iterable[str] = (),
+                       cache_root: str | Path | None = None) -> Any:
+    """The pipeline's ``CompilationConfig``: ``config`` (one, a dict, JSON, or None) with ``-cc.KEY=VALUE``
+    ``overrides`` (``cache_root`` sets its ``cache_dir``); a bad value is a
+    :class:`~cachetool.errors.CompilationConfigError`."""
+    return _native().compilation_config(config, tuple(overrides), cache_root)
 
 
 @dataclass(frozen=True)
@@ -233,9 +246,8 @@ def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None
                        overrides: list[str] | tuple[str, ...] = (), rank: int = 0, dp_rank: int = 0) -> dict:
     """The cache key (``{"hash", "factors"}``) a server of the native engine running ``model`` with this config
     will look up, computed by a Dynamo trace without compiling or writing anything."""
-    from cachetool.engines.native.keys import traced_key
-
-    return traced_key(model, device=device, config=compilation_config(config, overrides), rank=rank, dp_rank=dp_rank)
+    return _native().traced_key(model, device=device, config=compilation_config(config, overrides), rank=rank,
+                                dp_rank=dp_rank)
 
 
 def push(source: str | Path | PackedBundle, ref: str, *, sign_key: SignKey | None = None, layout: str = "auto",
@@ -416,9 +428,7 @@ def install(bundle: str | Path, cache_root: str | Path | None = None, *, key_che
 
     settled = InstallOptions(**options)  # an option that is none is refused before the bundle is opened
     if expected_key is not None:
-        from cachetool.engines.native.keys import NativeKeyCheck
-
-        key_check = NativeKeyCheck(expected=expected_key)
+        key_check = _native().expected_key_check(expected_key)
     with bounds.applied(bounds.Bound.timeout(timeout)), open_ctb(bundle) as b:
         return install_bundle(b, CacheRoot.of(cache_root, _engine(None)), settled, key_check=key_check)
 

@@ -16,7 +16,7 @@ import cachetool
 from cachetool.api import WarmSummary
 from cachetool.errors import UsageError
 from cachetool.transfer.push import PushResult
-from cachetool.engines.native.run import CompileRunResult
+from cachetool.engines.native.start import CompileRunResult
 from cachetool.errors import CompilationConfigError, ModelError, StopSignalError
 from compiler.config import CompilationConfig, CompilationMode, CUDAGraphMode, DynamicShapesType
 

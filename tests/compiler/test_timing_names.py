@@ -2,7 +2,7 @@
 and the progress a person sees while ``warm`` compiles.
 
 The sum rules on real runs (a cold warm and a hot check) are checked in test_aot_hot_start.py, which warms once
-per mode; here the rules of :func:`cachetool.engines.native.run.startup_phases` on given parts, and the progress events and
+per mode; here the rules of :func:`cachetool.engines.native.start.startup_phases` on given parts, and the progress events and
 their rendering. The compiling starts here use the eager adaptor (the pipeline's plumbing, no Inductor) with the
 compile cache disabled: they write nothing.
 """
@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from cachetool.cli.progress import LineProgress, RichProgress, progress_renderer
-from cachetool.engines.native.run import STARTUP_PHASES, startup_phases
+from cachetool.engines.native.start import STARTUP_PHASES, startup_phases
 from compiler import progress
 from compiler.capture import StartupPhases
 from compiler.counters import CompileCounters

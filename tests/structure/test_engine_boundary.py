@@ -13,17 +13,16 @@ from tests.structure.modules import ROOT, modules, imports
 
 # cachetool reaches compiler through these modules alone, all the native engine's (cachetool/engines/native/): every
 # other engine, and the machine facts they share (cachetool/facts/), import no compiler; ARCHITECTURE names the list.
-COMPILER_DOORS = ("cachetool.engines.native.run", "cachetool.engines.native.error_mapping",
-                  "cachetool.engines.native.keys", "cachetool.engines.native.machine",
+COMPILER_DOORS = ("cachetool.engines.native.start", "cachetool.engines.native.error_mapping",
+                  "cachetool.engines.native.key", "cachetool.engines.native.machine",
                   "cachetool.engines.native.layout")
 MAX_COMPILER_DOORS = 5
 
 
 # Outside cachetool/engines/, a module reaches an engine through the registries (cachetool.engines, and beside it
-# the engines' layouts, cachetool.engines.layouts) and the interface (cachetool.engines.base) only; the API
-# re-exports the native engine's two public helpers, which have been cachetool's API since its first release
-# (compilation_config, expected_cache_key).
-ENGINE_IMPORTS_ALLOWED = {"cachetool.api": ("cachetool.engines.native.run", "cachetool.engines.native.keys")}
+# the engines' layouts, cachetool.engines.layouts) and the interface (cachetool.engines.base) only: the API asks the
+# registered native engine for the helpers it alone offers (compilation_config, expected_cache_key), no exception.
+ENGINE_IMPORTS_ALLOWED: dict[str, tuple[str, ...]] = {}
 ENGINE_DOORS = ("cachetool.engines.base", "cachetool.engines.layouts")
 
 

@@ -1,5 +1,5 @@
 """This project's pipeline (:mod:`compiler`) as an engine: a start's options parse into one
-:class:`~cachetool.engines.native.run.NativeStartRequest`, which warm and check run in this process (or N rank
+:class:`~cachetool.engines.native.start.NativeStartRequest`, which warm and check run in this process (or N rank
 processes, :mod:`.run`); pull's key question parses into a :class:`NativeKeyRequest`, answered by predicting the key
 from the bundle's own factors without a trace (:mod:`.keys`); its facts and its layout are the compiler's
 (:mod:`.machine`, :mod:`.layout`)."""
@@ -62,25 +62,25 @@ class NativeEngine(EngineBase):
         """The options parsed once into a :class:`~.run.NativeStartRequest`: the compilation config parsed here
         (the start reads it as it is) and put on the cache root (``cache_root``, else the config's ``cache_dir``,
         else the variable's, else the default)."""
-        from cachetool.engines.native import run
+        from cachetool.engines.native import start
 
         _refuse_flags(tuple(options.get("engine_flags") or ()))
         own = own_options(options, START_TAKES, _refused)
-        config = run.compilation_config(own.pop("config", None), own.pop("overrides", ()))  # parsed once, here
+        config = start.compilation_config(own.pop("config", None), own.pop("overrides", ()))  # parsed once, here
         root = CacheRoot.of(cache_root, self, config.cache_dir or None)
         if not model:  # vLLM's may come after -- as in `vllm serve M`; this engine's only from --model
             from cachetool.engines.native.machine import model_presets
 
             raise UsageError(f"{command} needs --model: a preset ({', '.join(model_presets())}), a config.json or "
                              "a model folder")
-        return run.NativeStartRequest(command=command, model=model, cache_root=root,
-                                      config=run.config_on_root(config, root),
-                                      on_progress=listener(options, "on_progress"), **own)
+        return start.NativeStartRequest(command=command, model=model, cache_root=root,
+                                        config=start.config_on_root(config, root),
+                                        on_progress=listener(options, "on_progress"), **own)
 
     def start(self, request):
-        from cachetool.engines.native import run
+        from cachetool.engines.native import start
 
-        return run.start(request)
+        return start.start(request)
 
     # ------------------------------------------------------------------------------------------ keys
     def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None,
@@ -94,10 +94,35 @@ class NativeEngine(EngineBase):
     def key_check(self, request: NativeKeyRequest):
         """What pull's preflight asks for the key of a server running ``request.model`` (None without a model):
         the key predicted from the bundle's own factors, no trace; the model and config are checked now."""
-        from cachetool.engines.native.keys import server_key_check
+        from cachetool.engines.native.key import server_key_check
 
         return server_key_check(request.model, config=request.config, overrides=request.overrides,
                                 device=request.device or "cpu", tensor_parallel_size=request.tensor_parallel_size)
+
+    # ------------------------------------------------------------------------------------------ its own API
+    # (what cachetool.api offers of this engine alone, asked through the registry: the API imports no engine)
+    @staticmethod
+    def compilation_config(config: Any = None, overrides: tuple[str, ...] | list[str] = (),
+                           cache_root: str | Path | None = None):
+        """``config`` (a CompilationConfig, a dict, JSON, or None) with the ``-cc.KEY=VALUE`` ``overrides``;
+        ``cache_root`` sets its ``cache_dir``."""
+        from cachetool.engines.native.start import compilation_config
+
+        return compilation_config(config, overrides, cache_root)
+
+    @staticmethod
+    def traced_key(model: str, *, device: str, config: Any, rank: int, dp_rank: int) -> dict:
+        """The cache key a server of ``model`` will look up, by a Dynamo trace (nothing compiled or written)."""
+        from cachetool.engines.native.key import traced_key
+
+        return traced_key(model, device=device, config=config, rank=rank, dp_rank=dp_rank)
+
+    @staticmethod
+    def expected_key_check(expected: str):
+        """An install's key check that accepts only the cache key ``expected``."""
+        from cachetool.engines.native.key import NativeKeyCheck
+
+        return NativeKeyCheck(expected=expected)
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
@@ -107,12 +132,12 @@ class NativeEngine(EngineBase):
         return True  # the registry's last resort: a bundle no other engine claims is ours
 
     def check_factors(self, manifest, device: str) -> list[str]:
-        from cachetool.engines.native.keys import check_machine_factors
+        from cachetool.engines.native.key import check_machine_factors
 
         return check_machine_factors(manifest, device)
 
     def local_factors(self, device: str) -> Factors | None:
-        from cachetool.engines.native.keys import local_factors
+        from cachetool.engines.native.key import local_factors
 
         return local_factors(device)
 

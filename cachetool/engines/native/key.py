@@ -87,7 +87,7 @@ def server_key_check(model: str | None, *, config: Any = None, overrides: tuple[
                      device: str = "cpu", tensor_parallel_size: int = 1) -> NativeKeyCheck | None:
     """The key check for a server running ``model`` (None without a model): predicted from the bundle's own
     factors, no trace. The model argument and config are checked here, before anything is fetched."""
-    from cachetool.engines.native.run import compilation_config
+    from cachetool.engines.native.start import compilation_config
 
     if model is None:
         if config is not None or overrides:
@@ -109,7 +109,7 @@ def server_key_check(model: str | None, *, config: Any = None, overrides: tuple[
 def traced_key(model: str, *, device: str = "cpu", config: Any = None, rank: int = 0, dp_rank: int = 0) -> dict:
     """The cache key (``{"hash", "factors"}``) a server running ``model`` with ``config`` (a ``CompilationConfig``)
     looks up, from a Dynamo trace without compiling or writing anything."""
-    from cachetool.engines.native.run import check_model
+    from cachetool.engines.native.start import check_model
     from compiler.runner import compute_cache_key
 
     check_model(model)
