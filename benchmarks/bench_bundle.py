@@ -88,11 +88,10 @@ def main() -> int:
     global REPEAT
     REPEAT = max(1, args.repeat)
 
-    from cachetool.bundle.ctb import write_ctb, open_ctb
-
+    from cachetool.bundle.ctb import open_ctb, write_ctb
     from cachetool.bundle.packing import pack
-    from cachetool.install import InstallOptions, install_bundle
     from cachetool.bundle.signing import generate_keypair
+    from cachetool.install import InstallOptions, install_bundle
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench-bundle-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -109,6 +108,7 @@ def main() -> int:
             with pack(src, sign_key=priv, level=args.level) as b:
                 write_ctb(b, ctb)
                 return b.manifest
+
         t_pack, manifest = _timed(do_pack)
 
         # cachetool install (signature + per-blob verification, staging, atomic renames); preflight is off because
@@ -118,22 +118,32 @@ def main() -> int:
         def do_install():
             with open_ctb(ctb) as b:
                 return install_bundle(b, dst, InstallOptions(trust=[pub], preflight=False))
+
         t_inst, _ = _timed(do_install, before=lambda: _drop_tree(dst))
 
         # tar | zstd (same level, all cores), and zstd -d | tar -x
         tz = work / "tree.tar.zst"
-        t_tar, _ = _timed(lambda: subprocess.run(
-            f"tar -C {src} -cf - . | zstd -q -{args.level} -T0 -o {tz} -f", shell=True, check=True))
+        t_tar, _ = _timed(
+            lambda: subprocess.run(
+                f"tar -C {src} -cf - . | zstd -q -{args.level} -T0 -o {tz} -f", shell=True, check=True
+            )
+        )
         tzl = work / "tree.long.tar.zst"
-        t_tarl, _ = _timed(lambda: subprocess.run(
-            f"tar -C {src} -cf - . | zstd -q -{args.level} -T0 --long=27 -o {tzl} -f", shell=True, check=True))
+        t_tarl, _ = _timed(
+            lambda: subprocess.run(
+                f"tar -C {src} -cf - . | zstd -q -{args.level} -T0 --long=27 -o {tzl} -f", shell=True, check=True
+            )
+        )
         untar = work / "untar"
 
         def fresh_untar():
             _drop_tree(untar)
             untar.mkdir()
-        t_untar, _ = _timed(lambda: subprocess.run(
-            f"zstd -q -d -c {tz} | tar -C {untar} -xf -", shell=True, check=True), before=fresh_untar)
+
+        t_untar, _ = _timed(
+            lambda: subprocess.run(f"zstd -q -d -c {tz} | tar -C {untar} -xf -", shell=True, check=True),
+            before=fresh_untar,
+        )
 
         mb = raw / (1 << 20)
         rows = [
@@ -142,18 +152,24 @@ def main() -> int:
             (f"tar | zstd -{args.level} -T0 --long=27", t_tarl, tzl.stat().st_size, None),
         ]
         cpu = platform.processor() or platform.machine()
-        print(f"median of {REPEAT} runs each; tree: {nfiles} files, {mb:.0f} MiB raw, {manifest.unique_size / (1 << 20):.0f} MiB unique "
-              f"({len(manifest.blobs)} blobs); {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}")
+        print(
+            f"median of {REPEAT} runs each; tree: {nfiles} files, {mb:.0f} MiB raw, {manifest.unique_size / (1 << 20):.0f} MiB unique "
+            f"({len(manifest.blobs)} blobs); {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}"
+        )
         print()
-        print(f"| {'method':<36} | {'pack s':>7} | {'pack MiB/s':>10} | {'size MiB':>8} | {'ratio':>6} | "
-              f"{'unpack s':>8} | {'unpack MiB/s':>12} |")
+        print(
+            f"| {'method':<36} | {'pack s':>7} | {'pack MiB/s':>10} | {'size MiB':>8} | {'ratio':>6} | "
+            f"{'unpack s':>8} | {'unpack MiB/s':>12} |"
+        )
         print(f"|{'-' * 38}|{'-' * 9}|{'-' * 12}|{'-' * 10}|{'-' * 8}|{'-' * 10}|{'-' * 14}|")
         for name, t, size, tu in rows:
             un = f"{tu:8.2f} | {mb / tu:12.0f}" if tu else f"{'-':>8} | {'-':>12}"
             print(f"| {name:<36} | {t:7.2f} | {mb / t:10.0f} | {size / (1 << 20):8.1f} | {raw / size:6.1f} | {un} |")
         print()
-        print("unpack = `cachetool install` (verify signature and every blob, stage, rename) for the bundle; "
-              "`zstd -d | tar -x` for tar")
+        print(
+            "unpack = `cachetool install` (verify signature and every blob, stage, rename) for the bundle; "
+            "`zstd -d | tar -x` for tar"
+        )
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

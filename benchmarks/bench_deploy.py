@@ -58,15 +58,36 @@ def child(args: argparse.Namespace) -> None:
     phases["compile/load + first forward"] = time.time() - t
     done = time.time()
     snap = counters.snapshot()
-    print(json.dumps({"start_to_first_forward": done - spawned, "phases": phases,
-                      "graphs_compiled": snap.graphs_compiled, "graphs_loaded": snap.graphs_loaded,
-                      "pulled": pulled, "import_started": t_import - spawned,
-                      "rank_dir": str(runner.backend.layout.rank_dir) if runner.backend else None}))
+    print(
+        json.dumps(
+            {
+                "start_to_first_forward": done - spawned,
+                "phases": phases,
+                "graphs_compiled": snap.graphs_compiled,
+                "graphs_loaded": snap.graphs_loaded,
+                "pulled": pulled,
+                "import_started": t_import - spawned,
+                "rank_dir": str(runner.backend.layout.rank_dir) if runner.backend else None,
+            }
+        )
+    )
 
 
 def spawn(mode: str, args: argparse.Namespace, root: Path, **extra: str) -> dict:
-    argv = [sys.executable, __file__, "--child", mode, "--model", args.model, "--device", args.device,
-            "--cache-root", str(root), "--spawned", repr(time.time())]
+    argv = [
+        sys.executable,
+        __file__,
+        "--child",
+        mode,
+        "--model",
+        args.model,
+        "--device",
+        args.device,
+        "--cache-root",
+        str(root),
+        "--spawned",
+        repr(time.time()),
+    ]
     for k, v in extra.items():
         argv += [f"--{k}", v]
     p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "CACHETOOL_LOGGING_LEVEL": "WARNING"})
@@ -111,20 +132,39 @@ def main() -> None:
     print(f"\nmodel {args.model} on {args.device} ({device_name}), torch {torch.__version__}")
     print(f"bundle: {pushed.blobs_total} blobs, {pushed.bytes_uploaded / 2**20:.1f} MiB pushed in {push_s:.2f} s")
     rows = [("", "cold start (compile)", "hot start (pull + load)")]
-    rows.append(("process start → first forward, s", f"{cold['start_to_first_forward']:.2f}",
-                 f"{hot['start_to_first_forward']:.2f}"))
+    rows.append(
+        (
+            "process start → first forward, s",
+            f"{cold['start_to_first_forward']:.2f}",
+            f"{hot['start_to_first_forward']:.2f}",
+        )
+    )
     for phase in ("python+torch import", "pull+install", "build model", "compile/load + first forward"):
-        rows.append((f"  {phase}, s", f"{cold['phases'].get(phase, 0):.2f}" if phase in cold["phases"] else "-",
-                     f"{hot['phases'].get(phase, 0):.2f}" if phase in hot["phases"] else "-"))
-    rows.append(("graphs compiled / loaded", f"{cold['graphs_compiled']} / {cold['graphs_loaded']}",
-                 f"{hot['graphs_compiled']} / {hot['graphs_loaded']}"))
+        rows.append(
+            (
+                f"  {phase}, s",
+                f"{cold['phases'].get(phase, 0):.2f}" if phase in cold["phases"] else "-",
+                f"{hot['phases'].get(phase, 0):.2f}" if phase in hot["phases"] else "-",
+            )
+        )
+    rows.append(
+        (
+            "graphs compiled / loaded",
+            f"{cold['graphs_compiled']} / {cold['graphs_loaded']}",
+            f"{hot['graphs_compiled']} / {hot['graphs_loaded']}",
+        )
+    )
     w = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print(f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}")
     print(f"speed-up of the start: {cold['start_to_first_forward'] / hot['start_to_first_forward']:.1f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps({"cold": cold, "hot": hot, "push_seconds": push_s,
-                                               "device": device_name, "torch": torch.__version__}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {"cold": cold, "hot": hot, "push_seconds": push_s, "device": device_name, "torch": torch.__version__},
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,13 @@ import torch  # noqa: E402
 from compiler.config import CompilationConfig, CUDAGraphMode  # noqa: E402
 
 DEVICE = "cuda"  # --device cpu: a smoke run of this script's logic (graphs emulated, nothing captured)
-MODES = [CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL, CUDAGraphMode.FULL_DECODE_ONLY,
-         CUDAGraphMode.FULL_AND_PIECEWISE]
+MODES = [
+    CUDAGraphMode.NONE,
+    CUDAGraphMode.PIECEWISE,
+    CUDAGraphMode.FULL,
+    CUDAGraphMode.FULL_DECODE_ONLY,
+    CUDAGraphMode.FULL_AND_PIECEWISE,
+]
 
 
 def log(*a: object) -> None:
@@ -51,15 +56,15 @@ def script(runner) -> list[torch.Tensor]:  # noqa: ANN001
         return torch.randint(1, vocab, (n,), generator=g).tolist()
 
     a, b, c = runner.add_sequence(toks(37)), runner.add_sequence(toks(5)), runner.add_sequence(toks(12))
-    outs = [runner.step([a, b, c]).logits]                     # prefill 54 tokens
+    outs = [runner.step([a, b, c]).logits]  # prefill 54 tokens
     for group in ([a, b, c], [a, b, c], [a, b], [c]):
         for s in group:
             s.tokens += toks(1)
-        outs.append(runner.step(group).logits)                 # uniform decode 3, 3, 2, 1
+        outs.append(runner.step(group).logits)  # uniform decode 3, 3, 2, 1
     d = runner.add_sequence(toks(7))
     for s in (a, b):
         s.tokens += toks(1)
-    outs.append(runner.step([a, b, d]).logits)                 # mixed: 2 decodes + 7-token prefill = 9
+    outs.append(runner.step([a, b, d]).logits)  # mixed: 2 decodes + 7-token prefill = 9
     for s in (a, b, c, d):
         runner.free(s)
     return outs
@@ -115,8 +120,12 @@ def correctness(model: str, dtype: torch.dtype | None, kw: dict) -> dict:
         if mode != CUDAGraphMode.NONE:  # the same dispatch/padding/attention path, run without graphs
             use_mode(runner, mode, emulate=True)
             same_path = script(runner)
-        row = {**compare(outs, ref), "vs_compiled_no_graphs": compare(outs, nograph)["max_abs_diff"],
-               "vs_same_path_no_capture": compare(outs, same_path)["max_abs_diff"], **info}
+        row = {
+            **compare(outs, ref),
+            "vs_compiled_no_graphs": compare(outs, nograph)["max_abs_diff"],
+            "vs_same_path_no_capture": compare(outs, same_path)["max_abs_diff"],
+            **info,
+        }
         rows[mode.value] = row
         log(f"{mode.value:20s} {row}")
     return rows
@@ -128,7 +137,7 @@ def decode_latency(runner, batch: int, steps: int = 30, context: int = 32) -> fl
     seqs = [runner.add_sequence(torch.randint(1, vocab, (context,), generator=g).tolist()) for _ in range(batch)]
     chunk = max(1, runner.max_num_batched_tokens // context)
     for i in range(0, batch, chunk):
-        runner.step(seqs[i:i + chunk])
+        runner.step(seqs[i : i + chunk])
     times = []
     for i in range(steps + 5):
         for s in seqs:
@@ -188,10 +197,17 @@ def startup_child(model: str, root: str, sizes: list[int], kw: dict) -> dict:
             torch.cuda.synchronize()
         t_warm = time.perf_counter() - t1
     d = counters.delta(before)
-    return {"mode": runner.graphs.mode.value, "build_s": round(t_build, 2), "startup_s": round(t_warm, 2),
-            "capture_s": round(runner.graphs.capture_seconds, 2), "graphs": runner.graphs.num_graphs,
-            "compiled": d.graphs_compiled, "loaded": d.graphs_loaded, "reused": d.graphs_reused,
-            "autotune": at.as_dict()}
+    return {
+        "mode": runner.graphs.mode.value,
+        "build_s": round(t_build, 2),
+        "startup_s": round(t_warm, 2),
+        "capture_s": round(runner.graphs.capture_seconds, 2),
+        "graphs": runner.graphs.num_graphs,
+        "compiled": d.graphs_compiled,
+        "loaded": d.graphs_loaded,
+        "reused": d.graphs_reused,
+        "autotune": at.as_dict(),
+    }
 
 
 def startup(model: str, kw: dict, out: Path) -> dict:
@@ -203,8 +219,25 @@ def startup(model: str, kw: dict, out: Path) -> dict:
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"ind_{phase}_")  # empty global caches
         env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"tri_{phase}_")
         t = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "--child", "--device", DEVICE, "--model", model, "--root", root,
-                               "--kw", json.dumps(kw)], env=env, capture_output=True, text=True, timeout=480)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--device",
+                DEVICE,
+                "--model",
+                model,
+                "--root",
+                root,
+                "--kw",
+                json.dumps(kw),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=480,
+        )
         wall = time.perf_counter() - t
         (out / f"startup_{phase}.log").write_text(proc.stderr[-200000:])
         if proc.returncode != 0:
@@ -219,39 +252,55 @@ def startup(model: str, kw: dict, out: Path) -> dict:
 def fmt_tables(res: dict) -> str:
     try:
         import triton
+
         tv = triton.__version__
     except ImportError:
         tv = "-"
     dev = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
     lines = [f"torch {torch.__version__}, triton {tv}, {dev}"]
     for key, rows in res.get("correctness", {}).items():
-        lines += ["", f"correctness ({key}): logits of 6 prefill/decode steps vs eager (mode 0, no graphs)",
-                  "| cudagraph_mode | max abs diff vs eager | relative | vs compiled, no graphs | "
-                  "vs same path, not captured | greedy tokens equal | graphs |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"correctness ({key}): logits of 6 prefill/decode steps vs eager (mode 0, no graphs)",
+            "| cudagraph_mode | max abs diff vs eager | relative | vs compiled, no graphs | "
+            "vs same path, not captured | greedy tokens equal | graphs |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for m, r in rows.items():
-            lines.append(f"| {m} | {r['max_abs_diff']:.3g} | {r['rel']:.2g} | {r['vs_compiled_no_graphs']:.3g} | "
-                         f"{r['vs_same_path_no_capture']:.3g} | {r['argmax_agree']} | {r['graphs']} |")
+            lines.append(
+                f"| {m} | {r['max_abs_diff']:.3g} | {r['rel']:.2g} | {r['vs_compiled_no_graphs']:.3g} | "
+                f"{r['vs_same_path_no_capture']:.3g} | {r['argmax_agree']} | {r['graphs']} |"
+            )
     if "latency" in res:
-        lines += ["", "decode step latency (ms, median of 30; ModelRunner.step incl. lm head and logits to host)",
-                  "| mode | 1 token | 8 tokens | 64 tokens | prefill 128 | graphs | capture s |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "decode step latency (ms, median of 30; ModelRunner.step incl. lm head and logits to host)",
+            "| mode | 1 token | 8 tokens | 64 tokens | prefill 128 | graphs | capture s |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for m, r in res["latency"].items():
-            lines.append(f"| {m} | {r['decode_1']} | {r['decode_8']} | {r['decode_64']} | {r['prefill_128']} | "
-                         f"{r.get('graphs', '-')} | {r.get('capture_s', '-')} |")
+            lines.append(
+                f"| {m} | {r['decode_1']} | {r['decode_8']} | {r['decode_64']} | {r['prefill_128']} | "
+                f"{r.get('graphs', '-')} | {r.get('capture_s', '-')} |"
+            )
     if "startup" in res:
-        lines += ["", "start-up, compile_sizes [1, 2, 4, 8] (max-autotune), default cudagraph_mode, one process each",
-                  "| start | mode | warm-up s (compile/load + capture) | capture s | graphs | pieces compiled | "
-                  "loaded | autotune runs (gemm / triton configs / coordesc) | process wall s |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "start-up, compile_sizes [1, 2, 4, 8] (max-autotune), default cudagraph_mode, one process each",
+            "| start | mode | warm-up s (compile/load + capture) | capture s | graphs | pieces compiled | "
+            "loaded | autotune runs (gemm / triton configs / coordesc) | process wall s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for ph, r in res["startup"].items():
             if "error" in r:
                 lines.append(f"| {ph} | error {r['error']} |")
                 continue
             a = r["autotune"]
-            lines.append(f"| {ph} | {r['mode']} | {r['startup_s']} | {r['capture_s']} | {r['graphs']} | {r['compiled']} | "
-                         f"{r['loaded']} | {a['total']} ({a['gemm_autotune']} / {a['triton_benchmark_all']} / "
-                         f"{a['coordesc']}) | {r['process_wall_s']} |")
+            lines.append(
+                f"| {ph} | {r['mode']} | {r['startup_s']} | {r['capture_s']} | {r['graphs']} | {r['compiled']} | "
+                f"{r['loaded']} | {a['total']} ({a['gemm_autotune']} / {a['triton_benchmark_all']} / "
+                f"{a['coordesc']}) | {r['process_wall_s']} |"
+            )
     return "\n".join(lines)
 
 
@@ -298,18 +347,33 @@ def main() -> None:
     small = {"max_num_seqs": 8, "max_model_len": 128, "max_num_batched_tokens": 64}
     res["correctness"] = {}
     if "correctness" in sections:
-        section("correctness tiny", lambda: res["correctness"].__setitem__(
-            "tiny, float32", correctness("tiny", torch.float32, small)))
-        section("correctness model", lambda: res["correctness"].__setitem__(
-            f"{args.model}, {'bfloat16' if DEVICE == 'cuda' else 'float32'}", correctness(args.model, None, small)))
+        section(
+            "correctness tiny",
+            lambda: res["correctness"].__setitem__("tiny, float32", correctness("tiny", torch.float32, small)),
+        )
+        section(
+            "correctness model",
+            lambda: res["correctness"].__setitem__(
+                f"{args.model}, {'bfloat16' if DEVICE == 'cuda' else 'float32'}", correctness(args.model, None, small)
+            ),
+        )
         if DEVICE == "cuda":
-            section("correctness model fp32", lambda: res["correctness"].__setitem__(
-                f"{args.model}, float32", correctness(args.model, torch.float32, small)))
+            section(
+                "correctness model fp32",
+                lambda: res["correctness"].__setitem__(
+                    f"{args.model}, float32", correctness(args.model, torch.float32, small)
+                ),
+            )
     if "latency" in sections:
         section("latency", lambda: res.__setitem__("latency", latency(args.model, kw)))
     if "startup" in sections:
-        section("startup", lambda: res.__setitem__("startup", startup(
-            args.model, {"max_num_seqs": 8, "max_model_len": 256, "max_num_batched_tokens": 64}, out)))
+        section(
+            "startup",
+            lambda: res.__setitem__(
+                "startup",
+                startup(args.model, {"max_num_seqs": 8, "max_model_len": 256, "max_num_batched_tokens": 64}, out),
+            ),
+        )
     log(f"\ntotal {time.perf_counter() - t0:.1f} s\n")
     log(fmt_tables(res))
 

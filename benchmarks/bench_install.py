@@ -64,8 +64,20 @@ total = time.perf_counter() - t0
 print(json.dumps({"total": total, "open": t_open, "phases": getattr(r, "phases", {}), "files": r.files}))
 """
 
-PHASE_ROWS = ("open", "manifest", "preflight", "lock", "plan", "read", "verify", "write", "complete", "fsync", "rename",
-              "cleanup")
+PHASE_ROWS = (
+    "open",
+    "manifest",
+    "preflight",
+    "lock",
+    "plan",
+    "read",
+    "verify",
+    "write",
+    "complete",
+    "fsync",
+    "rename",
+    "cleanup",
+)
 
 
 def make_tree(root: Path, files: int, per_folder: int) -> int:
@@ -83,8 +95,14 @@ def make_tree(root: Path, files: int, per_folder: int) -> int:
             folder.mkdir(parents=True)
         name = f"triton_poi_fused_add_mul_{i // per_folder}{suffixes[i % per_folder % len(suffixes)]}"
         # ~200 bytes, each file its own content (a kernel's metadata)
-        meta = {"name": name, "hash": hashlib.sha256(b"%d" % i).hexdigest(), "num_warps": 4, "num_stages": 3,
-                "shared": i % 4096, "target": {"backend": "cuda", "arch": 90, "warp_size": 32}}
+        meta = {
+            "name": name,
+            "hash": hashlib.sha256(b"%d" % i).hexdigest(),
+            "num_warps": 4,
+            "num_stages": 3,
+            "shared": i % 4096,
+            "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
+        }
         (folder / name).write_text(json.dumps(meta))
     return sum(1 for p in root.rglob("*") if p.is_file())
 
@@ -114,16 +132,28 @@ def prepare(work: Path, files: int, per_folder: int) -> dict:
         push_s, _ = timed(lambda: push(b, store_ref, progress=False))
     tar = work / "tree.tar"
     tar_c, _ = timed(lambda: subprocess.run(["tar", "-cf", str(tar), "-C", str(tree), "."], check=True))
-    return {"files": n, "tree_s": made, "pack_s": packed, "ctb_s": ctb_s, "push_s": push_s, "tar_c_s": tar_c,
-            "ctb": bundle, "store_ref": store_ref, "tar": tar, "pub": pub,
-            "ctb_bytes": bundle.stat().st_size, "tar_bytes": tar.stat().st_size}
+    return {
+        "files": n,
+        "tree_s": made,
+        "pack_s": packed,
+        "ctb_s": ctb_s,
+        "push_s": push_s,
+        "tar_c_s": tar_c,
+        "ctb": bundle,
+        "store_ref": store_ref,
+        "tar": tar,
+        "pub": pub,
+        "ctb_bytes": bundle.stat().st_size,
+        "tar_bytes": tar.stat().st_size,
+    }
 
 
 def cachetool_install(code: Path, how: str, src: str, dest: Path, pub: Path) -> dict:
     """One install by the cachetool at ``code`` (``how``: "ctb" or "store"), in a fresh interpreter."""
     env = dict(os.environ, PYTHONPATH=str(code))
-    p = subprocess.run([sys.executable, "-c", _CHILD, how, src, str(dest), str(pub)], cwd=code, env=env,
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-c", _CHILD, how, src, str(dest), str(pub)], cwd=code, env=env, capture_output=True, text=True
+    )
     if p.returncode:
         raise SystemExit(f"install by {code} ({how}) failed:\n{p.stderr[-2000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -148,7 +178,7 @@ def warm(paths: list[Path]) -> None:
     a shared box another job's memory use evicts any of them between runs)."""
     files = [str(f) for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()]
     for i in range(0, len(files), 2000):
-        subprocess.run(["cat", *files[i:i + 2000]], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(["cat", *files[i : i + 2000]], stdout=subprocess.DEVNULL, check=True)
 
 
 def settle(work: Path) -> None:
@@ -162,13 +192,17 @@ def run_all(work: Path, prep: dict, before: Path | None, repeat: int) -> dict[st
     """Every install ``repeat`` times, alternating (a loaded box slows them alike), each from a warm page cache;
     median seconds by phase."""
     ctb, ref, pub, store = str(prep["ctb"]), prep["store_ref"], prep["pub"], work / "store"
-    jobs = [("install .ctb", prep["ctb"], lambda d: cachetool_install(HERE, "ctb", ctb, d, pub)),
-            ("pull file://", store, lambda d: cachetool_install(HERE, "store", ref, d, pub)),
-            ("tar -x", prep["tar"], lambda d: tar_extract(prep["tar"], d, False)),
-            ("tar -x; sync -f", prep["tar"], lambda d: tar_extract(prep["tar"], d, True))]
+    jobs = [
+        ("install .ctb", prep["ctb"], lambda d: cachetool_install(HERE, "ctb", ctb, d, pub)),
+        ("pull file://", store, lambda d: cachetool_install(HERE, "store", ref, d, pub)),
+        ("tar -x", prep["tar"], lambda d: tar_extract(prep["tar"], d, False)),
+        ("tar -x; sync -f", prep["tar"], lambda d: tar_extract(prep["tar"], d, True)),
+    ]
     if before is not None:
-        jobs += [("before: .ctb", prep["ctb"], lambda d: cachetool_install(before, "ctb", ctb, d, pub)),
-                 ("before: file://", store, lambda d: cachetool_install(before, "store", ref, d, pub))]
+        jobs += [
+            ("before: .ctb", prep["ctb"], lambda d: cachetool_install(before, "ctb", ctb, d, pub)),
+            ("before: file://", store, lambda d: cachetool_install(before, "store", ref, d, pub)),
+        ]
     runs: dict[str, list[dict]] = {}
     for i in range(repeat):
         for j, (name, source, job) in enumerate(jobs):
@@ -176,13 +210,21 @@ def run_all(work: Path, prep: dict, before: Path | None, repeat: int) -> dict[st
             warm([source])
             runs.setdefault(name, []).append(job(dest))
             settle(work)
-    return {name: {k: statistics.median(r.get(k, 0.0) for r in rs) for k in {k for r in rs for k in r}}
-            for name, rs in runs.items()}
+    return {
+        name: {k: statistics.median(r.get(k, 0.0) for r in rs) for k in {k for r in rs for k in r}}
+        for name, rs in runs.items()
+    }
 
 
 def machine() -> str:
-    model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                  if ln.startswith("model name")), platform.processor())
+    model = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
     return f"{model}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
 
@@ -198,22 +240,29 @@ def render(prep: dict, results: dict[str, dict], load: tuple[tuple, tuple], fs_t
     cols = list(results)
     rows = [r for r in PHASE_ROWS if any(r in results[c] for c in cols)] + ["total"]
     w = max(len(c) for c in cols) + 2
-    lines = [f"{prep['files']:,} files ({prep['ctb_bytes'] / (1 << 20):.1f} MiB .ctb, {prep['tar_bytes'] / (1 << 20):.1f} "
-             f"MiB tar); {machine()}; {fs_type}",
-             f"load average (1, 5, 15 min, as uptime prints it) {_load(load[0])} at the start, {_load(load[1])} at "
-             "the end"
-             + (f"; medians of {repeat}" if repeat > 1 else ""),
-             f"{'seconds':10}" + "".join(f"{c:>{w}}" for c in cols)]
+    lines = [
+        f"{prep['files']:,} files ({prep['ctb_bytes'] / (1 << 20):.1f} MiB .ctb, {prep['tar_bytes'] / (1 << 20):.1f} "
+        f"MiB tar); {machine()}; {fs_type}",
+        f"load average (1, 5, 15 min, as uptime prints it) {_load(load[0])} at the start, {_load(load[1])} at "
+        "the end" + (f"; medians of {repeat}" if repeat > 1 else ""),
+        f"{'seconds':10}" + "".join(f"{c:>{w}}" for c in cols),
+    ]
     for r in rows:
         cells = [f"{results[c][r]:.2f}" if r in results[c] else "-" for c in cols]
         lines.append(f"{r:10}" + "".join(f"{x:>{w}}" for x in cells))
     tar_x = results["tar -x"]["total"]
     lines.append(f"{'x tar -x':10}" + "".join(f"{results[c]['total'] / tar_x:>{w}.1f}" for c in cols))
-    lines.append(f"for context: tree written in {prep['tree_s']:.1f} s, pack (hash, compress, sign) {prep['pack_s']:.1f} s, "
-                 f".ctb written {prep['ctb_s']:.1f} s, push to file:// {prep['push_s']:.1f} s, tar -c {prep['tar_c_s']:.1f} s")
+    lines.append(
+        f"for context: tree written in {prep['tree_s']:.1f} s, pack (hash, compress, sign) {prep['pack_s']:.1f} s, "
+        f".ctb written {prep['ctb_s']:.1f} s, push to file:// {prep['push_s']:.1f} s, tar -c {prep['tar_c_s']:.1f} s"
+    )
     ours = [c for c in cols if c in ("install .ctb", "pull file://")]
-    lines.append(f"target <= {TARGET_S:.0f} s: " + ", ".join(
-        f"{c} {results[c]['total']:.1f} s {'met' if results[c]['total'] <= TARGET_S else 'MISSED'}" for c in ours))
+    lines.append(
+        f"target <= {TARGET_S:.0f} s: "
+        + ", ".join(
+            f"{c} {results[c]['total']:.1f} s {'met' if results[c]['total'] <= TARGET_S else 'MISSED'}" for c in ours
+        )
+    )
     return "\n".join(lines)
 
 
@@ -233,8 +282,12 @@ def main() -> int:
         load0 = os.getloadavg()
         results = run_all(work, prep, args.before.resolve() if args.before else None, args.repeat)
         load1 = os.getloadavg()
-        fs_type = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", str(work)], capture_output=True,
-                                 text=True).stdout.strip() or "file system unknown"
+        fs_type = (
+            subprocess.run(
+                ["findmnt", "-n", "-o", "FSTYPE", "-T", str(work)], capture_output=True, text=True
+            ).stdout.strip()
+            or "file system unknown"
+        )
         if args.json:
             print(json.dumps({"files": prep["files"], "results": results, "load": [load0, load1]}, indent=2))
         else:

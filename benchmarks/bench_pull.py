@@ -49,8 +49,9 @@ with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as r:
 
 def cli(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cachetool", *args], capture_output=True, text=True,
-                          env=env, cwd=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", *args], capture_output=True, text=True, env=env, cwd=str(REPO)
+    )
     return proc, time.perf_counter() - t0
 
 
@@ -62,7 +63,7 @@ def must(proc: subprocess.CompletedProcess[str], what: str) -> None:
 
 def time_pull(ref: str, work: Path, pub: Path, env: dict[str, str], extra: list[str], repeat: int) -> dict:
     walls, own, pre = [], [], []
-    for i in range(repeat):
+    for _i in range(repeat):
         root = work / f"pull-{len(list(work.glob('pull-*')))}"
         proc, wall = cli("pull", ref, "--cache-root", str(root), "--trust", str(pub), "--json", *extra, env=env)
         must(proc, f"pull {ref} {' '.join(extra)}")
@@ -71,8 +72,13 @@ def time_pull(ref: str, work: Path, pub: Path, env: dict[str, str], extra: list[
         own.append(doc["seconds"])
         pre.append(doc["install"].get("preflight_seconds", 0.0))
         shutil.rmtree(root)
-    return {"wall": statistics.median(walls), "own": statistics.median(own), "preflight": statistics.median(pre),
-            "bytes": doc["bytes_downloaded"], "checked": ", ".join(doc["install"]["preflight"])}
+    return {
+        "wall": statistics.median(walls),
+        "own": statistics.median(own),
+        "preflight": statistics.median(pre),
+        "bytes": doc["bytes_downloaded"],
+        "checked": ", ".join(doc["install"]["preflight"]),
+    }
 
 
 def time_plain(src: str, work: Path, env: dict[str, str], repeat: int) -> dict:
@@ -80,20 +86,29 @@ def time_plain(src: str, work: Path, env: dict[str, str], repeat: int) -> dict:
     for _ in range(repeat):
         dest = work / "plain-out"
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", PLAIN_FETCH, src, str(dest)], capture_output=True, text=True,
-                              env=env)
+        proc = subprocess.run(
+            [sys.executable, "-c", PLAIN_FETCH, src, str(dest)], capture_output=True, text=True, env=env
+        )
         walls.append(time.perf_counter() - t0)
         must(proc, f"plain fetch of {src}")
         shutil.rmtree(dest)
-    return {"wall": statistics.median(walls), "own": None, "preflight": None, "bytes": None,
-            "checked": "nothing (no signature, no preflight)"}
+    return {
+        "wall": statistics.median(walls),
+        "own": None,
+        "preflight": None,
+        "bytes": None,
+        "checked": "nothing (no signature, no preflight)",
+    }
 
 
 def tar_zst(root: Path, out: Path) -> int:
     import zstandard
 
-    with (open(out, "wb") as f, zstandard.ZstdCompressor(level=3).stream_writer(f) as z,
-          tarfile.open(fileobj=z, mode="w|") as tar):
+    with (
+        open(out, "wb") as f,
+        zstandard.ZstdCompressor(level=3).stream_writer(f) as z,
+        tarfile.open(fileobj=z, mode="w|") as tar,
+    ):
         tar.add(root, arcname=".")
     return out.stat().st_size
 
@@ -134,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(args.root) if args.root else work / "warm-root"
         cc = ["--compilation-config", args.compilation_config] if args.compilation_config else []
         if not args.root:
-            proc, wall = cli("warm", "--model", args.model, "--device", args.device, "--cache-root", str(root),
-                             *cc, env=base_env)
+            proc, wall = cli(
+                "warm", "--model", args.model, "--device", args.device, "--cache-root", str(root), *cc, env=base_env
+            )
             must(proc, "warm")
             print(f"  warmed {args.model} on {args.device} in {wall:.1f} s", flush=True)
         key = work / "k.key"
@@ -156,34 +172,52 @@ def main(argv: list[str] | None = None) -> int:
                 must(cli("push", str(root), ref, "--sign-key", str(key), env=env)[0], f"push to {store}")
                 dev = ["--device", args.device]
                 rows.append((store, "cachetool pull", time_pull(ref, work, pub, env, dev, args.repeat)))
-                rows.append((store, "cachetool pull --model", time_pull(ref, work, pub, env,
-                                                                        [*dev, "--model", args.model, *cc], args.repeat)))
+                rows.append(
+                    (
+                        store,
+                        "cachetool pull --model",
+                        time_pull(ref, work, pub, env, [*dev, "--model", args.model, *cc], args.repeat),
+                    )
+                )
                 if store == "file":
-                    rows.append((store, "plain: copy + tar.zst extract", time_plain(str(tarball), work, env,
-                                                                                    args.repeat)))
+                    rows.append(
+                        (store, "plain: copy + tar.zst extract", time_plain(str(tarball), work, env, args.repeat))
+                    )
                 elif store == "s3":
                     import boto3
 
                     bucket = prefix[5:].split("/", 1)[0]
-                    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                                 aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                                 region_name=env["AWS_DEFAULT_REGION"]).upload_file(str(tarball), bucket,
-                                                                                    "plain/cache.tar.zst")
-                    rows.append((store, "plain: boto3 get + extract",
-                                 time_plain(f"s3://{bucket}/plain/cache.tar.zst", work, env, args.repeat)))
+                    boto3.client(
+                        "s3",
+                        endpoint_url=env["AWS_ENDPOINT_URL"],
+                        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                        region_name=env["AWS_DEFAULT_REGION"],
+                    ).upload_file(str(tarball), bucket, "plain/cache.tar.zst")
+                    rows.append(
+                        (
+                            store,
+                            "plain: boto3 get + extract",
+                            time_plain(f"s3://{bucket}/plain/cache.tar.zst", work, env, args.repeat),
+                        )
+                    )
                 print(f"  {store}: done", flush=True)
         finally:
             for server in running:
                 server.stop_all()
-    print(f"model {args.model} ({args.device}) · tree {sum(1 for _ in root.rglob('*')) if args.root else '-'} "
-          f"entries, tar.zst {size / 1e6:.2f} MB · {os.cpu_count()} CPUs · median of {args.repeat} cold processes")
+    print(
+        f"model {args.model} ({args.device}) · tree {sum(1 for _ in root.rglob('*')) if args.root else '-'} "
+        f"entries, tar.zst {size / 1e6:.2f} MB · {os.cpu_count()} CPUs · median of {args.repeat} cold processes"
+    )
     header = f"{'store':<6} {'method':<32} {'wall s':>7} {'own s':>7} {'preflight s':>11} {'bytes':>10}  checked"
     print(header)
     print("-" * len(header))
     for store, method, r in rows:
         fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
-        print(f"{store:<6} {method:<32} {r['wall']:>7.2f} {fmt(r['own'], '>7.2f'):>7} "
-              f"{fmt(r['preflight'], '>11.3f'):>11} {fmt(r['bytes'], '>10d'):>10}  {r['checked']}")
+        print(
+            f"{store:<6} {method:<32} {r['wall']:>7.2f} {fmt(r['own'], '>7.2f'):>7} "
+            f"{fmt(r['preflight'], '>11.3f'):>11} {fmt(r['bytes'], '>10d'):>10}  {r['checked']}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps([{"store": s, "method": m, **r} for s, m, r in rows], indent=1))
     return 0

@@ -41,6 +41,7 @@ RESULT = "BENCH_RESULT "
 
 # ---------------------------------------------------------------------- the worker (one variant, one process)
 
+
 def worker(args: argparse.Namespace) -> None:
     import torch
 
@@ -54,12 +55,19 @@ def worker(args: argparse.Namespace) -> None:
         t = time.perf_counter()
         torch.compiler.load_cache_artifacts(Path(args.load_mega).read_bytes())
         mega_load = time.perf_counter() - t
-    cfg = CompilationConfig.from_dict({**json.loads(args.compilation_config), "mode": args.mode,
-                                       "cache_dir": args.root})
+    cfg = CompilationConfig.from_dict(
+        {**json.loads(args.compilation_config), "mode": args.mode, "cache_dir": args.root}
+    )
     t0 = time.perf_counter()
-    runner = ModelRunner(args.model, args.device, cfg, max_num_batched_tokens=args.max_tokens,
-                         max_model_len=max(256, args.max_tokens), max_num_seqs=4,
-                         save_aot_entry=True if args.warm else None)
+    runner = ModelRunner(
+        args.model,
+        args.device,
+        cfg,
+        max_num_batched_tokens=args.max_tokens,
+        max_model_len=max(256, args.max_tokens),
+        max_num_seqs=4,
+        save_aot_entry=True if args.warm else None,
+    )
     build = time.perf_counter() - t0
     t_built = time.time()
     if args.profile:
@@ -82,15 +90,22 @@ def worker(args: argparse.Namespace) -> None:
     state = runner.compile_state
     stock = args.mode == 1
     out = {
-        "build_s": round(build, 3), "startup_s": round(startup + mega_load, 3), "mega_load_s": round(mega_load, 3),
+        "build_s": round(build, 3),
+        "startup_s": round(startup + mega_load, 3),
+        "mega_load_s": round(mega_load, 3),
         "capture_s": round(runner.graphs.capture_seconds, 3),
         "compiled": int(inductor.get("fxgraph_cache_miss", 0)) if stock else counters.graphs_compiled,
         "loaded": int(inductor.get("fxgraph_cache_hit", 0)) if stock else counters.graphs_loaded,
-        "dynamo_traces": int(torch_compat.dynamo_counters()["stats"].get("unique_graphs", 0)) if stock
+        "dynamo_traces": int(torch_compat.dynamo_counters()["stats"].get("unique_graphs", 0))
+        if stock
         else counters.dynamo_traces,
-        "hot_path": getattr(state, "hot_path", None), "phases": startup_phases(state, startup, runner),
-        "key_source": getattr(state, "key_source", None), "loader": dict(torch_compat.hot_load_report),
-        "checksum": wl.checksum, "ready_at": ready_at, "build_at": t_built,
+        "hot_path": getattr(state, "hot_path", None),
+        "phases": startup_phases(state, startup, runner),
+        "key_source": getattr(state, "key_source", None),
+        "loader": dict(torch_compat.hot_load_report),
+        "checksum": wl.checksum,
+        "ready_at": ready_at,
+        "build_at": t_built,
     }
     out["done_at"] = time.time()
     print(RESULT + json.dumps(out), flush=True)
@@ -107,6 +122,7 @@ def startup_phases(state, startup: float, runner) -> dict:  # noqa: ANN001
 
 # ---------------------------------------------------------------------- the driver
 
+
 def child_env(args: argparse.Namespace, inductor_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
@@ -120,11 +136,27 @@ def child_env(args: argparse.Namespace, inductor_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_variant(name: str, args: argparse.Namespace, *, mode: int, root: Path, inductor_dir: Path,
-                extra: list[str] = ()) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--mode", str(mode), "--root", str(root),
-           "--model", args.model, "--device", args.device, "--max-tokens", str(args.max_tokens),
-           "--compilation-config", args.compilation_config, *extra]
+def run_variant(
+    name: str, args: argparse.Namespace, *, mode: int, root: Path, inductor_dir: Path, extra: list[str] = ()
+) -> dict:
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--mode",
+        str(mode),
+        "--root",
+        str(root),
+        "--model",
+        args.model,
+        "--device",
+        args.device,
+        "--max-tokens",
+        str(args.max_tokens),
+        "--compilation-config",
+        args.compilation_config,
+        *extra,
+    ]
     t0 = time.perf_counter()
     spawned = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(args, inductor_dir), cwd=str(REPO))
@@ -133,30 +165,46 @@ def run_variant(name: str, args: argparse.Namespace, *, mode: int, root: Path, i
     if proc.returncode != 0 or line is None:
         sys.stderr.write(proc.stderr[-4000:])
         raise SystemExit(f"{name}: worker failed (exit {proc.returncode})")
-    result = json.loads(line[len(RESULT):])
-    result.update(variant=name, process_s=round(wall, 3), ready_s=round(result["ready_at"] - spawned, 3),
-                  to_build_s=round(result["build_at"] - spawned - result["build_s"], 3),
-                  exit_s=round(spawned + wall - result["done_at"], 3))
-    print(f"  done: {name}: start-up {result['startup_s']:.2f} s, exec → first forward {result['ready_s']:.2f} s, "
-          f"process {wall:.2f} s (exec → build {result['to_build_s']:.2f}, build {result['build_s']:.2f}, exit "
-          f"{result['exit_s']:.2f}), compiled {result['compiled']}, loaded {result['loaded']}, traces "
-          f"{result['dynamo_traces']}, phases {result['phases']}, key {result['key_source']}, "
-          f"loader {result['loader']}", flush=True)
+    result = json.loads(line[len(RESULT) :])
+    result.update(
+        variant=name,
+        process_s=round(wall, 3),
+        ready_s=round(result["ready_at"] - spawned, 3),
+        to_build_s=round(result["build_at"] - spawned - result["build_s"], 3),
+        exit_s=round(spawned + wall - result["done_at"], 3),
+    )
+    print(
+        f"  done: {name}: start-up {result['startup_s']:.2f} s, exec → first forward {result['ready_s']:.2f} s, "
+        f"process {wall:.2f} s (exec → build {result['to_build_s']:.2f}, build {result['build_s']:.2f}, exit "
+        f"{result['exit_s']:.2f}), compiled {result['compiled']}, loaded {result['loaded']}, traces "
+        f"{result['dynamo_traces']}, phases {result['phases']}, key {result['key_source']}, "
+        f"loader {result['loader']}",
+        flush=True,
+    )
     return result
 
 
-PRIMED_MODULES = ("torch", "torch._dynamo", "torch._dynamo.aot_compile", "torch._inductor.compile_fx",
-                  "torch._inductor.standalone_compile", "torch._functorch._aot_autograd.autograd_cache",
-                  "torch._inductor.codegen.triton", "compiler.runner", "compiler.piecewise_backend")
+PRIMED_MODULES = (
+    "torch",
+    "torch._dynamo",
+    "torch._dynamo.aot_compile",
+    "torch._inductor.compile_fx",
+    "torch._inductor.standalone_compile",
+    "torch._functorch._aot_autograd.autograd_cache",
+    "torch._inductor.codegen.triton",
+    "compiler.runner",
+    "compiler.piecewise_backend",
+)
 
 
 def prime_pycache(args: argparse.Namespace, base: Path) -> None:
     """One throw-away process that imports what every variant imports, writing the ``.pyc`` files that each would
     otherwise compile itself (modules first imported by a compile are written by the cold variants)."""
-    code = "import importlib\nfor m in %r: importlib.import_module(m)" % (PRIMED_MODULES,)
+    code = f"import importlib\nfor m in {PRIMED_MODULES!r}: importlib.import_module(m)"
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, env=child_env(args, base / "prime_inductor"),
-                   cwd=str(REPO))
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, env=child_env(args, base / "prime_inductor"), cwd=str(REPO)
+    )
     print(f"  primed the bytecode cache in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
@@ -164,13 +212,28 @@ def run_all(args: argparse.Namespace, base: Path) -> list[dict]:
     stock_dir, mega_dir = base / "stock_inductor", base / "mega_inductor"
     mega = base / "mega.bin"
     root, no_entry = base / "root", base / "root_no_entry"
-    rows = [run_variant("stock torch.compile, cold", args, mode=1, root=base / "unused", inductor_dir=stock_dir,
-                        extra=["--save-mega", str(mega)]),
-            run_variant("stock torch.compile, warm", args, mode=1, root=base / "unused", inductor_dir=stock_dir),
-            run_variant("Mega-Cache (load_cache_artifacts)", args, mode=1, root=base / "unused",
-                        inductor_dir=mega_dir, extra=["--load-mega", str(mega)]),
-            run_variant("pipeline cold (warm)", args, mode=3, root=root, inductor_dir=base / "p_inductor",
-                        extra=["--warm"])]
+    rows = [
+        run_variant(
+            "stock torch.compile, cold",
+            args,
+            mode=1,
+            root=base / "unused",
+            inductor_dir=stock_dir,
+            extra=["--save-mega", str(mega)],
+        ),
+        run_variant("stock torch.compile, warm", args, mode=1, root=base / "unused", inductor_dir=stock_dir),
+        run_variant(
+            "Mega-Cache (load_cache_artifacts)",
+            args,
+            mode=1,
+            root=base / "unused",
+            inductor_dir=mega_dir,
+            extra=["--load-mega", str(mega)],
+        ),
+        run_variant(
+            "pipeline cold (warm)", args, mode=3, root=root, inductor_dir=base / "p_inductor", extra=["--warm"]
+        ),
+    ]
     shutil.copytree(root, no_entry, symlinks=True)
     for entry in no_entry.rglob("aot_entry.bin"):
         entry.unlink()
@@ -178,36 +241,55 @@ def run_all(args: argparse.Namespace, base: Path) -> list[dict]:
     rows.append(run_variant("hot, AOT entry", args, mode=3, root=root, inductor_dir=base / "a_inductor"))
     if args.profile_dir:  # one more AOT start under cProfile (not in the table: the profiler slows it)
         Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
-        run_variant("hot, AOT entry (profiled)", args, mode=3, root=root, inductor_dir=base / "a2_inductor",
-                    extra=["--profile", str(Path(args.profile_dir) / "aot_hot_start.prof.txt")])
+        run_variant(
+            "hot, AOT entry (profiled)",
+            args,
+            mode=3,
+            root=root,
+            inductor_dir=base / "a2_inductor",
+            extra=["--profile", str(Path(args.profile_dir) / "aot_hot_start.prof.txt")],
+        )
     return rows
 
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:
     import torch
 
-    print(f"model {args.model} on {args.device} · torch {torch.__version__} · {os.cpu_count()} CPUs · "
-          f"compilation config {args.compilation_config} · start-up batch {args.max_tokens} tokens · "
-          f"PYTHONPYCACHEPREFIX={'set, primed' if args.pycache else 'unset'}")
-    header = (f"{'variant':<34} {'start-up s':>10} {'capture s':>9} {'ready s':>8} {'process s':>9} "
-              f"{'exit s':>6} {'compiled':>8} {'loaded':>6} {'traces':>6} {'same':>5}")
+    print(
+        f"model {args.model} on {args.device} · torch {torch.__version__} · {os.cpu_count()} CPUs · "
+        f"compilation config {args.compilation_config} · start-up batch {args.max_tokens} tokens · "
+        f"PYTHONPYCACHEPREFIX={'set, primed' if args.pycache else 'unset'}"
+    )
+    header = (
+        f"{'variant':<34} {'start-up s':>10} {'capture s':>9} {'ready s':>8} {'process s':>9} "
+        f"{'exit s':>6} {'compiled':>8} {'loaded':>6} {'traces':>6} {'same':>5}"
+    )
     print(header)
     print("-" * len(header))
     cold = {1: rows[0]["checksum"], 3: rows[3]["checksum"]}
     for i, r in enumerate(rows):
         same = r["checksum"] == (cold[1] if i < 3 else cold[3])
-        print(f"{r['variant']:<34} {r['startup_s']:>10.2f} {r['capture_s']:>9.2f} {r['ready_s']:>8.2f} "
-              f"{r['process_s']:>9.2f} {r['exit_s']:>6.2f} {r['compiled']:>8} {r['loaded']:>6} "
-              f"{r['dynamo_traces']:>6} {'yes' if same else 'NO':>5}")
+        print(
+            f"{r['variant']:<34} {r['startup_s']:>10.2f} {r['capture_s']:>9.2f} {r['ready_s']:>8.2f} "
+            f"{r['process_s']:>9.2f} {r['exit_s']:>6.2f} {r['compiled']:>8} {r['loaded']:>6} "
+            f"{r['dynamo_traces']:>6} {'yes' if same else 'NO':>5}"
+        )
     aot, stock_warm, mega = rows[5], rows[1], rows[2]
     best = min(stock_warm["startup_s"], mega["startup_s"])
-    print(f"AOT hot start {aot['startup_s']:.2f} s: {stock_warm['startup_s'] / aot['startup_s']:.1f}x faster than "
-          f"stock warm, {mega['startup_s'] / aot['startup_s']:.1f}x than Mega-Cache, "
-          f"{best / aot['startup_s']:.1f}x than the best of them; exec → first forward {aot['ready_s']:.2f} s vs "
-          f"stock warm's {stock_warm['ready_s']:.2f} s ({aot['ready_s'] / stock_warm['ready_s']:.2f})")
-    print("phases of the hot starts (s): " + " | ".join(
-        f"{r['variant']}: exec → build {r['to_build_s']:.2f}, build {r['build_s']:.2f}, "
-        + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()) for r in rows[4:]))
+    print(
+        f"AOT hot start {aot['startup_s']:.2f} s: {stock_warm['startup_s'] / aot['startup_s']:.1f}x faster than "
+        f"stock warm, {mega['startup_s'] / aot['startup_s']:.1f}x than Mega-Cache, "
+        f"{best / aot['startup_s']:.1f}x than the best of them; exec → first forward {aot['ready_s']:.2f} s vs "
+        f"stock warm's {stock_warm['ready_s']:.2f} s ({aot['ready_s'] / stock_warm['ready_s']:.2f})"
+    )
+    print(
+        "phases of the hot starts (s): "
+        + " | ".join(
+            f"{r['variant']}: exec → build {r['to_build_s']:.2f}, build {r['build_s']:.2f}, "
+            + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
+            for r in rows[4:]
+        )
+    )
     print(f"AOT start: key from {aot['key_source']}; loader {aot['loader']}")
     for line in target_lines(args, aot, stock_warm):
         print(line)
@@ -220,19 +302,25 @@ H200_TARGETS = {("llama-3.2-1b", "NONE"): 1.0, ("llama-3.2-1b", "default"): 1.6,
 def target_lines(args: argparse.Namespace, aot: dict, stock_warm: dict) -> list[str]:
     ratio = stock_warm["startup_s"] / aot["startup_s"]
     if not args.device.startswith("cuda"):
-        return [f"target (CPU): AOT hot start >= 3x faster than stock warm: {'met' if ratio >= 3 else 'MISSED'} "
-                f"({ratio:.1f}x)"]
+        return [
+            f"target (CPU): AOT hot start >= 3x faster than stock warm: {'met' if ratio >= 3 else 'MISSED'} "
+            f"({ratio:.1f}x)"
+        ]
     graphs = json.loads(args.compilation_config).get("cudagraph_mode") or "default"
     bound = H200_TARGETS.get((args.model, graphs))
     lines = []
     if bound is not None:
         ok = aot["startup_s"] <= bound and (graphs != "NONE" or args.model != "llama-3.2-1b" or ratio >= 5)
-        lines.append(f"target (H200, {args.model}, graphs {graphs}): AOT hot start <= {bound} s"
-                     + (" and >= 5x stock warm" if (args.model, graphs) == ("llama-3.2-1b", "NONE") else "")
-                     + f": {'met' if ok else 'MISSED'} ({aot['startup_s']:.2f} s, {ratio:.1f}x)")
+        lines.append(
+            f"target (H200, {args.model}, graphs {graphs}): AOT hot start <= {bound} s"
+            + (" and >= 5x stock warm" if (args.model, graphs) == ("llama-3.2-1b", "NONE") else "")
+            + f": {'met' if ok else 'MISSED'} ({aot['startup_s']:.2f} s, {ratio:.1f}x)"
+        )
     share = aot["ready_s"] / stock_warm["ready_s"]
-    lines.append(f"target (H200): exec → first forward of the AOT start <= 0.5x stock warm's: "
-                 f"{'met' if share <= 0.5 else 'MISSED'} ({share:.2f})")
+    lines.append(
+        f"target (H200): exec → first forward of the AOT start <= 0.5x stock warm's: "
+        f"{'met' if share <= 0.5 else 'MISSED'} ({share:.2f})"
+    )
     return lines
 
 

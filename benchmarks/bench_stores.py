@@ -41,8 +41,10 @@ def make_tree(root: Path, size_mib: int) -> int:
     rng = os.urandom
 
     def content(seed: str) -> bytes:
-        text = (f"def kernel_{seed}(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    x = tl.load(in_ptr0)\n"
-                .encode() * (per // 2 // 80 + 1))[: per // 2]
+        text = (
+            f"def kernel_{seed}(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    x = tl.load(in_ptr0)\n".encode()
+            * (per // 2 // 80 + 1)
+        )[: per // 2]
         return rng(per - len(text)) + text
 
     middle = content("middle")
@@ -103,9 +105,9 @@ def plain_push_pull(tree: Path, work: Path, s3, bucket: str, key: str) -> dict:
 
 
 def cachetool_push_pull(tree: Path, work: Path, ref: str, key_path: Path, pub: Path) -> dict:
+    from cachetool.api import pull
     from cachetool.bundle.packing import pack
     from cachetool.stores import open_store
-    from cachetool.api import pull
     from cachetool.transfer.push import push
 
     out = {}
@@ -196,9 +198,14 @@ def main() -> int:
     ap.add_argument("--endpoint-url", default=None, help="Use this S3 server instead of starting Ceph RGW.")
     ap.add_argument("--bucket", default=None)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--oci-files", type=int, default=0, metavar="N",
-                    help="Instead: N small files + the artifacts through docker-registry (OCI packs); prints the "
-                         "re-push and changed-artifact byte counts.")
+    ap.add_argument(
+        "--oci-files",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Instead: N small files + the artifacts through docker-registry (OCI packs); prints the "
+        "re-push and changed-artifact byte counts.",
+    )
     args = ap.parse_args()
     if args.oci_files:
         work = Path(tempfile.mkdtemp(prefix="ct-bench-oci-"))
@@ -209,10 +216,24 @@ def main() -> int:
         if args.json:
             print(json.dumps(o, indent=2))
             return 0
-        print(f"OCI (docker-registry on 127.0.0.1), {o['files']} small files + artifacts, {o['unique_blobs']} unique blobs")
-        for k in ("pack_s", "push_s", "up_bytes", "repush_s", "repush_bytes", "change1_s", "change1_bytes",
-                  "change1_blobs", "small1_bytes", "small1_blobs", "manifest_and_signature_bytes", "pull_s",
-                  "down_bytes"):
+        print(
+            f"OCI (docker-registry on 127.0.0.1), {o['files']} small files + artifacts, {o['unique_blobs']} unique blobs"
+        )
+        for k in (
+            "pack_s",
+            "push_s",
+            "up_bytes",
+            "repush_s",
+            "repush_bytes",
+            "change1_s",
+            "change1_bytes",
+            "change1_blobs",
+            "small1_bytes",
+            "small1_blobs",
+            "manifest_and_signature_bytes",
+            "pull_s",
+            "down_bytes",
+        ):
             print(f"  {k:30} {o[k]:.2f}" if isinstance(o[k], float) else f"  {k:30} {o[k]}")
         return 0
 
@@ -256,10 +277,16 @@ def main() -> int:
                 ("push: bytes sent", mib(plain["up_bytes"]), mib(ours["up_bytes"])),
                 ("re-push unchanged: time", f"{plain['repush_s']:.1f} s", f"{ours['repush_s']:.2f} s"),
                 ("re-push unchanged: bytes sent", mib(plain["repush_bytes"]), mib(ours["repush_bytes"])),
-                ("re-push, 1 artifact changed: time (incl. pack)", f"{plain['pack_s'] + plain['repush_s']:.1f} s",
-                 f"{ours['change1_s']:.1f} s"),
-                ("re-push, 1 artifact changed: bytes sent", mib(plain["repush_bytes"]),
-                 f"{mib(ours['change1_bytes'])} ({ours['change1_blobs']} blob)"),
+                (
+                    "re-push, 1 artifact changed: time (incl. pack)",
+                    f"{plain['pack_s'] + plain['repush_s']:.1f} s",
+                    f"{ours['change1_s']:.1f} s",
+                ),
+                (
+                    "re-push, 1 artifact changed: bytes sent",
+                    mib(plain["repush_bytes"]),
+                    f"{mib(ours['change1_bytes'])} ({ours['change1_blobs']} blob)",
+                ),
                 ("pull + install: time", f"{plain['pull_s']:.1f} s", f"{ours['pull_s']:.1f} s"),
                 ("pull: bytes received", mib(plain["down_bytes"]), mib(ours["down_bytes"])),
             ]

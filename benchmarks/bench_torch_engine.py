@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 POD_CACHES = (f"/tmp/torchinductor_{getpass.getuser()}", "~/.triton")
 
-PROGRAM = '''
+PROGRAM = """
 import time
 T0 = time.perf_counter()
 import argparse, json, os
@@ -119,7 +119,7 @@ if a.save_mega:
 print("BENCH " + json.dumps({"import_s": round(t_import - T0, 3), "mega_load_s": round(mega_load, 3),
                              "first_forward_s": round(first - T0, 3), "ready_s": round(ready - T0, 3),
                              "mega_bytes": saved, "checksum": round(float(prefill.float().sum()), 2)}))
-'''
+"""
 
 
 def clear_pod_caches() -> None:
@@ -130,8 +130,13 @@ def clear_pod_caches() -> None:
 def cachetool(*args) -> tuple[dict, float]:
     """One ``cachetool ... --json`` process: its JSON object (also on failure) and its wall time."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
-                       cwd=REPO, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [sys.executable, "-m", "cachetool", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t0
     lines = p.stdout.strip().splitlines()
     if p.returncode not in (0, 4) or not lines:
@@ -178,17 +183,34 @@ def pull_like_a_pod(root: Path, dest: Path) -> dict:
     t1 = time.perf_counter()
     api.install(ctb, dest, insecure_skip_verify=True, warn=lambda _m: None)
     t2 = time.perf_counter()
-    return {"how": "pack + install", "pack_s": round(t1 - t0, 3), "install_s": round(t2 - t1, 3),
-            "seconds": round(t2 - t0, 3), "files": packed.files,
-            "bytes": {"raw": packed.bytes.raw, "compressed": packed.bytes.compressed}}
+    return {
+        "how": "pack + install",
+        "pack_s": round(t1 - t0, 3),
+        "install_s": round(t2 - t1, 3),
+        "seconds": round(t2 - t0, 3),
+        "files": packed.files,
+        "bytes": {"raw": packed.bytes.raw, "compressed": packed.bytes.compressed},
+    }
 
 
 def run(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-torch-engine-"))
     prog = work / "program.py"
     prog.write_text(PROGRAM)
-    command = [sys.executable, str(prog), "--device", args.device, "--layers", str(args.layers), "--dim",
-               str(args.dim), "--seq", str(args.seq), "--mode", args.mode]
+    command = [
+        sys.executable,
+        str(prog),
+        "--device",
+        args.device,
+        "--layers",
+        str(args.layers),
+        "--dim",
+        str(args.dim),
+        "--seq",
+        str(args.seq),
+        "--mode",
+        args.mode,
+    ]
     mega = work / "mega.bin"
     rows: dict[str, dict] = {}
     if args.fresh_pod:
@@ -212,8 +234,9 @@ def run(args) -> dict:
         pod()
         shutil.rmtree(work / "mega-root", ignore_errors=True)
 
-    rows["mega-cache"] = median_start(args.repeat, fresh_empty, work / "mega-root",
-                                      [*command, "--load-mega", str(mega)])
+    rows["mega-cache"] = median_start(
+        args.repeat, fresh_empty, work / "mega-root", [*command, "--load-mega", str(mega)]
+    )
     print("== kept: check on the warm's own root", flush=True)
     rows["kept"] = median_start(args.repeat, lambda: None, work / "warm-root", command)
     shutil.rmtree(work, ignore_errors=True)
@@ -223,24 +246,37 @@ def run(args) -> dict:
 def table(result: dict) -> str:
     rows = result["rows"]
     cold, kept = rows["cold"]["program"]["ready_s"], rows["kept"]["program"]["ready_s"]
-    out = ["| variant | first forward | ready (prefill + decode; runs) | process | FX graphs loaded / compiled | "
-           "C++ / Triton kernels built | autotuning | vs kept | vs cold |", "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| variant | first forward | ready (prefill + decode; runs) | process | FX graphs loaded / compiled | "
+        "C++ / Triton kernels built | autotuning | vs kept | vs cold |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in rows.items():
         p = r["program"]
         runs = r.get("ready_runs", [])
         spread = f" ({', '.join(f'{x:.1f}' for x in runs)})" if len(runs) > 1 else ""
-        out.append(f"| {name} | {p['first_forward_s']:.2f} s | {p['ready_s']:.2f} s{spread} | {r['seconds']:.2f} s | "
-                   f"{r['fx_graph_hits']} / {r['graphs_compiled']} | {r['cpp_kernels_built']} / "
-                   f"{r['triton_kernels_built']} | {r['autotune_benchmarks'] + r['autotune_results_written']} | "
-                   f"{p['ready_s'] / kept:.2f}x | {p['ready_s'] / cold:.2f}x |")
+        out.append(
+            f"| {name} | {p['first_forward_s']:.2f} s | {p['ready_s']:.2f} s{spread} | {r['seconds']:.2f} s | "
+            f"{r['fx_graph_hits']} / {r['graphs_compiled']} | {r['cpp_kernels_built']} / "
+            f"{r['triton_kernels_built']} | {r['autotune_benchmarks'] + r['autotune_results_written']} | "
+            f"{p['ready_s'] / kept:.2f}x | {p['ready_s'] / cold:.2f}x |"
+        )
     pull = result["pull"]
     out.append("")
-    out.append(f"pull ({pull['how']}): {pull['seconds']:.2f} s" + (
-        f" (pack {pull['pack_s']:.2f} s, install {pull['install_s']:.2f} s; {pull['files']} files, "
-        f"{pull['bytes']['compressed']} bytes compressed)" if "pack_s" in pull else ""))
-    out.append(f"Mega-Cache artifacts: {rows['cold']['program']['mega_bytes']} bytes, loaded in "
-               f"{rows['mega-cache']['program']['mega_load_s']:.2f} s; every row's checksum equal: "
-               f"{len({r['program']['checksum'] for r in rows.values()}) == 1}")
+    out.append(
+        f"pull ({pull['how']}): {pull['seconds']:.2f} s"
+        + (
+            f" (pack {pull['pack_s']:.2f} s, install {pull['install_s']:.2f} s; {pull['files']} files, "
+            f"{pull['bytes']['compressed']} bytes compressed)"
+            if "pack_s" in pull
+            else ""
+        )
+    )
+    out.append(
+        f"Mega-Cache artifacts: {rows['cold']['program']['mega_bytes']} bytes, loaded in "
+        f"{rows['mega-cache']['program']['mega_load_s']:.2f} s; every row's checksum equal: "
+        f"{len({r['program']['checksum'] for r in rows.values()}) == 1}"
+    )
     return "\n".join(out)
 
 
@@ -252,8 +288,12 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--fresh-pod", action="store_true", help="remove the per-user caches a new pod lacks first")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each check row; the median is shown")
-    ap.add_argument("--mode", default=None, help="torch.compile's mode (default: max-autotune-no-cudagraphs on CUDA, "
-                    "Inductor's default on the CPU; 'default' for Inductor's default anywhere)")
+    ap.add_argument(
+        "--mode",
+        default=None,
+        help="torch.compile's mode (default: max-autotune-no-cudagraphs on CUDA, "
+        "Inductor's default on the CPU; 'default' for Inductor's default anywhere)",
+    )
     ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")

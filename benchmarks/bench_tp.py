@@ -92,7 +92,9 @@ def main() -> int:
         print(f"{name:<20} {ranks:>5} {files:>6} {raw:>12,} {unique:>13,} {ctb:>11,} {blobs:>6} {secs:>7.1f}")
     print("-" * len(head))
     for name, _, _, raw, unique, ctb, _, _ in rows[1:]:
-        print(f"{name:<20} vs TP=1: raw x{raw / base[3]:.2f}, unique x{unique / base[4]:.2f}, .ctb x{ctb / base[5]:.2f}")
+        print(
+            f"{name:<20} vs TP=1: raw x{raw / base[3]:.2f}, unique x{unique / base[4]:.2f}, .ctb x{ctb / base[5]:.2f}"
+        )
     return 0
 
 

@@ -34,13 +34,19 @@ def cachetool(*args, env: dict | None = None) -> tuple[subprocess.CompletedProce
     import os
 
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
-                       cwd=REPO, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    p = subprocess.run(
+        [sys.executable, "-m", "cachetool", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
     return p, time.perf_counter() - t0
 
 
 def json_of(p: subprocess.CompletedProcess) -> dict:
-    return json.loads(p.stdout[p.stdout.index("{"):]) if "{" in p.stdout else {}
+    return json.loads(p.stdout[p.stdout.index("{") :]) if "{" in p.stdout else {}
 
 
 def warm(model: Path, flags: list[str], work: Path, warm_root: Path | None) -> str:
@@ -50,12 +56,16 @@ def warm(model: Path, flags: list[str], work: Path, warm_root: Path | None) -> s
     cachetool("keygen", "-o", work / "k")
     if warm_root is None:
         warm_root = work / "warm-root"
-        p, wall = cachetool("warm", "--engine", "vllm", "--model", model, "--cache-root", warm_root, "--json", "--",
-                            *flags)
+        p, wall = cachetool(
+            "warm", "--engine", "vllm", "--model", model, "--cache-root", warm_root, "--json", "--", *flags
+        )
         if p.returncode:
             raise SystemExit(f"warm failed (exit {p.returncode}): {p.stderr[-2000:]}")
-        print(f"warm: {wall:.1f} s wall (vLLM's facts recorded in "
-              f"{json_of(p).get('compile', json_of(p)).get('phases', {}).get('facts', '?')} s)", flush=True)
+        print(
+            f"warm: {wall:.1f} s wall (vLLM's facts recorded in "
+            f"{json_of(p).get('compile', json_of(p)).get('phases', {}).get('facts', '?')} s)",
+            flush=True,
+        )
     p, _ = cachetool("pack", warm_root, "-o", work / "bundle.ctb", "--sign-key", work / "k")
     if p.returncode:
         raise SystemExit(f"pack failed (exit {p.returncode}): {p.stderr[-2000:]}")
@@ -66,8 +76,24 @@ def warm(model: Path, flags: list[str], work: Path, warm_root: Path | None) -> s
 
 
 def pull_row(ref: str, work: Path, root: Path, model: Path, flags: list[str], row) -> dict:
-    p, wall = cachetool("pull", ref, "--cache-root", root, "--trust", f"{work}/k.pub", "--engine", "vllm", "--json",
-                        "--", str(model), *flags, *row.flags, *HEADLESS, *API, env=row.env)
+    p, wall = cachetool(
+        "pull",
+        ref,
+        "--cache-root",
+        root,
+        "--trust",
+        f"{work}/k.pub",
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        str(model),
+        *flags,
+        *row.flags,
+        *HEADLESS,
+        *API,
+        env=row.env,
+    )
     doc = json_of(p)
     verdict = {"installed": "hit", "miss": "miss", "not-needed": "eager"}.get(doc.get("outcome"), "error")
     if doc.get("compiles_nothing"):
@@ -85,15 +111,24 @@ def judge_row(verdict: str, ref_root: Path, work: Path, model: Path, flags: list
     from tests.vllm_oracle.server import serve_once
 
     if verdict == "miss":
-        cachetool("install", work / "bundle.ctb", "--cache-root", ref_root, "--trust", f"{work}/k.pub",
-                  "--no-preflight")
+        cachetool(
+            "install", work / "bundle.ctb", "--cache-root", ref_root, "--trust", f"{work}/k.pub", "--no-preflight"
+        )
     api_key = "k" if "--api-key" in row.flags else None
-    run = serve_once(str(model), ref_root, [*flags, *[f for f in row.flags if f not in ("--api-key", "k")],
-                                            *HEADLESS], env=row.env, api_key=api_key,
-                     stop_when_compiling=verdict == "miss")
-    did = (f"compiled ({len(run.new_key_folders)} new key folder(s), {', '.join(run.evidence) or 'nothing else'}; "
-           f"log {run.log})" if run.compiled
-           else "compiled nothing" + ("" if run.completion else ", NO ANSWER"))
+    run = serve_once(
+        str(model),
+        ref_root,
+        [*flags, *[f for f in row.flags if f not in ("--api-key", "k")], *HEADLESS],
+        env=row.env,
+        api_key=api_key,
+        stop_when_compiling=verdict == "miss",
+    )
+    did = (
+        f"compiled ({len(run.new_key_folders)} new key folder(s), {', '.join(run.evidence) or 'nothing else'}; "
+        f"log {run.log})"
+        if run.compiled
+        else "compiled nothing" + ("" if run.completion else ", NO ANSWER")
+    )
     # an eager server is judged as tests/engines/vllm/real/test_real_server.py judges it: up, and nothing compiled
     # (vLLM 0.32's eager CPU path dies at its first request on an AVX-512 box: its own fault, shown as NO ANSWER, not
     # a disagreement)
@@ -107,10 +142,18 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="llama-3.2-1b, a model folder, or the tiny Llama (default)")
     ap.add_argument("--table", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--judge", action="store_true", help="judge every row by its own vllm serve")
-    ap.add_argument("--judge-rows", default="", help="comma-separated rows to judge (instead of all); give it as --judge-rows=-O0,... (a value that starts with a dash)")
+    ap.add_argument(
+        "--judge-rows",
+        default="",
+        help="comma-separated rows to judge (instead of all); give it as --judge-rows=-O0,... (a value that starts with a dash)",
+    )
     ap.add_argument("--work", type=Path, default=None)
-    ap.add_argument("--warm-root", type=Path, default=None,
-                    help="a root already warmed for --model and its flags (no warm of its own)")
+    ap.add_argument(
+        "--warm-root",
+        type=Path,
+        default=None,
+        help="a root already warmed for --model and its flags (no warm of its own)",
+    )
     args = ap.parse_args()
     from cachetool.engines.vllm.install_facts import vllm_version
     from tests.vllm_oracle.tiny import CPU_FLAGS, GPU_FLAGS, write_llama_1b, write_model
@@ -138,10 +181,11 @@ def main() -> None:
             server = judge_row(got["verdict"], work / f"root{i}", work, m, flags, row) if name in judged else "-"
         (asked if row.asks_vllm else walls).append(got["wall"])
         print(f"{name:<40} {got['verdict']:<11} {got['wall']:>8.2f}s  {got['how'][:60]:<60} {server}", flush=True)
-    print(f"\npull wall, {len(walls)} rows decided without vLLM: max {max(walls):.2f} s, median "
-          f"{sorted(walls)[len(walls) // 2]:.2f} s (target <= 2 s: {'met' if max(walls) <= 2 else 'MISSED'}); "
-          f"{len(asked)} row(s) only vLLM can judge (vLLM asked by design): "
-          + ", ".join(f"{w:.1f} s" for w in asked))
+    print(
+        f"\npull wall, {len(walls)} rows decided without vLLM: max {max(walls):.2f} s, median "
+        f"{sorted(walls)[len(walls) // 2]:.2f} s (target <= 2 s: {'met' if max(walls) <= 2 else 'MISSED'}); "
+        f"{len(asked)} row(s) only vLLM can judge (vLLM asked by design): " + ", ".join(f"{w:.1f} s" for w in asked)
+    )
 
 
 if __name__ == "__main__":

@@ -53,13 +53,18 @@ PHASES = {
 
 def cli(*args) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
-                       cwd=REPO, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [sys.executable, "-m", "cachetool", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-3000:])
         raise SystemExit(f"cachetool {args[0]} failed (exit {p.returncode})")
-    return (json.loads(p.stdout[p.stdout.index("{"):]) if "{" in p.stdout else {}), wall
+    return (json.loads(p.stdout[p.stdout.index("{") :]) if "{" in p.stdout else {}), wall
 
 
 def pod_files() -> set[str]:
@@ -98,8 +103,10 @@ def row(name: str, d: dict, base: dict[str, float]) -> str:
     ratio = "  ".join(f"{init / v:5.2f}x" if v else "  -  " for v in (base.get("kept"), base.get("cold")))
     aot = "loaded" if d["aot_loaded"] else "no"
     comp = d["log_phases"].get("torch.compile")
-    return (f"{name:<8} {init:>10.2f} {d['seconds']:>9.2f} {comp if comp is not None else '-':>8} "
-            f"{d['inductor_compiled']:>9} {d['graphs_loaded']:>7} {aot:>6} {d['jit_outside']:>10}   {ratio}")
+    return (
+        f"{name:<8} {init:>10.2f} {d['seconds']:>9.2f} {comp if comp is not None else '-':>8} "
+        f"{d['inductor_compiled']:>9} {d['graphs_loaded']:>7} {aot:>6} {d['jit_outside']:>10}   {ratio}"
+    )
 
 
 def model_folder(spec: str | None, work: Path) -> tuple[Path, list[str]]:
@@ -144,9 +151,23 @@ def main() -> None:
     for name in ("pulled", "server"):
         if args.fresh_pod:
             clear_pod()
-        pulls[name] = cli("pull", f"file://{work}/store/bench:v1", "--cache-root", work / name / "root", "--trust",
-                          f"{work}/signing.key.pub", "--engine", "vllm", "--json", "--", str(model), *flags,
-                          *headless, "--port", "8000")
+        pulls[name] = cli(
+            "pull",
+            f"file://{work}/store/bench:v1",
+            "--cache-root",
+            work / name / "root",
+            "--trust",
+            f"{work}/signing.key.pub",
+            "--engine",
+            "vllm",
+            "--json",
+            "--",
+            str(model),
+            *flags,
+            *headless,
+            "--port",
+            "8000",
+        )
     runs["pulled"] = start("check", model, work / "pulled" / "root", flags)
     server = None
     if not args.no_server:
@@ -159,30 +180,44 @@ def main() -> None:
 
     base = {k: runs[k]["startup_seconds"] for k in ("kept", "cold")}
     if eager is not None:
-        print(f"eager (vllm serve -cc.mode=0): engine init {eager.engine_init_seconds or -1:.2f} s, ready "
-              f"{eager.ready_seconds:.2f} s (exec to /health), compiled nothing: {not eager.compiled}")
-    print(f"\n{'variant':<8} {'engine init':>10} {'process':>9} {'compile':>8} {'compiled':>9} {'loaded':>7} "
-          f"{'AOT':>6} {'JIT files':>10}   vs kept  vs cold")
+        print(
+            f"eager (vllm serve -cc.mode=0): engine init {eager.engine_init_seconds or -1:.2f} s, ready "
+            f"{eager.ready_seconds:.2f} s (exec to /health), compiled nothing: {not eager.compiled}"
+        )
+    print(
+        f"\n{'variant':<8} {'engine init':>10} {'process':>9} {'compile':>8} {'compiled':>9} {'loaded':>7} "
+        f"{'AOT':>6} {'JIT files':>10}   vs kept  vs cold"
+    )
     for name, d in runs.items():
         print(row(name, d, base))
     if server is not None:
-        print(f"{'server':<8} {server.engine_init_seconds or -1:>10.2f} {server.ready_seconds:>9.2f} "
-              f"{server.compile_seconds if server.compile_seconds is not None else '-':>8} "
-              f"{server.new_kernels + len(server.new_key_folders):>9} {server.vllm_counters.get('num_compiled_artifacts_loaded', 0):>7} "
-              f"{'loaded' if server.aot_loaded else 'no':>6} {server_jit:>10}   (vllm serve: ready = exec to /health)")
-        print(f"server: completion {'ok' if server.completion else 'FAILED'}, new key folders "
-              f"{server.new_key_folders or 'none'}, kernels built {server.new_kernels}, what it compiled "
-              f"{server.evidence or 'nothing'}, log {server.log}")
-    print("\nphases from vLLM's log (s): " + "; ".join(
-        f"{n}: " + ", ".join(f"{k} {v:g}" for k, v in d["log_phases"].items()) for n, d in runs.items()))
+        print(
+            f"{'server':<8} {server.engine_init_seconds or -1:>10.2f} {server.ready_seconds:>9.2f} "
+            f"{server.compile_seconds if server.compile_seconds is not None else '-':>8} "
+            f"{server.new_kernels + len(server.new_key_folders):>9} {server.vllm_counters.get('num_compiled_artifacts_loaded', 0):>7} "
+            f"{'loaded' if server.aot_loaded else 'no':>6} {server_jit:>10}   (vllm serve: ready = exec to /health)"
+        )
+        print(
+            f"server: completion {'ok' if server.completion else 'FAILED'}, new key folders "
+            f"{server.new_key_folders or 'none'}, kernels built {server.new_kernels}, what it compiled "
+            f"{server.evidence or 'nothing'}, log {server.log}"
+        )
+    print(
+        "\nphases from vLLM's log (s): "
+        + "; ".join(f"{n}: " + ", ".join(f"{k} {v:g}" for k, v in d["log_phases"].items()) for n, d in runs.items())
+    )
     doc, wall = pulls["pulled"]
-    print(f"pull (bundle -> fresh root, vLLM's key checked first): {wall:.2f} s wall, {doc['seconds']:.2f} s own; "
-          f"preflight: {', '.join(doc['install']['preflight'])}")
+    print(
+        f"pull (bundle -> fresh root, vLLM's key checked first): {wall:.2f} s wall, {doc['seconds']:.2f} s own; "
+        f"preflight: {', '.join(doc['install']['preflight'])}"
+    )
     if server is not None:
         wall = runs["pulled"]["wall"]
-        print(f"check --engine vllm on a pulled root: {wall:.2f} s wall (phases {runs['pulled']['phases']}) vs the "
-              f"server's own start to /health {server.ready_seconds:.2f} s: {wall / server.ready_seconds:.2f}x "
-              f"(target <= 1.5x: {'met' if wall <= 1.5 * server.ready_seconds else 'MISSED'})")
+        print(
+            f"check --engine vllm on a pulled root: {wall:.2f} s wall (phases {runs['pulled']['phases']}) vs the "
+            f"server's own start to /health {server.ready_seconds:.2f} s: {wall / server.ready_seconds:.2f}x "
+            f"(target <= 1.5x: {'met' if wall <= 1.5 * server.ready_seconds else 'MISSED'})"
+        )
     p, k, c = runs["pulled"]["startup_seconds"], base["kept"], base["cold"]
     print(f"target pulled <= 1.15x kept: {p / k:.2f}x -> {'met' if p <= 1.15 * k else 'MISSED'}")
     print(f"target pulled <= 0.3x cold: {p / c:.2f}x -> {'met' if p <= 0.3 * c else 'MISSED'}")

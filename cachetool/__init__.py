@@ -21,8 +21,24 @@ from typing import Any
 from cachetool.version import __version__
 
 # api's functions, but install, diff and prune: modules of that name (cachetool.api has all three)
-_API = {"warm", "check", "push", "pull", "pull_outcome", "expected_cache_key", "compilation_config", "WarmSummary",
-        "pack", "keygen", "sign", "inspect", "verify", "ls", "rm", "gc"}
+_API = {
+    "warm",
+    "check",
+    "push",
+    "pull",
+    "pull_outcome",
+    "expected_cache_key",
+    "compilation_config",
+    "WarmSummary",
+    "pack",
+    "keygen",
+    "sign",
+    "inspect",
+    "verify",
+    "ls",
+    "rm",
+    "gc",
+}
 __all__ = sorted(_API) + ["__version__"]
 
 

@@ -21,50 +21,70 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from cachetool import engines
 from cachetool.cache_root import CacheRoot
-from cachetool.engines import CHOICES as ENGINE_CHOICES
+from cachetool.engines import CHOICES as ENGINE_CHOICES  # noqa: F401 - for the CLI (CLI_NAMES)
 from cachetool.engines.base import StartRequest, StartResult
-# the native engine's own public helper, cachetool's API since its first release (expected_cache_key and install's
-# expected_key import its keys module when called: compiler.cache_key is half of this module's import time)
-from cachetool.errors import CompilationConfigError, UsageError
-from cachetool.transfer.pull_policy import ON_MISS, OnMiss, Outcome, PullOutcome, failure_outcome
-from cachetool.results import BundleInfo, KeyPair, Listing, PackResult, RefRow, RemoveResult, SignResult, Sizes, VerifyResult
-from cachetool.stores.base import GC_MIN_AGE_S
+from cachetool.errors import CompilationConfigError, UsageError  # noqa: F401 - for the CLI (CLI_NAMES)
+from cachetool.stores.base import GC_MIN_AGE_S  # noqa: F401 - for the CLI (CLI_NAMES)
+from cachetool.transfer.pull_policy import ON_MISS, OnMiss, Outcome, PullOutcome, failure_outcome  # noqa: F401 - ON_MISS: for the CLI
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     from cachetool.bundle.packing import PackedBundle
-    from cachetool.install.key_check import KeyCheck
-    from cachetool.layouts.factors import Difference
-    from cachetool.install import InstallResult
-    from cachetool.transfer.pull import NotNeeded, PullRequest, PullResult
-    from cachetool.prune import PruneReport
-    from cachetool.transfer.push import PushResult
-    from cachetool.bundle.signing import PublicKey
     from cachetool.stores.base import Store
-    from cachetool.stores.gc import GcReport
+    from cachetool.transfer.pull import NotNeeded, PullRequest, PullResult
+    from cachetool.transfer.push import PushResult
 
-__all__ = ["WarmSummary", "warm", "check", "push", "pull", "pull_outcome", "expected_cache_key",
-           "compilation_config", "pack", "keygen", "sign", "inspect", "verify", "install", "diff", "ls", "rm", "gc",
-           "prune"]
+__all__ = [
+    "WarmSummary",
+    "warm",
+    "check",
+    "push",
+    "pull",
+    "pull_outcome",
+    "expected_cache_key",
+    "compilation_config",
+    "pack",
+    "keygen",
+    "sign",
+    "inspect",
+    "verify",
+    "install",
+    "diff",
+    "ls",
+    "rm",
+    "gc",
+    "prune",
+]
 
 # What the CLI renders and parses with, besides __all__ (whose names are also cachetool's top-level ones): the CLI
 # imports from this module only (tests/structure/test_cli_layer.py), these names included.
-CLI_NAMES = ("CompilationConfigError", "PullOutcome", "PULL_OUTCOMES", "ENGINE_CHOICES", "ENGINE_HELP",
-             "CACHE_ROOT_HELP", "DEFAULT_CACHE_ROOT_HELP", "ON_MISS", "GC_MIN_AGE_S", "layout_choices", "init_logging",
-             "start_request", "pull_request", "pull_refused_outcome")
+CLI_NAMES = (
+    "CompilationConfigError",
+    "PullOutcome",
+    "PULL_OUTCOMES",
+    "ENGINE_CHOICES",
+    "ENGINE_HELP",
+    "CACHE_ROOT_HELP",
+    "DEFAULT_CACHE_ROOT_HELP",
+    "ON_MISS",
+    "GC_MIN_AGE_S",
+    "layout_choices",
+    "init_logging",
+    "start_request",
+    "pull_request",
+    "pull_refused_outcome",
+)
 PULL_OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)  # every outcome a pull ends in (`pull --help` lists them)
 ENGINE_HELP = engines.help_text()  # --engine's help, from the registry
 CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help()})."  # verbs with --engine
 DEFAULT_CACHE_ROOT_HELP = f"Cache root (default: {engines.cache_root_help(every_engine=False)})."  # verbs without
 
 # The argument types the verbs share.
-SignKey = Union[str, Path, "Ed25519PrivateKey"]  # a key file, or a loaded key
-Trust = Iterable[Union[str, Path, "PublicKey"]]  # public key files or folders, or loaded keys; None: the pinned ones
+from cachetool.bundle_verbs import SignKey  # noqa: E402 - the key type of every verb that signs
+
 Config = Any  # the native engine's compilation config: a CompilationConfig, a dict, a JSON string, or None
 
 
@@ -88,7 +108,7 @@ class WarmSummary:
             # the fields CI scripts read most, at the top level too
             "graphs_compiled": self.compile.graphs_compiled,
             "graphs_loaded": self.compile.graphs_loaded,
-            "cache_dir": self.compile.cache_dir,
+            "cache_dir": self.compile.cache_dir,  # type: ignore[attr-defined]  # baseline (issue 46)
             "seconds": round(sum(self.phases.values()), 3),
             "ref": self.push.ref if self.push is not None else None,
             "manifest_digest": self.push.manifest_digest if self.push is not None else None,
@@ -100,8 +120,8 @@ def _push_key(push: str | None, sign_key: SignKey | None, store_options: dict[st
     key."""
     if push is None:
         return sign_key
-    from cachetool.stores.addresses import parse_ref
     from cachetool.stores import checked_options
+    from cachetool.stores.addresses import parse_ref
 
     checked_options(parse_ref(push).store, store_options or {})
     if sign_key is None:
@@ -123,8 +143,9 @@ def _native() -> Any:
     return engines.default()
 
 
-def compilation_config(config: Config = None, overrides: Iterable[str] = (),
-                       cache_root: str | Path | None = None) -> Any:
+def compilation_config(
+    config: Config = None, overrides: Iterable[str] = (), cache_root: str | Path | None = None
+) -> Any:
     """The pipeline's ``CompilationConfig``: ``config`` (one, a dict, JSON, or None) with ``-cc.KEY=VALUE``
     ``overrides`` (``cache_root`` sets its ``cache_dir``); a bad value is a
     :class:`~cachetool.errors.CompilationConfigError`."""
@@ -140,8 +161,14 @@ class Start:
     request: StartRequest
 
 
-def start_request(command: str, model: str | None = None, cache_root: str | Path | None = None, *,
-                  engine: str | None = None, **options: Any) -> Start:
+def start_request(
+    command: str,
+    model: str | None = None,
+    cache_root: str | Path | None = None,
+    *,
+    engine: str | None = None,
+    **options: Any,
+) -> Start:
     """One start of ``engine`` (default: the native engine), parsed by that engine into its own frozen request
     (``Engine.start_request``): ``options`` are those the caller gives, by the names of
     :data:`cachetool.engines.base.START_OPTIONS`, and the listeners ``on_progress`` (the native engine's progress
@@ -152,8 +179,9 @@ def start_request(command: str, model: str | None = None, cache_root: str | Path
     return Start(chosen, chosen.start_request(command, model, cache_root, options))
 
 
-def _settled_start(command: str, model: str | Start | None, cache_root: str | Path | None, engine: str | None,
-                   options: dict[str, Any]) -> Start:
+def _settled_start(
+    command: str, model: str | Start | None, cache_root: str | Path | None, engine: str | None, options: dict[str, Any]
+) -> Start:
     """``model``'s start, or ``model`` itself when it is one (:func:`start_request`'s, as the CLI builds it)."""
     if not isinstance(model, Start):
         return start_request(command, model, cache_root, engine=engine, **options)
@@ -164,9 +192,18 @@ def _settled_start(command: str, model: str | Start | None, cache_root: str | Pa
     return model
 
 
-def warm(model: str | Start | None = None, *, cache_root: str | Path | None = None, push: str | None = None,
-         sign_key: SignKey | None = None, store_options: dict[str, Any] | None = None, progress: bool | None = False,
-         engine: str | None = None, timeout: float | None = None, **options: Any) -> WarmSummary:
+def warm(
+    model: str | Start | None = None,
+    *,
+    cache_root: str | Path | None = None,
+    push: str | None = None,
+    sign_key: SignKey | None = None,
+    store_options: dict[str, Any] | None = None,
+    progress: bool | None = False,
+    engine: str | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> WarmSummary:
     """Compile ``model`` as a server would, filling the cache root (:class:`~cachetool.cache_root.CacheRoot`:
     ``cache_root``, else the engine's variable, else its default); with ``push``, pack what the start wrote
     (signed with ``sign_key``) and push it to that ref. ``options``: the start's (:func:`start_request`; their
@@ -202,8 +239,10 @@ def _start_stopped_by_signals(command: str, root: CacheRoot, timeout: float | No
     refused by ``pack`` (the engine's layout says what is unfinished)."""
     from cachetool.stop_signals import stopped_by_signals
 
-    return stopped_by_signals(lambda cause: f"{command} stopped by {cause}: every process it started is ended; "
-                                            f"{_left_of_root(root.path)}", timeout)
+    return stopped_by_signals(
+        lambda cause: f"{command} stopped by {cause}: every process it started is ended; {_left_of_root(root.path)}",
+        timeout,
+    )
 
 
 def _left_of_root(path: Path) -> str:
@@ -213,8 +252,14 @@ def _left_of_root(path: Path) -> str:
     return f"the cache root {path} it created is removed"
 
 
-def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: SignKey | None,
-                   store_options: dict[str, Any] | None, progress: bool | None) -> None:
+def _pack_and_push(
+    summary: WarmSummary,
+    folder: Path,
+    push: str,
+    sign_key: SignKey | None,
+    store_options: dict[str, Any] | None,
+    progress: bool | None,
+) -> None:
     from cachetool.bundle.packing import pack
     from cachetool.transfer.push import push as push_bundle
 
@@ -229,8 +274,14 @@ def _pack_and_push(summary: WarmSummary, folder: Path, push: str, sign_key: Sign
         summary.phases["push"] = round(time.perf_counter() - t2, 3)
 
 
-def check(model: str | Start | None = None, *, cache_root: str | Path | None = None, engine: str | None = None,
-          timeout: float | None = None, **options: Any) -> StartResult:
+def check(
+    model: str | Start | None = None,
+    *,
+    cache_root: str | Path | None = None,
+    engine: str | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> StartResult:
     """Start ``model`` as a server would and report compiled vs loaded graphs (the engine's
     :class:`~cachetool.engines.base.StartResult`; options as for :func:`warm`, and ``require_hit``). ``require_hit``: the native engine
     raises :class:`cachetool.errors.CompileInStrictModeError` before anything compiles; vLLM raises
@@ -242,30 +293,54 @@ def check(model: str | Start | None = None, *, cache_root: str | Path | None = N
         return start.engine.start(start.request)
 
 
-def expected_cache_key(model: str, *, device: str = "cpu", config: Config = None,
-                       overrides: list[str] | tuple[str, ...] = (), rank: int = 0, dp_rank: int = 0) -> dict:
+def expected_cache_key(
+    model: str,
+    *,
+    device: str = "cpu",
+    config: Config = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    rank: int = 0,
+    dp_rank: int = 0,
+) -> dict:
     """The cache key (``{"hash", "factors"}``) a server of the native engine running ``model`` with this config
     will look up, computed by a Dynamo trace without compiling or writing anything."""
-    return _native().traced_key(model, device=device, config=compilation_config(config, overrides), rank=rank,
-                                dp_rank=dp_rank)
+    return _native().traced_key(
+        model, device=device, config=compilation_config(config, overrides), rank=rank, dp_rank=dp_rank
+    )
 
 
-def push(source: str | Path | PackedBundle, ref: str, *, sign_key: SignKey | None = None, layout: str = "auto",
-         store: Store | None = None, store_options: dict[str, Any] | None = None, workers: int = 8,
-         progress: bool | None = None) -> PushResult:
+def push(
+    source: str | Path | PackedBundle,
+    ref: str,
+    *,
+    sign_key: SignKey | None = None,
+    layout: str = "auto",
+    store: Store | None = None,
+    store_options: dict[str, Any] | None = None,
+    workers: int = 8,
+    progress: bool | None = None,
+) -> PushResult:
     """Push a ``.ctb`` file, a packed bundle or a cache folder (packed with ``layout`` and signed on the way) to
     ``ref``, through ``store`` or the ref's store opened with ``store_options``; returns
     :class:`cachetool.transfer.push.PushResult` (blobs uploaded vs already in the store)."""
     from cachetool.transfer.push import push as push_bundle
 
-    return push_bundle(source, ref, sign_key=sign_key, layout=layout, store=store, store_options=store_options,
-                       workers=workers, progress=progress)
+    return push_bundle(
+        source,
+        ref,
+        sign_key=sign_key,
+        layout=layout,
+        store=store,
+        store_options=store_options,
+        workers=workers,
+        progress=progress,
+    )
 
 
 def default_cache_root(engine: str | None = None) -> Path:
     """Where the server of ``engine`` (default: the native engine's) reads its cache, so where a pull puts it: the
     engine's variable (``CACHETOOL_CACHE_ROOT``, ``VLLM_CACHE_ROOT``), else its default."""
-    return CacheRoot.of(None, _engine(engine)).path
+    return CacheRoot.of(None, _engine(engine)).path  # type: ignore[arg-type]  # baseline (issue 46)
 
 
 # A pull's keywords that name the server (its key question, which its engine parses: Engine.key_request); the
@@ -273,8 +348,9 @@ def default_cache_root(engine: str | None = None) -> Path:
 KEY_OPTIONS = ("model", "config", "overrides", "tensor_parallel_size", "engine_flags")
 
 
-def pull_request(ref: str, cache_root: str | Path | None = None, *, engine: str | None = None,
-                 **options: Any) -> PullRequest:
+def pull_request(
+    ref: str, cache_root: str | Path | None = None, *, engine: str | None = None, **options: Any
+) -> PullRequest:
     """A pull's every option settled into one frozen :class:`cachetool.transfer.pull.PullRequest` (the options as
     for :func:`pull`): the engine, the cache root, and the server's key question, the engine's own request, when
     the options name one (``model``, ``config``, ``overrides``, ``tensor_parallel_size``, ``engine_flags``: those
@@ -283,10 +359,10 @@ def pull_request(ref: str, cache_root: str | Path | None = None, *, engine: str 
     from cachetool.transfer.pull import PullRequest
 
     chosen = _engine(engine)
-    root = CacheRoot.of(cache_root, chosen)
+    root = CacheRoot.of(cache_root, chosen)  # type: ignore[arg-type]  # baseline (issue 46)
     named = {k: options.pop(k) for k in list(options) if k in KEY_OPTIONS}
     key_request = chosen.key_request(root, options.get("device") or "cpu", options.get("timeout"), named)
-    return PullRequest(ref=ref, cache_root=root, engine=chosen, key_request=key_request, **options)
+    return PullRequest(ref=ref, cache_root=root, engine=chosen, key_request=key_request, **options)  # type: ignore[arg-type]  # baseline (issue 46)
 
 
 def _settled(ref: str | PullRequest, cache_root: str | Path | None, options: dict[str, Any]) -> PullRequest:
@@ -318,8 +394,9 @@ def pull(ref: str | PullRequest, cache_root: str | Path | None = None, **options
     return run_pull(_settled(ref, cache_root, options))
 
 
-def pull_outcome(ref: str | PullRequest, cache_root: str | Path | None = None, *, on_miss: OnMiss = "fail",
-                 **options: Any) -> PullOutcome:
+def pull_outcome(
+    ref: str | PullRequest, cache_root: str | Path | None = None, *, on_miss: OnMiss = "fail", **options: Any
+) -> PullOutcome:
     """:func:`pull` under the init-container policy (:mod:`cachetool.transfer.pull_policy`): returns a
     :class:`cachetool.transfer.pull_policy.PullOutcome` whatever happens (``installed``, ``already-installed``, or the
     failure's outcome and exit code; ``on_miss="continue"`` gives exit 0 for a cache that is missing, stale,
@@ -340,149 +417,8 @@ def pull_refused_outcome(ref: str | None, exc: BaseException, on_miss: str = "fa
 
 
 # ---------------------------------------------------------------------------------------- bundles and stores
-def pack(path: str | Path, output: str | Path, *, sign_key: SignKey | None = None, layout: str = "auto",
-         level: int = 3) -> PackResult:
-    """Pack a cache (root, hash folder or rank folder) into the single-file bundle ``output``, signed with
-    ``sign_key`` (a path or a loaded key) when given."""
-    from cachetool.bundle.ctb import write_ctb
-    from cachetool.bundle.packing import pack as pack_tree
-    from cachetool.bundle.signing import envelope_key_ids
-
-    with pack_tree(path, layout=layout, sign_key=sign_key, level=level) as b:
-        out = write_ctb(b, output)
-        m = b.manifest
-        sig = b.signature_bytes()
-        return PackResult(output=str(out), manifest_digest=b.manifest_digest, platform=b.platform, layout=m.layout,
-                          ranks=list(m.ranks), files=len(m.files), unique_blobs=len(m.blobs),
-                          signed_by=envelope_key_ids(sig) if sig is not None else [], bytes=Sizes.of(m))
-
-
-def keygen(output: str | Path) -> KeyPair:
-    """An Ed25519 key pair: ``output`` (private, mode 0600) and ``output.pub``."""
-    from cachetool.bundle.signing import generate_keypair
-
-    priv, pub, kid = generate_keypair(output)
-    return KeyPair(str(priv), str(pub), kid)
-
-
-def sign(bundle: str | Path, sign_key: str | Path, *, output: str | Path | None = None) -> SignResult:
-    """Add (or replace) the signature of ``sign_key`` on a ``.ctb`` file (in place, or into ``output``)."""
-    from cachetool.bundle.ctb import open_ctb, write_ctb
-    from cachetool.bundle.signing import key_id, load_private_key, sign_manifest
-
-    k = load_private_key(sign_key)
-    with open_ctb(bundle) as b:
-        env = sign_manifest(b.manifest_bytes(), k, existing_envelope=b.signature_bytes())
-        signed = b.with_signature(env)
-        try:
-            for blob in signed.blobs:  # extracted first: writing in place replaces the file read from
-                signed.blob_path(blob)
-            out = write_ctb(signed, output or bundle)
-        finally:
-            signed.close()
-        return SignResult(str(out), key_id(k.public_key()), b.manifest_digest)
-
-
-def inspect(bundle: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> BundleInfo:
-    """What a bundle file or a ref's bundle holds (its manifest and signature only; nothing is verified)."""
-    from cachetool.transfer.reading import open_bundle
-    from cachetool.bundle.signing import envelope_key_ids
-
-    with open_bundle(bundle, platform=platform, store_options=store_options) as b:
-        m, sig = b.manifest, b.signature_bytes()
-        engine = engines.for_layout(m.layout)
-        return BundleInfo(
-            bundle=str(bundle), manifest_digest=b.manifest_digest, schema=m.schema, tool_version=m.tool_version,
-            layout=m.layout, save_format=m.save_format, platform=b.platform, fingerprint=dict(m.fingerprint),
-            signed_by=envelope_key_ids(sig) if sig else [], keys=[k.to_json() for k in m.keys],
-            ranks=list(m.ranks), units=[u.path for u in m.units], files=len(m.files), unique_blobs=len(m.blobs),
-            bytes=Sizes.of(m), file_list=[f.to_json() for f in m.files],
-            key_lines={k.hash: engine.key_lines(k.factors) for k in m.keys if k.factors is not None})
-
-
-def verify(bundle: str, *, trust: Trust | None = None, platform: str | None = None,
-           store_options: dict[str, Any] | None = None) -> VerifyResult:
-    """Check the signature against the trusted keys and every blob against the manifest (a ref's blobs are
-    downloaded to a temporary folder); nothing is installed."""
-    from cachetool.install import verify_bundle
-    from cachetool.transfer.reading import open_bundle
-
-    with open_bundle(bundle, platform=platform, store_options=store_options) as b:
-        m, kid = verify_bundle(b, trust=trust)
-        return VerifyResult(str(bundle), b.manifest_digest, kid, len(m.blobs), len(m.files))
-
-
-def install(bundle: str | Path, cache_root: str | Path | None = None, *, key_check: KeyCheck | None = None,
-            expected_key: dict[str, Any] | None = None, timeout: float | None = None,
-            **options: Any) -> InstallResult:
-    """Verify, preflight and atomically install a ``.ctb`` file into ``cache_root`` (default:
-    :func:`default_cache_root`); ``key_check``: the server's key question (an engine's ``KeyCheck``), or
-    ``expected_key``: a native key computed beforehand (:func:`expected_cache_key`'s). ``options``: the install's,
-    each with its default in :class:`cachetool.install.options.InstallOptions` (``trust``, ``insecure_skip_verify``,
-    ``ranks``, ``preflight``, ``device``, ``force``, ``keep_changed``, ``warn``, ``workers``); ``timeout``: seconds
-    for the whole install, applied as its bound (:mod:`cachetool.bounds`). Returns its
-    :class:`~cachetool.install.InstallResult`."""
-    from cachetool import bounds
-    from cachetool.bundle.ctb import open_ctb
-    from cachetool.install import InstallOptions, install_bundle
-
-    settled = InstallOptions(**options)  # an option that is none is refused before the bundle is opened
-    if expected_key is not None:
-        key_check = _native().expected_key_check(expected_key)
-    with bounds.applied(bounds.Bound.timeout(timeout)), open_ctb(bundle) as b:
-        return install_bundle(b, CacheRoot.of(cache_root, _engine(None)), settled, key_check=key_check)
-
-
-def diff(a: str, b: str, *, device: str | None = None, engine: str | None = None, model: str | None = None,
-         flags: list[str] | tuple[str, ...] = (), platform: str | None = None,
-         store_options: dict[str, Any] | None = None) -> list[Difference]:
-    """Every hash factor that differs between A and B (bundle files, refs, cache folders or ``local``), as
-    :class:`cachetool.layouts.factors.Difference` items. The engine (``engine``, else A's by its layout) reads and
-    compares the keys; against ``local`` an engine whose server computes its key (vLLM) compares this machine's
-    facts and, with ``model`` and the server's ``flags``, the key inputs its server computes."""
-    from cachetool.diff import diff_sources
-
-    return diff_sources(a, b, device=device, engine=_engine(engine) if engine is not None else None, model=model,
-                        flags=list(flags), reading={"platform": platform, "store_options": store_options})
-
-
-def ls(store: str, *, store_options: dict[str, Any] | None = None) -> Listing:
-    """Every platform's bundle under every tag of ``store``: a store lists every name's tags, a ref one tag, a
-    bundle name without a tag (``file:///dir/store/tiny``) that name's tags (:func:`cachetool.refs.admin.listing`)."""
-    from cachetool.refs.admin import listing
-
-    url, idx = listing(store, store_options=store_options)
-    return Listing(url, [RefRow(f"{i.name}:{i.tag}", e.platform, e.created, e.size, e.manifest_digest,
-                                dict(e.fingerprint or {})) for i in idx for e in i.entries])
-
-
-def rm(ref: str, *, platform: str | None = None, store_options: dict[str, Any] | None = None) -> RemoveResult:
-    """Remove the tag, or one platform's entry of it (blobs stay until :func:`gc`)."""
-    from cachetool.refs.admin import remove
-
-    left = remove(ref, platform=platform, store_options=store_options)
-    return RemoveResult(ref, platform or "all", [e.platform for e in left.entries] if left else [])
-
-
-def gc(store: str, *, dry_run: bool = False, older_than: float | None = None,
-       store_options: dict[str, Any] | None = None) -> GcReport:
-    """Delete what no ref of ``store`` reaches and is older than ``older_than`` seconds (default: the stores'
-    minimum age); returns the :class:`cachetool.stores.gc.GcReport` (deleted, kept and why)."""
-    from cachetool.stores.addresses import parse_store_or_ref
-    from cachetool.refs.admin import gc as collect
-
-    su, _ = parse_store_or_ref(store)
-    return collect(su.url, dry_run=dry_run, older_than=GC_MIN_AGE_S if older_than is None else older_than,
-                   store_options=store_options)
-
-
-def prune(cache_root: str | Path, *, older_than: float | None = None, dry_run: bool = False) -> PruneReport:
-    """Remove from a local cache root what no later start reads (vLLM's per-start AOTAutograd entries but the
-    last start's of each key folder: one per rank), if older than ``older_than`` seconds (default: the stores' minimum age); returns
-    :class:`cachetool.prune.PruneReport`."""
-    from cachetool.prune import prune as prune_root
-
-    return prune_root(cache_root, older_than=GC_MIN_AGE_S if older_than is None else older_than, dry_run=dry_run)
+from cachetool.bundle_verbs import diff, inspect, install, keygen, pack, sign, verify  # noqa: E402 - verbs
+from cachetool.store_verbs import gc, ls, prune, rm  # noqa: E402 - verbs
 
 
 # -------------------------------------------------------------------------------------- what the CLI sets up

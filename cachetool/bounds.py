@@ -152,7 +152,7 @@ def finish_within(bound: Bound, work: Callable[[], T], what: str, abandoned: thr
         try:
             box["value"] = work()
         except BaseException as exc:  # handed to the waiting thread, which raises it
-            box["error"], box["at"] = exc, time.monotonic()
+            box["error"], box["at"] = exc, time.monotonic()  # type: ignore[assignment]  # baseline (issue 46)
         finally:
             done.set()
 
@@ -179,7 +179,8 @@ def _outcome(bound: Bound, box: dict, what: str, running: str):
     if "error" not in box:
         return box["value"]
     exc = box["error"]
-    if bound.passed(box["at"]) and not isinstance(exc, (WaitTimeoutError, StopSignalError, UsageError,
-                                                        KeyboardInterrupt)):
+    if bound.passed(box["at"]) and not isinstance(
+        exc, (WaitTimeoutError, StopSignalError, UsageError, KeyboardInterrupt)
+    ):
         raise bound.timed_out(what, running) from exc
     raise exc

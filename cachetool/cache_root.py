@@ -44,8 +44,9 @@ class CacheRoot:
     source: str  # "flag", "config" (the engine's own configuration names it), the variable's name, or "default"
 
     @classmethod
-    def of(cls, flag: str | os.PathLike | None, engine: RootDeclared,
-           configured: str | os.PathLike | None = None) -> CacheRoot:
+    def of(
+        cls, flag: str | os.PathLike | None, engine: RootDeclared, configured: str | os.PathLike | None = None
+    ) -> CacheRoot:
         """``flag`` (``--cache-root``), else the root the engine's own configuration names (``configured``), else
         ``engine``'s variable, else its default; ``~`` expanded."""
         from cachetool import envs

@@ -17,8 +17,18 @@ import dataclasses
 import os
 from pathlib import Path
 
-__all__ = ["VARIABLES", "EnvVar", "by_prefix", "config_home", "default", "get", "logging_level", "raw",
-           "store_max_attempts", "trusted_keys"]
+__all__ = [
+    "VARIABLES",
+    "EnvVar",
+    "by_prefix",
+    "config_home",
+    "default",
+    "get",
+    "logging_level",
+    "raw",
+    "store_max_attempts",
+    "trusted_keys",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +43,9 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("CACHETOOL_CACHE_ROOT", "~/.cache/cachetool", "the native engine's cache root (the pipeline's too)"),
     EnvVar("CACHETOOL_LOGGING_LEVEL", "INFO", "level of the compiler and cachetool loggers"),
     EnvVar("CACHETOOL_TRUSTED_KEYS", None, ":-separated public key files/folders trusted on pull/install/verify"),
-    EnvVar("CACHETOOL_CONFIG_DIR", None, "configuration folder (trusted_keys/*.pub); default XDG_CONFIG_HOME/cachetool"),
+    EnvVar(
+        "CACHETOOL_CONFIG_DIR", None, "configuration folder (trusted_keys/*.pub); default XDG_CONFIG_HOME/cachetool"
+    ),
     EnvVar("CACHETOOL_STORE_MAX_ATTEMPTS", "5", "attempts of one S3/OCI request before the store error"),
     EnvVar("CACHETOOL_PARTIAL_MAX_BYTES", str(4 << 30), "bound of a cache root's .cachetool-partial/ folder"),
     EnvVar("CACHETOOL_CERTS_D", None, "os.pathsep-separated certs.d roots for OCI registries' TLS"),
@@ -51,8 +63,13 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("REGISTRY_AUTH_FILE", None, "podman/skopeo credentials file, consulted first", True),
     EnvVar("XDG_RUNTIME_DIR", None, "containers/auth.json under it (OCI credentials)", True),
     EnvVar("XDG_CONFIG_HOME", None, "base of the configuration folders; default ~/.config", True),
-    EnvVar("XDG_STATE_HOME", None, "base of the run logs (cachetool/logs/: each engine's logs, the "
-           "newest 20 of each kind); default ~/.local/state", True),
+    EnvVar(
+        "XDG_STATE_HOME",
+        None,
+        "base of the run logs (cachetool/logs/: each engine's logs, the "
+        "newest 20 of each kind); default ~/.local/state",
+        True,
+    ),
     EnvVar("REQUESTS_CA_BUNDLE", None, "CA bundle for OCI registries (then CURL_CA_BUNDLE)", True),
     EnvVar("CURL_CA_BUNDLE", None, "CA bundle for OCI registries", True),
 )
@@ -100,7 +117,7 @@ def config_home() -> Path:
 
 def store_max_attempts() -> int:
     """``CACHETOOL_STORE_MAX_ATTEMPTS`` (default 5)."""
-    return int(get("CACHETOOL_STORE_MAX_ATTEMPTS"))
+    return int(get("CACHETOOL_STORE_MAX_ATTEMPTS"))  # type: ignore[arg-type]  # baseline (issue 46)
 
 
 def trusted_keys() -> list[str]:
@@ -115,6 +132,7 @@ def logging_level() -> str:
 
     value = get("CACHETOOL_LOGGING_LEVEL") or "INFO"
     if value.strip().upper() not in LOGGING_LEVELS:
-        raise UsageError(f"CACHETOOL_LOGGING_LEVEL={value!r} is not a logging level: use one of "
-                         f"{', '.join(LOGGING_LEVELS)}")
+        raise UsageError(
+            f"CACHETOOL_LOGGING_LEVEL={value!r} is not a logging level: use one of {', '.join(LOGGING_LEVELS)}"
+        )
     return value.strip().upper()

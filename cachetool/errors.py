@@ -29,7 +29,6 @@ from typing import Any
 
 from cachetool import exit_codes
 
-
 FIELDS = ("store", "ref", "key", "path", "status")  # what an error may know besides its message (see the module doc)
 
 
@@ -38,8 +37,16 @@ class CachetoolError(Exception):
 
     exit_code = exit_codes.ERROR.code
 
-    def __init__(self, message: str = "", *, store: str | None = None, ref: str | None = None,
-                 key: str | None = None, path: str | None = None, status: int | str | None = None):
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        store: str | None = None,
+        ref: str | None = None,
+        key: str | None = None,
+        path: str | None = None,
+        status: int | str | None = None,
+    ):
         super().__init__(message)
         self.store, self.ref, self.key, self.path, self.status = store, ref, key, path, status
 
@@ -86,13 +93,14 @@ def disk_full_cause(exc: BaseException | None) -> OSError | None:
     return None
 
 
-def disk_full(exc: OSError, doing: str, where: str | os.PathLike, outcome: str, **fields) -> "DiskFullError":
+def disk_full(exc: OSError, doing: str, where: str | os.PathLike, outcome: str, **fields) -> DiskFullError:
     """A full file system as one line naming the folder or file the user knows (``where``, also the ``path``
     field): ``{doing}: the file system of {where} is full ({why}); {outcome}``, where ``outcome`` says what is
     left (nothing) and what to do."""
     fields.setdefault("path", os.fspath(where))
-    return DiskFullError(f"{doing}: the file system of {os.fspath(where)} is full ({exc.strerror or cause(exc)}); "
-                         f"{outcome}", **fields)
+    return DiskFullError(
+        f"{doing}: the file system of {os.fspath(where)} is full ({exc.strerror or cause(exc)}); {outcome}", **fields
+    )
 
 
 # {root}/.cachetool-staging-XXXXXXXX[/tree][/path]: an install's staging folder (cachetool.install.fs.STAGING_PREFIX)
@@ -109,8 +117,12 @@ def user_path(path: Any) -> str:
 
 
 # Builtins whose class name is all they say (raised without a message): what they mean, in words
-_BUILTIN_WORDS = {"EOFError": "unexpected end of file", "TimeoutError": "timed out",
-                  "RecursionError": "nested too deeply", "MemoryError": "out of memory"}
+_BUILTIN_WORDS = {
+    "EOFError": "unexpected end of file",
+    "TimeoutError": "timed out",
+    "RecursionError": "nested too deeply",
+    "MemoryError": "out of memory",
+}
 
 
 def cause(exc: BaseException, *, detail: bool = False) -> str:
@@ -168,7 +180,6 @@ class WaitTimeoutError(CachetoolError):
     """A bounded wait (``pull --timeout``) ran out. (Not a builtin ``TimeoutError``: that is an ``OSError``.)"""
 
     exit_code = exit_codes.TIMEOUT.code
-
 
 
 class CompileInStrictModeError(CachetoolError):

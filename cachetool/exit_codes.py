@@ -21,41 +21,87 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ExitCode:
     code: int
-    name: str            # the outcome / error name: ``pull: outcome=<name>``, ``--json`` ``error``
-    meaning: str         # README's words
-    continuable: bool    # ``pull --on-miss continue`` exits 0 for it
+    name: str  # the outcome / error name: ``pull: outcome=<name>``, ``--json`` ``error``
+    meaning: str  # README's words
+    continuable: bool  # ``pull --on-miss continue`` exits 0 for it
 
 
-OK = ExitCode(0, "ok", "done (`pull`: `outcome=installed`, `already-installed`, or `not-needed`: the server compiles "
-              "no graph, e.g. `--enforce-eager` or `-O0`, and the bundle holds nothing else it reads)", False)
-ERROR = ExitCode(1, "error", "unexpected failure (a bug), or a local fault that is not a usage mistake (a file system "
-                 "that refuses a write); `--engine vllm`: vLLM did not start or failed in the key check (its own last "
-                 "error)", True)
-USAGE = ExitCode(2, "usage-error", "usage or configuration: a wrong flag, value, ref, model or config key; a missing or "
-                 "unreadable key file (`--sign-key`, `--trust`), or no trusted key configured; a cache root that "
-                 "cannot be a folder, or that `warm` cannot write; a warm that did not complete, to `pack`; a device "
-                 "this machine lacks (`--device cuda` without CUDA); vLLM missing or refusing the flags after `--`",
-                 False)
-VERIFICATION = ExitCode(3, "refused", "verification: tampered blob or manifest, untrusted or missing signature, unsafe "
-                        "path, size lie, decompression bomb", True)
-MISS = ExitCode(4, "miss", "cache miss: a hash factor or the fingerprint differs (the message names it), or the tag "
-                "has no platform for this machine or `--device`; `check --engine vllm --require-hit`: the start "
-                "compiled", True)
+OK = ExitCode(
+    0,
+    "ok",
+    "done (`pull`: `outcome=installed`, `already-installed`, or `not-needed`: the server compiles "
+    "no graph, e.g. `--enforce-eager` or `-O0`, and the bundle holds nothing else it reads)",
+    False,
+)
+ERROR = ExitCode(
+    1,
+    "error",
+    "unexpected failure (a bug), or a local fault that is not a usage mistake (a file system "
+    "that refuses a write); `--engine vllm`: vLLM did not start or failed in the key check (its own last "
+    "error)",
+    True,
+)
+USAGE = ExitCode(
+    2,
+    "usage-error",
+    "usage or configuration: a wrong flag, value, ref, model or config key; a missing or "
+    "unreadable key file (`--sign-key`, `--trust`), or no trusted key configured; a cache root that "
+    "cannot be a folder, or that `warm` cannot write; a warm that did not complete, to `pack`; a device "
+    "this machine lacks (`--device cuda` without CUDA); vLLM missing or refusing the flags after `--`",
+    False,
+)
+VERIFICATION = ExitCode(
+    3,
+    "refused",
+    "verification: tampered blob or manifest, untrusted or missing signature, unsafe "
+    "path, size lie, decompression bomb",
+    True,
+)
+MISS = ExitCode(
+    4,
+    "miss",
+    "cache miss: a hash factor or the fingerprint differs (the message names it), or the tag "
+    "has no platform for this machine or `--device`; `check --engine vllm --require-hit`: the start "
+    "compiled",
+    True,
+)
 NOT_FOUND = ExitCode(5, "not-found", "not found: ref, tag, bucket, repository, bundle file or store object", True)
 STORE = ExitCode(6, "store-error", "store: network, credentials, server error, interrupted transfer", True)
 TIMEOUT = ExitCode(7, "timeout", "a `--timeout` ran out (`pull`, `warm`, `check`)", True)
 COMPILED = ExitCode(8, "compiled", "`check --require-hit` (native engine): something would compile", False)
-DISK_FULL = ExitCode(9, "disk-full", "disk full: the cache root's (or a store folder's) file system is full, ENOSPC "
-                     "or a quota (EDQUOT); a pull leaves nothing of itself there", True)
+DISK_FULL = ExitCode(
+    9,
+    "disk-full",
+    "disk full: the cache root's (or a store folder's) file system is full, ENOSPC "
+    "or a quota (EDQUOT); a pull leaves nothing of itself there",
+    True,
+)
 DIFFERS = ExitCode(10, "differs", "`diff --exit-code`: A and B differ (the differences are printed)", False)
-INTERRUPTED = ExitCode(130, "interrupted", "stopped by SIGINT (Ctrl-C) or SIGTERM (Kubernetes stopping the pod), 128 + "
-                       "SIGINT's number as shells report Ctrl-C: `pull` stops within a second, every unit installed "
-                       "whole or not at all, its partial downloads kept for a rerun to resume; `warm` and `check` "
-                       "end every process they started (vLLM's EngineCore and workers, compile jobs, ranks) within "
-                       "10 s, and `pack` refuses what they left unfinished", False)
+INTERRUPTED = ExitCode(
+    130,
+    "interrupted",
+    "stopped by SIGINT (Ctrl-C) or SIGTERM (Kubernetes stopping the pod), 128 + "
+    "SIGINT's number as shells report Ctrl-C: `pull` stops within a second, every unit installed "
+    "whole or not at all, its partial downloads kept for a rerun to resume; `warm` and `check` "
+    "end every process they started (vLLM's EngineCore and workers, compile jobs, ranks) within "
+    "10 s, and `pack` refuses what they left unfinished",
+    False,
+)
 
-TABLE: tuple[ExitCode, ...] = (OK, ERROR, USAGE, VERIFICATION, MISS, NOT_FOUND, STORE, TIMEOUT, COMPILED, DISK_FULL,
-                               DIFFERS, INTERRUPTED)
+TABLE: tuple[ExitCode, ...] = (
+    OK,
+    ERROR,
+    USAGE,
+    VERIFICATION,
+    MISS,
+    NOT_FOUND,
+    STORE,
+    TIMEOUT,
+    COMPILED,
+    DISK_FULL,
+    DIFFERS,
+    INTERRUPTED,
+)
 BY_CODE = {e.code: e for e in TABLE}
 
 

@@ -22,7 +22,7 @@ class StderrHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):  # noqa: ANN201
         return sys.stderr
 

@@ -29,9 +29,9 @@ __all__ = ["Process", "clock_ticks", "descendants", "die_with_parent", "end", "e
 
 PROC = Path("/proc")
 GROUP_GRACE = 4.0  # SIGTERM -> SIGKILL for a child's group: vLLM's EngineCore defers SIGTERM while it compiles
-GRACE = 2.0        # SIGTERM -> SIGKILL for a stopped verb's leftovers
-KILL_WAIT = 1.0    # after SIGKILL: the kernel's part
-SETTLE = 0.3       # end_descendants: a scan this long after an end that finds no new process ends it
+GRACE = 2.0  # SIGTERM -> SIGKILL for a stopped verb's leftovers
+KILL_WAIT = 1.0  # after SIGKILL: the kernel's part
+SETTLE = 0.3  # end_descendants: a scan this long after an end that finds no new process ends it
 SETTLE_LIMIT = 5.0
 POLL = 0.05
 

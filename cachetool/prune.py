@@ -25,8 +25,8 @@ TRASH_PREFIX = ".cachetool-prune-"
 @dataclasses.dataclass
 class PruneReport:
     root: str
-    removed: list[str]           # entries removed (or, with dry_run, that would be)
-    kept_young: int              # stale entries younger than older_than
+    removed: list[str]  # entries removed (or, with dry_run, that would be)
+    kept_young: int  # stale entries younger than older_than
     bytes_freed: int
     dry_run: bool
 
@@ -51,8 +51,10 @@ def require_cache_root(folder: Path) -> None:
     hint = f"; its parent {folder.parent} may be the root" if folder.name in cache_folders else ""
     known = sorted(f"{n}/" for n in cache_folders)
     examples = ", ".join(n for n in known if n in ("torch_compile_cache/", "triton_cache/", "inductor/"))
-    raise UsageError(f"--cache-root {folder}: not a cache root (it holds none of the {len(known)} folders a server's "
-                     f"root holds, such as {examples}, and is not empty){hint}")
+    raise UsageError(
+        f"--cache-root {folder}: not a cache root (it holds none of the {len(known)} folders a server's "
+        f"root holds, such as {examples}, and is not empty){hint}"
+    )
 
 
 def prune(root: str | os.PathLike, *, older_than: float, dry_run: bool = False) -> PruneReport:

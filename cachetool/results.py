@@ -11,12 +11,12 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
-    raw: int         # the files' bytes
-    unique: int      # after deduplicating identical files
+    raw: int  # the files' bytes
+    unique: int  # after deduplicating identical files
     compressed: int  # the zstd blobs, what a store holds
 
     @classmethod
-    def of(cls, manifest: Any) -> "Sizes":
+    def of(cls, manifest: Any) -> Sizes:
         return cls(manifest.raw_size, manifest.unique_size, manifest.stored_size)
 
 
@@ -106,5 +106,5 @@ class Listing(_Dict):
 @dataclasses.dataclass(frozen=True)
 class RemoveResult(_Dict):
     ref: str
-    removed: str            # a platform, or "all"
-    remaining: list[str]    # the tag's platforms left (empty: the tag is gone)
+    removed: str  # a platform, or "all"
+    remaining: list[str]  # the tag's platforms left (empty: the tag is gone)

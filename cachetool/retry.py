@@ -17,7 +17,7 @@ log = logging.getLogger("cachetool.retry")
 
 def backoff_seconds(attempt: int, base: float = 0.5, cap: float = 8.0) -> float:
     """The wait after the failed attempt number ``attempt`` (0-based): ``base`` doubling, at most ``cap``."""
-    return min(cap, base * 2 ** attempt)
+    return min(cap, base * 2**attempt)
 
 
 def pause(what: str, attempt: int, reason: str, seconds: float | None = None) -> None:

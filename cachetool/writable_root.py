@@ -37,9 +37,12 @@ def require_writable(given: CacheRoot, verb: str, needed_by: str | None = None) 
             raise UnwritableRootError(
                 f"{verb}: cache root {root} is not writable ({_why(exc, root)}), and {needed_by}: mount it read-write, "
                 f"or copy it to a writable folder first (cp -a {root} DIR) and give the server DIR as its cache root "
-                "(the environment pull prints for DIR); nothing was started") from None
-        raise UnwritableRootError(f"{verb}: cache root {root} is not writable ({_why(exc, root)}); nothing was "
-                                  "compiled: pass a writable --cache-root") from None
+                "(the environment pull prints for DIR); nothing was started"
+            ) from None
+        raise UnwritableRootError(
+            f"{verb}: cache root {root} is not writable ({_why(exc, root)}); nothing was "
+            "compiled: pass a writable --cache-root"
+        ) from None
     finally:
         if created is not None:
             _remove_created(root, created)

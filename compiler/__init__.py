@@ -5,7 +5,7 @@ See docs/compiler.md. Public entry points: :class:`compiler.config.CompilationCo
 :mod:`compiler.cache_key` (``local_env_factors``, ``local_compiler_factors``, ``factor_hash``).
 """
 
-from compiler.config import (  # noqa: F401
+from compiler.config import (
     CompilationConfig,
     CompilationMode,
     ConfigError,
@@ -14,5 +14,11 @@ from compiler.config import (  # noqa: F401
     DynamicShapesType,
 )
 
-__all__ = ["CompilationConfig", "CompilationMode", "ConfigError", "CUDAGraphMode", "DynamicShapesConfig",
-           "DynamicShapesType"]
+__all__ = [
+    "CompilationConfig",
+    "CompilationMode",
+    "ConfigError",
+    "CUDAGraphMode",
+    "DynamicShapesConfig",
+    "DynamicShapesType",
+]

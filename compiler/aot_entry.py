@@ -66,8 +66,9 @@ class ArtifactRef:
 class PieceRef(nn.Module):
     """Stands for a compiled piece inside the pickled split graph; replaced by a runnable when loaded."""
 
-    def __init__(self, index: int, graph_hash: str, returns_tuple: bool, sym_shape_indices: list[int],
-                 general: ArtifactRef) -> None:
+    def __init__(
+        self, index: int, graph_hash: str, returns_tuple: bool, sym_shape_indices: list[int], general: ArtifactRef
+    ) -> None:
         super().__init__()
         self.index = index
         self.graph_hash = graph_hash
@@ -96,8 +97,7 @@ _loading: contextvars.ContextVar[_LoadContext | None] = contextvars.ContextVar("
 class SplitGraphFunction(torch_compat.serializable_callable_base()):  # type: ignore[misc]
     """The backend result saved in the AOT entry: the split graph, run as is."""
 
-    def __init__(self, split_gm: fx.GraphModule, portable: fx.GraphModule | None,
-                 compiled_names: list[str]) -> None:
+    def __init__(self, split_gm: fx.GraphModule, portable: fx.GraphModule | None, compiled_names: list[str]) -> None:
         self.split_gm = split_gm
         self.portable = portable  # the pickle-ready copy (PieceRefs in place of runnables); warm only
         self.compiled_names = compiled_names
@@ -111,8 +111,9 @@ class SplitGraphFunction(torch_compat.serializable_callable_base()):  # type: ig
             raise AotEntryError("this split graph was loaded, not built: it cannot be saved again")
         # Every entry is captured with all guards dropped (torch_compat.aot_compile_fullgraph); said so here so that a
         # load can skip building a guard tree that would hold nothing.
-        return pickle.dumps({"schema": ENTRY_SCHEMA, "split_gm": fn.portable, "guards": "dropped"},
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(
+            {"schema": ENTRY_SCHEMA, "split_gm": fn.portable, "guards": "dropped"}, protocol=pickle.HIGHEST_PROTOCOL
+        )
 
     @classmethod
     def deserialize_compile_artifacts(cls, data: bytes) -> SplitGraphFunction:
@@ -121,8 +122,9 @@ class SplitGraphFunction(torch_compat.serializable_callable_base()):  # type: ig
             raise AotEntryError("an AOT entry is loaded through compiler.aot_entry.load_entry only")
         state = pickle.loads(data)  # noqa: S301 - the entry is as trusted as the artifacts (same signed folder)
         if not isinstance(state, dict) or state.get("schema") != ENTRY_SCHEMA:
-            raise AotEntryError(f"AOT entry schema {state.get('schema') if isinstance(state, dict) else '?'} "
-                                f"is not {ENTRY_SCHEMA}")
+            raise AotEntryError(
+                f"AOT entry schema {state.get('schema') if isinstance(state, dict) else '?'} is not {ENTRY_SCHEMA}"
+            )
         split_gm = state["split_gm"]
         ctx.guards_dropped = state.get("guards", "dropped") == "dropped"  # entries before the field: dropped too
         names = []
@@ -135,6 +137,7 @@ class SplitGraphFunction(torch_compat.serializable_callable_base()):  # type: ig
 
 
 # ---------------------------------------------------------------------- write (warm)
+
 
 def portable_split_graph(split_gm: fx.GraphModule, refs: dict[str, PieceRef]) -> fx.GraphModule:
     """A copy of ``split_gm`` whose compiled pieces are ``refs`` and whose other pieces are their graphs."""
@@ -156,6 +159,7 @@ def write_entry(directory: Path, compiled: Any) -> Path:
 
 
 # ---------------------------------------------------------------------- load (hot start)
+
 
 @contextlib.contextmanager
 def _loading_into(ctx: _LoadContext) -> Iterator[None]:
@@ -182,8 +186,10 @@ def load_entry(directory: Path, make_runnable: MakeRunnable) -> tuple[Any, Split
         except AotEntryError:
             raise
         except Exception as exc:  # a foreign torch build, a truncated file, an unpicklable graph
-            raise AotEntryError(f"AOT entry {path.name} does not load here ({type(exc).__name__}: "
-                                f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+            raise AotEntryError(
+                f"AOT entry {path.name} does not load here ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from exc
     return fn, _find_split_function(fn), time.perf_counter() - t0
 
 

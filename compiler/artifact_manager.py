@@ -82,8 +82,8 @@ class ArtifactManager:
         self.layout: CacheLayout | None = None
         self.index = CompileIndex(path=None)
         self.tally = LoadTally()
-        self._fns: dict[Memo, Callable[..., Any]] = {}    # every piece compiled or loaded in this process
-        self._saved: dict[Memo, IndexEntry] = {}           # those with an artifact in the rank folder
+        self._fns: dict[Memo, Callable[..., Any]] = {}  # every piece compiled or loaded in this process
+        self._saved: dict[Memo, IndexEntry] = {}  # those with an artifact in the rank folder
 
     @property
     def persist_env(self) -> bool:
@@ -115,8 +115,9 @@ class ArtifactManager:
         return self.index.get(piece, shape)
 
     # ------------------------------------------------------------------ the AOT entry's loader
-    def load(self, ref: ArtifactRef, piece: Piece, graph: fx.GraphModule | None = None,
-             args: Sequence[Any] = ()) -> Callable[..., Any]:
+    def load(
+        self, ref: ArtifactRef, piece: Piece, graph: fx.GraphModule | None = None, args: Sequence[Any] = ()
+    ) -> Callable[..., Any]:
         """``ref``'s callable for ``piece``: the one of an identical piece already loaded, else loaded now.
         Raises :class:`~compiler.aot_entry.AotEntryError` (missing or altered) or the adaptor's error; counts
         into :attr:`tally` only."""
@@ -126,8 +127,7 @@ class ArtifactManager:
             return fn
         fn = self._load_checked(ref, piece, graph, list(args))
         self._fns[piece.memo] = fn
-        self._saved[piece.memo] = IndexEntry(piece.graph_hash, shape_key(piece.shape), ref.name, ref.format,
-                                             ref.sha256)
+        self._saved[piece.memo] = IndexEntry(piece.graph_hash, shape_key(piece.shape), ref.name, ref.format, ref.sha256)
         self.tally.loaded += 1
         return fn
 
@@ -151,12 +151,25 @@ class ArtifactManager:
             return None
         counters.graphs_reused += 1
         if progress.current_step() == progress.SAVE:  # the AOT entry's capture takes each piece compiled above
-            progress.emit(progress.PIECE, f"{piece.describe()} added to the AOT entry (compiled above; nothing "
-                          "compiles)", index=piece.index, total=piece.total, action="aot_entry", shape=piece.shape,
-                          seconds=0.0)
+            progress.emit(
+                progress.PIECE,
+                f"{piece.describe()} added to the AOT entry (compiled above; nothing compiles)",
+                index=piece.index,
+                total=piece.total,
+                action="aot_entry",
+                shape=piece.shape,
+                seconds=0.0,
+            )
         else:
-            progress.emit(progress.PIECE, f"{piece.describe()} reused (identical to one done)", index=piece.index,
-                          total=piece.total, action="reused", shape=piece.shape, seconds=0.0)
+            progress.emit(
+                progress.PIECE,
+                f"{piece.describe()} reused (identical to one done)",
+                index=piece.index,
+                total=piece.total,
+                action="reused",
+                shape=piece.shape,
+                seconds=0.0,
+            )
         known = self._saved.get(piece.memo)
         if known is not None:
             self.index.record(piece.index, piece.shape, known)  # identical piece: same artifact file
@@ -174,36 +187,65 @@ class ArtifactManager:
             logger.warning("Could not load %s (%s: %s); compiling instead", entry.artifact, type(exc).__name__, exc)
             return None
         counters.graphs_loaded += 1
-        progress.emit(progress.PIECE, f"{piece.describe()} loaded", index=piece.index, total=piece.total,
-                      action="loaded", shape=piece.shape, seconds=time.perf_counter() - t)
+        progress.emit(
+            progress.PIECE,
+            f"{piece.describe()} loaded",
+            index=piece.index,
+            total=piece.total,
+            action="loaded",
+            shape=piece.shape,
+            seconds=time.perf_counter() - t,
+        )
         self._remember(piece, entry)
         return fn
 
     def _compile(self, piece: Piece, graph: fx.GraphModule, args: list[Any]) -> Callable[..., Any]:
         check_not_strict(f"piece {piece.index} (shape {piece.shape}, graph {piece.graph_hash[:12]})")
         tuned = piece.shape is not None and self.device.startswith("cuda")  # compiler.autotune
-        progress.emit(progress.AUTOTUNE if tuned else progress.PIECE_START,
-                      f"{piece.describe()}: compiling" + (" with max-autotune" if tuned else ""), index=piece.index,
-                      total=piece.total, shape=piece.shape)
+        progress.emit(
+            progress.AUTOTUNE if tuned else progress.PIECE_START,
+            f"{piece.describe()}: compiling" + (" with max-autotune" if tuned else ""),
+            index=piece.index,
+            total=piece.total,
+            shape=piece.shape,
+        )
         t = time.perf_counter()
         directory = self.layout.dir if self.layout is not None else None
         with redirect_compiler_caches(self.layout, persist=self.persist_env):
-            fn, handle = self.adaptor.compile(graph, args, piece.shape, piece.graph_hash, directory,
-                                              self.save_format)
+            fn, handle = self.adaptor.compile(graph, args, piece.shape, piece.graph_hash, directory, self.save_format)  # type: ignore[arg-type]  # baseline (issue 46)
         seconds = time.perf_counter() - t
         counters.inductor_compile_seconds += seconds
         counters.graphs_compiled += 1
-        progress.emit(progress.PIECE, f"{piece.describe()} compiled in {seconds:.1f} s", index=piece.index,
-                      total=piece.total, action="compiled", shape=piece.shape, seconds=seconds)
+        progress.emit(
+            progress.PIECE,
+            f"{piece.describe()} compiled in {seconds:.1f} s",
+            index=piece.index,
+            total=piece.total,
+            action="compiled",
+            shape=piece.shape,
+            seconds=seconds,
+        )
         if handle is None or self.layout is None:
-            logger.debug("compiled the %s-th graph for shape %s (not saved) in %.2f s", piece.index, piece.shape,
-                         time.perf_counter() - t)
+            logger.debug(
+                "compiled the %s-th graph for shape %s (not saved) in %.2f s",
+                piece.index,
+                piece.shape,
+                time.perf_counter() - t,
+            )
             return fn
         path = self.layout.dir / handle[1]
-        logger.debug("store the %s-th graph for shape %s from %s via handle %s (%.2f s)", piece.index, piece.shape,
-                     self.adaptor.name, (piece.graph_hash[:16], str(path)), time.perf_counter() - t)
-        self._remember(piece, IndexEntry(piece.graph_hash, shape_key(piece.shape), handle[1], self.save_format,
-                                         artifact_digest(path)))
+        logger.debug(
+            "store the %s-th graph for shape %s from %s via handle %s (%.2f s)",
+            piece.index,
+            piece.shape,
+            self.adaptor.name,
+            (piece.graph_hash[:16], str(path)),
+            time.perf_counter() - t,
+        )
+        self._remember(
+            piece,
+            IndexEntry(piece.graph_hash, shape_key(piece.shape), handle[1], self.save_format, artifact_digest(path)),
+        )
         return fn
 
     def _remember(self, piece: Piece, entry: IndexEntry) -> None:
@@ -211,8 +253,9 @@ class ArtifactManager:
         self._saved[piece.memo] = entry
 
     # ------------------------------------------------------------------ the one load sequence
-    def _load_checked(self, ref: ArtifactRef, piece: Piece, graph: fx.GraphModule | None,
-                      args: list[Any]) -> Callable[..., Any]:
+    def _load_checked(
+        self, ref: ArtifactRef, piece: Piece, graph: fx.GraphModule | None, args: list[Any]
+    ) -> Callable[..., Any]:
         """Check ``ref``'s digest, then load it through the adaptor inside the read-only overlay. The time, from
         the check on, counts as artifact loading even when the load fails (it was spent). Raises on failure."""
         if self.layout is None:
@@ -221,12 +264,24 @@ class ArtifactManager:
         try:
             path = _checked_path(self.layout.dir, ref)
             with read_only_compiler_caches(self.layout):  # a load writes nothing into the rank folder
-                fn = self.adaptor.load((piece.graph_hash, ref.name), graph, args, piece.shape, self.layout.dir,
-                                       ref.format)
+                fn = self.adaptor.load(
+                    (piece.graph_hash, ref.name),
+                    graph,  # type: ignore[arg-type]  # baseline (issue 46)
+                    args,
+                    piece.shape,
+                    self.layout.dir,
+                    ref.format,
+                )
         finally:
             counters.artifact_load_seconds += time.perf_counter() - t
-        logger.debug("Directly load the %s-th graph for shape %s from %s via handle %s (%.2f s)", piece.index,
-                     piece.shape, self.adaptor.name, (piece.graph_hash[:16], str(path)), time.perf_counter() - t)
+        logger.debug(
+            "Directly load the %s-th graph for shape %s from %s via handle %s (%.2f s)",
+            piece.index,
+            piece.shape,
+            self.adaptor.name,
+            (piece.graph_hash[:16], str(path)),
+            time.perf_counter() - t,
+        )
         return fn
 
 

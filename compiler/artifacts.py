@@ -43,8 +43,13 @@ class IndexEntry:
     sha256: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"graph_hash": self.graph_hash, "shape": self.shape, "artifact": self.artifact,
-                "format": self.format, "sha256": self.sha256}
+        return {
+            "graph_hash": self.graph_hash,
+            "shape": self.shape,
+            "artifact": self.artifact,
+            "format": self.format,
+            "sha256": self.sha256,
+        }
 
 
 @dataclass
@@ -64,8 +69,9 @@ class CompileIndex:
                 return index
             if data.get("schema") == INDEX_SCHEMA:
                 for k, v in data.get("pieces", {}).items():
-                    index.pieces[k] = IndexEntry(v["graph_hash"], v["shape"], v["artifact"], v.get("format", "binary"),
-                                                 v.get("sha256", ""))
+                    index.pieces[k] = IndexEntry(
+                        v["graph_hash"], v["shape"], v["artifact"], v.get("format", "binary"), v.get("sha256", "")
+                    )
         return index
 
     def find(self, graph_hash: str, runtime_shape: int | None) -> IndexEntry | None:
@@ -99,8 +105,11 @@ class CompileIndex:
             fcntl.flock(fd, fcntl.LOCK_EX)
             on_disk = CompileIndex.open(self.path, self.cache_key)
             merged = {**on_disk.pieces, **self.pieces}
-            data = {"schema": INDEX_SCHEMA, "cache_key": self.cache_key,
-                    "pieces": {k: v.to_json() for k, v in sorted(merged.items(), key=lambda kv: _sort_key(kv[0]))}}
+            data = {
+                "schema": INDEX_SCHEMA,
+                "cache_key": self.cache_key,
+                "pieces": {k: v.to_json() for k, v in sorted(merged.items(), key=lambda kv: _sort_key(kv[0]))},
+            }
             write_atomic(self.path, json.dumps(data, indent=2) + "\n")
             self.pieces = merged
         finally:
@@ -128,8 +137,9 @@ def incomplete_reason(directory: Path) -> str | None:
     try:
         config = CacheKey.read(directory / FACTORS_FILE).factors.values("config") or {}
         compilation = config.get("compilation_config") or {}
-        sizes = resolve_compile_sizes(compilation.get("compile_sizes") or [],
-                                      compilation.get("cudagraph_capture_sizes"))
+        sizes = resolve_compile_sizes(
+            compilation.get("compile_sizes") or [], compilation.get("cudagraph_capture_sizes")
+        )
     except FileNotFoundError:
         return f"no {FACTORS_FILE}"
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -33,17 +33,21 @@ def size_config_patches(example_inputs: list[Any]) -> dict[str, Any]:
 
 @dataclass
 class AutotuneCounts:
-    gemm_autotune: int = 0          # Inductor select_algorithm benchmarks (max-autotune GEMM/template choice)
-    triton_benchmark_all: int = 0   # Triton runtime benchmarking of a kernel's configs
-    coordesc: int = 0               # coordinate-descent tuning benchmarks
+    gemm_autotune: int = 0  # Inductor select_algorithm benchmarks (max-autotune GEMM/template choice)
+    triton_benchmark_all: int = 0  # Triton runtime benchmarking of a kernel's configs
+    coordesc: int = 0  # coordinate-descent tuning benchmarks
 
     @property
     def total(self) -> int:
         return self.gemm_autotune + self.triton_benchmark_all + self.coordesc
 
     def as_dict(self) -> dict[str, int]:
-        return {"gemm_autotune": self.gemm_autotune, "triton_benchmark_all": self.triton_benchmark_all,
-                "coordesc": self.coordesc, "total": self.total}
+        return {
+            "gemm_autotune": self.gemm_autotune,
+            "triton_benchmark_all": self.triton_benchmark_all,
+            "coordesc": self.coordesc,
+            "total": self.total,
+        }
 
 
 @contextlib.contextmanager

@@ -27,18 +27,27 @@ import importlib.util
 import os
 import platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from compiler import envs
 
 INDUCTOR_ENV_PREFIXES = ("TORCHINDUCTOR_", "TRITON_", "TORCH_COMPILE_", "PYTORCH_")
 # Settings that change no generated code (where caches go, logging): not evidence.
-_NOT_EVIDENCE = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK", "TRITON_HOME",
-                 "TORCHINDUCTOR_COMPILE_THREADS", "TORCH_COMPILE_DEBUG_DIR", "PYTORCH_CUDA_ALLOC_CONF")
+_NOT_EVIDENCE = (
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_VEC_ISA_OK",
+    "TRITON_HOME",
+    "TORCHINDUCTOR_COMPILE_THREADS",
+    "TORCH_COMPILE_DEBUG_DIR",
+    "PYTORCH_CUDA_ALLOC_CONF",
+)
 
 
 # ---------------------------------------------------------------------- files on sys.path, no import
+
 
 def module_file(name: str) -> Path | None:
     """The source file of module ``name`` (``a.b.c`` → ``a/b/c.py`` or ``a/b/c/__init__.py``), found without
@@ -72,7 +81,7 @@ def literal_assignments(path: Path) -> dict[str, Any]:
             targets, value = [node.target.id], node.value
         if targets:
             try:
-                literal = ast.literal_eval(value)
+                literal = ast.literal_eval(value)  # type: ignore[arg-type]  # baseline (issue 46)
             except ValueError:
                 continue
             values.update(dict.fromkeys(targets, literal))
@@ -92,7 +101,7 @@ def torch_build() -> dict[str, Any] | None:
     return {"torch": values["__version__"], "torch_git": values.get("git_version"), "cuda": values.get("cuda")}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def record_digest(distribution: str) -> str | None:
     """sha256 over the sorted ``path,hash`` lines of the distribution's ``RECORD`` that have a hash and lie in the
     site folder (scripts in ``../bin`` carry the interpreter's path; ``.pyc`` files are not hashed): the same
@@ -128,6 +137,7 @@ def triton_version() -> str | None:
 
 
 # ---------------------------------------------------------------------- devices
+
 
 def cpu_capability() -> str:
     """The vector ISA ATen dispatches to (``torch.backends.cpu.get_cpu_capability()``), from
@@ -193,10 +203,14 @@ def _text(value: Any) -> str:
 def cuda_device(index: int = 0) -> dict[str, str] | None:
     """``{"device", "capability"}`` of CUDA device ``index`` as torch names them (``torch.cuda.get_device_name``,
     ``"major.minor"``), from NVML; ``None`` when NVML cannot tell (no driver, no ``nvidia-ml-py``, no GPU)."""
+
     def ask(pynvml):
         which = _visible_index(index)
-        handle = (pynvml.nvmlDeviceGetHandleByUUID(which) if isinstance(which, str)
-                  else pynvml.nvmlDeviceGetHandleByIndex(which))
+        handle = (
+            pynvml.nvmlDeviceGetHandleByUUID(which)
+            if isinstance(which, str)
+            else pynvml.nvmlDeviceGetHandleByIndex(which)
+        )
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
         return {"device": _text(pynvml.nvmlDeviceGetName(handle)), "capability": f"{major}.{minor}"}
 
@@ -214,6 +228,7 @@ def cpu_device() -> dict[str, str]:
 
 # ---------------------------------------------------------------------- evidence
 
+
 def inductor_env() -> dict[str, str]:
     """The environment variables Inductor and Triton read settings from (where caches go excluded)."""
     return {k: v for k, v in envs.by_prefix(INDUCTOR_ENV_PREFIXES).items() if k not in _NOT_EVIDENCE}
@@ -222,7 +237,9 @@ def inductor_env() -> dict[str, str]:
 def evidence() -> dict[str, Any]:
     """The inputs that determine ``torch_key``, ``triton_key`` and the Inductor config hash on a machine."""
     triton = triton_distribution()
-    return {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
-            "torch_record": record_digest("torch"),
-            "triton_record": record_digest(triton) if triton else None,
-            "inductor_env": inductor_env()}
+    return {
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "torch_record": record_digest("torch"),
+        "triton_record": record_digest(triton) if triton else None,
+        "inductor_env": inductor_env(),
+    }

@@ -35,8 +35,15 @@ FACTOR_NAMES = ("env", "config", "code", "compiler")
 FACTORS_FILE = "cache_key_factors.json"
 
 # Inductor config entries that change nothing in generated code (workers, logging, timeouts).
-_INDUCTOR_CONFIG_EXCLUDE_WORDS = ("worker", "log", "timeout", "compile_threads", "cache_dir", "trace.",
-                                  "vec_isa_ok")  # vec_isa_ok only skips a build check of the detected ISA
+_INDUCTOR_CONFIG_EXCLUDE_WORDS = (
+    "worker",
+    "log",
+    "timeout",
+    "compile_threads",
+    "cache_dir",
+    "trace.",
+    "vec_isa_ok",
+)  # vec_isa_ok only skips a build check of the detected ISA
 
 
 def canonical_json(value: Any) -> str:
@@ -56,6 +63,7 @@ def combine(factor_hashes: dict[str, str]) -> str:
 
 # ---------------------------------------------------------------------- env
 
+
 def local_env_factors() -> dict[str, Any]:
     """Environment variables and process settings that change compiled code."""
     values: dict[str, Any] = dict(envs.env_factor_values())
@@ -71,8 +79,9 @@ UNKNOWN = "<unknown: {}>"
 
 
 def _unknown(what: str, exc: BaseException) -> str:
-    logger.warning("cache key: %s could not be computed (%s: %s); recorded as a sentinel", what,
-                   type(exc).__name__, exc)
+    logger.warning(
+        "cache key: %s could not be computed (%s: %s); recorded as a sentinel", what, type(exc).__name__, exc
+    )
     return UNKNOWN.format(f"{what}: {type(exc).__name__}")
 
 
@@ -180,6 +189,7 @@ def cheap_compiler_factors(device: str, recorded: Factor) -> dict[str, Any] | No
 
 # ---------------------------------------------------------------------- code
 
+
 def _site_roots() -> list[str]:
     roots = {p for p in sys.path if p and os.path.isdir(p)}
     return sorted((os.path.realpath(p) for p in roots), key=len, reverse=True)
@@ -227,6 +237,7 @@ def code_factors(files: Iterable[str]) -> dict[str, str]:
 
 # ---------------------------------------------------------------------- config
 
+
 def config_factors(compilation_config: Any, model_config: dict[str, Any]) -> dict[str, Any]:
     return {"compilation_config": compilation_config.hash_values(), "model_config": model_config}
 
@@ -259,13 +270,24 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 # The fields a user sets, in the order a miss should name them: what follows from them (the all-reduce choice a
 # tensor-parallel size implies, the head size a hidden size implies) is named after them.
-USER_SET_FIELDS = ("tensor_parallel_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
-                   "num_key_value_heads", "intermediate_size", "vocab_size", "architecture", "dtype", "mode")
+USER_SET_FIELDS = (
+    "tensor_parallel_size",
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "architecture",
+    "dtype",
+    "mode",
+)
 
 
 def most_telling_first(diffs: list[FieldDifference]) -> list[FieldDifference]:
     """``diffs`` with the fields a user sets (:data:`USER_SET_FIELDS`, by their last dotted part) first, in that
     order, the rest after them as they were (by name)."""
+
     def rank(d: FieldDifference) -> int:
         leaf = d.field.rsplit(".", 1)[-1]
         return USER_SET_FIELDS.index(leaf) if leaf in USER_SET_FIELDS else len(USER_SET_FIELDS)
@@ -280,8 +302,11 @@ def field_differences(a: Any, b: Any, *, nested: bool = True) -> list[FieldDiffe
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return [] if same_json(a, b) else [FieldDifference("(all)", a, b)]
     fa, fb = (flatten(a), flatten(b)) if nested else (a, b)
-    return [FieldDifference(str(k), fa.get(k, UNSET), fb.get(k, UNSET))
-            for k in sorted(set(fa) | set(fb), key=str) if not same_json(fa.get(k, UNSET), fb.get(k, UNSET))]
+    return [
+        FieldDifference(str(k), fa.get(k, UNSET), fb.get(k, UNSET))
+        for k in sorted(set(fa) | set(fb), key=str)
+        if not same_json(fa.get(k, UNSET), fb.get(k, UNSET))
+    ]
 
 
 def same_json(a: Any, b: Any) -> bool:
@@ -298,10 +323,11 @@ def same_json(a: Any, b: Any) -> bool:
 def short_repr(value: Any, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters for a one-line message."""
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------- the factors, typed
+
 
 @dataclass(frozen=True)
 class Factor:
@@ -382,6 +408,7 @@ class Factors:
 
 # ---------------------------------------------------------------------- the key
 
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file of its own in the same folder, then rename: two
     processes writing the same file never share a temporary name."""
@@ -408,15 +435,24 @@ class CacheKey:
             object.__setattr__(self, "factors", Factors.parse(self.factors) or Factors({}))
 
     @classmethod
-    def from_values(cls, *, env: dict[str, Any], config: dict[str, Any], code: dict[str, Any],
-                    compiler: dict[str, Any], evidence: dict[str, Any] | None = None) -> CacheKey:
+    def from_values(
+        cls,
+        *,
+        env: dict[str, Any],
+        config: dict[str, Any],
+        code: dict[str, Any],
+        compiler: dict[str, Any],
+        evidence: dict[str, Any] | None = None,
+    ) -> CacheKey:
         """``evidence`` (:func:`compiler.build_identity.evidence`) is written beside the compiler factor, not
         hashed: what lets a preflight reuse the recorded compiler values (:func:`cheap_compiler_factors`)."""
-        factors = {name: Factor(factor_hash(values), values)
-                   for name, values in (("env", env), ("config", config), ("code", code), ("compiler", compiler))}
+        factors = {
+            name: Factor(factor_hash(values), values)
+            for name, values in (("env", env), ("config", config), ("code", code), ("compiler", compiler))
+        }
         if evidence is not None:
             factors["compiler"] = Factor(factors["compiler"].hash, compiler, evidence)
-        return cls(hash=combine({n: f.hash for n, f in factors.items()}), factors=Factors.from_entries(factors))
+        return cls(hash=combine({n: f.hash for n, f in factors.items()}), factors=Factors.from_entries(factors))  # type: ignore[misc]  # baseline (issue 46)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "hash": self.hash, "factors": self.factors.to_json()}

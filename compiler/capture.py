@@ -25,8 +25,8 @@ import logging
 import time
 import types
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from types import CodeType
 from typing import Any, TypeVar
 
@@ -35,9 +35,9 @@ from torch import nn
 
 from compiler import envs, progress, torch_compat
 from compiler.compile_context import CompileContext
-from compiler.errors import GUARDS, STRICT_MODE, CompilerError
 from compiler.config import CompilationMode, DynamicShapesType
 from compiler.counters import CompileInStrictMode, counters, is_strict
+from compiler.errors import GUARDS, STRICT_MODE, CompilerError
 from compiler.key_prediction import NO_CACHE_YET
 from compiler.layout import TRANSFORMED_CODE
 
@@ -55,14 +55,15 @@ class RecompileError(CompilerError):
 
 def _decompile(code: CodeType) -> str:
     try:
-        import depyf  # type: ignore[import-not-found]
+        import depyf
 
         return depyf.decompile(code)
     except Exception:
         buf = io.StringIO()
         dis.dis(code, file=buf)
         return '"""Disassembly (install depyf to get decompiled Python)."""\n' + "\n".join(
-            "# " + line for line in buf.getvalue().splitlines())
+            "# " + line for line in buf.getvalue().splitlines()
+        )
 
 
 @dataclass
@@ -103,7 +104,7 @@ class _Compiled:
         self.compiled_fn: Callable[..., Any] | None = None
         self.backend: Any = None
         self.first_compile_seconds: float | None = None
-        self.hot_path: str | None = None          # "aot" or "dynamo" once the first call ran
+        self.hot_path: str | None = None  # "aot" or "dynamo" once the first call ran
         self.aot_fallback_reason: str | None = None
         self.key_source: str | None = None  # AOT path: "evidence" (build evidence matched) or "computed"
         self.phases = StartupPhases()
@@ -133,8 +134,7 @@ class _Compiled:
         entry onto the same code (different backend) until the recompile limit."""
         fn = type(self.module).forward
         fn = getattr(fn, "__func__", fn)
-        clone = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
-                                   fn.__closure__)
+        clone = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         clone.__kwdefaults__ = fn.__kwdefaults__
         clone.__qualname__ = fn.__qualname__
         clone.__module__ = fn.__module__
@@ -148,6 +148,7 @@ class _Compiled:
             return torch.compile(forward, fullgraph=True)
         options = None if keep_guards else {"guard_filter_fn": torch_compat.skip_all_guards()}
         if mode == CompilationMode.DYNAMO_TRACE_ONCE:
+
             def eager_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
                 counters.dynamo_compiles += 1
                 counters.dynamo_traces += 1
@@ -158,7 +159,7 @@ class _Compiled:
             from compiler.piecewise_backend import PiecewiseBackend
 
             self.backend = PiecewiseBackend(self.ctx)
-        return torch.compile(forward, fullgraph=True, backend=self.backend, options=options)
+        return torch.compile(forward, fullgraph=True, backend=self.backend, options=options)  # type: ignore[arg-type]  # baseline (issue 46)
 
     # ---------------------------------------------------------------- calls
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -172,8 +173,10 @@ class _Compiled:
             except RuntimeError as exc:
                 if torch_compat.is_recompile_refusal(exc):
                     why = "strict mode" if is_strict() else "evaluate_guards"
-                    refusal = RecompileError(f"recompilation refused ({why}): {str(exc).splitlines()[0]}",
-                                             kind=STRICT_MODE if is_strict() else GUARDS)
+                    refusal = RecompileError(
+                        f"recompilation refused ({why}): {str(exc).splitlines()[0]}",
+                        kind=STRICT_MODE if is_strict() else GUARDS,
+                    )
                     raise refusal from None
                 raise
         out = self.compiled_fn(*args, **kwargs)
@@ -201,9 +204,13 @@ class _Compiled:
     # ---------------------------------------------------------------- the AOT entry
     def _aot_usable(self) -> bool:
         """The AOT entry serves piecewise mode with dropped guards and a cache that is read."""
-        return (self.cfg.mode == CompilationMode.PIECEWISE and not self.ctx.key_only
-                and not self.cfg.dynamic_shapes_config.evaluate_guards and not envs.disable_compile_cache()
-                and torch_compat.aot_supported())
+        return (
+            self.cfg.mode == CompilationMode.PIECEWISE
+            and not self.ctx.key_only
+            and not self.cfg.dynamic_shapes_config.evaluate_guards
+            and not envs.disable_compile_cache()
+            and torch_compat.aot_supported()
+        )
 
     def _try_aot_start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Hot start: predict the key, load the entry, run. ``_NO_ENTRY`` (and one log line why) if it can't."""
@@ -216,8 +223,13 @@ class _Compiled:
         loaded_before = counters.artifact_load_seconds
         local = HotStartFactors(self.cfg, self.ctx.model_config, self.ctx.device)
         try:
-            key, layout = predict_layout(resolve_root(self.cfg.cache_dir), local, rank=self.ctx.rank,
-                                         dp_rank=self.ctx.dp_rank, prefix=self.ctx.prefix)
+            key, layout = predict_layout(
+                resolve_root(self.cfg.cache_dir),
+                local,
+                rank=self.ctx.rank,
+                dp_rank=self.ctx.dp_rank,
+                prefix=self.ctx.prefix,
+            )
             self.key_source = local.source
             if local.source == "evidence":  # Inductor then need not hash torch's (or Triton's) sources
                 values = key.factors.values("compiler") or {}
@@ -239,10 +251,17 @@ class _Compiled:
         self.compiled_fn = lambda *a, **k: fn(module, *a, **k)
         self.backend = backend
         self.hot_path = "aot"
-        logger.info("Loaded the AOT-compiled forward from %s (%d artifacts) in %.2f s; no Dynamo trace",
-                    layout.dir, backend.graphs_loaded, t_load - t0)
-        self.phases = StartupPhases(key=t_key - t0, load=t_load - t_key + self._import_wait,
-                                    counted_load=counters.artifact_load_seconds - loaded_before)
+        logger.info(
+            "Loaded the AOT-compiled forward from %s (%d artifacts) in %.2f s; no Dynamo trace",
+            layout.dir,
+            backend.graphs_loaded,
+            t_load - t0,
+        )
+        self.phases = StartupPhases(
+            key=t_key - t0,
+            load=t_load - t_key + self._import_wait,
+            counted_load=counters.artifact_load_seconds - loaded_before,
+        )
         self.first_compile_seconds = t_load - t0
         return self.compiled_fn(*args, **kwargs)
 
@@ -262,12 +281,16 @@ class _Compiled:
         fn = type(self.module).forward
         try:
             with torch_compat.size_oblivious(self._size_oblivious()), progress.during(progress.SAVE):
-                compiled = torch_compat.aot_compile_fullgraph(getattr(fn, "__func__", fn), (self.module, *args),
-                                                              kwargs, entry_backend(self.backend))
+                compiled = torch_compat.aot_compile_fullgraph(
+                    getattr(fn, "__func__", fn), (self.module, *args), kwargs, entry_backend(self.backend)
+                )
             path = write_entry(layout.dir, compiled)
         except Exception as exc:  # the Dynamo path still serves; the next start traces
-            logger.warning("AOT entry not written (%s: %s); hot starts will trace with Dynamo",
-                           type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            logger.warning(
+                "AOT entry not written (%s: %s); hot starts will trace with Dynamo",
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+            )
             return True
         logger.info("AOT entry saved to %s (%.2f s)", path, time.perf_counter() - t0)
         return True
@@ -302,15 +325,28 @@ class _Compiled:
         done = counters.delta(before)
         self.phases = StartupPhases(  # the wait for the background imports (Dynamo's) is the trace's here
             trace=max(0.0, self.first_compile_seconds - done.inductor_compile_seconds - done.artifact_load_seconds)
-            + self._import_wait, compile=done.inductor_compile_seconds, load=done.artifact_load_seconds,
-            counted_load=done.artifact_load_seconds)
+            + self._import_wait,
+            compile=done.inductor_compile_seconds,
+            load=done.artifact_load_seconds,
+            counted_load=done.artifact_load_seconds,
+        )
         self._compiled_here = done.graphs_compiled
         layout = getattr(self.backend, "layout", None)
-        if (layout is not None and hooks and not self.ctx.key_only and Path(layout.dir).is_dir()
-                and not (Path(layout.dir) / TRANSFORMED_CODE).exists()):
+        if (
+            layout is not None
+            and hooks
+            and not self.ctx.key_only
+            and Path(layout.dir).is_dir()
+            and not (Path(layout.dir) / TRANSFORMED_CODE).exists()
+        ):
             path = Path(layout.dir) / TRANSFORMED_CODE
-            path.write_text("\n\n".join(f"# transformed code of {old.co_name} ({old.co_filename}:{old.co_firstlineno})\n"
-                                        + _decompile(new) for old, new in hooks) + "\n")
+            path.write_text(
+                "\n\n".join(
+                    f"# transformed code of {old.co_name} ({old.co_filename}:{old.co_firstlineno})\n" + _decompile(new)
+                    for old, new in hooks
+                )
+                + "\n"
+            )
             logger.debug("Transformed code saved to %s", path)
         logger.info("torch.compile takes %.2f s in total", self.first_compile_seconds)
         t_save = time.perf_counter()

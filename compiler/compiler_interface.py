@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.fx as fx
 
 from compiler import cache_key, torch_compat
@@ -27,12 +26,26 @@ class CompilerInterface:
     def compute_hash(self, device: str) -> str:
         return cache_key.factor_hash(cache_key.local_compiler_factors(device))
 
-    def compile(self, graph: fx.GraphModule, example_inputs: list[Any], runtime_shape: int | None,
-                key: str, directory: Path, save_format: str) -> tuple[Callable[..., Any], tuple[str, str] | None]:
+    def compile(
+        self,
+        graph: fx.GraphModule,
+        example_inputs: list[Any],
+        runtime_shape: int | None,
+        key: str,
+        directory: Path,
+        save_format: str,
+    ) -> tuple[Callable[..., Any], tuple[str, str] | None]:
         raise NotImplementedError
 
-    def load(self, handle: tuple[str, str], graph: fx.GraphModule, example_inputs: list[Any],
-             runtime_shape: int | None, directory: Path, save_format: str) -> Callable[..., Any]:
+    def load(
+        self,
+        handle: tuple[str, str],
+        graph: fx.GraphModule,
+        example_inputs: list[Any],
+        runtime_shape: int | None,
+        directory: Path,
+        save_format: str,
+    ) -> Callable[..., Any]:
         raise NotImplementedError
 
 

@@ -131,9 +131,7 @@ class CompilationConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(
-                f"unknown compilation config key {unknown[0]!r} (known: {', '.join(sorted(known))})"
-            )
+            raise ConfigError(f"unknown compilation config key {unknown[0]!r} (known: {', '.join(sorted(known))})")
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             kwargs[key] = _coerce_field(key, value)
@@ -165,7 +163,9 @@ class CompilationConfig:
                 f"compile_cache_save_format must be 'binary' or 'unpacked', got {self.compile_cache_save_format!r}"
             )
         if self.splitting_ops is not None:
-            if not isinstance(self.splitting_ops, list) or not all(isinstance(s, str) and s for s in self.splitting_ops):
+            if not isinstance(self.splitting_ops, list) or not all(
+                isinstance(s, str) and s for s in self.splitting_ops
+            ):
                 raise ConfigError("splitting_ops must be a list of op names such as 'ns.op'")
         # Resolve capture sizes the way vLLM does: explicit sizes win (the max must agree), else the rule up to
         # the max; either way the max becomes the largest size, so that to_dict() round-trips.
@@ -197,7 +197,9 @@ class CompilationConfig:
             elif isinstance(s, int) and not isinstance(s, bool) and s > 0:
                 expanded.append(s)
             else:
-                raise ConfigError(f"compile_sizes entries must be positive integers or 'cudagraph_capture_sizes', got {s!r}")
+                raise ConfigError(
+                    f"compile_sizes entries must be positive integers or 'cudagraph_capture_sizes', got {s!r}"
+                )
         self.compile_sizes = expanded
 
     # ------------------------------------------------------------------ derived values
@@ -257,6 +259,7 @@ def resolve_compile_sizes(compile_sizes: list[int | str], cudagraph_capture_size
 
 # ---------------------------------------------------------------------- field coercion
 
+
 def _enum_value(enum_cls: type[enum.Enum], key: str, value: Any) -> enum.Enum:
     if isinstance(value, enum_cls):
         return value
@@ -274,7 +277,7 @@ def _enum_value(enum_cls: type[enum.Enum], key: str, value: Any) -> enum.Enum:
             return CompilationMode(value)
         except ValueError:
             raise ConfigError(f"{key} must be 0, 1, 2 or 3, got {value!r}") from None
-    names = [m.value for m in enum_cls]  # type: ignore[attr-defined]
+    names = [m.value for m in enum_cls]
     if isinstance(value, str):
         for m in enum_cls:
             if m.value.lower() == value.lower() or m.name.lower() == value.lower():
@@ -346,6 +349,7 @@ def _coerce_field(key: str, value: Any) -> Any:
 
 # ---------------------------------------------------------------------- dot-notation overrides
 
+
 def _parse_scalar(text: str) -> Any:
     try:
         return json.loads(text)
@@ -358,7 +362,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     text = item
     for prefix in ("--compilation-config.", "-cc.", "--cc.", "cc."):
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
             break
     if "=" not in text:
         raise ConfigError(f"compilation config override must look like key=value, got {item!r}")

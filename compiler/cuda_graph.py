@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------- dispatch state
 
+
 @dataclass
 class _DispatchState:
     runtime_mode: CUDAGraphMode = CUDAGraphMode.NONE
@@ -75,6 +76,7 @@ class MissingGraphError(CompilerError):
 
 # ---------------------------------------------------------------------- weak references
 
+
 def weak_ref_tensor(t: Any) -> Any:
     """A tensor that views ``t``'s memory without owning it (pure-PyTorch version of vLLM's ``weak_ref_tensor``);
     anything else is returned as is."""
@@ -101,6 +103,7 @@ def _tensor_addresses(args: tuple[Any, ...]) -> list[int | None]:
 
 # ---------------------------------------------------------------------- pool and stats
 
+
 @dataclass
 class CaptureStats:
     graphs: int = 0
@@ -118,7 +121,7 @@ class GraphPool:
         self.stats = CaptureStats()
         self._pending: list[_Entry] = []
 
-    def captured(self, entry: "_Entry") -> None:
+    def captured(self, entry: _Entry) -> None:
         """Record a graph captured in the current forward; :meth:`end_forward` weakens its output."""
         self._pending.append(entry)
 
@@ -140,8 +143,15 @@ class _Entry:
 class CUDAGraphWrapper:
     """Capture/replay ``runnable`` for the batch descriptors dispatched to ``runtime_mode`` (FULL or PIECEWISE)."""
 
-    def __init__(self, runnable: Callable[..., Any], runtime_mode: CUDAGraphMode, pool: GraphPool, name: str = "",
-                 *, debug_addresses: bool = False) -> None:
+    def __init__(
+        self,
+        runnable: Callable[..., Any],
+        runtime_mode: CUDAGraphMode,
+        pool: GraphPool,
+        name: str = "",
+        *,
+        debug_addresses: bool = False,
+    ) -> None:
         if runtime_mode not in (CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE):
             raise ValueError(f"a CUDAGraphWrapper's runtime mode is FULL or PIECEWISE, not {runtime_mode.value}")
         self.runnable = runnable
@@ -165,8 +175,10 @@ class CUDAGraphWrapper:
         entry = self.entries.get(desc)
         if entry is None:
             if not state.capturing:
-                raise MissingGraphError(f"no {self.runtime_mode.value} CUDA graph captured for {desc} ({self.name}); "
-                                        "graphs are captured at start-up only")
+                raise MissingGraphError(
+                    f"no {self.runtime_mode.value} CUDA graph captured for {desc} ({self.name}); "
+                    "graphs are captured at start-up only"
+                )
             return self._capture(desc, args, kwargs)
         if self.debug_addresses:
             addrs = _tensor_addresses(args)
@@ -194,8 +206,9 @@ class CUDAGraphWrapper:
         return output
 
 
-def install_piecewise_graphs(split_gm: torch.fx.GraphModule, compiled_names: list[str], pool: GraphPool,
-                             *, debug_addresses: bool = False) -> list[CUDAGraphWrapper]:
+def install_piecewise_graphs(
+    split_gm: torch.fx.GraphModule, compiled_names: list[str], pool: GraphPool, *, debug_addresses: bool = False
+) -> list[CUDAGraphWrapper]:
     """Wrap each compiled piece of ``split_gm`` (the split graph returned by the piecewise backend, whose pieces
     are ``PiecewiseRunnable`` instances in its ``__dict__``) in a PIECEWISE :class:`CUDAGraphWrapper`."""
     wrappers = []

@@ -38,6 +38,7 @@ class AttentionCGSupport(enum.IntEnum):
 
 # ---------------------------------------------------------------------- capture sizes
 
+
 def resolve_capture_sizes(config: CompilationConfig, max_num_tokens: int | None = None) -> list[int]:
     """The sizes to capture, ascending: :attr:`CompilationConfig.resolved_capture_sizes` (the rule of
     :func:`compiler.config.default_capture_sizes`), without the sizes above ``max_num_tokens`` (the largest batch
@@ -46,8 +47,11 @@ def resolve_capture_sizes(config: CompilationConfig, max_num_tokens: int | None 
     if max_num_tokens is not None:
         kept = [s for s in sizes if s <= max_num_tokens]
         if len(kept) != len(sizes):
-            logger.debug("CUDA graph capture sizes above max_num_tokens=%d dropped: %s", max_num_tokens,
-                         [s for s in sizes if s > max_num_tokens])
+            logger.debug(
+                "CUDA graph capture sizes above max_num_tokens=%d dropped: %s",
+                max_num_tokens,
+                [s for s in sizes if s > max_num_tokens],
+            )
         sizes = kept
     return sizes
 
@@ -63,8 +67,10 @@ def padded_size(num_tokens: int, sizes: list[int]) -> int | None:
 
 # ---------------------------------------------------------------------- mode resolution
 
-def resolve_cudagraph_mode(config: CompilationConfig, device_type: str,
-                           attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS) -> CUDAGraphMode:
+
+def resolve_cudagraph_mode(
+    config: CompilationConfig, device_type: str, attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS
+) -> CUDAGraphMode:
     """The CUDA-graph mode that will run for ``config`` on ``device_type``.
 
     - ``cudagraph_mode`` unset (``None``): ``FULL_AND_PIECEWISE`` on the GPU, ``NONE`` elsewhere;
@@ -77,8 +83,9 @@ def resolve_cudagraph_mode(config: CompilationConfig, device_type: str,
     requested = config.cudagraph_mode
     if device_type != "cuda":
         if requested is not None and requested != CUDAGraphMode.NONE:
-            logger.info("CUDA graphs need a CUDA device: cudagraph_mode=%s resolves to NONE on %s",
-                        requested.value, device_type)
+            logger.info(
+                "CUDA graphs need a CUDA device: cudagraph_mode=%s resolves to NONE on %s", requested.value, device_type
+            )
         return CUDAGraphMode.NONE
     mode = CUDAGraphMode.FULL_AND_PIECEWISE if requested is None else requested
     if mode == CUDAGraphMode.NONE:
@@ -86,15 +93,20 @@ def resolve_cudagraph_mode(config: CompilationConfig, device_type: str,
     can_piecewise = config.mode == CompilationMode.PIECEWISE and bool(config.resolved_splitting_ops)
     resolved = mode
     if mode.has_piecewise() and not can_piecewise:
-        resolved = CUDAGraphMode.FULL_DECODE_ONLY if mode == CUDAGraphMode.FULL_AND_PIECEWISE else CUDAGraphMode.NONE
+        resolved = CUDAGraphMode.FULL_DECODE_ONLY if mode == CUDAGraphMode.FULL_AND_PIECEWISE else CUDAGraphMode.NONE  # type: ignore[assignment]  # baseline (issue 46)
     if resolved.has_full():
         if attention_support == AttentionCGSupport.NEVER:
-            resolved = CUDAGraphMode.PIECEWISE if can_piecewise else CUDAGraphMode.NONE
+            resolved = CUDAGraphMode.PIECEWISE if can_piecewise else CUDAGraphMode.NONE  # type: ignore[assignment]  # baseline (issue 46)
         elif attention_support == AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE and resolved == CUDAGraphMode.FULL:
             resolved = CUDAGraphMode.FULL_AND_PIECEWISE if can_piecewise else CUDAGraphMode.FULL_DECODE_ONLY
     if resolved != mode:
-        logger.warning("cudagraph_mode=%s resolves to %s (attention supports full graphs: %s; piecewise "
-                       "graphs possible: %s)", mode.value, resolved.value, attention_support.name, can_piecewise)
+        logger.warning(
+            "cudagraph_mode=%s resolves to %s (attention supports full graphs: %s; piecewise graphs possible: %s)",
+            mode.value,
+            resolved.value,
+            attention_support.name,
+            can_piecewise,
+        )
     return resolved
 
 
@@ -116,6 +128,7 @@ def mixed_mode(mode: CUDAGraphMode) -> CUDAGraphMode:
 
 # ---------------------------------------------------------------------- dispatch
 
+
 @dataclass(frozen=True)
 class BatchDescriptor:
     """The key of one captured graph: the (padded) token count and whether the batch is a uniform decode."""
@@ -136,7 +149,10 @@ class CudagraphDispatcher:
         self.mode = mode
         self.capture_sizes = sorted(set(capture_sizes))
         self.max_num_seqs = max_num_seqs
-        self.keys: dict[CUDAGraphMode, set[BatchDescriptor]] = {CUDAGraphMode.FULL: set(), CUDAGraphMode.PIECEWISE: set()}
+        self.keys: dict[CUDAGraphMode, set[BatchDescriptor]] = {
+            CUDAGraphMode.FULL: set(),
+            CUDAGraphMode.PIECEWISE: set(),
+        }
         if mode == CUDAGraphMode.NONE:
             self.decode_sizes: list[int] = []
             return

@@ -28,8 +28,14 @@ import torch
 
 from compiler import progress
 from compiler.config import CompilationMode, CUDAGraphMode
-from compiler.cuda_graph import (CUDAGraphWrapper, GraphPool, capture_phase, install_piecewise_graphs,
-                                 set_cudagraph_dispatch, uninstall_piecewise_graphs)
+from compiler.cuda_graph import (
+    CUDAGraphWrapper,
+    GraphPool,
+    capture_phase,
+    install_piecewise_graphs,
+    set_cudagraph_dispatch,
+    uninstall_piecewise_graphs,
+)
 from compiler.cudagraph_dispatcher import CudagraphDispatcher, resolve_capture_sizes, resolve_cudagraph_mode
 from compiler.forward_context import ForwardContext, set_forward_context
 from compiler.ops.static_attention import ATTENTION_CG_SUPPORT, GraphAttentionMetadata, StaticAttentionInputs
@@ -38,8 +44,9 @@ logger = logging.getLogger(__name__)
 
 
 class GraphExecutor:
-    def __init__(self, runner: Any, *, mode: CUDAGraphMode | None = None, emulate: bool = False,
-                 debug_addresses: bool = False) -> None:
+    def __init__(
+        self, runner: Any, *, mode: CUDAGraphMode | None = None, emulate: bool = False, debug_addresses: bool = False
+    ) -> None:
         self.runner = runner
         cfg = runner.config
         self.device: torch.device = runner.device
@@ -51,7 +58,9 @@ class GraphExecutor:
         elif self.device.type != "cuda" and not emulate:
             raise ValueError("CUDA graphs need a CUDA device (use emulate=True to test the logic on the CPU)")
         self.mode = mode
-        self.capture_sizes = resolve_capture_sizes(cfg, runner.max_num_batched_tokens) if mode != CUDAGraphMode.NONE else []
+        self.capture_sizes = (
+            resolve_capture_sizes(cfg, runner.max_num_batched_tokens) if mode != CUDAGraphMode.NONE else []
+        )
         self.dispatcher = CudagraphDispatcher(mode, self.capture_sizes, runner.max_num_seqs)
         self.window = runner.max_model_len
         self.scratch_slot = runner.max_num_seqs * runner.max_model_len
@@ -64,8 +73,13 @@ class GraphExecutor:
         self.backbone = runner.model.model
         self.full: Any = self.backbone
         if mode.has_full():
-            self.full = (CUDAGraphWrapper(self.backbone, CUDAGraphMode.FULL, self.pool, "backbone",
-                                          debug_addresses=debug_addresses) if self.pool else self.backbone)
+            self.full = (
+                CUDAGraphWrapper(
+                    self.backbone, CUDAGraphMode.FULL, self.pool, "backbone", debug_addresses=debug_addresses
+                )
+                if self.pool
+                else self.backbone
+            )
         self.debug_addresses = debug_addresses
         self.piecewise: list[CUDAGraphWrapper] = []
         self.captured = False
@@ -73,23 +87,34 @@ class GraphExecutor:
         self.num_graphs = 0
         self.last_dispatch: tuple[CUDAGraphMode, Any] = (CUDAGraphMode.NONE, None)
         if mode != CUDAGraphMode.NONE:
-            logger.info("CUDA graphs: mode %s, %d capture sizes (%s..%s)%s", mode.value, len(self.capture_sizes),
-                        self.capture_sizes[0] if self.capture_sizes else "-",
-                        self.capture_sizes[-1] if self.capture_sizes else "-", " (emulated)" if emulate else "")
+            logger.info(
+                "CUDA graphs: mode %s, %d capture sizes (%s..%s)%s",
+                mode.value,
+                len(self.capture_sizes),
+                self.capture_sizes[0] if self.capture_sizes else "-",
+                self.capture_sizes[-1] if self.capture_sizes else "-",
+                " (emulated)" if emulate else "",
+            )
 
     @property
     def enabled(self) -> bool:
         return self.mode != CUDAGraphMode.NONE
 
     # ------------------------------------------------------------------ one forward
-    def _fill(self, ids: list[int], positions: list[int], slots: list[int], tok_offsets: list[int],
-              n_pad: int) -> None:
+    def _fill(self, ids: list[int], positions: list[int], slots: list[int], tok_offsets: list[int], n_pad: int) -> None:
         pad = n_pad - len(ids)
         rows = [ids + [0] * pad, positions + [0] * pad, slots + [self.scratch_slot] * pad, tok_offsets + [0] * pad]
         self.buf[:, :n_pad].copy_(torch.tensor(rows, dtype=torch.long), non_blocking=True)
 
-    def execute(self, ids: list[int], positions: list[int], slots: list[int], query_start_loc: list[int],
-                seq_lens: list[int], slot_offsets: list[int]) -> torch.Tensor:
+    def execute(
+        self,
+        ids: list[int],
+        positions: list[int],
+        slots: list[int],
+        query_start_loc: list[int],
+        seq_lens: list[int],
+        slot_offsets: list[int],
+    ) -> torch.Tensor:
         """Forward of one flattened batch; returns the hidden states of its ``len(ids)`` real tokens."""
         n = len(ids)
         uniform_decode = n == len(seq_lens)
@@ -97,7 +122,7 @@ class GraphExecutor:
             runtime_mode, desc = self.dispatcher.dispatch(n, uniform_decode)
         else:
             runtime_mode, desc = CUDAGraphMode.NONE, None
-        n_pad = desc.num_tokens if runtime_mode != CUDAGraphMode.NONE else n
+        n_pad = desc.num_tokens if runtime_mode != CUDAGraphMode.NONE else n  # type: ignore[union-attr]  # baseline (issue 46)
         self.last_dispatch = (runtime_mode, desc if runtime_mode != CUDAGraphMode.NONE else None)
         tok_offsets: list[int] = []
         for i, off in enumerate(slot_offsets):
@@ -111,16 +136,38 @@ class GraphExecutor:
         else:
             self._fill(ids, positions, slots, tok_offsets, n_pad)
             input_ids, pos, slot_t, tok_t = (self.buf[i, :n_pad] for i in range(4))
-        return self._forward(input_ids, pos, slot_t, tok_t, query_start_loc, seq_lens, slot_offsets, n,
-                             runtime_mode, self.last_dispatch[1])[:n]
+        return self._forward(
+            input_ids,
+            pos,
+            slot_t,
+            tok_t,
+            query_start_loc,
+            seq_lens,
+            slot_offsets,
+            n,
+            runtime_mode,
+            self.last_dispatch[1],
+        )[:n]
 
-    def _forward(self, input_ids: torch.Tensor, pos: torch.Tensor, slot_t: torch.Tensor, tok_t: torch.Tensor,
-                 qsl: list[int], seq_lens: list[int], slot_offsets: list[int], n: int,
-                 runtime_mode: CUDAGraphMode, desc: Any) -> torch.Tensor:
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        pos: torch.Tensor,
+        slot_t: torch.Tensor,
+        tok_t: torch.Tensor,
+        qsl: list[int],
+        seq_lens: list[int],
+        slot_offsets: list[int],
+        n: int,
+        runtime_mode: CUDAGraphMode,
+        desc: Any,
+    ) -> torch.Tensor:
         static = StaticAttentionInputs(tok_t, pos, self.window) if runtime_mode == CUDAGraphMode.FULL else None
         meta = GraphAttentionMetadata(qsl, seq_lens, slot_offsets, slot_t, num_actual_tokens=n, static=static)
-        with (set_forward_context(ForwardContext(meta, self.runner.kv_caches)),
-              set_cudagraph_dispatch(runtime_mode, desc)):
+        with (
+            set_forward_context(ForwardContext(meta, self.runner.kv_caches)),
+            set_cudagraph_dispatch(runtime_mode, desc),
+        ):
             return self.full(input_ids, pos)
 
     # ------------------------------------------------------------------ start-up capture
@@ -133,7 +180,7 @@ class GraphExecutor:
             return
         if split_gm is None or self.runner.config.mode != CompilationMode.PIECEWISE:
             raise RuntimeError("piecewise CUDA graphs need the piecewise backend to have compiled the model")
-        names = [it.submod_name for it in backend.items if not it.is_splitting_graph]
+        names = [it.submod_name for it in backend.items if not it.is_splitting_graph]  # type: ignore[union-attr]  # baseline (issue 46)
         self.piecewise = install_piecewise_graphs(split_gm, names, self.pool, debug_addresses=self.debug_addresses)
 
     def capture(self) -> float:
@@ -159,7 +206,11 @@ class GraphExecutor:
         self.capture_seconds = time.perf_counter() - t0
         self.num_graphs = self.pool.stats.graphs if self.pool is not None else 0
         self.captured = True
-        logger.info("Captured %d CUDA graphs (%s) for %d batch keys in %.2f s", self.num_graphs,
-                    ", ".join(f"{k}: {v}" for k, v in sorted((self.pool.stats.by_mode if self.pool else {}).items())),
-                    len(keys), self.capture_seconds)
+        logger.info(
+            "Captured %d CUDA graphs (%s) for %d batch keys in %.2f s",
+            self.num_graphs,
+            ", ".join(f"{k}: {v}" for k, v in sorted((self.pool.stats.by_mode if self.pool else {}).items())),
+            len(keys),
+            self.capture_seconds,
+        )
         return self.capture_seconds

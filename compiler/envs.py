@@ -85,17 +85,17 @@ ENV_FACTOR_VARS: tuple[str, ...] = (
 
 def cache_root() -> Path:
     """``CACHETOOL_CACHE_ROOT`` (its default is the registry's, above)."""
-    return Path(os.path.expanduser(get("CACHETOOL_CACHE_ROOT")))
+    return Path(os.path.expanduser(get("CACHETOOL_CACHE_ROOT")))  # type: ignore[arg-type,type-var]  # baseline (issue 46)
 
 
 def disable_compile_cache() -> bool:
     """``CACHETOOL_DISABLE_COMPILE_CACHE=1``: read nothing, write nothing (always compile)."""
-    return get("CACHETOOL_DISABLE_COMPILE_CACHE").strip().lower() in ("1", "true", "yes", "on")
+    return get("CACHETOOL_DISABLE_COMPILE_CACHE").strip().lower() in ("1", "true", "yes", "on")  # type: ignore[union-attr]  # baseline (issue 46)
 
 
 def compile_cache_save_format() -> str:
     """``CACHETOOL_COMPILE_CACHE_SAVE_FORMAT``: ``binary`` (default) or ``unpacked``."""
-    return get("CACHETOOL_COMPILE_CACHE_SAVE_FORMAT").strip().lower()
+    return get("CACHETOOL_COMPILE_CACHE_SAVE_FORMAT").strip().lower()  # type: ignore[union-attr]  # baseline (issue 46)
 
 
 LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -108,7 +108,7 @@ def logging_level() -> str:
     if level not in LOGGING_LEVELS:
         from compiler.errors import CONFIG, CompilerError
 
-        raise CompilerError(bad_logging_level(get("CACHETOOL_LOGGING_LEVEL")), kind=CONFIG)
+        raise CompilerError(bad_logging_level(get("CACHETOOL_LOGGING_LEVEL")), kind=CONFIG)  # type: ignore[arg-type]  # baseline (issue 46)
     return level
 
 

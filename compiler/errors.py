@@ -4,13 +4,13 @@ raises them (``CompileInStrictMode`` in counters.py, ``RecompileError`` in captu
 
 from __future__ import annotations
 
-STRICT_MODE = "strict-mode"      # something would compile while a pure cache hit was required
-GUARDS = "guards"                # evaluate_guards refused a shape or a recompile the config does not allow
-CONFIG = "config"                # the compilation config is not valid (unknown key, bad value, bad JSON)
-MODEL = "model"                  # the model is not a preset, config.json or folder, or its weights do not fit
-AOT_ENTRY = "aot-entry"          # an AOT entry cannot be read or used
-DISTRIBUTED = "distributed"      # process groups or a rank of a launch failed
-INTERNAL = "internal"            # a broken invariant of the pipeline itself
+STRICT_MODE = "strict-mode"  # something would compile while a pure cache hit was required
+GUARDS = "guards"  # evaluate_guards refused a shape or a recompile the config does not allow
+CONFIG = "config"  # the compilation config is not valid (unknown key, bad value, bad JSON)
+MODEL = "model"  # the model is not a preset, config.json or folder, or its weights do not fit
+AOT_ENTRY = "aot-entry"  # an AOT entry cannot be read or used
+DISTRIBUTED = "distributed"  # process groups or a rank of a launch failed
+INTERNAL = "internal"  # a broken invariant of the pipeline itself
 
 
 class CompilerError(RuntimeError):

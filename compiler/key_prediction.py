@@ -47,16 +47,19 @@ class LocalFactors:
 
     @classmethod
     def compute(cls, compilation_config: Any, model_config: dict[str, Any], device: str) -> LocalFactors:
-        return cls(env=cache_key.local_env_factors(),
-                   config=cache_key.config_factors(compilation_config, model_config),
-                   compiler=cache_key.local_compiler_factors(device))
+        return cls(
+            env=cache_key.local_env_factors(),
+            config=cache_key.config_factors(compilation_config, model_config),
+            compiler=cache_key.local_compiler_factors(device),
+        )
 
     def values(self, name: str) -> dict[str, Any]:
         return getattr(self, name)
 
 
-def compiler_factors_for(device: str, recorded: cache_key.Factor | None,
-                         exact: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], str]:
+def compiler_factors_for(
+    device: str, recorded: cache_key.Factor | None, exact: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], str]:
     """``(values, source)``: this machine's compiler factor values to match a cache's ``recorded`` compiler factor
     (its values and build evidence) with. From the recorded build evidence where it equals this machine's
     (``source`` ``"evidence"``: no torch or Triton source hashing, no Inductor import), else ``exact()``
@@ -64,7 +67,7 @@ def compiler_factors_for(device: str, recorded: cache_key.Factor | None,
     computation, so a real difference is named by real values. The one home of "cheap, else exact": the hot
     start, the server key predictor and the install preflight all ask here."""
     cheap = cache_key.cheap_compiler_factors(device, recorded) if recorded is not None else None
-    if cheap is not None and cheap == recorded.values:
+    if cheap is not None and cheap == recorded.values:  # type: ignore[union-attr]  # baseline (issue 46)
         return cheap, "evidence"
     return exact(), "computed"
 
@@ -91,6 +94,7 @@ class HotStartFactors:
 
 
 # ---------------------------------------------------------------------- traced files by id
+
 
 def resolve_file_id(file_id: str) -> Path | None:
     """This machine's file for a path-independent id (:func:`compiler.cache_key.file_id`), or ``None``."""
@@ -130,13 +134,18 @@ def rehash_code_factor(listed: dict[str, str]) -> tuple[dict[str, str], list[str
 
 # ---------------------------------------------------------------------- candidates
 
+
 def first_difference(name: str, theirs: Any, ours: Any) -> str:
     """``<name> factor field 'a.b' differs: cache X, here Y`` for the most telling dotted field where two values
     differ (:func:`compiler.cache_key.field_differences`, the fields a user sets first)."""
-    first = (cache_key.most_telling_first(cache_key.field_differences(theirs, ours))
-             or [cache_key.FieldDifference("(all)", theirs, ours)])[0]
-    return (f"{name} factor field {first.field!r} differs: cache {cache_key.short_repr(first.a)}, "
-            f"here {cache_key.short_repr(first.b)}")
+    first = (
+        cache_key.most_telling_first(cache_key.field_differences(theirs, ours))
+        or [cache_key.FieldDifference("(all)", theirs, ours)]
+    )[0]
+    return (
+        f"{name} factor field {first.field!r} differs: cache {cache_key.short_repr(first.a)}, "
+        f"here {cache_key.short_repr(first.b)}"
+    )
 
 
 def match_candidate(candidate: cache_key.CacheKey, local: LocalFactors) -> cache_key.CacheKey:
@@ -156,8 +165,9 @@ def match_candidate(candidate: cache_key.CacheKey, local: LocalFactors) -> cache
     return key
 
 
-def predict(candidates: Iterable[cache_key.CacheKey],
-            local: LocalFactors | Callable[[cache_key.CacheKey], LocalFactors]) -> cache_key.CacheKey:
+def predict(
+    candidates: Iterable[cache_key.CacheKey], local: LocalFactors | Callable[[cache_key.CacheKey], LocalFactors]
+) -> cache_key.CacheKey:
     """The first candidate this machine would compute exactly; else :class:`KeyMiss` with each one's reason.
     ``local``: the factors, or a function giving them per candidate (:class:`HotStartFactors`)."""
     local_for = local if callable(local) else (lambda _c: local)
@@ -191,14 +201,21 @@ def candidates_on_disk(root: Path, rank: int, dp_rank: int, prefix: str) -> list
     return found
 
 
-def predict_layout(root: Path, local: LocalFactors | Callable[[cache_key.CacheKey], LocalFactors], *, rank: int = 0, dp_rank: int = 0,
-                   prefix: str) -> tuple[cache_key.CacheKey, CacheLayout]:
+def predict_layout(
+    root: Path,
+    local: LocalFactors | Callable[[cache_key.CacheKey], LocalFactors],
+    *,
+    rank: int = 0,
+    dp_rank: int = 0,
+    prefix: str,
+) -> tuple[cache_key.CacheKey, CacheLayout]:
     """The key and folder a trace would choose under ``root``, if one is there; else :class:`KeyMiss`."""
     key = predict(candidates_on_disk(root, rank, dp_rank, prefix), local)
     return key, CacheLayout(Path(root), key.hash, rank, dp_rank, prefix)
 
 
 # ---------------------------------------------------------------------- a server's key, before it starts
+
 
 @dataclass(frozen=True)
 class ServerKeyPredictor:
@@ -220,11 +237,14 @@ class ServerKeyPredictor:
         return config_values(cfg, default_dtype(self.device), parallel)
 
     def local_factors(self, candidate: cache_key.CacheKey) -> LocalFactors:
-        compiler, _ = compiler_factors_for(self.device, candidate.factors.factor("compiler"),
-                                           lambda: cache_key.local_compiler_factors(self.device))
-        return LocalFactors(env=cache_key.local_env_factors(),
-                            config=cache_key.config_factors(self.compilation_config, self.model_config()),
-                            compiler=compiler)
+        compiler, _ = compiler_factors_for(
+            self.device, candidate.factors.factor("compiler"), lambda: cache_key.local_compiler_factors(self.device)
+        )
+        return LocalFactors(
+            env=cache_key.local_env_factors(),
+            config=cache_key.config_factors(self.compilation_config, self.model_config()),
+            compiler=compiler,
+        )
 
     def predict(self, candidates: list[cache_key.CacheKey]) -> cache_key.CacheKey:
         """The candidate this server would compute exactly; :class:`KeyMiss` naming why not."""

@@ -71,7 +71,9 @@ class CacheLayout:
 
 
 @contextlib.contextmanager
-def redirect_compiler_caches(layout: CacheLayout | None, *, create: bool = True, persist: bool = False) -> Iterator[None]:
+def redirect_compiler_caches(
+    layout: CacheLayout | None, *, create: bool = True, persist: bool = False
+) -> Iterator[None]:
     """Point ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` into the rank folder (compile and load),
     so that one tree holds everything a hot start needs (on the CPU, the compiled ``.so`` files).
 

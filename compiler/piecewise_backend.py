@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,11 +32,16 @@ import torch.fx as fx
 from compiler import aot_entry, build_identity, cache_key, envs, progress, torch_compat
 from compiler.artifact_manager import ArtifactManager, Piece
 from compiler.compile_context import CompileContext
-from compiler.errors import GUARDS, CompilerError
 from compiler.compiler_interface import CompilerInterface, InductorStandaloneAdaptor
 from compiler.counters import check_not_strict, counters, strict_mode
-from compiler.layout import (COMPUTATION_GRAPH, CacheLayout, read_only_compiler_caches, redirect_compiler_caches,
-                             resolve_root)
+from compiler.errors import GUARDS, CompilerError
+from compiler.layout import (
+    COMPUTATION_GRAPH,
+    CacheLayout,
+    read_only_compiler_caches,
+    redirect_compiler_caches,
+    resolve_root,
+)
 from compiler.split import SplitItem, graph_hash, split_graph
 
 logger = logging.getLogger(__name__)
@@ -60,10 +65,19 @@ class PiecewiseRunnable:
     ``runtime_shape`` (the token count, read from the SymInt argument at ``sym_shape_indices[0]``).
     """
 
-    def __init__(self, index: int, submod_name: str, graph: fx.GraphModule | None, returns_tuple: bool,
-                 general: Callable[..., Any], sym_shape_indices: list[int], graph_hash: str,
-                 backend: PiecewiseBackend | None, compile_sizes: list[int],
-                 sized: dict[int, Callable[..., Any]] | None = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        submod_name: str,
+        graph: fx.GraphModule | None,
+        returns_tuple: bool,
+        general: Callable[..., Any],
+        sym_shape_indices: list[int],
+        graph_hash: str,
+        backend: PiecewiseBackend | None,
+        compile_sizes: list[int],
+        sized: dict[int, Callable[..., Any]] | None = None,
+    ) -> None:
         self.index = index
         self.submod_name = submod_name
         self.graph = graph
@@ -88,7 +102,8 @@ class PiecewiseRunnable:
                 fn = self.sized.get(shape)
                 if fn is None and self.backend is not None and self.graph is not None:
                     fn = self.sized[shape] = self.backend.compile_or_load(
-                        self.index, self.graph, list(args), shape, self.graph_hash + f"@{shape}")
+                        self.index, self.graph, list(args), shape, self.graph_hash + f"@{shape}"
+                    )
                 if fn is not None:
                     return fn
         return self.general
@@ -107,8 +122,9 @@ class PiecewiseBackend:
         self.ctx = ctx
         self.config = ctx.compilation_config
         # One manager for the backend's life: a recompile reuses what an earlier call compiled or loaded.
-        self.artifacts = ArtifactManager(adaptor or InductorStandaloneAdaptor(), device=ctx.device,
-                                         save_format=self.config.compile_cache_save_format)
+        self.artifacts = ArtifactManager(
+            adaptor or InductorStandaloneAdaptor(), device=ctx.device, save_format=self.config.compile_cache_save_format
+        )
         self.layout: CacheLayout | None = None
         self.key: cache_key.CacheKey | None = None
         self.split_gm: fx.GraphModule | None = None
@@ -133,16 +149,18 @@ class PiecewiseBackend:
         )
         if self.ctx.key_only:
             # Learn the key (and where the cache would be) without compiling or writing anything.
-            self.layout = CacheLayout(resolve_root(self.config.cache_dir), self.key.hash, self.ctx.rank,
-                                      self.ctx.dp_rank, self.ctx.prefix)
+            self.layout = CacheLayout(
+                resolve_root(self.config.cache_dir), self.key.hash, self.ctx.rank, self.ctx.dp_rank, self.ctx.prefix
+            )
             counters.compile_seconds += time.perf_counter() - t0
             return gm.forward
         if envs.disable_compile_cache():
             logger.info("Compile cache disabled (CACHETOOL_DISABLE_COMPILE_CACHE=1): nothing read or written")
             self.layout = None
         else:
-            self.layout = CacheLayout(resolve_root(self.config.cache_dir), self.key.hash, self.ctx.rank,
-                                      self.ctx.dp_rank, self.ctx.prefix)
+            self.layout = CacheLayout(
+                resolve_root(self.config.cache_dir), self.key.hash, self.ctx.rank, self.ctx.dp_rank, self.ctx.prefix
+            )
             if not self.layout.index_file.exists():  # nothing compiled for this key here: a hit-only start
                 # stops before anything is written
                 check_not_strict(f"piece 0 (nothing is compiled for cache {self.key.hash} in {self.layout.dir})")
@@ -155,24 +173,37 @@ class PiecewiseBackend:
         self.split_gm, self.items = split_gm, items
         if self.layout is not None and not (self.layout.dir / COMPUTATION_GRAPH).exists():
             path = self.layout.dir / COMPUTATION_GRAPH
-            path.write_text("# Dynamo graph split at " + ", ".join(self.config.resolved_splitting_ops) + "\n"
-                            + split_gm.print_readable(print_output=False) + "\n\n# original graph\n"
-                            + gm.print_readable(print_output=False))
+            path.write_text(
+                "# Dynamo graph split at "
+                + ", ".join(self.config.resolved_splitting_ops)
+                + "\n"
+                + split_gm.print_readable(print_output=False)
+                + "\n\n# original graph\n"
+                + gm.print_readable(print_output=False)
+            )
             logger.debug("Computation graph saved to %s", path)
         self.artifacts.open(self.layout, self.key.hash)
         compile_names = [it.submod_name for it in items if not it.is_splitting_graph]
         counters.pieces += len(compile_names)
         self._piece_total = len(compile_names)
-        progress.emit(progress.KEY, f"cache key {self.key.hash}: {len(compile_names)} pieces to compile or load",
-                      key=self.key.hash, pieces=len(compile_names))
+        progress.emit(
+            progress.KEY,
+            f"cache key {self.key.hash}: {len(compile_names)} pieces to compile or load",
+            key=self.key.hash,
+            pieces=len(compile_names),
+        )
         with redirect_compiler_caches(self.layout, persist=self.artifacts.persist_env):
             _PieceInterpreter(split_gm, compile_names, self).run(*example_inputs)
         self.artifacts.save_index()
         counters.unique_pieces += self.artifacts.unique_pieces
         elapsed = time.perf_counter() - t0
         counters.compile_seconds += elapsed
-        logger.info("Compiling/loading %d pieces (%d unique) for dynamic shape took %.2f s",
-                    len(compile_names), self.artifacts.unique_pieces, elapsed)
+        logger.info(
+            "Compiling/loading %d pieces (%d unique) for dynamic shape took %.2f s",
+            len(compile_names),
+            self.artifacts.unique_pieces,
+            elapsed,
+        )
         return split_gm
 
     # ------------------------------------------------------------------ guards
@@ -197,11 +228,13 @@ class PiecewiseBackend:
             bad.append(str(expr))
         if bad:
             raise DynamicShapeGuardError(
-                "evaluate_guards: tracing added guards on dynamic shapes: " + "; ".join(bad[:5]))
+                "evaluate_guards: tracing added guards on dynamic shapes: " + "; ".join(bad[:5])
+            )
 
     # ------------------------------------------------------------------ pieces
-    def compile_or_load(self, index: int, graph: fx.GraphModule, args: list[Any], runtime_shape: int | None,
-                        ghash: str) -> Callable[..., Any]:
+    def compile_or_load(
+        self, index: int, graph: fx.GraphModule, args: list[Any], runtime_shape: int | None, ghash: str
+    ) -> Callable[..., Any]:
         """Return a callable for one piece: reuse (same process), load (index hit) or compile
         (:meth:`~compiler.artifact_manager.ArtifactManager.load_or_compile`)."""
         return self.artifacts.load_or_compile(Piece(index, ghash, runtime_shape, self._piece_total), graph, args)
@@ -225,8 +258,10 @@ class _PieceInterpreter(fx.Interpreter):
     def run(self, *args: Any) -> Any:  # type: ignore[override]
         fake_mode = self.fake_mode or torch_compat.detect_fake_mode(args)
         self.fake_mode = fake_mode
-        fake_args = [a if not isinstance(a, torch.Tensor) or torch_compat.is_fake_tensor(a) else fake_mode.from_tensor(a)
-                     for a in args]
+        fake_args = [
+            a if not isinstance(a, torch.Tensor) or torch_compat.is_fake_tensor(a) else fake_mode.from_tensor(a)
+            for a in args
+        ]
         with fake_mode, torch_compat.python_dispatcher():
             return super().run(*fake_args)
 
@@ -240,8 +275,17 @@ class _PieceInterpreter(fx.Interpreter):
             sym_shape_indices = [i for i, a in enumerate(args) if isinstance(a, torch.SymInt)]
             fn = self.backend.compile_or_load(index, submod, list(args), None, ghash)
             self.backend.pieces_info[target] = PieceInfo(index, ghash, returns_tuple, sym_shape_indices)
-            runnable = PiecewiseRunnable(index, target, submod, returns_tuple, fn, sym_shape_indices, ghash,
-                                         self.backend, self.backend.config.resolved_compile_sizes)
+            runnable = PiecewiseRunnable(
+                index,
+                target,
+                submod,
+                returns_tuple,
+                fn,
+                sym_shape_indices,
+                ghash,
+                self.backend,
+                self.backend.config.resolved_compile_sizes,
+            )
             self.module.__dict__[target] = runnable
         return output
 
@@ -257,6 +301,7 @@ class PieceInfo:
 
 
 # ---------------------------------------------------------------------- the AOT entry: write (warm)
+
 
 def entry_backend(backend: PiecewiseBackend) -> Callable[[fx.GraphModule, list[Any]], Any]:
     """The backend of the AOT capture that a warm runs after its first compile: split the graph as
@@ -284,8 +329,9 @@ def entry_backend(backend: PiecewiseBackend) -> Callable[[fx.GraphModule, list[A
             ref = backend.artifacts.lookup(info.graph_hash, None)
             if ref is None:
                 raise aot_entry.AotEntryError(f"piece {info.index} has no saved artifact")
-            refs[name] = aot_entry.PieceRef(info.index, info.graph_hash, info.returns_tuple, info.sym_shape_indices,
-                                            ref)
+            refs[name] = aot_entry.PieceRef(
+                info.index, info.graph_hash, info.returns_tuple, info.sym_shape_indices, ref
+            )
         return aot_entry.SplitGraphFunction(split_gm, aot_entry.portable_split_graph(split_gm, refs), names)
 
     return compile_entry
@@ -293,18 +339,25 @@ def entry_backend(backend: PiecewiseBackend) -> Callable[[fx.GraphModule, list[A
 
 # ---------------------------------------------------------------------- the AOT entry: load (hot start)
 
+
 class HotStartBackend:
     """Stands where :class:`PiecewiseBackend` stands after a compile (``layout``, ``key``, ``split_gm``,
     ``items``), for a model whose forward was loaded from its AOT entry."""
 
-    def __init__(self, ctx: CompileContext, layout: CacheLayout, key: cache_key.CacheKey,
-                 adaptor: CompilerInterface | None = None) -> None:
+    def __init__(
+        self,
+        ctx: CompileContext,
+        layout: CacheLayout,
+        key: cache_key.CacheKey,
+        adaptor: CompilerInterface | None = None,
+    ) -> None:
         self.ctx = ctx
         self.config = ctx.compilation_config
         self.layout = layout
         self.key = key
-        self.artifacts = ArtifactManager(adaptor or InductorStandaloneAdaptor(), device=ctx.device,
-                                         save_format=self.config.compile_cache_save_format)
+        self.artifacts = ArtifactManager(
+            adaptor or InductorStandaloneAdaptor(), device=ctx.device, save_format=self.config.compile_cache_save_format
+        )
         self.split_gm: fx.GraphModule | None = None
         self.items: list[SplitItem] = []
 
@@ -321,10 +374,19 @@ class HotStartBackend:
             entry = self.artifacts.recorded(ref.index, size)
             if entry is None or entry.graph_hash != ref.graph_hash + f"@{size}":
                 raise aot_entry.AotEntryError(f"piece {ref.index} has no artifact for compile size {size}")
-            sized[size] = self.artifacts.load(aot_entry.ArtifactRef.of(entry),
-                                              Piece(ref.index, entry.graph_hash, size))
-        return PiecewiseRunnable(ref.index, name, None, ref.returns_tuple, general, ref.sym_shape_indices,
-                                 ref.graph_hash, None, sizes, sized=sized)
+            sized[size] = self.artifacts.load(aot_entry.ArtifactRef.of(entry), Piece(ref.index, entry.graph_hash, size))
+        return PiecewiseRunnable(
+            ref.index,
+            name,
+            None,
+            ref.returns_tuple,
+            general,
+            ref.sym_shape_indices,
+            ref.graph_hash,
+            None,
+            sizes,
+            sized=sized,
+        )
 
     def load(self) -> tuple[Callable[..., Any], float]:
         """Load the entry and its artifacts; returns ``(fn, seconds)``, ``fn(module, *args)``. The counters learn
@@ -334,8 +396,10 @@ class HotStartBackend:
             fn, split_fn, seconds = aot_entry.load_entry(self.layout.dir, self._runnable)
         self.split_gm = split_fn.split_gm
         compiled = set(split_fn.compiled_names)
-        self.items = [SplitItem(name, int(name.replace("submod_", "")), name not in compiled, module)
-                      for name, module in self.split_gm.named_children()]
+        self.items = [
+            SplitItem(name, int(name.replace("submod_", "")), name not in compiled, module)  # type: ignore[arg-type]  # baseline (issue 46)
+            for name, module in self.split_gm.named_children()
+        ]
         self.items.sort(key=lambda it: it.graph_id)
         counters.pieces += len(compiled)
         counters.unique_pieces += self.artifacts.unique_pieces

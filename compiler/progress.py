@@ -22,15 +22,15 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 # Event kinds, in the order a warm emits them.
-TRACE = "trace"          # Dynamo starts capturing the forward
-KEY = "key"              # the cache key is known (fields: key, pieces, unique)
-PIECE = "piece"          # one piece done (fields: index, total, action: compiled|loaded|reused|aot_entry, shape,
-                         # seconds; aot_entry: a compiled piece taken into the AOT entry being saved)
+TRACE = "trace"  # Dynamo starts capturing the forward
+KEY = "key"  # the cache key is known (fields: key, pieces, unique)
+PIECE = "piece"  # one piece done (fields: index, total, action: compiled|loaded|reused|aot_entry, shape,
+# seconds; aot_entry: a compiled piece taken into the AOT entry being saved)
 PIECE_START = "piece_start"  # a compile of one piece begins (fields: index, total, shape)
-AUTOTUNE = "autotune"    # Inductor benchmarks choices for a compile size (fields: shape, choices)
-SAVE = "save"            # the AOT entry is being written
-CAPTURE = "capture"      # CUDA graphs are being captured (fields: sizes)
-STEP = "step"            # anything else worth a line (the embedding tool's own steps)
+AUTOTUNE = "autotune"  # Inductor benchmarks choices for a compile size (fields: shape, choices)
+SAVE = "save"  # the AOT entry is being written
+CAPTURE = "capture"  # CUDA graphs are being captured (fields: sizes)
+STEP = "step"  # anything else worth a line (the embedding tool's own steps)
 
 
 @dataclass(frozen=True)

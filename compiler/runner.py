@@ -57,10 +57,10 @@ class StartReport:
     cache_dir: str | None
     rank_dir: str | None
     cache_key: str | None
-    hot_path: str | None             # "aot" or "dynamo"
+    hot_path: str | None  # "aot" or "dynamo"
     aot_fallback_reason: str | None  # why the AOT entry was not used
-    key_source: str | None           # AOT path: "evidence" or "computed"
-    phases: Any                      # compiler.capture.StartupPhases of the first call, or None
+    key_source: str | None  # AOT path: "evidence" or "computed"
+    phases: Any  # compiler.capture.StartupPhases of the first call, or None
 
 
 @dataclass
@@ -82,20 +82,36 @@ class StepResult:
 class WorkloadResult:
     steps: list[StepResult]
     token_counts: list[int]
-    checksum: str        # sha256 of the rounded logits of every step
+    checksum: str  # sha256 of the rounded logits of every step
     logits_sample: list[float]  # first values of the last step's logits
     logits_sum: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {"token_counts": self.token_counts, "checksum": self.checksum,
-                "logits_sample": self.logits_sample, "logits_sum": self.logits_sum}
+        return {
+            "token_counts": self.token_counts,
+            "checksum": self.checksum,
+            "logits_sample": self.logits_sample,
+            "logits_sum": self.logits_sum,
+        }
 
 
 class ModelRunner:
-    def __init__(self, model: str, device: str = "cpu", compilation_config: CompilationConfig | None = None, *,
-                 max_num_seqs: int = 4, max_model_len: int = 256, max_num_batched_tokens: int = 64,
-                 seed: int = 0, rank: int = 0, dp_rank: int = 0, dtype: torch.dtype | None = None,
-                 key_only: bool = False, save_aot_entry: bool | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        device: str = "cpu",
+        compilation_config: CompilationConfig | None = None,
+        *,
+        max_num_seqs: int = 4,
+        max_model_len: int = 256,
+        max_num_batched_tokens: int = 64,
+        seed: int = 0,
+        rank: int = 0,
+        dp_rank: int = 0,
+        dtype: torch.dtype | None = None,
+        key_only: bool = False,
+        save_aot_entry: bool | None = None,
+    ) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -110,14 +126,27 @@ class ModelRunner:
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.ctx = CompileContext(self.config, model_config_values(self.model), device=self.device.type,
-                                  rank=rank, dp_rank=dp_rank, key_only=key_only, save_aot_entry=save_aot_entry)
-        self.model.model.enable_compile(self.ctx)
+        self.ctx = CompileContext(
+            self.config,
+            model_config_values(self.model),
+            device=self.device.type,
+            rank=rank,
+            dp_rank=dp_rank,
+            key_only=key_only,
+            save_aot_entry=save_aot_entry,
+        )
+        self.model.model.enable_compile(self.ctx)  # type: ignore[operator]  # baseline (issue 46)
         cfg = self.model_cfg
         slots = max_num_seqs * max_model_len + 1  # +1: a scratch slot that CUDA-graph padding tokens write
         self.kv_caches = {
-            name: torch.zeros(2, slots, self.model.model.layers[0].self_attn.num_kv_heads, cfg.head_dim,
-                              dtype=self.dtype, device=self.device)  # this rank's KV heads
+            name: torch.zeros(
+                2,
+                slots,
+                self.model.model.layers[0].self_attn.num_kv_heads,  # type: ignore[arg-type,union-attr]  # baseline (issue 46)
+                cfg.head_dim,
+                dtype=self.dtype,
+                device=self.device,
+            )  # this rank's KV heads
             for name in self.model.model.layer_names
         }
         self.sequences: dict[int, Sequence] = {}
@@ -139,13 +168,15 @@ class ModelRunner:
         backend, state = self.backend, self.compile_state
         layout = getattr(backend, "layout", None)
         key = getattr(backend, "key", None)
-        return StartReport(cache_dir=str(layout.dir) if layout is not None else None,
-                           rank_dir=str(layout.rank_dir) if layout is not None else None,
-                           cache_key=key.hash if key is not None else None,
-                           hot_path=getattr(state, "hot_path", None),
-                           aot_fallback_reason=getattr(state, "aot_fallback_reason", None),
-                           key_source=getattr(state, "key_source", None),
-                           phases=getattr(state, "phases", None))
+        return StartReport(
+            cache_dir=str(layout.dir) if layout is not None else None,
+            rank_dir=str(layout.rank_dir) if layout is not None else None,
+            cache_key=key.hash if key is not None else None,
+            hot_path=getattr(state, "hot_path", None),
+            aot_fallback_reason=getattr(state, "aot_fallback_reason", None),
+            key_source=getattr(state, "key_source", None),
+            phases=getattr(state, "phases", None),
+        )
 
     @property
     def backend(self) -> Any:
@@ -176,7 +207,7 @@ class ModelRunner:
         qsl = [0]
         seq_lens = []
         for s in seqs:
-            new = s.tokens[s.num_computed:]
+            new = s.tokens[s.num_computed :]
             if not new:
                 raise ValueError(f"sequence {s.seq_id} has no new tokens")
             if len(s.tokens) > self.max_model_len:
@@ -193,8 +224,9 @@ class ModelRunner:
         else:
             input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
             pos = torch.tensor(positions, dtype=torch.long, device=dev)
-            meta = AttentionMetadata(qsl, seq_lens, [s.slot_offset for s in seqs],
-                                     torch.tensor(slots, dtype=torch.long, device=dev))
+            meta = AttentionMetadata(
+                qsl, seq_lens, [s.slot_offset for s in seqs], torch.tensor(slots, dtype=torch.long, device=dev)
+            )
             with set_forward_context(ForwardContext(meta, self.kv_caches)):
                 hidden = self.model(input_ids, pos)
         last = torch.tensor([q - 1 for q in qsl[1:]], device=dev)
@@ -238,7 +270,9 @@ class ModelRunner:
     def _prompt(self, gen: torch.Generator, n: int) -> list[int]:
         return torch.randint(1, self.model_cfg.vocab_size, (n,), generator=gen).tolist()
 
-    def run_workload(self, token_counts: tuple[int, ...] = WORKLOAD_TOKEN_COUNTS, decode_steps: int = 3) -> WorkloadResult:
+    def run_workload(
+        self, token_counts: tuple[int, ...] = WORKLOAD_TOKEN_COUNTS, decode_steps: int = 3
+    ) -> WorkloadResult:
         """Prefill and decode batches whose token counts include ``token_counts`` (default 7, 64, 2, 1);
         greedy decoding; deterministic for a given seed."""
         gen = torch.Generator().manual_seed(self.seed + 1)
@@ -273,17 +307,28 @@ class ModelRunner:
         for st in steps:
             h.update(st.logits.to(torch.float32).mul(1e3).round().to(torch.int64).numpy().tobytes())
         last = steps[-1].logits
-        return WorkloadResult(steps, [st.num_tokens for st in steps], h.hexdigest(),
-                              [round(float(v), 6) for v in last.flatten()[:8]],
-                              float(sum(float(st.logits.sum()) for st in steps)))
+        return WorkloadResult(
+            steps,
+            [st.num_tokens for st in steps],
+            h.hexdigest(),
+            [round(float(v), 6) for v in last.flatten()[:8]],
+            float(sum(float(st.logits.sum()) for st in steps)),
+        )
 
 
-def compute_cache_key(model: str, device: str = "cpu", compilation_config: CompilationConfig | None = None, *,
-                      rank: int = 0, dp_rank: int = 0) -> Any:
+def compute_cache_key(
+    model: str,
+    device: str = "cpu",
+    compilation_config: CompilationConfig | None = None,
+    *,
+    rank: int = 0,
+    dp_rank: int = 0,
+) -> Any:
     """The :class:`~compiler.cache_key.CacheKey` and :class:`~compiler.layout.CacheLayout` that ``warm`` would use
     for ``model``: Dynamo traces a dummy batch (no Inductor, nothing written). Returns ``(key, layout)``."""
-    runner = ModelRunner(model, device, compilation_config, rank=rank, dp_rank=dp_rank, key_only=True,
-                         max_num_batched_tokens=8)
+    runner = ModelRunner(
+        model, device, compilation_config, rank=rank, dp_rank=dp_rank, key_only=True, max_num_batched_tokens=8
+    )
     runner.warmup()
     backend = runner.backend
     if backend is None or backend.key is None:

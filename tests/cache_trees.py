@@ -38,14 +38,24 @@ def local_factors(*, evidence: bool = False, **overrides) -> dict:
         import platform
 
         env = {"python": "3.11"}
-        comp = {"torch": importlib.metadata.version("torch"), "device_type": "cpu",
-                "device": f"cpu-{platform.machine()}"}
+        comp = {
+            "torch": importlib.metadata.version("torch"),
+            "device_type": "cpu",
+            "device": f"cpu-{platform.machine()}",
+        }
 
         def fh(v):
             return hashlib.sha256(json.dumps(v, sort_keys=True).encode()).hexdigest()
-    config = {"compilation_config": {"mode": 3, "cudagraph_mode": "NONE", "compile_sizes": [1, 8],
-                                     "splitting_ops": ["cachetool.attention"]},
-              "model_config": {"hidden_size": 64, "num_hidden_layers": 16}}
+
+    config = {
+        "compilation_config": {
+            "mode": 3,
+            "cudagraph_mode": "NONE",
+            "compile_sizes": [1, 8],
+            "splitting_ops": ["cachetool.attention"],
+        },
+        "model_config": {"hidden_size": 64, "num_hidden_layers": 16},
+    }
     code = {"compiler/models/llama.py": "a" * 64, "torch/nn/modules/linear.py": "b" * 64}
     values = {"env": env, "config": config, "code": code, "compiler": comp}
     extra = {}
@@ -53,7 +63,7 @@ def local_factors(*, evidence: bool = False, **overrides) -> dict:
         from compiler import build_identity
 
         extra = build_identity.evidence()
-    for path, v in list(overrides.items()):
+    for path in list(overrides):
         if path.startswith("evidence."):
             extra[path.partition(".")[2]] = overrides.pop(path)
     for path, v in overrides.items():  # "compiler.torch_key" -> value
@@ -70,8 +80,14 @@ def local_factors(*, evidence: bool = False, **overrides) -> dict:
     return {"schema": 1, "hash": h[:10], "factors": factors}
 
 
-def make_native_tree(root: Path, *, ranks=("rank_0_0", "rank_1_0"), layers: int = 16, factors: dict | None = None,
-                     save_format: str = "binary") -> Path:
+def make_native_tree(
+    root: Path,
+    *,
+    ranks=("rank_0_0", "rank_1_0"),
+    layers: int = 16,
+    factors: dict | None = None,
+    save_format: str = "binary",
+) -> Path:
     """``{root}/torch_compile_cache/{hash10}/rank_{r}_{dp}/backbone/`` as compiler/ writes it. The middle
     layers' artifacts are identical (stored once), and so is everything across ranks except the index."""
     factors = factors or local_factors()
@@ -96,11 +112,17 @@ def make_native_tree(root: Path, *, ranks=("rank_0_0", "rank_1_0"), layers: int 
             index[str(i)] = {"graph_hash": "g" + str(i), "shape": "general", "artifact": name, "format": save_format}
             for size in sizes:
                 # a compile size's piece: its own graph hash; the fixture reuses the general artifact file
-                index[f"{i}@{size}"] = {"graph_hash": f"g{i}@{size}", "shape": size, "artifact": name,
-                                        "format": save_format}
+                index[f"{i}@{size}"] = {
+                    "graph_hash": f"g{i}@{size}",
+                    "shape": size,
+                    "artifact": name,
+                    "format": save_format,
+                }
         # compiler/artifacts.py's format: a warm that completed names every piece at every compile size
-        _w(d / "compile_index.json", json.dumps({"schema": 1, "cache_key": h, "pieces": index},
-                                                sort_keys=True).encode())
+        _w(
+            d / "compile_index.json",
+            json.dumps({"schema": 1, "cache_key": h, "pieces": index}, sort_keys=True).encode(),
+        )
         _w(d / "inductor_cache" / "ab" / "cabcdef.so", b"\x7fELF" + b"\0" * 3000, 0o755)
         _w(d / "inductor_cache" / "ab" / "cabcdef.cpp", b"// kernel\n" * 50)
         (d / "triton_cache").mkdir(parents=True, exist_ok=True)  # empty folder: kept by pack/install
@@ -111,8 +133,13 @@ def make_vllm_tree(root: Path) -> Path:
     """A real vLLM cache root: piecewise tree (binary and unpacked artifacts, vllm_compile_cache.py, legacy
     inductor/triton caches) and the AOT tree."""
     h = "0a1b2c3d4e"
-    vfactors = {"env": {"VLLM_USE_V1": "1"}, "config_hash": "c" * 10, "code_hash": "d" * 64,
-                "compiler_hash": "e" * 64, "torch_version": "2.13.0+cpu"}
+    vfactors = {
+        "env": {"VLLM_USE_V1": "1"},
+        "config_hash": "c" * 10,
+        "code_hash": "d" * 64,
+        "compiler_hash": "e" * 64,
+        "torch_version": "2.13.0+cpu",
+    }
     subgraph = b"SUBGRAPH" * 4000
     for r in ("rank_0_0", "rank_1_0"):
         d = root / "torch_compile_cache" / h / r / "backbone"
@@ -149,8 +176,11 @@ def make_triton_tree(root: Path) -> Path:
     """A Triton cache folder: one folder per kernel hash, metadata with target cuda sm90."""
     for i, name in enumerate(("ZQW3ABCD", "P4LMNOPQ", "X7RSTUVW")):
         d = root / name
-        meta = {"name": f"triton_poi_fused_{i}", "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
-                "num_warps": 4}
+        meta = {
+            "name": f"triton_poi_fused_{i}",
+            "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
+            "num_warps": 4,
+        }
         _w(d / f"triton_poi_fused_{i}.json", json.dumps(meta).encode())
         _w(d / f"triton_poi_fused_{i}.ttir", b"module {}\n" * 100)
         _w(d / f"triton_poi_fused_{i}.ptx", b".version 8.4\n" * 200)
@@ -205,13 +235,18 @@ def dir_is_empty_or_absent(p: Path) -> bool:
 # ------------------------------------------------------------------------------------------------------------
 # hostile bundles
 
+
 def sign_bytes(manifest_bytes: bytes, private_key) -> bytes:
     from cachetool.bundle.signing import key_id
 
     sig = private_key.sign(pae(MEDIA_TYPE, manifest_bytes))
-    return canonical_json({"payload": base64.b64encode(manifest_bytes).decode(), "payloadType": MEDIA_TYPE,
-                           "signatures": [{"keyid": key_id(private_key.public_key()),
-                                           "sig": base64.b64encode(sig).decode()}]})
+    return canonical_json(
+        {
+            "payload": base64.b64encode(manifest_bytes).decode(),
+            "payloadType": MEDIA_TYPE,
+            "signatures": [{"keyid": key_id(private_key.public_key()), "sig": base64.b64encode(sig).decode()}],
+        }
+    )
 
 
 def zst(data: bytes, content_size: bool = True) -> bytes:
@@ -222,25 +257,44 @@ def zst(data: bytes, content_size: bool = True) -> bytes:
 
 def blob_entry(content: bytes, stored: bytes | None = None, size: int | None = None) -> tuple[dict, bytes]:
     stored = zst(content) if stored is None else stored
-    return ({"digest": "sha256:" + hashlib.sha256(content).hexdigest(),
-             "size": len(content) if size is None else size,
-             "stored_digest": "sha256:" + hashlib.sha256(stored).hexdigest(), "stored_size": len(stored)}, stored)
+    return (
+        {
+            "digest": "sha256:" + hashlib.sha256(content).hexdigest(),
+            "size": len(content) if size is None else size,
+            "stored_digest": "sha256:" + hashlib.sha256(stored).hexdigest(),
+            "stored_size": len(stored),
+        },
+        stored,
+    )
 
 
 def complete_unit_files(unit: str = "torch_compile_cache/h/rank_0_0") -> list[tuple[str, bytes]]:
     """The files of the smallest native unit that is a complete cache (an install refuses an incomplete one): a
     prefix folder with a key, an index naming one piece, and that piece's artifact."""
-    factors = {"schema": 1, "hash": "h", "factors": {"config": {"hash": "c", "values": {
-        "compilation_config": {"compile_sizes": []}}}}}
-    index = {"schema": 1, "cache_key": "h", "pieces": {"0": {"graph_hash": "g0", "shape": "general",
-                                                             "artifact": "artifact_0", "format": "binary"}}}
-    return [(f"{unit}/backbone/cache_key_factors.json", json.dumps(factors).encode()),
-            (f"{unit}/backbone/compile_index.json", json.dumps(index).encode()),
-            (f"{unit}/backbone/artifact_0", b"artifact")]
+    factors = {
+        "schema": 1,
+        "hash": "h",
+        "factors": {"config": {"hash": "c", "values": {"compilation_config": {"compile_sizes": []}}}},
+    }
+    index = {
+        "schema": 1,
+        "cache_key": "h",
+        "pieces": {"0": {"graph_hash": "g0", "shape": "general", "artifact": "artifact_0", "format": "binary"}},
+    }
+    return [
+        (f"{unit}/backbone/cache_key_factors.json", json.dumps(factors).encode()),
+        (f"{unit}/backbone/compile_index.json", json.dumps(index).encode()),
+        (f"{unit}/backbone/artifact_0", b"artifact"),
+    ]
 
 
-def manifest_obj(files: list[tuple[str, bytes]], *, unit: str = "torch_compile_cache/h/rank_0_0",
-                 fingerprint: dict | None = None, **over) -> tuple[dict, dict[str, bytes]]:
+def manifest_obj(
+    files: list[tuple[str, bytes]],
+    *,
+    unit: str = "torch_compile_cache/h/rank_0_0",
+    fingerprint: dict | None = None,
+    **over,
+) -> tuple[dict, dict[str, bytes]]:
     """A valid (but hand-made) manifest for ``files`` and its stored blobs keyed by content hex."""
     blobs, stored, entries = {}, {}, []
     for path, content in files:
@@ -249,22 +303,37 @@ def manifest_obj(files: list[tuple[str, bytes]], *, unit: str = "torch_compile_c
         stored[b["digest"][7:]] = s
         entries.append({"path": path, "mode": 0o644, "size": len(content), "digest": b["digest"]})
     obj = {
-        "schema": 1, "media_type": MEDIA_TYPE, "tool": {"name": "cachetool", "version": "0.1.0"}, "layout": "native",
-        "save_format": None, "keys": [], "fingerprint": fingerprint or {}, "ranks": ["rank_0_0"],
-        "units": [{"path": unit, "key": "h", "rank": "rank_0_0"}], "dirs": [],
-        "files": sorted(entries, key=lambda e: e["path"]), "blobs": sorted(blobs.values(), key=lambda b: b["digest"]),
+        "schema": 1,
+        "media_type": MEDIA_TYPE,
+        "tool": {"name": "cachetool", "version": "0.1.0"},
+        "layout": "native",
+        "save_format": None,
+        "keys": [],
+        "fingerprint": fingerprint or {},
+        "ranks": ["rank_0_0"],
+        "units": [{"path": unit, "key": "h", "rank": "rank_0_0"}],
+        "dirs": [],
+        "files": sorted(entries, key=lambda e: e["path"]),
+        "blobs": sorted(blobs.values(), key=lambda b: b["digest"]),
     }
     obj.update(over)
     return obj, stored
 
 
-def write_raw_ctb(path: Path, manifest_bytes: bytes, signature: bytes | None, blobs: dict[str, bytes],
-                  extra: list[tarfile.TarInfo] = ()) -> Path:
+def write_raw_ctb(
+    path: Path,
+    manifest_bytes: bytes,
+    signature: bytes | None,
+    blobs: dict[str, bytes],
+    extra: list[tarfile.TarInfo] = (),
+) -> Path:
     with tarfile.open(path, "w:", format=tarfile.USTAR_FORMAT) as tf:
+
         def add(name, data):
             ti = tarfile.TarInfo(name)
             ti.size = len(data)
             tf.addfile(ti, io.BytesIO(data))
+
         add("manifest.json", manifest_bytes)
         if signature is not None:
             add("signature.dsse.json", signature)
@@ -276,8 +345,16 @@ def write_raw_ctb(path: Path, manifest_bytes: bytes, signature: bytes | None, bl
 
 
 # A fingerprint as an H200 would report it: another platform for multi-platform tags and "no bundle fits" cases.
-CUDA_FP = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0",
-           "triton": "3.6.0", "gpu": "NVIDIA H200", "capability": "sm90"}
+CUDA_FP = {
+    "os": "linux",
+    "arch": "x86_64",
+    "device": "cuda",
+    "torch": "2.11.0+cu130",
+    "cuda": "13.0",
+    "triton": "3.6.0",
+    "gpu": "NVIDIA H200",
+    "capability": "sm90",
+}
 
 
 def isolate_environment(monkeypatch, tmp_path, store_attempts: int) -> None:

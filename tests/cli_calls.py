@@ -26,16 +26,20 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cachetool", *args], capture_output=True, text=True,
-                          env=env or cli_env(), timeout=timeout, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "cachetool", *args],
+        capture_output=True,
+        text=True,
+        env=env or cli_env(),
+        timeout=timeout,
+        cwd=str(REPO),
+    )
 
 
 def run_json(*args: str, env: dict[str, str] | None = None) -> dict:
     proc = run_cli(*args, "--json", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 
 
 def one_error_line(err: str) -> str:

@@ -61,17 +61,37 @@ def tiny_warm(tmp_path_factory) -> dict:
         from tests.cli_calls import cli_env, run_cli
 
         generate_keypair(d / "signing.key")
-        proc = run_cli("warm", "--model", "tiny", "--device", "cpu", "--cache-root", str(d / "root"),
-                       "--push", f"file://{d}/store/tiny:ci", "--sign-key", str(d / "signing.key"), "--json",
-                       env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"), timeout=600)
+        proc = run_cli(
+            "warm",
+            "--model",
+            "tiny",
+            "--device",
+            "cpu",
+            "--cache-root",
+            str(d / "root"),
+            "--push",
+            f"file://{d}/store/tiny:ci",
+            "--sign-key",
+            str(d / "signing.key"),
+            "--json",
+            env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"),
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         (d / "summary.json").write_text(proc.stdout.strip().splitlines()[-1])
         (d / "stderr.txt").write_text(proc.stderr)
 
     d = shared_build(tmp_path_factory, "tiny_warm", build)
-    return {"dir": d, "root": d / "root", "summary": json.loads((d / "summary.json").read_text()),
-            "stderr": (d / "stderr.txt").read_text(), "ref": f"file://{d}/store/tiny:ci", "store": d / "store",
-            "key": d / "signing.key", "pub": d / "signing.key.pub"}
+    return {
+        "dir": d,
+        "root": d / "root",
+        "summary": json.loads((d / "summary.json").read_text()),
+        "stderr": (d / "stderr.txt").read_text(),
+        "ref": f"file://{d}/store/tiny:ci",
+        "store": d / "store",
+        "key": d / "signing.key",
+        "pub": d / "signing.key.pub",
+    }
 
 
 @pytest.fixture(scope="session")
@@ -95,8 +115,9 @@ def warmed_root(tiny_warm: dict) -> tuple[Path, dict, str]:
 # server (a fixture of tests/servers.py: :data:`SERVER_FIXTURES`). A unit is of its longest test's kind; within a
 # kind, more such tests first. The two longest kinds take turns, so that the workers' first units neither all wait
 # on the same shared build (the vLLM warm, the tiny model's) nor all start vLLM at once; the rest keep their order.
-SERVER_FIXTURES = frozenset({"rgw", "oci_registry", "oci_registry_auth", "oci_mirror", "oci_registry_tls",
-                             "own_registry"})
+SERVER_FIXTURES = frozenset(
+    {"rgw", "oci_registry", "oci_registry_auth", "oci_mirror", "oci_registry_tls", "own_registry"}
+)
 VLLM, COMPILES, SERVERS, QUICK = range(4)
 TAKE_TURNS = (VLLM, COMPILES)
 
@@ -193,7 +214,6 @@ def cli(capsys):
         return CLIResult(rc, c.out, c.err)
 
     return run
-
 
 
 @pytest.fixture

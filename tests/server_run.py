@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -111,8 +111,10 @@ class ServerRun:
         state_file, failed = self.folder / f"{name}.json", self.folder / f"{name}.failed"
         with self._locked(name):
             if failed.exists():
-                pytest.fail(f"the shared {name!r} server failed to start in another worker:\n{failed.read_text()}",
-                            pytrace=False)
+                pytest.fail(
+                    f"the shared {name!r} server failed to start in another worker:\n{failed.read_text()}",
+                    pytrace=False,
+                )
             if not state_file.exists():
                 self._ensure_reaper()
                 folder = self.folder / name
@@ -132,9 +134,13 @@ class ServerRun:
         with self._locked("reaper"):
             if (self.folder / "reaper").exists():
                 return
-            reaper = subprocess.Popen([sys.executable, __file__, "--reap", str(self.folder), self.controller],
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      start_new_session=True)
+            reaper = subprocess.Popen(
+                [sys.executable, __file__, "--reap", str(self.folder), self.controller],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             (self.folder / "reaper").write_text(str(reaper.pid))
 
     def close(self) -> None:
@@ -158,8 +164,9 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = Path(tempfile.mkdtemp(prefix="ct-servers-"))
         config.stash[RUN] = ServerRun(folder, _me(), "main")
     else:
-        config.stash[RUN] = ServerRun(Path(workerinput[FOLDER_INPUT]), workerinput[CONTROLLER_INPUT],
-                                      workerinput["workerid"])
+        config.stash[RUN] = ServerRun(
+            Path(workerinput[FOLDER_INPUT]), workerinput[CONTROLLER_INPUT], workerinput["workerid"]
+        )
 
 
 @pytest.hookimpl(optionalhook=True)

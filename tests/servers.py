@@ -42,8 +42,8 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -113,8 +113,14 @@ class _Proc:
 
     def start(self) -> None:
         f = open(self.log, "ab")
-        self.popen = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=self.env, start_new_session=True)
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            start_new_session=True,
+        )
         f.close()
         if self.record:
             self.record(self.popen.pid)
@@ -151,19 +157,31 @@ class _S3Access:
     endpoint: str
 
     def env(self, access_key: str | None = None, secret_key: str | None = None) -> dict:
-        return {"AWS_ACCESS_KEY_ID": access_key or self.access_key,
-                "AWS_SECRET_ACCESS_KEY": secret_key or self.secret_key,
-                "AWS_DEFAULT_REGION": self.region, "AWS_ENDPOINT_URL": self.endpoint,
-                "AWS_EC2_METADATA_DISABLED": "true"}
+        return {
+            "AWS_ACCESS_KEY_ID": access_key or self.access_key,
+            "AWS_SECRET_ACCESS_KEY": secret_key or self.secret_key,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
     def client(self, **kw):
         import boto3
         from botocore.config import Config
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-                            aws_secret_access_key=self.secret_key, region_name=self.region,
-                            config=Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
-                                          response_checksum_validation="when_required"), **kw)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(
+                s3={"addressing_style": "path"},
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+            ),
+            **kw,
+        )
 
 
 class RadosGateway(_S3Access):
@@ -180,13 +198,32 @@ class RadosGateway(_S3Access):
         if self.proc is not None and self.proc.alive():
             return
         (self.conf.parent / "rgw" / self.name).mkdir(parents=True, exist_ok=True)
-        self.proc = _Proc(self.name, ["radosgw", "-f", "-c", str(self.conf), "-n", f"client.{self.name}",
-                                      "--rgw-frontends", f"beast endpoint=127.0.0.1:{self.port}",
-                                      "--rgw-data", str(self.conf.parent / "rgw" / self.name),
-                                      "--rgw-dns-name", "127.0.0.1"], self.log, record=self.record)
+        self.proc = _Proc(
+            self.name,
+            [
+                "radosgw",
+                "-f",
+                "-c",
+                str(self.conf),
+                "-n",
+                f"client.{self.name}",
+                "--rgw-frontends",
+                f"beast endpoint=127.0.0.1:{self.port}",
+                "--rgw-data",
+                str(self.conf.parent / "rgw" / self.name),
+                "--rgw-dns-name",
+                "127.0.0.1",
+            ],
+            self.log,
+            record=self.record,
+        )
         self.proc.start()
-        _wait_until_up(lambda: _http_up(self.endpoint + "/"), [*(cluster or {}).values(), self.proc],
-                       f"RGW on {self.endpoint}", ready_timeout)
+        _wait_until_up(
+            lambda: _http_up(self.endpoint + "/"),
+            [*(cluster or {}).values(), self.proc],
+            f"RGW on {self.endpoint}",
+            ready_timeout,
+        )
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -285,21 +322,50 @@ keyring = {d}/keyring
             (d / sub).mkdir(parents=True, exist_ok=True)
         self._write_conf()
         c = str(self.conf)
-        self._run("ceph-authtool", "--create-keyring", str(d / "keyring"), "--gen-key", "-n", "mon.",
-                  "--cap", "mon", "allow *")
+        self._run(
+            "ceph-authtool",
+            "--create-keyring",
+            str(d / "keyring"),
+            "--gen-key",
+            "-n",
+            "mon.",
+            "--cap",
+            "mon",
+            "allow *",
+        )
         self._run("monmaptool", "--create", "--addv", "a", self._mon_addr, "--fsid", self._fsid, str(d / "monmap"))
         self._run("ceph-mon", "-c", c, "--mkfs", "-i", "a", "--monmap", str(d / "monmap"))
         self._daemon("mon", "ceph-mon", "-i", "a")
         osd_uuid = str(uuid.uuid4())
-        self._retry(lambda: self._run("ceph", "-c", c, "--connect-timeout", "10", "osd", "new", osd_uuid, timeout=30),
-                    "ceph osd new", 40)
+        self._retry(
+            lambda: self._run("ceph", "-c", c, "--connect-timeout", "10", "osd", "new", osd_uuid, timeout=30),
+            "ceph osd new",
+            40,
+        )
         self._run("ceph-osd", "-c", c, "-i", "0", "--mkfs", "--osd-uuid", osd_uuid)
         self._daemon("osd", "ceph-osd", "-i", "0")
         self._daemon("mgr", "ceph-mgr", "-i", "x")
         self.start(ready_timeout)
-        self._retry(lambda: self._run(
-            "radosgw-admin", "-c", c, "user", "create", "--uid", "cachetool-test", "--display-name", "cachetool tests",
-            "--access-key", self.access_key, "--secret", self.secret_key, timeout=60), "radosgw-admin user create", 60)
+        self._retry(
+            lambda: self._run(
+                "radosgw-admin",
+                "-c",
+                c,
+                "user",
+                "create",
+                "--uid",
+                "cachetool-test",
+                "--display-name",
+                "cachetool tests",
+                "--access-key",
+                self.access_key,
+                "--secret",
+                self.secret_key,
+                timeout=60,
+            ),
+            "radosgw-admin user create",
+            60,
+        )
 
     def _retry(self, fn, what: str, timeout: float):
         deadline = time.monotonic() + timeout
@@ -338,8 +404,10 @@ keyring = {d}/keyring
 
     def _refuse_if_shared(self, what: str) -> None:
         if self.shared:
-            raise RuntimeError(f"cannot {what} the run's shared RGW (every worker uses it): a test that stops a "
-                               "server takes a gateway of its own (rgw.own_gateway())")
+            raise RuntimeError(
+                f"cannot {what} the run's shared RGW (every worker uses it): a test that stops a "
+                "server takes a gateway of its own (rgw.own_gateway())"
+            )
 
     # --- helpers for tests
     def make_bucket(self, name: str | None = None) -> str:
@@ -366,8 +434,9 @@ class OCIRegistry:
     """A docker-registry started here by :meth:`start` (the caller's: :meth:`stop_all`), or attached to a run's
     shared one (:meth:`attach`)."""
 
-    def __init__(self, base: Path, login: tuple[str, str] | None = None, tls: bool = False,
-                 record: Record | None = None):
+    def __init__(
+        self, base: Path, login: tuple[str, str] | None = None, tls: bool = False, record: Record | None = None
+    ):
         self.login = login  # (user, password): htpasswd (Basic) auth enforced
         self.tls = tls  # serve HTTPS with a certificate from a private CA (``.ca_cert``)
         self.ca_cert: Path | None = None
@@ -386,8 +455,13 @@ class OCIRegistry:
         self.url = f"oci://{self.host}"
 
     def state(self) -> dict:
-        return {"dir": str(self.dir), "port": self.port, "login": self.login, "tls": self.tls,
-                "ca_cert": str(self.ca_cert) if self.ca_cert else None}
+        return {
+            "dir": str(self.dir),
+            "port": self.port,
+            "login": self.login,
+            "tls": self.tls,
+            "ca_cert": str(self.ca_cert) if self.ca_cert else None,
+        }
 
     @classmethod
     def attach(cls, state: dict, namespace: str) -> OCIRegistry:
@@ -405,7 +479,8 @@ class OCIRegistry:
 
     def _config(self) -> Path:
         cfg = self.dir / "config.yml"
-        cfg.write_text(f"""version: 0.1
+        cfg.write_text(
+            f"""version: 0.1
 log:
   level: warn
   accesslog:
@@ -421,14 +496,25 @@ storage:
 http:
   addr: {self.host}
   secret: cachetool-tests-only
-""" + (f"""  tls:
-    certificate: {self.dir / 'server.crt'}
-    key: {self.dir / 'server.key'}
-""" if self.tls else "") + (f"""auth:
+"""
+            + (
+                f"""  tls:
+    certificate: {self.dir / "server.crt"}
+    key: {self.dir / "server.key"}
+"""
+                if self.tls
+                else ""
+            )
+            + (
+                f"""auth:
   htpasswd:
     realm: cachetool-tests
     path: {self._htpasswd()}
-""" if self.login else ""))
+"""
+                if self.login
+                else ""
+            )
+        )
         return cfg
 
     def _htpasswd(self) -> Path:
@@ -454,7 +540,7 @@ http:
         import base64
         import json
 
-        u, p = (self.login or ("", ""))
+        u, p = self.login or ("", "")
         tok = base64.b64encode(f"{user or u}:{password or p}".encode()).decode()
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps({"auths": {self.host: {"auth": tok}}}))
@@ -470,31 +556,45 @@ http:
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import NameOID
 
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
 
         def cert(subject, issuer, pub, key, *, ca: bool):
-            b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(pub)
-                 .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-                 .not_valid_after(now + datetime.timedelta(days=2))
-                 .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+            b = (
+                x509.CertificateBuilder()
+                .subject_name(subject)
+                .issuer_name(issuer)
+                .public_key(pub)
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=2))
+                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            )
             if not ca:
-                b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                                    critical=False)
+                b = b.add_extension(
+                    x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+                )
             return b.sign(key, hashes.SHA256())
 
         ca_key = ec.generate_private_key(ec.SECP256R1())
         ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cachetool test CA")])
         ca = cert(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
         key = ec.generate_private_key(ec.SECP256R1())
-        srv = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), ca_name, key.public_key(),
-                   ca_key, ca=False)
+        srv = cert(
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]),
+            ca_name,
+            key.public_key(),
+            ca_key,
+            ca=False,
+        )
         self.dir.mkdir(parents=True, exist_ok=True)
         self.ca_cert = self.dir / "ca.crt"
         self.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
         (self.dir / "server.crt").write_bytes(srv.public_bytes(serialization.Encoding.PEM))
-        (self.dir / "server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                                serialization.PrivateFormat.PKCS8,
-                                                                serialization.NoEncryption()))
+        (self.dir / "server.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
 
     def certs_d(self, folder: Path) -> Path:
         """A certs.d folder with this registry's CA (``CACHETOOL_CERTS_D=folder``)."""
@@ -520,8 +620,13 @@ http:
         if self.tls and self.ca_cert is None:
             self._make_certs()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = _Proc("registry", [REGISTRY_BINARY, "serve", str(self._config())], self.dir / "registry.log",
-                          env={**os.environ, "OTEL_TRACES_EXPORTER": "none"}, record=self.record)
+        self.proc = _Proc(
+            "registry",
+            [REGISTRY_BINARY, "serve", str(self._config())],
+            self.dir / "registry.log",
+            env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
+            record=self.record,
+        )
         self.proc.start()
         _wait_until_up(self._up, [self.proc], f"docker-registry on {self.host}", ready_timeout)
 
@@ -536,8 +641,10 @@ http:
 
     def _refuse_if_shared(self, what: str) -> None:
         if self.shared:
-            raise RuntimeError(f"cannot {what} the run's shared registry (every worker uses it): a test that stops "
-                               "a server takes one of its own (the own_registry fixture)")
+            raise RuntimeError(
+                f"cannot {what} the run's shared registry (every worker uses it): a test that stops "
+                "a server takes one of its own (the own_registry fixture)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures

@@ -21,5 +21,12 @@ def keys(tmp_path_factory):
     d = tmp_path_factory.mktemp("keys")
     priv, pub, kid = generate_keypair(d / "signer")
     opriv, opub, okid = generate_keypair(d / "other")
-    return {"priv": priv, "pub": pub, "id": kid, "key": load_private_key(priv),
-            "other_priv": opriv, "other_pub": opub, "other_key": load_private_key(opriv)}
+    return {
+        "priv": priv,
+        "pub": pub,
+        "id": kid,
+        "key": load_private_key(priv),
+        "other_priv": opriv,
+        "other_pub": opub,
+        "other_key": load_private_key(opriv),
+    }

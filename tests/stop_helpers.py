@@ -37,15 +37,21 @@ def slow_compiler_env(folder: Path, env: dict[str, str]) -> tuple[dict[str, str]
     gxx.write_text(SLOW_GXX)
     gxx.chmod(0o755)
     mark = folder / "compiling"
-    return {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-            "CACHETOOL_TEST_COMPILING": str(mark)}, mark
+    return {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "CACHETOOL_TEST_COMPILING": str(mark)}, mark
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     """``cachetool ARGS`` in a session of its own (SIGINT reaches it whatever the shell that ran the tests did)."""
-    return subprocess.Popen([sys.executable, "-m", "cachetool", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO), start_new_session=True,
-                            stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cachetool", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(REPO),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def wait_for(what: Path | str, proc: subprocess.Popen, timeout: float) -> None:
@@ -105,9 +111,9 @@ class Stopped:
     rc: int
     out: str
     err: str
-    exit_seconds: float        # signal -> cachetool's exit
-    tree: list[Proc]           # its processes when the signal came
-    left: list[Proc]           # those of its sessions still running DEADLINE s after the signal
+    exit_seconds: float  # signal -> cachetool's exit
+    tree: list[Proc]  # its processes when the signal came
+    left: list[Proc]  # those of its sessions still running DEADLINE s after the signal
 
     def one_json(self) -> dict:
         lines = [ln for ln in self.out.splitlines() if ln.strip()]

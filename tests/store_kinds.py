@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from cachetool.bundle.packing import pack
 from cachetool.bundle.fingerprint import local_fingerprint
+from cachetool.bundle.packing import pack
 from tests.cache_trees import CUDA_FP, isolate_environment, make_native_tree
 from tests.server_run import server_run
 

@@ -14,10 +14,9 @@ import pytest
 
 import cachetool
 from cachetool.api import WarmSummary
-from cachetool.errors import UsageError
-from cachetool.transfer.push import PushResult
 from cachetool.engines.native.start import CompileRunResult
-from cachetool.errors import CompilationConfigError, ModelError, StopSignalError
+from cachetool.errors import CompilationConfigError, ModelError, StopSignalError, UsageError
+from cachetool.transfer.push import PushResult
 from compiler.config import CompilationConfig, CompilationMode, CUDAGraphMode, DynamicShapesType
 
 
@@ -40,7 +39,8 @@ def test_dict_with_enums_and_overrides(tmp_path: Path) -> None:
     cfg = cachetool.compilation_config(
         {"cudagraph_mode": CUDAGraphMode.FULL, "dynamic_shapes_config": {"type": DynamicShapesType.UNBACKED}},
         overrides=["dynamic_shapes_config.evaluate_guards=true", "-cc.compile_sizes=[8]"],
-        cache_root=tmp_path / "r")
+        cache_root=tmp_path / "r",
+    )
     assert cfg.cudagraph_mode == CUDAGraphMode.FULL
     assert cfg.dynamic_shapes_config.type == DynamicShapesType.UNBACKED
     assert cfg.dynamic_shapes_config.evaluate_guards is True
@@ -49,14 +49,16 @@ def test_dict_with_enums_and_overrides(tmp_path: Path) -> None:
 
 
 def test_instance_is_copied_and_overridden(tmp_path: Path) -> None:
-    mine = CompilationConfig(mode=CompilationMode.PIECEWISE, max_cudagraph_capture_size=10,
-                             compile_cache_save_format="unpacked")
+    mine = CompilationConfig(
+        mode=CompilationMode.PIECEWISE, max_cudagraph_capture_size=10, compile_cache_save_format="unpacked"
+    )
     before = mine.to_dict()
     same = cachetool.compilation_config(mine, cache_root=tmp_path)
     assert same is not mine and mine.to_dict() == before, "the caller's config is not changed"
     assert same.cache_dir == str(tmp_path.resolve())
-    assert {k: v for k, v in same.to_dict().items() if k != "cache_dir"} == \
-        {k: v for k, v in before.items() if k != "cache_dir"}
+    assert {k: v for k, v in same.to_dict().items() if k != "cache_dir"} == {
+        k: v for k, v in before.items() if k != "cache_dir"
+    }
     assert same.compute_hash() == mine.compute_hash()
     # capture sizes from a max that is not itself a size (10 -> 1, 2, 4, 8) survive the round trip
     over = cachetool.compilation_config(mine, overrides=["mode=2"])
@@ -64,15 +66,18 @@ def test_instance_is_copied_and_overridden(tmp_path: Path) -> None:
     assert over.cudagraph_capture_sizes == [1, 2, 4, 8] and over.compile_cache_save_format == "unpacked"
 
 
-@pytest.mark.parametrize(("config", "overrides", "needle"), [
-    ({"modee": 3}, (), "unknown compilation config key 'modee'"),
-    (None, ("bogus=1",), "unknown compilation config key 'bogus'"),
-    (None, ("dynamic_shapes_config.type=sideways",), "dynamic_shapes_config.type must be one of"),
-    ('{"mode": 3', (), "not valid JSON"),
-    ("[1]", (), "must be a JSON object"),
-    ({"mode": object()}, (), "compilation config: object is not JSON serialisable"),
-    (42, (), "must be a CompilationConfig, a dict, a JSON string or None, got int"),
-])
+@pytest.mark.parametrize(
+    ("config", "overrides", "needle"),
+    [
+        ({"modee": 3}, (), "unknown compilation config key 'modee'"),
+        (None, ("bogus=1",), "unknown compilation config key 'bogus'"),
+        (None, ("dynamic_shapes_config.type=sideways",), "dynamic_shapes_config.type must be one of"),
+        ('{"mode": 3', (), "not valid JSON"),
+        ("[1]", (), "must be a JSON object"),
+        ({"mode": object()}, (), "compilation config: object is not JSON serialisable"),
+        (42, (), "must be a CompilationConfig, a dict, a JSON string or None, got int"),
+    ],
+)
 def test_bad_config_is_a_usage_error(config: object, overrides: tuple[str, ...], needle: str) -> None:
     with pytest.raises(UsageError) as err:
         cachetool.compilation_config(config, overrides)
@@ -96,10 +101,24 @@ def test_warm_refuses_bad_push_options_before_compiling(tmp_path: Path) -> None:
 
 
 def _run_result(**kw: object) -> CompileRunResult:
-    base = dict(command="warm", model="tiny", device="cpu", cache_root="/r", cache_dir="/r/t/h/rank_0_0/backbone",
-                rank_dir="/r/t/h/rank_0_0", cache_key="0123456789", graphs_compiled=3, graphs_loaded=0,
-                graphs_reused=2, pieces=5, unique_pieces=3, dynamo_compiles=1, seconds=9.5, startup_seconds=7.25,
-                compile_seconds=6.0)
+    base = dict(
+        command="warm",
+        model="tiny",
+        device="cpu",
+        cache_root="/r",
+        cache_dir="/r/t/h/rank_0_0/backbone",
+        rank_dir="/r/t/h/rank_0_0",
+        cache_key="0123456789",
+        graphs_compiled=3,
+        graphs_loaded=0,
+        graphs_reused=2,
+        pieces=5,
+        unique_pieces=3,
+        dynamo_compiles=1,
+        seconds=9.5,
+        startup_seconds=7.25,
+        compile_seconds=6.0,
+    )
     base.update(kw)
     return CompileRunResult(**base)  # type: ignore[arg-type]
 
@@ -107,8 +126,18 @@ def _run_result(**kw: object) -> CompileRunResult:
 def test_warm_summary_json_without_push() -> None:
     doc = WarmSummary(compile=_run_result(), phases={"warm": 9.5}).to_json()
     json.dumps(doc)  # plain JSON
-    assert set(doc) == {"compile", "push", "bytes", "phases", "graphs_compiled", "graphs_loaded", "cache_dir",
-                        "seconds", "ref", "manifest_digest"}
+    assert set(doc) == {
+        "compile",
+        "push",
+        "bytes",
+        "phases",
+        "graphs_compiled",
+        "graphs_loaded",
+        "cache_dir",
+        "seconds",
+        "ref",
+        "manifest_digest",
+    }
     assert doc["push"] is None and doc["ref"] is None and doc["manifest_digest"] is None
     assert doc["bytes"] == {"raw": None, "unique": None, "stored": None}
     assert (doc["graphs_compiled"], doc["graphs_loaded"]) == (3, 0)
@@ -117,11 +146,27 @@ def test_warm_summary_json_without_push() -> None:
 
 
 def test_warm_summary_json_with_push() -> None:
-    push = PushResult(ref="file:///s/tiny:v1", manifest_digest="sha256:ab", platform="cpu-x", signed=True,
-                      blobs_total=4, blobs_uploaded=3, blobs_skipped=1, bytes_uploaded=100, bytes_skipped=20,
-                      platforms=["cpu-x"], seconds=0.5)
-    s = WarmSummary(compile=_run_result(graphs_compiled=0, graphs_loaded=3), push=push, bytes_raw=1000,
-                    bytes_unique=600, bytes_compressed=200, phases={"warm": 2.0, "pack": 0.25, "push": 0.5})
+    push = PushResult(
+        ref="file:///s/tiny:v1",
+        manifest_digest="sha256:ab",
+        platform="cpu-x",
+        signed=True,
+        blobs_total=4,
+        blobs_uploaded=3,
+        blobs_skipped=1,
+        bytes_uploaded=100,
+        bytes_skipped=20,
+        platforms=["cpu-x"],
+        seconds=0.5,
+    )
+    s = WarmSummary(
+        compile=_run_result(graphs_compiled=0, graphs_loaded=3),
+        push=push,
+        bytes_raw=1000,
+        bytes_unique=600,
+        bytes_compressed=200,
+        phases={"warm": 2.0, "pack": 0.25, "push": 0.5},
+    )
     doc = json.loads(json.dumps(s.to_json()))
     assert doc["ref"] == "file:///s/tiny:v1" and doc["manifest_digest"] == "sha256:ab"
     assert doc["push"]["blobs_uploaded"] == 3 and doc["push"]["signed"] is True
@@ -139,8 +184,12 @@ def test_a_pull_outcome_is_one_of_the_outcomes_with_the_tables_words():
     from cachetool.transfer.pull_policy import Outcome, PullOutcome, failure_outcome
 
     failures = [row for row in exit_codes.TABLE if row not in (exit_codes.OK, exit_codes.COMPILED, exit_codes.DIFFERS)]
-    assert [o.value for o in Outcome] == ["installed", "already-installed", "not-needed",
-                                          *(row.name for row in failures)]
+    assert [o.value for o in Outcome] == [
+        "installed",
+        "already-installed",
+        "not-needed",
+        *(row.name for row in failures),
+    ]
     out = failure_outcome("file:///s/llama:v1", "continue", UsageError("wrong flag"))
     assert isinstance(out, PullOutcome) and out.outcome is Outcome.USAGE_ERROR and out.exit_code == 2
     assert json.loads(json.dumps(out.to_json()))["outcome"] == "usage-error"

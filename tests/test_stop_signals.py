@@ -81,8 +81,14 @@ def _running(pids: set[int]) -> set[int]:
 
 
 def _start_block(*args: str) -> tuple[subprocess.Popen, set[int]]:
-    proc = subprocess.Popen([sys.executable, "-c", BLOCK, *args], stdout=subprocess.PIPE, text=True, cwd=str(REPO),
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCK, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+    )
     assert json.loads(proc.stdout.readline()) == {"ready": True}
     started = _descendants(proc.pid)
     assert len(started) >= 4, started  # two shells, two sleeps (and the deferring shell's, now and then)
@@ -116,11 +122,19 @@ def test_a_time_limit_ends_the_block_as_a_stop_signal_does_then_raises_the_timeo
 
 
 def test_a_block_that_ends_in_time_leaves_no_timer_behind():
-    code = ("import signal, time\nfrom cachetool.stop_signals import stopped_by_signals\n"
-            "with stopped_by_signals(lambda n: n, 0.5):\n    pass\n"
-            "time.sleep(1.0)\nprint(signal.getitimer(signal.ITIMER_REAL)[0], signal.getsignal(signal.SIGALRM))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO), timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import signal, time\nfrom cachetool.stop_signals import stopped_by_signals\n"
+        "with stopped_by_signals(lambda n: n, 0.5):\n    pass\n"
+        "time.sleep(1.0)\nprint(signal.getitimer(signal.ITIMER_REAL)[0], signal.getsignal(signal.SIGALRM))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert p.returncode == 0 and p.stdout.split() == ["0.0", str(int(signal.SIG_DFL))], (p.stdout, p.stderr)
 
 

@@ -25,8 +25,19 @@ READ_ONLY_BIND = 'set -e\nmount --bind "$RO" "$RO"\nmount -o remount,bind,ro "$R
 
 
 def _warm(root: Path, *extra: str, namespace: bool = False) -> tuple[subprocess.CompletedProcess, float]:
-    argv = [sys.executable, "-m", "cachetool", "warm", "--model", "tiny", "--device", "cpu", "--cache-root",
-            str(root), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "cachetool",
+        "warm",
+        "--model",
+        "tiny",
+        "--device",
+        "cpu",
+        "--cache-root",
+        str(root),
+        *extra,
+    ]
     env = cli_env(RO=str(root.parent))
     if namespace:
         argv = ["unshare", "-m", "--propagation", "private", "bash", "-c", READ_ONLY_BIND, "bash", *argv]
@@ -46,8 +57,12 @@ def read_only_ok(tmp_path_factory) -> bool:
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare for a read-only bind mount")
     probe = tmp_path_factory.mktemp("probe")
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", READ_ONLY_BIND, "bash",
-                        "touch", str(probe / "x")], capture_output=True, text=True, env={**os.environ, "RO": str(probe)})
+    r = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", READ_ONLY_BIND, "bash", "touch", str(probe / "x")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RO": str(probe)},
+    )
     if "Read-only file system" not in r.stderr:
         pytest.skip(f"no read-only bind mount here: {r.stderr.strip()[-200:]}")
     return True

@@ -47,8 +47,9 @@ class CtbBundle(PackedBundle):
         super().__init__(manifest, signature, f"bundle file {self.path}")
         for b in self.manifest.blobs:
             if b.digest.split(":", 1)[1] not in self._members:
-                raise BundleFormatError(f"{self.path}: blob {b.digest} is listed in the manifest but missing",
-                                        key=b.digest)
+                raise BundleFormatError(
+                    f"{self.path}: blob {b.digest} is listed in the manifest but missing", key=b.digest
+                )
 
     def _read_index(self) -> tuple[bytes, bytes | None]:
         p = self.path
@@ -166,8 +167,7 @@ def _tar_members(f, p: Path) -> list[tuple[str, int, int]]:
         raise BundleFormatError(f"{p} is not a readable .ctb (truncated or not a tar: {exc})") from None
     for m in members:
         if not m.isreg():
-            kind = ("link" if (m.issym() or m.islnk()) else "special file" if (m.isdev() or m.isfifo())
-                    else "folder")
+            kind = "link" if (m.issym() or m.islnk()) else "special file" if (m.isdev() or m.isfifo()) else "folder"
             raise BundleFormatError(f"{p}: member {m.name!r} is a {kind}; a .ctb holds regular files only")
     return [(m.name, m.offset_data, m.size) for m in members]
 
@@ -198,8 +198,13 @@ def write_ctb(bundle: PackedBundle, out_path: str | os.PathLike) -> Path:
         full = disk_full_cause(exc)
         if full is None:
             raise
-        raise disk_full(full, f"write {out}", out.absolute().parent, "nothing was written (the partial file is "
-                        "removed): free space or write the bundle elsewhere", path=str(out)) from None
+        raise disk_full(
+            full,
+            f"write {out}",
+            out.absolute().parent,
+            "nothing was written (the partial file is removed): free space or write the bundle elsewhere",
+            path=str(out),
+        ) from None
     return out
 
 

@@ -15,8 +15,9 @@ one-line error naming what is missing, never a silent engine-less answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan
@@ -110,5 +111,7 @@ def layouts() -> LayoutRules:
     return Registered.layouts
 
 
-NOT_REGISTERED = ("no engines are registered with the core: import cachetool.engines (or cachetool.api) first: "
-                  "the engines register themselves as they are imported")
+NOT_REGISTERED = (
+    "no engines are registered with the core: import cachetool.engines (or cachetool.api) first: "
+    "the engines register themselves as they are imported"
+)

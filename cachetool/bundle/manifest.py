@@ -20,13 +20,13 @@ import posixpath
 import re
 from typing import Any
 
-from cachetool.version import __version__
-from cachetool.layouts.entries import DirEntry, FileEntry, KeyFolder, Unit
-from cachetool.layouts.factors import short_repr
-from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
 from cachetool.bundle import engine_rules
 from cachetool.bundle.paths import validate_relpath
 from cachetool.digests import BlobRef, is_digest
+from cachetool.errors import ManifestError, UnsupportedSchemaError, cause
+from cachetool.layouts.entries import DirEntry, FileEntry, KeyFolder, Unit
+from cachetool.layouts.factors import short_repr
+from cachetool.version import __version__
 
 SCHEMA_VERSION = 1
 MEDIA_TYPE = "application/vnd.cachetool.manifest.v1+json"
@@ -110,8 +110,20 @@ def _check_fingerprint(fp: Any) -> dict:
     return fp
 
 
-_TOP_KEYS = {"schema", "media_type", "tool", "layout", "save_format", "keys", "fingerprint", "ranks", "units",
-             "dirs", "files", "blobs"}
+_TOP_KEYS = {
+    "schema",
+    "media_type",
+    "tool",
+    "layout",
+    "save_format",
+    "keys",
+    "fingerprint",
+    "ranks",
+    "units",
+    "dirs",
+    "files",
+    "blobs",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +167,7 @@ class Manifest:
         return data
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Manifest":
+    def from_bytes(cls, data: bytes) -> Manifest:
         """Parse and validate; raise :class:`ManifestError` (a VerificationError) on anything unexpected.
 
         One section at a time (header, keys, ranks, units, blobs, folders, files), then the one check of the
@@ -171,9 +183,17 @@ class Manifest:
         files = _parse_files(obj["files"], blobs, seen)
         _check_tree(units, dirs, files)
         m = cls(
-            layout=obj["layout"], files=tuple(files), blobs=tuple(blobs.values()), units=tuple(units),
-            dirs=tuple(dirs), keys=tuple(keys), fingerprint=obj["fingerprint"], ranks=tuple(ranks),
-            save_format=obj["save_format"], tool_version=obj["tool"]["version"], schema=obj["schema"],
+            layout=obj["layout"],
+            files=tuple(files),
+            blobs=tuple(blobs.values()),
+            units=tuple(units),
+            dirs=tuple(dirs),
+            keys=tuple(keys),
+            fingerprint=obj["fingerprint"],
+            ranks=tuple(ranks),
+            save_format=obj["save_format"],
+            tool_version=obj["tool"]["version"],
+            schema=obj["schema"],
         )
         if canonical_json(m.to_json()) != bytes(data):
             raise ManifestError("manifest bytes are not canonical JSON (sorted keys, no spaces, sorted lists)")
@@ -298,8 +318,10 @@ def _check_header(obj: dict) -> None:
     if not isinstance(tool, dict) or set(tool) != {"name", "version"} or not isinstance(tool["version"], str):
         raise ManifestError("manifest 'tool' must be {name, version}")
     if not isinstance(obj["layout"], str) or not KIND_RE.match(obj["layout"]):
-        raise ManifestError(f"manifest layout {short_repr(obj['layout'])} is not a layout name (lowercase letters, "
-                            "digits, '.', '_', '-')")
+        raise ManifestError(
+            f"manifest layout {short_repr(obj['layout'])} is not a layout name (lowercase letters, "
+            "digits, '.', '_', '-')"
+        )
     if obj["save_format"] not in (None, "binary", "unpacked", "mixed"):
         raise ManifestError(f"manifest save_format {obj['save_format']!r} is unknown")
     _check_fingerprint(obj["fingerprint"])
@@ -325,11 +347,13 @@ def _parse_keys(entries: list) -> list[KeyFolder]:
         if not isinstance(k["hash"], str) or not re.match(r"^[A-Za-z0-9_.-]{1,128}$", k["hash"]):
             raise ManifestError(f"manifest cache key {k['hash']!r} is not a plain name")
         if not isinstance(k["kind"], str) or not KIND_RE.match(k["kind"]):
-            raise ManifestError(f"manifest cache key kind {short_repr(k['kind'])} is not a kind name (lowercase "
-                                "letters, digits, '.', '_', '-')")
+            raise ManifestError(
+                f"manifest cache key kind {short_repr(k['kind'])} is not a kind name (lowercase "
+                "letters, digits, '.', '_', '-')"
+            )
         if k["factors"] is not None and not isinstance(k["factors"], dict):
             raise ManifestError("manifest cache key factors are not an object")
-        keys.append(KeyFolder(k["hash"], k["kind"], k["factors"]))
+        keys.append(KeyFolder(k["hash"], k["kind"], k["factors"]))  # type: ignore[arg-type]  # baseline (issue 46)
     return keys
 
 
@@ -400,8 +424,12 @@ def _parse_files(entries: list, blobs: dict[str, BlobRef], seen: set[str]) -> li
     for f in entries:
         f = _exact(f, {"path", "mode", "size", "digest"}, "file")
         p = _new_path(validate_relpath(f["path"], "file path"), seen)
-        fe = FileEntry(p, _check_mode(f["mode"], p, False), _check_size(f["size"], f"size of {p!r}"),
-                       _check_digest(f["digest"], f"digest of {p!r}"))
+        fe = FileEntry(
+            p,
+            _check_mode(f["mode"], p, False),
+            _check_size(f["size"], f"size of {p!r}"),
+            _check_digest(f["digest"], f"digest of {p!r}"),
+        )
         blob = blobs.get(fe.digest)
         if blob is None:
             raise ManifestError(f"manifest file {p!r} names blob {fe.digest} missing from the blob table")

@@ -39,7 +39,7 @@ def unsafe_char(path: str) -> str | None:
 def short_path(path: str, limit: int = 80) -> str:
     """``repr`` of a path for one-line messages, cut in the middle when long (escapes stay escaped)."""
     r = ascii(path)
-    return r if len(r) <= limit else f"{r[:limit // 2]}...{r[-(limit // 2 - 3):]} ({len(path)} characters)"
+    return r if len(r) <= limit else f"{r[: limit // 2]}...{r[-(limit // 2 - 3) :]} ({len(path)} characters)"
 
 
 def validate_relpath(path: Any, what: str = "path") -> str:
@@ -65,6 +65,8 @@ def validate_relpath(path: Any, what: str = "path") -> str:
     if len(path.encode("utf-8")) > MAX_NAME_BYTES:  # no name is longer than its path: only then measure each
         long = next((p for p in parts if len(p.encode("utf-8")) > MAX_NAME_BYTES), None)
     if long is not None:
-        raise UnsafePathError(f"manifest {what} {short_path(path)} has a name of {len(long.encode('utf-8'))} bytes; "
-                              f"file systems allow {MAX_NAME_BYTES}")
+        raise UnsafePathError(
+            f"manifest {what} {short_path(path)} has a name of {len(long.encode('utf-8'))} bytes; "
+            f"file systems allow {MAX_NAME_BYTES}"
+        )
     return path

@@ -21,15 +21,21 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from cachetool.errors import (BadSignatureError, KeyFileError, SignatureError, UnsignedError, UntrustedKeyError,
-                              UsageError)
 from cachetool.bundle.manifest import MEDIA_TYPE, canonical_json
+from cachetool.errors import (
+    BadSignatureError,
+    KeyFileError,
+    SignatureError,
+    UnsignedError,
+    UntrustedKeyError,
+    UsageError,
+)
 
 PAYLOAD_TYPE = MEDIA_TYPE
-
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -70,8 +76,9 @@ def generate_keypair(out: str | os.PathLike) -> tuple[Path, Path, str]:
             raise UsageError(f"{p} already exists; refusing to overwrite a key")
     _require_folder(priv_path.parent)
     key = Ed25519PrivateKey.generate()
-    priv_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
+    priv_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     pub_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -156,7 +163,7 @@ def load_public_key(path: str | os.PathLike) -> PublicKey:
         if data.lstrip().startswith(b"ssh-ed25519"):
             key = serialization.load_ssh_public_key(data.strip())
         else:
-            key = serialization.load_pem_public_key(data)
+            key = serialization.load_pem_public_key(data)  # type: ignore[assignment]  # baseline (issue 46)
     except Exception:  # cryptography raises several types, with long generic messages
         if "PRIVATE KEY" in data[:200].decode("ascii", "replace"):
             raise UsageError(f"{p} is a private key; pass the public key ({p}.pub)") from None
@@ -181,11 +188,13 @@ def sign_manifest(manifest_bytes: bytes, private_key, existing_envelope: bytes |
         sigs = [s for s in env["signatures"] if s.get("keyid") != kid]
     sigs.append({"keyid": kid, "sig": base64.b64encode(sig).decode()})
     sigs.sort(key=lambda s: s["keyid"])
-    return canonical_json({
-        "payload": base64.b64encode(manifest_bytes).decode(),
-        "payloadType": PAYLOAD_TYPE,
-        "signatures": sigs,
-    })
+    return canonical_json(
+        {
+            "payload": base64.b64encode(manifest_bytes).decode(),
+            "payloadType": PAYLOAD_TYPE,
+            "signatures": sigs,
+        }
+    )
 
 
 _ENVELOPE_FIELDS = {"payload", "payloadType", "signatures"}
@@ -203,16 +212,26 @@ def parse_envelope(envelope: bytes) -> dict:
         raise SignatureError("signature envelope is not valid JSON") from None
     except RecursionError:
         raise SignatureError("signature envelope JSON is nested too deeply") from None
-    if (not isinstance(env, dict) or not isinstance(env.get("payload"), str)
-            or not isinstance(env.get("payloadType"), str) or not isinstance(env.get("signatures"), list)):
+    if (
+        not isinstance(env, dict)
+        or not isinstance(env.get("payload"), str)
+        or not isinstance(env.get("payloadType"), str)
+        or not isinstance(env.get("signatures"), list)
+    ):
         raise SignatureError("signature envelope is not a DSSE envelope (payload, payloadType, signatures)")
     if set(env) != _ENVELOPE_FIELDS:
         raise SignatureError(f"signature envelope has unknown field(s) {_names(set(env) - _ENVELOPE_FIELDS)}")
     for s in env["signatures"]:
-        if (not isinstance(s, dict) or set(s) != _SIGNATURE_FIELDS or not all(isinstance(v, str) for v in s.values())
-                or not _KEYID_RE.match(s["keyid"])):
-            raise SignatureError("signature entry is malformed (each needs exactly 'keyid' and 'sig', both strings; "
-                                 "a key id is at most 128 printable ASCII characters)")
+        if (
+            not isinstance(s, dict)
+            or set(s) != _SIGNATURE_FIELDS
+            or not all(isinstance(v, str) for v in s.values())
+            or not _KEYID_RE.match(s["keyid"])
+        ):
+            raise SignatureError(
+                "signature entry is malformed (each needs exactly 'keyid' and 'sig', both strings; "
+                "a key id is at most 128 printable ASCII characters)"
+            )
     return env
 
 
@@ -250,7 +269,8 @@ def verify_envelope(envelope: bytes | None, manifest_bytes: bytes, trusted: Iter
         raise UnsignedError("signature envelope holds no signatures")
     if not trusted:
         raise UntrustedKeyError(
-            "no trusted keys configured (use --trust PUB, CACHETOOL_TRUSTED_KEYS or ~/.config/cachetool/trusted_keys/)")
+            "no trusted keys configured (use --trust PUB, CACHETOOL_TRUSTED_KEYS or ~/.config/cachetool/trusted_keys/)"
+        )
     by_id = {k.keyid: k for k in trusted}
     message = pae(PAYLOAD_TYPE, manifest_bytes)
     verified = None
@@ -271,4 +291,5 @@ def verify_envelope(envelope: bytes | None, manifest_bytes: bytes, trusted: Iter
     seen_ids = [s["keyid"] for s in env["signatures"]]
     raise UntrustedKeyError(
         f"bundle is signed by untrusted key(s) {', '.join(seen_ids[:8])}; trusted: "
-        f"{', '.join(k.keyid for k in trusted)}")
+        f"{', '.join(k.keyid for k in trusted)}"
+    )

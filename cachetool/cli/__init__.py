@@ -52,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         return output.fail(exc.format_message(), exit_codes.USAGE.code)
     except OSError as exc:  # a file system or socket failure no verb mapped
-        return output.fail(os_error_line(exc, output.command() or "cachetool"), exit_codes.for_os_error(exc).code,
-                           exc)
+        return output.fail(os_error_line(exc, output.command() or "cachetool"), exit_codes.for_os_error(exc).code, exc)
     except Exception as exc:  # a bug: still one line, the traceback only where asked for
         if _debug():
             traceback.print_exc()

@@ -76,55 +76,79 @@ def layout_option(help: str | None = None):
     """``--layout`` with the registry's choices (``auto`` and every layout in :mod:`cachetool.layouts`)."""
     from cachetool.api import layout_choices
 
-    return click.option("--layout", type=click.Choice(list(layout_choices())), default="auto", show_default=True,
-                        help=help or "Layout of the cache folder (auto: recognised from its files).")
+    return click.option(
+        "--layout",
+        type=click.Choice(list(layout_choices())),
+        default="auto",
+        show_default=True,
+        help=help or "Layout of the cache folder (auto: recognised from its files).",
+    )
 
 
 # One wording per shared option: every verb takes --json, a key to sign with is --sign-key.
-json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print one JSON object (one line) on stdout, failures included (ok, exit_code, message, ...).")
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object (one line) on stdout, failures included (ok, exit_code, message, ...).",
+)
 
 
 def sign_key_option(help: str, required: bool = False):
     """``--sign-key``: a missing or unreadable file is refused by the loader (one line, exit 2), not by click."""
-    return click.option("--sign-key", type=click.Path(dir_okay=False), required=required, default=None,
-                        metavar="KEY", help=help)
+    return click.option(
+        "--sign-key", type=click.Path(dir_okay=False), required=required, default=None, metavar="KEY", help=help
+    )
 
 
 trust_option = click.option(
-    "--trust", "trust", multiple=True, metavar="PUB",
+    "--trust",
+    "trust",
+    multiple=True,
+    metavar="PUB",
     help="Trusted public key file or folder (repeatable). Default: CACHETOOL_TRUSTED_KEYS, then "
-         "~/.config/cachetool/trusted_keys/*.pub.")
+    "~/.config/cachetool/trusted_keys/*.pub.",
+)
 
 # verbs with --engine (warm, check, pull): the root of the engine's server, each engine's default from the registry
-cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-                                 help=CACHE_ROOT_HELP)
+cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None, help=CACHE_ROOT_HELP)
 # verbs without --engine (install): no word of a flag they lack
-native_cache_root_option = click.option("--cache-root", type=click.Path(file_okay=False), default=None,
-                                        help=DEFAULT_CACHE_ROOT_HELP)
+native_cache_root_option = click.option(
+    "--cache-root", type=click.Path(file_okay=False), default=None, help=DEFAULT_CACHE_ROOT_HELP
+)
 
 
 def device_option(what: str, default: str, extra: str = "", value: str | None = None):
     """``--device``, in the one wording every verb uses: what it is for, what it takes (``cpu``, ``cuda``,
     ``cuda:N``), and its default in words (``value`` is the default's value, when it has one)."""
-    return click.option("--device", default=value, metavar="DEVICE",
-                        help=f"{what}: cpu, cuda or cuda:N{extra} (default: {default}).")
+    return click.option(
+        "--device", default=value, metavar="DEVICE", help=f"{what}: cpu, cuda or cuda:N{extra} (default: {default})."
+    )
+
 
 # -cc.KEY=VALUE is collected before click parses (cachetool.cli.compile_cmds.CompileCommand)
-CC_HELP = ("CompilationConfig as JSON; -cc.KEY=VALUE (KEY dotted, e.g. -cc.dynamic_shapes_config.type=unbacked) "
-           "overrides one field.")
+CC_HELP = (
+    "CompilationConfig as JSON; -cc.KEY=VALUE (KEY dotted, e.g. -cc.dynamic_shapes_config.type=unbacked) "
+    "overrides one field."
+)
 
 ranks_option = click.option("--ranks", default=None, help="Only these ranks: 0,1 (tensor-parallel) or 0_1 / rank_0_1.")
 
 
 def replace_options(f):
     """The flags of ``install`` and ``pull`` that say what happens to units that differ, and to the signature."""
-    for opt in reversed([
-        click.option("--force", is_flag=True, help="Replace install units that differ from the bundle (the default; "
-                     "overrides --keep-changed)."),
-        click.option("--keep-changed", is_flag=True,
-                     help="Refuse (exit 4) instead of replacing a unit whose files differ."),
-        click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous)."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--force",
+                is_flag=True,
+                help="Replace install units that differ from the bundle (the default; overrides --keep-changed).",
+            ),
+            click.option(
+                "--keep-changed", is_flag=True, help="Refuse (exit 4) instead of replacing a unit whose files differ."
+            ),
+            click.option("--insecure-skip-verify", is_flag=True, help="Do NOT check the signature (dangerous)."),
+        ]
+    ):
         f = opt(f)
     return f

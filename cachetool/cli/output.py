@@ -37,7 +37,7 @@ def begin(argv: list[str]) -> None:
     global _call
     args = argv[: argv.index("--")] if "--" in argv else argv
     command = next((a for a in args if not a.startswith("-")), None)
-    _call = _Call(command=command, as_json=command is not None and "--json" in args[args.index(command):])
+    _call = _Call(command=command, as_json=command is not None and "--json" in args[args.index(command) :])
 
 
 def command() -> str | None:
@@ -59,8 +59,16 @@ def emit(as_json: bool, doc: dict[str, Any], text: str, *, exit_code: int = 0) -
     message = (text.splitlines() or [""])[0]
     # a non-zero exit that is a verb's result (``diff --exit-code``: 10) is a failure like any other: its row's name
     failure = {} if exit_code == 0 else {"error": exit_codes.for_code(exit_code).name}
-    _print({**doc, "ok": exit_code == 0, "exit_code": exit_code, "command": _call.command,
-            "message": doc.get("message", message), **failure})
+    _print(
+        {
+            **doc,
+            "ok": exit_code == 0,
+            "exit_code": exit_code,
+            "command": _call.command,
+            "message": doc.get("message", message),
+            **failure,
+        }
+    )
     return exit_code
 
 
@@ -69,8 +77,17 @@ def fail(message: str, exit_code: int, exc: BaseException | None = None) -> int:
     click.echo(f"error: {message}", err=True)
     if _call.as_json and not _call.emitted:
         known = {n: getattr(exc, n) for n in FIELDS if getattr(exc, n, None) is not None}
-        _print({**known, **_call.failure_fields, "ok": False, "exit_code": exit_code, "command": _call.command,
-                "message": message, "error": exit_codes.for_code(exit_code).name})
+        _print(
+            {
+                **known,
+                **_call.failure_fields,
+                "ok": False,
+                "exit_code": exit_code,
+                "command": _call.command,
+                "message": message,
+                "error": exit_codes.for_code(exit_code).name,
+            }
+        )
     return exit_code
 
 

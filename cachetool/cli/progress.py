@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
-from typing import Any, Callable, TextIO
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 import click
 
@@ -64,8 +64,9 @@ class RichProgress:
 
 
 @contextlib.contextmanager
-def progress_renderer(as_json: bool, stream: TextIO | None = None,
-                      prefix: str = "warm") -> Iterator[Callable[[Any], None] | None]:
+def progress_renderer(
+    as_json: bool, stream: TextIO | None = None, prefix: str = "warm"
+) -> Iterator[Callable[[Any], None] | None]:
     """The listener for ``warm``'s progress (``None`` with ``--json``), closed when the block ends."""
     if as_json:
         yield None

@@ -6,13 +6,25 @@ import click
 
 
 def store_options(f):
-    f = click.option("--endpoint-url", default=None, metavar="URL",
-                     help="S3: endpoint of an S3-compatible server (default: AWS_ENDPOINT_URL).")(f)
+    f = click.option(
+        "--endpoint-url",
+        default=None,
+        metavar="URL",
+        help="S3: endpoint of an S3-compatible server (default: AWS_ENDPOINT_URL).",
+    )(f)
     f = click.option("--profile", default=None, help="S3: AWS profile (default: AWS_PROFILE / the standard chain).")(f)
-    f = click.option("--insecure", is_flag=True,
-                     help="OCI: TLS without verifying the registry's certificate (see also --plain-http).")(f)
-    f = click.option("--plain-http", is_flag=True, expose_value=False, callback=_remember_plain_http,
-                     help="OCI: speak plain HTTP to the registry (no TLS). Local registries fall back to it anyway.")(f)
+    f = click.option(
+        "--insecure",
+        is_flag=True,
+        help="OCI: TLS without verifying the registry's certificate (see also --plain-http).",
+    )(f)
+    f = click.option(
+        "--plain-http",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember_plain_http,
+        help="OCI: speak plain HTTP to the registry (no TLS). Local registries fall back to it anyway.",
+    )(f)
     return f
 
 

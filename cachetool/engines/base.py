@@ -25,22 +25,40 @@ from cachetool.layouts.factors import Difference, Factors
 if TYPE_CHECKING:  # the core's protocol (cachetool.install.key_check): an engine's key_check answers one
     from cachetool.install.key_check import KeyCheck
 
-__all__ = ["Engine", "EngineBase", "LISTENERS", "START_OPTIONS", "StartRequest", "StartResult", "listener",
-           "own_options"]
+__all__ = [
+    "Engine",
+    "EngineBase",
+    "LISTENERS",
+    "START_OPTIONS",
+    "StartRequest",
+    "StartResult",
+    "listener",
+    "own_options",
+]
 
 # Every option a caller may give a start or a pull's key question (the API's keywords; a start's model is its
 # argument), with the flag that sets it on the command line: an engine takes its own and refuses the first other one in one line naming that flag.
-START_OPTIONS = {"model": "--model", "device": "--device", "config": "--compilation-config", "overrides": "-cc.*", "rank": "--rank",
-                 "dp_rank": "--dp-rank", "tensor_parallel_size": "--tensor-parallel-size",
-                 "share_ranks": "share_ranks", "require_hit": "--require-hit", "engine_flags": "flags after --",
-                 "load_weights": "--load-weights"}
+START_OPTIONS = {
+    "model": "--model",
+    "device": "--device",
+    "config": "--compilation-config",
+    "overrides": "-cc.*",
+    "rank": "--rank",
+    "dp_rank": "--dp-rank",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "share_ranks": "share_ranks",
+    "require_hit": "--require-hit",
+    "engine_flags": "flags after --",
+    "load_weights": "--load-weights",
+}
 # A start's listeners: every engine takes both and calls the one it has something for (the native engine its
 # progress events, the others their message lines); a listener is no choice another engine could refuse.
 LISTENERS = ("on_progress", "engine_progress")
 
 
-def own_options(options: Mapping[str, Any], takes: Collection[str],
-                refused: Callable[[str, str], str]) -> dict[str, Any]:
+def own_options(
+    options: Mapping[str, Any], takes: Collection[str], refused: Callable[[str, str], str]
+) -> dict[str, Any]:
     """``options`` (a caller's, only those it gave) that an engine ``takes``, the listeners dropped; the first
     other one raises a :class:`UsageError` whose line is ``refused(name, flag)``; a name that is no option at all,
     one naming it."""
@@ -62,8 +80,8 @@ class StartRequest(Protocol):
     """What every engine's own start request has (each is a frozen dataclass of its engine's module: its options,
     typed, each with its default there alone). The API reads only these; the engine reads the rest."""
 
-    command: str            # "warm" or "check"
-    cache_root: CacheRoot   # resolved once, when the request is parsed
+    command: str  # "warm" or "check"
+    cache_root: CacheRoot  # resolved once, when the request is parsed
 
 
 @runtime_checkable
@@ -100,15 +118,16 @@ class Engine(Protocol):
     layout and its server's environment. The members only some engines have something for are
     :class:`EngineBase`'s."""
 
-    name: str                       # --engine
-    summary: str                    # one line for --engine's help: what it starts, and what it takes
-    layout: str                     # the bundle layout its cache trees pack as (a manifest's "layout")
-    key_kinds: tuple[str, ...]      # the kinds of key folder its layout lists (a manifest's keys[].kind)
-    cache_root_variable: str        # where its servers read the cache root from
-    cache_root_default: str         # where they read it without the variable
+    name: str  # --engine
+    summary: str  # one line for --engine's help: what it starts, and what it takes
+    layout: str  # the bundle layout its cache trees pack as (a manifest's "layout")
+    key_kinds: tuple[str, ...]  # the kinds of key folder its layout lists (a manifest's keys[].kind)
+    cache_root_variable: str  # where its servers read the cache root from
+    cache_root_default: str  # where they read it without the variable
 
-    def start_request(self, command: str, model: str | None, cache_root: str | Path | None,
-                      options: Mapping[str, Any]) -> StartRequest:
+    def start_request(
+        self, command: str, model: str | None, cache_root: str | Path | None, options: Mapping[str, Any]
+    ) -> StartRequest:
         """One start (``warm`` or ``check``) parsed into the engine's own frozen request: ``options`` are the
         caller's, only those it gave (:data:`START_OPTIONS`' names, and the :data:`LISTENERS`); another engine's
         option is refused in one line; the cache root is resolved once (``cache_root``, else the one the engine's
@@ -120,8 +139,7 @@ class Engine(Protocol):
         a cache-miss error naming why)."""
         ...
 
-    def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None,
-                    options: Mapping[str, Any]) -> Any:
+    def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None, options: Mapping[str, Any]) -> Any:
         """Pull's key question for a server (``model``, ``config``, ``overrides``, ``tensor_parallel_size``,
         ``engine_flags``: those the caller gave), parsed into the engine's own request; None where the options name
         no server (a pull without one asks no question); another engine's option refused in one line."""
@@ -150,12 +168,12 @@ class EngineBase:
     """The members an engine states only where it has something to say, with what an engine that has nothing says;
     every engine extends it (its own module overrides what it states)."""
 
-    variables: tuple[Any, ...] = ()          # the variables it reads beyond cachetool's registry (envs.EnvVar)
+    variables: tuple[Any, ...] = ()  # the variables it reads beyond cachetool's registry (envs.EnvVar)
     fingerprint_fields: tuple[str, ...] = ()  # the fingerprint fields only its caches depend on (preflight compares)
-    recorded_fields: tuple[str, ...] = ()     # fingerprint fields it records and nobody compares (the GPU driver)
-    platform_fields: tuple[str, ...] = ()     # fingerprint fields its platform key names after the device (CPU ISA)
-    local_by_server = False                   # diff's "local" side: its server computes the key (needs its flags)
-    loggers: tuple[str, ...] = ()             # the loggers whose lines a command shows on stderr (log_lines.py)
+    recorded_fields: tuple[str, ...] = ()  # fingerprint fields it records and nobody compares (the GPU driver)
+    platform_fields: tuple[str, ...] = ()  # fingerprint fields its platform key names after the device (CPU ISA)
+    local_by_server = False  # diff's "local" side: its server computes the key (needs its flags)
+    loggers: tuple[str, ...] = ()  # the loggers whose lines a command shows on stderr (log_lines.py)
 
     def notice(self) -> str | None:
         """A line the user must read before a warm, pull or check does any work (vLLM: its release is outside
@@ -176,8 +194,9 @@ class EngineBase:
         ``PreflightError`` naming the first difference); what it checked."""
         return []
 
-    def compare_keys(self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None,
-                     cache: str = "") -> list[Difference]:
+    def compare_keys(
+        self, a: Factors | None, b: Factors | None, *, only: tuple[str, ...] | None = None, cache: str = ""
+    ) -> list[Difference]:
         """Every field where two keys' recorded factors differ (``only``: these factors; None: all)."""
         from cachetool.facts.factor_compare import compare_keys
 
@@ -192,10 +211,13 @@ class EngineBase:
         """The factors this machine would record without a model (diff's ``local``), or None."""
         return None
 
-    def server_differences(self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str],
-                           scratch: Path) -> list[Difference]:
+    def server_differences(
+        self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str], scratch: Path
+    ) -> list[Difference]:
         """How the closest of a bundle's keys (``(folder name, recorded factors)``, as ``diff`` read them) differs
         from the key this engine's server computes."""
-        raise UsageError(f"--model and flags after -- on diff are for an engine whose server computes its key; "
-                         f"--engine {getattr(self, 'name', '?')} compares this machine's facts "
-                         f"(diff BUNDLE local --engine {getattr(self, 'name', '?')})")
+        raise UsageError(
+            f"--model and flags after -- on diff are for an engine whose server computes its key; "
+            f"--engine {getattr(self, 'name', '?')} compares this machine's facts "
+            f"(diff BUNDLE local --engine {getattr(self, 'name', '?')})"
+        )

@@ -19,12 +19,11 @@ import os
 import stat
 from pathlib import Path
 
-from cachetool.errors import UsageError
 from cachetool.engines.root_names import AOT, FACTORS_FILE, RANK_RE, TCC
-from cachetool.layouts.factors import Factors
+from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
 from cachetool.layouts.entries import KeyFolder, Unit
-
+from cachetool.layouts.factors import Factors
 
 
 def _is_dir(p: Path) -> bool:
@@ -157,8 +156,16 @@ def scan_compile_cache(path: Path, kind: str) -> LayoutScan:
         keys.append(KeyFolder(h, kind_, read_factors(rank_dirs)))
     if not files and not units:
         raise UsageError(f"{path} holds no cache files")
-    return LayoutScan(kind=kind, files=files, dirs=sorted(dirs.items()), units=units, keys=keys,
-                      ranks=sorted(ranks), save_format=save_format_of(files, dirs), unit_dirs=unit_dirs)
+    return LayoutScan(
+        kind=kind,
+        files=files,
+        dirs=sorted(dirs.items()),
+        units=units,
+        keys=keys,
+        ranks=sorted(ranks),
+        save_format=save_format_of(files, dirs),
+        unit_dirs=unit_dirs,
+    )
 
 
 def save_format_of(files: list[ScannedFile], dirs: dict[str, int]) -> str | None:

@@ -22,8 +22,17 @@ from cachetool.layouts.base import LayoutScan, ScannedFile
 
 CHOICES = ("auto", *LAYOUTS)  # the CLI's --layout
 
-__all__ = ["CHOICES", "LAYOUTS", "LayoutScan", "ScannedFile", "detect", "incomplete_reason", "root_names", "scan",
-           "stale_entries"]
+__all__ = [
+    "CHOICES",
+    "LAYOUTS",
+    "LayoutScan",
+    "ScannedFile",
+    "detect",
+    "incomplete_reason",
+    "root_names",
+    "scan",
+    "stale_entries",
+]
 
 
 def detect(path: str | Path) -> str:

@@ -4,7 +4,8 @@ from ``/proc/cpuinfo`` and the vector ISA ATen dispatches to; torch only where N
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cachetool import envs
 
@@ -75,10 +76,14 @@ def as_text(value: Any) -> str:
 def cuda_device(index: int = 0) -> dict[str, str] | None:
     """``{"device", "capability"}`` of CUDA device ``index`` as torch names them, from NVML; None when NVML cannot
     tell."""
+
     def ask(pynvml: Any) -> dict[str, str]:
         which = visible_index(index)
-        handle = (pynvml.nvmlDeviceGetHandleByUUID(which) if isinstance(which, str)
-                  else pynvml.nvmlDeviceGetHandleByIndex(which))
+        handle = (
+            pynvml.nvmlDeviceGetHandleByUUID(which)
+            if isinstance(which, str)
+            else pynvml.nvmlDeviceGetHandleByIndex(which)
+        )
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
         return {"device": as_text(pynvml.nvmlDeviceGetName(handle)), "capability": f"{major}.{minor}"}
 

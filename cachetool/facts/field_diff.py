@@ -14,8 +14,18 @@ __all__ = ["FieldDifference", "field_differences", "flatten", "most_telling_firs
 
 # The fields a user sets, in the order a miss should name them: what follows from them (the all-reduce choice a
 # tensor-parallel size implies, the head size a hidden size implies) is named after them.
-USER_SET_FIELDS = ("tensor_parallel_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
-                   "num_key_value_heads", "intermediate_size", "vocab_size", "architecture", "dtype", "mode")
+USER_SET_FIELDS = (
+    "tensor_parallel_size",
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "architecture",
+    "dtype",
+    "mode",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,13 +64,17 @@ def field_differences(a: Any, b: Any, *, nested: bool = True) -> list[FieldDiffe
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return [] if same_json(a, b) else [FieldDifference("(all)", a, b)]
     fa, fb = (flatten(a), flatten(b)) if nested else (a, b)
-    return [FieldDifference(str(k), fa.get(k, UNSET), fb.get(k, UNSET))
-            for k in sorted(set(fa) | set(fb), key=str) if not same_json(fa.get(k, UNSET), fb.get(k, UNSET))]
+    return [
+        FieldDifference(str(k), fa.get(k, UNSET), fb.get(k, UNSET))
+        for k in sorted(set(fa) | set(fb), key=str)
+        if not same_json(fa.get(k, UNSET), fb.get(k, UNSET))
+    ]
 
 
 def most_telling_first(diffs: list[FieldDifference]) -> list[FieldDifference]:
     """``diffs`` with the fields a user sets (:data:`USER_SET_FIELDS`, by their last dotted part) first, in that
     order, the rest after them as they were."""
+
     def rank(d: FieldDifference) -> int:
         leaf = d.field.rsplit(".", 1)[-1]
         return USER_SET_FIELDS.index(leaf) if leaf in USER_SET_FIELDS else len(USER_SET_FIELDS)

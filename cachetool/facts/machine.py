@@ -11,13 +11,32 @@ from typing import Any
 from cachetool import envs
 from cachetool.facts import devices, installed
 
-__all__ = ["common_facts", "cpu_capability", "cpu_flags", "cpu_isa", "cuda_device", "cuda_driver", "inductor_env",
-           "literal_assignments", "module_file", "torch_build", "torch_version", "triton_version"]
+__all__ = [
+    "common_facts",
+    "cpu_capability",
+    "cpu_flags",
+    "cpu_isa",
+    "cuda_device",
+    "cuda_driver",
+    "inductor_env",
+    "literal_assignments",
+    "module_file",
+    "torch_build",
+    "torch_version",
+    "triton_version",
+]
 
 INDUCTOR_ENV_PREFIXES = ("TORCHINDUCTOR_", "TRITON_", "TORCH_COMPILE_", "PYTORCH_")
 # Settings that change no generated code (where caches go, logging, threads): not a fact of the build.
-NOT_INDUCTOR_SETTINGS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK", "TRITON_HOME",
-                         "TORCHINDUCTOR_COMPILE_THREADS", "TORCH_COMPILE_DEBUG_DIR", "PYTORCH_CUDA_ALLOC_CONF")
+NOT_INDUCTOR_SETTINGS = (
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_VEC_ISA_OK",
+    "TRITON_HOME",
+    "TORCHINDUCTOR_COMPILE_THREADS",
+    "TORCH_COMPILE_DEBUG_DIR",
+    "PYTORCH_CUDA_ALLOC_CONF",
+)
 
 
 def common_facts(device: str | None = None) -> dict:
@@ -25,15 +44,26 @@ def common_facts(device: str | None = None) -> dict:
     ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or None (probe for a GPU). Probing reports what is there:
     ``device="cuda"`` on a machine without a usable GPU gives ``"cpu"``."""
     build = torch_build()
-    fp: dict[str, Any] = {"os": platform.system().lower(), "arch": platform.machine(), "device": "cpu",
-                          "torch": build.get("torch") or installed.dist_version("torch"), "cuda": None,
-                          "triton": triton_version(), "gpu": None, "capability": None}
+    fp: dict[str, Any] = {
+        "os": platform.system().lower(),
+        "arch": platform.machine(),
+        "device": "cpu",
+        "torch": build.get("torch") or installed.dist_version("torch"),
+        "cuda": None,
+        "triton": triton_version(),
+        "gpu": None,
+        "capability": None,
+    }
     if device is None or device.startswith("cuda"):
         index = int(device.split(":")[1]) if device and ":" in device else 0
         gpu = cuda_device(index) or devices.torch_cuda_device(index)
         if gpu is not None:
-            fp.update(device="cuda", cuda=build.get("cuda"), gpu=gpu["device"],
-                      capability="sm" + gpu["capability"].replace(".", ""))
+            fp.update(
+                device="cuda",
+                cuda=build.get("cuda"),
+                gpu=gpu["device"],
+                capability="sm" + gpu["capability"].replace(".", ""),
+            )
     return fp
 
 

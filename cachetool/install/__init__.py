@@ -40,5 +40,14 @@ from cachetool.install.preflight import run_preflight
 from cachetool.install.ranks import parse_ranks
 from cachetool.install.verify import INSECURE_WARNING, verified_manifest, verify_bundle
 
-__all__ = ["INSECURE_WARNING", "InstallOptions", "InstallResult", "expand_blob", "install_bundle", "parse_ranks",
-           "run_preflight", "verified_manifest", "verify_bundle"]
+__all__ = [
+    "INSECURE_WARNING",
+    "InstallOptions",
+    "InstallResult",
+    "expand_blob",
+    "install_bundle",
+    "parse_ranks",
+    "run_preflight",
+    "verified_manifest",
+    "verify_bundle",
+]

@@ -50,8 +50,9 @@ def _check_stored_facts(blob: BlobRef, size: int, digest: str, head: bytes) -> N
     except zstandard.ZstdError:
         raise _refused(blob, " is not a zstd frame") from None
     if params.content_size != zstandard.CONTENTSIZE_UNKNOWN and params.content_size != blob.size:
-        raise _refused(blob, f" declares {params.content_size} bytes in its zstd frame, manifest says {blob.size} "
-                             "(size lie)")
+        raise _refused(
+            blob, f" declares {params.content_size} bytes in its zstd frame, manifest says {blob.size} (size lie)"
+        )
 
 
 def check_stored(blob: BlobRef, zst: Path) -> None:
@@ -91,8 +92,9 @@ def _expand(blob: BlobRef, stored, out) -> None:
                 break
             n += len(chunk)
             if n > blob.size:
-                raise _refused(blob, f" decompresses beyond its declared {blob.size} bytes "
-                                     "(decompression bomb or size lie)")
+                raise _refused(
+                    blob, f" decompresses beyond its declared {blob.size} bytes (decompression bomb or size lie)"
+                )
             h.update(chunk)
             if out is not None:
                 out.write(chunk)

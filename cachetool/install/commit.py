@@ -10,10 +10,10 @@ import posixpath
 import stat
 from pathlib import Path
 
+from cachetool.bundle.manifest import Manifest
 from cachetool.errors import ConflictError, UnsafeDestinationError
 from cachetool.install import fs
 from cachetool.install.plan import Plan
-from cachetool.bundle.manifest import Manifest
 
 
 def commit(plan: Plan, manifest: Manifest, staging: Path, root_fd: int, root: Path) -> None:
@@ -33,9 +33,9 @@ def commit(plan: Plan, manifest: Manifest, staging: Path, root_fd: int, root: Pa
             if parent not in parents:
                 src_fd = fs.open_dir_chain(tree_fd, parent, False, {})
                 try:
-                    parents[parent] = src_fd, fs.open_dir_chain(root_fd, parent, True, dir_modes)
+                    parents[parent] = src_fd, fs.open_dir_chain(root_fd, parent, True, dir_modes)  # type: ignore[assignment]  # baseline (issue 46)
                 except BaseException:
-                    os.close(src_fd)
+                    os.close(src_fd)  # type: ignore[arg-type]  # baseline (issue 46)
                     raise
             _rename_unit(u.path, name, *parents[parent], aside_fd, f"old-{i}", plan, root)
         for _src_fd, dst_fd in parents.values():
@@ -45,8 +45,9 @@ def commit(plan: Plan, manifest: Manifest, staging: Path, root_fd: int, root: Pa
             os.close(fd)
 
 
-def _rename_unit(path: str, name: str, src_fd: int, dst_fd: int, aside_fd: int, aside_name: str, plan: Plan,
-                 root: Path) -> None:
+def _rename_unit(
+    path: str, name: str, src_fd: int, dst_fd: int, aside_fd: int, aside_name: str, plan: Plan, root: Path
+) -> None:
     """Rename the staged unit ``name`` into ``dst_fd``, swapping it with a unit there that it replaces."""
     try:
         st = os.lstat(name, dir_fd=dst_fd)

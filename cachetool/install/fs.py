@@ -16,13 +16,20 @@ import stat
 from pathlib import Path
 
 from cachetool import bounds
-from cachetool.errors import (CachetoolError, InstallIOError, PathTooLongError, UnsafeDestinationError, UsageError,
-                              disk_full, user_path)
-from cachetool.exit_codes import DISK_FULL_ERRNOS
-from cachetool.bundle.paths import RESERVED_PREFIX, short_path
-from cachetool.digests import sha256_stream
 from cachetool.bundle.manifest import FileEntry, Unit
+from cachetool.bundle.paths import RESERVED_PREFIX, short_path
 from cachetool.cache_root import CacheRoot
+from cachetool.digests import sha256_stream
+from cachetool.errors import (
+    CachetoolError,
+    InstallIOError,
+    PathTooLongError,
+    UnsafeDestinationError,
+    UsageError,
+    disk_full,
+    user_path,
+)
+from cachetool.exit_codes import DISK_FULL_ERRNOS
 
 STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
 # mkdtemp's random part, then the tree folder: staged files live at {root}/{STAGING_PREFIX}XXXXXXXX/tree/{path}
@@ -61,7 +68,8 @@ def open_dir_chain(root_fd: int, rel: str, create: bool, modes: dict[str, int]) 
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise UnsafeDestinationError(
                         f"{sofar!r} in the cache root is a symlink or not a folder; refusing to write through it",
-                        path=sofar) from None
+                        path=sofar,
+                    ) from None
                 raise
             os.close(fd)
             fd = nfd
@@ -112,13 +120,13 @@ def write_new(dir_fd: int, rel: str, data: bytes, mode: int) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fchmod(fd, mode)
     finally:
         os.close(fd)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _libc(name: str, *argtypes):
     """The C library's function ``name`` (with errno), or None where the system lacks it."""
     import ctypes
@@ -232,7 +240,8 @@ def open_root(given: CacheRoot) -> tuple[Path, int, Path | None]:
         if exc.errno == errno.ENOTDIR:  # a file on the way to the root: the root cannot be a folder
             blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
             raise UsageError(
-                f"cache root {root} cannot be a folder: {blocker or 'a part of its path'} is a file") from None
+                f"cache root {root} cannot be a folder: {blocker or 'a part of its path'} is a file"
+            ) from None
         why = "a dangling symlink" if root.is_symlink() and not root.exists() else (exc.strerror or str(exc))
         raise InstallIOError(f"cannot use cache root {root}: {why}") from None
 
@@ -260,7 +269,7 @@ def lock_root(root_fd: int, root: Path) -> None:
 
 def remove_empty_tree(top: Path) -> None:
     """Remove ``top`` and folders under it if they hold no files (a root this call created)."""
-    for dirpath, dirnames, filenames in os.walk(top, topdown=False):
+    for dirpath, _dirnames, _filenames in os.walk(top, topdown=False):
         try:
             os.rmdir(dirpath)
         except OSError:

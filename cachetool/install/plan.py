@@ -8,10 +8,10 @@ import dataclasses
 import os
 from pathlib import Path
 
+from cachetool.bundle.manifest import FileEntry, Manifest, Unit
+from cachetool.bundle.paths import short_path
 from cachetool.errors import PathTooLongError, UnitChangedError
 from cachetool.install.fs import STAGED_PREFIX_LEN, open_dir_chain, unit_matches
-from cachetool.bundle.paths import short_path
-from cachetool.bundle.manifest import FileEntry, Manifest, Unit
 
 
 @dataclasses.dataclass
@@ -40,8 +40,11 @@ def plan_install(manifest: Manifest, units: list[Unit], root_fd: int, root: Path
         if unit_matches(root_fd, u, files[u.path]):
             plan.present.append(u.path)
         elif keep_changed:
-            raise UnitChangedError(f"{u.path} in {root} has files that differ from the bundle; kept as it is "
-                                   "(--keep-changed): nothing installed", path=u.path)
+            raise UnitChangedError(
+                f"{u.path} in {root} has files that differ from the bundle; kept as it is "
+                "(--keep-changed): nothing installed",
+                path=u.path,
+            )
         else:
             plan.units.append(u)
             plan.replace.add(u.path)
@@ -62,9 +65,14 @@ def _check_lengths(plan: Plan, manifest: Manifest, root: Path, root_fd: int) -> 
             b = rel.encode("utf-8")
             longest = max(len(part) for part in b.split(b"/"))
             if longest > name_max:
-                raise PathTooLongError(f"manifest path {short_path(rel)} has a name of {longest} bytes; the file "
-                                       f"system of {root} allows {name_max}", path=rel)
+                raise PathTooLongError(
+                    f"manifest path {short_path(rel)} has a name of {longest} bytes; the file "
+                    f"system of {root} allows {name_max}",
+                    path=rel,
+                )
             if base + len(b) >= path_max:
-                raise PathTooLongError(f"manifest path {short_path(rel)} is too long to install under {root} "
-                                       f"({base + len(b)} bytes staged; the file system allows {path_max - 1})",
-                                       path=rel)
+                raise PathTooLongError(
+                    f"manifest path {short_path(rel)} is too long to install under {root} "
+                    f"({base + len(b)} bytes staged; the file system allows {path_max - 1})",
+                    path=rel,
+                )

@@ -6,11 +6,11 @@ is downloaded or written before it passes. The engine is the bundle's (by its la
 from __future__ import annotations
 
 from cachetool import bounds
-from cachetool.errors import PreflightError
-from cachetool.layouts.factors import also_named, short_repr
 from cachetool.bundle import engine_rules
 from cachetool.bundle.manifest import Manifest
+from cachetool.errors import PreflightError
 from cachetool.install.key_check import KeyCheck
+from cachetool.layouts.factors import also_named, short_repr
 
 
 def run_preflight(manifest: Manifest, *, device: str | None = None, key_check: KeyCheck | None = None) -> list[str]:
@@ -29,11 +29,13 @@ def run_preflight(manifest: Manifest, *, device: str | None = None, key_check: K
         more = also_named([d[0] for d in diffs[1:]], limit=None)
         raise PreflightError(
             f"preflight: bundle cannot hit here: fingerprint {field!r} differs: bundle {short_repr(b)}, "
-            f"this machine {short_repr(l)}{more}")
+            f"this machine {short_repr(l)}{more}"
+        )
     checked = ["fingerprint"]
     if key_check is not None and key_check.compiles_nothing:  # no key folder is installed: none is compared
-        return checked + [f"cache key: none needed ({key_check.compiles_nothing}); only the folders that belong to "
-                          "no key"]
+        return checked + [
+            f"cache key: none needed ({key_check.compiles_nothing}); only the folders that belong to no key"
+        ]
     # A difference in what the cache does not depend on (on the CPU, Triton) is no refusal, but the engine then
     # computes the compiler factors that follow from the installed files here (torch imported: seconds) instead of
     # taking them from the bundle: said, and named by a timeout reached there
@@ -59,5 +61,8 @@ def unchecked_differences(bundle_fp: dict, local_fp: dict, ignored: tuple[str, .
     from cachetool.bundle.fingerprint import COMMON_FIELDS, fields_that_matter
 
     matter = fields_that_matter(bundle_fp, ignored)
-    return [f"{f} {bundle_fp[f]} in the bundle, {local_fp.get(f) or 'none'} here" for f in COMMON_FIELDS
-            if f not in matter and bundle_fp.get(f) is not None and bundle_fp[f] != local_fp.get(f)]
+    return [
+        f"{f} {bundle_fp[f]} in the bundle, {local_fp.get(f) or 'none'} here"
+        for f in COMMON_FIELDS
+        if f not in matter and bundle_fp.get(f) is not None and bundle_fp[f] != local_fp.get(f)
+    ]

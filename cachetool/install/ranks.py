@@ -3,10 +3,10 @@ beside the rank folders, e.g. vLLM's shared ``inductor_cache/``, and the root's 
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from cachetool.errors import UsageError
 from cachetool.bundle.manifest import Manifest, Unit
+from cachetool.errors import UsageError
 
 
 def parse_ranks(spec: str | Iterable | None) -> set[str] | None:
@@ -46,5 +46,7 @@ def select_units(manifest: Manifest, ranks: set[str] | None) -> list[Unit]:
                 break
     missing = ranks - matched
     if missing:
-        raise UsageError(f"bundle has no rank {', '.join(sorted(missing))} (it has {', '.join(manifest.ranks) or 'none'})")
+        raise UsageError(
+            f"bundle has no rank {', '.join(sorted(missing))} (it has {', '.join(manifest.ranks) or 'none'})"
+        )
     return chosen

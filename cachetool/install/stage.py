@@ -12,18 +12,18 @@ import contextvars
 import os
 import posixpath
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable
 
+from cachetool.bundle import engine_rules
+from cachetool.bundle.manifest import FileEntry, Manifest
+from cachetool.bundle.source import BundleSource
 from cachetool.errors import IncompleteUnitError
 from cachetool.install import blobs
 from cachetool.install.fs import DIR_FLAGS, copy_file, write_new
 from cachetool.install.plan import Plan
 from cachetool.install.timing import PhaseClock
-from cachetool.bundle import engine_rules
-from cachetool.bundle.manifest import FileEntry, Manifest
-from cachetool.bundle.source import BundleSource
 
 BATCH = 256  # small blobs per task: a task's overhead is paid once for them all
 
@@ -55,15 +55,16 @@ def _folders(manifest: Manifest, plan: Plan) -> tuple[set[str], list[FileEntry]]
                 need_dirs.add(d)
                 d = posixpath.dirname(d)
     planned = {u.path for u in plan.units}
-    for d in manifest.dirs:  # once each, not once per unit: a Triton cache has 10,000 units
-        unit = manifest.unit_of(d.path)
+    for d in manifest.dirs:  # type: ignore[assignment]  # baseline (issue 46)  # once each, not once per unit: a Triton cache has 10,000 units
+        unit = manifest.unit_of(d.path)  # type: ignore[attr-defined]  # baseline (issue 46)
         if unit is not None and unit.path in planned:
-            need_dirs.add(d.path)
+            need_dirs.add(d.path)  # type: ignore[attr-defined]  # baseline (issue 46)
     return need_dirs, wanted
 
 
-def stage(source: BundleSource, manifest: Manifest, plan: Plan, staging: Path, workers: int | None,
-          clock: PhaseClock) -> tuple[int, int, int]:
+def stage(
+    source: BundleSource, manifest: Manifest, plan: Plan, staging: Path, workers: int | None, clock: PhaseClock
+) -> tuple[int, int, int]:
     """Fetch, verify and expand every needed blob into ``staging/tree``; returns (bytes, files, blobs fetched)."""
     blob_dir = staging / "blobs"
     blob_dir.mkdir()
@@ -83,7 +84,7 @@ def stage(source: BundleSource, manifest: Manifest, plan: Plan, staging: Path, w
         nbytes = sum(_all(ex, writer.large, large))
         copies = [(by_digest[d][0], o) for d in large for o in by_digest[d][1:]]
         nbytes += sum(_all(ex, writer.copy, copies))
-        nbytes += sum(_all(ex, writer.small_batch, [small[i:i + BATCH] for i in range(0, len(small), BATCH)]))
+        nbytes += sum(_all(ex, writer.small_batch, [small[i : i + BATCH] for i in range(0, len(small), BATCH)]))
     # folder modes, deepest first (a read-only folder is fine once its content is written)
     dir_modes = {d.path: d.mode for d in manifest.dirs}
     for d in sorted(need_dirs, key=lambda p: -p.count("/")):
@@ -94,13 +95,20 @@ def stage(source: BundleSource, manifest: Manifest, plan: Plan, staging: Path, w
 class _Writer:
     """The staging workers' three tasks, each returning the bytes it wrote and adding its seconds to the clock."""
 
-    def __init__(self, source: BundleSource, manifest: Manifest, by_digest: dict[str, list[FileEntry]],
-                 blob_dir: Path, tree: Path, clock: PhaseClock):
+    def __init__(
+        self,
+        source: BundleSource,
+        manifest: Manifest,
+        by_digest: dict[str, list[FileEntry]],
+        blob_dir: Path,
+        tree: Path,
+        clock: PhaseClock,
+    ):
         self.source, self.manifest, self.by_digest = source, manifest, by_digest
         self.blob_dir, self.tree, self.clock = blob_dir, tree, clock
         self.tree_fd = -1
 
-    def __enter__(self) -> "_Writer":
+    def __enter__(self) -> _Writer:
         self.tree_fd = os.open(self.tree, DIR_FLAGS)  # small files are created relative to it
         return self
 
@@ -156,7 +164,10 @@ def check_complete(manifest: Manifest, plan: Plan, staging: Path) -> None:
     """Refuse, before anything is committed, a staged unit that is not a complete cache of its layout (what an
     interrupted warm leaves, from an old pack or a signer gone bad): it would replace a complete unit."""
     for u in plan.units:
-        reason = engine_rules.layouts().incomplete_reason(manifest.layout, staging / "tree" / u.path, u.rank is not None)
+        reason = engine_rules.layouts().incomplete_reason(
+            manifest.layout, staging / "tree" / u.path, u.rank is not None
+        )
         if reason is not None:
-            raise IncompleteUnitError(f"{u.path} in the bundle is incomplete ({reason}); refused: nothing "
-                                      "installed", path=u.path)
+            raise IncompleteUnitError(
+                f"{u.path} in the bundle is incomplete ({reason}); refused: nothing installed", path=u.path
+            )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 STAGE_PARTS = ("read", "verify", "write")  # what a staging worker does with each blob
 

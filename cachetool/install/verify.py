@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
-from cachetool.install.blobs import expand_blob, expand_bytes, in_memory
 from cachetool.bundle.manifest import Manifest
 from cachetool.bundle.source import BundleSource
+from cachetool.install.blobs import expand_blob, expand_bytes, in_memory
 
 log = logging.getLogger("cachetool.install")
 
@@ -20,9 +20,14 @@ INSECURE_WARNING = (
 )
 
 
-def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
-                      warn: Callable[[str], None] | None = None,
-                      skip_hint: bool = True) -> tuple[bytes, Manifest, str | None]:
+def verified_manifest(
+    source: BundleSource,
+    *,
+    trust: Iterable | None = None,
+    insecure_skip_verify: bool = False,
+    warn: Callable[[str], None] | None = None,
+    skip_hint: bool = True,
+) -> tuple[bytes, Manifest, str | None]:
     """Phase 1 of verify and install: the manifest's bytes, checked against the signature and the pinned keys
     (unless ``insecure_skip_verify``, which warns), then parsed and validated. Returns (bytes, manifest, key id).
     ``skip_hint``: an unsigned bundle's message offers ``--insecure-skip-verify`` (install and pull have it; verify,
@@ -43,19 +48,28 @@ def verified_manifest(source: BundleSource, *, trust: Iterable | None = None, in
         except UnsignedError as exc:
             if not skip_hint or envelope is not None:
                 raise
-            raise UnsignedError("bundle is not signed (sign it with `cachetool sign`, or pass --insecure-skip-verify "
-                                "to install it unverified)", **{n: getattr(exc, n) for n in FIELDS}) from None
+            raise UnsignedError(
+                "bundle is not signed (sign it with `cachetool sign`, or pass --insecure-skip-verify "
+                "to install it unverified)",
+                **{n: getattr(exc, n) for n in FIELDS},
+            ) from None
     return mbytes, source.parsed_manifest(), key_id
 
 
-def verify_bundle(source: BundleSource, *, trust: Iterable | None = None, insecure_skip_verify: bool = False,
-                  warn: Callable[[str], None] | None = None) -> tuple[Manifest, str | None]:
+def verify_bundle(
+    source: BundleSource,
+    *,
+    trust: Iterable | None = None,
+    insecure_skip_verify: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> tuple[Manifest, str | None]:
     """Verify the signature (unless skipped) and every blob of ``source``, writing nothing but temp files.
 
     Returns (manifest, key id of the verifying key or None).
     """
-    _, manifest, key_id = verified_manifest(source, trust=trust, insecure_skip_verify=insecure_skip_verify, warn=warn,
-                                            skip_hint=False)
+    _, manifest, key_id = verified_manifest(
+        source, trust=trust, insecure_skip_verify=insecure_skip_verify, warn=warn, skip_hint=False
+    )
     with tempfile.TemporaryDirectory(prefix="cachetool-verify-") as tmp:
         for blob in manifest.blobs:
             zst = Path(tmp) / "blob.zst"

@@ -56,5 +56,8 @@ class KeyFolder:
         object.__setattr__(self, "factors", Factors.parse(self.factors))
 
     def to_json(self) -> dict:
-        return {"hash": self.hash, "kind": self.kind,
-                "factors": self.factors.to_json() if self.factors is not None else None}
+        return {
+            "hash": self.hash,
+            "kind": self.kind,
+            "factors": self.factors.to_json() if self.factors is not None else None,
+        }

@@ -19,7 +19,7 @@ def short_repr(value: Any, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters for a one-line message (whitespace kept: it may be the
     difference)."""
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 2] + " …"
+    return text if len(text) <= limit else text[: limit - 2] + " …"
 
 
 def also_named(names: list[str], limit: int | None = 3) -> str:

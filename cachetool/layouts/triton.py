@@ -65,5 +65,13 @@ def scan(path: Path) -> LayoutScan:
         units.append(Unit(c.name, None, None))
     if not units:
         raise UsageError(f"{path} holds no Triton kernel folders")
-    return LayoutScan(kind=NAME, files=files, dirs=dirs, units=units, keys=[], ranks=[], save_format=None,
-                      fingerprint_hints=_hints(files))
+    return LayoutScan(
+        kind=NAME,
+        files=files,
+        dirs=dirs,
+        units=units,
+        keys=[],
+        ranks=[],
+        save_format=None,
+        fingerprint_hints=_hints(files),
+    )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from cachetool.errors import NotFoundError, UsageError
 from cachetool.refs.opening import open_ref, read_index
-from cachetool.stores.addresses import Ref, parse_store_or_ref, repository_named
 from cachetool.stores import open_store
+from cachetool.stores.addresses import Ref, parse_store_or_ref, repository_named
 from cachetool.stores.base import GC_MIN_AGE_S, RefIndex, Store
 from cachetool.stores.gc import GcReport
 
@@ -28,7 +28,7 @@ def listing(target: str, *, store_options: dict | None = None) -> tuple[str, lis
             return r.url, [read_index(st, r)]
     repo = repository_named(target)
     try:
-        found = list_refs(su, store_options=store_options)
+        found = list_refs(su, store_options=store_options)  # type: ignore[arg-type]  # baseline (issue 46)
     except NotFoundError as missing:  # no store there: the bundle name in the store above, if that is one
         if repo is None:
             raise
@@ -37,9 +37,12 @@ def listing(target: str, *, store_options: dict | None = None) -> tuple[str, lis
         except NotFoundError:
             raise missing from None
         if not tags:
-            raise NotFoundError(f"{repo.repository} not found: neither a store nor a bundle name in {repo.store.url} "
-                                f"({'names there: ' + ', '.join(names) if names else 'it holds no refs'})",
-                                store=repo.store.url, ref=repo.repository) from None
+            raise NotFoundError(
+                f"{repo.repository} not found: neither a store nor a bundle name in {repo.store.url} "
+                f"({'names there: ' + ', '.join(names) if names else 'it holds no refs'})",
+                store=repo.store.url,
+                ref=repo.repository,
+            ) from None
         return repo.repository, tags
     if found or repo is None:
         return su.url, found
@@ -53,8 +56,9 @@ def named(repo: Ref, store_options: dict | None = None) -> tuple[list[RefIndex],
     return [i for i in indexes if i.name == repo.name], sorted({i.name for i in indexes})
 
 
-def remove(ref: str | Ref, *, store_options: dict | None = None, platform: str | None = None,
-           store: Store | None = None) -> RefIndex | None:
+def remove(
+    ref: str | Ref, *, store_options: dict | None = None, platform: str | None = None, store: Store | None = None
+) -> RefIndex | None:
     """Delete the tag (or only one platform's entry of it); return the remaining index, or None if deleted.
 
     Both are a read-modify-write of the tag through ``Store.update_ref`` (locked, conditional or converging): a
@@ -68,8 +72,11 @@ def remove(ref: str | Ref, *, store_options: dict | None = None, platform: str |
         if platform is None:
             return st.update_ref(r.name, r.tag, lambda old: None)
         if not any(e.platform == platform for e in index.entries):
-            raise NotFoundError(f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})",
-                                store=st.url, ref=r.url)
+            raise NotFoundError(
+                f"{r.url} has no {platform} entry (has {', '.join(e.platform for e in index.entries)})",
+                store=st.url,
+                ref=r.url,
+            )
         return st.update_ref(r.name, r.tag, lambda old: without_platform(old, r, platform))
     finally:
         if own:
@@ -83,8 +90,9 @@ def without_platform(index: RefIndex | None, r: Ref, platform: str) -> RefIndex 
     return RefIndex(r.name, r.tag, kept) if kept else None
 
 
-def gc(store_url: str, *, dry_run: bool = False, older_than: float = GC_MIN_AGE_S,
-       store_options: dict | None = None) -> GcReport:
+def gc(
+    store_url: str, *, dry_run: bool = False, older_than: float = GC_MIN_AGE_S, store_options: dict | None = None
+) -> GcReport:
     """Collect what no ref of the store reaches and is at least ``older_than`` seconds old; the report says what was
     deleted (or would be, with ``dry_run``) and how many objects were kept, and why."""
     with open_store(store_url, **(store_options or {})) as st:

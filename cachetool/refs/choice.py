@@ -9,15 +9,22 @@ engines' (:func:`local_platform`); the GPU is probed only where some entry is a 
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachetool.bundle import engine_rules
 from cachetool.bundle.engine_rules import EngineRules
 from cachetool.errors import CacheMissError, NotFoundError, UsageError
 from cachetool.stores.base import RefEntry, RefIndex
 
-__all__ = ["choose_entry", "device_to_probe", "entry_device", "entry_engine", "local_platform", "select_entry",
-           "why_not"]
+__all__ = [
+    "choose_entry",
+    "device_to_probe",
+    "entry_device",
+    "entry_engine",
+    "local_platform",
+    "select_entry",
+    "why_not",
+]
 
 
 def entry_engine(entry: RefEntry) -> EngineRules:
@@ -43,8 +50,9 @@ def device_to_probe(entries: Iterable[RefEntry], device: str | None) -> str | No
     return None if any(entry_device(e) == "cuda" for e in entries) else "cpu"
 
 
-def local_platform(entries: Iterable[RefEntry], device: str | None,
-                   engine: EngineRules | None) -> tuple[list[str], dict]:
+def local_platform(
+    entries: Iterable[RefEntry], device: str | None, engine: EngineRules | None
+) -> tuple[list[str], dict]:
     """This machine's platform keys (for a server of ``engine``; None: one per engine whose bundles the tag
     holds, the default engine's first) and fingerprint (with those engines' facts); probes the GPU only when some
     entry is a GPU bundle."""
@@ -54,9 +62,16 @@ def local_platform(entries: Iterable[RefEntry], device: str | None,
     engines = engine_rules.catalog()
     entries = list(entries)
     fp = local_fingerprint(device=device_to_probe(entries, device))
-    wanted = ([engine] if engine is not None
-              else [engines.default()] + [e for e in engines.ENGINES.values()
-                                          if e is not engines.default() and any(entry_engine(x) is e for x in entries)])
+    wanted = (
+        [engine]
+        if engine is not None
+        else [engines.default()]
+        + [
+            e
+            for e in engines.ENGINES.values()
+            if e is not engines.default() and any(entry_engine(x) is e for x in entries)
+        ]
+    )
     keys, full = [], dict(fp)
     for eng in wanted:
         facts = eng.machine_facts(fp["device"])
@@ -77,8 +92,9 @@ def why_not(entry: RefEntry, fp: dict, engine: EngineRules | None) -> str:
     return ", ".join(f"{f} {b!r} here {l!r}" for f, b, l in diffs[:3]) or "platform key differs"
 
 
-def select_entry(index: RefIndex, ref_text: str, device: str | None = None,
-                 engine: EngineRules | None = None) -> RefEntry:
+def select_entry(
+    index: RefIndex, ref_text: str, device: str | None = None, engine: EngineRules | None = None
+) -> RefEntry:
     """The entry for this machine and a server of ``engine`` (None: any engine's, as reading a ref takes it), or
     a one-line CacheMissError saying why each entry does not fit."""
     if not index.entries:
@@ -89,8 +105,7 @@ def select_entry(index: RefIndex, ref_text: str, device: str | None = None,
             if e.platform == key:
                 return e
     reasons = "; ".join(f"{e.platform} ({why_not(e, fp, engine)})" for e in index.entries)
-    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({' or '.join(keys)}): {reasons}",
-                         ref=ref_text)
+    raise CacheMissError(f"no bundle under {ref_text} fits this machine ({' or '.join(keys)}): {reasons}", ref=ref_text)
 
 
 def choose_entry(index: RefIndex, ref_text: str, platform: str | None) -> RefEntry:
@@ -108,5 +123,8 @@ def choose_entry(index: RefIndex, ref_text: str, platform: str | None) -> RefEnt
     try:
         return select_entry(index, ref_text)
     except CacheMissError:
-        raise UsageError(f"{ref_text} holds {len(index.entries)} platforms ({names}), none of them this machine's: "
-                         "choose one with --platform", ref=ref_text) from None
+        raise UsageError(
+            f"{ref_text} holds {len(index.entries)} platforms ({names}), none of them this machine's: "
+            "choose one with --platform",
+            ref=ref_text,
+        ) from None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cachetool.stores.addresses import Ref, parse_ref
 from cachetool.stores import open_store
+from cachetool.stores.addresses import Ref, parse_ref
 from cachetool.stores.base import RefIndex, Store
 
 

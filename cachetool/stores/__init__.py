@@ -21,10 +21,24 @@ from cachetool.stores.addresses import StoreURL, parse_store
 from cachetool.stores.base import BlobRef, RefEntry, RefIndex, Store
 from cachetool.stores.gc import GcReport
 
-__all__ = ["open_store", "checked_options", "given_options", "options_taken", "OPTIONS", "Store", "BlobRef", "RefEntry", "RefIndex", "GcReport"]
+__all__ = [
+    "open_store",
+    "checked_options",
+    "given_options",
+    "options_taken",
+    "OPTIONS",
+    "Store",
+    "BlobRef",
+    "RefEntry",
+    "RefIndex",
+    "GcReport",
+]
 
-OPTIONS: dict[str, tuple[str, ...]] = {"file": (), "s3": ("endpoint_url", "profile", "region"),
-                                       "oci": ("insecure", "plain_http")}
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "file": (),
+    "s3": ("endpoint_url", "profile", "region"),
+    "oci": ("insecure", "plain_http"),
+}
 
 
 def checked_options(url: str | StoreURL, options: dict[str, Any]) -> dict[str, Any]:
@@ -34,8 +48,9 @@ def checked_options(url: str | StoreURL, options: dict[str, Any]) -> dict[str, A
     unknown = sorted(set(options) - {name for names in OPTIONS.values() for name in names})
     if unknown:
         known = ", ".join(sorted(n for names in OPTIONS.values() for n in names))
-        raise UsageError(f"unknown store option {', '.join(map(repr, unknown))} (the options are: {known})",
-                         store=str(url))
+        raise UsageError(
+            f"unknown store option {', '.join(map(repr, unknown))} (the options are: {known})", store=str(url)
+        )
     su = url if isinstance(url, StoreURL) else parse_store(url)
     given = given_options(options)
     _refuse_foreign(su, given, str(url))
@@ -55,7 +70,7 @@ def open_store(url: str | StoreURL, **options: Any) -> Store:
         return S3Store(su.location, su.path, **mine)
     from cachetool.stores.oci import OCIStore
 
-    return OCIStore(su.location, su.path, **{k: bool(v) for k, v in mine.items()})
+    return OCIStore(su.location, su.path, **{k: bool(v) for k, v in mine.items()})  # type: ignore[arg-type]  # baseline (issue 46)
 
 
 def given_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +92,8 @@ def _refuse_foreign(su: StoreURL, given: dict[str, Any], store: str) -> None:
         return
     takes = OPTIONS[su.scheme]
     names = ", ".join(map(repr, foreign))
-    raise UsageError(f"option{'s' if len(foreign) > 1 else ''} {names} {'do' if len(foreign) > 1 else 'does'} not "
-                     f"apply to {su.scheme}:// stores (they take"
-                     + (f": {', '.join(takes)})" if takes else " no options)"), store=store)
+    raise UsageError(
+        f"option{'s' if len(foreign) > 1 else ''} {names} {'do' if len(foreign) > 1 else 'does'} not "
+        f"apply to {su.scheme}:// stores (they take" + (f": {', '.join(takes)})" if takes else " no options)"),
+        store=store,
+    )

@@ -26,8 +26,10 @@ SCHEMES = ("file", "s3", "oci")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 NAME_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_HOST_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
-                      r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+_HOST_RE = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
+)
 _PREFIX_PART_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _PIN_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -68,7 +70,7 @@ class Ref:
         """The ref without its tag or pin: the bundle name in its store (``file:///dir/name``)."""
         return self.store.url if self.store.scheme == "oci" else f"{self.store.url.rstrip('/')}/{self.name}"
 
-    def pinned(self, digest: str) -> "Ref":
+    def pinned(self, digest: str) -> Ref:
         return dataclasses.replace(self, digest=digest)
 
     def __str__(self) -> str:
@@ -76,13 +78,17 @@ class Ref:
 
 
 def _bad(text: str, why: str) -> UsageError:
-    return UsageError(f"bad ref {text!r}: {why} (expected file:///dir/name:tag, s3://bucket/prefix/name:tag "
-                      "or oci://host[:port]/repo:tag)")
+    return UsageError(
+        f"bad ref {text!r}: {why} (expected file:///dir/name:tag, s3://bucket/prefix/name:tag "
+        "or oci://host[:port]/repo:tag)"
+    )
 
 
 # What a ref and a store URL of each scheme look like, for a message about one of them.
-_FORMS = {"ref": {"file": "file:///dir/name:tag", "s3": "s3://bucket/prefix/name:tag", "oci": "oci://host[:port]/repo:tag"},
-          "store": {"file": "file:///dir", "s3": "s3://bucket/prefix", "oci": "oci://host[:port]/repo"}}
+_FORMS = {
+    "ref": {"file": "file:///dir/name:tag", "s3": "s3://bucket/prefix/name:tag", "oci": "oci://host[:port]/repo:tag"},
+    "store": {"file": "file:///dir", "s3": "s3://bucket/prefix", "oci": "oci://host[:port]/repo"},
+}
 
 
 def _split_scheme(text: str, what: str = "ref") -> tuple[str, str]:
@@ -202,4 +208,3 @@ def parse_store_or_ref(text: str) -> tuple[StoreURL, Ref | None]:
         ref = parse_ref(text)
         return ref.store, ref
     return parse_store(text), None
-

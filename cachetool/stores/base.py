@@ -33,13 +33,12 @@ from __future__ import annotations
 import abc
 import dataclasses
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
-from cachetool.digests import BlobRef, read_fetched  # noqa: F401  (BlobRef: part of the store interface)
+from cachetool.digests import BlobRef, read_fetched
 from cachetool.errors import UsageError
-from cachetool.stores.gc import GcReport  # noqa: F401  (part of the store interface)
-
+from cachetool.stores.gc import GcReport
 
 GC_MIN_AGE_S = 3600.0  # gc spares objects younger than this: a push in flight writes blobs before its ref
 
@@ -158,10 +157,11 @@ class PushSession(abc.ABC):
 
     def _check_open(self, what: str) -> None:
         if self.state != "open":
-            raise UsageError(f"push to {self.store_url}: cannot {what}: the push session has {self.state}",
-                             store=self.store_url)
+            raise UsageError(
+                f"push to {self.store_url}: cannot {what}: the push session has {self.state}", store=self.store_url
+            )
 
-    def __enter__(self) -> "PushSession":
+    def __enter__(self) -> PushSession:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -228,8 +228,7 @@ class Store(abc.ABC):
         (:attr:`StoredManifest.pin`)."""
 
     @abc.abstractmethod
-    def update_ref(self, name: str, tag: str,
-                   update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
+    def update_ref(self, name: str, tag: str, update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
         """The one way to change a ref: read-modify-write of the tag's index. ``update`` gets the current index
         (None when the tag does not exist) and returns the new one; None, or an index without entries, removes the
         tag. ``update`` may raise to change nothing, and must be idempotent (a store may call it again after another

@@ -8,15 +8,14 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from cachetool import bounds
 from cachetool.digests import hexof
 from cachetool.errors import OversizeBlobError, StoreError, VerificationError, cause
 from cachetool.retry import pause
 from cachetool.stores.base import RefEntry, RefIndex, TransferCounters
-
 
 REF_FORMAT = "cachetool.ref.v1"
 # Bounds on what a store may hand back for one object (manifest.py and signing.py refuse larger ones anyway; this
@@ -29,7 +28,7 @@ DL_CHUNK = 64 << 10
 
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def index_to_json(index: RefIndex) -> bytes:
@@ -38,8 +37,13 @@ def index_to_json(index: RefIndex) -> bytes:
         "name": index.name,
         "tag": index.tag,
         "entries": [
-            {"manifest_digest": e.manifest_digest, "platform": e.platform, "fingerprint": e.fingerprint,
-             "size": e.size, "created": e.created}
+            {
+                "manifest_digest": e.manifest_digest,
+                "platform": e.platform,
+                "fingerprint": e.fingerprint,
+                "size": e.size,
+                "created": e.created,
+            }
             for e in index.entries
         ],
     }
@@ -58,8 +62,9 @@ def ref_entry(manifest_digest, platform, fingerprint, size, created) -> RefEntry
     if not isinstance(platform, str) or not _PLATFORM_RE.match(platform):
         raise ValueError(f"platform {str(platform)[:40]!r} is not printable text without spaces")
     if not isinstance(fingerprint, dict) or not all(
-            isinstance(k, str) and _TEXT_RE.match(k) and (v is None or isinstance(v, str) and _TEXT_RE.match(v))
-            for k, v in fingerprint.items()):
+        isinstance(k, str) and _TEXT_RE.match(k) and (v is None or isinstance(v, str) and _TEXT_RE.match(v))
+        for k, v in fingerprint.items()
+    ):
         raise ValueError("fingerprint is not an object of printable strings")
     if not isinstance(created, str) or not _TEXT_RE.match(created):
         raise ValueError(f"created {str(created)[:40]!r} is not printable text")
@@ -76,8 +81,15 @@ def index_from_json(data: bytes, where: str, **fields) -> RefIndex:
             raise ValueError(f"format {doc.get('format')!r}")
         entries = []
         for e in doc["entries"]:
-            entries.append(ref_entry(e["manifest_digest"], e["platform"], e.get("fingerprint") or {},
-                                     e.get("size") or 0, e.get("created") or ""))
+            entries.append(
+                ref_entry(
+                    e["manifest_digest"],
+                    e["platform"],
+                    e.get("fingerprint") or {},
+                    e.get("size") or 0,
+                    e.get("created") or "",
+                )
+            )
         return RefIndex(str(doc["name"]), str(doc["tag"]), tuple(entries))
     except (ValueError, KeyError, TypeError, AttributeError, VerificationError) as exc:
         raise StoreError(f"{where} is not a cachetool ref ({exc})", **fields) from None
@@ -85,8 +97,9 @@ def index_from_json(data: bytes, where: str, **fields) -> RefIndex:
         raise StoreError(f"{where} is not a cachetool ref (JSON nested too deeply)", **fields) from None
 
 
-def write_bounded(chunks: Iterable[bytes], out, room: int, what: str, count: Callable[[int], None],
-                  fields: dict | None = None) -> None:
+def write_bounded(
+    chunks: Iterable[bytes], out, room: int, what: str, count: Callable[[int], None], fields: dict | None = None
+) -> None:
     """Write ``chunks`` to ``out``, refusing to go past ``room`` bytes: a store can't fill the disk with a blob
     larger than the (signed) manifest says. ``count`` receives each piece's length as it is written; ``fields``:
     the refusal's error fields (store, key). A bound applied by the caller (:mod:`cachetool.bounds`: ``pull
@@ -128,10 +141,17 @@ def body_start(offset: int, status: int, content_range: str | None) -> int | Non
     return None
 
 
-def download_resumable(dest: Path, size: int, what: str,
-                       open_from: Callable[[int], tuple[Iterable[bytes], int, str | None] | None],
-                       cut_errors: tuple[type[BaseException], ...], cut_error: Callable[[BaseException], Exception],
-                       counters: TransferCounters, max_attempts: int, fields: dict | None = None) -> None:
+def download_resumable(
+    dest: Path,
+    size: int,
+    what: str,
+    open_from: Callable[[int], tuple[Iterable[bytes], int, str | None] | None],
+    cut_errors: tuple[type[BaseException], ...],
+    cut_error: Callable[[BaseException], Exception],
+    counters: TransferCounters,
+    max_attempts: int,
+    fields: dict | None = None,
+) -> None:
     """Download a blob of ``size`` stored bytes to ``dest``, keeping what a cut transfer left and resuming it.
 
     ``open_from(offset)`` asks the store for the bytes from ``offset`` on and returns ``(chunks, status,
@@ -154,7 +174,7 @@ def download_resumable(dest: Path, size: int, what: str,
                 close()
             dest.unlink(missing_ok=True)
             continue
-        chunks = opened[0]
+        chunks = opened[0]  # type: ignore[index]  # baseline (issue 46)
         if start:
             counters.resumed()
         try:

@@ -19,13 +19,20 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from cachetool.atomic import atomic_write
 from cachetool.digests import CHUNK
-from cachetool.errors import (CachetoolError, NotFoundError, OversizeBlobError, StoreError, VerificationError,
-                              disk_full, disk_full_cause)
+from cachetool.errors import (
+    CachetoolError,
+    NotFoundError,
+    OversizeBlobError,
+    StoreError,
+    VerificationError,
+    disk_full,
+    disk_full_cause,
+)
 from cachetool.stores.base import BlobRef, Capabilities, TransferCounters
 from cachetool.stores.common import resume_offset, write_bounded
 from cachetool.stores.object_store import ObjectStore, blob_key
@@ -68,8 +75,9 @@ class FileBackend(ObjectBackend):
 
     def _outside(self, path: Path, doing: str) -> VerificationError:
         rel = os.path.relpath(path, self.root)
-        return VerificationError(f"{rel} in store {self.url} points outside the store; refusing to {doing} it",
-                                 store=self.url, key=rel)
+        return VerificationError(
+            f"{rel} in store {self.url} points outside the store; refusing to {doing} it", store=self.url, key=rel
+        )
 
     def _open_fd(self, path: Path) -> int:
         """Open ``path`` only if it is a regular file inside the store once links are resolved: an object planted as
@@ -78,8 +86,9 @@ class FileBackend(ObjectBackend):
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             rel = os.path.relpath(path, self.root)
-            raise VerificationError(f"{rel} in store {self.url} is not a regular file; refusing to read it",
-                                    store=self.url, key=rel)
+            raise VerificationError(
+                f"{rel} in store {self.url} is not a regular file; refusing to read it", store=self.url, key=rel
+            )
         return fd
 
     def _open_read(self, path: Path):
@@ -147,8 +156,9 @@ class FileBackend(ObjectBackend):
         except (FileNotFoundError, NotADirectoryError):
             return None
         if len(data) > limit:
-            raise VerificationError(f"{key} in store {self.url} is larger than {limit >> 20} MiB", store=self.url,
-                                    key=key)
+            raise VerificationError(
+                f"{key} in store {self.url} is larger than {limit >> 20} MiB", store=self.url, key=key
+            )
         self.counters.down(len(data))
         return StoredObject(data, hashlib.sha256(data).hexdigest())
 
@@ -160,8 +170,14 @@ class FileBackend(ObjectBackend):
                 if offset:
                     self.counters.resumed()
                     f.seek(offset)
-                write_bounded(iter(lambda: f.read(CHUNK), b""), out, size - offset, what, self.counters.down,
-                              {"store": self.url, "key": key})
+                write_bounded(
+                    iter(lambda: f.read(CHUNK), b""),
+                    out,
+                    size - offset,
+                    what,
+                    self.counters.down,
+                    {"store": self.url, "key": key},
+                )
         except FileNotFoundError:
             raise NotFoundError(missing, store=self.url, key=key) from None
 
@@ -185,14 +201,15 @@ class FileBackend(ObjectBackend):
             os.close(fd)
         data = b"".join(chunks)
         if len(data) > size:
-            raise OversizeBlobError(f"{what}: the store sends more bytes than the manifest declares", store=self.url,
-                                    key=key)
+            raise OversizeBlobError(
+                f"{what}: the store sends more bytes than the manifest declares", store=self.url, key=key
+            )
         self.counters.down(len(data))
         return data
 
     def put(self, key: str, what: str, *, data: bytes | None = None, src: Path | None = None) -> None:
         self._write(self.root / key, data, src)
-        self.counters.up(len(data) if data is not None else os.stat(src).st_size)
+        self.counters.up(len(data) if data is not None else os.stat(src).st_size)  # type: ignore[arg-type]  # baseline (issue 46)
 
     def put_if(self, key: str, data: bytes | None, version: str | None, what: str) -> bool:
         path = self.root / key
@@ -230,15 +247,19 @@ class FileBackend(ObjectBackend):
             except FileNotFoundError:
                 continue  # the folder was removed with the last lock in it: make it again
             except OSError as exc:
-                raise self._write_error(exc, f"cannot lock {lock} in store {self.url}",
-                                        os.path.relpath(lock, self.root)) from None
+                raise self._write_error(
+                    exc, f"cannot lock {lock} in store {self.url}", os.path.relpath(lock, self.root)
+                ) from None
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _same_file(fd, lock):
                 break
             os.close(fd)  # locked a file another writer has deleted meanwhile: lock the one at the path now
         else:
-            raise StoreError(f"cannot lock {lock} in store {self.url}: it kept being replaced", store=self.url,
-                             key=os.path.relpath(lock, self.root))
+            raise StoreError(
+                f"cannot lock {lock} in store {self.url}: it kept being replaced",
+                store=self.url,
+                key=os.path.relpath(lock, self.root),
+            )
         try:
             yield
         finally:
@@ -320,13 +341,14 @@ def _remove_if_empty(folder: Path) -> None:
 class FileStore(ObjectStore):
     """The file store: an :class:`ObjectStore` on a :class:`FileBackend`."""
 
-    capabilities = Capabilities(frozenset({"blobs", "manifests", "signatures"}), FileBackend.ref_update,
-                                local_reads=True)
+    capabilities = Capabilities(
+        frozenset({"blobs", "manifests", "signatures"}), FileBackend.ref_update, local_reads=True
+    )
 
     def __init__(self, root: str | os.PathLike):
         super().__init__(FileBackend(root))
-        self.root = self.backend.root
+        self.root = self.backend.root  # type: ignore[attr-defined]  # baseline (issue 46)
 
     def read_blob(self, blob: BlobRef, scratch_dir: Path) -> bytes:
         """Read in place: no file is written for a small blob."""
-        return self.backend.read(blob_key(blob), blob.stored_size, *self.blob_words(blob))
+        return self.backend.read(blob_key(blob), blob.stored_size, *self.blob_words(blob))  # type: ignore[attr-defined]  # baseline (issue 46)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachetool.digests import hexof
 from cachetool.errors import CachetoolError, NotFoundError, filled
@@ -26,9 +26,16 @@ class GcReport:
         return self.kept_reachable + self.kept_young + self.kept_foreign
 
     def to_json(self) -> dict:
-        return {"store": self.store, "dry_run": self.dry_run, "older_than": self.older_than,
-                "deleted": list(self.deleted), "kept": self.kept, "kept_reachable": self.kept_reachable,
-                "kept_young": self.kept_young, "kept_foreign": self.kept_foreign}
+        return {
+            "store": self.store,
+            "dry_run": self.dry_run,
+            "older_than": self.older_than,
+            "deleted": list(self.deleted),
+            "kept": self.kept,
+            "kept_reachable": self.kept_reachable,
+            "kept_young": self.kept_young,
+            "kept_foreign": self.kept_foreign,
+        }
 
 
 def reachable(store, indexes: Iterable) -> tuple[set[str], set[str]]:
@@ -52,7 +59,8 @@ def reachable(store, indexes: Iterable) -> tuple[set[str], set[str]]:
         except NotFoundError:
             continue
         except CachetoolError as exc:
-            raise filled(exc, store=store.url, key="sha256:" + m)
+            filled(exc, store=store.url, key="sha256:" + m)
+            raise
         for b in man.blobs:
             blobs.add(hexof(b.stored_digest))
     return manifests, blobs

@@ -17,15 +17,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from cachetool.digests import hexof, sha256_bytes
 from cachetool.errors import CachetoolError, DiskFullError, NotFoundError, StoreError, filled
 from cachetool.retry import pause
-from cachetool.stores.base import (GC_MIN_AGE_S, BlobRef, Capabilities, PushSession, RefEntry, RefIndex, Store,
-                                   StoredManifest)
+from cachetool.stores.base import (
+    GC_MIN_AGE_S,
+    BlobRef,
+    Capabilities,
+    PushSession,
+    RefEntry,
+    RefIndex,
+    Store,
+    StoredManifest,
+)
 from cachetool.stores.common import MAX_MANIFEST, MAX_REF, MAX_SIGNATURE, index_from_json, index_to_json
 from cachetool.stores.gc import GcReport, reachable
 from cachetool.stores.objects import ObjectBackend, ObjectInfo, StoredObject
@@ -64,7 +72,7 @@ class ObjectStore(Store):
         self.counters = backend.counters
 
     @property
-    def capabilities(self) -> Capabilities:  # the builders declare the same as a class attribute
+    def capabilities(self) -> Capabilities:  # type: ignore[override]  # baseline (issue 46)  # the builders declare the same as a class attribute
         return Capabilities(frozenset(_KINDS), self.backend.ref_update)
 
     def close(self) -> None:
@@ -90,8 +98,12 @@ class ObjectStore(Store):
     def _manifest(self, digest: str, ref: str | None) -> bytes:
         got = self.backend.get(manifest_key(digest), MAX_MANIFEST, f"download manifest from {self.url}")
         if got is None:
-            raise NotFoundError(f"manifest {digest[:19]} is missing from store {self.url}", store=self.url,
-                                ref=ref, key=manifest_key(digest))
+            raise NotFoundError(
+                f"manifest {digest[:19]} is missing from store {self.url}",
+                store=self.url,
+                ref=ref,
+                key=manifest_key(digest),
+            )
         return got.data
 
     def get_signature(self, manifest_digest: str) -> bytes | None:
@@ -109,8 +121,7 @@ class ObjectStore(Store):
         _, index = self._read_index(name, tag)
         if index is None or not index.entries:
             why = " (no such tag; removed)" if index is not None else self._tags_hint(name)
-            raise NotFoundError(f"{where} not found{why}", store=self.url, ref=f"{name}:{tag}",
-                                key=ref_key(name, tag))
+            raise NotFoundError(f"{where} not found{why}", store=self.url, ref=f"{name}:{tag}", key=ref_key(name, tag))
         return index
 
     def _read_index(self, name: str, tag: str) -> tuple[StoredObject | None, RefIndex | None]:
@@ -120,11 +131,12 @@ class ObjectStore(Store):
         try:
             got = self.backend.get(key, MAX_REF, f"read {where}")
         except CachetoolError as exc:
-            raise filled(exc, **fields)
+            filled(exc, **fields)
+            raise
         return got, None if got is None else index_from_json(got.data, where, **fields)
 
     def _tags_hint(self, name: str) -> str:
-        tags = [i.key[len(f"refs/{name}/"):-5] for i in self.backend.list(f"refs/{name}/") if self._is_ref(i)]
+        tags = [i.key[len(f"refs/{name}/") : -5] for i in self.backend.list(f"refs/{name}/") if self._is_ref(i)]
         return f" (no such tag; tags: {', '.join(tags[:8])})" if tags else f" (no such tag; no bundle named {name!r})"
 
     def _pinned(self, name: str, digest: str) -> RefIndex:
@@ -136,12 +148,12 @@ class ObjectStore(Store):
         try:
             man = stored_summary(data)
         except CachetoolError as exc:  # a stored object that is not a bundle manifest
-            raise filled(exc, store=self.url, ref=ref, key=manifest_key(digest))
+            filled(exc, store=self.url, ref=ref, key=manifest_key(digest))
+            raise
         entry = RefEntry(digest, man.platform, dict(man.fingerprint or {}), man.stored_size + len(data), "")
         return RefIndex(name, digest, (entry,))
 
-    def update_ref(self, name: str, tag: str,
-                   update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
+    def update_ref(self, name: str, tag: str, update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
         """Read the index with its version, update, put it only if the version is unchanged; on a conflict read and
         merge again. Concurrent pushes of two platforms to one tag, and ``rm --platform`` beside a push, keep every
         entry."""
@@ -160,19 +172,25 @@ class ObjectStore(Store):
             if self._put_index(name, tag, body, None if got is None else got.version):
                 return new
             pause(f"write {where}", attempt, "the ref changed under us", seconds=min(1.0, 0.05 * (attempt + 1)))
-        raise StoreError(f"write {where}: the ref kept changing under {REF_UPDATE_ATTEMPTS} attempts "
-                         "(concurrent pushes)", store=self.url, ref=f"{name}:{tag}", key=key)
+        raise StoreError(
+            f"write {where}: the ref kept changing under {REF_UPDATE_ATTEMPTS} attempts (concurrent pushes)",
+            store=self.url,
+            ref=f"{name}:{tag}",
+            key=key,
+        )
 
     def _put_index(self, name: str, tag: str, body: bytes | None, version: str | None) -> bool:
         key = ref_key(name, tag)
         try:
             return self.backend.put_if(key, body, version, f"write {self._where(name, tag)}")
         except CachetoolError as exc:
-            raise filled(exc, store=self.url, ref=f"{name}:{tag}", key=key)
+            filled(exc, store=self.url, ref=f"{name}:{tag}", key=key)
+
+            raise
 
     @staticmethod
     def _is_ref(info: ObjectInfo) -> bool:
-        rel = info.key[len("refs/"):]
+        rel = info.key[len("refs/") :]
         return rel.count("/") == 1 and rel.endswith(".json") and not rel.split("/")[1].startswith(".")
 
     def _ref_objects(self, listing: Iterable[ObjectInfo] | None = None) -> Iterator[tuple[ObjectInfo, RefIndex]]:
@@ -180,9 +198,9 @@ class ObjectStore(Store):
         for info in self.backend.list("refs/") if listing is None else listing:
             if not self._is_ref(info):
                 continue
-            got, index = self._read_index(*info.key[len("refs/"):-5].split("/"))
+            got, index = self._read_index(*info.key[len("refs/") : -5].split("/"))
             if got is not None:  # removed while listing
-                yield info, index
+                yield info, index  # type: ignore[misc]  # baseline (issue 46)
 
     def list_refs(self) -> Iterator[RefIndex]:
         for _, index in self._ref_objects():
@@ -203,8 +221,11 @@ class ObjectStore(Store):
         doomed: list[str] = []
         reached = young = 0
         candidates = [(info, False) for info, index in refs if not index.entries]  # removed tags
-        candidates += [(info, False) for info in listing  # lock and temp files
-                       if not self._is_ref(info) and info.key.rsplit("/", 1)[-1].startswith(".")]
+        candidates += [
+            (info, False)
+            for info in listing  # lock and temp files
+            if not self._is_ref(info) and info.key.rsplit("/", 1)[-1].startswith(".")
+        ]
         for kind, keep in zip(_KINDS, (blobs, manifests, manifests)):
             for info in self.backend.list(f"{kind}/sha256/"):
                 name = info.key.rsplit("/", 1)[-1]
@@ -271,8 +292,9 @@ class ObjectPush(PushSession):
         return info is not None and info.size == blob.stored_size
 
     def _put_blob(self, blob: BlobRef) -> None:
-        self._put(blob_key(blob), f"upload blob {blob.stored_digest[:19]} to {self.store_url}",
-                  src=Path(self.blob_path(blob)))
+        self._put(
+            blob_key(blob), f"upload blob {blob.stored_digest[:19]} to {self.store_url}", src=Path(self.blob_path(blob))
+        )
 
     def _commit(self, manifest_bytes: bytes, signature: bytes | None) -> StoredManifest:
         digest = sha256_bytes(manifest_bytes)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from cachetool.stores.base import TransferCounters
 

@@ -24,7 +24,7 @@ RETRYABLE = (StoreError, WaitTimeoutError, StopSignalError, KeyboardInterrupt)
 def partial_cap() -> int:
     text = envs.get("CACHETOOL_PARTIAL_MAX_BYTES")
     try:
-        return max(0, int(text)) if text.strip() else PARTIAL_MAX_BYTES
+        return max(0, int(text)) if text.strip() else PARTIAL_MAX_BYTES  # type: ignore[arg-type,union-attr]  # baseline (issue 46)
     except ValueError:
         raise UsageError(f"CACHETOOL_PARTIAL_MAX_BYTES={clip(text, 40)!r} is not a number of bytes") from None
 
@@ -36,7 +36,9 @@ def trim_partials(folder: Path, cap: int) -> None:
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             return
-        entries = [(e.stat(follow_symlinks=False), e) for e in os.scandir(folder) if not e.is_dir(follow_symlinks=False)]
+        entries = [
+            (e.stat(follow_symlinks=False), e) for e in os.scandir(folder) if not e.is_dir(follow_symlinks=False)
+        ]
     except (FileNotFoundError, NotADirectoryError):
         return
     total = sum(st.st_size for st, _ in entries)

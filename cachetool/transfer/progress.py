@@ -14,9 +14,15 @@ class TransferProgress:
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
             # binary units, as every size cachetool prints (KiB, MiB, GiB); rich's defaults are decimal (kB, MB, GB)
-            self._p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                               binary_speed_column(), TimeRemainingColumn(), console=Console(stderr=True),
-                               transient=False)
+            self._p = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(binary_units=True),
+                binary_speed_column(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
 
     @property
     def enabled(self) -> bool:

@@ -13,16 +13,16 @@ import time
 from typing import Any
 
 from cachetool import bounds
-from cachetool.errors import CachetoolError, filled
 from cachetool.cache_root import PARTIAL_DIR, CacheRoot
+from cachetool.errors import CachetoolError, filled
 from cachetool.install.options import InstallOptions
 from cachetool.refs.choice import select_entry
 from cachetool.refs.opening import open_ref, read_index
 from cachetool.stores.addresses import Ref
 from cachetool.stores.base import BlobRef, RefEntry, Store
 from cachetool.transfer.progress import TransferProgress, progress_default
-from cachetool.transfer.store_source import StoreSource, remove_if_empty
 from cachetool.transfer.pull_engine import PullEngine
+from cachetool.transfer.store_source import StoreSource, remove_if_empty
 
 
 @dataclasses.dataclass
@@ -41,7 +41,7 @@ class PullResult:
 
     def to_json(self) -> dict:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k != "install"}
-        d["install"] = {k: v for k, v in self.install.to_json().items() if k != "manifest_digest"}
+        d["install"] = {k: v for k, v in self.install.to_json().items() if k != "manifest_digest"}  # type: ignore[attr-defined]  # baseline (issue 46)
         return d
 
 
@@ -120,23 +120,42 @@ def _pull(request: PullRequest) -> PullResult | NotNeeded:
             with bounds.phase(f"the read of {r.url} from the store"):
                 entry = select_entry(read_index(st, r), r.url, device, request.engine)
         except CachetoolError as exc:
-            raise filled(exc, store=st.url, ref=r.url)
+            filled(exc, store=st.url, ref=r.url)
+            raise
         src, result = _install_entry(request, st, r, entry, root, trust=trust, device=device, key_check=key_check)
         down1 = st.counters.bytes_down
         eager = key_check.compiles_nothing if key_check is not None else None
         if eager and not result.units_installed and not result.units_present:
             return NotNeeded(ref=r.url, reason=eager, seconds=time.monotonic() - t0)
-        return PullResult(ref=r.url, manifest_digest=entry.manifest_digest, platform=entry.platform,
-                          blobs_downloaded=src.downloaded, blobs_resumed=src.resumed, blobs_reused=src.reused,
-                          bytes_downloaded=down1 - down0, install=result, seconds=time.monotonic() - t0,
-                          server_env=request.engine.server_environment(root.resolved), compiles_nothing=eager)
+        return PullResult(
+            ref=r.url,
+            manifest_digest=entry.manifest_digest,
+            platform=entry.platform,
+            blobs_downloaded=src.downloaded,
+            blobs_resumed=src.resumed,
+            blobs_reused=src.reused,
+            bytes_downloaded=down1 - down0,
+            install=result,
+            seconds=time.monotonic() - t0,
+            server_env=request.engine.server_environment(root.resolved),
+            compiles_nothing=eager,
+        )
     finally:
         if own_store:
             st.close()
 
 
-def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, root: CacheRoot, *, trust: Any,
-                   device: str | None, key_check: Any) -> tuple[StoreSource, Any]:
+def _install_entry(
+    request: PullRequest,
+    st: Store,
+    r: Ref,
+    entry: RefEntry,
+    root: CacheRoot,
+    *,
+    trust: Any,
+    device: str | None,
+    key_check: Any,
+) -> tuple[StoreSource, Any]:
     """Install ``entry`` from the store through a lazy source, with the progress bar; the source and the result."""
     from cachetool.install import install_bundle
 
@@ -151,24 +170,27 @@ def _install_entry(request: PullRequest, st: Store, r: Ref, entry: RefEntry, roo
             def on_blob(b: BlobRef) -> None:
                 with lock:
                     if "task" not in holder:
-                        holder["task"] = prog.task(f"pull {r.name}:{r.tag} [{entry.platform}]",
-                                                   entry.size - len(src.manifest_bytes()))
+                        holder["task"] = prog.task(
+                            f"pull {r.name}:{r.tag} [{entry.platform}]", entry.size - len(src.manifest_bytes())
+                        )
                 prog.advance(holder["task"], b.stored_size)
         else:
-            on_blob = None
+            on_blob = None  # type: ignore[assignment]  # baseline (issue 46)
         src = StoreSource(st, r, entry, partial, on_blob=on_blob)
         try:
             # the install's own phases (the manifest's read, the preflight) name themselves within this one
             with bounds.phase(f"the install of {r.url} [{entry.platform}] (root lock, blob downloads, staging)"):
-            # the request's install options as given, but the trusted keys loaded and the device checked
-                result = install_bundle(src, root, request.install_options(trust=trust, device=device),
-                                        key_check=key_check)
+                # the request's install options as given, but the trusted keys loaded and the device checked
+                result = install_bundle(
+                    src, root, request.install_options(trust=trust, device=device), key_check=key_check
+                )
         except CachetoolError as exc:  # the partial files were settled under the root lock (StoreSource.settle)
             # the root itself is not ours to remove: install_bundle removes it again only if it created it
             remove_if_empty(partial)
             # Every install-phase refusal (signature, manifest, preflight, plan, blob, commit, the lock) is of
             # this bundle: a raise below that did not know the store, ref or manifest says so on the way up.
-            raise filled(exc, store=st.url, ref=r.url, key=entry.manifest_digest)
+            filled(exc, store=st.url, ref=r.url, key=entry.manifest_digest)
+            raise
         if prog.enabled and "task" in holder:
             prog.finish(holder["task"])
     return src, result

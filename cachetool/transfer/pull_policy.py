@@ -30,12 +30,13 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from cachetool import exit_codes, stop_signals
-from cachetool.errors import CachetoolError, UsageError, cause, os_error_line
 from cachetool.cache_root import PARTIAL_DIR
+from cachetool.errors import CachetoolError, UsageError, cause, os_error_line
 
 if TYPE_CHECKING:
     from cachetool.transfer.pull import NotNeeded, PullRequest, PullResult
@@ -83,13 +84,13 @@ class PullOutcome:
 
     ref: str | None
     outcome: Outcome
-    exit_code: int          # what the process exits with under the policy (0 for a continued failure)
+    exit_code: int  # what the process exits with under the policy (0 for a continued failure)
     on_miss: str
     result: PullResult | None = None
     not_needed: NotNeeded | None = None  # the server compiles nothing: why
     error: BaseException | None = None
     error_exit_code: int | None = None  # the failure's own code (the table's), continued or not
-    message: str = ""       # one line
+    message: str = ""  # one line
     abandoned_threads: bool = False
 
     @property
@@ -104,23 +105,35 @@ class PullOutcome:
         """The ``pull: outcome=...`` line an init-container's log shows for every outcome."""
         if self.result is not None:
             r = self.result
-            return (f"pull: outcome={self.outcome} ref={r.ref} exit=0 platform={r.platform} digest={r.manifest_digest} "
-                    f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}")
+            return (
+                f"pull: outcome={self.outcome} ref={r.ref} exit=0 platform={r.platform} digest={r.manifest_digest} "
+                f"blobs={r.blobs_downloaded} bytes={r.bytes_downloaded} seconds={r.seconds:.2f}"
+            )
         if self.not_needed is not None:
             n = self.not_needed
-            return (f"pull: outcome={self.outcome} ref={n.ref} exit=0 seconds={n.seconds:.2f} reason={n.reason}; "
-                    "nothing to install")
+            return (
+                f"pull: outcome={self.outcome} ref={n.ref} exit=0 seconds={n.seconds:.2f} reason={n.reason}; "
+                "nothing to install"
+            )
         # a field the pull never learned (no ref before a flag was refused) is left out, not shown as None
         fields = {"ref": self.ref, "exit": self.exit_code, "code": self.error_exit_code, "on_miss": self.on_miss}
-        return (f"pull: outcome={self.outcome} " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
-                + f" reason={self.message}")
+        return (
+            f"pull: outcome={self.outcome} "
+            + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+            + f" reason={self.message}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.result.to_json() if self.result is not None else {"ref": self.ref}
         if self.not_needed is not None:
             doc.update(self.not_needed.to_json())
-        doc.update(outcome=self.outcome.value, exit_code=self.exit_code, on_miss=self.on_miss, installed=self.installed,
-                   continued=self.continued)
+        doc.update(
+            outcome=self.outcome.value,
+            exit_code=self.exit_code,
+            on_miss=self.on_miss,
+            installed=self.installed,
+            continued=self.continued,
+        )
         if self.error is not None:
             doc.update(error_exit_code=self.error_exit_code, message=self.message)
         return doc
@@ -131,17 +144,23 @@ def failure_outcome(ref: str | None, on_miss: str, exc: BaseException) -> PullOu
     code = exc.exit_code if isinstance(exc, CachetoolError) else exit_codes.for_os_error(exc).code
     row = exit_codes.for_code(code)
     exit_code = 0 if row.continuable and on_miss == "continue" else code
-    return PullOutcome(ref=ref, outcome=Outcome.of_failure(row), exit_code=exit_code, on_miss=on_miss, error=exc,
-                       error_exit_code=code, message=one_line(exc))
+    return PullOutcome(
+        ref=ref,
+        outcome=Outcome.of_failure(row),
+        exit_code=exit_code,
+        on_miss=on_miss,
+        error=exc,
+        error_exit_code=code,
+        message=one_line(exc),
+    )
 
 
 def success_outcome(result: PullResult | NotNeeded, on_miss: str) -> PullOutcome:
     from cachetool.transfer.pull import NotNeeded
 
     if isinstance(result, NotNeeded):
-        return PullOutcome(ref=result.ref, outcome=Outcome.NOT_NEEDED, exit_code=0, on_miss=on_miss,
-                           not_needed=result)
-    outcome = Outcome.ALREADY_INSTALLED if result.install.already_installed else Outcome.INSTALLED
+        return PullOutcome(ref=result.ref, outcome=Outcome.NOT_NEEDED, exit_code=0, on_miss=on_miss, not_needed=result)
+    outcome = Outcome.ALREADY_INSTALLED if result.install.already_installed else Outcome.INSTALLED  # type: ignore[attr-defined]  # baseline (issue 46)
     return PullOutcome(ref=result.ref, outcome=outcome, exit_code=0, on_miss=on_miss, result=result)
 
 
@@ -191,7 +210,8 @@ def temporary_folder_for(root: Path) -> Iterator[None]:
         raise UsageError(
             f"pull needs a writable folder: no temporary folder is writable (TMPDIR, /tmp, /var/tmp) and the cache "
             f"root {root} cannot be written ({exc.strerror or exc}); mount an emptyDir at /tmp, or make the cache "
-            "root writable") from None
+            "root writable"
+        ) from None
     saved = tempfile.tempdir
     tempfile.tempdir = tmp
     try:
@@ -222,7 +242,11 @@ def stopped_message(signal_name: str, root: Path) -> str:
     except OSError:
         kept = 0
     if not kept:
-        return (f"pull stopped by {signal_name} before any blob was downloaded: nothing was installed; a rerun "
-                "starts from the beginning")
-    return (f"pull stopped by {signal_name}: every unit is installed whole or not at all; a rerun resumes the {kept} "
-            f"partial download{'s' if kept > 1 else ''} kept in {folder}")
+        return (
+            f"pull stopped by {signal_name} before any blob was downloaded: nothing was installed; a rerun "
+            "starts from the beginning"
+        )
+    return (
+        f"pull stopped by {signal_name}: every unit is installed whole or not at all; a rerun resumes the {kept} "
+        f"partial download{'s' if kept > 1 else ''} kept in {folder}"
+    )

@@ -68,8 +68,12 @@ def _load_bundle(source, sign_key, layout: str):
 def _check_stored_bytes(bundle, blob: BlobRef, fields: dict) -> None:
     digest, n = sha256_file(bundle.blob_path(blob))
     if n != blob.stored_size or digest != blob.stored_digest:
-        raise VerificationError(f"{bundle.description}: blob {blob.digest[:19]} does not match the manifest "
-                                "(tampered or truncated); nothing pushed", key=blob.stored_digest, **fields)
+        raise VerificationError(
+            f"{bundle.description}: blob {blob.digest[:19]} does not match the manifest "
+            "(tampered or truncated); nothing pushed",
+            key=blob.stored_digest,
+            **fields,
+        )
 
 
 def _check_envelope(bundle, fields: dict) -> None:
@@ -86,8 +90,11 @@ def _check_envelope(bundle, fields: dict) -> None:
     except ValueError:
         payload = None
     if payload != bundle.manifest_bytes():
-        raise VerificationError(f"{bundle.description}: the signature is for a different manifest; nothing pushed",
-                                key=bundle.manifest_digest, **fields)
+        raise VerificationError(
+            f"{bundle.description}: the signature is for a different manifest; nothing pushed",
+            key=bundle.manifest_digest,
+            **fields,
+        )
 
 
 def merge_index(old: RefIndex | None, name: str, tag: str, entry: RefEntry) -> RefIndex:
@@ -105,8 +112,17 @@ def _store_signs(st: Store, digest: str) -> bool:
         return False
 
 
-def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: Store | None = None,
-         store_options: dict | None = None, workers: int = 8, progress: bool | None = None) -> PushResult:
+def push(
+    source,
+    ref: str | Ref,
+    *,
+    sign_key=None,
+    layout: str = "auto",
+    store: Store | None = None,
+    store_options: dict | None = None,
+    workers: int = 8,
+    progress: bool | None = None,
+) -> PushResult:
     """Push ``source`` (a PackedBundle, a ``.ctb`` path or a cache folder, packed on the way) to ``ref``, in named
     phases: the bundle (:func:`_load_bundle`), the blobs the store lacks, checked before the first write
     (:func:`_missing_checked`), their upload (:func:`_upload`), the manifest and its signature
@@ -116,9 +132,11 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
     gets the signature added). ``store_options``: ``endpoint_url``, ``profile``, ``region``, ``insecure``.
     """
     t0 = time.monotonic()
-    if (ref.digest if isinstance(ref, Ref) else parse_ref(ref).digest):
-        raise UsageError(f"{ref}: push writes a tag; a digest pin (@sha256:...) can only be pulled",
-                         ref=ref.url if isinstance(ref, Ref) else ref)
+    if ref.digest if isinstance(ref, Ref) else parse_ref(ref).digest:
+        raise UsageError(
+            f"{ref}: push writes a tag; a digest pin (@sha256:...) can only be pulled",
+            ref=ref.url if isinstance(ref, Ref) else ref,
+        )
     r, st, own_store = open_ref(ref, store, store_options)
     bundle, own_bundle = _load_bundle(source, sign_key, layout)
     fields = {"store": st.url, "ref": r.url}  # of every failure of this push
@@ -128,8 +146,9 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
             blobs = session.blobs  # unique by stored digest
             missing = _missing_checked(session, bundle, fields, workers)
             up0 = st.counters.bytes_up
-            _upload(session, missing, f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)", workers,
-                    progress)
+            _upload(
+                session, missing, f"push {r.name}:{r.tag} ({len(missing)} of {len(blobs)} blobs)", workers, progress
+            )
             stored = _commit_manifest(session, st, bundle, fields)
         # an unsigned copy of a manifest the store already holds a signature for (an earlier signed push) is signed
         # for every reader of the ref: say so, rather than warn that pull refuses it
@@ -137,13 +156,23 @@ def push(source, ref: str | Ref, *, sign_key=None, layout: str = "auto", store: 
         entry, index = _write_ref(st, r, bundle, stored.digest)
         lacking = {b.stored_digest for b in missing}
         skipped = [b for b in blobs if b.stored_digest not in lacking]
-        return PushResult(ref=r.url, manifest_digest=stored.digest, platform=entry.platform, signed=signed,
-                          blobs_total=len(blobs), blobs_uploaded=len(missing), blobs_skipped=len(skipped),
-                          bytes_uploaded=st.counters.bytes_up - up0, bytes_skipped=sum(b.stored_size for b in skipped),
-                          platforms=[e.platform for e in index.entries], seconds=time.monotonic() - t0,
-                          pinned=r.pinned(stored.pin).url)
+        return PushResult(
+            ref=r.url,
+            manifest_digest=stored.digest,
+            platform=entry.platform,
+            signed=signed,
+            blobs_total=len(blobs),
+            blobs_uploaded=len(missing),
+            blobs_skipped=len(skipped),
+            bytes_uploaded=st.counters.bytes_up - up0,
+            bytes_skipped=sum(b.stored_size for b in skipped),
+            platforms=[e.platform for e in index.entries],
+            seconds=time.monotonic() - t0,
+            pinned=r.pinned(stored.pin).url,
+        )
     except CachetoolError as exc:  # a store's failure below that did not know the ref (a blob upload) names it
-        raise filled(exc, **fields)
+        filled(exc, **fields)
+        raise
     finally:
         if own_bundle:
             bundle.close()
@@ -182,14 +211,22 @@ def _commit_manifest(session, st: Store, bundle, fields: dict):
     the manifest under another digest (the ref is then not written: no reader is sent to the wrong manifest)."""
     stored = session.commit(bundle.manifest_bytes(), bundle.signature_bytes())
     if stored.digest != bundle.manifest_digest:
-        raise StoreError(f"{st.url} stored the manifest as {stored.digest}, expected {bundle.manifest_digest}",
-                         key=stored.digest, **fields)
+        raise StoreError(
+            f"{st.url} stored the manifest as {stored.digest}, expected {bundle.manifest_digest}",
+            key=stored.digest,
+            **fields,
+        )
     return stored
 
 
 def _write_ref(st: Store, r: Ref, bundle, digest: str) -> tuple[RefEntry, RefIndex]:
     """The tag's index with this bundle's platform merged in (:func:`merge_index`), last: (its entry, the index)."""
-    entry = RefEntry(manifest_digest=digest, platform=bundle.platform,
-                     fingerprint=dict(bundle.manifest.fingerprint or {}), size=bundle.stored_size, created=now_iso())
+    entry = RefEntry(
+        manifest_digest=digest,
+        platform=bundle.platform,
+        fingerprint=dict(bundle.manifest.fingerprint or {}),
+        size=bundle.stored_size,
+        created=now_iso(),
+    )
     index = st.update_ref(r.name, r.tag, lambda old: merge_index(old, r.name, r.tag, entry))
-    return entry, index
+    return entry, index  # type: ignore[return-value]  # baseline (issue 46)

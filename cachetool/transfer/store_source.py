@@ -8,8 +8,8 @@ import os
 import shutil
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from cachetool import bounds
 from cachetool.bundle.source import BundleSource
@@ -25,8 +25,15 @@ __all__ = ["StoreSource", "remove_if_empty"]
 class StoreSource(BundleSource):
     """A bundle in a store, read lazily: manifest and signature first, each blob only when the installer asks."""
 
-    def __init__(self, store: Store, ref: Ref, entry: RefEntry, partial_dir: Path, *,
-                 on_blob: Callable[[BlobRef], None] | None = None):
+    def __init__(
+        self,
+        store: Store,
+        ref: Ref,
+        entry: RefEntry,
+        partial_dir: Path,
+        *,
+        on_blob: Callable[[BlobRef], None] | None = None,
+    ):
         self.store = store
         self.entry = entry
         self.fields = {"store": store.url, "ref": ref.url}  # of every error this source raises itself
@@ -54,8 +61,11 @@ class StoreSource(BundleSource):
             with bounds.phase(f"the read of {self.description}'s manifest from the store"):
                 data = self.store.get_manifest(self.entry.manifest_digest)
             if sha256_bytes(data) != self.entry.manifest_digest:
-                raise VerificationError(f"{self.description}: the manifest in the store does not match its digest",
-                                        key=self.entry.manifest_digest, **self.fields)
+                raise VerificationError(
+                    f"{self.description}: the manifest in the store does not match its digest",
+                    key=self.entry.manifest_digest,
+                    **self.fields,
+                )
             self._manifest = data
         return self._manifest
 
@@ -126,7 +136,10 @@ class StoreSource(BundleSource):
         if not stat.S_ISDIR(os.lstat(self.partial_dir).st_mode):
             raise UnsafeDestinationError(
                 f"{self.partial_dir} is a symlink or not a folder; refusing to download through it",
-                key=blob.stored_digest, path=str(self.partial_dir), **self.fields)
+                key=blob.stored_digest,
+                path=str(self.partial_dir),
+                **self.fields,
+            )
         part = self.partial_dir / hexof(blob.stored_digest)
         try:
             st = os.lstat(part)

@@ -17,9 +17,18 @@ from typing import Any
 # torch.distributed, so that a preflight predicting a key stays torch-free.
 _EXPORTS = {
     "communication_op": ("tensor_model_parallel_all_gather", "tensor_model_parallel_all_reduce"),
-    "parallel_state": ("ParallelState", "ParallelStateError", "destroy_distributed_environment", "get_dp_rank",
-                       "get_tp_group", "get_tp_rank", "get_tp_size", "init_distributed_environment",
-                       "init_from_env", "parallel_config_values"),
+    "parallel_state": (
+        "ParallelState",
+        "ParallelStateError",
+        "destroy_distributed_environment",
+        "get_dp_rank",
+        "get_tp_group",
+        "get_tp_rank",
+        "get_tp_size",
+        "init_distributed_environment",
+        "init_from_env",
+        "parallel_config_values",
+    ),
     "parallel_config": ("all_reduce_impl", "set_all_reduce_impl"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -34,23 +34,41 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(index: int, fn: Callable[..., Any], world: int, port: int, device: str, backend: str | None,
-            dp_rank: int | None, queue: Any, log_names: tuple[str, ...], env: dict[str, str],
-            all_reduce: str) -> None:
+def _worker(
+    index: int,
+    fn: Callable[..., Any],
+    world: int,
+    port: int,
+    device: str,
+    backend: str | None,
+    dp_rank: int | None,
+    queue: Any,
+    log_names: tuple[str, ...],
+    env: dict[str, str],
+    all_reduce: str,
+) -> None:
     os.environ.update(env)
     from compiler.distributed.parallel_config import set_all_reduce_impl
 
     set_all_reduce_impl(all_reduce)
-    os.environ.update({"RANK": str(index), "WORLD_SIZE": str(world), "LOCAL_RANK": str(index),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    os.environ.update(
+        {
+            "RANK": str(index),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(index),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     if ps.default_backend(device) == "nccl" or backend == "nccl":
         os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     from compiler.logger import init_logging
 
     init_logging(*log_names)
     try:
-        ps.init_distributed_environment(index, world, tensor_parallel_size=world, backend=backend, device=device,
-                                        local_rank=index, dp_rank=dp_rank)
+        ps.init_distributed_environment(
+            index, world, tensor_parallel_size=world, backend=backend, device=device, local_rank=index, dp_rank=dp_rank
+        )
         result = fn(rank=index, device=str(ps.rank_device(device, index)))
         queue.put((index, "ok", pickle.dumps(result)))
     except BaseException as exc:  # noqa: BLE001 - report, then let spawn see the failure
@@ -86,8 +104,16 @@ def end_ranks(processes: list[Any]) -> None:
             p.join(1.0)
 
 
-def launch(fn: Callable[..., Any], tensor_parallel_size: int, *, device: str = "cpu", backend: str | None = None,
-           dp_rank: int | None = None, log_names: tuple[str, ...] = (), env: dict[str, str] | None = None) -> list[Any]:
+def launch(
+    fn: Callable[..., Any],
+    tensor_parallel_size: int,
+    *,
+    device: str = "cpu",
+    backend: str | None = None,
+    dp_rank: int | None = None,
+    log_names: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> list[Any]:
     """Run ``fn(rank=r, device=d)`` in ``tensor_parallel_size`` processes; returns their results in rank order."""
     import torch.multiprocessing as mp
 
@@ -104,9 +130,13 @@ def launch(fn: Callable[..., Any], tensor_parallel_size: int, *, device: str = "
         while not queue.empty():
             messages.append(queue.get())
 
-    ctx = mp.start_processes(_worker, args=(fn, n, port, device, backend, dp_rank, queue, tuple(log_names),
-                                            dict(env or {}), all_reduce_impl()),
-                             nprocs=n, join=False, start_method="spawn")
+    ctx = mp.start_processes(
+        _worker,
+        args=(fn, n, port, device, backend, dp_rank, queue, tuple(log_names), dict(env or {}), all_reduce_impl()),
+        nprocs=n,
+        join=False,
+        start_method="spawn",
+    )
     failure: BaseException | None = None
     try:
         while True:

@@ -92,11 +92,19 @@ def rank_device(device: str | torch.device, local_rank: int) -> torch.device:
     return dev
 
 
-def init_distributed_environment(rank: int, world_size: int, *, tensor_parallel_size: int | None = None,
-                                 backend: str | None = None, device: str | torch.device = "cpu",
-                                 local_rank: int | None = None, master_addr: str | None = None,
-                                 master_port: int | None = None, dp_rank: int | None = None,
-                                 timeout_s: float = DEFAULT_TIMEOUT_S) -> ParallelState:
+def init_distributed_environment(
+    rank: int,
+    world_size: int,
+    *,
+    tensor_parallel_size: int | None = None,
+    backend: str | None = None,
+    device: str | torch.device = "cpu",
+    local_rank: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    dp_rank: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ParallelState:
     """Initialise ``torch.distributed`` (if not yet) and the TP group; returns the new state.
 
     ``tensor_parallel_size`` defaults to ``world_size``. ``dp_rank`` overrides the derived data-parallel rank
@@ -129,8 +137,9 @@ def init_distributed_environment(rank: int, world_size: int, *, tensor_parallel_
             kwargs: dict[str, Any] = {}
             if backend == "nccl":
                 kwargs["device_id"] = torch.device("cuda", local_rank)
-            dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                    timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+            dist.init_process_group(
+                backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s), **kwargs
+            )
     group: Any = None
     if tp > 1:
         if tp == world_size:
@@ -141,21 +150,40 @@ def init_distributed_environment(rank: int, world_size: int, *, tensor_parallel_
                 g = dist.new_group(list(range(start, start + tp)), backend=backend)
                 if start <= rank < start + tp:
                     group = g
-    _STATE = ParallelState(tp_rank=rank % tp, tp_size=tp, dp_rank=rank // tp, dp_size=world_size // tp,
-                           backend=backend if world_size > 1 else None, local_rank=local_rank, group=group)
+    _STATE = ParallelState(
+        tp_rank=rank % tp,
+        tp_size=tp,
+        dp_rank=rank // tp,
+        dp_size=world_size // tp,
+        backend=backend if world_size > 1 else None,
+        local_rank=local_rank,
+        group=group,
+    )
     _DP_RANK_OVERRIDE = dp_rank
     return _STATE
 
 
-def init_from_env(*, tensor_parallel_size: int | None = None, device: str | torch.device = "cpu",
-                  backend: str | None = None, dp_rank: int | None = None) -> ParallelState:
+def init_from_env(
+    *,
+    tensor_parallel_size: int | None = None,
+    device: str | torch.device = "cpu",
+    backend: str | None = None,
+    dp_rank: int | None = None,
+) -> ParallelState:
     """Initialise from ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (+ ``MASTER_ADDR``/``MASTER_PORT``), as torchrun sets
     them. Without ``WORLD_SIZE`` this is a single process (TP size 1)."""
-    world = int(envs.get("WORLD_SIZE"))
-    rank = int(envs.get("RANK"))
+    world = int(envs.get("WORLD_SIZE"))  # type: ignore[arg-type]  # baseline (issue 46)
+    rank = int(envs.get("RANK"))  # type: ignore[arg-type]  # baseline (issue 46)
     local = int(envs.get("LOCAL_RANK") or rank)
-    return init_distributed_environment(rank, world, tensor_parallel_size=tensor_parallel_size, backend=backend,
-                                        device=device, local_rank=local, dp_rank=dp_rank)
+    return init_distributed_environment(
+        rank,
+        world,
+        tensor_parallel_size=tensor_parallel_size,
+        backend=backend,
+        device=device,
+        local_rank=local,
+        dp_rank=dp_rank,
+    )
 
 
 def set_data_parallel_rank(dp_rank: int | None) -> None:

@@ -71,8 +71,10 @@ def _same_code(src: Path, dest: Path, device_index_free: bool) -> str | None:
     if a != b:
         return "its compiler factors (device, builds) differ"
     if a.get("device_type") != "cpu" and not device_index_free:
-        return (f"{a.get('device_type')} code names the rank's device index; shared only when every rank ran with "
-                "its GPU as cuda:0")
+        return (
+            f"{a.get('device_type')} code names the rank's device index; shared only when every rank ran with "
+            "its GPU as cuda:0"
+        )
     return None
 
 
@@ -88,8 +90,9 @@ def _replace_with_copy(src: Path, dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def share_rank_folders(hash_dir: str | os.PathLike[str], *, dp_rank: int | None = None,
-                       device_index_free: bool = False) -> dict[str, str]:
+def share_rank_folders(
+    hash_dir: str | os.PathLike[str], *, dp_rank: int | None = None, device_index_free: bool = False
+) -> dict[str, str]:
     """For every ``rank_{r}_{dp}`` folder (``r > 0``) in ``hash_dir`` whose prefix folders compiled the same
     pieces as ``rank_0_{dp}``'s, for the same device (see the module docstring: GPU ranks only with
     ``device_index_free``), make them byte copies of rank 0's. Returns ``{rank folder: outcome}`` where the

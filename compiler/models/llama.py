@@ -21,7 +21,13 @@ from torch import nn
 from compiler.capture import support_torch_compile
 from compiler.distributed import parallel_state as tp_state
 from compiler.models.llama_config import (  # noqa: F401 - re-exported: the model's config lives there
-    LLAMA_ARCHITECTURES, PRESETS, LlamaConfig, ModelSpecError, config_values, read_config)
+    LLAMA_ARCHITECTURES,
+    PRESETS,
+    LlamaConfig,
+    ModelSpecError,
+    config_values,
+    read_config,
+)
 from compiler.models.safetensors_io import check_safetensors
 from compiler.ops import attention as attn_ops
 
@@ -45,6 +51,7 @@ def resolve_model(spec: str) -> tuple[LlamaConfig, Path | None]:
 
 
 # ---------------------------------------------------------------------- building blocks
+
 
 class LinearFactory(Protocol):
     def __call__(self, in_features: int, out_features: int, *, bias: bool, role: str) -> nn.Module: ...
@@ -94,7 +101,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", _inv_freq(cfg), persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # type: ignore[index]  # baseline (issue 46)
         cos, sin = freqs.cos(), freqs.sin()
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 
@@ -170,7 +177,7 @@ class LlamaModel(nn.Module):
 
             self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
         else:
-            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)  # type: ignore[assignment]  # baseline (issue 46)
         self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, i, linear) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -182,7 +189,7 @@ class LlamaModel(nn.Module):
 
     @property
     def layer_names(self) -> list[str]:
-        return [layer.self_attn.layer_name for layer in self.layers]
+        return [layer.self_attn.layer_name for layer in self.layers]  # type: ignore[misc,union-attr]  # baseline (issue 46)
 
 
 class LlamaForCausalLM(nn.Module):
@@ -197,7 +204,7 @@ class LlamaForCausalLM(nn.Module):
 
             self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size)  # gathers the logits of every rank
         else:
-            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)  # type: ignore[assignment]  # baseline (issue 46)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -230,16 +237,24 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def load_safetensors(self, folder: Path) -> int:
         """Load HF-named weights (``q/k/v_proj`` and ``gate/up_proj`` are stacked). Returns tensors loaded."""
-        from compiler.models.safetensors_io import iter_safetensors
-
         from compiler.models.parallel_layers import full_shape, load_full_weight
+        from compiler.models.safetensors_io import iter_safetensors
 
         params = dict(self.named_parameters())
         fulls: dict[str, torch.Tensor] = {}  # tensor-parallel parameters: the full tensors, sharded at the end
-        stacked = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
-                   "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+        stacked = {
+            "q_proj": ("qkv_proj", 0),
+            "k_proj": ("qkv_proj", 1),
+            "v_proj": ("qkv_proj", 2),
+            "gate_proj": ("gate_up_proj", 0),
+            "up_proj": ("gate_up_proj", 1),
+        }
         cfg = self.config
-        q, kv, inter = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.intermediate_size
+        q, kv, inter = (
+            cfg.num_attention_heads * cfg.head_dim,
+            cfg.num_key_value_heads * cfg.head_dim,
+            cfg.intermediate_size,
+        )
         offsets = {"qkv_proj": [(0, q), (q, kv), (q + kv, kv)], "gate_up_proj": [(0, inter), (inter, inter)]}
         n = 0
         loaded: set[tuple[str, int | None]] = set()
@@ -259,13 +274,15 @@ class LlamaForCausalLM(nn.Module):
                         raise ModelSpecError(f"unexpected weight {name} in {file.name}")
                     p = params[target]
                     if hasattr(p, "weight_loader"):
-                        p = fulls.setdefault(target, torch.zeros(full_shape(p), dtype=p.dtype))
+                        p = fulls.setdefault(target, torch.zeros(full_shape(p), dtype=p.dtype))  # type: ignore[assignment]  # baseline (issue 46)
                     if shard is not None:
                         start, size = offsets[target.rsplit(".", 2)[-2]][shard]
-                        p = p[start : start + size]
+                        p = p[start : start + size]  # type: ignore[assignment]  # baseline (issue 46)
                     if tuple(tensor.shape) != tuple(p.shape):
-                        raise ModelSpecError(f"weight {name} in {file.name} has shape {tuple(tensor.shape)}; "
-                                             f"the model config needs {tuple(p.shape)}")
+                        raise ModelSpecError(
+                            f"weight {name} in {file.name} has shape {tuple(tensor.shape)}; "
+                            f"the model config needs {tuple(p.shape)}"
+                        )
                     p.copy_(tensor.to(p.dtype))
                     loaded.add((target, shard))
                     n += 1
@@ -273,11 +290,12 @@ class LlamaForCausalLM(nn.Module):
                 if isinstance(exc, ModelSpecError):
                     raise
                 raise ModelSpecError(f"cannot read weights {file}: {exc}") from None
-        missing = [name for name in params
-                   if not all((name, s) in loaded for s in _shards(name))]
+        missing = [name for name in params if not all((name, s) in loaded for s in _shards(name))]
         if missing:
-            raise ModelSpecError(f"weights missing in {folder}: {', '.join(missing[:3])}"
-                                 + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
+            raise ModelSpecError(
+                f"weights missing in {folder}: {', '.join(missing[:3])}"
+                + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            )
         for target, full in fulls.items():
             load_full_weight(params[target], full)
         return n
@@ -292,8 +310,13 @@ def _shards(param_name: str) -> tuple[int | None, ...]:
     return (None,)
 
 
-def build_model(spec: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
-                linear: LinearFactory = default_linear) -> LlamaForCausalLM:
+def build_model(
+    spec: str,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    linear: LinearFactory = default_linear,
+) -> LlamaForCausalLM:
     cfg, folder = resolve_model(spec)
     device = torch.device(device)
     if linear is default_linear and tp_state.get_tp_size() > 1:

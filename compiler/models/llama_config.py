@@ -52,22 +52,55 @@ class LlamaConfig:
         return asdict(self)
 
 
-_LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192}
+_LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 32.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
 PRESETS: dict[str, LlamaConfig] = {
     # 4 layers so that the middle pieces repeat (5 pieces, 3 unique); small enough for CPU tests.
-    "tiny": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                        name="tiny"),
-    "llama-3.2-1b": LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                                num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
-                                rope_scaling=dict(_LLAMA3_ROPE), max_position_embeddings=131072,
-                                tie_word_embeddings=True, name="llama-3.2-1b"),
-    "llama-3.1-8b": LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
-                                rope_scaling={**_LLAMA3_ROPE, "factor": 8.0}, max_position_embeddings=131072,
-                                tie_word_embeddings=False, name="llama-3.1-8b"),
+    "tiny": LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        name="tiny",
+    ),
+    "llama-3.2-1b": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        rope_theta=500000.0,
+        rope_scaling=dict(_LLAMA3_ROPE),
+        max_position_embeddings=131072,
+        tie_word_embeddings=True,
+        name="llama-3.2-1b",
+    ),
+    "llama-3.1-8b": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        rope_theta=500000.0,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 8.0},
+        max_position_embeddings=131072,
+        tie_word_embeddings=False,
+        name="llama-3.1-8b",
+    ),
 }
 
 
@@ -129,21 +162,33 @@ def _check_llama_config(data: Any, cfg_file: Path) -> None:
     model_type = data.get("model_type")
     if (archs and not any(a in LLAMA_ARCHITECTURES for a in archs)) or model_type not in (None, "llama"):
         what = ", ".join(map(str, archs)) or f"model_type {model_type!r}"
-        raise ModelSpecError(f"model config {cfg_file} is not a Llama config ({what}); supported: "
-                             f"{', '.join(LLAMA_ARCHITECTURES)}")
+        raise ModelSpecError(
+            f"model config {cfg_file} is not a Llama config ({what}); supported: {', '.join(LLAMA_ARCHITECTURES)}"
+        )
     missing = [k for k in _REQUIRED_KEYS if k not in data]
     if missing:
-        raise ModelSpecError(f"model config {cfg_file} lacks {', '.join(missing)} (a Llama config needs "
-                             f"{', '.join(_REQUIRED_KEYS)})")
+        raise ModelSpecError(
+            f"model config {cfg_file} lacks {', '.join(missing)} (a Llama config needs {', '.join(_REQUIRED_KEYS)})"
+        )
 
 
 def _check_dims(cfg: LlamaConfig, cfg_file: Path) -> None:
-    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "head_dim"):
+    for name in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+    ):
         if getattr(cfg, name) <= 0:
-            raise ModelSpecError(f"bad value in model config {cfg_file}: {name} must be positive, "
-                                 f"got {getattr(cfg, name)}")
+            raise ModelSpecError(
+                f"bad value in model config {cfg_file}: {name} must be positive, got {getattr(cfg, name)}"
+            )
     if cfg.num_attention_heads % cfg.num_key_value_heads:
-        raise ModelSpecError(f"bad value in model config {cfg_file}: num_attention_heads "
-                             f"{cfg.num_attention_heads} is not a multiple of num_key_value_heads "
-                             f"{cfg.num_key_value_heads}")
+        raise ModelSpecError(
+            f"bad value in model config {cfg_file}: num_attention_heads "
+            f"{cfg.num_attention_heads} is not a multiple of num_key_value_heads "
+            f"{cfg.num_key_value_heads}"
+        )

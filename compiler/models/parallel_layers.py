@@ -40,8 +40,9 @@ def divide(numerator: int, denominator: int, what: str = "size") -> int:
     return numerator // denominator
 
 
-def set_weight_attrs(param: nn.Parameter, full_shape: tuple[int, ...],
-                     loader: Callable[[torch.Tensor], torch.Tensor]) -> None:
+def set_weight_attrs(
+    param: nn.Parameter, full_shape: tuple[int, ...], loader: Callable[[torch.Tensor], torch.Tensor]
+) -> None:
     param.full_shape = tuple(full_shape)  # type: ignore[attr-defined]
     param.weight_loader = loader  # type: ignore[attr-defined]
 
@@ -68,9 +69,16 @@ class ColumnParallelLinear(nn.Module):
     """``y_r = x @ W_r^T``: output segments split over ranks. ``shard_specs[i] = (num_shards, shard_index)`` per
     segment (default ``(tp_size, tp_rank)``)."""
 
-    def __init__(self, in_features: int, output_sizes: list[int], *, bias: bool = False,
-                 shard_specs: list[tuple[int, int]] | None = None, tp_rank: int | None = None,
-                 tp_size: int | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        output_sizes: list[int],
+        *,
+        bias: bool = False,
+        shard_specs: list[tuple[int, int]] | None = None,
+        tp_rank: int | None = None,
+        tp_size: int | None = None,
+    ) -> None:
         super().__init__()
         rank, size = _tp(tp_rank, tp_size)
         self.tp_rank, self.tp_size = rank, size
@@ -108,8 +116,10 @@ def heads_per_rank(num_heads: int, num_kv_heads: int, tp_size: int) -> tuple[int
         kv = divide(num_kv_heads, tp_size, "num_key_value_heads")
     else:
         if tp_size % num_kv_heads:
-            raise ps.ParallelStateError(f"tensor_parallel_size {tp_size} is neither a divisor nor a multiple of "
-                                        f"num_key_value_heads {num_kv_heads}")
+            raise ps.ParallelStateError(
+                f"tensor_parallel_size {tp_size} is neither a divisor nor a multiple of "
+                f"num_key_value_heads {num_kv_heads}"
+            )
         kv = 1
     return q, kv
 
@@ -117,16 +127,31 @@ def heads_per_rank(num_heads: int, num_kv_heads: int, tp_size: int) -> tuple[int
 class QKVParallelLinear(ColumnParallelLinear):
     """Fused q/k/v projection split by heads."""
 
-    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, *, bias: bool = False,
-                 tp_rank: int | None = None, tp_size: int | None = None) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        head_dim: int,
+        num_heads: int,
+        num_kv_heads: int,
+        *,
+        bias: bool = False,
+        tp_rank: int | None = None,
+        tp_size: int | None = None,
+    ) -> None:
         rank, size = _tp(tp_rank, tp_size)
         self.num_heads, self.num_kv_heads = heads_per_rank(num_heads, num_kv_heads, size)
         if num_kv_heads >= size:
             kv_spec = (size, rank)
         else:  # replicated: ranks r*nkv//size share KV head r // (size // nkv)
             kv_spec = (num_kv_heads, rank // (size // num_kv_heads))
-        super().__init__(hidden_size, [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim],
-                         bias=bias, shard_specs=[(size, rank), kv_spec, kv_spec], tp_rank=rank, tp_size=size)
+        super().__init__(
+            hidden_size,
+            [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim],
+            bias=bias,
+            shard_specs=[(size, rank), kv_spec, kv_spec],
+            tp_rank=rank,
+            tp_size=size,
+        )
         self.head_dim = head_dim
         self.q_size = self.num_heads * head_dim
         self.kv_size = self.num_kv_heads * head_dim
@@ -135,8 +160,16 @@ class QKVParallelLinear(ColumnParallelLinear):
 class RowParallelLinear(nn.Module):
     """``y = sum_r x_r @ W_r^T (+ b)``: input features split over ranks; all-reduce in the graph."""
 
-    def __init__(self, in_features: int, out_features: int, *, bias: bool = False, reduce_results: bool = True,
-                 tp_rank: int | None = None, tp_size: int | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        bias: bool = False,
+        reduce_results: bool = True,
+        tp_rank: int | None = None,
+        tp_size: int | None = None,
+    ) -> None:
         super().__init__()
         rank, size = _tp(tp_rank, tp_size)
         self.tp_rank, self.tp_size = rank, size
@@ -167,8 +200,9 @@ class RowParallelLinear(nn.Module):
 class VocabParallelEmbedding(nn.Module):
     """Embedding with the vocabulary (padded to a multiple of the TP size) split over ranks."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, *, tp_rank: int | None = None,
-                 tp_size: int | None = None) -> None:
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, *, tp_rank: int | None = None, tp_size: int | None = None
+    ) -> None:
         super().__init__()
         rank, size = _tp(tp_rank, tp_size)
         self.tp_rank, self.tp_size = rank, size
@@ -192,22 +226,24 @@ class VocabParallelEmbedding(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.tp_size == 1:
             return F.embedding(input_ids, self.weight)
-        start, end = self.vocab_range[0], self.vocab_range[1]
+        start, end = self.vocab_range[0], self.vocab_range[1]  # type: ignore[index]  # baseline (issue 46)
         mask = (input_ids >= start) & (input_ids < end)
         local = torch.where(mask, input_ids - start, torch.zeros_like(input_ids))
         out = F.embedding(local, self.weight) * mask.unsqueeze(-1).to(self.weight.dtype)
         return tensor_model_parallel_all_reduce(out)
 
     def extra_repr(self) -> str:
-        return (f"vocab [{self.vocab_start}, {self.vocab_end}) of {self.num_embeddings} (padded {self.padded}), "
-                f"dim={self.embedding_dim}, tp={self.tp_rank}/{self.tp_size}")
+        return (
+            f"vocab [{self.vocab_start}, {self.vocab_end}) of {self.num_embeddings} (padded {self.padded}), "
+            f"dim={self.embedding_dim}, tp={self.tp_rank}/{self.tp_size}"
+        )
 
 
 class ParallelLMHead(VocabParallelEmbedding):
     """The lm head over the vocabulary split of :class:`VocabParallelEmbedding` (tie by sharing ``weight``).
     ``forward(hidden) -> logits [.., vocab]``: local logits, gathered from every rank (eager, outside the graph)."""
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = F.linear(hidden, self.weight)
         if self.tp_size > 1:
             logits = tensor_model_parallel_all_gather(logits, dim=-1)
@@ -221,8 +257,15 @@ def tp_linear_factory(cfg: Any, tp_rank: int | None = None, tp_size: int | None 
 
     def make(in_features: int, out_features: int, *, bias: bool, role: str) -> nn.Module:
         if role == "qkv":
-            return QKVParallelLinear(in_features, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads,
-                                     bias=bias, tp_rank=rank, tp_size=size)
+            return QKVParallelLinear(
+                in_features,
+                cfg.head_dim,
+                cfg.num_attention_heads,
+                cfg.num_key_value_heads,
+                bias=bias,
+                tp_rank=rank,
+                tp_size=size,
+            )
         if role == "gate_up":
             half = divide(out_features, 2, "gate_up size")
             return ColumnParallelLinear(in_features, [half, half], bias=bias, tp_rank=rank, tp_size=size)

@@ -13,14 +13,29 @@ from pathlib import Path
 
 import torch
 
-_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}
+_DTYPES = {
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F64": torch.float64,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
-_ITEMSIZE = {**{name: torch.empty(0, dtype=dt).element_size() for name, dt in _DTYPES.items()},
-             "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}  # readable by the safetensors package
+_ITEMSIZE = {
+    **{name: torch.empty(0, dtype=dt).element_size() for name, dt in _DTYPES.items()},
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+}  # readable by the safetensors package
 _MAX_HEADER = 100 * 1024 * 1024
 
 
@@ -58,8 +73,9 @@ def check_safetensors(path: Path) -> tuple[dict[str, dict], int]:
         if dtype not in _ITEMSIZE:
             raise ValueError(f"tensor {name!r}: unsupported dtype {dtype!r}")
         if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= data_size):
-            raise ValueError(f"tensor {name!r}: data {start}..{end} outside the file's {data_size} data bytes "
-                             "(truncated?)")
+            raise ValueError(
+                f"tensor {name!r}: data {start}..{end} outside the file's {data_size} data bytes (truncated?)"
+            )
         if end - start != numel * _ITEMSIZE[dtype]:
             raise ValueError(f"tensor {name!r}: {end - start} bytes for shape {shape} of {dtype}")
     return header, 8 + n
@@ -67,9 +83,9 @@ def check_safetensors(path: Path) -> tuple[dict[str, dict], int]:
 
 def iter_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
     try:
-        from safetensors.torch import safe_open  # type: ignore[import-not-found]
+        from safetensors.torch import safe_open
     except ImportError:
-        safe_open = None
+        safe_open = None  # type: ignore[assignment,misc]  # baseline (issue 46)
     if safe_open is not None:
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():

@@ -5,6 +5,6 @@
 - :mod:`compiler.ops.static_attention`: that op's CUDA-graph-safe path, every shape and index in tensors.
 """
 
-from compiler.ops import attention  # noqa: F401  (registers torch.ops.cachetool.*)
+from compiler.ops import attention
 
 __all__ = ["attention", "static_attention"]

@@ -49,27 +49,27 @@ def unified_attention_with_output(
         output.copy_(_sdpa(q, k, v, None, causal=True).reshape(output.shape))
         return
     hkv, d = kv_cache.shape[2], kv_cache.shape[3]
-    meta = ctx.attn_metadata
+    meta = ctx.attn_metadata  # type: ignore[union-attr]  # baseline (issue 46)
     static = getattr(meta, "static", None)
     if static is not None:  # inside a FULL CUDA graph: shapes and indices in tensors only
         from compiler.ops.static_attention import static_attention
 
-        static_attention(query, key, value, output, kv_cache, meta.slot_mapping, static)
+        static_attention(query, key, value, output, kv_cache, meta.slot_mapping, static)  # type: ignore[union-attr]  # baseline (issue 46)
         return
     # reshape, not view: the compiled graph may hand in non-contiguous strides
     q = query.reshape(num_tokens, -1, d)
     k = key.reshape(num_tokens, hkv, d)
     v = value.reshape(num_tokens, hkv, d)
     out = torch.empty_like(q)
-    slots = meta.slot_mapping[:num_tokens]
+    slots = meta.slot_mapping[:num_tokens]  # type: ignore[union-attr]  # baseline (issue 46)
     kv_cache[0].index_copy_(0, slots, k.to(kv_cache.dtype))
     kv_cache[1].index_copy_(0, slots, v.to(kv_cache.dtype))
-    for i in range(meta.num_seqs):
-        start, end = meta.query_start_loc[i], meta.query_start_loc[i + 1]
+    for i in range(meta.num_seqs):  # type: ignore[union-attr]  # baseline (issue 46)
+        start, end = meta.query_start_loc[i], meta.query_start_loc[i + 1]  # type: ignore[union-attr]  # baseline (issue 46)
         if end <= start:
             continue
-        seq_len = meta.seq_lens[i]
-        off = meta.slot_offsets[i]
+        seq_len = meta.seq_lens[i]  # type: ignore[union-attr]  # baseline (issue 46)
+        off = meta.slot_offsets[i]  # type: ignore[union-attr]  # baseline (issue 46)
         ks = kv_cache[0, off : off + seq_len]
         vs = kv_cache[1, off : off + seq_len]
         nq = end - start

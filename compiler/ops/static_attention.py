@@ -30,8 +30,8 @@ class StaticAttentionInputs:
     """Persistent per-token tensors (slices of the runner's buffers, so their addresses never change)."""
 
     seq_offsets: torch.Tensor  # [T] long: first KV slot of each token's sequence
-    positions: torch.Tensor    # [T] long: each token's position in its sequence
-    window: int                # KV slots each sequence owns (max_model_len)
+    positions: torch.Tensor  # [T] long: each token's position in its sequence
+    window: int  # KV slots each sequence owns (max_model_len)
 
 
 @dataclass
@@ -43,8 +43,15 @@ class GraphAttentionMetadata(AttentionMetadata):
     static: StaticAttentionInputs | None = None
 
 
-def static_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, output: torch.Tensor,
-                     kv_cache: torch.Tensor, slot_mapping: torch.Tensor, static: StaticAttentionInputs) -> None:
+def static_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    output: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    static: StaticAttentionInputs,
+) -> None:
     """query/output ``[T, H*D]``, key/value ``[T, Hkv*D]``, kv_cache ``[2, slots, Hkv, D]``."""
     t = query.shape[0]
     hkv, d = kv_cache.shape[2], kv_cache.shape[3]
@@ -55,14 +62,15 @@ def static_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     q = query.reshape(t, -1, d)
     h = q.shape[1]
     j = torch.arange(static.window, device=query.device)
-    idx = static.seq_offsets[:t, None] + j[None, :]                       # [T, W]
-    ks = kv_cache[0][idx]                                                  # [T, W, Hkv, D]
+    idx = static.seq_offsets[:t, None] + j[None, :]  # [T, W]
+    ks = kv_cache[0][idx]  # [T, W, Hkv, D]
     vs = kv_cache[1][idx]
     if hkv != h:  # grouped-query heads; expand, not repeat_interleave (which syncs and breaks capture)
         w, rep = ks.shape[1], h // hkv
         ks = ks[:, :, :, None, :].expand(t, w, hkv, rep, d).reshape(t, w, h, d)
         vs = vs[:, :, :, None, :].expand(t, w, hkv, rep, d).reshape(t, w, h, d)
-    mask = (j[None, :] <= static.positions[:t, None])[:, None, None, :]   # [T, 1, 1, W]
-    out = F.scaled_dot_product_attention(q[:, :, None, :], ks.transpose(1, 2), vs.transpose(1, 2),
-                                         attn_mask=mask)                   # [T, H, 1, D]
+    mask = (j[None, :] <= static.positions[:t, None])[:, None, None, :]  # [T, 1, 1, W]
+    out = F.scaled_dot_product_attention(
+        q[:, :, None, :], ks.transpose(1, 2), vs.transpose(1, 2), attn_mask=mask
+    )  # [T, H, 1, D]
     output.view(t, h, d).copy_(out[:, :, 0, :].to(output.dtype))

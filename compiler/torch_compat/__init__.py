@@ -18,27 +18,67 @@ from typing import Any
 import torch
 
 # The hot start's loading side lives in hot_start.py (this package's second module); its names are ours too.
-from compiler.torch_compat.hot_start import (STAND_INS, hot_load_report, load_compiled_artifact,  # noqa: F401
-                                             load_compiled_function, prefetch_artifact_loader, prefetch_running,
-                                             runtime_stand_ins, torch_extern_kernel, wait_for_prefetch)
+from compiler.torch_compat.hot_start import (
+    STAND_INS,
+    hot_load_report,
+    load_compiled_artifact,
+    load_compiled_function,
+    prefetch_artifact_loader,
+    prefetch_running,
+    runtime_stand_ins,
+    torch_extern_kernel,
+    wait_for_prefetch,
+)
 
 __all__ = [
     "TORCH_VERSION",
     # Dynamo: marks, guards, stances (BackendCompilerFailed is looked up on first use: Dynamo is not imported here)
-    "mark_dynamic", "mark_unbacked", "skip_all_guards", "fail_on_recompile", "is_recompile_refusal",
-    "BackendCompilerFailed", "size_oblivious", "register_bytecode_hook", "tracing_context", "traced_code",
+    "mark_dynamic",
+    "mark_unbacked",
+    "skip_all_guards",
+    "fail_on_recompile",
+    "is_recompile_refusal",
+    "BackendCompilerFailed",
+    "size_oblivious",
+    "register_bytecode_hook",
+    "tracing_context",
+    "traced_code",
     # FX, fake tensors, ops
-    "detect_fake_mode", "is_fake_tensor", "python_dispatcher", "is_op_overload", "is_op_overload_packet",
+    "detect_fake_mode",
+    "is_fake_tensor",
+    "python_dispatcher",
+    "is_op_overload",
+    "is_op_overload_packet",
     "serializable_callable_base",
     # AOT compile, Inductor, the compiler's keys
-    "aot_supported", "aot_compile_fullgraph", "standalone_compile", "inductor_config", "inductor_config_portable",
-    "compute_torch_key", "preset_torch_key", "preset_triton_key", "triton_key", "autotune_hooks",
-    "shutdown_compile_workers", "cancel_compile_jobs", "dynamo_counters",
+    "aot_supported",
+    "aot_compile_fullgraph",
+    "standalone_compile",
+    "inductor_config",
+    "inductor_config_portable",
+    "compute_torch_key",
+    "preset_torch_key",
+    "preset_triton_key",
+    "triton_key",
+    "autotune_hooks",
+    "shutdown_compile_workers",
+    "cancel_compile_jobs",
+    "dynamo_counters",
     # CUDA graphs, tensor parallelism
-    "storage_from_data_pointer", "process_group_name", "resolve_process_group", "functional_all_reduce",
+    "storage_from_data_pointer",
+    "process_group_name",
+    "resolve_process_group",
+    "functional_all_reduce",
     # the hot start's loading side (hot_start.py)
-    "STAND_INS", "hot_load_report", "load_compiled_artifact", "load_compiled_function", "prefetch_artifact_loader",
-    "prefetch_running", "runtime_stand_ins", "torch_extern_kernel", "wait_for_prefetch",
+    "STAND_INS",
+    "hot_load_report",
+    "load_compiled_artifact",
+    "load_compiled_function",
+    "prefetch_artifact_loader",
+    "prefetch_running",
+    "runtime_stand_ins",
+    "torch_extern_kernel",
+    "wait_for_prefetch",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,6 +87,7 @@ TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")
 
 
 # ---------------------------------------------------------------------- Dynamo: marks, guards, stances
+
 
 def mark_dynamic(t: torch.Tensor, dim: int) -> None:
     torch._dynamo.mark_dynamic(t, dim)
@@ -96,7 +137,7 @@ def size_oblivious(enabled: bool) -> Iterator[None]:
         return
     import torch.fx.experimental._config as fx_config
 
-    with fx_config.patch(backed_size_oblivious=True):
+    with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # baseline (issue 46)
         yield
 
 
@@ -106,7 +147,7 @@ def register_bytecode_hook(hook: Callable[[Any, Any], None]) -> Any:
         from torch._dynamo.convert_frame import register_bytecode_hook as register
     except ImportError:  # pragma: no cover
         return None
-    return register(hook)
+    return register(hook)  # type: ignore[arg-type]  # baseline (issue 46)
 
 
 def tracing_context() -> Any:
@@ -154,6 +195,7 @@ def is_op_overload_packet(target: Any) -> bool:
 
 # ---------------------------------------------------------------------- Dynamo's AOT API (precompile)
 
+
 def serializable_callable_base() -> type:
     """The ABC a backend's result must subclass to be saved with an AOT-compiled function:
     2.11 ``torch._dynamo.aot_compile.SerializableCallable``, 2.13 ``torch._dynamo.aot_compile_types``.
@@ -179,8 +221,14 @@ def aot_supported() -> bool:
     return hasattr(torch.compiler, "load_compiled_function") and serializable_callable_base() is not object
 
 
-def aot_compile_fullgraph(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                          backend: Callable[..., Any], *, keep_guards: bool = False) -> Any:
+def aot_compile_fullgraph(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    backend: Callable[..., Any],
+    *,
+    keep_guards: bool = False,
+) -> Any:
     """Capture ``fn(*args, **kwargs)`` with Dynamo once and compile it with ``backend`` (whose result must be a
     :func:`serializable_callable_base` instance); returns torch's AOT-compiled function (``save_compiled_function``).
     Guards are dropped (``skip_all_guards_unsafe``) unless ``keep_guards``."""
@@ -193,11 +241,13 @@ def aot_compile_fullgraph(fn: Callable[..., Any], args: tuple[Any, ...], kwargs:
 
 # ---------------------------------------------------------------------- Inductor
 
-def standalone_compile(graph: Any, example_inputs: list[Any], *, dynamic_shapes: str,
-                       config_patches: dict[str, Any]) -> Any:
+
+def standalone_compile(
+    graph: Any, example_inputs: list[Any], *, dynamic_shapes: str, config_patches: dict[str, Any]
+) -> Any:
     from torch._inductor import standalone_compile as compile_
 
-    return compile_(graph, example_inputs, dynamic_shapes=dynamic_shapes, options={"config_patches": config_patches})
+    return compile_(graph, example_inputs, dynamic_shapes=dynamic_shapes, options={"config_patches": config_patches})  # type: ignore[arg-type]  # baseline (issue 46)
 
 
 def inductor_config() -> Any:
@@ -264,12 +314,12 @@ def preset_triton_key(value: str) -> bool:
 
 def triton_key() -> str | None:
     try:
-        from torch._inductor.runtime.triton_compat import triton_key as key  # type: ignore[attr-defined]
+        from torch._inductor.runtime.triton_compat import triton_key as key
 
         return str(key())
     except Exception:
         try:
-            from triton.compiler.compiler import triton_key as key  # type: ignore[import-not-found]
+            from triton.compiler.compiler import triton_key as key
 
             return str(key())
         except Exception:
@@ -283,7 +333,7 @@ def autotune_hooks() -> tuple[Any, Any]:
     try:
         from torch._inductor.runtime import triton_heuristics
     except Exception:  # pragma: no cover - Triton not installed
-        triton_heuristics = None
+        triton_heuristics = None  # type: ignore[assignment]  # baseline (issue 46)
     return select_algorithm, triton_heuristics
 
 
@@ -305,8 +355,8 @@ def cancel_compile_jobs() -> None:
     pool = getattr(getattr(mod, "AsyncCompile", None), "pool", None)
     info = getattr(pool, "cache_info", None)
     if info is not None and info().currsize:
-        pool().shutdown(wait=False, cancel_futures=True)
-        pool.cache_clear()
+        pool().shutdown(wait=False, cancel_futures=True)  # type: ignore[misc]  # baseline (issue 46)
+        pool.cache_clear()  # type: ignore[union-attr]  # baseline (issue 46)
     shutdown_compile_workers()
 
 
@@ -339,7 +389,7 @@ def resolve_process_group(name: str) -> Any:
     with the group's name as a graph constant finds its group at run time."""
     from torch.distributed.distributed_c10d import _resolve_process_group
 
-    return _resolve_process_group(name)
+    return _resolve_process_group(name)  # type: ignore[arg-type]  # baseline (issue 46)
 
 
 def functional_all_reduce(x: torch.Tensor, group: Any) -> torch.Tensor:

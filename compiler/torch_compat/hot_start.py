@@ -37,15 +37,27 @@ _prefetch: Any = None  # the thread, once started
 # Dynamo and its AOT loader, AOTAutograd's cache and runtime wrappers, Inductor's code cache and the runtime its
 # generated code uses. Never compile_fx, lowering or select_algorithm (tests/compiler/test_aot_hot_start.py).
 _PREFETCHED = (
-    "torch._dynamo", "torch._dynamo.aot_compile", "torch._dynamo.package",
-    "torch._functorch._aot_autograd.autograd_cache", "torch._functorch._aot_autograd.subclass_codegen",
+    "torch._dynamo",
+    "torch._dynamo.aot_compile",
+    "torch._dynamo.package",
+    "torch._functorch._aot_autograd.autograd_cache",
+    "torch._functorch._aot_autograd.subclass_codegen",
     "torch._functorch._activation_checkpointing.graph_info_provider",
-    "torch._inductor.async_compile", "torch._inductor.debug", "torch._inductor.codecache",
-    "torch._inductor.standalone_compile", "torch._inductor.output_code", "torch._inductor.inductor_prims",
-    "torch._inductor.hooks", "torch._inductor.codegen.memory_planning", "torch._inductor.codegen.wrapper",
-    "torch._inductor.runtime.autotune_cache", "torch._inductor.runtime.triton_heuristics",
-    "torch._inductor.runtime.triton_helpers", "torch._inductor.runtime.static_cuda_launcher",
-    "torch._inductor.runtime.static_triton_launcher", "torch.utils.cpp_extension",
+    "torch._inductor.async_compile",
+    "torch._inductor.debug",
+    "torch._inductor.codecache",
+    "torch._inductor.standalone_compile",
+    "torch._inductor.output_code",
+    "torch._inductor.inductor_prims",
+    "torch._inductor.hooks",
+    "torch._inductor.codegen.memory_planning",
+    "torch._inductor.codegen.wrapper",
+    "torch._inductor.runtime.autotune_cache",
+    "torch._inductor.runtime.triton_heuristics",
+    "torch._inductor.runtime.triton_helpers",
+    "torch._inductor.runtime.static_cuda_launcher",
+    "torch._inductor.runtime.static_triton_launcher",
+    "torch.utils.cpp_extension",
 )
 
 
@@ -119,7 +131,7 @@ def _no_guard_build(guards_dropped: Callable[[], bool] | None) -> Iterator[None]
     package = None
     if guards_dropped is not None:
         try:
-            import torch._dynamo.package as package
+            import torch._dynamo.package as package  # type: ignore[assignment]  # baseline (issue 46)
         except ImportError:  # pragma: no cover
             package = None
     names = ("load_guards_state", "load_guard_manager")
@@ -176,7 +188,7 @@ def load_compiled_artifact(path: str, save_format: str) -> Any:
     from torch._inductor import CompiledArtifact
 
     hot_load_report["standalone_loads"] += 1
-    return CompiledArtifact.load(path=path, format=save_format)
+    return CompiledArtifact.load(path=path, format=save_format)  # type: ignore[arg-type]  # baseline (issue 46)
 
 
 def _load_binary_at_runtime(path: str) -> Any:
@@ -184,12 +196,13 @@ def _load_binary_at_runtime(path: str) -> Any:
     Mega-Cache bytes): unpack the bytes into the (redirected) caches, look the AOTAutograd entry up and wrap it for
     running. ``None`` where the file or this torch is not of that shape (then torch's own loader runs)."""
     try:
-        from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
-        from torch._inductor import config as inductor_cfg
         import importlib
 
-        import torch._inductor.async_compile  # noqa: F401 - loading an entry clears its kernel cache
-        import torch._inductor.debug  # noqa: F401 - read by every call of a loaded graph
+        import torch._inductor.async_compile
+        import torch._inductor.debug
+        from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+        from torch._inductor import config as inductor_cfg
+
         sc = importlib.import_module("torch._inductor.standalone_compile")  # the package's attribute is a function
         from torch._inductor.codecache import torch_key
         from torch._inductor.cudagraph_utils import BoxedDeviceIndex
@@ -218,8 +231,9 @@ def _load_binary_at_runtime(path: str) -> Any:
         torch.compiler.load_cache_artifacts(artifact_bytes)
         try:
             with torch._functorch.config.patch(strict_autograd_cache=True):
-                result = AOTAutogradCache._lookup(key, local=True, remote=False, args=[], cache_info={},
-                                                  aot_config=None)
+                result = AOTAutogradCache._lookup(
+                    key, local=True, remote=False, args=[], cache_info={}, aot_config=None
+                )
         except (TypeError, AttributeError):  # another torch's lookup signature: its own loader then
             logger.debug("AOTAutogradCache lookup of %s not as expected; torch's loader takes it", path, exc_info=True)
             return None
@@ -230,7 +244,7 @@ def _load_binary_at_runtime(path: str) -> Any:
         fx_config = {"cudagraphs": BoxedBool(False), "boxed_forward_device_index": BoxedDeviceIndex(0)}
         context = torch._guards.TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
         with torch._guards.tracing(context):
-            compiled_fn = entry.wrap_post_compile([], entry.sanitized_aot_config, fx_config)
+            compiled_fn = entry.wrap_post_compile([], entry.sanitized_aot_config, fx_config)  # type: ignore[arg-type]  # baseline (issue 46)
     return lambda *args: compiled_fn(list(args))
 
 

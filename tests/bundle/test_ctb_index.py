@@ -49,8 +49,21 @@ def _tar(path, members, fmt=tarfile.USTAR_FORMAT):
     return path
 
 
-@pytest.mark.parametrize("case", ["symlink", "folder", "pax", "gnu-long-name", "prefix", "bad-checksum-later",
-                                  "bad-number-later", "cut-in-data", "base-256-size", "negative-size"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "symlink",
+        "folder",
+        "pax",
+        "gnu-long-name",
+        "prefix",
+        "bad-checksum-later",
+        "bad-number-later",
+        "cut-in-data",
+        "base-256-size",
+        "negative-size",
+    ],
+)
 def test_anything_but_plain_members_is_left_to_tarfile(tmp_path, case):
     reg = tarfile.REGTYPE
     members = [("manifest.json", b"{}", reg), ("blobs/a", b"x" * 700, reg)]
@@ -68,17 +81,17 @@ def test_anything_but_plain_members_is_left_to_tarfile(tmp_path, case):
     if case == "bad-checksum-later":
         data[second + 150] ^= 1
     elif case == "bad-number-later":  # a mode that is not octal, its checksum made right
-        data[second + 100:second + 108] = b"0000009\0"
-        unsigned = 256 + sum(data[second:second + 148]) + sum(data[second + 156:second + 512])
-        data[second + 148:second + 156] = b"%06o\0 " % unsigned
+        data[second + 100 : second + 108] = b"0000009\0"
+        unsigned = 256 + sum(data[second : second + 148]) + sum(data[second + 156 : second + 512])
+        data[second + 148 : second + 156] = b"%06o\0 " % unsigned
     elif case == "cut-in-data":
-        del data[second + 1024:]
+        del data[second + 1024 :]
     elif case == "base-256-size":
-        data[second + 124:second + 136] = b"\x80" + bytes(10) + b"\x01"
+        data[second + 124 : second + 136] = b"\x80" + bytes(10) + b"\x01"
     elif case == "negative-size":  # -512 bytes: the next header would be this one again, forever
-        data[second + 124:second + 136] = b"-0000001000\0"
-        unsigned = 256 + sum(data[second:second + 148]) + sum(data[second + 156:second + 512])
-        data[second + 148:second + 156] = b"%06o\0 " % unsigned
+        data[second + 124 : second + 136] = b"-0000001000\0"
+        unsigned = 256 + sum(data[second : second + 148]) + sum(data[second + 156 : second + 512])
+        data[second + 148 : second + 156] = b"%06o\0 " % unsigned
     path.write_bytes(bytes(data))
     assert _plain(path) is None
 
@@ -92,9 +105,9 @@ def test_a_member_of_negative_size_is_refused_not_read_forever(tmp_path):
     path = _tar(tmp_path / "a.ctb", members, tarfile.PAX_FORMAT)
     data = bytearray(path.read_bytes())
     second = 512 + 512
-    data[second + 124:second + 136] = b"-0000001000\0"
-    unsigned = 256 + sum(data[second:second + 148]) + sum(data[second + 156:second + 512])
-    data[second + 148:second + 156] = b"%06o\0 " % unsigned
+    data[second + 124 : second + 136] = b"-0000001000\0"
+    unsigned = 256 + sum(data[second : second + 148]) + sum(data[second + 156 : second + 512])
+    data[second + 148 : second + 156] = b"%06o\0 " % unsigned
     path.write_bytes(bytes(data))
     with pytest.raises(BundleFormatError, match="negative size"):
         open_ctb(path)

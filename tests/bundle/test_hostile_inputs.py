@@ -8,11 +8,10 @@ import json
 
 import pytest
 
-from cachetool.errors import CachetoolError
 from cachetool.bundle.manifest import canonical_json
+from cachetool.errors import CachetoolError
+from tests.cache_trees import complete_unit_files, dir_is_empty_or_absent, manifest_obj, sign_bytes, write_raw_ctb
 from tests.cli_calls import one_error_line
-from tests.cache_trees import (complete_unit_files, dir_is_empty_or_absent, manifest_obj, sign_bytes,
-                                    write_raw_ctb)
 
 FILE = ("torch_compile_cache/h/rank_0_0/f", b"content")
 
@@ -38,15 +37,15 @@ def _ctb(tmp_path, manifest_bytes, envelope, stored, name="h.ctb"):
 
 
 # ---------------------------------------------------------------------------------------------- manifest
-@pytest.mark.parametrize("fingerprint", [{"device": ["cuda"]}, {"device": 5}, {"torch": {"v": 1}},
-                                         {"device": "cpu\nerror: forged line"}])
+@pytest.mark.parametrize(
+    "fingerprint", [{"device": ["cuda"]}, {"device": 5}, {"torch": {"v": 1}}, {"device": "cpu\nerror: forged line"}]
+)
 def test_fingerprint_values_must_be_strings(tmp_path, keys, cli, fingerprint):
     # A list as the device crashed preflight with an AttributeError traceback.
     obj, stored = manifest_obj([FILE], fingerprint=fingerprint)
     mb = canonical_json(obj)
     root = tmp_path / "root"
-    _refused(_install(cli, keys, _ctb(tmp_path, mb, sign_bytes(mb, keys["key"]), stored), root), root, 3,
-             "fingerprint")
+    _refused(_install(cli, keys, _ctb(tmp_path, mb, sign_bytes(mb, keys["key"]), stored), root), root, 3, "fingerprint")
     r = cli("inspect", tmp_path / "h.ctb")
     assert r.rc == 3 and len(r.err.strip().splitlines()) == 1, r
 
@@ -99,8 +98,9 @@ def test_a_spoofed_trusted_keyid_fails_wherever_it_stands(tmp_path, keys, cli, s
     spoofed = {"keyid": good["keyid"], "sig": base64.b64encode(b"\0" * 64).decode()}
     sigs = [good, spoofed] if order == "valid-first" else [spoofed, good]
     root = tmp_path / "root"
-    _refused(_install(cli, keys, _ctb(tmp_path, mb, dict(env, signatures=sigs), stored), root), root, 3,
-             "does not verify")
+    _refused(
+        _install(cli, keys, _ctb(tmp_path, mb, dict(env, signatures=sigs), stored), root), root, 3, "does not verify"
+    )
 
 
 def test_other_signers_next_to_a_valid_one_are_fine(tmp_path, keys, cli):
@@ -114,15 +114,18 @@ def test_other_signers_next_to_a_valid_one_are_fine(tmp_path, keys, cli):
 
 
 # ---------------------------------------------------------------------------------------------- flags and roots
-@pytest.mark.parametrize("args", [
-    ("install", "{ctb}", "--cache-root", "{file}"),
-    ("install", "{ctb}", "--bogus"),
-    ("install",),
-    ("pack", "{file}", "-o", "x.ctb"),
-    ("verify", "{ctb}", "--trust"),
-    ("push",),
-    ("gc", "file:///tmp/x", "--older-than", "-1"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("install", "{ctb}", "--cache-root", "{file}"),
+        ("install", "{ctb}", "--bogus"),
+        ("install",),
+        ("pack", "{file}", "-o", "x.ctb"),
+        ("verify", "{ctb}", "--trust"),
+        ("push",),
+        ("gc", "file:///tmp/x", "--older-than", "-1"),
+    ],
+)
 def test_bad_flags_are_one_line_usage_errors(tmp_path, cli, args):
     # click printed three lines (Usage:, Try ..., Error: ...) with a capital "Error:".
     afile = tmp_path / "afile"
@@ -166,8 +169,9 @@ def test_device_flag(tmp_path, keys, cli, device):
 
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("a GPU is here")
-    obj, stored = manifest_obj([FILE], keys=[{"hash": "h", "kind": "piecewise",
-                                              "factors": {"compiler": {"values": {"torch": "0.0"}}}}])
+    obj, stored = manifest_obj(
+        [FILE], keys=[{"hash": "h", "kind": "piecewise", "factors": {"compiler": {"values": {"torch": "0.0"}}}}]
+    )
     mb = canonical_json(obj)
     root = tmp_path / "root"
     r = _install(cli, keys, _ctb(tmp_path, mb, sign_bytes(mb, keys["key"]), stored), root, "--device", device)

@@ -11,11 +11,10 @@ import shutil
 import pytest
 
 from cachetool.bundle.ctb import write_ctb
-
-from cachetool.bundle.packing import pack
 from cachetool.bundle.manifest import canonical_json
-from tests.cli_calls import one_error_line
+from cachetool.bundle.packing import pack
 from tests.cache_trees import local_factors, make_native_tree, manifest_obj, sign_bytes, tree_snapshot, write_raw_ctb
+from tests.cli_calls import one_error_line
 
 
 def _prefix(tree):
@@ -75,9 +74,13 @@ def test_install_refuses_an_incomplete_unit_over_a_complete_one(tmp_path, keys, 
     before = tree_snapshot(root)
 
     unit = f"torch_compile_cache/{factors['hash']}/rank_0_0"
-    obj, stored = manifest_obj([(f"{unit}/backbone/cache_key_factors.json", json.dumps(factors).encode()),
-                                (f"{unit}/backbone/computation_graph.py", b"def forward(self, x):\n    return x\n")],
-                               unit=unit)
+    obj, stored = manifest_obj(
+        [
+            (f"{unit}/backbone/cache_key_factors.json", json.dumps(factors).encode()),
+            (f"{unit}/backbone/computation_graph.py", b"def forward(self, x):\n    return x\n"),
+        ],
+        unit=unit,
+    )
     obj["units"][0]["key"] = factors["hash"]
     mb = canonical_json(obj)
     bad = write_raw_ctb(tmp_path / "bad.ctb", mb, sign_bytes(mb, keys["key"]), stored)

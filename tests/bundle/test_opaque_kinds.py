@@ -8,16 +8,15 @@ import pytest
 
 from cachetool.bundle.manifest import Manifest, canonical_json, stored_summary
 from cachetool.errors import ManifestError
-from cachetool.stores.gc import reachable
 from cachetool.stores.base import RefEntry, RefIndex
+from cachetool.stores.gc import reachable
 from tests.cache_trees import manifest_obj
 
 FILES = [("torch_compile_cache/h/rank_0_0/a.bin", b"a" * 10), ("torch_compile_cache/h/rank_0_0/b.bin", b"b" * 20)]
 
 
 def newer_engines_manifest(**over) -> bytes:
-    obj, _ = manifest_obj(FILES, layout="sglang2", keys=[{"hash": "h", "kind": "radix_graph", "factors": None}],
-                          **over)
+    obj, _ = manifest_obj(FILES, layout="sglang2", keys=[{"hash": "h", "kind": "radix_graph", "factors": None}], **over)
     return canonical_json(obj)
 
 

@@ -15,9 +15,15 @@ from pathlib import Path
 import pytest
 
 from cachetool.bundle.manifest import canonical_json
+from tests.cache_trees import (
+    blob_entry,
+    dir_is_empty_or_absent,
+    make_native_tree,
+    manifest_obj,
+    sign_bytes,
+    write_raw_ctb,
+)
 from tests.cli_calls import one_error_line
-from tests.cache_trees import (blob_entry, dir_is_empty_or_absent, make_native_tree, manifest_obj, sign_bytes,
-                                    write_raw_ctb)
 
 
 @pytest.fixture
@@ -114,14 +120,17 @@ def _signed_ctb(tmp_path, keys, obj, stored, name="h.ctb", extra=()):
     return write_raw_ctb(tmp_path / name, mb, sign_bytes(mb, keys["key"]), stored, list(extra))
 
 
-@pytest.mark.parametrize("path", [
-    "torch_compile_cache/h/rank_0_0/../../../../evil",
-    "torch_compile_cache/h/rank_0_0/a/../../../../../evil",
-    "/tmp/evil",
-    "torch_compile_cache/h/rank_0_0/./x",
-    "torch_compile_cache/h/rank_0_0//x",
-    "torch_compile_cache\\h\\rank_0_0\\..\\..\\x",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "torch_compile_cache/h/rank_0_0/../../../../evil",
+        "torch_compile_cache/h/rank_0_0/a/../../../../../evil",
+        "/tmp/evil",
+        "torch_compile_cache/h/rank_0_0/./x",
+        "torch_compile_cache/h/rank_0_0//x",
+        "torch_compile_cache\\h\\rank_0_0\\..\\..\\x",
+    ],
+)
 def test_unsafe_file_paths(tmp_path, keys, cli, root, path):
     obj, stored = manifest_obj([(path, b"pwned")])
     _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root), root, 3, "manifest")
@@ -142,8 +151,13 @@ def test_link_and_device_members(good_ctb, tmp_path, keys, cli, root, kind):
         mb, sig = b.manifest_bytes(), b.signature_bytes()
         blobs = {x.digest[7:]: b.blob_path(x).read_bytes() for x in b.blobs}
     ti = tarfile.TarInfo("blobs/sha256/" + "0" * 64 + ".zst")
-    ti.type = {"symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE, "chardev": tarfile.CHRTYPE,
-               "fifo": tarfile.FIFOTYPE, "dir": tarfile.DIRTYPE}[kind]
+    ti.type = {
+        "symlink": tarfile.SYMTYPE,
+        "hardlink": tarfile.LNKTYPE,
+        "chardev": tarfile.CHRTYPE,
+        "fifo": tarfile.FIFOTYPE,
+        "dir": tarfile.DIRTYPE,
+    }[kind]
     ti.linkname = "/etc/passwd" if kind in ("symlink", "hardlink") else ""
     bad = write_raw_ctb(tmp_path / "bad.ctb", mb, sig, blobs, [ti])
     _refused(_install(cli, keys, bad, root), root, 3, "regular files only")
@@ -170,20 +184,29 @@ def test_duplicate_paths(tmp_path, keys, cli, root):
 
 
 def test_file_under_file(tmp_path, keys, cli, root):
-    obj, stored = manifest_obj([("torch_compile_cache/h/rank_0_0/f", b"one"),
-                                ("torch_compile_cache/h/rank_0_0/f/g", b"two")])
+    obj, stored = manifest_obj(
+        [("torch_compile_cache/h/rank_0_0/f", b"one"), ("torch_compile_cache/h/rank_0_0/f/g", b"two")]
+    )
     _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, stored), root), root, 3, "under the file")
 
 
 U = "torch_compile_cache/h/rank_0_0"
 
 
-@pytest.mark.parametrize("files,dirs,words", [
-    ([(f"{U}/f", b"1")], [f"{U}/f/d"], "under the file"),
-    ([("torch_compile_cache/h/rank_9_0/f", b"1")], [], "file 'torch_compile_cache/h/rank_9_0/f' lies in no install"),
-    ([(f"{U}/f", b"1")], ["elsewhere/d"], "folder 'elsewhere/d' lies in no install unit"),
-    ([(U, b"1")], [], "install unit is a file"),
-], ids=["folder-under-file", "file-outside-units", "folder-outside-units", "unit-is-a-file"])
+@pytest.mark.parametrize(
+    "files,dirs,words",
+    [
+        ([(f"{U}/f", b"1")], [f"{U}/f/d"], "under the file"),
+        (
+            [("torch_compile_cache/h/rank_9_0/f", b"1")],
+            [],
+            "file 'torch_compile_cache/h/rank_9_0/f' lies in no install",
+        ),
+        ([(f"{U}/f", b"1")], ["elsewhere/d"], "folder 'elsewhere/d' lies in no install unit"),
+        ([(U, b"1")], [], "install unit is a file"),
+    ],
+    ids=["folder-under-file", "file-outside-units", "folder-outside-units", "unit-is-a-file"],
+)
 def test_the_tree_invariant(files, dirs, words):
     from cachetool.bundle.manifest import Manifest
     from cachetool.errors import ManifestError
@@ -244,8 +267,9 @@ def test_size_lie_larger(tmp_path, keys, cli, root):
     b, s = blob_entry(content, stored=zst(content, content_size=False), size=6000)
     obj["blobs"] = [b]
     obj["files"][0]["digest"] = b["digest"]
-    _refused(_install(cli, keys, _signed_ctb(tmp_path, keys, obj, {b["digest"][7:]: s}, "b2.ctb"), root), root, 3,
-             "6000")
+    _refused(
+        _install(cli, keys, _signed_ctb(tmp_path, keys, obj, {b["digest"][7:]: s}, "b2.ctb"), root), root, 3, "6000"
+    )
 
 
 def test_file_size_differs_from_blob(tmp_path, keys, cli, root):
@@ -288,8 +312,12 @@ def test_decompression_bomb(tmp_path, keys, cli, root, content_size_in_frame):
 def test_truncated_file(good_ctb, keys, cli, root, cut):
     data = good_ctb.read_bytes()
     last = max(_members(good_ctb).values(), key=lambda m: m.offset_data)
-    n = {"half": len(data) // 2, "in-last-member": last.offset_data + last.size // 2,
-         "after-last-member": last.offset_data + last.size, "last-byte": len(data) - 1}[cut]
+    n = {
+        "half": len(data) // 2,
+        "in-last-member": last.offset_data + last.size // 2,
+        "after-last-member": last.offset_data + last.size,
+        "last-byte": len(data) - 1,
+    }[cut]
     good_ctb.write_bytes(data[:n])
     _refused(_install(cli, keys, good_ctb, root), root, 3, "truncated")
 

@@ -12,12 +12,11 @@ import sys
 import pytest
 
 from cachetool.bundle.ctb import open_ctb, write_ctb
-
+from cachetool.bundle.manifest import platform_key
 from cachetool.bundle.packing import pack
 from cachetool.install import InstallOptions, install_bundle
-from cachetool.bundle.manifest import platform_key
+from tests.cache_trees import make_native_tree, make_triton_tree, make_vllm_tree, tree_snapshot
 from tests.cli_calls import one_error_line
-from tests.cache_trees import (make_native_tree, make_triton_tree, make_vllm_tree, tree_snapshot)
 
 BUILDERS = {"native": make_native_tree, "vllm": make_vllm_tree, "triton": make_triton_tree}
 
@@ -135,8 +134,12 @@ def test_packed_bundle_api_for_push(tmp_path, keys):
         with open_ctb(tmp_path / "b.ctb") as c:
             assert c.manifest_bytes() == p1.manifest_bytes()
             assert c.signature_bytes() == p1.signature_bytes()
-            assert c.platform == p1.platform == platform_key(p1.manifest.fingerprint) == "cpu-%s-torch%s" % (
-                os.uname().machine, p1.manifest.fingerprint["torch"])
+            assert (
+                c.platform
+                == p1.platform
+                == platform_key(p1.manifest.fingerprint)
+                == "cpu-{}-torch{}".format(os.uname().machine, p1.manifest.fingerprint["torch"])
+            )
             assert c.stored_size == p1.stored_size
             for blob in c.blobs:
                 data = c.blob_path(blob).read_bytes()
@@ -200,8 +203,9 @@ def test_trusted_keys_from_env_and_config_dir(tmp_path, keys, cli, monkeypatch):
 
 @pytest.mark.parametrize("on_miss", ["fail", "continue"])
 @pytest.mark.parametrize("trust", ["empty-folder", "none-configured"])
-def test_a_missing_trust_configuration_is_a_usage_error_that_continue_does_not_cover(tmp_path, keys, cli, trust,
-                                                                                      on_miss):
+def test_a_missing_trust_configuration_is_a_usage_error_that_continue_does_not_cover(
+    tmp_path, keys, cli, trust, on_miss
+):
     """`pull --trust EMPTY_FOLDER` (or no key configured anywhere) was a refusal, exit 3, and exit 0 under
     --on-miss continue: the server started cold and nobody noticed an unmounted key. It is a configuration mistake
     like a missing key file: exit 2 whatever --on-miss says, nothing written. Keys configured but not the signer's
@@ -236,8 +240,11 @@ def test_insecure_skip_verify_warns_loudly(tmp_path, cli):
 
 
 def test_python_m_entrypoint_exit_code(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "cachetool", "install", str(tmp_path / "none.ctb"), "--cache-root",
-                        str(tmp_path / "d")], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "cachetool", "install", str(tmp_path / "none.ctb"), "--cache-root", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 5 and r.stderr.strip().startswith("error: bundle file") and r.stderr.count("\n") == 1
 
 

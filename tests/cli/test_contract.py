@@ -5,7 +5,6 @@ every outcome, failures included; README's exit-code table is the code's."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,8 +55,13 @@ def test_every_verb_has_a_bad_call():
 @pytest.mark.parametrize("verb", sorted(BAD_CALLS))
 def test_bad_input_is_one_line_no_traceback_and_the_tables_code(verb, tmp_path):
     """In a process of its own, as a user runs it: the whole stderr is the one line."""
-    r = subprocess.run([sys.executable, "-m", "cachetool", *_args(verb, tmp_path)], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "cachetool", *_args(verb, tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     expected = BAD_CALLS[verb][1]
     assert r.returncode == expected.code, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr + r.stdout
@@ -90,8 +94,9 @@ def test_an_unexpected_exception_is_one_line_and_json(cli, tmp_path, monkeypatch
     monkeypatch.setattr(signing, "generate_keypair", broken)
     r = cli("keygen", "-o", tmp_path / "k", "--json")
     assert r.rc == exit_codes.ERROR.code
-    assert _error_lines(r.err) == ["error: unexpected TypeError: something inside broke (set "
-                                   "CACHETOOL_LOGGING_LEVEL=DEBUG for the traceback)"]
+    assert _error_lines(r.err) == [
+        "error: unexpected TypeError: something inside broke (set CACHETOOL_LOGGING_LEVEL=DEBUG for the traceback)"
+    ]
     doc = json.loads(r.out)
     assert doc["ok"] is False and doc["error"] == "error" and doc["exit_code"] == 1
 
@@ -149,12 +154,32 @@ def _missed_start(root):
     from cachetool.engines.vllm.result import VllmStartResult
 
     return VllmStartResult(
-        command="check", model="m", cache_root=str(root), flags=[], vllm_version=TESTED_CPU[-1], cache_key="abc",
-        cache_keys=["abc"], key_existed=True, inductor_compiled=3, inductor_loaded=0, dynamo_traces=1,
-        aot_loaded=False, aot_saved=False, aot_error=None, aot_artifacts_loaded=0, compiled_artifacts_loaded=0,
-        inductor_graphs_compiled=2, inductor_graphs_loaded=0, startup_seconds=1.0, seconds=2.0,
-        phases={"engine_init": 1.0}, tensor_parallel_size=1, ranks=[], log=str(root / "log"),
-        compiled=list(_MISSED))
+        command="check",
+        model="m",
+        cache_root=str(root),
+        flags=[],
+        vllm_version=TESTED_CPU[-1],
+        cache_key="abc",
+        cache_keys=["abc"],
+        key_existed=True,
+        inductor_compiled=3,
+        inductor_loaded=0,
+        dynamo_traces=1,
+        aot_loaded=False,
+        aot_saved=False,
+        aot_error=None,
+        aot_artifacts_loaded=0,
+        compiled_artifacts_loaded=0,
+        inductor_graphs_compiled=2,
+        inductor_graphs_loaded=0,
+        startup_seconds=1.0,
+        seconds=2.0,
+        phases={"engine_init": 1.0},
+        tensor_parallel_size=1,
+        ranks=[],
+        log=str(root / "log"),
+        compiled=list(_MISSED),
+    )
 
 
 @pytest.fixture
@@ -219,7 +244,8 @@ def test_every_option_is_described_and_shared_options_have_one_wording():
     # --cache-root: one wording where it has a default (prune's is required), and the vLLM root only on verbs that
     # have --engine (install has not)
     assert {w.split(";")[0].rstrip(").") for w in wordings["--cache-root"] if "(required" not in w} == {
-        "Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool"}, wordings["--cache-root"]
+        "Cache root (default: CACHETOOL_CACHE_ROOT or ~/.cache/cachetool"
+    }, wordings["--cache-root"]
     for verb, cmd in cli.commands.items():
         opts = {p.opts[0]: p for p in cmd.params if isinstance(p, click.Option)}
         if "--cache-root" in opts:
@@ -238,8 +264,9 @@ def test_pull_help_lists_every_outcome_with_the_exit_the_policy_gives_it(cli):
     r = cli("pull", "--help")
     assert r.rc == 0, r
     listed = {}
-    for names, code, continued in re.findall(r"^ +([a-z-]+(?:, [a-z-]+)*) +exit (\d+)( \(0 under --on-miss continue\))?$",
-                                             r.out, re.MULTILINE):
+    for names, code, continued in re.findall(
+        r"^ +([a-z-]+(?:, [a-z-]+)*) +exit (\d+)( \(0 under --on-miss continue\))?$", r.out, re.MULTILINE
+    ):
         for name in names.split(", "):
             listed[name] = (int(code), 0 if continued else int(code))
     expected = {}

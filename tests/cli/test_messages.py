@@ -46,8 +46,8 @@ def test_a_builtin_exception_class_name_is_not_shown(tmp_path):
     user; what went wrong does."""
     import pytest
 
-    from cachetool.errors import UsageError, cause
     from cachetool.bundle.signing import load_public_key
+    from cachetool.errors import UsageError, cause
 
     bad = tmp_path / "k.pub"
     bad.write_text("-----BEGIN PUBLIC KEY-----\nnot base64 at all\n-----END PUBLIC KEY-----\n")
@@ -64,8 +64,8 @@ def test_a_builtin_exception_class_name_is_not_shown(tmp_path):
 def test_a_manifest_that_is_not_json_names_no_builtin_class():
     import pytest
 
-    from cachetool.errors import ManifestError
     from cachetool.bundle.manifest import Manifest
+    from cachetool.errors import ManifestError
 
     for data in (b"\xff{}", b"{not json"):
         with pytest.raises(ManifestError) as e:
@@ -123,9 +123,13 @@ def test_a_known_scheme_with_a_malformed_separator_says_so():
     from cachetool.errors import UsageError
     from cachetool.stores.addresses import parse_ref, parse_store, parse_store_or_ref
 
-    for text, expected in (("s3:/bad", "s3://bucket/prefix/name:tag"), ("S3:bucket/x:v1", "s3://bucket/prefix/name:tag"),
-                           ("file:/abs/dir/x:v1", "file:///dir/name:tag"), ("oci:/host/repo:v1", "oci://host[:port]/repo:tag"),
-                           ("s3:\\\\bucket\\x", "s3://bucket/prefix/name:tag")):
+    for text, expected in (
+        ("s3:/bad", "s3://bucket/prefix/name:tag"),
+        ("S3:bucket/x:v1", "s3://bucket/prefix/name:tag"),
+        ("file:/abs/dir/x:v1", "file:///dir/name:tag"),
+        ("oci:/host/repo:v1", "oci://host[:port]/repo:tag"),
+        ("s3:\\\\bucket\\x", "s3://bucket/prefix/name:tag"),
+    ):
         with pytest.raises(UsageError) as e:
             parse_ref(text)
         msg = e.value.message
@@ -156,8 +160,10 @@ def test_an_unsigned_bundle_hint_names_only_flags_the_verb_has(tmp_path, cli, ke
     src = make_native_tree(tmp_path / "src", layers=2, factors=local_factors())
     ctb = tmp_path / "u.ctb"
     assert cli("pack", src, "-o", ctb).rc == 0
-    for verb, args in (("verify", [ctb, "--trust", keys["pub"]]),
-                       ("install", [ctb, "--cache-root", tmp_path / "root", "--trust", keys["pub"]])):
+    for verb, args in (
+        ("verify", [ctb, "--trust", keys["pub"]]),
+        ("install", [ctb, "--cache-root", tmp_path / "root", "--trust", keys["pub"]]),
+    ):
         r = cli(verb, *args)
         assert r.rc == 3, r
         line = [x for x in r.err.splitlines() if x.startswith("error: ")][-1]
@@ -254,9 +260,9 @@ def test_the_aot_entry_save_does_not_read_as_pieces_reused(tmp_path, monkeypatch
         ModelRunner("tiny", "cpu", CompilationConfig(), max_num_batched_tokens=8).warmup()
     kinds = [e.kind for e in events]
     assert progress.SAVE in kinds, [str(e) for e in events]
-    after = [e for e in events[kinds.index(progress.SAVE) + 1:] if e.kind == progress.PIECE]
+    after = [e for e in events[kinds.index(progress.SAVE) + 1 :] if e.kind == progress.PIECE]
     assert after, [str(e) for e in events]
     for e in after:
         assert "reused" not in e.message and "AOT entry" in e.message and e.fields["action"] == "aot_entry", e
-    before = [e for e in events[:kinds.index(progress.SAVE)] if e.kind == progress.PIECE]
+    before = [e for e in events[: kinds.index(progress.SAVE)] if e.kind == progress.PIECE]
     assert {e.fields["action"] for e in before} == {"compiled", "reused"}

@@ -24,8 +24,11 @@ def test_each_size_is_named_and_shows_the_bytes_every_report_shows(tmp_path, cli
     stored = json.loads(cli("ls", ref, "--json").out)["refs"][0]["size"]
     assert stored > blobs  # the manifest is stored with the blobs
 
-    texts = {"pack": cli("pack", tree, "-o", tmp_path / "c.ctb").out, "inspect": cli("inspect", ref).out,
-             "ls": cli("ls", ref).out}
+    texts = {
+        "pack": cli("pack", tree, "-o", tmp_path / "c.ctb").out,
+        "inspect": cli("inspect", ref).out,
+        "ls": cli("ls", ref).out,
+    }
     assert "compressed blobs " in texts["pack"] and f"({blobs} B)" in texts["pack"], texts["pack"]
     assert "compressed blobs " in texts["inspect"] and f"({blobs} B)" in texts["inspect"], texts["inspect"]
     assert "STORED" in texts["ls"] and f"({stored} B)" in texts["ls"], texts["ls"]
@@ -39,9 +42,19 @@ def test_warm_push_names_the_stored_size_as_ls_lists_it():
     from cachetool.cli.compile_cmds import push_lines
     from cachetool.transfer.push import PushResult
 
-    push = PushResult(ref="file:///d/store/tiny:v1", manifest_digest="sha256:" + "0" * 64, platform="cpu", signed=True,
-                      blobs_total=3, blobs_uploaded=3, blobs_skipped=0, bytes_uploaded=398700, bytes_skipped=0,
-                      platforms=["cpu"], seconds=0.1)
+    push = PushResult(
+        ref="file:///d/store/tiny:v1",
+        manifest_digest="sha256:" + "0" * 64,
+        platform="cpu",
+        signed=True,
+        blobs_total=3,
+        blobs_uploaded=3,
+        blobs_skipped=0,
+        bytes_uploaded=398700,
+        bytes_skipped=0,
+        platforms=["cpu"],
+        seconds=0.1,
+    )
     summary = WarmSummary(compile=None, push=push, bytes_raw=1973881, bytes_unique=1972812, bytes_compressed=398319)
     text = "\n".join(push_lines(summary))
     assert "stored 389.0 KiB (398319 B)" in text and "manifest" in text, text

@@ -12,12 +12,15 @@ def run(*args):
     return subprocess.run([sys.executable, "-m", "cachetool", *args], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["no-such-command"], "No such command 'no-such-command'"),
-    (["--no-such-flag"], "No such option '--no-such-flag'"),
-    (["pull"], "Missing argument 'REF'"),
-    (["warm", "--model", "tiny", "--bogus"], "No such option '--bogus'"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["no-such-command"], "No such command 'no-such-command'"),
+        (["--no-such-flag"], "No such option '--no-such-flag'"),
+        (["pull"], "Missing argument 'REF'"),
+        (["warm", "--model", "tiny", "--bogus"], "No such option '--bogus'"),
+    ],
+)
 def test_usage_errors_are_one_line(args, words):
     r = run(*args)
     assert r.returncode == 2
@@ -41,19 +44,43 @@ def test_api_warm_refuses_a_missing_sign_key_before_compiling(tmp_path):
     from cachetool.errors import KeyFileError
 
     with pytest.raises(KeyFileError, match="signing key .*missing.key does not exist"):
-        cachetool.warm("tiny", cache_root=tmp_path / "root", push=f"file://{tmp_path}/store/tiny:v1",
-                       sign_key=str(tmp_path / "missing.key"))
+        cachetool.warm(
+            "tiny",
+            cache_root=tmp_path / "root",
+            push=f"file://{tmp_path}/store/tiny:v1",
+            sign_key=str(tmp_path / "missing.key"),
+        )
     assert not (tmp_path / "root").exists(), "warm compiled before checking the key"
 
 
-@pytest.mark.parametrize("args", [
-    ("pack", "{tmp}", "-o", "{tmp}/x.ctb", "--sign-key", "{tmp}/missing.key"),
-    ("warm", "--model", "tiny", "--cache-root", "{tmp}/root", "--push", "file://{tmp}/s/t:v", "--sign-key",
-     "{tmp}/missing.key"),
-    ("pull", "file://{tmp}/store/t:v", "--cache-root", "{tmp}/root", "--trust", "{tmp}/missing.pub"),
-    ("pull", "file://{tmp}/store/t:v", "--cache-root", "{tmp}/root", "--trust", "{tmp}/missing.pub",
-     "--on-miss", "continue"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("pack", "{tmp}", "-o", "{tmp}/x.ctb", "--sign-key", "{tmp}/missing.key"),
+        (
+            "warm",
+            "--model",
+            "tiny",
+            "--cache-root",
+            "{tmp}/root",
+            "--push",
+            "file://{tmp}/s/t:v",
+            "--sign-key",
+            "{tmp}/missing.key",
+        ),
+        ("pull", "file://{tmp}/store/t:v", "--cache-root", "{tmp}/root", "--trust", "{tmp}/missing.pub"),
+        (
+            "pull",
+            "file://{tmp}/store/t:v",
+            "--cache-root",
+            "{tmp}/root",
+            "--trust",
+            "{tmp}/missing.pub",
+            "--on-miss",
+            "continue",
+        ),
+    ],
+)
 def test_a_missing_key_file_is_a_usage_error_on_every_verb(cli, tmp_path, args):
     """A key file that is not there is a deployment mistake: exit 2 everywhere (pack said 5 before), and
     --on-miss continue does not turn it into a cold start (it exited 0 before)."""
@@ -90,8 +117,10 @@ def test_install_and_pull_refuse_a_cuda_device_this_machine_lacks_alike(cli, tmp
     for verb, source in (("install", ctb), ("pull", f"file://{store}/tiny:cpu")):
         root = tmp_path / f"root-{verb}"
         r = cli(verb, source, "--cache-root", root, "--trust", pub, "--device", device)
-        assert r.rc == 2 and r.error_line() == \
-            f"error: --device {device}: this machine has no CUDA device (NVML and torch see none)", (verb, r)
+        assert (
+            r.rc == 2
+            and r.error_line() == f"error: --device {device}: this machine has no CUDA device (NVML and torch see none)"
+        ), (verb, r)
         assert not root.exists(), verb
 
 

@@ -65,8 +65,17 @@ def warmed_modes(tmp_path_factory: pytest.TempPathFactory, tiny_warm: dict) -> d
             root, warm = copy_warmed(tiny_warm, tmp_path_factory.mktemp("aot_backed") / "root")
         else:
             root = tmp_path_factory.mktemp(f"aot_{mode}")
-            warm = _json(run_cli("warm", "--model", "tiny", "--cache-root", str(root), "--json",
-                                 f"-cc.dynamic_shapes_config.type={mode}"))
+            warm = _json(
+                run_cli(
+                    "warm",
+                    "--model",
+                    "tiny",
+                    "--cache-root",
+                    str(root),
+                    "--json",
+                    f"-cc.dynamic_shapes_config.type={mode}",
+                )
+            )
         assert warm["graphs_compiled"] == 3 and warm["hot_path"] == "dynamo"
         _assert_sum_rules(warm)  # a cold warm compiled: its time is compile (and trace, save), not load
         assert warm["phases"]["compile"] > warm["phases"]["load"] and warm["phases"]["save"] > 0
@@ -139,9 +148,14 @@ def test_an_edited_traced_file_is_a_miss(warmed_modes, tmp_path: Path) -> None:
     root, _ = warmed_modes["backed"]
     src = _repo_copy_with_edited_model(tmp_path / "src")
     env = cli_env(PYTHONPATH=str(src))
-    proc = subprocess.run([os.sys.executable, "-m", "cachetool", "check", "--model", "tiny", "--cache-root",
-                           str(root), "--require-hit"], capture_output=True, text=True, env=env, cwd=str(src),
-                          timeout=300)
+    proc = subprocess.run(
+        [os.sys.executable, "-m", "cachetool", "check", "--model", "tiny", "--cache-root", str(root), "--require-hit"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(src),
+        timeout=300,
+    )
     assert proc.returncode == 8, proc.stderr[-2000:]  # the Dynamo path then needs a compile: refused
     reason = next(ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln)
     assert "traced file module:compiler.models.llama differs" in reason
@@ -174,9 +188,14 @@ def test_an_evidence_mismatch_still_misses_on_an_edited_traced_file(warmed_modes
     root, _ = warmed_modes["backed"]
     copy = _with_foreign_evidence(root, tmp_path / "root")
     src = _repo_copy_with_edited_model(tmp_path / "src")
-    proc = subprocess.run([os.sys.executable, "-m", "cachetool", "check", "--model", "tiny", "--cache-root",
-                           str(copy), "--require-hit"], capture_output=True, text=True,
-                          env=cli_env(PYTHONPATH=str(src)), cwd=str(src), timeout=300)
+    proc = subprocess.run(
+        [os.sys.executable, "-m", "cachetool", "check", "--model", "tiny", "--cache-root", str(copy), "--require-hit"],
+        capture_output=True,
+        text=True,
+        env=cli_env(PYTHONPATH=str(src)),
+        cwd=str(src),
+        timeout=300,
+    )
     assert proc.returncode == 8, proc.stderr[-2000:]
     reason = next(ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln)
     assert "traced file module:compiler.models.llama differs" in reason
@@ -184,8 +203,7 @@ def test_an_evidence_mismatch_still_misses_on_an_edited_traced_file(warmed_modes
 
 def test_another_config_is_a_miss_naming_the_field(warmed_modes) -> None:
     root, _ = warmed_modes["backed"]
-    proc = run_cli("check", "--model", "tiny", "--cache-root", str(root), "--require-hit",
-                   "-cc.compile_sizes=[4]")
+    proc = run_cli("check", "--model", "tiny", "--cache-root", str(root), "--require-hit", "-cc.compile_sizes=[4]")
     assert proc.returncode == 8, proc.stderr[-2000:]
     reason = next(ln for ln in proc.stderr.splitlines() if "No AOT hot start" in ln)
     assert "config factor field 'compilation_config.compile_sizes' differs: cache [], here [4]" in reason
@@ -194,14 +212,35 @@ def test_another_config_is_a_miss_naming_the_field(warmed_modes) -> None:
 def _read_only_check(root: Path) -> subprocess.CompletedProcess[str]:
     """``check --require-hit`` with ``root`` made read-only: a read-only bind mount in a private mount namespace
     where the kernel allows one (as root, a chmod alone would not stop a write), else ``chmod -R a-w``."""
-    args = [os.sys.executable, "-m", "cachetool", "check", "--model", "tiny", "--cache-root", str(root),
-            "--require-hit", "--json"]
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {root} {root}"],
-                           capture_output=True, text=True) if shutil.which("unshare") else None
+    args = [
+        os.sys.executable,
+        "-m",
+        "cachetool",
+        "check",
+        "--model",
+        "tiny",
+        "--cache-root",
+        str(root),
+        "--require-hit",
+        "--json",
+    ]
+    probe = (
+        subprocess.run(
+            ["unshare", "-m", "sh", "-c", f"mount --bind -o ro {root} {root}"], capture_output=True, text=True
+        )
+        if shutil.which("unshare")
+        else None
+    )
     if probe is not None and probe.returncode == 0:
-        script = f'mount --bind -o ro "$0" "$0" && touch "$0/.probe" 2>/dev/null && exit 97; exec "$@"'
-        return subprocess.run(["unshare", "-m", "sh", "-c", script, str(root), *args], capture_output=True,
-                              text=True, env=cli_env(), cwd=str(REPO), timeout=300)
+        script = 'mount --bind -o ro "$0" "$0" && touch "$0/.probe" 2>/dev/null && exit 97; exec "$@"'
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", script, str(root), *args],
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+            cwd=str(REPO),
+            timeout=300,
+        )
     subprocess.run(["chmod", "-R", "a-w", str(root)], check=True)
     try:
         return subprocess.run(args, capture_output=True, text=True, env=cli_env(), cwd=str(REPO), timeout=300)
@@ -226,13 +265,33 @@ def test_a_loading_start_on_a_writable_root_writes_nothing(warmed_modes, tmp_pat
     copy = tmp_path / "rw"
     shutil.copytree(root, copy, symlinks=True)
     before = _tree_state(copy)
-    _json(run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit", "--json",
-                  "-cc.dynamic_shapes_config.type=unbacked"))
+    _json(
+        run_cli(
+            "check",
+            "--model",
+            "tiny",
+            "--cache-root",
+            str(copy),
+            "--require-hit",
+            "--json",
+            "-cc.dynamic_shapes_config.type=unbacked",
+        )
+    )
     assert _tree_state(copy) == before
     next(copy.rglob(ENTRY_FILE)).unlink()
     before = _tree_state(copy)
-    dyn = _json(run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit", "--json",
-                        "-cc.dynamic_shapes_config.type=unbacked"))
+    dyn = _json(
+        run_cli(
+            "check",
+            "--model",
+            "tiny",
+            "--cache-root",
+            str(copy),
+            "--require-hit",
+            "--json",
+            "-cc.dynamic_shapes_config.type=unbacked",
+        )
+    )
     assert dyn["hot_path"] == "dynamo"
     assert _tree_state(copy) == before
 
@@ -260,6 +319,7 @@ def test_the_entry_is_signed_with_the_bundle(warmed_modes, tmp_path: Path) -> No
 
 # ---------------------------------------------------------------------- issue 12: pull --model predicts the key
 
+
 def _pushed(root: Path, tmp_path: Path) -> tuple[str, Path]:
     """``root`` pushed (signed) to a file store; returns (ref, public key)."""
     key = tmp_path / "k.key"
@@ -277,11 +337,19 @@ def _check_in_a_fresh_process(root: Path, *flags: str) -> tuple[subprocess.Compl
     """``check --require-hit --json`` on ``root`` in a fresh process at DEBUG level: (process, its --json object,
     which of :data:`_HIT_IMPORTS` the process imported)."""
     args = ["check", "--model", "tiny", "--cache-root", str(root), "--require-hit", "--json", *flags]
-    script = ("import json, sys\nfrom cachetool.cli import main\n"
-              f"rc = main({args!r})\n"
-              f"print(json.dumps({{'rc': rc, 'imported': [m for m in {_HIT_IMPORTS!r} if m in sys.modules]}}))\n")
-    proc = subprocess.run([os.sys.executable, "-c", script], capture_output=True, text=True,
-                          env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"), cwd=str(REPO), timeout=300)
+    script = (
+        "import json, sys\nfrom cachetool.cli import main\n"
+        f"rc = main({args!r})\n"
+        f"print(json.dumps({{'rc': rc, 'imported': [m for m in {_HIT_IMPORTS!r} if m in sys.modules]}}))\n"
+    )
+    proc = subprocess.run(
+        [os.sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"),
+        cwd=str(REPO),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     *check_lines, last = proc.stdout.strip().splitlines()
     report = json.loads(last)
@@ -298,8 +366,18 @@ def test_pull_model_then_a_second_process_takes_the_aot_path(warmed_modes, tmp_p
     root, warm = warmed_modes[mode]
     ref, pub = _pushed(root, tmp_path)
     fresh = tmp_path / "fresh"
-    proc = run_cli("pull", ref, "--cache-root", str(fresh), "--trust", str(pub), "--model", "tiny",
-                   f"-cc.dynamic_shapes_config.type={mode}", "--json")
+    proc = run_cli(
+        "pull",
+        ref,
+        "--cache-root",
+        str(fresh),
+        "--trust",
+        str(pub),
+        "--model",
+        "tiny",
+        f"-cc.dynamic_shapes_config.type={mode}",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     pull = json.loads(proc.stdout)
     assert f"cache key {warm['cache_key']}" in pull["install"]["preflight"]
@@ -312,8 +390,19 @@ def test_pull_model_then_a_second_process_takes_the_aot_path(warmed_modes, tmp_p
     assert {1, 2, 7, 64} <= set(check["workload"]["token_counts"])
     assert check["workload"]["checksum"] == warm["workload"]["checksum"]
     assert "Start compiling function" not in proc.stderr
-    assert set(check["phases"]) == {"import", "build", "key", "trace", "compile", "load", "save",
-                                    "cudagraph_capture", "first_forward", "workload", "exit"}
+    assert set(check["phases"]) == {
+        "import",
+        "build",
+        "key",
+        "trace",
+        "compile",
+        "load",
+        "save",
+        "cudagraph_capture",
+        "first_forward",
+        "workload",
+        "exit",
+    }
     assert check["phases"]["load"] > 0 and check["phases"]["compile"] == check["phases"]["trace"] == 0
     assert check["key_source"] == "evidence"  # the build evidence matched: no torch/Triton source hashing
     _assert_sum_rules(check)
@@ -323,8 +412,9 @@ def test_pull_model_refuses_another_config_field_before_any_blob(warmed_modes, t
     root, _ = warmed_modes["backed"]
     ref, pub = _pushed(root, tmp_path)
     fresh = tmp_path / "fresh"
-    proc = run_cli("pull", ref, "--cache-root", str(fresh), "--trust", str(pub), "--model", "tiny",
-                   "-cc.compile_sizes=[4]")
+    proc = run_cli(
+        "pull", ref, "--cache-root", str(fresh), "--trust", str(pub), "--model", "tiny", "-cc.compile_sizes=[4]"
+    )
     assert proc.returncode == 4, proc.stderr[-2000:]
     assert "config factor field 'compilation_config.compile_sizes' differs" in proc.stderr
     assert not fresh.exists() or not any(fresh.rglob("*"))
@@ -335,9 +425,26 @@ def test_pull_model_refuses_an_edited_traced_file(warmed_modes, tmp_path: Path) 
     ref, pub = _pushed(root, tmp_path)
     src = _repo_copy_with_edited_model(tmp_path / "src")
     fresh = tmp_path / "fresh"
-    proc = subprocess.run([os.sys.executable, "-m", "cachetool", "pull", ref, "--cache-root", str(fresh), "--trust",
-                           str(pub), "--model", "tiny"], capture_output=True, text=True,
-                          env=cli_env(PYTHONPATH=str(src)), cwd=str(src), timeout=300)
+    proc = subprocess.run(
+        [
+            os.sys.executable,
+            "-m",
+            "cachetool",
+            "pull",
+            ref,
+            "--cache-root",
+            str(fresh),
+            "--trust",
+            str(pub),
+            "--model",
+            "tiny",
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(PYTHONPATH=str(src)),
+        cwd=str(src),
+        timeout=300,
+    )
     assert proc.returncode == 4, proc.stderr[-2000:]
     assert "traced file module:compiler.models.llama differs" in proc.stderr
     assert not fresh.exists() or not any(fresh.rglob("*"))
@@ -371,18 +478,23 @@ def test_the_dynamo_path_checks_the_recorded_artifact_digest(warmed_modes, tmp_p
     artifact.write_bytes(artifact.read_bytes() + b"x")
     proc = run_cli("check", "--model", "tiny", "--cache-root", str(copy), "--require-hit")
     assert proc.returncode == 8, proc.stderr[-2000:]
-    assert f"Could not load {artifact.name} (AotEntryError: artifact {artifact.name} does not match its recorded " \
-           "digest)" in proc.stderr
+    assert (
+        f"Could not load {artifact.name} (AotEntryError: artifact {artifact.name} does not match its recorded "
+        "digest)" in proc.stderr
+    )
 
 
 def test_pull_model_imports_no_torch(warmed_modes, tmp_path: Path) -> None:
     """The init-container's pull, --model included, answers from files: torch is never imported."""
     root, warm = warmed_modes["backed"]
     ref, pub = _pushed(root, tmp_path)
-    script = ("import json, sys\nfrom cachetool.cli import main\n"
-              f"rc = main(['pull', {ref!r}, '--cache-root', {str(tmp_path / 'fresh')!r}, '--trust', {str(pub)!r}, "
-              "'--model', 'tiny'])\nprint(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))\n")
-    proc = subprocess.run([os.sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(),
-                          cwd=str(REPO), timeout=120)
+    script = (
+        "import json, sys\nfrom cachetool.cli import main\n"
+        f"rc = main(['pull', {ref!r}, '--cache-root', {str(tmp_path / 'fresh')!r}, '--trust', {str(pub)!r}, "
+        "'--model', 'tiny'])\nprint(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))\n"
+    )
+    proc = subprocess.run(
+        [os.sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(), cwd=str(REPO), timeout=120
+    )
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"rc": 0, "torch": False}, proc.stderr[-2000:]
     assert f"cache key {warm['cache_key']}" in proc.stdout + proc.stderr

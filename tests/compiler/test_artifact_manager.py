@@ -47,8 +47,9 @@ def _start(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModelRunner, li
     monkeypatch.setattr(piecewise_backend, "InductorStandaloneAdaptor", SpyAdaptor)
     SpyAdaptor.calls = []
     before = counters.snapshot()
-    runner = ModelRunner("tiny", "cpu", CompilationConfig(cache_dir=str(root), compile_sizes=[SIZE]),
-                         max_num_batched_tokens=8)
+    runner = ModelRunner(
+        "tiny", "cpu", CompilationConfig(cache_dir=str(root), compile_sizes=[SIZE]), max_num_batched_tokens=8
+    )
     runner.warmup()
     return runner, list(SpyAdaptor.calls), counters.delta(before)
 
@@ -91,8 +92,9 @@ def test_identical_pieces_are_compiled_once(cold) -> None:
         assert manager.recorded(i, SIZE).graph_hash == h + f"@{SIZE}"
 
 
-def test_the_aot_loader_and_the_dynamo_path_go_through_the_same_manager(cold, tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_aot_loader_and_the_dynamo_path_go_through_the_same_manager(
+    cold, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, warm, _, _ = cold
     hashes = _general_hashes(warm)
     root, _ = _copy(cold, tmp_path / "aot")
@@ -101,8 +103,9 @@ def test_the_aot_loader_and_the_dynamo_path_go_through_the_same_manager(cold, tm
     assert hot.compile_state.hot_path == "aot" and isinstance(backend, piecewise_backend.HotStartBackend)
     assert isinstance(backend.artifacts, ArtifactManager)
     # The refs the warm's entry recorded (through the warm's manager) are what the loader's manager loaded.
-    assert [backend.artifacts.lookup(h, None) for h in hashes] == [warm.backend.artifacts.lookup(h, None)
-                                                                   for h in hashes]
+    assert [backend.artifacts.lookup(h, None) for h in hashes] == [
+        warm.backend.artifacts.lookup(h, None) for h in hashes
+    ]
     loads = [(name, shape) for kind, name, shape in calls if kind == "load"]
     assert not [c for c in calls if c[0] == "compile"] and len(loads) == len(set(loads)) == 6  # each artifact once
     assert backend.artifacts.tally.loaded == backend.graphs_loaded == 6 and backend.artifacts.tally.reused == 2
@@ -114,8 +117,9 @@ def test_the_aot_loader_and_the_dynamo_path_go_through_the_same_manager(cold, tm
     assert traced.compile_state.hot_path == "dynamo" and traced_done.graphs_compiled == 0
     assert isinstance(traced.backend.artifacts, ArtifactManager)
     assert sorted(c for c in traced_calls if c[0] == "load") == sorted(c for c in calls if c[0] == "load")
-    assert [traced.backend.artifacts.lookup(h, None) for h in hashes] == [backend.artifacts.lookup(h, None)
-                                                                          for h in hashes]
+    assert [traced.backend.artifacts.lookup(h, None) for h in hashes] == [
+        backend.artifacts.lookup(h, None) for h in hashes
+    ]
     assert hot.run_workload().checksum == traced.run_workload().checksum == warm.run_workload().checksum
 
 
@@ -133,11 +137,16 @@ def test_a_corrupted_artifact_is_refused_by_the_manager(cold, tmp_path: Path, ca
     with pytest.raises(AotEntryError, match="does not match its recorded digest"):
         manager.load(ArtifactRef.of(entry), Piece(0, entry.graph_hash))
     # The Dynamo path's policy: refused, logged, then compiled instead (which strict mode refuses here).
-    with caplog.at_level(logging.WARNING, logger="compiler.artifact_manager"), strict_mode(True), \
-            pytest.raises(CompileInStrictMode, match="piece 0"):
+    with (
+        caplog.at_level(logging.WARNING, logger="compiler.artifact_manager"),
+        strict_mode(True),
+        pytest.raises(CompileInStrictMode, match="piece 0"),
+    ):
         manager.load_or_compile(Piece(0, entry.graph_hash, None, 5), None, [])  # type: ignore[arg-type]
-    assert f"Could not load {entry.artifact} (AotEntryError: artifact {entry.artifact} does not match its " \
-           "recorded digest); compiling instead" in caplog.text
+    assert (
+        f"Could not load {entry.artifact} (AotEntryError: artifact {entry.artifact} does not match its "
+        "recorded digest); compiling instead" in caplog.text
+    )
     assert SpyAdaptor.calls == [] and manager.tally.loaded == 0 and counters.graphs_loaded == loaded_before
 
     # An intact artifact serving two identical pieces loads once; the second piece gets the same callable.
@@ -151,8 +160,9 @@ def test_a_corrupted_artifact_is_refused_by_the_manager(cold, tmp_path: Path, ca
     assert manager.tally.loaded == 1 and manager.tally.reused == 1
 
 
-def test_a_start_on_a_corrupted_artifact_falls_back_and_compiles_that_piece(cold, tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_start_on_a_corrupted_artifact_falls_back_and_compiles_that_piece(
+    cold, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Both callers refuse it through the one check: the AOT loader (the start then traces), then the Dynamo
     path, which compiles the altered piece alone and loads the rest."""
     root, layout = _copy(cold, tmp_path / "root")

@@ -52,12 +52,18 @@ def test_hashed_field_changes_folder_excluded_and_root_do_not(base_key, tmp_path
     key, layout = base_key
     other_root = tmp_path / "moved"
     same, same_layout = compute_cache_key(
-        "tiny", compilation_config=CompilationConfig.from_dict(
-            {"cache_dir": str(other_root), "compile_cache_save_format": "unpacked"}))
+        "tiny",
+        compilation_config=CompilationConfig.from_dict(
+            {"cache_dir": str(other_root), "compile_cache_save_format": "unpacked"}
+        ),
+    )
     assert same.hash == key.hash and same_layout.root == other_root.resolve()
     diff, diff_layout = compute_cache_key(
-        "tiny", compilation_config=CompilationConfig.from_dict(
-            {"cache_dir": str(layout.root), "dynamic_shapes_config": {"type": "unbacked"}}))
+        "tiny",
+        compilation_config=CompilationConfig.from_dict(
+            {"cache_dir": str(layout.root), "dynamic_shapes_config": {"type": "unbacked"}}
+        ),
+    )
     assert diff.hash != key.hash and diff_layout.hash_dir != layout.hash_dir
     assert diff.factors.hash_of("config") != key.factors.hash_of("config")
     assert diff.factors.hash_of("code") == key.factors.hash_of("code")
@@ -73,8 +79,9 @@ print(json.dumps({"hash": key.hash, "file": compiler.__file__, "code": key.facto
 
 def _key_in(path: Path) -> dict:
     env = cli_env(PYTHONPATH=str(path))
-    proc = subprocess.run([sys.executable, "-c", _KEY_SCRIPT], capture_output=True, text=True, env=env,
-                          cwd=str(path), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KEY_SCRIPT], capture_output=True, text=True, env=env, cwd=str(path), timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -115,7 +122,12 @@ def test_factors_of_another_shape_stay_raw_and_unstructured() -> None:
     """Another engine's file (or a damaged one) parses without error: no typed entries, the JSON kept as it was,
     and a non-dict ``values`` is one ``value`` field."""
     raw = cache_key.Factors.parse({"raw": {"vllm": "0.32"}})
-    assert raw is not None and not raw.structured and raw.factor("raw") is None and raw.to_json() == {"raw": {"vllm": "0.32"}}
+    assert (
+        raw is not None
+        and not raw.structured
+        and raw.factor("raw") is None
+        and raw.to_json() == {"raw": {"vllm": "0.32"}}
+    )
     assert cache_key.Factors.parse([1, 2]) is None and cache_key.Factors.parse(None) is None
     odd = cache_key.Factors.parse({"env": {"hash": 5, "values": "x"}, "serve": {"values": {"model": "/m"}}})
     assert odd.factor("env") == cache_key.Factor(None, {"value": "x"}) and odd.values("serve") == {"model": "/m"}

@@ -33,8 +33,12 @@ def test_save_format_default_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_json_and_dot_overrides() -> None:
     cfg = CompilationConfig.from_cli(
         '{"mode": 3, "splitting_ops": [], "cudagraph_capture_sizes": [4, 1, 2, 2]}',
-        ["-cc.dynamic_shapes_config.type=unbacked", "-cc.dynamic_shapes_config.evaluate_guards=true",
-         "-cc.cudagraph_mode=FULL", "-cc.compile_sizes=[1,8]"],
+        [
+            "-cc.dynamic_shapes_config.type=unbacked",
+            "-cc.dynamic_shapes_config.evaluate_guards=true",
+            "-cc.cudagraph_mode=FULL",
+            "-cc.compile_sizes=[1,8]",
+        ],
     )
     assert cfg.dynamic_shapes_config.type == DynamicShapesType.UNBACKED
     assert cfg.dynamic_shapes_config.evaluate_guards is True
@@ -45,8 +49,9 @@ def test_json_and_dot_overrides() -> None:
 
 
 def test_capture_sizes_from_max_and_compile_sizes_alias() -> None:
-    cfg = CompilationConfig.from_dict({"max_cudagraph_capture_size": 32, "cudagraph_mode": "piecewise",
-                                       "compile_sizes": ["cudagraph_capture_sizes"]})
+    cfg = CompilationConfig.from_dict(
+        {"max_cudagraph_capture_size": 32, "cudagraph_mode": "piecewise", "compile_sizes": ["cudagraph_capture_sizes"]}
+    )
     assert cfg.cudagraph_capture_sizes == [1, 2, 4, 8, 16, 24, 32]
     assert cfg.resolved_compile_sizes == [1, 2, 4, 8, 16, 24, 32]
     assert cfg.cudagraph_mode.has_piecewise()

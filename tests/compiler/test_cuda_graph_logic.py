@@ -11,8 +11,14 @@ import pytest
 import torch
 
 from compiler.config import CompilationConfig, CompilationMode, ConfigError, CUDAGraphMode, default_capture_sizes
-from compiler.cudagraph_dispatcher import (AttentionCGSupport, BatchDescriptor, CudagraphDispatcher, padded_size,
-                                           resolve_capture_sizes, resolve_cudagraph_mode)
+from compiler.cudagraph_dispatcher import (
+    AttentionCGSupport,
+    BatchDescriptor,
+    CudagraphDispatcher,
+    padded_size,
+    resolve_capture_sizes,
+    resolve_cudagraph_mode,
+)
 
 # ---------------------------------------------------------------------- capture sizes
 
@@ -44,8 +50,20 @@ def test_config_capture_sizes_follow_the_rule() -> None:
 
 def test_padding_to_nearest_captured_size() -> None:
     sizes = default_capture_sizes(512)
-    assert [padded_size(n, sizes) for n in (1, 2, 3, 4, 5, 8, 9, 255, 256, 257, 500, 512)] == \
-        [1, 2, 4, 4, 8, 8, 16, 256, 256, 272, 512, 512]
+    assert [padded_size(n, sizes) for n in (1, 2, 3, 4, 5, 8, 9, 255, 256, 257, 500, 512)] == [
+        1,
+        2,
+        4,
+        4,
+        8,
+        8,
+        16,
+        256,
+        256,
+        272,
+        512,
+        512,
+    ]
     assert padded_size(513, sizes) is None  # larger batches run without graphs
     assert padded_size(3, []) is None
     with pytest.raises(ValueError):
@@ -67,13 +85,16 @@ def test_dispatch_full_and_piecewise() -> None:
     assert keys[0] == (CUDAGraphMode.PIECEWISE, BatchDescriptor(16, False))  # largest first
 
 
-@pytest.mark.parametrize("mode,decode,mixed", [
-    (CUDAGraphMode.NONE, CUDAGraphMode.NONE, CUDAGraphMode.NONE),
-    (CUDAGraphMode.PIECEWISE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.PIECEWISE),
-    (CUDAGraphMode.FULL, CUDAGraphMode.FULL, CUDAGraphMode.FULL),
-    (CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL, CUDAGraphMode.NONE),
-    (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE),
-])
+@pytest.mark.parametrize(
+    "mode,decode,mixed",
+    [
+        (CUDAGraphMode.NONE, CUDAGraphMode.NONE, CUDAGraphMode.NONE),
+        (CUDAGraphMode.PIECEWISE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.PIECEWISE),
+        (CUDAGraphMode.FULL, CUDAGraphMode.FULL, CUDAGraphMode.FULL),
+        (CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL, CUDAGraphMode.NONE),
+        (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE),
+    ],
+)
 def test_dispatch_per_mode(mode: CUDAGraphMode, decode: CUDAGraphMode, mixed: CUDAGraphMode) -> None:
     d = CudagraphDispatcher(mode, [1, 2, 4, 8], max_num_seqs=8)
     assert d.dispatch(3, uniform_decode=True)[0] == decode
@@ -106,38 +127,48 @@ def test_gpu_default_is_full_and_piecewise() -> None:
 def test_full_only_where_attention_allows() -> None:
     full = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL)
     assert resolve_cudagraph_mode(full, "cuda", AttentionCGSupport.ALWAYS) == CUDAGraphMode.FULL
-    assert resolve_cudagraph_mode(full, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE) == \
-        CUDAGraphMode.FULL_AND_PIECEWISE
+    assert (
+        resolve_cudagraph_mode(full, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
+        == CUDAGraphMode.FULL_AND_PIECEWISE
+    )
     assert resolve_cudagraph_mode(full, "cuda", AttentionCGSupport.NEVER) == CUDAGraphMode.PIECEWISE
     nosplit = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL, splitting_ops=[])
-    assert resolve_cudagraph_mode(nosplit, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE) == \
-        CUDAGraphMode.FULL_DECODE_ONLY
+    assert (
+        resolve_cudagraph_mode(nosplit, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
+        == CUDAGraphMode.FULL_DECODE_ONLY
+    )
     assert resolve_cudagraph_mode(nosplit, "cuda", AttentionCGSupport.NEVER) == CUDAGraphMode.NONE
     fdo = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL_DECODE_ONLY)
-    assert resolve_cudagraph_mode(fdo, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE) == \
-        CUDAGraphMode.FULL_DECODE_ONLY
+    assert (
+        resolve_cudagraph_mode(fdo, "cuda", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
+        == CUDAGraphMode.FULL_DECODE_ONLY
+    )
     # no compilation: full graphs of the eager model only
     eager = CompilationConfig(mode=CompilationMode.NONE)
     assert resolve_cudagraph_mode(eager, "cuda") == CUDAGraphMode.FULL_DECODE_ONLY
     from compiler.ops.static_attention import ATTENTION_CG_SUPPORT
+
     assert ATTENTION_CG_SUPPORT == AttentionCGSupport.ALWAYS
 
 
 # ---------------------------------------------------------------------- config validation
 
 
-@pytest.mark.parametrize("data,message", [
-    ({"cudagraph_mode": "SOMETIMES"}, "cudagraph_mode must be one of"),
-    ({"cudagraph_capture_sizes": [0, 2]}, "positive integers"),
-    ({"cudagraph_capture_sizes": "8"}, "positive integers"),
-    ({"cudagraph_capture_sizes": [1, 2], "max_cudagraph_capture_size": 8}, "must equal the largest"),
-    ({"max_cudagraph_capture_size": -1}, "non-negative integer"),
-    ({"max_cudagraph_capture_size": True}, "non-negative integer"),
-    ({"cudagraph_mode": "PIECEWISE", "splitting_ops": []}, "needs splitting_ops"),
-    ({"cudagraph_mode": "FULL_AND_PIECEWISE", "mode": 1}, "needs mode=3"),
-    ({"compile_sizes": [0]}, "compile_sizes entries"),
-    ({"compile_sizes": ["all"]}, "compile_sizes entries"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        ({"cudagraph_mode": "SOMETIMES"}, "cudagraph_mode must be one of"),
+        ({"cudagraph_capture_sizes": [0, 2]}, "positive integers"),
+        ({"cudagraph_capture_sizes": "8"}, "positive integers"),
+        ({"cudagraph_capture_sizes": [1, 2], "max_cudagraph_capture_size": 8}, "must equal the largest"),
+        ({"max_cudagraph_capture_size": -1}, "non-negative integer"),
+        ({"max_cudagraph_capture_size": True}, "non-negative integer"),
+        ({"cudagraph_mode": "PIECEWISE", "splitting_ops": []}, "needs splitting_ops"),
+        ({"cudagraph_mode": "FULL_AND_PIECEWISE", "mode": 1}, "needs mode=3"),
+        ({"compile_sizes": [0]}, "compile_sizes entries"),
+        ({"compile_sizes": ["all"]}, "compile_sizes entries"),
+    ],
+)
 def test_config_errors_are_one_line(data: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         CompilationConfig.from_dict(data)
@@ -147,8 +178,10 @@ def test_config_errors_are_one_line(data: dict, message: str) -> None:
 def test_cudagraph_mode_spellings_and_hash() -> None:
     a = CompilationConfig.from_cli(None, ["cudagraph_mode=full_and_piecewise"])
     assert a.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
-    assert CompilationConfig.from_json(json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"})).cudagraph_mode == \
-        CUDAGraphMode.FULL_DECODE_ONLY
+    assert (
+        CompilationConfig.from_json(json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"})).cudagraph_mode
+        == CUDAGraphMode.FULL_DECODE_ONLY
+    )
     assert a.compute_hash() != CompilationConfig().compute_hash()
     assert CompilationConfig(cudagraph_capture_sizes=[1, 2]).compute_hash() != CompilationConfig().compute_hash()
 
@@ -160,7 +193,7 @@ def test_weak_ref_tensor_aliases_memory() -> None:
     from compiler.cuda_graph import weak_ref_tensors
 
     t = torch.arange(12.0).view(3, 4)[1:]
-    w, = weak_ref_tensors((t,))
+    (w,) = weak_ref_tensors((t,))
     assert w.data_ptr() == t.data_ptr() and w.shape == t.shape and w.stride() == t.stride()
     t.add_(1)
     assert torch.equal(w, t)
@@ -174,19 +207,21 @@ def _script(runner) -> list[torch.Tensor]:  # noqa: ANN001
     a = runner.add_sequence(list(range(1, 6)))
     b = runner.add_sequence(list(range(10, 13)))
     c = runner.add_sequence([7])
-    outs = [runner.step([a, b, c]).logits]                  # 9 tokens -> padded to 16
+    outs = [runner.step([a, b, c]).logits]  # 9 tokens -> padded to 16
     for i, group in enumerate([[a, b, c], [a, b], [c], [a, b, c]]):
         for s in group:
             s.tokens.append(3 + i)
-        outs.append(runner.step(group).logits)              # uniform decode: 3 -> 4, 2, 1, 3 -> 4
+        outs.append(runner.step(group).logits)  # uniform decode: 3 -> 4, 2, 1, 3 -> 4
     d = runner.add_sequence([9, 8, 7])
     a.tokens += [1, 2]
-    outs.append(runner.step([a, d]).logits)                 # mixed 5 tokens -> 8
+    outs.append(runner.step([a, d]).logits)  # mixed 5 tokens -> 8
     return outs
 
 
-@pytest.mark.parametrize("mode", [CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL, CUDAGraphMode.FULL_DECODE_ONLY,
-                                  CUDAGraphMode.FULL_AND_PIECEWISE])
+@pytest.mark.parametrize(
+    "mode",
+    [CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL, CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE],
+)
 def test_padded_batches_equal_unpadded_on_cpu(mode: CUDAGraphMode) -> None:
     """The graph path's dispatch, padding and graph-safe attention, emulated without capture on the CPU: the
     logits of every prefill and decode step equal those of the plain runner (mode 0: no compile, fast)."""
@@ -216,8 +251,12 @@ def test_padded_batches_equal_unpadded_on_cpu(mode: CUDAGraphMode) -> None:
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
     full, pw, none = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
     decode = [(full, 4), (full, 2), (full, 1), (full, 4)] if mode != pw else [(pw, 4), (pw, 2), (pw, 1), (pw, 4)]
-    mixed = {pw: [(pw, 16), (pw, 8)], full: [(full, 16), (full, 8)], CUDAGraphMode.FULL_DECODE_ONLY: [(none, None)] * 2,
-             CUDAGraphMode.FULL_AND_PIECEWISE: [(pw, 16), (pw, 8)]}[mode]
+    mixed = {
+        pw: [(pw, 16), (pw, 8)],
+        full: [(full, 16), (full, 8)],
+        CUDAGraphMode.FULL_DECODE_ONLY: [(none, None)] * 2,
+        CUDAGraphMode.FULL_AND_PIECEWISE: [(pw, 16), (pw, 8)],
+    }[mode]
     assert seen == [mixed[0], *decode, mixed[1]]
 
 
@@ -225,8 +264,12 @@ def test_larger_batches_run_without_graphs_on_cpu() -> None:
     from compiler.cudagraph_runner import GraphExecutor
     from compiler.runner import ModelRunner
 
-    runner = ModelRunner("tiny", "cpu", CompilationConfig.from_dict({"mode": 0, "cudagraph_capture_sizes": [1, 2, 4]}),
-                         max_num_batched_tokens=16)
+    runner = ModelRunner(
+        "tiny",
+        "cpu",
+        CompilationConfig.from_dict({"mode": 0, "cudagraph_capture_sizes": [1, 2, 4]}),
+        max_num_batched_tokens=16,
+    )
     runner.graphs = GraphExecutor(runner, mode=CUDAGraphMode.FULL_AND_PIECEWISE, emulate=True)
     runner.warmup()
     seq = runner.add_sequence(list(range(1, 10)))

@@ -15,8 +15,9 @@ def test_every_error_of_the_pipeline_has_a_kind():
     assert DynamicShapeGuardError("x").kind == errors.GUARDS
     assert RecompileError("x").kind == errors.GUARDS
     assert RecompileError("x", kind=errors.STRICT_MODE).kind == errors.STRICT_MODE
-    assert all(issubclass(c, errors.CompilerError) for c in (CompileInStrictMode, DynamicShapeGuardError,
-                                                              RecompileError))
+    assert all(
+        issubclass(c, errors.CompilerError) for c in (CompileInStrictMode, DynamicShapeGuardError, RecompileError)
+    )
 
 
 def test_find_looks_through_the_errors_dynamo_wraps_ours_in():

@@ -19,8 +19,9 @@ from tests.cli_calls import REPO, cli_env
 
 def _fresh_process_json(code: str):
     """What ``code``, run in a fresh interpreter (nothing of torch's imported yet), prints last, as JSON."""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
-                          cwd=str(REPO), timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=str(REPO), timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -53,7 +54,8 @@ def test_stand_ins_give_way_to_the_real_modules() -> None:
         "    from torch._inductor.select_algorithm import AlgorithmSelectorCache\n"
         "left = [n for n in torch_compat.STAND_INS if type(sys.modules.get(n)).__name__ == '_StandIn']\n"
         "print(json.dumps({'before': before, 'still': still, 'mm': mm is torch.mm,\n"
-        "                  'real': 'torch._inductor.lowering' in sys.modules, 'left': left}))\n")
+        "                  'real': 'torch._inductor.lowering' in sys.modules, 'left': left}))\n"
+    )
     assert _fresh_process_json(code) == {"before": False, "still": False, "mm": True, "real": True, "left": []}
 
 
@@ -79,7 +81,8 @@ def test_the_start_imports_no_dynamo_or_inductor_module_while_the_prefetch_does(
         "builtins.__import__ = watch\n"
         "ModelRunner('tiny', 'cpu', CompilationConfig())\n"
         "builtins.__import__ = real\n"
-        "print(json.dumps(seen))\n")
+        "print(json.dumps(seen))\n"
+    )
     assert _fresh_process_json(code) == []
 
 
@@ -93,5 +96,6 @@ def test_a_process_that_ends_while_the_prefetch_imports_waits_for_it() -> None:
         "from compiler import torch_compat\n"
         "atexit.register(lambda: print(json.dumps(torch_compat.prefetch_running())))\n"
         "torch_compat.prefetch_artifact_loader()\n"
-        "assert torch_compat.prefetch_running()\n")
+        "assert torch_compat.prefetch_running()\n"
+    )
     assert _fresh_process_json(code) is False

@@ -53,18 +53,27 @@ def test_cold_start_logs_in_the_seeds_words(warmed_root) -> None:
     """Issue 2 item 5: vLLM's log lines (DEBUG level from CACHETOOL_LOGGING_LEVEL), naming the real paths."""
     root, result, stderr = warmed_root
     d = Path(result["cache_dir"])
-    assert re.search(r'Start compiling function <code object forward at 0x[0-9a-f]+, file ".*/compiler/models/'
-                     r'llama\.py", line \d+>', stderr), stderr[-3000:]
-    traced = re.search(r"^DEBUG .*Traced files \(to be considered for compilation cache\):\n((?:[^\n]+\.py\n)+)",
-                       stderr, re.M)
+    assert re.search(
+        r'Start compiling function <code object forward at 0x[0-9a-f]+, file ".*/compiler/models/'
+        r'llama\.py", line \d+>',
+        stderr,
+    ), stderr[-3000:]
+    traced = re.search(
+        r"^DEBUG .*Traced files \(to be considered for compilation cache\):\n((?:[^\n]+\.py\n)+)", stderr, re.M
+    )
     assert traced, stderr[-3000:]
     files = traced.group(1).splitlines()
     assert any(f.endswith("compiler/models/llama.py") for f in files) and all(Path(f).is_file() for f in files)
     assert f"Using cache directory: {d} for cachetool's torch.compile" in stderr
-    assert re.search(rf"^DEBUG .*Computation graph saved to {re.escape(str(d / 'computation_graph.py'))}$", stderr,
-                     re.M)
-    stores = re.findall(r"^DEBUG .*store the (\d+)-th graph for shape None from inductor_standalone via handle "
-                        r"\('([0-9a-f]{16})', '([^']+)'\) \(\d+\.\d+ s\)$", stderr, re.M)
+    assert re.search(
+        rf"^DEBUG .*Computation graph saved to {re.escape(str(d / 'computation_graph.py'))}$", stderr, re.M
+    )
+    stores = re.findall(
+        r"^DEBUG .*store the (\d+)-th graph for shape None from inductor_standalone via handle "
+        r"\('([0-9a-f]{16})', '([^']+)'\) \(\d+\.\d+ s\)$",
+        stderr,
+        re.M,
+    )
     index = json.loads((d / "compile_index.json").read_text())["pieces"]
     assert len(stores) == 3 and len({i for i, _, _ in stores}) == 3, stores  # the 3 unique pieces, once each
     for i, key, path in stores:
@@ -81,8 +90,16 @@ def test_second_process_compiles_nothing(warmed_root, tmp_path) -> None:
     moved = tmp_path / "elsewhere" / "root"
     shutil.copytree(root, moved, symlinks=True)
     so_before = sorted(p.relative_to(moved) for p in moved.rglob("*.so"))
-    proc = run_cli("check", "--model", "tiny", "--cache-root", str(moved), "--require-hit", "--json",
-                   env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"))
+    proc = run_cli(
+        "check",
+        "--model",
+        "tiny",
+        "--cache-root",
+        str(moved),
+        "--require-hit",
+        "--json",
+        env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     check = json.loads(proc.stdout.strip().splitlines()[-1])
     assert check["graphs_compiled"] == 0 and check["hit"] is True
@@ -92,8 +109,12 @@ def test_second_process_compiles_nothing(warmed_root, tmp_path) -> None:
     assert sorted(p.relative_to(moved) for p in moved.rglob("*.so")) == so_before, "g++ ran on a hot start"
     assert check["workload"]["token_counts"] == warm["workload"]["token_counts"]
     assert check["workload"]["checksum"] == warm["workload"]["checksum"]
-    loads = re.findall(r"^DEBUG .*Directly load the (\d+)-th graph for shape None from inductor_standalone via "
-                       r"handle \('[0-9a-f]{16}', '([^']+)'\) \(\d+\.\d+ s\)$", proc.stderr, re.M)
+    loads = re.findall(
+        r"^DEBUG .*Directly load the (\d+)-th graph for shape None from inductor_standalone via "
+        r"handle \('[0-9a-f]{16}', '([^']+)'\) \(\d+\.\d+ s\)$",
+        proc.stderr,
+        re.M,
+    )
     assert len(loads) == 3 and all(Path(path).parent == Path(check["cache_dir"]) for _, path in loads), loads
     assert "store the" not in proc.stderr
 
@@ -105,8 +126,9 @@ def test_outputs_equal_eager(warmed_root, tmp_path) -> None:
     eager = ModelRunner("tiny", "cpu", CompilationConfig(mode=0))
     eager.warmup()
     ref = eager.run_workload()
-    torch.testing.assert_close(torch.tensor(warm["workload"]["logits_sample"]), torch.tensor(ref.logits_sample),
-                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(warm["workload"]["logits_sample"]), torch.tensor(ref.logits_sample), rtol=1e-4, atol=1e-5
+    )
     compiled = ModelRunner("tiny", "cpu", CompilationConfig(cache_dir=str(root)))
     compiled.warmup()
     got = compiled.run_workload()
@@ -179,8 +201,9 @@ def test_dynamo_trace_once_mode_does_not_recompile() -> None:
 
 
 def test_evaluate_guards_unbacked_serves_all_counts(tmp_path) -> None:
-    cfg = CompilationConfig.from_dict({"cache_dir": str(tmp_path),
-                                       "dynamic_shapes_config": {"type": "unbacked", "evaluate_guards": True}})
+    cfg = CompilationConfig.from_dict(
+        {"cache_dir": str(tmp_path), "dynamic_shapes_config": {"type": "unbacked", "evaluate_guards": True}}
+    )
     before = counters.snapshot()
     runner = ModelRunner("tiny", "cpu", cfg)
     runner.warmup()
@@ -191,8 +214,9 @@ def test_evaluate_guards_unbacked_serves_all_counts(tmp_path) -> None:
 def test_evaluate_guards_backed_refuses_one_token(tmp_path) -> None:
     """Backed shapes specialise 0/1 (the graph is valid for >= 2 tokens); with guards evaluated torch refuses
     the recompile that a 1-token batch needs, instead of silently recompiling."""
-    cfg = CompilationConfig.from_dict({"cache_dir": str(tmp_path),
-                                       "dynamic_shapes_config": {"type": "backed", "evaluate_guards": True}})
+    cfg = CompilationConfig.from_dict(
+        {"cache_dir": str(tmp_path), "dynamic_shapes_config": {"type": "backed", "evaluate_guards": True}}
+    )
     runner = ModelRunner("tiny", "cpu", cfg)
     runner.warmup()
     _run_counts(runner, (2, 7, 64))
@@ -203,10 +227,16 @@ def test_evaluate_guards_backed_refuses_one_token(tmp_path) -> None:
 def test_evaluate_guards_size_oblivious_refused_at_trace(tmp_path) -> None:
     """With size-oblivious reasoning torch still adds a guard ``Ne(s, 1)`` while tracing this model;
     evaluate_guards turns it into a compile-time failure."""
-    cfg = CompilationConfig.from_dict({"cache_dir": str(tmp_path), "dynamic_shapes_config":
-                                       {"type": "backed_size_oblivious", "evaluate_guards": True}})
+    cfg = CompilationConfig.from_dict(
+        {
+            "cache_dir": str(tmp_path),
+            "dynamic_shapes_config": {"type": "backed_size_oblivious", "evaluate_guards": True},
+        }
+    )
     runner = ModelRunner("tiny", "cpu", cfg)
-    with pytest.raises(DynamicShapeGuardError, match=r"evaluate_guards: tracing added guards on dynamic shapes: .*Ne\("):
+    with pytest.raises(
+        DynamicShapeGuardError, match=r"evaluate_guards: tracing added guards on dynamic shapes: .*Ne\("
+    ):
         runner.warmup()
 
 
@@ -244,8 +274,9 @@ def test_compile_sizes_pieces_saved_and_loaded_by_a_second_process(sized) -> Non
     assert delta.graphs_compiled == 6  # tiny: 5 pieces, 3 unique; general + size 4 -> 6 compiles
     index = json.loads(next(root.rglob("compile_index.json")).read_text())
     sized_pieces = {k: v for k, v in index["pieces"].items() if k.endswith("@4")}
-    assert len(sized_pieces) == 5 and all(v["shape"] == 4 and "_s4_" in v["artifact"]
-                                          for v in sized_pieces.values()), sized_pieces
+    assert len(sized_pieces) == 5 and all(v["shape"] == 4 and "_s4_" in v["artifact"] for v in sized_pieces.values()), (
+        sized_pieces
+    )
     hot = run_json("check", "--model", "tiny", "--cache-root", str(root), "-cc.compile_sizes=[4]", "--require-hit")
     assert hot["graphs_compiled"] == 0 and hot["graphs_loaded"] == 6, hot
     assert hot["hot_path"] == "aot" and hot["dynamo_traces"] == 0, hot  # compile_sizes on top of the AOT entry

@@ -62,6 +62,7 @@ def test_import_is_never_inside_the_start_up() -> None:
 
 # ---------------------------------------------------------------------- progress
 
+
 def _eager_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     from compiler import compiler_interface, piecewise_backend
 
@@ -119,15 +120,21 @@ _WARM_EAGER = (
     "from compiler import compiler_interface, piecewise_backend\n"
     "piecewise_backend.InductorStandaloneAdaptor = compiler_interface.EagerAdaptor\n"
     "from cachetool.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n")
+    "sys.exit(main(sys.argv[1:]))\n"
+)
 
 
 @pytest.mark.parametrize("as_json", [False, True])
 def test_warm_shows_each_step_on_stderr_and_nothing_with_json(tmp_path, as_json: bool) -> None:
     args = ["warm", "--model", "tiny", "--cache-root", str(tmp_path / "root")] + (["--json"] if as_json else [])
-    proc = subprocess.run([os.sys.executable, "-c", _WARM_EAGER, *args], capture_output=True, text=True,
-                          env=cli_env(CACHETOOL_DISABLE_COMPILE_CACHE="1", CACHETOOL_LOGGING_LEVEL="WARNING"),
-                          cwd=str(REPO), timeout=300)
+    proc = subprocess.run(
+        [os.sys.executable, "-c", _WARM_EAGER, *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(CACHETOOL_DISABLE_COMPILE_CACHE="1", CACHETOOL_LOGGING_LEVEL="WARNING"),
+        cwd=str(REPO),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = [ln for ln in proc.stderr.splitlines() if ln.startswith("warm: ")]
     if as_json:
@@ -145,9 +152,24 @@ def test_warm_shows_each_step_on_stderr_and_nothing_with_json(tmp_path, as_json:
 def test_a_first_warm_says_it_compiles_not_that_a_hot_start_failed(tmp_path) -> None:
     """Issue 20: the first warm into an empty root opened with 'No AOT hot start (no cache folder for this rank)',
     which reads like a warning; it now says that nothing is cached there yet."""
-    proc = subprocess.run([os.sys.executable, "-c", _WARM_EAGER, "warm", "--model", "tiny", "--cache-root",
-                           str(tmp_path / "root"), "--json"], capture_output=True, text=True,
-                          env=cli_env(CACHETOOL_LOGGING_LEVEL="INFO"), cwd=str(REPO), timeout=300)
+    proc = subprocess.run(
+        [
+            os.sys.executable,
+            "-c",
+            _WARM_EAGER,
+            "warm",
+            "--model",
+            "tiny",
+            "--cache-root",
+            str(tmp_path / "root"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(CACHETOOL_LOGGING_LEVEL="INFO"),
+        cwd=str(REPO),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "No AOT hot start" not in proc.stderr
     assert "No cache for this model and config under the root yet: compiling" in proc.stderr

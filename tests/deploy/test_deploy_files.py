@@ -203,15 +203,32 @@ def _dockerfile_base(ins: list[tuple[str, str]]) -> str:
     names = [i for i, _ in ins]
     froms = [a for i, a in ins if i == "FROM"]
     assert len(froms) == 1, froms
-    base_args = dict(a.split("=", 1) for i, a in ins[:names.index("FROM")] if i == "ARG" and "=" in a)
+    base_args = dict(a.split("=", 1) for i, a in ins[: names.index("FROM")] if i == "ARG" and "=" in a)
     return re.sub(r"\$\{(\w+)\}", lambda m: base_args.get(m.group(1), m.group(0)), froms[0].split()[0])
 
 
 def test_dockerfile_structure():
     ins = _dockerfile_instructions()
     names = [i for i, _ in ins]
-    known = {"FROM", "ARG", "ENV", "RUN", "COPY", "ADD", "WORKDIR", "USER", "VOLUME", "ENTRYPOINT", "CMD",
-             "LABEL", "EXPOSE", "SHELL", "STOPSIGNAL", "HEALTHCHECK", "ONBUILD"}
+    known = {
+        "FROM",
+        "ARG",
+        "ENV",
+        "RUN",
+        "COPY",
+        "ADD",
+        "WORKDIR",
+        "USER",
+        "VOLUME",
+        "ENTRYPOINT",
+        "CMD",
+        "LABEL",
+        "EXPOSE",
+        "SHELL",
+        "STOPSIGNAL",
+        "HEALTHCHECK",
+        "ONBUILD",
+    }
     assert set(names) <= known, f"unknown instructions: {set(names) - known}"
 
     # the base is a build argument whose default is the pinned official image
@@ -222,8 +239,9 @@ def test_dockerfile_structure():
     assert {"TORCH_INDEX_URL", "TORCH_VERSION"} <= args
 
     runs = [(n, a) for n, (i, a) in enumerate(ins) if i == "RUN"]
-    torch_runs = [n for n, a in runs
-                  if "pip install" in a and "TORCH_INDEX_URL" in a and "TORCH_VERSION" in a and "torch" in a]
+    torch_runs = [
+        n for n, a in runs if "pip install" in a and "TORCH_INDEX_URL" in a and "TORCH_VERSION" in a and "torch" in a
+    ]
     project_runs = [n for n, a in runs if re.search(r"pip install (\S+ )*\.(\s|$)", a)]
     assert torch_runs, "no RUN installs torch from ${TORCH_INDEX_URL} at ${TORCH_VERSION}"
     assert project_runs, "no RUN does `pip install .`"
@@ -249,14 +267,23 @@ def test_dockerfile_structure():
     assert re.search(r"CACHETOOL_CACHE_ROOT=/cache\b", envs)
 
     entry = [a for i, a in ins if i == "ENTRYPOINT"]
-    assert len(entry) == 1 and json.loads(entry[0]) == ["cachetool"], "ENTRYPOINT must be exec-form [\"cachetool\"]"
+    assert len(entry) == 1 and json.loads(entry[0]) == ["cachetool"], 'ENTRYPOINT must be exec-form ["cachetool"]'
 
 
 # ----------------------------------------------------------------------------------------------- Deployment
 
 
-PULL_VALUE_FLAGS = {"--cache-root", "--timeout", "--on-miss", "--trust", "--device", "--ranks", "--workers",
-                    "--profile", "--endpoint-url"}
+PULL_VALUE_FLAGS = {
+    "--cache-root",
+    "--timeout",
+    "--on-miss",
+    "--trust",
+    "--device",
+    "--ranks",
+    "--workers",
+    "--profile",
+    "--endpoint-url",
+}
 
 
 def test_deployment_init_container_pulls_into_the_shared_volume():
@@ -361,7 +388,8 @@ def test_warm_job_warms_pushes_and_signs_with_a_secret_key():
 
     cache_root = _flag_value(argv, "--cache-root")
     assert "emptyDir" in _volume(pod, _mount_for(c, cache_root)["name"]) or "persistentVolumeClaim" in _volume(
-        pod, _mount_for(c, cache_root)["name"])
+        pod, _mount_for(c, cache_root)["name"]
+    )
 
     key = _flag_value(argv, "--sign-key")
     key_mount = _mount_for(c, key)
@@ -432,8 +460,12 @@ def test_workflow_warms_on_gpu_and_pushes_on_merge():
     assert "actions/upload-artifact" in uses
     assert "actions/setup-python" not in uses, "a runner Python would not have the servers' torch build"
 
-    warm_steps = [(n, cmd) for n, s in enumerate(steps) for cmd in _shell_commands(s.get("run", ""))
-                  if cmd[:2] == ["cachetool", "warm"]]
+    warm_steps = [
+        (n, cmd)
+        for n, s in enumerate(steps)
+        for cmd in _shell_commands(s.get("run", ""))
+        if cmd[:2] == ["cachetool", "warm"]
+    ]
     assert len(warm_steps) == 1
     n_warm, warm = warm_steps[0]
     # --push names a store ref, directly or through a workflow env variable whose default is one; that default
@@ -459,8 +491,11 @@ def test_workflow_warms_on_gpu_and_pushes_on_merge():
 
     # the signing key comes from secrets, is written to a file, and that file is what --sign-key names
     sign_key = _flag_value(warm, "--sign-key")
-    key_steps = [s for s in steps[:n_warm] if "secrets." in json.dumps(s.get("env", {}))
-                 and sign_key.strip('"') in s.get("run", "").replace('"', "")]
+    key_steps = [
+        s
+        for s in steps[:n_warm]
+        if "secrets." in json.dumps(s.get("env", {})) and sign_key.strip('"') in s.get("run", "").replace('"', "")
+    ]
     assert key_steps, f"no step writes {sign_key} from a secret before the warm step"
 
     # AWS credentials: either the configure-aws-credentials action or secrets in env
@@ -479,11 +514,10 @@ def test_workflow_warms_on_gpu_and_pushes_on_merge():
 # ----------------------------------------------------------------------------------------------- CLI
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _help(sub: str | None) -> subprocess.CompletedProcess:
     """`cachetool [sub] --help` from this checkout (sub=None: the group's own options)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               COLUMNS="200")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), COLUMNS="200")
     argv = [sys.executable, "-m", "cachetool"] + ([sub] if sub else []) + ["--help"]
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -516,7 +550,9 @@ def test_every_cachetool_command_and_flag_in_ci_exists():
         first = 2 if sub else 1
         res = _help(sub)
         if res.returncode != 0:
-            problems.append(f"{where}: `cachetool {sub}` is not a command ({(res.stderr or res.stdout).strip()[-200:]})")
+            problems.append(
+                f"{where}: `cachetool {sub}` is not a command ({(res.stderr or res.stdout).strip()[-200:]})"
+            )
             continue
         options = _help_options(res.stdout)
         for i, tok in enumerate(argv[first:], start=first):
@@ -541,7 +577,7 @@ VLLM_WARM_JOB = CI / "k8s" / "vllm" / "warm-job.yaml"
 
 
 def _split_at_dashes(argv: list[str]) -> tuple[list[str], list[str]]:
-    return (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    return (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
 
 
 def test_vllm_deployment_pulls_the_key_its_server_will_use():
@@ -584,8 +620,11 @@ def test_every_cachetool_flag_in_the_vllm_files_exists():
                 if argv[0] != "cachetool":
                     continue
                 options = _help_options(_help(argv[1]).stdout)
-                problems += [f"{path.name}: cachetool {argv[1]} has no option {t}" for t in argv[2:]
-                             if t.startswith("-") and t.partition("=")[0] not in options]
+                problems += [
+                    f"{path.name}: cachetool {argv[1]} has no option {t}"
+                    for t in argv[2:]
+                    if t.startswith("-") and t.partition("=")[0] not in options
+                ]
     assert not problems, "\n".join(problems)
 
 
@@ -593,18 +632,32 @@ def test_every_cachetool_flag_in_the_vllm_files_exists():
 
 VLLM_DOCKERFILE = CI / "Dockerfile.vllm"
 VLLM_IMAGE_REPO = "ghcr.io/example/vllm-cachetool"
-PIP_VALUE_OPTIONS = {"-c", "--constraint", "-r", "--requirement", "-i", "--index-url", "--extra-index-url",
-                     "-f", "--find-links"}
+PIP_VALUE_OPTIONS = {
+    "-c",
+    "--constraint",
+    "-r",
+    "--requirement",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+}
 
 
 def _vllm_pods() -> list[tuple[str, dict]]:
-    return [(VLLM_DEPLOYMENT.name, _one(VLLM_DEPLOYMENT, "Deployment")["spec"]["template"]["spec"]),
-            (VLLM_WARM_JOB.name, _one(VLLM_WARM_JOB, "Job")["spec"]["template"]["spec"])]
+    return [
+        (VLLM_DEPLOYMENT.name, _one(VLLM_DEPLOYMENT, "Deployment")["spec"]["template"]["spec"]),
+        (VLLM_WARM_JOB.name, _one(VLLM_WARM_JOB, "Job")["spec"]["template"]["spec"]),
+    ]
 
 
 def _vllm_containers() -> list[tuple[str, dict, dict]]:
-    return [(f"{where}:{c['name']}", pod, c) for where, pod in _vllm_pods()
-            for c in (pod.get("initContainers") or []) + pod["containers"]]
+    return [
+        (f"{where}:{c['name']}", pod, c)
+        for where, pod in _vllm_pods()
+        for c in (pod.get("initContainers") or []) + pod["containers"]
+    ]
 
 
 def _pip_installs(ins: list[tuple[str, str]]) -> list[list[str]]:
@@ -616,8 +669,8 @@ def _pip_installs(ins: list[tuple[str, str]]) -> list[list[str]]:
         for cmd in _shell_commands(args):
             while cmd and re.fullmatch(r"[A-Za-z_]\w*=.*", cmd[0]):  # leading VAR=value assignments
                 cmd = cmd[1:]
-            if "pip" in cmd and "install" in cmd[cmd.index("pip"):]:
-                out.append(cmd[cmd.index("install", cmd.index("pip")) + 1:])
+            if "pip" in cmd and "install" in cmd[cmd.index("pip") :]:
+                out.append(cmd[cmd.index("install", cmd.index("pip")) + 1 :])
     return out
 
 
@@ -656,11 +709,17 @@ def test_vllm_dockerfile_adds_cachetool_to_the_tested_vllm_image_and_keeps_its_t
 
     named = [a for a in installs if a is not project[0]]
     assert all(not set(a) & {"-r", "--requirement"} for a in named), "the dependencies are listed in the Dockerfile"
-    assert all(set(a) & {"-c", "--constraint"} for a in named), "an unconstrained install may replace the base's packages"
-    installed = {(canonicalize_name(r.name), str(r.specifier)) for a in named for r in map(Requirement, _pip_targets(a))}
+    assert all(set(a) & {"-c", "--constraint"} for a in named), (
+        "an unconstrained install may replace the base's packages"
+    )
+    installed = {
+        (canonicalize_name(r.name), str(r.specifier)) for a in named for r in map(Requirement, _pip_targets(a))
+    }
     deps = map(Requirement, tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
     wanted = {(canonicalize_name(r.name), str(r.specifier)) for r in deps if canonicalize_name(r.name) != "torch"}
-    assert installed == wanted, f"pyproject.toml's dependencies but torch: {sorted(wanted)}; installed {sorted(installed)}"
+    assert installed == wanted, (
+        f"pyproject.toml's dependencies but torch: {sorted(wanted)}; installed {sorted(installed)}"
+    )
 
     names = [i for i, _ in ins]
     users = [a for i, a in ins if i == "USER"]
@@ -678,7 +737,7 @@ def test_vllm_manifests_run_the_image_built_from_ci_dockerfile_vllm():
     release = re.fullmatch(r"vllm/vllm-openai:v([\d.]+)", _dockerfile_base(ins)).group(1)
     assert release == releases.TESTED_CUDA[-1]
     user = [a for i, a in ins if i == "USER"][-1].split(":")
-    for where, pod, c in _vllm_containers():
+    for where, _pod, c in _vllm_containers():
         assert c["image"] == f"{VLLM_IMAGE_REPO}:{release}", where
         assert c.get("command"), f"{where}: no command (the image leaves ENTRYPOINT to the manifests)"
     for where, pod in _vllm_pods():
@@ -726,12 +785,13 @@ def test_the_deployments_word_on_pull_outcomes_is_the_exit_tables():
 
     text = (ROOT / "ci" / "k8s" / "deployment.yaml").read_text()
     comment = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
-    comment = comment[comment.index("Pull outcomes"):]
+    comment = comment[comment.index("Pull outcomes") :]
     continued = re.search(r"also 0 for every outcome that leaves nothing installed \(([^)]*)\)", comment)
     failing = re.search(r"Only (.*?) still fails? the init-container", comment)
     assert continued and failing, comment[:400]
     table_continued = {e.name for e in exit_codes.TABLE if e.continuable}
     assert {n.strip() for n in continued.group(1).split(",")} == table_continued
     named_failing = {int(n) for n in re.findall(r"\b(\d+) \(", failing.group(1))}
-    assert named_failing == {e.code for e in exit_codes.TABLE
-                             if not e.continuable and e.code not in (0, 8, 10, 130)}  # pull's own failures
+    assert named_failing == {
+        e.code for e in exit_codes.TABLE if not e.continuable and e.code not in (0, 8, 10, 130)
+    }  # pull's own failures

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def readme_python_block() -> str:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Python: embed it in a server"):]
+    section = text[text.index("### Python: embed it in a server") :]
     m = re.search(r"```python\n(.*?)```", section, re.S)
     assert m, "README has no ```python block under 'Python: embed it in a server'"
     return m.group(1)
@@ -34,8 +34,14 @@ def test_readme_block_is_the_api_example():
 def test_readme_python_snippet_runs_as_written(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), CACHETOOL_CONFIG_DIR=str(tmp_path / "cfg"))
     env.pop("CACHETOOL_TRUSTED_KEYS", None)
-    r = subprocess.run([sys.executable, "-c", readme_python_block()], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", readme_python_block()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "sha256:" in r.stdout  # the print() line: graphs compiled, the manifest digest, the phases
 
@@ -65,7 +71,7 @@ def test_every_cachetool_command_in_the_readme_is_one_the_cli_lists(capsys):
     """A verb or option README shows that the CLI does not have (renamed, dropped) fails here, not in a user's
     shell. Options are read up to `--` (after it come the server's own flags); `-cc.KEY=VALUE` is `-cc`'s form."""
     top = _help(capsys)
-    verbs = set(re.findall(r"^  ([a-z][a-z-]*)  ", top[top.index("Commands:"):], re.M))
+    verbs = set(re.findall(r"^  ([a-z][a-z-]*)  ", top[top.index("Commands:") :], re.M))
     calls = [argv[1:] for argv in readme_commands() if argv[0] == "cachetool"]
     assert {"warm", "push", "pull", "check"} <= {c[0] for c in calls}, calls  # the core commands are shown
     unknown = []
@@ -74,7 +80,7 @@ def test_every_cachetool_command_in_the_readme_is_one_the_cli_lists(capsys):
             unknown.append(verb)
             continue
         listed = set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", _help(capsys, verb)))
-        for arg in args[:args.index("--")] if "--" in args else args:
+        for arg in args[: args.index("--")] if "--" in args else args:
             if arg.startswith("-"):
                 name = "-cc" if arg.startswith("-cc.") else arg.split("=", 1)[0]
                 if name not in listed:

@@ -38,10 +38,16 @@ exec "$@"
 
 def _read_only_run(cache: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "TEMP", "TMP")}
-    env.update(CACHE=str(cache), PYTHONPATH=str(ROOT), CACHETOOL_CONFIG_DIR=str(cache / "config"),
-               PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", READ_ONLY, "bash", *argv],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env.update(
+        CACHE=str(cache), PYTHONPATH=str(ROOT), CACHETOOL_CONFIG_DIR=str(cache / "config"), PYTHONDONTWRITEBYTECODE="1"
+    )
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", READ_ONLY, "bash", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +55,13 @@ def read_only_ok(tmp_path_factory):
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare for a read-only mount namespace")
     probe = tmp_path_factory.mktemp("probe")
-    r = _read_only_run(probe, sys.executable, "-c",
-                       "import tempfile\ntry:\n    tempfile.gettempdir()\nexcept FileNotFoundError:\n"
-                       "    print('no temp folder')\nelse:\n    print('temp folder found')")
+    r = _read_only_run(
+        probe,
+        sys.executable,
+        "-c",
+        "import tempfile\ntry:\n    tempfile.gettempdir()\nexcept FileNotFoundError:\n"
+        "    print('no temp folder')\nelse:\n    print('temp folder found')",
+    )
     if r.returncode != 0:
         pytest.skip(f"no mount namespace here: {r.stderr.strip()[-200:]}")
     assert r.stdout.strip() == "no temp folder", r  # the setting the tests are about, for real
@@ -69,14 +79,27 @@ def store(tmp_path_factory):
 
 
 def _pull(cache_root: Path, store, *extra: str):
-    return [sys.executable, "-m", "cachetool", "pull", store["ref"], "--cache-root", str(cache_root),
-            "--trust", store["pub"], *extra]
+    return [
+        sys.executable,
+        "-m",
+        "cachetool",
+        "pull",
+        store["ref"],
+        "--cache-root",
+        str(cache_root),
+        "--trust",
+        store["pub"],
+        *extra,
+    ]
 
 
 def test_pull_works_with_a_read_only_root_and_no_temp_folder(read_only_ok, store, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
-    r = _read_only_run(cache, *_pull(cache / "root", store, "--json"),)
+    r = _read_only_run(
+        cache,
+        *_pull(cache / "root", store, "--json"),
+    )
     assert r.returncode == 0, r
     assert "pull: outcome=installed" in r.stderr, r.stderr
     assert "compiler factors" in r.stdout  # preflight really compared torch's key, not skipped
@@ -85,8 +108,9 @@ def test_pull_works_with_a_read_only_root_and_no_temp_folder(read_only_ok, store
 def test_pull_leaves_nothing_but_the_cache_in_the_root(read_only_ok, store, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
-    r = _read_only_run(cache, "bash", "-c", " ".join(f"'{a}'" for a in _pull(cache / "root", store))
-                       + " && ls -A \"$CACHE/root\"")
+    r = _read_only_run(
+        cache, "bash", "-c", " ".join(f"'{a}'" for a in _pull(cache / "root", store)) + ' && ls -A "$CACHE/root"'
+    )
     assert r.returncode == 0, r
     assert r.stdout.split()[-1:] == ["torch_compile_cache"] and ".cachetool-tmp" not in r.stdout, r.stdout
 
@@ -95,7 +119,9 @@ def test_pull_names_what_it_needs_when_nothing_is_writable(read_only_ok, store, 
     cache = tmp_path / "cache"
     cache.mkdir()
     r = _read_only_run(cache, *_pull(store["dir"] / "root-on-read-only-fs", store, "--on-miss", "continue"))
-    assert r.returncode == 2, r  # the pod's own misconfiguration: a usage error, which --on-miss continue does not continue
+    assert r.returncode == 2, (
+        r
+    )  # the pod's own misconfiguration: a usage error, which --on-miss continue does not continue
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1, r.stderr
     assert "pull needs a writable folder" in errors[0] and "/tmp" in errors[0], errors

@@ -21,6 +21,7 @@ def announced(stdout: str, script: str) -> list[str]:
     """The steps a script announced, in order (lib.sh's `step`: `== SCRIPT: STEP` on stdout)."""
     return [ln.split(": ", 1)[1] for ln in stdout.splitlines() if ln.startswith(f"== {script}: ")]
 
+
 # A stand-in for a Python >= 3.11 whose every call is logged; `-m venv DIR` makes a stand-in venv in DIR.
 FAKE_PYTHON = """#!/bin/bash
 echo "$0 $*" >> "$LOG"
@@ -64,12 +65,24 @@ def fake(tmp_path):
     py.chmod(0o755)
     log = tmp_path / "log"
     log.touch()
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LOG": str(log), "PYTHON": str(py),
-           "CACHETOOL_VENV": str(tmp_path / "venv"), "DEMO_DIR": str(tmp_path / "demo")}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "LOG": str(log),
+        "PYTHON": str(py),
+        "CACHETOOL_VENV": str(tmp_path / "venv"),
+        "DEMO_DIR": str(tmp_path / "demo"),
+    }
 
     def run(script: str, *args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
-                              env={**env, **extra}, timeout=120, cwd=tmp_path)
+        return subprocess.run(
+            ["bash", str(ROOT / "scripts" / script), *args],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=120,
+            cwd=tmp_path,
+        )
 
     run.log = log
     run.venv = tmp_path / "venv"
@@ -133,11 +146,14 @@ def test_the_venv_is_reused(fake):
     assert not any(" -m venv " in c for c in fake.log.read_text().splitlines())
 
 
-@pytest.mark.parametrize("env, script, about", [
-    ({"PYTHON": "/nonexistent/python3"}, "install.sh", "/nonexistent/python3"),
-    ({"FAIL_VENV": "1"}, "install.sh", "{venv}"),
-    ({"FAIL_CT": "warm"}, "demo.sh", "warm"),
-])
+@pytest.mark.parametrize(
+    "env, script, about",
+    [
+        ({"PYTHON": "/nonexistent/python3"}, "install.sh", "/nonexistent/python3"),
+        ({"FAIL_VENV": "1"}, "install.sh", "{venv}"),
+        ({"FAIL_CT": "warm"}, "demo.sh", "warm"),
+    ],
+)
 def test_a_failing_step_is_named(fake, env, script, about):
     """The failure line names the step that was running, the innermost script first: the last step that script
     announced, which is the one about the failing command (the interpreter, the venv, the tool's verb)."""
@@ -152,15 +168,21 @@ def test_a_failing_step_is_named(fake, env, script, about):
 
 def test_an_old_python_is_refused_by_name(fake, tmp_path):
     old = tmp_path / "python3.9"
-    old.write_text("#!/bin/bash\ncase \"$*\" in *version_info*'< (3, 11)'*) exit 1;; --version) echo Python 3.9.2;; esac\n")
+    old.write_text(
+        "#!/bin/bash\ncase \"$*\" in *version_info*'< (3, 11)'*) exit 1;; --version) echo Python 3.9.2;; esac\n"
+    )
     old.chmod(0o755)
     r = fake("install.sh", PYTHON=str(old))
     assert r.returncode != 0 and "Python 3.9.2 is too old" in r.stderr, r.stderr
 
 
-@pytest.mark.skipif(not all(shutil.which(b) for b in ("radosgw", "ceph-mon", "ceph-osd", "ceph-mgr", "radosgw-admin",
-                                                      "docker-registry", "skopeo")),
-                    reason="the test servers are not installed (install.sh --test would apt-get them)")
+@pytest.mark.skipif(
+    not all(
+        shutil.which(b)
+        for b in ("radosgw", "ceph-mon", "ceph-osd", "ceph-mgr", "radosgw-admin", "docker-registry", "skopeo")
+    ),
+    reason="the test servers are not installed (install.sh --test would apt-get them)",
+)
 def test_test_sh_runs_pytest_from_the_venv_with_durations(fake):
     r = fake("test.sh", "tests/deploy")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -199,12 +221,25 @@ def test_an_unreachable_torch_index_is_named_with_its_cause(tmp_path):
     empty = tmp_path / "empty-index"
     empty.mkdir()
     index = f"http://127.0.0.1:{free_port()}/whl/cpu"  # nothing listens there
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TMPDIR": str(tmp_path),
-           "CACHETOOL_VENV": str(tmp_path / "venv"), "TORCH_INDEX_URL": index,
-           # no pip configuration of this machine (its wheel folders hold torch): the configured index is empty
-           "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": empty.as_uri(), "PIP_RETRIES": "0"}
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "install.sh")], capture_output=True, text=True, env=env,
-                       timeout=300, cwd=tmp_path)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "CACHETOOL_VENV": str(tmp_path / "venv"),
+        "TORCH_INDEX_URL": index,
+        # no pip configuration of this machine (its wheel folders hold torch): the configured index is empty
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": empty.as_uri(),
+        "PIP_RETRIES": "0",
+    }
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert r.returncode != 0, r.stdout + r.stderr
     failed = [ln for ln in r.stderr.splitlines() if "FAILED at step: " in ln]
     assert len(failed) == 1, r.stderr

@@ -106,8 +106,16 @@ def test_the_schema_validation_catches_a_misspelt_field():
 # ------------------------------------------------------------------------------------------ Pod Security
 
 
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                      "projected", "secret"}
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def restricted_violations(pod: dict) -> list[str]:
@@ -230,8 +238,12 @@ def test_kustomizations_list_what_exists_and_pin_one_tag():
         for r in doc["resources"]:
             assert (k.parent / r).is_file(), f"{k}: {r} does not exist"
         tags |= {img["newTag"] for img in doc["images"]}
-    images = {c["image"] for where, pod in _pod_specs() if not where.startswith(f"{VLLM.relative_to(ROOT)}/")
-              for c in _containers(pod)}
+    images = {
+        c["image"]
+        for where, pod in _pod_specs()
+        if not where.startswith(f"{VLLM.relative_to(ROOT)}/")
+        for c in _containers(pod)
+    }
     assert len(images) == 1, f"every container runs the one tool image: {images}"
     (image,) = images
     repo, _, tag = image.rpartition(":")
@@ -268,8 +280,10 @@ def test_hadolint_passes_the_dockerfile(name):
 
 def test_hadolint_catches_an_unpinned_apt_package(tmp_path):
     bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM debian:12.8\nRUN apt-get update && apt-get install -y --no-install-recommends g++ "
-                   "&& rm -rf /var/lib/apt/lists/*\n")
+    bad.write_text(
+        "FROM debian:12.8\nRUN apt-get update && apt-get install -y --no-install-recommends g++ "
+        "&& rm -rf /var/lib/apt/lists/*\n"
+    )
     r = subprocess.run([_tool("hadolint"), str(bad)], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "DL3008" in r.stdout, r.stdout + r.stderr
 
@@ -279,8 +293,9 @@ def _check_jsonschema(*args: str) -> subprocess.CompletedProcess:
         import check_jsonschema  # noqa: F401
     except ImportError:
         _need("check-jsonschema")
-    return subprocess.run([sys.executable, "-m", "check_jsonschema", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_workflow_passes_githubs_workflow_schema():

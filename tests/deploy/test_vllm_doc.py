@@ -29,7 +29,7 @@ python() { PYTHONPATH="$REPO" "$PYTHON" "$@"; }
 
 def cpu_block() -> str:
     text = (ROOT / "docs" / "vllm.md").read_text()
-    section = text[text.index("On a small CPU machine"):]
+    section = text[text.index("On a small CPU machine") :]
     m = re.search(r"```bash\n(.*?)```", section, re.S)
     assert m, "docs/vllm.md has no bash block under 'On a small CPU machine'"
     return m.group(1)
@@ -42,10 +42,17 @@ def calls(tmp_path_factory) -> dict[str, list[list[str]]]:
     (here / ".venv" / "bin").mkdir(parents=True)
     (here / ".venv" / "bin" / "activate").write_text(STAND_INS)
     record = here / "record"
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(here), "TMPDIR": str(here), "RECORD": str(record),
-           "REPO": str(ROOT), "PYTHON": sys.executable}
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", cpu_block()], cwd=here, env=env, capture_output=True,
-                       text=True, timeout=120)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(here),
+        "TMPDIR": str(here),
+        "RECORD": str(record),
+        "REPO": str(ROOT),
+        "PYTHON": sys.executable,
+    }
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", cpu_block()], cwd=here, env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     out: dict[str, list[list[str]]] = {}
     for line in record.read_text().splitlines():
@@ -55,7 +62,7 @@ def calls(tmp_path_factory) -> dict[str, list[list[str]]]:
 
 
 def _after_dashes(argv: list[str]) -> list[str]:
-    return argv[argv.index("--") + 1:]
+    return argv[argv.index("--") + 1 :]
 
 
 def _option(argv: list[str], name: str) -> str:

@@ -26,8 +26,13 @@ ENV_BASE = {**os.environ, "TORCHINDUCTOR_VEC_ISA_OK": "1", "CACHETOOL_LOGGING_LE
 
 
 def cachetool(*args, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
-                          env={**ENV_BASE, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cachetool", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**ENV_BASE, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -46,15 +51,37 @@ def warmed(tiny_warm):
     """`cachetool warm --push file://...` once: the CI job (the run's shared cold warm, ``tiny_warm`` in
     tests/conftest.py: its own process, a fresh root). Returns paths, the warm summary and the keys."""
     summary = tiny_warm["summary"]
-    return {"base": tiny_warm["dir"], "ref": tiny_warm["ref"], "summary": summary, "key": tiny_warm["key"],
-            "pub": tiny_warm["pub"], "hash_dir": Path(summary["compile"]["rank_dir"]).parent}
+    return {
+        "base": tiny_warm["dir"],
+        "ref": tiny_warm["ref"],
+        "summary": summary,
+        "key": tiny_warm["key"],
+        "pub": tiny_warm["pub"],
+        "hash_dir": Path(summary["compile"]["rank_dir"]).parent,
+    }
 
 
 def pull_and_check(warmed, ref: str, root: Path, env: dict | None = None) -> dict:
     """The init-container (pull into a fresh root) then the server start (check --require-hit)."""
     assert not root.exists()
-    r = ok(cachetool("pull", ref, "--cache-root", root, "--trust", warmed["pub"], "--device", "cpu",
-                     "--on-miss", "fail", "--timeout", "300", "--json", env=env))
+    r = ok(
+        cachetool(
+            "pull",
+            ref,
+            "--cache-root",
+            root,
+            "--trust",
+            warmed["pub"],
+            "--device",
+            "cpu",
+            "--on-miss",
+            "fail",
+            "--timeout",
+            "300",
+            "--json",
+            env=env,
+        )
+    )
     pulled = last_json(r.stdout)
     assert pulled["outcome"] == "installed" and pulled["install"]["verified"] is True
     c = ok(cachetool("check", "--model", "tiny", "--device", "cpu", "--cache-root", root, "--require-hit", "--json"))
@@ -87,8 +114,9 @@ def test_file_store_pull_then_server_compiles_nothing(warmed, tmp_path):
 def test_s3_store_pull_then_server_compiles_nothing(warmed, rgw, tmp_path):
     env = rgw.env()
     ref = f"s3://{rgw.make_bucket()}/bundles/tiny:ci"
-    pushed = last_json(ok(cachetool("push", warmed["hash_dir"], ref, "--sign-key", warmed["key"], "--json",
-                                    env=env)).stdout)
+    pushed = last_json(
+        ok(cachetool("push", warmed["hash_dir"], ref, "--sign-key", warmed["key"], "--json", env=env)).stdout
+    )
     assert pushed["blobs_uploaded"] > 0 and pushed["signed"]
     assert_hot_and_equal(pull_and_check(warmed, ref, tmp_path / "server-root", env=env), warmed)
 
@@ -112,8 +140,19 @@ def _store_without_blobs(warmed, tmp_path) -> str:
 def test_changed_config_field_refused_before_any_blob_names_the_field(warmed, tmp_path):
     ref = _store_without_blobs(warmed, tmp_path)
     root = tmp_path / "server-root"
-    r = cachetool("pull", ref, "--cache-root", root, "--trust", warmed["pub"], "--device", "cpu",
-                  "--model", "tiny", "-cc.dynamic_shapes_config.type=unbacked")
+    r = cachetool(
+        "pull",
+        ref,
+        "--cache-root",
+        root,
+        "--trust",
+        warmed["pub"],
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "-cc.dynamic_shapes_config.type=unbacked",
+    )
     assert r.returncode == 4, r.stderr
     error = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1
@@ -125,8 +164,21 @@ def test_changed_config_field_refused_before_any_blob_names_the_field(warmed, tm
 def test_changed_config_with_on_miss_continue_exits_zero_and_says_so(warmed, tmp_path):
     ref = _store_without_blobs(warmed, tmp_path)
     root = tmp_path / "server-root"
-    r = cachetool("pull", ref, "--cache-root", root, "--trust", warmed["pub"], "--device", "cpu",
-                  "--model", "tiny", "-cc.dynamic_shapes_config.type=unbacked", "--on-miss", "continue")
+    r = cachetool(
+        "pull",
+        ref,
+        "--cache-root",
+        root,
+        "--trust",
+        warmed["pub"],
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "-cc.dynamic_shapes_config.type=unbacked",
+        "--on-miss",
+        "continue",
+    )
     assert r.returncode == 0, r.stderr
     assert "outcome=miss" in r.stderr and "on_miss=continue" in r.stderr
     assert "continuing without it" in r.stderr
@@ -136,8 +188,21 @@ def test_changed_config_with_on_miss_continue_exits_zero_and_says_so(warmed, tmp
 def test_same_config_with_model_preflight_installs(warmed, tmp_path):
     """--model with the warm's own config passes the cache-key preflight (the check is not a blanket refusal)."""
     root = tmp_path / "server-root"
-    r = ok(cachetool("pull", warmed["ref"], "--cache-root", root, "--trust", warmed["pub"], "--device", "cpu",
-                     "--model", "tiny", "--json"))
+    r = ok(
+        cachetool(
+            "pull",
+            warmed["ref"],
+            "--cache-root",
+            root,
+            "--trust",
+            warmed["pub"],
+            "--device",
+            "cpu",
+            "--model",
+            "tiny",
+            "--json",
+        )
+    )
     doc = last_json(r.stdout)
     assert f"cache key {warmed['summary']['compile']['cache_key']}" in doc["install"]["preflight"]
     assert (root / "torch_compile_cache" / warmed["summary"]["compile"]["cache_key"]).is_dir()

@@ -72,8 +72,18 @@ def test_a_config_cache_dir_decides_where_warm_writes_without_cache_root(tmp_pat
 def test_pull_engine_vllm_with_a_native_tp_flag_is_refused_without_a_model(cli, tmp_path):
     """``pull --engine vllm -tp 2`` with no model asked no key question, so -tp went unread (exit 5, or 0 under
     --on-miss continue): a flag that cannot apply is a usage error."""
-    r = cli("pull", f"file://{tmp_path}/store/x:y", str(tmp_path / "root"), "--engine", "vllm", "-tp", "2",
-            "--on-miss", "continue", "--json")
+    r = cli(
+        "pull",
+        f"file://{tmp_path}/store/x:y",
+        str(tmp_path / "root"),
+        "--engine",
+        "vllm",
+        "-tp",
+        "2",
+        "--on-miss",
+        "continue",
+        "--json",
+    )
     assert r.rc == 2, r
     assert "native-engine option" in json.loads(r.out)["message"]
 
@@ -94,8 +104,12 @@ def test_install_with_an_expected_key_computed_beforehand_refuses_another_key(tm
     src = make_native_tree(tmp_path / "src", ranks=("rank_0_0",))
     api.pack(src, tmp_path / "b.ctb", sign_key=keys["priv"])
     with pytest.raises(PreflightError, match="0123456789"):
-        api.install(tmp_path / "b.ctb", tmp_path / "root", trust=[keys["pub"]],
-                    expected_key={"hash": "0123456789", "factors": {}})
+        api.install(
+            tmp_path / "b.ctb",
+            tmp_path / "root",
+            trust=[keys["pub"]],
+            expected_key={"hash": "0123456789", "factors": {}},
+        )
     assert not (tmp_path / "root" / "torch_compile_cache").exists()
 
 
@@ -109,17 +123,24 @@ def test_every_engine_has_every_member_of_the_interface():
     assert missing == {name: [] for name in engines.ENGINES}
 
 
-@pytest.mark.parametrize(("engine", "options", "line"), [
-    ("native", {"load_weights": True}, "--load-weights is for --engine vllm"),
-    ("native", {"engine_flags": ["-tp", "2"]}, "flags after -- are vLLM's"),
-    ("vllm", {"rank": 1}, "--rank is a native-engine option"),
-    ("vllm", {"device": "cpu"}, "--device is a native-engine option"),  # given is chosen, whatever its value
-    ("torch", {"engine_flags": ["python", "x.py"], "tensor_parallel_size": 2},
-     "--tensor-parallel-size is another engine's option"),
-    ("native", {"devcie": "cpu"}, "unknown start option 'devcie'"),
-])
-def test_each_engine_parses_its_own_request_and_refuses_another_engines_option_in_one_line(engine, options, line,
-                                                                                           tmp_path):
+@pytest.mark.parametrize(
+    ("engine", "options", "line"),
+    [
+        ("native", {"load_weights": True}, "--load-weights is for --engine vllm"),
+        ("native", {"engine_flags": ["-tp", "2"]}, "flags after -- are vLLM's"),
+        ("vllm", {"rank": 1}, "--rank is a native-engine option"),
+        ("vllm", {"device": "cpu"}, "--device is a native-engine option"),  # given is chosen, whatever its value
+        (
+            "torch",
+            {"engine_flags": ["python", "x.py"], "tensor_parallel_size": 2},
+            "--tensor-parallel-size is another engine's option",
+        ),
+        ("native", {"devcie": "cpu"}, "unknown start option 'devcie'"),
+    ],
+)
+def test_each_engine_parses_its_own_request_and_refuses_another_engines_option_in_one_line(
+    engine, options, line, tmp_path
+):
     with pytest.raises(UsageError) as refused:
         engines.get(engine).start_request("warm", "tiny" if engine != "torch" else None, tmp_path, options)
     assert line in str(refused.value) and "\n" not in str(refused.value)
@@ -130,8 +151,14 @@ def test_a_listener_is_no_option_an_engine_refuses(tmp_path):
     said = []
     for name in engines.ENGINES:
         request = engines.get(name).start_request(
-            "check", "tiny" if name != "torch" else None, tmp_path,
-            {"on_progress": said.append, "engine_progress": said.append,
-             **({"engine_flags": ["python", "x.py"]} if name == "torch" else {})})
+            "check",
+            "tiny" if name != "torch" else None,
+            tmp_path,
+            {
+                "on_progress": said.append,
+                "engine_progress": said.append,
+                **({"engine_flags": ["python", "x.py"]} if name == "torch" else {}),
+            },
+        )
         assert request.command == "check" and request.cache_root.path == tmp_path
     assert not tmp_path.joinpath("torch_compile_cache").exists()  # parsing a request writes nothing

@@ -35,9 +35,15 @@ def test_the_devices_and_settings_are_read_alike(monkeypatch):
     assert machine.cuda_driver() == build_identity.cuda_driver()
 
 
-CASES = [({"a": 1}, {"a": 2}), ({"a": {"b": 1}}, {"a": {"c": 1}}), ({"a": float("nan")}, {"a": float("nan")}),
-         ({"hidden_size": 1, "z": 1, "mode": 2}, {"hidden_size": 2, "z": 2, "mode": 3}), (1, 2), ({"a": {}}, {}),
-         ({"x": [1, 2]}, {"x": [2, 1]})]
+CASES = [
+    ({"a": 1}, {"a": 2}),
+    ({"a": {"b": 1}}, {"a": {"c": 1}}),
+    ({"a": float("nan")}, {"a": float("nan")}),
+    ({"hidden_size": 1, "z": 1, "mode": 2}, {"hidden_size": 2, "z": 2, "mode": 3}),
+    (1, 2),
+    ({"a": {}}, {}),
+    ({"x": [1, 2]}, {"x": [2, 1]}),
+]
 
 
 @pytest.mark.parametrize("a, b", CASES)

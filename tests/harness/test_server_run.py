@@ -21,7 +21,7 @@ from tests.servers import REGISTRY_BINARY, require_binaries
 pytestmark = pytest.mark.servers
 
 REPO = Path(__file__).resolve().parents[2]
-INNER_TEST = '''
+INNER_TEST = """
 import json, os, pathlib, time
 
 def test_uses_the_registry(oci_registry):
@@ -33,7 +33,7 @@ def test_uses_the_registry(oci_registry):
     (pathlib.Path(os.environ["SEEN"]) / f"{worker}-{__name__}.json").write_text(json.dumps(seen))
     if os.environ.get("HOLD"):
         time.sleep(300)
-'''
+"""
 
 
 @pytest.fixture
@@ -49,9 +49,11 @@ def inner(tmp_path):
 
 # pytest with Ctrl-C heard: a run started in the background of a script (as CI may start this suite) inherits
 # SIGINT ignored, and so would the inner run and its workers
-AS_A_TERMINAL_STARTS_IT = ("import signal, sys, pytest\n"
-                           "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-                           "sys.exit(pytest.main(sys.argv[1:]))\n")
+AS_A_TERMINAL_STARTS_IT = (
+    "import signal, sys, pytest\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "sys.exit(pytest.main(sys.argv[1:]))\n"
+)
 
 
 @pytest.fixture
@@ -62,9 +64,15 @@ def start_pytest(inner, request):
     def start(*args: str, hold: bool = False) -> subprocess.Popen:
         env = {**os.environ, "PYTHONPATH": str(REPO), "SEEN": str(inner / "seen"), "HOLD": "1" if hold else ""}
         env.pop("PYTEST_XDIST_WORKER", None)
-        proc = subprocess.Popen([sys.executable, "-c", AS_A_TERMINAL_STARTS_IT, "-q", "-p", "no:cacheprovider", *args],
-                                cwd=inner, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", AS_A_TERMINAL_STARTS_IT, "-q", "-p", "no:cacheprovider", *args],
+            cwd=inner,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         request.addfinalizer(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
         return proc
 

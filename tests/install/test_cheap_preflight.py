@@ -15,11 +15,13 @@ import sys
 import pytest
 
 from cachetool.errors import CacheMissError
-from tests.cli_calls import one_error_line
 from tests.cache_trees import dir_is_empty_or_absent, local_factors, make_native_tree
+from tests.cli_calls import one_error_line
 
 # A CPU capability this machine has not (the bundle was "built" on another CPU); AVX2 here is the host's own.
-OTHER_CAPABILITY = "DEFAULT" if __import__("compiler.build_identity").build_identity.cpu_capability() != "DEFAULT" else "AVX2"
+OTHER_CAPABILITY = (
+    "DEFAULT" if __import__("compiler.build_identity").build_identity.cpu_capability() != "DEFAULT" else "AVX2"
+)
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 
@@ -33,28 +35,35 @@ def _bundle(tmp_path, cli, keys, name="b", **overrides):
 
 def test_a_matching_bundle_preflights_without_importing_torch(tmp_path, cli, keys):
     ctb = _bundle(tmp_path, cli, keys)
-    script = ("import sys\nfrom cachetool.cli import main\n"
-              f"rc = main(['install', {str(ctb)!r}, '--cache-root', {str(tmp_path / 'root')!r}, "
-              f"'--trust', {str(keys['pub'])!r}])\n"
-              "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))\n").replace("import sys", "import json, sys")
+    script = (
+        "import sys\nfrom cachetool.cli import main\n"
+        f"rc = main(['install', {str(ctb)!r}, '--cache-root', {str(tmp_path / 'root')!r}, "
+        f"'--trust', {str(keys['pub'])!r}])\n"
+        "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))\n"
+    ).replace("import sys", "import json, sys")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=str(REPO))
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"rc": 0, "torch": False}, proc.stderr[-2000:]
     assert "preflight: fingerprint, compiler factors, env factors" in proc.stdout
 
 
-@pytest.mark.parametrize("overrides,named", [
-    # another torch build: other installed files, another build key
-    ({"evidence.torch_record": "0" * 64, "compiler.torch_key": "1" * 64}, "compiler factor 'torch_key'"),
-    # another Inductor setting (its evidence and the config hash it gives)
-    ({"evidence.inductor_env": {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}, "compiler.inductor_config": "f" * 64},
-     "compiler factor 'inductor_config'"),
-    # another CPU capability (GPU capabilities are read from NVML the same way)
-    ({"compiler.capability": OTHER_CAPABILITY}, "compiler factor 'capability'"),
-    ({"compiler.device_type": "cuda"}, "fingerprint 'device'"),
-    ({"compiler.torch": "2.11.0+cu130"}, "fingerprint 'torch'"),
-    ({"env.ATEN_CPU_CAPABILITY": "avx2"}, "env factor 'ATEN_CPU_CAPABILITY'"),
-])
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        # another torch build: other installed files, another build key
+        ({"evidence.torch_record": "0" * 64, "compiler.torch_key": "1" * 64}, "compiler factor 'torch_key'"),
+        # another Inductor setting (its evidence and the config hash it gives)
+        (
+            {"evidence.inductor_env": {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}, "compiler.inductor_config": "f" * 64},
+            "compiler factor 'inductor_config'",
+        ),
+        # another CPU capability (GPU capabilities are read from NVML the same way)
+        ({"compiler.capability": OTHER_CAPABILITY}, "compiler factor 'capability'"),
+        ({"compiler.device_type": "cuda"}, "fingerprint 'device'"),
+        ({"compiler.torch": "2.11.0+cu130"}, "fingerprint 'torch'"),
+        ({"env.ATEN_CPU_CAPABILITY": "avx2"}, "env factor 'ATEN_CPU_CAPABILITY'"),
+    ],
+)
 def test_the_cheap_preflight_refuses_and_names_the_factor(tmp_path, cli, keys, overrides, named):
     b = _bundle(tmp_path, cli, keys, **overrides)
     root = tmp_path / "d"
@@ -74,8 +83,9 @@ def test_the_fingerprint_reads_torchs_own_version_not_package_metadata(monkeypat
     from cachetool.bundle.fingerprint import local_fingerprint
 
     real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version",
-                        lambda name: torch.__version__.split("+")[0] if name == "torch" else real(name))
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: torch.__version__.split("+")[0] if name == "torch" else real(name)
+    )
     assert local_fingerprint("cpu")["torch"] == torch.__version__
 
 
@@ -84,18 +94,25 @@ def test_build_identity_agrees_with_torch():
 
     from compiler import build_identity
 
-    assert build_identity.torch_build() == {"torch": torch.__version__, "torch_git": torch.version.git_version,
-                                            "cuda": torch.version.cuda}
+    assert build_identity.torch_build() == {
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "cuda": torch.version.cuda,
+    }
     assert build_identity.cpu_capability() == torch.backends.cpu.get_cpu_capability()
     import torch.nn.modules.linear as linear
 
-    assert build_identity.module_file("torch.nn.modules.linear").resolve() == __import__("pathlib").Path(
-        linear.__file__).resolve()
+    assert (
+        build_identity.module_file("torch.nn.modules.linear").resolve()
+        == __import__("pathlib").Path(linear.__file__).resolve()
+    )
 
 
 def test_a_forced_cpu_capability_is_read_as_aten_reads_it():
-    code = ("import json, torch\nfrom compiler import build_identity\n"
-            "print(json.dumps([build_identity.cpu_capability(), torch.backends.cpu.get_cpu_capability()]))")
+    code = (
+        "import json, torch\nfrom compiler import build_identity\n"
+        "print(json.dumps([build_identity.cpu_capability(), torch.backends.cpu.get_cpu_capability()]))"
+    )
     env = dict(__import__("os").environ, ATEN_CPU_CAPABILITY="avx2")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(REPO))
     ours, aten = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -37,8 +37,18 @@ def big_bundle(tmp_path_factory, keys):
 
 def _cmd(bundle: Path, root: Path, pub: Path) -> list[str]:
     # --no-preflight: preflight writes nothing; skipping it spends the test's time in the writing phases
-    return [sys.executable, "-m", "cachetool", "install", str(bundle), "--cache-root", str(root), "--trust", str(pub),
-            "--no-preflight"]
+    return [
+        sys.executable,
+        "-m",
+        "cachetool",
+        "install",
+        str(bundle),
+        "--cache-root",
+        str(root),
+        "--trust",
+        str(pub),
+        "--no-preflight",
+    ]
 
 
 def _check_no_partial_tree(root: Path, src: Path, units: list[str]) -> tuple[int, bool]:
@@ -115,8 +125,10 @@ def test_kill_9_at_random_points_then_rerun(big_bundle, tmp_path, keys):
 def test_eight_concurrent_installs(big_bundle, tmp_path, keys):
     src, bundle = big_bundle
     root = tmp_path / "root"
-    procs = [subprocess.Popen(_cmd(bundle, root, keys["pub"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(8)]
+    procs = [
+        subprocess.Popen(_cmd(bundle, root, keys["pub"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
     results = [(p.wait(), *p.communicate()) for p in procs]
     assert all(rc == 0 for rc, _, _ in results), results
     installed = [out for rc, out, _ in results if out.startswith("installed")]

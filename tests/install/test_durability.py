@@ -15,8 +15,8 @@ from cachetool.bundle.ctb import open_ctb, write_ctb
 from cachetool.bundle.packing import pack
 from cachetool.install import fs, installer
 from cachetool.install.options import InstallOptions
-from tests.cli_calls import one_error_line
 from tests.cache_trees import dir_is_empty_or_absent, make_native_tree, tree_snapshot
+from tests.cli_calls import one_error_line
 
 RANKS = ("rank_0_0", "rank_1_0")
 

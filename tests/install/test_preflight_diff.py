@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from cachetool.errors import CacheMissError
-from cachetool.errors import PreflightError
-from tests.cli_calls import one_error_line
+from cachetool.errors import CacheMissError, PreflightError
 from tests.cache_trees import dir_is_empty_or_absent, local_factors, make_native_tree, make_vllm_tree, tree_snapshot
+from tests.cli_calls import one_error_line
 
 
 def _bundle(tmp_path, cli, keys, name="b", **overrides):
@@ -26,18 +25,24 @@ def test_preflight_passes_on_matching_machine(tmp_path, cli, keys):
     assert r.rc == 0, r
     assert "preflight: fingerprint, compiler factors, env factors" in r.out
 
+
 # A CPU capability this machine has not (the bundle was "built" on another CPU); AVX2 here is the host's own.
-OTHER_CAPABILITY = "DEFAULT" if __import__("compiler.build_identity").build_identity.cpu_capability() != "DEFAULT" else "AVX2"
+OTHER_CAPABILITY = (
+    "DEFAULT" if __import__("compiler.build_identity").build_identity.cpu_capability() != "DEFAULT" else "AVX2"
+)
 
 
-@pytest.mark.parametrize("factor,value,named", [
-    ("compiler.torch_key", "0" * 64, "compiler factor 'torch_key'"),
-    ("compiler.inductor_config", "f" * 64, "compiler factor 'inductor_config'"),
-    ("compiler.capability", OTHER_CAPABILITY, "compiler factor 'capability'"),
-    ("compiler.torch", "2.11.0+cu130", "fingerprint 'torch'"),
-    ("compiler.device_type", "cuda", "fingerprint 'device'"),
-    ("env.ATEN_CPU_CAPABILITY", "avx2", "env factor 'ATEN_CPU_CAPABILITY'"),
-])
+@pytest.mark.parametrize(
+    "factor,value,named",
+    [
+        ("compiler.torch_key", "0" * 64, "compiler factor 'torch_key'"),
+        ("compiler.inductor_config", "f" * 64, "compiler factor 'inductor_config'"),
+        ("compiler.capability", OTHER_CAPABILITY, "compiler factor 'capability'"),
+        ("compiler.torch", "2.11.0+cu130", "fingerprint 'torch'"),
+        ("compiler.device_type", "cuda", "fingerprint 'device'"),
+        ("env.ATEN_CPU_CAPABILITY", "avx2", "env factor 'ATEN_CPU_CAPABILITY'"),
+    ],
+)
 def test_preflight_refuses_and_names_the_factor(tmp_path, cli, keys, factor, value, named):
     _, b = _bundle(tmp_path, cli, keys, **{factor: value})
     root = tmp_path / "d"
@@ -56,13 +61,19 @@ def test_preflight_error_is_a_cache_miss():
 
 def test_diff_names_every_factor(tmp_path, cli, keys):
     a, ab = _bundle(tmp_path, cli, keys, "a")
-    b, bb = _bundle(tmp_path, cli, keys, "b", **{
-        "config.compilation_config.cudagraph_mode": "FULL",
-        "config.model_config.num_hidden_layers": 32,
-        "code.compiler/models/llama.py": "c" * 64,
-        "env.TORCHINDUCTOR_MAX_AUTOTUNE": "1",
-        "compiler.torch_key": "0" * 64,
-    })
+    b, bb = _bundle(
+        tmp_path,
+        cli,
+        keys,
+        "b",
+        **{
+            "config.compilation_config.cudagraph_mode": "FULL",
+            "config.model_config.num_hidden_layers": 32,
+            "code.compiler/models/llama.py": "c" * 64,
+            "env.TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+            "compiler.torch_key": "0" * 64,
+        },
+    )
     for x, y in ((ab, bb), (a, b), (ab, b)):  # bundles, folders, mixed
         r = cli("diff", x, y)
         assert r.rc == 0, r
@@ -97,8 +108,8 @@ def test_diff_ignores_what_the_preflight_records_but_does_not_compare(tmp_path, 
     # driver (recorded, never compared: the install preflight passes either on the other's machine) were
     # reported as differing and `diff --exit-code` exited 10.
     from cachetool.bundle.ctb import write_ctb
-    from cachetool.bundle.packing import pack
     from cachetool.bundle.fingerprint import local_fingerprint
+    from cachetool.bundle.packing import pack
 
     src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
     paths = []
@@ -148,8 +159,8 @@ def test_diff_names_the_same_fingerprint_fields_both_ways(tmp_path, cli, keys):
     # Before: a field only A recorded (a vLLM bundle's vllm version, against a bundle without one) was reported
     # by `diff A B` and not by `diff B A`; a field either side leaves unrecorded is not compared.
     from cachetool.bundle.ctb import write_ctb
-    from cachetool.bundle.packing import pack
     from cachetool.bundle.fingerprint import local_fingerprint
+    from cachetool.bundle.packing import pack
 
     src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
     fp = local_fingerprint(device="cpu")
@@ -169,21 +180,28 @@ def test_factor_files_of_another_shape_are_compared_field_by_field():
     from cachetool.layouts.factors import Factors
     from compiler.cache_key import Factors as CompilerFactors
 
-    a, b = Factors({"serve": {"values": {"max_model_len": 256}}}), Factors({"serve": {"values": {"max_model_len": 512}}})
+    a, b = (
+        Factors({"serve": {"values": {"max_model_len": 256}}}),
+        Factors({"serve": {"values": {"max_model_len": 512}}}),
+    )
     assert not CompilerFactors(a.raw).structured
-    assert [(d.category, d.name, d.a, d.b) for d in compare_factors(a, b)] == \
-        [("factors", "serve.values.max_model_len", 256, 512)]
+    assert [(d.category, d.name, d.a, d.b) for d in compare_factors(a, b)] == [
+        ("factors", "serve.values.max_model_len", 256, 512)
+    ]
 
 
-@pytest.mark.parametrize("bundle_triton,here_triton", [("3.9.0", None), ("9.9.9", "3.9.0")],
-                         ids=["triton-only-in-the-bundle", "another-triton"])
+@pytest.mark.parametrize(
+    "bundle_triton,here_triton",
+    [("3.9.0", None), ("9.9.9", "3.9.0")],
+    ids=["triton-only-in-the-bundle", "another-triton"],
+)
 def test_a_cpu_bundle_hits_whatever_triton_is_here(tmp_path, cli, keys, monkeypatch, bundle_triton, here_triton):
     # Before: a CPU bundle warmed where Triton was installed was refused where it is not ("fingerprint 'triton'
     # differs: bundle '3.9.0', this machine None", exit 4) while `diff B local` said "no differences" and the cache
     # hit once installed: a CPU cache's kernels are C++, no Triton reads them (its compiler factor records none).
     from cachetool.bundle.ctb import write_ctb
-    from cachetool.bundle.packing import pack
     from cachetool.bundle.fingerprint import local_fingerprint
+    from cachetool.bundle.packing import pack
     from compiler import build_identity
 
     src = make_native_tree(tmp_path / "src", layers=3, factors=local_factors())
@@ -200,8 +218,16 @@ def test_a_cpu_bundle_hits_whatever_triton_is_here(tmp_path, cli, keys, monkeypa
     assert r.rc == 0 and "no differences" in r.out, r
 
 
-CUDA_FP = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0",
-           "triton": "3.6.0", "gpu": "NVIDIA H200", "capability": "sm90"}
+CUDA_FP = {
+    "os": "linux",
+    "arch": "x86_64",
+    "device": "cuda",
+    "torch": "2.11.0+cu130",
+    "cuda": "13.0",
+    "triton": "3.6.0",
+    "gpu": "NVIDIA H200",
+    "capability": "sm90",
+}
 
 
 def test_triton_is_compared_for_a_cuda_bundle_only():
@@ -216,8 +242,8 @@ def test_triton_is_compared_for_a_cuda_bundle_only():
 def test_diff_against_this_machine_is_the_preflights_comparison():
     # Before: diff dropped a field this machine leaves None (to name the same fields both ways between two bundles),
     # so a CUDA bundle against a GPU machine without Triton showed no difference while the preflight refused it.
-    from cachetool.diff import Side, diff_sides
     from cachetool.bundle.fingerprint import compare
+    from cachetool.diff import Side, diff_sides
 
     bundle = Side("b.ctb", [], dict(CUDA_FP), layout="native")
     here = Side("local", [], dict(CUDA_FP, triton=None), partial=True)
@@ -234,13 +260,22 @@ def test_a_miss_names_the_field_a_user_set_before_what_follows_from_it():
     from cachetool.layouts.factors import Factors
 
     def config(tp: int, all_reduce: str, hidden: int, head_dim: int, layers: int) -> Factors:
-        model = {"head_dim": head_dim, "hidden_size": hidden, "num_hidden_layers": layers,
-                 "parallel_config": {"all_reduce": all_reduce, "tensor_parallel_size": tp}}
+        model = {
+            "head_dim": head_dim,
+            "hidden_size": hidden,
+            "num_hidden_layers": layers,
+            "parallel_config": {"all_reduce": all_reduce, "tensor_parallel_size": tp},
+        }
         return Factors({"config": {"hash": f"{tp}{hidden}{layers}", "values": {"model_config": model}}})
 
     tp = compare_factors(config(1, "none", 64, 16, 2), config(2, "graph", 64, 16, 2), only=("config",))
-    assert [d.name for d in tp] == ["model_config.parallel_config.tensor_parallel_size",
-                                    "model_config.parallel_config.all_reduce"]
+    assert [d.name for d in tp] == [
+        "model_config.parallel_config.tensor_parallel_size",
+        "model_config.parallel_config.all_reduce",
+    ]
     model = compare_factors(config(1, "none", 64, 16, 2), config(1, "none", 128, 32, 4), only=("config",))
-    assert [d.name for d in model] == ["model_config.num_hidden_layers", "model_config.hidden_size",
-                                       "model_config.head_dim"]
+    assert [d.name for d in model] == [
+        "model_config.num_hidden_layers",
+        "model_config.hidden_size",
+        "model_config.head_dim",
+    ]

@@ -20,8 +20,9 @@ UNCOMPUTED = "<unknown: {}: ImportError>"  # as the compiler records one (compil
 def test_a_value_that_could_not_be_computed_is_not_a_difference(tmp_path, cli, keys, field):
     # recorded where the value could not be computed, on a build other than this machine's (so the preflight
     # computes this machine's values instead of taking the bundle's)
-    factors = local_factors(evidence=True, **{"evidence.torch_record": "0" * 64,
-                                              f"compiler.{field}": UNCOMPUTED.format(field)})
+    factors = local_factors(
+        evidence=True, **{"evidence.torch_record": "0" * 64, f"compiler.{field}": UNCOMPUTED.format(field)}
+    )
     src = make_native_tree(tmp_path / "src", layers=2, factors=factors)
     assert cli("pack", src, "-o", tmp_path / "b.ctb", "--sign-key", keys["priv"]).rc == 0
     root = tmp_path / "root"

@@ -50,8 +50,7 @@ def test_a_platform_the_tag_lacks_is_not_found_and_nothing_changes(two_platform_
     before = _platforms(two_platform_tag)
     with pytest.raises(NotFoundError) as e:
         remove(two_platform_tag, platform="cuda-sm100-torch2.11.0+cu130")
-    assert str(e.value) == (f"{two_platform_tag} has no cuda-sm100-torch2.11.0+cu130 entry "
-                            f"(has {', '.join(before)})")
+    assert str(e.value) == (f"{two_platform_tag} has no cuda-sm100-torch2.11.0+cu130 entry (has {', '.join(before)})")
     assert _platforms(two_platform_tag) == before
 
 
@@ -70,12 +69,13 @@ def test_removing_a_platform_is_idempotent_as_a_merging_store_needs(two_platform
     assert without_platform(None, r, cuda_bundle.manifest.platform) is None
 
 
-def test_list_refs_lists_each_tag_with_its_entries(two_platform_tag, tmp_path, bundle, local_platform,
-                                                   cuda_bundle):
+def test_list_refs_lists_each_tag_with_its_entries(two_platform_tag, tmp_path, bundle, local_platform, cuda_bundle):
     push(bundle, f"file://{tmp_path}/store/llama:v2")
     listing = {(i.name, i.tag): sorted(e.platform for e in i.entries) for i in list_refs(f"file://{tmp_path}/store")}
-    assert listing == {("llama", "v1"): sorted([local_platform, cuda_bundle.manifest.platform]),
-                       ("llama", "v2"): [local_platform]}
+    assert listing == {
+        ("llama", "v1"): sorted([local_platform, cuda_bundle.manifest.platform]),
+        ("llama", "v2"): [local_platform],
+    }
 
 
 def test_the_cli_rm_of_a_missing_platform_is_one_line_and_its_exit_code(two_platform_tag, cli):

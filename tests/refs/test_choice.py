@@ -14,14 +14,28 @@ from cachetool.stores.base import RefEntry, RefIndex
 from tests.cache_trees import CUDA_FP
 
 REF = "file:///s/tiny:v1"
-CUDA_VLLM = {"os": "linux", "arch": "x86_64", "device": "cuda", "torch": "2.9.0+cu129", "cuda": "12.9",
-             "triton": "3.5.0", "gpu": "NVIDIA H200", "capability": "sm90", "vllm": "0.26.0"}
+CUDA_VLLM = {
+    "os": "linux",
+    "arch": "x86_64",
+    "device": "cuda",
+    "torch": "2.9.0+cu129",
+    "cuda": "12.9",
+    "triton": "3.5.0",
+    "gpu": "NVIDIA H200",
+    "capability": "sm90",
+    "vllm": "0.26.0",
+}
 CPU_NATIVE = {"os": "linux", "arch": "x86_64", "device": "cpu", "torch": "2.13.0+cpu"}
 
 
 def _entry(platform: str, fingerprint: dict) -> RefEntry:
-    return RefEntry(manifest_digest="sha256:" + "0" * 64, platform=platform, fingerprint=fingerprint, size=1,
-                    created="2026-01-01T00:00:00Z")
+    return RefEntry(
+        manifest_digest="sha256:" + "0" * 64,
+        platform=platform,
+        fingerprint=fingerprint,
+        size=1,
+        created="2026-01-01T00:00:00Z",
+    )
 
 
 def _index(*entries: RefEntry) -> RefIndex:
@@ -74,8 +88,9 @@ def test_a_reader_takes_the_platform_named(here, h200):
 def test_a_platform_the_tag_lacks_is_not_found_and_lists_the_tags_platforms(here, h200):
     with pytest.raises(NotFoundError) as e:
         choose_entry(_index(here, h200), REF, "cuda-sm100-torch2.11.0+cu130")
-    assert str(e.value) == (f"{REF} has no platform cuda-sm100-torch2.11.0+cu130 "
-                            f"(it has: {here.platform}, {h200.platform})")
+    assert str(e.value) == (
+        f"{REF} has no platform cuda-sm100-torch2.11.0+cu130 (it has: {here.platform}, {h200.platform})"
+    )
 
 
 def test_a_reader_takes_a_tags_only_entry_whatever_its_platform(h200):
@@ -88,8 +103,9 @@ def test_a_reader_takes_this_machines_entry_among_several(here, h200):
 
 def test_several_platforms_none_of_them_this_machines_ask_for_platform(h200):
     sm100 = _entry(platform_key(dict(CUDA_FP, capability="sm100")), dict(CUDA_FP, capability="sm100"))
-    with pytest.raises(UsageError, match="holds 2 platforms .* none of them this machine's: choose one with "
-                                         "--platform"):
+    with pytest.raises(
+        UsageError, match="holds 2 platforms .* none of them this machine's: choose one with --platform"
+    ):
         choose_entry(_index(h200, sm100), REF, None)
 
 
@@ -127,9 +143,11 @@ def test_pull_engine_vllm_without_device_takes_the_cuda_vllm_bundle_on_a_gpu_mac
 
     monkeypatch.setattr(fingerprint, "local_fingerprint", local_fingerprint)
     monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
-    monkeypatch.setattr(install_facts.machine, "cuda_device", lambda index=0: {"device": "NVIDIA H200",
-                                                                             "capability": "9.0"})
+    monkeypatch.setattr(
+        install_facts.machine, "cuda_device", lambda index=0: {"device": "NVIDIA H200", "capability": "9.0"}
+    )
     gpu = _entry(platform_key(CUDA_VLLM), CUDA_VLLM)
-    cpu = _entry(platform_key(dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2")),
-                 dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2"))
+    cpu = _entry(
+        platform_key(dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2")), dict(CPU_NATIVE, vllm="0.26.0", cpu_isa="avx2")
+    )
     assert select_entry(_index(cpu, gpu), REF, None, engines.get("vllm")) is gpu

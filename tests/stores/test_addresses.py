@@ -8,18 +8,42 @@ from cachetool.errors import UsageError
 from cachetool.stores.addresses import parse_ref, parse_store, parse_store_or_ref
 
 
-@pytest.mark.parametrize("text,scheme,location,path,name,tag,url", [
-    ("file:///srv/caches/llama:v1", "file", "/srv/caches", "", "llama", "v1", "file:///srv/caches/llama:v1"),
-    ("file:///srv/caches/llama", "file", "/srv/caches", "", "llama", "latest", "file:///srv/caches/llama:latest"),
-    ("s3://my-bucket/team/prefix/llama-3.2:cuda_sm90", "s3", "my-bucket", "team/prefix", "llama-3.2", "cuda_sm90",
-     "s3://my-bucket/team/prefix/llama-3.2:cuda_sm90"),
-    ("s3://my-bucket/llama:v1", "s3", "my-bucket", "", "llama", "v1", "s3://my-bucket/llama:v1"),
-    ("oci://127.0.0.1:5000/team/llama:v1", "oci", "127.0.0.1:5000", "team/llama", "llama", "v1",
-     "oci://127.0.0.1:5000/team/llama:v1"),
-    ("oci://ghcr.io/org/llama", "oci", "ghcr.io", "org/llama", "llama", "latest", "oci://ghcr.io/org/llama:latest"),
-    ("OCI://Registry.Example:443/x:1.0", "oci", "registry.example:443", "x", "x", "1.0",
-     "oci://registry.example:443/x:1.0"),
-])
+@pytest.mark.parametrize(
+    "text,scheme,location,path,name,tag,url",
+    [
+        ("file:///srv/caches/llama:v1", "file", "/srv/caches", "", "llama", "v1", "file:///srv/caches/llama:v1"),
+        ("file:///srv/caches/llama", "file", "/srv/caches", "", "llama", "latest", "file:///srv/caches/llama:latest"),
+        (
+            "s3://my-bucket/team/prefix/llama-3.2:cuda_sm90",
+            "s3",
+            "my-bucket",
+            "team/prefix",
+            "llama-3.2",
+            "cuda_sm90",
+            "s3://my-bucket/team/prefix/llama-3.2:cuda_sm90",
+        ),
+        ("s3://my-bucket/llama:v1", "s3", "my-bucket", "", "llama", "v1", "s3://my-bucket/llama:v1"),
+        (
+            "oci://127.0.0.1:5000/team/llama:v1",
+            "oci",
+            "127.0.0.1:5000",
+            "team/llama",
+            "llama",
+            "v1",
+            "oci://127.0.0.1:5000/team/llama:v1",
+        ),
+        ("oci://ghcr.io/org/llama", "oci", "ghcr.io", "org/llama", "llama", "latest", "oci://ghcr.io/org/llama:latest"),
+        (
+            "OCI://Registry.Example:443/x:1.0",
+            "oci",
+            "registry.example:443",
+            "x",
+            "x",
+            "1.0",
+            "oci://registry.example:443/x:1.0",
+        ),
+    ],
+)
 def test_parse_ref(text, scheme, location, path, name, tag, url):
     r = parse_ref(text)
     assert (r.store.scheme, r.store.location, r.store.path, r.name, r.tag) == (scheme, location, path, name, tag)
@@ -27,25 +51,28 @@ def test_parse_ref(text, scheme, location, path, name, tag, url):
     assert parse_ref(r.url) == r
 
 
-@pytest.mark.parametrize("text,why", [
-    ("/srv/caches/llama:v1", "no scheme"),
-    ("http://host/llama:v1", "unknown scheme"),
-    ("file://relative/llama:v1", "absolute path"),
-    ("file:///srv/../etc/llama:v1", "'..'"),
-    ("s3://Bad_Bucket/llama:v1", "bucket"),
-    ("s3://ab/llama:v1", "bucket"),
-    ("s3://bucket/", "no bundle name"),
-    ("s3://bucket/Llama:v1", "name"),
-    ("s3://bucket/llama:", "tag"),
-    ("s3://bucket/llama:-x", "tag"),
-    ("s3://bucket/llama:a:b", "more than one"),
-    ("oci://host:5000/Repo:v1", "name"),
-    ("oci://host:5000/llama@sha256:" + "0" * 63, "is not sha256:<64 lowercase hex>"),
-    ("file:///srv/llama@md5:abc", "is not sha256"),
-    ("oci://bad host/llama:v1", "whitespace"),
-    ("oci://-host/llama:v1", "registry host"),
-    ("s3://bucket/llama:v 1", "whitespace"),
-])
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("/srv/caches/llama:v1", "no scheme"),
+        ("http://host/llama:v1", "unknown scheme"),
+        ("file://relative/llama:v1", "absolute path"),
+        ("file:///srv/../etc/llama:v1", "'..'"),
+        ("s3://Bad_Bucket/llama:v1", "bucket"),
+        ("s3://ab/llama:v1", "bucket"),
+        ("s3://bucket/", "no bundle name"),
+        ("s3://bucket/Llama:v1", "name"),
+        ("s3://bucket/llama:", "tag"),
+        ("s3://bucket/llama:-x", "tag"),
+        ("s3://bucket/llama:a:b", "more than one"),
+        ("oci://host:5000/Repo:v1", "name"),
+        ("oci://host:5000/llama@sha256:" + "0" * 63, "is not sha256:<64 lowercase hex>"),
+        ("file:///srv/llama@md5:abc", "is not sha256"),
+        ("oci://bad host/llama:v1", "whitespace"),
+        ("oci://-host/llama:v1", "registry host"),
+        ("s3://bucket/llama:v 1", "whitespace"),
+    ],
+)
 def test_bad_refs_are_one_line_usage_errors(text, why):
     with pytest.raises(UsageError) as ei:
         parse_ref(text)
@@ -71,16 +98,43 @@ def test_store_urls():
 H = "ab" * 32
 
 
-@pytest.mark.parametrize("text,store,name,tag,digest,url", [
-    (f"oci://127.0.0.1:5000/ml/tiny@sha256:{H}", "oci://127.0.0.1:5000/ml/tiny", "tiny", "latest", f"sha256:{H}",
-     f"oci://127.0.0.1:5000/ml/tiny@sha256:{H}"),
-    (f"oci://reg.example/ml/tiny:v1@sha256:{H}", "oci://reg.example/ml/tiny", "tiny", "v1", f"sha256:{H}",
-     f"oci://reg.example/ml/tiny@sha256:{H}"),
-    (f"file:///srv/caches/tiny@sha256:{H}", "file:///srv/caches", "tiny", "latest", f"sha256:{H}",
-     f"file:///srv/caches/tiny@sha256:{H}"),
-    (f"s3://bucket/team/tiny@sha256:{H}", "s3://bucket/team", "tiny", "latest", f"sha256:{H}",
-     f"s3://bucket/team/tiny@sha256:{H}"),
-])
+@pytest.mark.parametrize(
+    "text,store,name,tag,digest,url",
+    [
+        (
+            f"oci://127.0.0.1:5000/ml/tiny@sha256:{H}",
+            "oci://127.0.0.1:5000/ml/tiny",
+            "tiny",
+            "latest",
+            f"sha256:{H}",
+            f"oci://127.0.0.1:5000/ml/tiny@sha256:{H}",
+        ),
+        (
+            f"oci://reg.example/ml/tiny:v1@sha256:{H}",
+            "oci://reg.example/ml/tiny",
+            "tiny",
+            "v1",
+            f"sha256:{H}",
+            f"oci://reg.example/ml/tiny@sha256:{H}",
+        ),
+        (
+            f"file:///srv/caches/tiny@sha256:{H}",
+            "file:///srv/caches",
+            "tiny",
+            "latest",
+            f"sha256:{H}",
+            f"file:///srv/caches/tiny@sha256:{H}",
+        ),
+        (
+            f"s3://bucket/team/tiny@sha256:{H}",
+            "s3://bucket/team",
+            "tiny",
+            "latest",
+            f"sha256:{H}",
+            f"s3://bucket/team/tiny@sha256:{H}",
+        ),
+    ],
+)
 def test_digest_pins(text, store, name, tag, digest, url):
     r = parse_ref(text)
     assert (r.store.url, r.name, r.tag, r.digest, r.url) == (store, name, tag, digest, url)

@@ -13,8 +13,8 @@ import pytest
 
 from cachetool.digests import BlobRef
 from cachetool.errors import NotFoundError, StoreError
-from cachetool.transfer.push import push
 from cachetool.stores import open_store
+from cachetool.transfer.push import push
 
 NO_DIGEST = "sha256:" + "0" * 64
 
@@ -84,8 +84,8 @@ def test_oci_refused_login_carries_the_http_status(oci_registry_auth, bundle, cl
 # ---------------------------------------------------------------- issue 22 item 6: the layers above the stores
 def test_a_pull_whose_install_refuses_names_the_store_ref_and_manifest(any_store, bundle, keys, cli, tmp_path):
     """Install refusals (here an untrusted signature) were raised without the pull's store, ref or manifest."""
-    from cachetool.errors import UntrustedKeyError
     from cachetool.api import pull
+    from cachetool.errors import UntrustedKeyError
 
     ref = any_store.ref("v1")
     push(bundle, ref)
@@ -108,8 +108,8 @@ def _tamper_file_store_blob(store_dir, bundle):
 
 
 def test_a_tampered_blob_keeps_its_digest_as_key_and_gets_the_pulls_store_and_ref(bundle, keys, cli, tmp_path):
-    from cachetool.errors import BlobVerificationError
     from cachetool.api import pull
+    from cachetool.errors import BlobVerificationError
 
     store = f"file://{tmp_path}/store"
     ref = f"{store}/llama:v1"
@@ -194,8 +194,9 @@ def test_a_push_that_refuses_a_tampered_blob_names_the_store_and_ref(tree, keys,
     assert (e.store, e.ref, e.key) == (store, ref, blob.stored_digest), e
 
 
-def test_an_unreadable_registry_credentials_file_names_the_store_and_the_file(oci_registry_auth, cli, tmp_path,
-                                                                             monkeypatch):
+def test_an_unreadable_registry_credentials_file_names_the_store_and_the_file(
+    oci_registry_auth, cli, tmp_path, monkeypatch
+):
     bad = tmp_path / "auth.json"
     bad.write_text("{not json")
     monkeypatch.setenv("REGISTRY_AUTH_FILE", str(bad))

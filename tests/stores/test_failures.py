@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 
+from cachetool.api import pull
+from cachetool.cache_root import PARTIAL_DIR
+from cachetool.digests import hexof
 from cachetool.errors import StoreError, VerificationError
 from cachetool.stores import open_store
-from cachetool.digests import hexof
-from cachetool.cache_root import PARTIAL_DIR
-from cachetool.api import pull
 from cachetool.transfer.push import push
 from tests.cache_trees import tree_snapshot
 
@@ -29,8 +29,9 @@ def _installed(root) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- one-line errors
-def test_s3_wrong_credentials_missing_bucket_unknown_tag(rgw, s3_env, shared_bucket, bundle, keys, cli, tmp_path,
-                                                          monkeypatch):
+def test_s3_wrong_credentials_missing_bucket_unknown_tag(
+    rgw, s3_env, shared_bucket, bundle, keys, cli, tmp_path, monkeypatch
+):
     store = f"s3://{shared_bucket}/errors-{uuid.uuid4().hex[:6]}"
     assert cli("push", _ctb(bundle, tmp_path), f"{store}/llama:v1").rc == 0
 
@@ -62,8 +63,18 @@ def test_s3_profile_and_endpoint_flag(rgw, shared_bucket, bundle, keys, cli, tmp
     ref = f"s3://{shared_bucket}/profile-{uuid.uuid4().hex[:6]}/llama:v1"
     r = cli("push", _ctb(bundle, tmp_path), ref, "--profile", "ceph", "--endpoint-url", rgw.endpoint, "--json")
     assert r.rc == 0, r
-    r = cli("pull", ref, "--cache-root", tmp_path / "root", "--trust", keys["pub"], "--profile", "ceph",
-            "--endpoint-url", rgw.endpoint)
+    r = cli(
+        "pull",
+        ref,
+        "--cache-root",
+        tmp_path / "root",
+        "--trust",
+        keys["pub"],
+        "--profile",
+        "ceph",
+        "--endpoint-url",
+        rgw.endpoint,
+    )
     assert r.rc == 0, r
     r = cli("ls", ref.rsplit("/", 1)[0], "--profile", "nope", "--endpoint-url", rgw.endpoint)
     assert r.rc == 6 and "profile 'nope' not found" in r.error_line(), r
@@ -110,8 +121,12 @@ def test_skopeo_reads_the_pushed_artifact(oci_registry, bundle, cuda_bundle):
     push(bundle, ref)
 
     def raw(target: str) -> dict:
-        p = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{oci_registry.host}/{target}"],
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            ["skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{oci_registry.host}/{target}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)
 
@@ -222,11 +237,11 @@ def test_bad_partial_left_behind_is_refetched(bundle, keys, tree, tmp_path):
 def _corrupt(kind: str, store_url: str, server, blob) -> None:
     hexd = hexof(blob.stored_digest)
     if kind == "file":
-        p = store_url[len("file://"):] + f"/blobs/sha256/{hexd}"
+        p = store_url[len("file://") :] + f"/blobs/sha256/{hexd}"
     elif kind == "oci":
         p = server.data_dir / "docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data"
     else:
-        bucket, prefix = store_url[len("s3://"):].split("/", 1)
+        bucket, prefix = store_url[len("s3://") :].split("/", 1)
         c = server.client()
         key = f"{prefix}/blobs/sha256/{hexd}"
         body = bytearray(c.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -288,9 +303,9 @@ def file_or_s3(request, tmp_path):
 def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bundle, cuda_bundle, monkeypatch):
     """``rm --platform`` read the ref and wrote it back outside update_ref: a push landing between its read and its
     write was dropped. Here the push of platform Y runs exactly when the removal of Z writes the ref."""
+    from cachetool.refs.admin import remove
     from cachetool.stores.base import RefEntry
     from cachetool.transfer.push import merge_index
-    from cachetool.refs.admin import remove
 
     ref = file_or_s3.ref("v1")
     push(bundle, ref)
@@ -341,8 +356,9 @@ def test_rm_platform_keeps_a_platform_pushed_at_the_same_moment(file_or_s3, bund
     assert cuda_bundle.platform not in [e.platform for e in left.entries]
 
 
-def test_s3_rm_of_the_last_platform_leaves_a_tag_that_reads_as_missing(rgw, s3_env, shared_bucket, bundle, keys,
-                                                                      tmp_path, cli):
+def test_s3_rm_of_the_last_platform_leaves_a_tag_that_reads_as_missing(
+    rgw, s3_env, shared_bucket, bundle, keys, tmp_path, cli
+):
     from cachetool.refs.admin import remove
 
     store = f"s3://{shared_bucket}/tomb-{uuid.uuid4().hex[:8]}"
@@ -374,7 +390,7 @@ def test_s3_reply_200_to_a_range_request_restarts_the_blob(rgw, s3_env, shared_b
 
         monkeypatch.setattr(st.client, "get_object", ignoring_range)
         dest = tmp_path / "partial"
-        dest.write_bytes(data[:len(data) // 2])
+        dest.write_bytes(data[: len(data) // 2])
         st.get_blob(blob, dest)
     assert asked[0] == f"bytes={len(data) // 2}-"
     assert dest.read_bytes() == data and st.counters.blobs_resumed == 0

@@ -7,13 +7,13 @@ import os
 
 import pytest
 
-from cachetool.errors import NotFoundError, WaitTimeoutError
-from cachetool.stores import open_store
-from cachetool.digests import hexof
-from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.api import pull
-from cachetool.transfer.push import merge_index, push
+from cachetool.digests import hexof
+from cachetool.errors import NotFoundError, WaitTimeoutError
 from cachetool.refs.admin import remove
+from cachetool.stores import open_store
+from cachetool.stores.base import RefEntry, RefIndex
+from cachetool.transfer.push import merge_index, push
 
 
 def test_documented_layout_and_no_temp_files(bundle, tmp_path):
@@ -71,8 +71,12 @@ def test_gc_keeps_reachable_and_recent_objects(bundle, cuda_bundle, tmp_path):
         assert st.gc(older_than=3600).deleted == ()  # unreachable, but too recent: maybe a push in flight
         doomed = st.gc(dry_run=True, older_than=0).deleted
         # the two bundles share every blob (same tree); only the GPU manifest and signature go
-        assert sorted(doomed) == sorted([f"manifests/sha256/{hexof(cuda_bundle.manifest_digest)}.json",
-                                         f"signatures/sha256/{hexof(cuda_bundle.manifest_digest)}.dsse.json"])
+        assert sorted(doomed) == sorted(
+            [
+                f"manifests/sha256/{hexof(cuda_bundle.manifest_digest)}.json",
+                f"signatures/sha256/{hexof(cuda_bundle.manifest_digest)}.dsse.json",
+            ]
+        )
         assert st.gc(older_than=0).deleted == doomed
         assert st.gc(older_than=0).deleted == ()
     pull(f"{store}/llama:v1", tmp_path / "root", insecure_skip_verify=True)
@@ -97,7 +101,9 @@ def test_merge_index_replaces_same_platform():
     old = RefIndex("llama", "v1", (e("cpu-x86_64-torch2.13.0+cpu", "a"), e("cuda-sm90-torch2.11.0+cu130", "b")))
     new = merge_index(old, "llama", "v1", e("cpu-x86_64-torch2.13.0+cpu", "c"))
     assert [(x.platform, x.manifest_digest[7]) for x in new.entries] == [
-        ("cpu-x86_64-torch2.13.0+cpu", "c"), ("cuda-sm90-torch2.11.0+cu130", "b")]
+        ("cpu-x86_64-torch2.13.0+cpu", "c"),
+        ("cuda-sm90-torch2.11.0+cu130", "b"),
+    ]
     assert merge_index(None, "llama", "v1", e("x", "d")).entries[0].platform == "x"
 
 
@@ -133,8 +139,17 @@ def test_progress_bars_and_cli_miss_handling(bundle, cuda_bundle, keys, tmp_path
     push(cuda_bundle, f"{store}/llama:gpu")
     r = cli("pull", f"{store}/llama:gpu", "--cache-root", tmp_path / "r2", "--trust", keys["pub"])
     assert r.rc == 4 and "no bundle under" in r.error_line(), r
-    r = cli("pull", f"{store}/llama:gpu", "--cache-root", tmp_path / "r2", "--trust", keys["pub"], "--on-miss",
-            "continue", "--json")
+    r = cli(
+        "pull",
+        f"{store}/llama:gpu",
+        "--cache-root",
+        tmp_path / "r2",
+        "--trust",
+        keys["pub"],
+        "--on-miss",
+        "continue",
+        "--json",
+    )
     assert r.rc == 0 and json.loads(r.out)["outcome"] == "miss" and "outcome=miss" in r.err, r
     r = cli("push", bundle.blob_path(bundle.blobs[0]).parent, "bad:ref")
     assert r.rc == 2, r
@@ -173,8 +188,19 @@ def test_ref_updates_hold_the_lock_and_leave_no_lock_file(bundle, tmp_path):
     FileBackend.put = slow_put
     try:
         with open_store(store) as st:
-            a = threading.Thread(target=st.update_ref, args=("llama", "v1", lambda old: old and RefIndex(
-                "llama", "v1", old.entries + (RefEntry(old.entries[0].manifest_digest, "other", {}, 1, ""),))))
+            a = threading.Thread(
+                target=st.update_ref,
+                args=(
+                    "llama",
+                    "v1",
+                    lambda old: (
+                        old
+                        and RefIndex(
+                            "llama", "v1", old.entries + (RefEntry(old.entries[0].manifest_digest, "other", {}, 1, ""),)
+                        )
+                    ),
+                ),
+            )
             a.start()
             entered.wait()
             fd = os.open(lock, os.O_RDWR)

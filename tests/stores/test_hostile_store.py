@@ -9,10 +9,10 @@ import shutil
 
 import pytest
 
-from cachetool.errors import UsageError, VerificationError
-from cachetool.stores.addresses import parse_ref
-from cachetool.stores import open_store
 from cachetool.digests import hexof
+from cachetool.errors import UsageError, VerificationError
+from cachetool.stores import open_store
+from cachetool.stores.addresses import parse_ref
 from cachetool.transfer.push import push
 
 
@@ -99,8 +99,11 @@ def test_blob_that_is_a_fifo_is_refused_without_blocking(bundle, keys, cli, stor
     assert _nothing_in(root)
 
 
-@pytest.mark.parametrize("body", [b"[" * 100_000, b"\xff\xfe", b"[1, 2]", b'{"format": "cachetool.ref.v1", "entries": 5}'],
-                         ids=["deeply-nested", "not-utf8", "a-list", "entries-not-a-list"])
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 100_000, b"\xff\xfe", b"[1, 2]", b'{"format": "cachetool.ref.v1", "entries": 5}'],
+    ids=["deeply-nested", "not-utf8", "a-list", "entries-not-a-list"],
+)
 def test_ref_that_is_not_a_ref_is_one_line(keys, cli, store, tmp_path, body):
     (store / "refs" / "llama" / "v1.json").write_bytes(body)
     root = tmp_path / "root"
@@ -164,8 +167,9 @@ def test_partial_folder_planted_as_a_symlink_is_not_written_through(bundle, keys
 
 
 @pytest.mark.parametrize("blobs_in", ["memory", "files"])
-def test_partial_folder_planted_as_a_symlink_is_never_trimmed_through(bundle, keys, cli, store, tmp_path, monkeypatch,
-                                                                      blobs_in):
+def test_partial_folder_planted_as_a_symlink_is_never_trimmed_through(
+    bundle, keys, cli, store, tmp_path, monkeypatch, blobs_in
+):
     """Small blobs are read from the file store in place (no partial file): the pull succeeds; blobs fetched into
     files refuse the planted folder (exit 3). Either way, bounding the partial folder (here to 0 bytes) deletes
     nothing the link points to. Before: the bound was applied through the link, deleting the files it names."""
@@ -201,8 +205,15 @@ def test_partial_file_planted_as_a_link_is_not_appended_to(bundle, keys, cli, st
     assert not (root / ".cachetool-partial").exists()
 
 
-@pytest.mark.parametrize("field,value", [("platform", "cuda-x\nerror: all fine"), ("created", "\x1b[31mred"),
-                                         ("fingerprint", {"gpu": "H200\nerror: forged"}), ("size", -1)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("platform", "cuda-x\nerror: all fine"),
+        ("created", "\x1b[31mred"),
+        ("fingerprint", {"gpu": "H200\nerror: forged"}),
+        ("size", -1),
+    ],
+)
 def test_ref_entries_cannot_forge_output_lines(keys, cli, store, tmp_path, field, value):
     # Before: the platform went verbatim into the one-line miss message and into `ls` (a forged "error:" line).
     import json
@@ -338,12 +349,15 @@ def test_hostile_registry_gives_one_line_errors(keys, cli, tmp_path):
     assert not (tmp_path / "root").exists()
 
 
-@pytest.mark.parametrize("status,content_range,kept", [
-    (206, "bytes 4-9/10", True),  # the range asked for: appended
-    (206, "bytes 0-9/10", False),  # a 206 for other bytes: start over, never appended
-    (206, None, False),
-    (200, None, False),  # the Range ignored: the body replaces the partial file
-])
+@pytest.mark.parametrize(
+    "status,content_range,kept",
+    [
+        (206, "bytes 4-9/10", True),  # the range asked for: appended
+        (206, "bytes 0-9/10", False),  # a 206 for other bytes: start over, never appended
+        (206, None, False),
+        (200, None, False),  # the Range ignored: the body replaces the partial file
+    ],
+)
 def test_resume_follows_the_status_and_content_range(tmp_path, status, content_range, kept):
     from cachetool.stores.base import TransferCounters
     from cachetool.stores.common import download_resumable
@@ -357,7 +371,7 @@ def test_resume_follows_the_status_and_content_range(tmp_path, status, content_r
         asked.append(offset)
         if offset and len(asked) == 1:
             start = int(content_range.split()[1].split("-")[0]) if content_range else 0
-            return iter([data[start if status == 206 else 0:]]), status, content_range
+            return iter([data[start if status == 206 else 0 :]]), status, content_range
         return iter([data[offset:]]), 206 if offset else 200, f"bytes {offset}-9/10" if offset else None
 
     c = TransferCounters()

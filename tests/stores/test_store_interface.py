@@ -16,14 +16,13 @@ import pytest
 
 from cachetool.digests import sha256_file
 from cachetool.errors import NotFoundError, UsageError
+from cachetool.refs.admin import gc as library_gc, remove
 from cachetool.stores import GcReport, open_store
 from cachetool.stores.base import GC_MIN_AGE_S, Capabilities, PushSession, Store, TransferCounters
 from cachetool.stores.file import FileStore
 from cachetool.stores.oci.store import OCIStore
 from cachetool.stores.s3 import S3Store
 from cachetool.transfer.push import push
-from cachetool.refs.admin import gc as library_gc
-from cachetool.refs.admin import remove
 
 
 def test_every_store_declares_capabilities_and_one_gc_default():
@@ -44,11 +43,27 @@ def test_the_interface_is_what_push_pull_and_admin_call():
     # pinned_digest); a signature is now written with its manifest, a pin read with get_ref.
     # Before (issue 30): missing_blobs, put_blob and put_manifest on the store, and OCI told one push from another
     # by its blob set; a push is now a session of its own.
-    assert Store.__abstractmethods__ == {"push", "get_blob", "get_manifest", "get_signature", "get_ref",
-                                         "update_ref", "list_refs", "gc"}
+    assert Store.__abstractmethods__ == {
+        "push",
+        "get_blob",
+        "get_manifest",
+        "get_signature",
+        "get_ref",
+        "update_ref",
+        "list_refs",
+        "gc",
+    }
     assert PushSession.__abstractmethods__ == {"_missing", "_put_blob", "_commit"}
-    for gone in ("has_blob", "prepare_push", "put_signature", "get_pinned", "pinned_digest", "missing_blobs",
-                 "put_blob", "put_manifest"):
+    for gone in (
+        "has_blob",
+        "prepare_push",
+        "put_signature",
+        "get_pinned",
+        "pinned_digest",
+        "missing_blobs",
+        "put_blob",
+        "put_manifest",
+    ):
         assert not any(hasattr(cls, gone) for cls in (Store, FileStore, S3Store, OCIStore)), gone
     assert OCIStore.__mro__ == (OCIStore, Store, abc.ABC, object)  # parts, not mixins
 
@@ -207,8 +222,10 @@ def test_gc_after_rm_says_how_many_it_kept_and_why(any_store, bundle, cli):
     assert report.kept == report.kept_young
     r = cli("gc", any_store.store)
     assert r.rc == 0, r
-    assert f"deleted 0 object(s) from {any_store.store}; kept {report.kept_young}: 0 reachable from a ref, " \
-           f"{report.kept_young} younger than 3600 s" in r.out, r
+    assert (
+        f"deleted 0 object(s) from {any_store.store}; kept {report.kept_young}: 0 reachable from a ref, "
+        f"{report.kept_young} younger than 3600 s" in r.out
+    ), r
     r = cli("gc", any_store.store, "--json", "--dry-run", "--older-than", "0")
     doc = json.loads(r.out)
     assert r.rc == 0 and doc["kept_young"] == 0 and doc["kept_reachable"] == 0 and doc["dry_run"], r
@@ -222,7 +239,7 @@ def test_rm_leaves_nothing_that_gc_cannot_collect(any_store, bundle, cuda_bundle
     push(cuda_bundle, ref)
     remove(ref, platform=cuda_bundle.platform)
     remove(ref)
-    store_dir = Path(any_store.store[len("file://"):])
+    store_dir = Path(any_store.store[len("file://") :])
     if any_store.kind == "file":
         assert [p.name for p in (store_dir / "refs").rglob("*")] == []  # before: .v1.lock
     with open_store(any_store.store) as st:

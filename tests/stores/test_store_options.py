@@ -14,16 +14,31 @@ from cachetool.stores import OPTIONS, open_store
 from cachetool.stores.file import FileStore
 
 
-@pytest.mark.parametrize(("url", "options", "line"), [
-    ("file://{tmp}/store", {"region": "us-east-1"},
-     "option 'region' does not apply to file:// stores (they take no options)"),
-    ("file://{tmp}/store", {"endpoint_url": "http://127.0.0.1:1", "insecure": True},
-     "options 'endpoint_url', 'insecure' do not apply to file:// stores (they take no options)"),
-    ("s3://bucket/prefix", {"plain_http": True},
-     "option 'plain_http' does not apply to s3:// stores (they take: endpoint_url, profile, region)"),
-    ("oci://127.0.0.1:1/repo", {"profile": "ceph"},
-     "option 'profile' does not apply to oci:// stores (they take: insecure, plain_http)"),
-])
+@pytest.mark.parametrize(
+    ("url", "options", "line"),
+    [
+        (
+            "file://{tmp}/store",
+            {"region": "us-east-1"},
+            "option 'region' does not apply to file:// stores (they take no options)",
+        ),
+        (
+            "file://{tmp}/store",
+            {"endpoint_url": "http://127.0.0.1:1", "insecure": True},
+            "options 'endpoint_url', 'insecure' do not apply to file:// stores (they take no options)",
+        ),
+        (
+            "s3://bucket/prefix",
+            {"plain_http": True},
+            "option 'plain_http' does not apply to s3:// stores (they take: endpoint_url, profile, region)",
+        ),
+        (
+            "oci://127.0.0.1:1/repo",
+            {"profile": "ceph"},
+            "option 'profile' does not apply to oci:// stores (they take: insecure, plain_http)",
+        ),
+    ],
+)
 def test_an_option_of_another_kind_of_store_is_a_usage_error(tmp_path, url, options, line):
     url = url.format(tmp=tmp_path)
     with pytest.raises(UsageError) as err:
@@ -44,8 +59,9 @@ def test_the_cli_refuses_a_store_flag_of_another_store(cli, tmp_path):
     store = f"file://{tmp_path}/store"
     r = cli("ls", store, "--endpoint-url", "http://127.0.0.1:1")
     assert r.rc == exit_codes.USAGE.code and r.out == ""
-    assert r.err.strip().splitlines() == ["error: option 'endpoint_url' does not apply to file:// stores (they take "
-                                          "no options)"]
+    assert r.err.strip().splitlines() == [
+        "error: option 'endpoint_url' does not apply to file:// stores (they take no options)"
+    ]
     r = cli("ls", store, "--plain-http", "--json")
     doc = json.loads(r.out)
     assert r.rc == 2 and doc["error"] == "usage-error" and doc["store"] == store and "'plain_http'" in doc["message"]
@@ -55,8 +71,16 @@ def test_the_cli_refuses_a_store_flag_of_another_store(cli, tmp_path):
 
 
 def test_a_pull_with_a_store_flag_of_another_store_is_a_usage_outcome(cli, tmp_path, keys):
-    r = cli("pull", f"file://{tmp_path}/store/llama:v1", "--cache-root", tmp_path / "root", "--profile", "ceph",
-            "--trust", keys["pub"])
+    r = cli(
+        "pull",
+        f"file://{tmp_path}/store/llama:v1",
+        "--cache-root",
+        tmp_path / "root",
+        "--profile",
+        "ceph",
+        "--trust",
+        keys["pub"],
+    )
     assert r.rc == exit_codes.USAGE.code
     out, err = r.err.strip().splitlines()
     assert out.startswith("pull: outcome=usage-error ") and "exit=2" in out
@@ -64,8 +88,9 @@ def test_a_pull_with_a_store_flag_of_another_store_is_a_usage_outcome(cli, tmp_p
     assert not (tmp_path / "root").exists()
 
 
-def test_diff_of_refs_in_two_kinds_of_store_gives_each_side_its_own_options(rgw, s3_env, shared_bucket, bundle,
-                                                                              cli, tmp_path, monkeypatch):
+def test_diff_of_refs_in_two_kinds_of_store_gives_each_side_its_own_options(
+    rgw, s3_env, shared_bucket, bundle, cli, tmp_path, monkeypatch
+):
     """One set of flags, two stores: the S3 side takes --endpoint-url, the file side nothing (diff opened both
     with every flag, so the file side refused --endpoint-url, exit 2). A flag that neither side takes is still
     refused."""
@@ -92,7 +117,18 @@ def test_warm_push_refuses_a_store_flag_of_another_store_before_compiling(cli, t
     """warm checks --push and its flags before minutes of compiling (the flag was refused only at the push,
     after the compile)."""
     root = tmp_path / "root"
-    r = cli("warm", "--model", "tiny", "--cache-root", root, "--push", f"file://{tmp_path}/store/tiny:v1",
-            "--sign-key", keys["priv"], "--endpoint-url", "http://127.0.0.1:1")
+    r = cli(
+        "warm",
+        "--model",
+        "tiny",
+        "--cache-root",
+        root,
+        "--push",
+        f"file://{tmp_path}/store/tiny:v1",
+        "--sign-key",
+        keys["priv"],
+        "--endpoint-url",
+        "http://127.0.0.1:1",
+    )
     assert r.rc == exit_codes.USAGE.code and "'endpoint_url' does not apply to file:// stores" in r.error_line()
     assert not root.exists() and not (tmp_path / "store").exists()

@@ -50,8 +50,11 @@ def runs_in_the_engines_interpreter() -> tuple[str, ...]:
     counters and hooks, the one place a private torch name is read outside torch_compat (docs/vllm.md)."""
     out = []
     for mod, path in modules().items():
-        if mod.startswith("cachetool.engines.") and path.name != "__init__.py" and not any(True for _ in
-                                                                                           imports(mod, path)):
+        if (
+            mod.startswith("cachetool.engines.")
+            and path.name != "__init__.py"
+            and not any(True for _ in imports(mod, path))
+        ):
             out.append(str(path.relative_to(ROOT)))
     return tuple(out)
 
@@ -63,4 +66,3 @@ def nodes(allowed: tuple[str, ...]):
         if not rel.startswith(allowed):
             for node in ast.walk(ast.parse(path.read_text())):
                 yield rel, node
-

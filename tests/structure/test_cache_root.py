@@ -8,7 +8,6 @@ import re
 
 from tests.structure.modules import ROOT, modules
 
-
 # The cache root travels as a value (issue 37, item 3): resolved once by cachetool/cache_root.py's CacheRoot, which
 # alone expands or resolves a root; the layers take the CacheRoot (its path, or .resolved). Before, the root was
 # resolved once and expanded again in seven places (pull_policy, pull, the installer, the native start twice, the
@@ -31,16 +30,21 @@ def _root_expansions(tree: ast.AST) -> list[int]:
 
 
 def test_nothing_but_cache_root_expands_or_resolves_a_cache_root():
-    bad = [f"{path.relative_to(ROOT)}:{line}" for mod, path in modules().items()
-           if mod.startswith("cachetool.") and mod != "cachetool.cache_root"
-           for line in _root_expansions(ast.parse(path.read_text()))]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for mod, path in modules().items()
+        if mod.startswith("cachetool.") and mod != "cachetool.cache_root"
+        for line in _root_expansions(ast.parse(path.read_text()))
+    ]
     assert bad == []
 
 
 def test_the_root_expansion_rule_catches_what_it_names():
-    src = ("root = Path(request.cache_root).expanduser()\nx = root.resolve()\ncfg = str(Path(cache_root).absolute())\n"
-           "os.path.expanduser(root_text)\np = Path(model).expanduser()\nkey = Path(entry).expanduser().resolve()\n"
-           "root.path / PARTIAL_DIR\nroot.resolved\n")
+    src = (
+        "root = Path(request.cache_root).expanduser()\nx = root.resolve()\ncfg = str(Path(cache_root).absolute())\n"
+        "os.path.expanduser(root_text)\np = Path(model).expanduser()\nkey = Path(entry).expanduser().resolve()\n"
+        "root.path / PARTIAL_DIR\nroot.resolved\n"
+    )
     assert _root_expansions(ast.parse(src)) == [1, 2, 3, 4]
 
 
@@ -49,6 +53,7 @@ def test_the_default_cache_root_is_written_once_a_package():
     the engine); the pipeline's own registry, which must not import cachetool, holds the same value once
     (test_every_environment_variable_is_registered_and_in_the_readme checks that they agree)."""
     default = re.compile(r"~/\.cache/cachetool(?![-\w])")
-    written = {str(path.relative_to(ROOT)): n for path in modules().values()
-               if (n := len(default.findall(path.read_text())))}
+    written = {
+        str(path.relative_to(ROOT)): n for path in modules().values() if (n := len(default.findall(path.read_text())))
+    }
     assert written == {"cachetool/envs.py": 1, "compiler/envs.py": 1}

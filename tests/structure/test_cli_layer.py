@@ -20,7 +20,7 @@ LAYER = ("cachetool.api", "cachetool.errors", "cachetool.exit_codes")
 ALLOWED = {
     ("group.py", "cachetool.version", "__version__"): "the package's version, for --version: no verb's",
     ("__init__.py", "cachetool.envs", None): "how the CLI reports a failure (CACHETOOL_LOGGING_LEVEL=DEBUG prints "
-                                             "its traceback) is the CLI's own switch, read through the registry",
+    "its traceback) is the CLI's own switch, read through the registry",
 }
 
 
@@ -64,12 +64,21 @@ def test_the_cli_imports_only_the_api_errors_and_exit_codes():
 def _taken_from_api(path: Path) -> set[str]:
     """The names a CLI module takes from the API: ``from cachetool.api import X`` and ``api.X``."""
     tree = ast.parse(path.read_text())
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "cachetool.api"
-             for a in n.names}
-    bound = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "cachetool"
-             for a in n.names if a.name == "api"}
-    return names | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-                    and isinstance(n.value, ast.Name) and n.value.id in bound}
+    names = {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "cachetool.api" for a in n.names
+    }
+    bound = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "cachetool"
+        for a in n.names
+        if a.name == "api"
+    }
+    return names | {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in bound
+    }
 
 
 def test_what_the_cli_takes_from_the_api_is_declared_there():

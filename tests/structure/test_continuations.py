@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from tests.structure.modules import ROOT
 
-
 CONTINUATION_TREES = ("cachetool", "compiler", "benchmarks")  # and scripts/*.py
 
 
@@ -21,8 +20,12 @@ def _backslash_continuations(source: str) -> list[int]:
         if tok.type in skip:
             continue
         # tokenize emits no NL for a backslash-newline: the next token starts on a later line with none between
-        if (prev is not None and prev.type not in (tokenize.NEWLINE, tokenize.NL) and tok.start[0] > prev.end[0]
-                and lines[prev.end[0] - 1].rstrip().endswith("\\")):
+        if (
+            prev is not None
+            and prev.type not in (tokenize.NEWLINE, tokenize.NL)
+            and tok.start[0] > prev.end[0]
+            and lines[prev.end[0] - 1].rstrip().endswith("\\")
+        ):
             found.append(prev.end[0])
         prev = tok
     return found
@@ -37,7 +40,9 @@ def test_no_backslash_continuations():
 
 
 def test_the_continuation_rule_catches_what_it_names():
-    src = ('x = 1 + \\\n    2\nif (a and\n        b):\n    y = "a \\\\"  # a comment \\\n'
-           's = """one \\\ntwo"""\nwith open(a) as f, \\\n        open(b) as g:\n    pass\n'
-           'z = f"{x}" \\\n    f"{y}"\n')
+    src = (
+        'x = 1 + \\\n    2\nif (a and\n        b):\n    y = "a \\\\"  # a comment \\\n'
+        's = """one \\\ntwo"""\nwith open(a) as f, \\\n        open(b) as g:\n    pass\n'
+        'z = f"{x}" \\\n    f"{y}"\n'
+    )
     assert _backslash_continuations(src) == [1, 8, 11]

@@ -9,8 +9,16 @@ import ast
 
 from tests.structure.modules import ROOT, modules
 
-CORE = ("cachetool.bundle", "cachetool.stores", "cachetool.refs", "cachetool.install", "cachetool.transfer",
-        "cachetool.cache_root", "cachetool.envs", "cachetool.facts")
+CORE = (
+    "cachetool.bundle",
+    "cachetool.stores",
+    "cachetool.refs",
+    "cachetool.install",
+    "cachetool.transfer",
+    "cachetool.cache_root",
+    "cachetool.envs",
+    "cachetool.facts",
+)
 FORBIDDEN = ("cachetool.engines", "compiler")
 
 
@@ -29,7 +37,7 @@ def imported_names(mod: str, tree: ast.AST, is_pkg: bool) -> list[tuple[int, str
             base = node.module or ""
             if node.level:
                 parts = mod.split(".")
-                parts = parts[:len(parts) - (node.level - (1 if is_pkg else 0))]
+                parts = parts[: len(parts) - (node.level - (1 if is_pkg else 0))]
                 base = ".".join(parts + ([node.module] if node.module else []))
             out += [(node.lineno, base)] + [(node.lineno, f"{base}.{a.name}") for a in node.names]
     return out
@@ -44,16 +52,23 @@ def forbidden_imports(mod: str, source: str, is_pkg: bool = False) -> list[str]:
 
 
 def test_the_core_imports_no_engine_and_no_compiler():
-    bad = [f"{path.relative_to(ROOT)}:{hit}" for mod, path in modules().items() if in_core(mod)
-           for hit in forbidden_imports(mod, path.read_text(), path.name == "__init__.py")]
+    bad = [
+        f"{path.relative_to(ROOT)}:{hit}"
+        for mod, path in modules().items()
+        if in_core(mod)
+        for hit in forbidden_imports(mod, path.read_text(), path.name == "__init__.py")
+    ]
     assert bad == []
 
 
 def test_the_rule_sees_every_kind_of_import():
-    sources = ("from cachetool.engines.layouts import scan",
-               "def f():\n    from cachetool import engines\n",
-               "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cachetool.engines.base import Engine\n",
-               "import compiler.cache_key", "from compiler import build_identity")
+    sources = (
+        "from cachetool.engines.layouts import scan",
+        "def f():\n    from cachetool import engines\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cachetool.engines.base import Engine\n",
+        "import compiler.cache_key",
+        "from compiler import build_identity",
+    )
     for src in sources:
         assert forbidden_imports("cachetool.bundle.x", src), src
     assert forbidden_imports("cachetool.bundle.x", "from ..engines import base")

@@ -8,14 +8,17 @@ from __future__ import annotations
 import ast
 import re
 
-from tests.structure.modules import ROOT, modules, imports
-
+from tests.structure.modules import ROOT, imports, modules
 
 # cachetool reaches compiler through these modules alone, all the native engine's (cachetool/engines/native/): every
 # other engine, and the machine facts they share (cachetool/facts/), import no compiler; ARCHITECTURE names the list.
-COMPILER_DOORS = ("cachetool.engines.native.start", "cachetool.engines.native.error_mapping",
-                  "cachetool.engines.native.key", "cachetool.engines.native.machine",
-                  "cachetool.engines.native.layout")
+COMPILER_DOORS = (
+    "cachetool.engines.native.start",
+    "cachetool.engines.native.error_mapping",
+    "cachetool.engines.native.key",
+    "cachetool.engines.native.machine",
+    "cachetool.engines.native.layout",
+)
 MAX_COMPILER_DOORS = 5
 
 
@@ -46,8 +49,8 @@ def test_cachetool_reaches_compiler_only_through_the_doors():
 
 def test_the_doors_are_architectures_list():
     arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    section = arch[arch.index("### What cachetool uses of compiler"):]
-    section = section[:section.index("\n#", 1)]
+    section = arch[arch.index("### What cachetool uses of compiler") :]
+    section = section[: section.index("\n#", 1)]
     named = set(re.findall(r"`(cachetool/engines/(?:native/)?[a-z_]+)\.py`", section))
     assert named == {m.replace(".", "/") for m in COMPILER_DOORS}
 
@@ -70,21 +73,33 @@ def _engine_words() -> set[str]:
     from cachetool.bundle.fingerprint import COMMON_FIELDS
     from cachetool.engines import ENGINES
 
-    return {w for e in ENGINES.values() for w in (e.name, e.layout, *e.key_kinds, *e.fingerprint_fields,
-                                                   *e.recorded_fields, *e.platform_fields)} - set(COMMON_FIELDS)
+    return {
+        w
+        for e in ENGINES.values()
+        for w in (e.name, e.layout, *e.key_kinds, *e.fingerprint_fields, *e.recorded_fields, *e.platform_fields)
+    } - set(COMMON_FIELDS)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
-    return {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
 
 
 def _public_lists(tree: ast.AST) -> set[int]:
     """The strings of ``__all__``: names of functions (``cpu_isa``, the reader), not an engine's field."""
-    return {id(c) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
-            for c in ast.walk(n.value) if isinstance(c, ast.Constant)}
+    return {
+        id(c)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+        for c in ast.walk(n.value)
+        if isinstance(c, ast.Constant)
+    }
 
 
 def test_no_code_outside_the_engines_spells_what_an_engine_declares():
@@ -99,8 +114,11 @@ def test_no_code_outside_the_engines_spells_what_an_engine_declares():
             continue
         tree = ast.parse(path.read_text())
         docs = _docstrings(tree) | _public_lists(tree)
-        bad += [f"{path.relative_to(ROOT)}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
-                if isinstance(n, ast.Constant) and n.value in words and id(n) not in docs]
+        bad += [
+            f"{path.relative_to(ROOT)}:{n.lineno} {n.value!r}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in words and id(n) not in docs
+        ]
     assert bad == []
 
 
@@ -130,8 +148,11 @@ def test_no_code_outside_the_engines_names_an_engine_or_builds_one():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in classes:
                 bad.append(f"{rel}:{node.lineno} builds an engine")
         for line, target, _name in imports(mod, path):
-            if (target.startswith("cachetool.engines.") and target not in ENGINE_DOORS
-                    and target not in ENGINE_IMPORTS_ALLOWED.get(mod, ())):
+            if (
+                target.startswith("cachetool.engines.")
+                and target not in ENGINE_DOORS
+                and target not in ENGINE_IMPORTS_ALLOWED.get(mod, ())
+            ):
                 bad.append(f"{rel}:{line} imports {target}")
     assert bad == []
 
@@ -140,15 +161,15 @@ def test_the_engine_rule_catches_what_it_names():
     names = {"native", "vllm"}
     for src in ('engine == "native"', 'x.name != "vllm"', 'layout in ("vllm", "triton")'):
         assert _names_an_engine(ast.parse(src, mode="eval").body, names), src
-    for src in ('layout == "triton"', 'engine == default'):
+    for src in ('layout == "triton"', "engine == default"):
         assert not _names_an_engine(ast.parse(src, mode="eval").body, names), src
 
 
 def test_the_cli_layout_choices_come_from_the_registry():
     import click
 
-    from cachetool.cli import bundle_cmds, cli, store_cmds  # noqa: F401  (the modules register the commands)
     from cachetool import engines
+    from cachetool.cli import bundle_cmds, cli, store_cmds  # noqa: F401  (the modules register the commands)
     from cachetool.engines.layouts import CHOICES, LAYOUTS
 
     # every engine's declared layout, and the one no engine writes

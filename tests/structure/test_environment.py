@@ -33,16 +33,19 @@ def test_every_environment_variable_is_registered_and_documented():
     # and the reverse: a documented variable is registered, or one the env factor hashes (torch's own settings),
     # or a family of them (`TORCHINDUCTOR_*`): a variable the code stopped reading leaves the table
     read = {*ours, *theirs, *envs.ENV_FACTOR_VARS}
-    assert [n for n in documented
-            if n not in read and not (n.endswith("*") and any(r.startswith(n[:-1]) for r in read))] == []
-    assert not any(v.name.startswith(("CACHETOOL_STORE", "CACHETOOL_TRUSTED", "AWS_", "DOCKER"))
-                   for v in envs.COMPILER_VARIABLES)  # the stores' and trust's variables are cachetool's
+    assert [
+        n for n in documented if n not in read and not (n.endswith("*") and any(r.startswith(n[:-1]) for r in read))
+    ] == []
+    assert not any(
+        v.name.startswith(("CACHETOOL_STORE", "CACHETOOL_TRUSTED", "AWS_", "DOCKER")) for v in envs.COMPILER_VARIABLES
+    )  # the stores' and trust's variables are cachetool's
     read_outside = []
     for mod, path in modules().items():
         if mod in ("compiler.envs", "cachetool.envs"):
             continue
-        for m in re.finditer(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[[^\]]+\](?!\s*=)|in os\.environ",
-                             path.read_text()):
+        for m in re.finditer(
+            r"os\.environ\.get\(|os\.getenv\(|os\.environ\[[^\]]+\](?!\s*=)|in os\.environ", path.read_text()
+        ):
             read_outside.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
     # compiler/layout.py saves and restores the two Inductor/Triton cache variables around a compile (its own
     # write, not a setting read); that module belongs to the pipeline and is left as it is.

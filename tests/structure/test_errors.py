@@ -9,14 +9,13 @@ import re
 
 from tests.structure.modules import ROOT, modules, nodes
 
-
 # Where the only description of a failure is another library's text, reading it is the one way: kept to these
 # functions, each with why (an entry that no longer reads text fails the test, so the list stays true).
 MESSAGE_TEXT_ALLOWED = {
     "cachetool/stores/s3.py:_upload_file": "boto3's S3UploadFailedError says NoSuchBucket or the auth code only in "
-                                           "its message",
+    "its message",
     "compiler/torch_compat/__init__.py:is_recompile_refusal": "torch's recompile refusal is a plain RuntimeError "
-                                                              "told apart only by its message",
+    "told apart only by its message",
 }
 
 
@@ -47,6 +46,7 @@ def _message_text_matches(scope: ast.AST, excs: set[str]) -> list[int]:
     ``!=`` against a string, or ``startswith``/``re.search``/... on ``str(exc)``, ``repr(exc)``, ``f"{exc}"``,
     ``exc.args``, ``exc.message``, ``exc.strerror``, or a name assigned from any of them. Building a message from the
     text (``raise X(str(exc))``) is not a test of it."""
+
     def source(n: ast.AST) -> bool:
         if isinstance(n, ast.Name):
             return n.id in texts
@@ -67,20 +67,27 @@ def _message_text_matches(scope: ast.AST, excs: set[str]) -> list[int]:
         grew = False
         for n in ast.walk(scope):
             if isinstance(n, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and n.value is not None and text(n.value):
-                new = {t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                       if isinstance(t, ast.Name)} - texts
+                new = {
+                    t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)
+                } - texts
                 texts |= new
                 grew = grew or bool(new)
     lines = []
     for n in ast.walk(scope):
         if isinstance(n, ast.Compare) and any(text(side) for side in (n.left, *n.comparators)):
             if any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) or (
-                    any(isinstance(op, (ast.Eq, ast.NotEq)) for op in n.ops)
-                    and any(isinstance(side, ast.Constant) and isinstance(side.value, str)
-                            for side in (n.left, *n.comparators))):
+                any(isinstance(op, (ast.Eq, ast.NotEq)) for op in n.ops)
+                and any(
+                    isinstance(side, ast.Constant) and isinstance(side.value, str) for side in (n.left, *n.comparators)
+                )
+            ):
                 lines.append(n.lineno)
-        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in TEXT_MATCHERS
-                and (text(n.func.value) or any(text(a) for a in n.args))):
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in TEXT_MATCHERS
+            and (text(n.func.value) or any(text(a) for a in n.args))
+        ):
             lines.append(n.lineno)
     return lines
 
@@ -122,7 +129,7 @@ def test_exceptions_are_told_apart_by_type_not_message_text():
 
 
 def test_the_message_text_check_finds_what_it_should():
-    src = '''
+    src = """
 def by_annotation(failure: BaseException) -> bool:
     return "certificate verify failed" in str(failure)
 def by_name(exc):
@@ -143,9 +150,14 @@ def fine(exc: Exception, name: str):
     if "x" in name or name == "y" or isinstance(exc, OSError):
         raise ValueError(f"{name}: {message}") from exc
     return exc.args, str(exc).splitlines()[0]
-'''
-    assert sorted(_message_text_tests(ast.parse(src)).values()) == ["by_annotation", "by_args", "by_fstring",
-                                                                     "by_name", "in_branch"]
+"""
+    assert sorted(_message_text_tests(ast.parse(src)).values()) == [
+        "by_annotation",
+        "by_args",
+        "by_fstring",
+        "by_name",
+        "in_branch",
+    ]
 
 
 def test_every_compiler_error_is_a_compiler_error():
@@ -160,8 +172,9 @@ def test_every_compiler_error_is_a_compiler_error():
             where[node.name] = f"{rel}:{node.lineno}"
 
     def derives(name: str, seen: frozenset = frozenset()) -> bool:
-        return name == "CompilerError" or any(b in bases and b not in seen and derives(b, seen | {name})
-                                              for b in bases.get(name, []))
+        return name == "CompilerError" or any(
+            b in bases and b not in seen and derives(b, seen | {name}) for b in bases.get(name, [])
+        )
 
     assert sorted(where[n] for n in bases if not derives(n)) == []
 
@@ -174,8 +187,9 @@ def _compiler_error_classes() -> set[str]:
             bases[node.name] = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
 
     def derives(name: str, seen: frozenset = frozenset()) -> bool:
-        return name == "CompilerError" or any(b in bases and b not in seen and derives(b, seen | {name})
-                                              for b in bases.get(name, []))
+        return name == "CompilerError" or any(
+            b in bases and b not in seen and derives(b, seen | {name}) for b in bases.get(name, [])
+        )
 
     return {n for n in bases if derives(n)}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.structure.modules import ROOT, PACKAGES, modules, is_private, imports, runs_in_the_engines_interpreter
+from tests.structure.modules import PACKAGES, ROOT, imports, is_private, modules, runs_in_the_engines_interpreter
 
 
 def test_no_module_imports_an_underscore_name_of_another():
@@ -36,7 +36,7 @@ def test_no_import_cycle():
         state[m] = 1
         for d in sorted(edges[m]):
             if state.get(d) == 1:
-                cycles.append(stack[stack.index(d):] + [d])
+                cycles.append(stack[stack.index(d) :] + [d])
             elif d not in state:
                 visit(d, stack + [d])
         state[m] = 2
@@ -73,16 +73,21 @@ def test_no_module_of_cachetool_is_loaded_by_name():
     but in the modules an engine runs in its own interpreter (they import neither package; a probe chains the
     program's own startup modules)."""
     foreign = set(runs_in_the_engines_interpreter())
-    bad = [f"{path.relative_to(ROOT)}:{line}" for mod, path in modules().items()
-           if mod.startswith("cachetool") and str(path.relative_to(ROOT)) not in foreign
-           for line in _loads_by_name(ast.parse(path.read_text()))]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for mod, path in modules().items()
+        if mod.startswith("cachetool") and str(path.relative_to(ROOT)) not in foreign
+        for line in _loads_by_name(ast.parse(path.read_text()))
+    ]
     assert bad == []
 
 
 def test_the_by_name_rule_catches_what_it_names():
-    src = ('importlib.import_module(MODULES[name])\nimport_module("cachetool.api")\n__import__(f"compiler.{x}")\n'
-           'importlib.util.spec_from_file_location("x", path)\n'
-           'importlib.import_module("torch._inductor.config")\nimportlib.metadata.version("torch")\n')
+    src = (
+        'importlib.import_module(MODULES[name])\nimport_module("cachetool.api")\n__import__(f"compiler.{x}")\n'
+        'importlib.util.spec_from_file_location("x", path)\n'
+        'importlib.import_module("torch._inductor.config")\nimportlib.metadata.version("torch")\n'
+    )
     assert _loads_by_name(ast.parse(src)) == [1, 2, 3, 4]
 
 
@@ -154,10 +159,13 @@ def test_no_import_cycle_runs_through_a_packages_own_module():
 
 def test_the_package_cycle_rule_catches_the_layouts_cycle():
     """layouts/__init__ as the registry of engine layouts, had it imported them by statement: caught."""
-    edges = {"cachetool.layouts": {"cachetool.engines"}, "cachetool.engines": {"cachetool.engines.native"},
-             "cachetool.engines.native": {"cachetool.engines.native.layout"},
-             "cachetool.engines.native.layout": {"cachetool.layouts", "cachetool.layouts.base"},
-             "cachetool.layouts.base": {"cachetool.layouts"}}
+    edges = {
+        "cachetool.layouts": {"cachetool.engines"},
+        "cachetool.engines": {"cachetool.engines.native"},
+        "cachetool.engines.native": {"cachetool.engines.native.layout"},
+        "cachetool.engines.native.layout": {"cachetool.layouts", "cachetool.layouts.base"},
+        "cachetool.layouts.base": {"cachetool.layouts"},
+    }
     assert _cycles_through_a_package(edges) != []
     edges["cachetool.layouts"] = set()  # the registry in a module of its own: the package imports nothing
     assert _cycles_through_a_package(edges) == []
@@ -172,7 +180,11 @@ def test_the_version_is_pyprojects_and_nothing_imports_the_front_door():
 
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"] == __version__
     mods = modules()
-    front = [f"{path.relative_to(ROOT)}:{line} {name}" for mod, path in mods.items() if mod.startswith("cachetool.")
-             for line, target, name in imports(mod, path)
-             if target == "cachetool" and name is not None and f"cachetool.{name}" not in mods]
+    front = [
+        f"{path.relative_to(ROOT)}:{line} {name}"
+        for mod, path in mods.items()
+        if mod.startswith("cachetool.")
+        for line, target, name in imports(mod, path)
+        if target == "cachetool" and name is not None and f"cachetool.{name}" not in mods
+    ]
     assert front == []

@@ -63,12 +63,25 @@ def test_every_test_file_sits_in_the_folder_of_the_room_it_tests():
 
 
 def test_the_mirror_rule_catches_what_it_names():
-    fine = ["tests/stores/test_a.py", "tests/stores/oci/test_a.py", "tests/test_errors.py", "tests/cli/test_a.py",
-            "tests/engines/vllm/real/test_a.py", "tests/compiler/distributed/test_a.py", "tests/deploy/test_a.py",
-            "tests/e2e/x/test_a.py"]
-    misplaced = ["tests/bundles/test_a.py", "tests/test_nothing.py", "tests/stores/real/test_a.py",
-                 "tests/engines/vllm/real/x/test_a.py", "tests/tp/test_a.py", "tests/compiler/tp/test_a.py",
-                 "tests/engines/real/test_a.py"]
+    fine = [
+        "tests/stores/test_a.py",
+        "tests/stores/oci/test_a.py",
+        "tests/test_errors.py",
+        "tests/cli/test_a.py",
+        "tests/engines/vllm/real/test_a.py",
+        "tests/compiler/distributed/test_a.py",
+        "tests/deploy/test_a.py",
+        "tests/e2e/x/test_a.py",
+    ]
+    misplaced = [
+        "tests/bundles/test_a.py",
+        "tests/test_nothing.py",
+        "tests/stores/real/test_a.py",
+        "tests/engines/vllm/real/x/test_a.py",
+        "tests/tp/test_a.py",
+        "tests/compiler/tp/test_a.py",
+        "tests/engines/real/test_a.py",
+    ]
     assert _misplaced(fine + misplaced) == misplaced
 
 
@@ -89,8 +102,11 @@ def _imported(path: Path) -> list[tuple[int, str]]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        out += [(node.lineno, n) for n in names if n.split(".")[0] == "tests"
-                and ROOT.joinpath(*n.split(".")).with_suffix(".py").is_file()]
+        out += [
+            (node.lineno, n)
+            for n in names
+            if n.split(".")[0] == "tests" and ROOT.joinpath(*n.split(".")).with_suffix(".py").is_file()
+        ]
     return out
 
 
@@ -121,13 +137,27 @@ def test_the_scheduler_knows_the_server_fixtures_by_names_that_exist():
 
 # A path of tests/, or of a module of either package, as docs, comments and tests cite it
 CITED = re.compile(r"(?<![\w/.~$-])(tests/[\w/.+-]*[\w+/]|(?:cachetool|compiler)/[\w/]+\.py)")
-CITING = ("README.md", "docs/**/*.md", "cachetool/**/*.py", "compiler/**/*.py", "tests/**/*.py", "benchmarks/**/*",
-          "scripts/*", "ci/**/*", ".ci/*", "pyproject.toml")
+CITING = (
+    "README.md",
+    "docs/**/*.md",
+    "cachetool/**/*.py",
+    "compiler/**/*.py",
+    "tests/**/*.py",
+    "benchmarks/**/*",
+    "scripts/*",
+    "ci/**/*",
+    ".ci/*",
+    "pyproject.toml",
+)
 
 
 def _cited_files() -> list[Path]:
-    return [path for pattern in CITING for path in sorted(ROOT.glob(pattern))
-            if path.is_file() and "__pycache__" not in path.parts and path != Path(__file__)]
+    return [
+        path
+        for pattern in CITING
+        for path in sorted(ROOT.glob(pattern))
+        if path.is_file() and "__pycache__" not in path.parts and path != Path(__file__)
+    ]
 
 
 def test_every_path_a_doc_comment_or_test_cites_exists():
@@ -137,14 +167,20 @@ def test_every_path_a_doc_comment_or_test_cites_exists():
     stale = []
     for path in _cited_files():
         text = path.read_text(errors="replace")
-        stale += [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)}"
-                  for m in CITED.finditer(text) if not (ROOT / m.group(1)).exists()]
+        stale += [
+            f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)}"
+            for m in CITED.finditer(text)
+            if not (ROOT / m.group(1)).exists()
+        ]
     assert stale == []
 
 
 # An import of a module of tests/ or of either package, as code and the docs' examples write it
-IMPORTED = re.compile(r"^[ \t>]*(?:from[ \t]+((?:tests|cachetool|compiler)(?:\.\w+)*)[ \t]+import\b"
-                      r"|import[ \t]+((?:tests|cachetool|compiler)(?:\.\w+)*))", re.M)
+IMPORTED = re.compile(
+    r"^[ \t>]*(?:from[ \t]+((?:tests|cachetool|compiler)(?:\.\w+)*)[ \t]+import\b"
+    r"|import[ \t]+((?:tests|cachetool|compiler)(?:\.\w+)*))",
+    re.M,
+)
 
 
 def _is_module(dotted: str) -> bool:
@@ -159,6 +195,9 @@ def test_every_module_a_doc_benchmark_or_script_imports_exists():
     stale = []
     for path in _cited_files():
         text = path.read_text(errors="replace")
-        stale += [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1) or m.group(2)}"
-                  for m in IMPORTED.finditer(text) if not _is_module(m.group(1) or m.group(2))]
+        stale += [
+            f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1) or m.group(2)}"
+            for m in IMPORTED.finditer(text)
+            if not _is_module(m.group(1) or m.group(2))
+        ]
     assert stale == []

@@ -9,7 +9,9 @@ from tests.structure.modules import PACKAGES, ROOT
 
 FOLDERS = {  # every package of both: its folder
     ".".join(init.parent.relative_to(ROOT).parts): init.parent
-    for top in PACKAGES for init in sorted((ROOT / top).rglob("__init__.py"))}
+    for top in PACKAGES
+    for init in sorted((ROOT / top).rglob("__init__.py"))
+}
 
 
 def _submodule(package: str, name: str) -> bool:
@@ -27,8 +29,12 @@ def test_every_package_is_one_with_its_public_names():
     undeclared, unresolved = [], []
     for package, folder in FOLDERS.items():
         tree = ast.parse((folder / "__init__.py").read_text())
-        targets = [t for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
-                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+        targets = [
+            t
+            for n in tree.body
+            if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        ]
         if not any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
             undeclared.append(package)
             continue
@@ -58,9 +64,15 @@ def test_what_a_module_takes_from_a_package_is_in_its_public_list():
                             taken.append((n.module, a.name))
                 elif isinstance(n, ast.Import):
                     names.update({a.asname: a.name for a in n.names if a.asname and a.name in FOLDERS})
-            taken += [(names[n.value.id], n.attr) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-                      and isinstance(n.value, ast.Name) and n.value.id in names]
+            taken += [
+                (names[n.value.id], n.attr)
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in names
+            ]
             rel = path.relative_to(ROOT)
-            outside += [f"{rel}: {p}.{x}" for p, x in taken if x not in public[p] and not _submodule(p, x)
-                        and FOLDERS[p] != path.parent]
+            outside += [
+                f"{rel}: {p}.{x}"
+                for p, x in taken
+                if x not in public[p] and not _submodule(p, x) and FOLDERS[p] != path.parent
+            ]
     assert outside == []

@@ -7,7 +7,6 @@ import ast
 
 from tests.structure.modules import is_private, nodes, runs_in_the_engines_interpreter
 
-
 PRIVATE_TORCH_ALLOWED = ("compiler/torch_compat/", *runs_in_the_engines_interpreter())
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from tests.structure.modules import ROOT, modules
 
-
 # The install's options are listed once (issue 37, item 1): cachetool/install/options.py's InstallOptions, each with
 # its default, which a pull's request (transfer.pull.PullRequest) extends; the API builds one value from its keywords
 # and every layer below hands it down. Before, api.install, install.install_bundle, api.pull, api.pull_outcome and
@@ -19,8 +18,10 @@ from tests.structure.modules import ROOT, modules
 # each engine's own request holds their defaults alone (api.warm, api.check and api.start_request each listed them,
 # and _given again); the native engine's has the most.
 # (file, class, the modules that must not list its fields again)
-OPTIONS = (("cachetool/install/options.py", "InstallOptions", "cachetool."),
-           ("cachetool/engines/native/start.py", "NativeStartRequest", "cachetool.api"))
+OPTIONS = (
+    ("cachetool/install/options.py", "InstallOptions", "cachetool."),
+    ("cachetool/engines/native/start.py", "NativeStartRequest", "cachetool.api"),
+)
 
 
 def _fields(path: Path, cls: str) -> set[str]:
@@ -51,20 +52,25 @@ def test_the_install_and_pull_options_are_listed_once():
     for where, cls, scope in OPTIONS:
         fields = _fields(ROOT / where, cls)
         assert len(fields) >= 6, f"{cls}: its fields not found"
-        bad += [f"{path.relative_to(ROOT)}:{line} lists {cls}'s fields again" for mod, path in modules().items()
-                if mod.startswith(scope) and not mod.startswith("cachetool.cli")
-                for line in _relisted(ast.parse(path.read_text()), fields)]
+        bad += [
+            f"{path.relative_to(ROOT)}:{line} lists {cls}'s fields again"
+            for mod, path in modules().items()
+            if mod.startswith(scope) and not mod.startswith("cachetool.cli")
+            for line in _relisted(ast.parse(path.read_text()), fields)
+        ]
     assert bad == []
 
 
 def test_the_options_rule_catches_what_it_names():
     fields = _fields(ROOT / "cachetool/install/options.py", "InstallOptions")
-    src = ("def pull(ref, root=None, *, trust=None, insecure_skip_verify=False, ranks=None, device=None, force=False,\n"
-           "         keep_changed=False, preflight=True, warn=None, workers=None, timeout=None): ...\n"
-           "install_bundle(src, root, trust=t, ranks=r, device=d, force=f, keep_changed=k)\n"
-           "install_bundle(src, root, request.install_options(trust=t, device=d), key_check=k, deadline=x)\n"
-           "def verified_manifest(source, *, trust=None, insecure_skip_verify=False, warn=None): ...\n"
-           "def install(bundle, cache_root=None, *, key_check=None, deadline=None, **options): ...\n")
+    src = (
+        "def pull(ref, root=None, *, trust=None, insecure_skip_verify=False, ranks=None, device=None, force=False,\n"
+        "         keep_changed=False, preflight=True, warn=None, workers=None, timeout=None): ...\n"
+        "install_bundle(src, root, trust=t, ranks=r, device=d, force=f, keep_changed=k)\n"
+        "install_bundle(src, root, request.install_options(trust=t, device=d), key_check=k, deadline=x)\n"
+        "def verified_manifest(source, *, trust=None, insecure_skip_verify=False, warn=None): ...\n"
+        "def install(bundle, cache_root=None, *, key_check=None, deadline=None, **options): ...\n"
+    )
     assert _relisted(ast.parse(src), fields) == [1, 3]
 
 
@@ -79,39 +85,57 @@ def _native_run_settlings(tree: ast.AST) -> dict[str, list[int]]:
     (a comparison of ``tensor_parallel_size`` with 1)."""
     found: dict[str, list[int]] = {"roots a config": [], "dispatches tensor parallelism": []}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "cache_dir"
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == "cache_dir" for t in node.targets
+        ):
             found["roots a config"].append(node.lineno)
-        elif (isinstance(node, ast.Compare) and "tensor_parallel_size" in ast.unparse(node.left)
-              and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
-              and any(isinstance(c, ast.Constant) and c.value == 1 for c in node.comparators)):
+        elif (
+            isinstance(node, ast.Compare)
+            and "tensor_parallel_size" in ast.unparse(node.left)
+            and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+            and any(isinstance(c, ast.Constant) and c.value == 1 for c in node.comparators)
+        ):
             found["dispatches tensor parallelism"].append(node.lineno)
     return found
 
 
 def _config_parses(tree: ast.AST) -> list[int]:
     """Lines that parse a compilation config: calls of ``compilation_config`` or ``parse_compilation_config``."""
-    return sorted(node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
-                  and ast.unparse(node.func).split(".")[-1] in ("compilation_config", "parse_compilation_config"))
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func).split(".")[-1] in ("compilation_config", "parse_compilation_config")
+    )
 
 
 def test_the_native_start_settles_its_run_once():
     native = [p for mod, p in modules().items() if mod.startswith("cachetool.engines.native")]
-    counts = {what: sum(len(_native_run_settlings(ast.parse(p.read_text()))[what]) for p in native)
-              for what in ("roots a config", "dispatches tensor parallelism")}
+    counts = {
+        what: sum(len(_native_run_settlings(ast.parse(p.read_text()))[what]) for p in native)
+        for what in ("roots a config", "dispatches tensor parallelism")
+    }
     assert counts == {"roots a config": 1, "dispatches tensor parallelism": 1}
     engine = ROOT / "cachetool" / "engines" / "native" / "engine.py"
-    [settle] = [node for node in ast.walk(ast.parse(engine.read_text()))
-                if isinstance(node, ast.FunctionDef) and node.name == "start_request"]
+    [settle] = [
+        node
+        for node in ast.walk(ast.parse(engine.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == "start_request"
+    ]
     assert len(_config_parses(settle)) == 1, "the engine parses a start's config once"
 
 
 def test_the_native_run_rule_catches_what_it_names():
-    src = ("cfg.cache_dir = str(root)\nif tensor_parallel_size != 1:\n    pass\n"
-           "x = a if run.tensor_parallel_size != 1 else b\nn = tensor_parallel_size < 1\nc.cache_dir\n")
-    parses = ("run.compilation_config(c, o)\ncfg = compilation_config\nparse_compilation_config()\n"
-              "run.config_on_root(c, r)\n")
+    src = (
+        "cfg.cache_dir = str(root)\nif tensor_parallel_size != 1:\n    pass\n"
+        "x = a if run.tensor_parallel_size != 1 else b\nn = tensor_parallel_size < 1\nc.cache_dir\n"
+    )
+    parses = (
+        "run.compilation_config(c, o)\ncfg = compilation_config\nparse_compilation_config()\nrun.config_on_root(c, r)\n"
+    )
     assert _config_parses(ast.parse(parses)) == [1, 3]
     found = _native_run_settlings(ast.parse(src))
-    assert {what: sorted(lines) for what, lines in found.items()} == {"roots a config": [1],
-                                                                      "dispatches tensor parallelism": [2, 4]}
+    assert {what: sorted(lines) for what, lines in found.items()} == {
+        "roots a config": [1],
+        "dispatches tensor parallelism": [2, 4],
+    }

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.structure.modules import ROOT, modules, imports
-
+from tests.structure.modules import ROOT, imports, modules
 
 # The rooms of cachetool, the lowest first (docs/ARCHITECTURE.md, "The rooms"): a module imports modules of its own
 # room and of rooms before it, never one after it; at any depth (a function's lazy import, ``if TYPE_CHECKING:``),
@@ -14,23 +13,37 @@ from tests.structure.modules import ROOT, modules, imports
 # down included, goes down the list: it enters each room once and never climbs back. Each name is a module or a
 # package (with everything under it); ``cachetool`` is the front door's __init__ alone.
 ROOMS = (
-    "cachetool.version", "cachetool.exit_codes", "cachetool.errors", "cachetool.envs", "cachetool.digests",
-    "cachetool.atomic", "cachetool.bounds", "cachetool.retry", "cachetool.process_tree", "cachetool.run_logs",
+    "cachetool.version",
+    "cachetool.exit_codes",
+    "cachetool.errors",
+    "cachetool.envs",
+    "cachetool.digests",
+    "cachetool.atomic",
+    "cachetool.bounds",
+    "cachetool.retry",
+    "cachetool.process_tree",
+    "cachetool.run_logs",
     "cachetool.log_lines",
     "cachetool.stop_signals",
     "cachetool.cache_root",  # the root's on-disk names: the layouts, engines, installer and transfers use them
     "cachetool.writable_root",  # a CacheRoot probed for writing
-    "cachetool.layouts",     # what a cache folder holds (entries, factors) and the scan every layout shares
-    "cachetool.facts",       # this machine's facts and the one comparison of recorded factors, engine-neutral
-    "cachetool.bundle",      # the manifest, fingerprint, packing, .ctb, signing; what the core needs of engines
-    "cachetool.stores",      # where bundles live
-    "cachetool.refs",        # a ref opened, its entry for this machine chosen; ls, rm, gc
-    "cachetool.install",     # a bundle source installed into a root
-    "cachetool.transfer",    # push, pull (and its policy), reading a ref's bundle
-    "cachetool.engines",     # the compilers, each declaring its layout, key kinds, fields; they register in the core
-    "cachetool.diff", "cachetool.prune", "cachetool.results",
-    "cachetool.api",         # every verb
-    "cachetool.cli", "cachetool.__main__", "cachetool",
+    "cachetool.layouts",  # what a cache folder holds (entries, factors) and the scan every layout shares
+    "cachetool.facts",  # this machine's facts and the one comparison of recorded factors, engine-neutral
+    "cachetool.bundle",  # the manifest, fingerprint, packing, .ctb, signing; what the core needs of engines
+    "cachetool.stores",  # where bundles live
+    "cachetool.refs",  # a ref opened, its entry for this machine chosen; ls, rm, gc
+    "cachetool.install",  # a bundle source installed into a root
+    "cachetool.transfer",  # push, pull (and its policy), reading a ref's bundle
+    "cachetool.engines",  # the compilers, each declaring its layout, key kinds, fields; they register in the core
+    "cachetool.diff",
+    "cachetool.prune",
+    "cachetool.results",
+    "cachetool.bundle_verbs",  # pack, keygen, sign, inspect, verify, install, diff (api.py re-exports them)
+    "cachetool.store_verbs",  # ls, rm, gc, prune (api.py re-exports them)
+    "cachetool.api",  # every verb
+    "cachetool.cli",
+    "cachetool.__main__",
+    "cachetool",
 )
 
 
@@ -58,8 +71,10 @@ def _cachetool_imports() -> dict[str, list[tuple[str, str]]]:
     out: dict[str, list[tuple[str, str]]] = {}
     for mod, path in mods.items():
         if mod.split(".")[0] == "cachetool":
-            out[mod] = [(f"{path.relative_to(ROOT)}:{line}", f"{target}.{name}" if f"{target}.{name}" in mods
-                         else target) for line, target, name in imports(mod, path)]
+            out[mod] = [
+                (f"{path.relative_to(ROOT)}:{line}", f"{target}.{name}" if f"{target}.{name}" in mods else target)
+                for line, target, name in imports(mod, path)
+            ]
     return out
 
 
@@ -76,26 +91,35 @@ def test_no_module_imports_a_room_above_its_own():
 
 def test_the_rooms_are_architectures_list():
     arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    section = arch[arch.index("## The rooms, bottom up"):]
-    section = section[:section.index("\n#", 1)]
-    listed = section[section.index("`version`"):section.index("the front door")]
+    section = arch[arch.index("## The rooms, bottom up") :]
+    section = section[: section.index("\n#", 1)]
+    listed = section[section.index("`version`") : section.index("the front door")]
     assert ["cachetool." + name for name in re.findall(r"`(\w+)`", listed)] + ["cachetool"] == list(ROOMS)
 
 
 def test_the_room_rule_catches_a_climb_back():
-    imports = {"cachetool.bundle.reading": [("reading.py:55", "cachetool.transfer.pull")],
-               "cachetool.transfer.pull": [("pull.py:9", "cachetool.bundle.source"), ("pull.py:10", "cachetool")],
-               "cachetool": [("__init__.py:31", "cachetool.api")]}
-    assert _climbs_back(imports) == ["reading.py:55 cachetool.bundle -> cachetool.transfer",
-                                     "pull.py:10 cachetool.transfer -> cachetool"]
+    imports = {
+        "cachetool.bundle.reading": [("reading.py:55", "cachetool.transfer.pull")],
+        "cachetool.transfer.pull": [("pull.py:9", "cachetool.bundle.source"), ("pull.py:10", "cachetool")],
+        "cachetool": [("__init__.py:31", "cachetool.api")],
+    }
+    assert _climbs_back(imports) == [
+        "reading.py:55 cachetool.bundle -> cachetool.transfer",
+        "pull.py:10 cachetool.transfer -> cachetool",
+    ]
     assert _room_of("cachetool.engines.vllm.child.in_vllm.child") == ROOMS.index("cachetool.engines")
     assert _room_of("cachetool.bundles") is None  # a room's name is a whole part of the dotted name
 
 
 # The pull path, top-down: each room calls only rooms after it (the policy runs the pull; it does not call back
 # into the API).
-PULL_PATH = ("cachetool.cli", "cachetool.api", "cachetool.transfer.pull_policy", "cachetool.transfer.pull",
-             "cachetool.install")
+PULL_PATH = (
+    "cachetool.cli",
+    "cachetool.api",
+    "cachetool.transfer.pull_policy",
+    "cachetool.transfer.pull",
+    "cachetool.install",
+)
 
 
 def _room(mod: str) -> int | None:

@@ -17,6 +17,7 @@ def test_no_function_in_cachetool_reaches_80_lines():
 
 
 def test_no_module_reaches_500_lines():
-    long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in modules().values()
-            if (n := len(p.read_text().splitlines())) > 500]
+    long = [
+        f"{p.relative_to(ROOT)} ({n} lines)" for p in modules().values() if (n := len(p.read_text().splitlines())) > 500
+    ]
     assert long == []

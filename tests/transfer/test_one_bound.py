@@ -34,36 +34,51 @@ def _deadlines_passed(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             a = node.args
-            found += [f"{node.lineno}: {p.arg}" for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
-                      if p is not None and DEADLINE.search(p.arg)]
-        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-              and isinstance(node.value, ast.Name) and node.value.id == "self" and DEADLINE.search(node.attr)):
+            found += [
+                f"{node.lineno}: {p.arg}"
+                for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                if p is not None and DEADLINE.search(p.arg)
+            ]
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and DEADLINE.search(node.attr)
+        ):
             found.append(f"{node.lineno}: self.{node.attr}")
-    return sorted(found, key=lambda hit: int(hit.split(':')[0]))
+    return sorted(found, key=lambda hit: int(hit.split(":")[0]))
 
 
 def test_no_deadline_is_threaded_below_the_verbs():
-    bad = [f"{path.relative_to(PACKAGE.parent)}:{hit}" for room in BELOW
-           for path in sorted((PACKAGE / room).rglob("*.py"))
-           for hit in _deadlines_passed(ast.parse(path.read_text(), str(path)))]
+    bad = [
+        f"{path.relative_to(PACKAGE.parent)}:{hit}"
+        for room in BELOW
+        for path in sorted((PACKAGE / room).rglob("*.py"))
+        for hit in _deadlines_passed(ast.parse(path.read_text(), str(path)))
+    ]
     assert bad == [], "apply a bounds.Bound (bounds.applied) instead of passing a deadline down"
 
 
 def test_the_deadline_rule_catches_what_it_names():
-    src = ("class StoreSource:\n"
-           "    def __init__(self, store, *, deadline=None):\n"
-           "        self.deadline = deadline\n"
-           "def install_bundle(source, root, options, *, key_check=None, deadline: float | None = None): ...\n"
-           "def lock_root(root_fd, root, timeout_at): ...\n"
-           "def pull(request, timeout=None): ...\n")
+    src = (
+        "class StoreSource:\n"
+        "    def __init__(self, store, *, deadline=None):\n"
+        "        self.deadline = deadline\n"
+        "def install_bundle(source, root, options, *, key_check=None, deadline: float | None = None): ...\n"
+        "def lock_root(root_fd, root, timeout_at): ...\n"
+        "def pull(request, timeout=None): ...\n"
+    )
     assert _deadlines_passed(ast.parse(src)) == ["2: deadline", "3: self.deadline", "4: deadline", "5: timeout_at"]
 
 
 def test_stopped_by_signals_is_one_function():
-    defined = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for path in sorted(PACKAGE.rglob("*.py"))
-               for node in ast.walk(ast.parse(path.read_text(), str(path)))
-               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and node.name.lstrip("_") == "stopped_by_signals"]
+    defined = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.lstrip("_") == "stopped_by_signals"
+    ]
     assert len(defined) == 1 and defined[0].startswith("cachetool/stop_signals.py:"), defined
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.bundle.packing import pack
-from cachetool.transfer.push import push
 from cachetool.bundle.signing import generate_keypair, load_private_key
+from cachetool.transfer.push import push
 from tests.cache_trees import isolate_environment, local_factors, make_native_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,10 +89,26 @@ def _start(big, tmp_path, *extra: str, delay: float = 0.05, preflight: float = 0
     marks.mkdir(exist_ok=True)
     for m in marks.iterdir():
         m.unlink()
-    env = dict(os.environ, PYTHONPATH=str(REPO), SLOW_CHUNK_SECONDS=str(delay), MARKS=str(marks),
-               SLOW_PREFLIGHT_SECONDS=str(preflight or ""))
-    argv = [sys.executable, "-c", LAUNCHER, "pull", big["ref"], "--cache-root", str(tmp_path / "root"),
-            "--trust", big["pub"], "--json", *extra]
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        SLOW_CHUNK_SECONDS=str(delay),
+        MARKS=str(marks),
+        SLOW_PREFLIGHT_SECONDS=str(preflight or ""),
+    )
+    argv = [
+        sys.executable,
+        "-c",
+        LAUNCHER,
+        "pull",
+        big["ref"],
+        "--cache-root",
+        str(tmp_path / "root"),
+        "--trust",
+        big["pub"],
+        "--json",
+        *extra,
+    ]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), marks
 
 
@@ -134,8 +150,9 @@ def test_timeout_ends_a_steady_download_at_the_bound(big, tmp_path):
     _no_staging(tmp_path / "root")
 
 
-@pytest.mark.parametrize("sig, extra", [(signal.SIGTERM, ("--on-miss", "continue")), (signal.SIGINT, ())],
-                         ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig, extra", [(signal.SIGTERM, ("--on-miss", "continue")), (signal.SIGINT, ())], ids=["SIGTERM", "SIGINT"]
+)
 def test_a_stop_signal_ends_the_pull_cleanly_and_a_rerun_resumes(big, tmp_path, sig, extra):
     p, marks = _start(big, tmp_path, *extra)
     _wait_for(marks / "streaming")

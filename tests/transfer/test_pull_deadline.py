@@ -62,8 +62,13 @@ def _pull(ref: str, root: Path, pub, *extra: str) -> tuple[subprocess.CompletedP
     started."""
     started = root.parent / "pull-started"
     env = dict(os.environ, PYTHONPATH=str(REPO), PULL_STARTED=str(started))
-    r = subprocess.run([sys.executable, "-c", LAUNCHER, "pull", ref, "--cache-root", str(root), "--trust", str(pub),
-                        "--json", *extra], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, "pull", ref, "--cache-root", str(root), "--trust", str(pub), "--json", *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     return r, time.time() - float(started.read_text())
 
 

@@ -105,8 +105,17 @@ def test_on_miss_fail_exits_with_the_code_and_still_prints_json(case, store, tmp
 
 
 def test_installed_and_already_installed_are_outcomes_too(store, tmp_path, cli):
-    args = ["pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--trust", store["pub"],
-            "--on-miss", "continue", "--json"]
+    args = [
+        "pull",
+        f"{store['url']}/llama:v1",
+        "--cache-root",
+        tmp_path / "root",
+        "--trust",
+        store["pub"],
+        "--on-miss",
+        "continue",
+        "--json",
+    ]
     first, second = cli(*args), cli(*args)
     assert first.rc == 0 and _one_json(first.out)["outcome"] == "installed", first
     assert second.rc == 0 and _one_json(second.out)["outcome"] == "already-installed", second
@@ -118,8 +127,17 @@ def test_installed_and_already_installed_are_outcomes_too(store, tmp_path, cli):
 
 def test_a_usage_error_still_fails_with_on_miss_continue(store, tmp_path, cli):
     """A wrong ref is a deployment bug that no restart fixes: exit 2, said in the JSON too."""
-    r = cli("pull", "not-a-ref", "--cache-root", tmp_path / "root", "--on-miss", "continue", "--json",
-            "--trust", store["pub"])
+    r = cli(
+        "pull",
+        "not-a-ref",
+        "--cache-root",
+        tmp_path / "root",
+        "--on-miss",
+        "continue",
+        "--json",
+        "--trust",
+        store["pub"],
+    )
     assert r.rc == 2, r
     doc = _one_json(r.out)
     assert doc["outcome"] == "usage-error" and doc["exit_code"] == 2 and doc["continued"] is False, doc
@@ -127,8 +145,7 @@ def test_a_usage_error_still_fails_with_on_miss_continue(store, tmp_path, cli):
 
 
 def test_a_bad_flag_with_json_prints_json(store, tmp_path, cli):
-    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--on-miss", "sometimes",
-            "--json")
+    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--on-miss", "sometimes", "--json")
     assert r.rc == 2, r
     doc = _one_json(r.out)
     assert doc["outcome"] == "usage-error" and doc["exit_code"] == 2 and "sometimes" in doc["message"], doc
@@ -152,8 +169,17 @@ def test_a_root_that_cannot_be_a_folder_is_a_usage_error_even_with_on_miss_conti
     file 2), one line, JSON, and --on-miss continue does not cover it."""
     (tmp_path / "file").write_text("x")
     root = tmp_path / "file" / ("root" if where == "parent is a file" else "")
-    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", root, "--trust",
-            store["pub"], "--on-miss", "continue", "--json")
+    r = cli(
+        "pull",
+        f"{store['url']}/llama:v1",
+        "--cache-root",
+        root,
+        "--trust",
+        store["pub"],
+        "--on-miss",
+        "continue",
+        "--json",
+    )
     assert r.rc == 2, r
     assert "is a file" in r.error_line(), r
     doc = _one_json(r.out)
@@ -171,15 +197,38 @@ def test_timeout_bounds_a_store_that_stops_answering(store, tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(root), CACHETOOL_CONFIG_DIR=str(tmp_path / "config"),
-               DOCKER_CONFIG=str(tmp_path / "docker"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(root),
+        CACHETOOL_CONFIG_DIR=str(tmp_path / "config"),
+        DOCKER_CONFIG=str(tmp_path / "docker"),
+    )
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)  # connections are accepted by the kernel; nothing ever reads or answers
         ref = f"oci://127.0.0.1:{silent.getsockname()[1]}/ml/llama:v1"
-        r = subprocess.run([sys.executable, "-m", "cachetool", "pull", ref, "--cache-root", str(tmp_path / "root"),
-                            "--timeout", "1", "--on-miss", "continue", "--json", "--trust", store["pub"]],
-                           capture_output=True, text=True, env=env, timeout=120)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cachetool",
+                "pull",
+                ref,
+                "--cache-root",
+                str(tmp_path / "root"),
+                "--timeout",
+                "1",
+                "--on-miss",
+                "continue",
+                "--json",
+                "--trust",
+                store["pub"],
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
     assert r.returncode == 0, r
     doc = _one_json(r.stdout)
     assert doc["outcome"] == "timeout" and doc["error_exit_code"] == 7 and doc["continued"] is True, doc
@@ -190,8 +239,9 @@ def test_timeout_bounds_a_store_that_stops_answering(store, tmp_path):
 def test_the_pull_progress_bar_ends_at_100_percent(store, tmp_path, cli):
     """The bar's total was the entry's size, manifest included, which no blob download adds to: a finished pull
     stopped at 1.6/1.7 MB. It now ends at what was transferred, 100 %."""
-    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--trust", store["pub"],
-            "--progress")
+    r = cli(
+        "pull", f"{store['url']}/llama:v1", "--cache-root", tmp_path / "root", "--trust", store["pub"], "--progress"
+    )
     assert r.rc == 0, r
     sizes = re.findall(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) (bytes|[KMG]iB)", r.err)
     assert sizes, r.err
@@ -206,8 +256,13 @@ def test_the_library_applies_the_same_policy_as_the_cli(store, tmp_path):
 
     root = tmp_path / "root"
     miss = pull_outcome(f"{store['url']}/llama:gpu", root, trust=[store["pub"]], on_miss="continue")
-    assert (miss.outcome, miss.exit_code, miss.error_exit_code, miss.continued, miss.installed) == \
-        ("miss", 0, 4, True, False)
+    assert (miss.outcome, miss.exit_code, miss.error_exit_code, miss.continued, miss.installed) == (
+        "miss",
+        0,
+        4,
+        True,
+        False,
+    )
     assert "pull: outcome=miss " in miss.line() and miss.to_json()["continued"] is True
     wrong = pull_outcome(f"{store['url']}/llama:v1", root, trust=[str(tmp_path / "missing.pub")], on_miss="continue")
     assert (wrong.outcome, wrong.exit_code, wrong.continued) == ("usage-error", 2, False)
@@ -262,14 +317,24 @@ def unmount():
 
 @pytest.mark.parametrize("on_miss", ["continue", "fail"])
 @pytest.mark.parametrize("case", sorted(CONTINUED_SINCE_ISSUE_34))
-def test_a_bug_or_a_full_disk_does_not_keep_the_pod_from_starting(case, on_miss, store, tmp_path, cli, monkeypatch,
-                                                                  unmount):
+def test_a_bug_or_a_full_disk_does_not_keep_the_pod_from_starting(
+    case, on_miss, store, tmp_path, cli, monkeypatch, unmount
+):
     """Both exited with their code under --on-miss continue (1 and 9), so the init-container failed and the pod never
     started; now they are continued like a miss, and still fail with their code under the default --on-miss fail."""
     make, outcome, code = CONTINUED_SINCE_ISSUE_34[case]
     root = make(monkeypatch, tmp_path)
-    r = cli("pull", f"{store['url']}/llama:v1", "--cache-root", root, "--trust", store["pub"], "--on-miss", on_miss,
-            "--json")
+    r = cli(
+        "pull",
+        f"{store['url']}/llama:v1",
+        "--cache-root",
+        root,
+        "--trust",
+        store["pub"],
+        "--on-miss",
+        on_miss,
+        "--json",
+    )
     doc = _one_json(r.out)
     want = 0 if on_miss == "continue" else code
     assert r.rc == want and doc["exit_code"] == want, r

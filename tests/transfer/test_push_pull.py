@@ -8,11 +8,10 @@ import re
 
 import pytest
 
-from cachetool.errors import CacheMissError, NotFoundError, VerificationError
-from cachetool.errors import PreflightError
-from cachetool.stores import open_store
-from cachetool.cache_root import PARTIAL_DIR
 from cachetool.api import pull
+from cachetool.cache_root import PARTIAL_DIR
+from cachetool.errors import CacheMissError, NotFoundError, PreflightError, VerificationError
+from cachetool.stores import open_store
 from cachetool.transfer.push import push
 from tests.cache_trees import tree_snapshot
 
@@ -48,7 +47,9 @@ def test_multi_platform_tag_pulls_this_machines_bundle(any_store, bundle, cuda_b
     with open_store(any_store.store) as st:
         idx = st.get_ref("llama" if any_store.kind != "oci" else any_store.store.rsplit("/", 1)[1], "multi")
     assert {e.platform: e.manifest_digest for e in idx.entries} == {
-        local_platform: bundle.manifest_digest, "cuda-sm90-torch2.11.0+cu130": cuda_bundle.manifest_digest}
+        local_platform: bundle.manifest_digest,
+        "cuda-sm90-torch2.11.0+cu130": cuda_bundle.manifest_digest,
+    }
     assert {e.fingerprint.get("gpu") for e in idx.entries} == {None, "NVIDIA H200"}
     p = pull(ref, tmp_path / "root", trust=[keys["pub"]])
     assert p.platform == local_platform and p.manifest_digest == bundle.manifest_digest
@@ -230,5 +231,7 @@ def test_concurrent_pushes_of_two_platforms_keep_both(kind, request, tmp_path, b
         [t.join() for t in ts]
         assert not errors, errors
         with open_store(s.store) as st:
-            assert {e.platform for e in st.get_ref("llama", f"race{round_}").entries} == {bundle.platform,
-                                                                                          cuda_bundle.platform}
+            assert {e.platform for e in st.get_ref("llama", f"race{round_}").entries} == {
+                bundle.platform,
+                cuda_bundle.platform,
+            }

@@ -19,8 +19,9 @@ def pushed(any_store, bundle, cuda_bundle):
     return any_store, ref
 
 
-def test_inspect_a_ref_reads_this_machines_bundle_or_the_named_platform(pushed, bundle, cuda_bundle, cli,
-                                                                        local_platform):
+def test_inspect_a_ref_reads_this_machines_bundle_or_the_named_platform(
+    pushed, bundle, cuda_bundle, cli, local_platform
+):
     _, ref = pushed
     r = cli("inspect", ref, "--json")
     assert r.rc == 0, r

@@ -30,8 +30,8 @@ from pathlib import Path
 from cachetool import run_logs
 from cachetool.cache_root import CacheRoot
 from cachetool.engines.vllm import install_facts, releases, worker_facts
-from cachetool.engines.vllm.engine import VllmEngine
 from cachetool.engines.vllm.child.env import PROBE_DIR
+from cachetool.engines.vllm.engine import VllmEngine
 from cachetool.engines.vllm.prerequisites import python
 from cachetool.engines.vllm.root_files import RootWatch
 from cachetool.process_tree import end_group
@@ -47,18 +47,18 @@ class ServerRun:
     """What one real server start did on a cache root."""
 
     command: list[str]
-    ready_seconds: float                 # exec to /health answering
-    engine_init_seconds: float | None    # vLLM's "init engine ... took N s"
-    compile_seconds: float | None        # vLLM's "torch.compile took N s in total"
-    completion: dict | None              # the completion's JSON (None: it failed)
-    new_key_folders: list[str]           # AOT key folders the server added to the root
-    new_kernels: int                     # kernel binaries the server wrote under the root
-    cache_key: str | None                # the AOT key folder the server used (vLLM's facts; None: not asked)
+    ready_seconds: float  # exec to /health answering
+    engine_init_seconds: float | None  # vLLM's "init engine ... took N s"
+    compile_seconds: float | None  # vLLM's "torch.compile took N s in total"
+    completion: dict | None  # the completion's JSON (None: it failed)
+    new_key_folders: list[str]  # AOT key folders the server added to the root
+    new_kernels: int  # kernel binaries the server wrote under the root
+    cache_key: str | None  # the AOT key folder the server used (vLLM's facts; None: not asked)
     aot_loaded: bool
     aot_error: str | None
-    graphs_compiled: int                 # graphs Inductor lowered in the workers (worker_facts.graphs_compiled)
-    evidence: list[str]                  # what it compiled or wrote (worker_facts.compiled_evidence)
-    facts: bool                          # the workers answered (else only the root's files judge)
+    graphs_compiled: int  # graphs Inductor lowered in the workers (worker_facts.graphs_compiled)
+    evidence: list[str]  # what it compiled or wrote (worker_facts.compiled_evidence)
+    facts: bool  # the workers answered (else only the root's files judge)
     log: str
     vllm_counters: dict[str, int] = dataclasses.field(default_factory=dict)  # vLLM's own, summed
     reports: list[dict] = dataclasses.field(default_factory=list)  # the workers' reports (worker_facts.recorded)
@@ -120,8 +120,16 @@ def _stop(proc: subprocess.Popen, compiling: bool) -> None:
     proc.wait()
 
 
-def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str], *, env: dict[str, str] | None = None,
-               api_key: str | None = None, timeout: float = 900, stop_when_compiling: bool = False) -> ServerRun:
+def serve_once(
+    model: str,
+    cache_root: CacheRoot | str | Path,
+    flags: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    api_key: str | None = None,
+    timeout: float = 900,
+    stop_when_compiling: bool = False,
+) -> ServerRun:
     """Start ``vllm serve MODEL FLAGS`` on ``cache_root`` (host 127.0.0.1, a free port, ``api_key`` if given),
     send one completion (to the first ``--served-model-name``, else the model), stop it; see the module docstring.
     ``env`` adds to this process's environment. ``stop_when_compiling``: stop the server as soon as it shows that
@@ -130,19 +138,39 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
     root = CacheRoot.given(cache_root).resolved
     watch = RootWatch.of(root)
     port = free_port()
-    cmd = [python(), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags, *PROBE, "--host", "127.0.0.1",
-           "--port", str(port), *(["--api-key", api_key] if api_key else [])]
+    cmd = [
+        python(),
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        model,
+        *flags,
+        *PROBE,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *(["--api-key", api_key] if api_key else []),
+    ]
     # started as docs/vllm.md says: with the server environment pull prints (the root's JIT caches through their
     # variables; ``env`` may say otherwise)
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                **VllmEngine().server_environment(root), **(env or {}), "VLLM_CACHE_ROOT": str(root),
-                "VLLM_SERVER_DEV_MODE": "1"}
+    full_env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        **VllmEngine().server_environment(root),
+        **(env or {}),
+        "VLLM_CACHE_ROOT": str(root),
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE_DIR), full_env.get("PYTHONPATH")) if p)
     log_path = run_logs.new_log("vllm-serve")
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+        )
         try:
             ready, compiling = None, False
             while time.perf_counter() - t0 < timeout and proc.poll() is None:
@@ -162,17 +190,25 @@ def serve_once(model: str, cache_root: CacheRoot | str | Path, flags: list[str],
     new_kernels = len(watch.new_kernels())
     aot_expected = releases.aot_loads(install_facts.vllm_version(), releases.device_here())
     init = ENGINE_INIT.findall(text)
-    return ServerRun(command=cmd, ready_seconds=round(ready, 3) if ready is not None else -1.0,
-                     engine_init_seconds=float(init[-1]) if init else None,
-                     compile_seconds=done.compilation_seconds if done else None, completion=completion,
-                     new_key_folders=sorted(watch.new_key_folders()),
-                     new_kernels=new_kernels, cache_key=done.cache_key if done else None,
-                     aot_loaded=bool(done and done.aot_loaded),
-                     aot_error=None if done and done.aot_loaded else worker_facts.aot_failure(log_path),
-                     graphs_compiled=done.graphs_compiled if done else 0,
-                     evidence=worker_facts.compiled_evidence(done, new_kernels=new_kernels, aot_expected=aot_expected),
-                     facts=done is not None, log=str(log_path), vllm_counters=done.vllm_counters if done else {},
-                     reports=[worker_facts.recorded(w) for w in workers or []], written_outside=watch.written_outside())
+    return ServerRun(
+        command=cmd,
+        ready_seconds=round(ready, 3) if ready is not None else -1.0,
+        engine_init_seconds=float(init[-1]) if init else None,
+        compile_seconds=done.compilation_seconds if done else None,
+        completion=completion,
+        new_key_folders=sorted(watch.new_key_folders()),
+        new_kernels=new_kernels,
+        cache_key=done.cache_key if done else None,
+        aot_loaded=bool(done and done.aot_loaded),
+        aot_error=None if done and done.aot_loaded else worker_facts.aot_failure(log_path),
+        graphs_compiled=done.graphs_compiled if done else 0,
+        evidence=worker_facts.compiled_evidence(done, new_kernels=new_kernels, aot_expected=aot_expected),
+        facts=done is not None,
+        log=str(log_path),
+        vllm_counters=done.vllm_counters if done else {},
+        reports=[worker_facts.recorded(w) for w in workers or []],
+        written_outside=watch.written_outside(),
+    )
 
 
 def served_name(model: str, flags: list[str]) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from cachetool.engines.vllm.releases import release
 
@@ -20,12 +20,12 @@ from cachetool.engines.vllm.releases import release
 class Row:
     env: dict = dataclasses.field(default_factory=dict)
     flags: tuple = ()
-    model: str = "same"   # same | copy (the same config.json at another path) | 3 layers | 3 layers elsewhere
+    model: str = "same"  # same | copy (the same config.json at another path) | 3 layers | 3 layers elsewhere
     named: str = ""
     asks_vllm: bool = False
-    older: tuple = ()     # (last release, how the row reads up to it): releases that hashed what later ones do not
+    older: tuple = ()  # (last release, how the row reads up to it): releases that hashed what later ones do not
 
-    def on(self, version: str | None) -> "Row":
+    def on(self, version: str | None) -> Row:
         """The row as it reads on vLLM ``version`` (the installed one's, for the tests)."""
         here = release(version or "")
         return next((row for last, row in self.older if here is not None and here <= release(last)), self)
@@ -37,11 +37,13 @@ TABLE = {
     "a vLLM variable it does not hash": Row(env={"VLLM_CPU_KVCACHE_SPACE": "1"}),
     "an Inductor variable vLLM sets itself": Row(env={"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "0"}),
     # vLLM 0.26 hashes VLLM_CONFIG_ROOT and VLLM_XLA_CACHE_PATH, folders under HOME
-    "HOME": Row(env={"HOME": "/tmp"}, older=(("0.26.0", Row(env={"HOME": "/tmp"}, named="VLLM_CONFIG_ROOT",
-                                                            asks_vllm=True)),)),
+    "HOME": Row(
+        env={"HOME": "/tmp"}, older=(("0.26.0", Row(env={"HOME": "/tmp"}, named="VLLM_CONFIG_ROOT", asks_vllm=True)),)
+    ),
     # vLLM <= 0.28 hashes the API key (a bundle records it by its digest)
-    "VLLM_API_KEY": Row(env={"VLLM_API_KEY": "k"}, older=(("0.28.0", Row(env={"VLLM_API_KEY": "k"},
-                                                                         named="VLLM_API_KEY")),)),
+    "VLLM_API_KEY": Row(
+        env={"VLLM_API_KEY": "k"}, older=(("0.28.0", Row(env={"VLLM_API_KEY": "k"}, named="VLLM_API_KEY")),)
+    ),
     # every release hashes a few variables without a VLLM_ prefix (VERBOSE, NVCC_THREADS, CMAKE_BUILD_TYPE)
     "a variable vLLM hashes under another name": Row(env={"VERBOSE": "1"}, named="VERBOSE"),
     "a variable only vLLM can judge": Row(env={"OMP_NUM_THREADS": "2"}, asks_vllm=True),
@@ -58,9 +60,11 @@ TABLE = {
     "-O0": Row(flags=("-O0",)),
     "--enforce-eager": Row(flags=("--enforce-eager",)),
 }
-GPU_TABLE = {name: row for name, row in TABLE.items()
-             if not any(k.startswith(("VLLM_CPU_", "TORCHINDUCTOR_CPP_")) for k in row.env)
-             and name != "--dtype"}  # float32 needs another attention backend on the GPU
+GPU_TABLE = {
+    name: row
+    for name, row in TABLE.items()
+    if not any(k.startswith(("VLLM_CPU_", "TORCHINDUCTOR_CPP_")) for k in row.env) and name != "--dtype"
+}  # float32 needs another attention backend on the GPU
 
 
 @contextlib.contextmanager

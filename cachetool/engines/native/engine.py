@@ -21,8 +21,7 @@ __all__ = ["NativeEngine", "NativeKeyRequest"]
 
 # What a start and a pull's key question take of the callers' options (engines.base.START_OPTIONS): everything
 # but the vLLM engine's (flags after --, --load-weights).
-START_TAKES = ("device", "config", "overrides", "rank", "dp_rank", "tensor_parallel_size", "share_ranks",
-               "require_hit")
+START_TAKES = ("device", "config", "overrides", "rank", "dp_rank", "tensor_parallel_size", "share_ranks", "require_hit")
 KEY_TAKES = ("model", "config", "overrides", "tensor_parallel_size")
 
 
@@ -57,8 +56,7 @@ class NativeEngine(EngineBase):
         return {self.cache_root_variable: str(root)}  # Inductor's and Triton's caches live inside the key folders
 
     # ------------------------------------------------------------------------------------------ starts
-    def start_request(self, command: str, model: str | None, cache_root: str | Path | None,
-                      options: Mapping[str, Any]):
+    def start_request(self, command: str, model: str | None, cache_root: str | Path | None, options: Mapping[str, Any]):
         """The options parsed once into a :class:`~.run.NativeStartRequest`: the compilation config parsed here
         (the start reads it as it is) and put on the cache root (``cache_root``, else the config's ``cache_dir``,
         else the variable's, else the default)."""
@@ -67,15 +65,21 @@ class NativeEngine(EngineBase):
         _refuse_flags(tuple(options.get("engine_flags") or ()))
         own = own_options(options, START_TAKES, _refused)
         config = start.compilation_config(own.pop("config", None), own.pop("overrides", ()))  # parsed once, here
-        root = CacheRoot.of(cache_root, self, config.cache_dir or None)
+        root = CacheRoot.of(cache_root, self, config.cache_dir or None)  # type: ignore[arg-type]  # baseline (issue 46)
         if not model:  # vLLM's may come after -- as in `vllm serve M`; this engine's only from --model
             from cachetool.engines.native.machine import model_presets
 
-            raise UsageError(f"{command} needs --model: a preset ({', '.join(model_presets())}), a config.json or "
-                             "a model folder")
-        return start.NativeStartRequest(command=command, model=model, cache_root=root,
-                                        config=start.config_on_root(config, root),
-                                        on_progress=listener(options, "on_progress"), **own)
+            raise UsageError(
+                f"{command} needs --model: a preset ({', '.join(model_presets())}), a config.json or a model folder"
+            )
+        return start.NativeStartRequest(
+            command=command,
+            model=model,
+            cache_root=root,
+            config=start.config_on_root(config, root),
+            on_progress=listener(options, "on_progress"),
+            **own,
+        )
 
     def start(self, request):
         from cachetool.engines.native import start
@@ -83,8 +87,9 @@ class NativeEngine(EngineBase):
         return start.start(request)
 
     # ------------------------------------------------------------------------------------------ keys
-    def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None,
-                    options: Mapping[str, Any]) -> NativeKeyRequest | None:
+    def key_request(
+        self, cache_root: CacheRoot, device: str, timeout: float | None, options: Mapping[str, Any]
+    ) -> NativeKeyRequest | None:
         _refuse_flags(tuple(options.get("engine_flags") or ()))
         own = own_options({k: v for k, v in options.items() if k != "engine_flags"}, KEY_TAKES, _refused)
         if "overrides" in own:
@@ -96,14 +101,20 @@ class NativeEngine(EngineBase):
         the key predicted from the bundle's own factors, no trace; the model and config are checked now."""
         from cachetool.engines.native.key import server_key_check
 
-        return server_key_check(request.model, config=request.config, overrides=request.overrides,
-                                device=request.device or "cpu", tensor_parallel_size=request.tensor_parallel_size)
+        return server_key_check(
+            request.model,
+            config=request.config,
+            overrides=request.overrides,
+            device=request.device or "cpu",
+            tensor_parallel_size=request.tensor_parallel_size,
+        )
 
     # ------------------------------------------------------------------------------------------ its own API
     # (what cachetool.api offers of this engine alone, asked through the registry: the API imports no engine)
     @staticmethod
-    def compilation_config(config: Any = None, overrides: tuple[str, ...] | list[str] = (),
-                           cache_root: str | Path | None = None):
+    def compilation_config(
+        config: Any = None, overrides: tuple[str, ...] | list[str] = (), cache_root: str | Path | None = None
+    ):
         """``config`` (a CompilationConfig, a dict, JSON, or None) with the ``-cc.KEY=VALUE`` ``overrides``;
         ``cache_root`` sets its ``cache_dir``."""
         from cachetool.engines.native.start import compilation_config
@@ -122,7 +133,7 @@ class NativeEngine(EngineBase):
         """An install's key check that accepts only the cache key ``expected``."""
         from cachetool.engines.native.key import NativeKeyCheck
 
-        return NativeKeyCheck(expected=expected)
+        return NativeKeyCheck(expected=expected)  # type: ignore[arg-type]  # baseline (issue 46)
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:

@@ -8,15 +8,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from cachetool.errors import (CachetoolError, CompilationConfigError, CompileInStrictModeError, ModelError)
+from cachetool.errors import CachetoolError, CompilationConfigError, CompileInStrictModeError, ModelError
 from compiler import errors as compiler_errors  # torch-free: the kinds the pipeline's errors carry
 
 __all__ = ["KIND_TO_ERROR", "cachetool_error", "compiler_errors_mapped"]
 
-KIND_TO_ERROR = {compiler_errors.STRICT_MODE: CompileInStrictModeError,
-                 compiler_errors.GUARDS: CompilationConfigError,  # evaluate_guards refused a batch the workload needs
-                 compiler_errors.CONFIG: CompilationConfigError,
-                 compiler_errors.MODEL: ModelError}
+KIND_TO_ERROR = {
+    compiler_errors.STRICT_MODE: CompileInStrictModeError,
+    compiler_errors.GUARDS: CompilationConfigError,  # evaluate_guards refused a batch the workload needs
+    compiler_errors.CONFIG: CompilationConfigError,
+    compiler_errors.MODEL: ModelError,
+}
 
 
 def cachetool_error(exc: BaseException, context: str = "") -> CachetoolError | None:

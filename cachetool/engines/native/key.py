@@ -8,23 +8,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachetool.facts.factor_compare import FACTOR_NAMES, compare_factors
 from cachetool.engines.native.error_mapping import compiler_errors_mapped
 from cachetool.errors import PreflightError, UsageError, clip
+from cachetool.facts.factor_compare import FACTOR_NAMES, compare_factors
 from cachetool.layouts.factors import Difference, Factors, also_named, short_repr
 from compiler import cache_key
 
-__all__ = ["NativeKeyCheck", "check_expected_key", "check_machine_factors", "local_factors", "server_key_check",
-           "traced_key"]
+__all__ = [
+    "NativeKeyCheck",
+    "check_expected_key",
+    "check_machine_factors",
+    "local_factors",
+    "server_key_check",
+    "traced_key",
+]
 
 
-def factor_refusal(diffs: list[Difference], what: str, ours: str, suffix: str, also: int,
-                   of: str = "") -> PreflightError:
+def factor_refusal(
+    diffs: list[Difference], what: str, ours: str, suffix: str, also: int, of: str = ""
+) -> PreflightError:
     """The one-line refusal naming the first of ``diffs`` (then up to ``also`` more field names)."""
     d = diffs[0]
     more = also_named([x.name for x in diffs[1:]], also)
-    return PreflightError(f"preflight: bundle cannot hit here: {what} {d.name!r}{of} differs: bundle "
-                          f"{short_repr(d.a)}, {ours} {short_repr(d.b)}{more}{suffix}")
+    return PreflightError(
+        f"preflight: bundle cannot hit here: {what} {d.name!r}{of} differs: bundle "
+        f"{short_repr(d.a)}, {ours} {short_repr(d.b)}{more}{suffix}"
+    )
 
 
 # ------------------------------------------------------------------------------- the key a server looks up
@@ -34,11 +43,13 @@ def check_expected_key(manifest: Any, expected: dict) -> str:
     when no hash folder matches."""
     want = expected.get("hash")
     if any(k.hash == want for k in manifest.keys):
-        return want
+        return want  # type: ignore[return-value]  # baseline (issue 46)
     with_factors = [k for k in manifest.keys if k.factors is not None]
     if not with_factors:
-        raise PreflightError(f"preflight: bundle cannot hit here: it holds cache(s) "
-                             f"{', '.join(k.hash for k in manifest.keys) or '(none)'}, this config needs {want}")
+        raise PreflightError(
+            f"preflight: bundle cannot hit here: it holds cache(s) "
+            f"{', '.join(k.hash for k in manifest.keys) or '(none)'}, this config needs {want}"
+        )
     k = with_factors[0]
     ours = Factors.parse(expected.get("factors")) or Factors({})
     for name in FACTOR_NAMES:  # the first factor present on both sides that differs
@@ -55,8 +66,7 @@ class NativeKeyCheck:
     the bundle's own factors with no trace (``predictor``: :class:`compiler.key_prediction.ServerKeyPredictor`),
     or a key computed beforehand (``expected``: ``{"hash", "factors"}``, e.g. :func:`traced_key`'s)."""
 
-    def __init__(self, *, predictor: Any = None, expected: dict | None = None,
-                 compiles_nothing: str | None = None):
+    def __init__(self, *, predictor: Any = None, expected: dict | None = None, compiles_nothing: str | None = None):
         self.predictor, self.expected = predictor, expected
         self.compiles_nothing = compiles_nothing  # why this server compiles nothing (compilation mode 0), else None
 
@@ -71,8 +81,10 @@ class NativeKeyCheck:
 
         candidates = [cache_key.CacheKey(k.hash, k.factors.raw) for k in manifest.keys if k.factors is not None]
         if not candidates:
-            raise PreflightError(f"preflight: bundle cannot hit here: it records no hash factors for "
-                                 f"{', '.join(k.hash for k in manifest.keys) or 'its caches'}")
+            raise PreflightError(
+                f"preflight: bundle cannot hit here: it records no hash factors for "
+                f"{', '.join(k.hash for k in manifest.keys) or 'its caches'}"
+            )
         try:
             with compiler_errors_mapped():  # a model or config the compiler refuses: its kind's cachetool error
                 key = self.predictor.predict(candidates)
@@ -83,8 +95,14 @@ class NativeKeyCheck:
         return key.to_json()
 
 
-def server_key_check(model: str | None, *, config: Any = None, overrides: tuple[str, ...] = (),
-                     device: str = "cpu", tensor_parallel_size: int = 1) -> NativeKeyCheck | None:
+def server_key_check(
+    model: str | None,
+    *,
+    config: Any = None,
+    overrides: tuple[str, ...] = (),
+    device: str = "cpu",
+    tensor_parallel_size: int = 1,
+) -> NativeKeyCheck | None:
     """The key check for a server running ``model`` (None without a model): predicted from the bundle's own
     factors, no trace. The model argument and config are checked here, before anything is fetched."""
     from cachetool.engines.native.start import compilation_config
@@ -124,8 +142,11 @@ def check_machine_factors(manifest: Any, device: str) -> list[str]:
     raises :class:`PreflightError` naming the first difference; returns what was checked. Compiler factors are
     taken without importing torch where the bundle's evidence matches this machine; only a difference is confirmed
     with the exact values, so a message names a real difference."""
-    with_factors = [k for k in manifest.keys if k.factors is not None
-                    and (k.factors.values("compiler") is not None or k.factors.values("env") is not None)]
+    with_factors = [
+        k
+        for k in manifest.keys
+        if k.factors is not None and (k.factors.values("compiler") is not None or k.factors.values("env") is not None)
+    ]
     if not with_factors:
         return []
     local_env = cache_key.local_env_factors()
@@ -133,8 +154,11 @@ def check_machine_factors(manifest: Any, device: str) -> list[str]:
         for name, local in (("compiler", _local_compiler_values(device, k.factors)), ("env", local_env)):
             values = k.factors.values(name)
             # values against values, no hashes: a difference is named field by field
-            diff = compare_factors(Factors({name: {"values": values}}), Factors({name: {"values": local}}),
-                                   only=(name,)) if values is not None else []
+            diff = (
+                compare_factors(Factors({name: {"values": values}}), Factors({name: {"values": local}}), only=(name,))
+                if values is not None
+                else []
+            )
             if diff:
                 raise factor_refusal(diff, f"{name} factor", "this machine", "", 5, of=f" of cache {k.hash}")
     return ["compiler factors", "env factors"]
@@ -153,14 +177,18 @@ def _local_compiler_values(device: str, factors: Factors) -> dict:
         except (RuntimeError, AssertionError) as exc:  # torch cannot describe the device
             raise factors_unavailable(device, exc) from None
 
-    return compiler_factors_for(device, cache_key.Factors.parse(factors.raw).factor("compiler"), exact)[0]
+    return compiler_factors_for(device, cache_key.Factors.parse(factors.raw).factor("compiler"), exact)[0]  # type: ignore[union-attr]  # baseline (issue 46)
 
 
 def local_factors(device: str) -> Factors:
     """This machine's ``env`` and ``compiler`` factors (no model: ``config`` and ``code`` are unknown)."""
     env, comp = cache_key.local_env_factors(), cache_key.local_compiler_factors(device)
-    return Factors({"env": cache_key.Factor(cache_key.factor_hash(env), env).to_json(),
-                    "compiler": cache_key.Factor(cache_key.factor_hash(comp), comp).to_json()})
+    return Factors(
+        {
+            "env": cache_key.Factor(cache_key.factor_hash(env), env).to_json(),
+            "compiler": cache_key.Factor(cache_key.factor_hash(comp), comp).to_json(),
+        }
+    )
 
 
 def factors_unavailable(device: str, exc: BaseException) -> PreflightError:

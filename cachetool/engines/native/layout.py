@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cachetool.engines.compile_cache import locate, scan_compile_cache
 from cachetool.engines.root_names import FACTORS_FILE, TCC
 from cachetool.layouts.base import LayoutScan
-from cachetool.engines.compile_cache import locate, scan_compile_cache
 from compiler.artifacts import INDEX_FILE, incomplete_reason as prefix_incomplete
 
 NAME = "native"

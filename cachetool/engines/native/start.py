@@ -30,21 +30,21 @@ class CompileRunResult:
     model: str
     device: str
     cache_root: str
-    cache_dir: str | None        # the rank/prefix folder holding the artifacts (None: cache disabled or mode < 3)
+    cache_dir: str | None  # the rank/prefix folder holding the artifacts (None: cache disabled or mode < 3)
     rank_dir: str | None
-    cache_key: str | None        # hash10
+    cache_key: str | None  # hash10
     graphs_compiled: int
     graphs_loaded: int
     graphs_reused: int
     pieces: int
     unique_pieces: int
     dynamo_compiles: int
-    seconds: float               # whole run: build, compile/load, workload
-    startup_seconds: float       # model built -> warm-up batches done (what a server waits for): the sum of the
-                                 # start-up phases (docs/compiler.md, "Timing names")
-    compile_seconds: float       # Inductor compiling pieces: phases["compile"] (0 on a hit)
+    seconds: float  # whole run: build, compile/load, workload
+    startup_seconds: float  # model built -> warm-up batches done (what a server waits for): the sum of the
+    # start-up phases (docs/compiler.md, "Timing names")
+    compile_seconds: float  # Inductor compiling pieces: phases["compile"] (0 on a hit)
     workload: dict[str, Any] = field(default_factory=dict)
-    dynamo_traces: int = 0       # frames Dynamo traced in this process (0 on the AOT hot path)
+    dynamo_traces: int = 0  # frames Dynamo traced in this process (0 on the AOT hot path)
     hot_path: str | None = None  # "aot" (the AOT entry loaded, no trace) or "dynamo" (traced; compiled or loaded)
     aot_fallback_reason: str | None = None  # why the AOT entry was not used (None on the AOT path)
     phases: dict[str, float] = field(default_factory=dict)
@@ -78,19 +78,25 @@ class CompileRunResult:
 
     def lines(self) -> list[str]:
         """The start as a few lines for a terminal (the JSON object is :meth:`to_json`'s)."""
-        out = [f"{self.command}: model {self.model} on {self.device}",
-               f"  cache dir      {self.cache_dir or '(cache disabled)'}",
-               f"  cache key      {self.cache_key}",
-               f"  pieces         {self.pieces} ({self.unique_pieces} unique)",
-               f"  graphs         compiled {self.graphs_compiled}, loaded {self.graphs_loaded}, "
-               f"reused {self.graphs_reused}"]
+        out = [
+            f"{self.command}: model {self.model} on {self.device}",
+            f"  cache dir      {self.cache_dir or '(cache disabled)'}",
+            f"  cache key      {self.cache_key}",
+            f"  pieces         {self.pieces} ({self.unique_pieces} unique)",
+            f"  graphs         compiled {self.graphs_compiled}, loaded {self.graphs_loaded}, "
+            f"reused {self.graphs_reused}",
+        ]
         ph = self.phases  # the sum rules of docs/compiler.md, "Timing names", written out
         parts = [f"{k} {ph[k]:.2f}" for k in STARTUP_PHASES if ph.get(k)]
         out.append(f"  start-up       {self.startup_seconds:.2f} s" + (" = " + " + ".join(parts) if parts else ""))
-        outer = ([(k, ph[k]) for k in ("import", "build") if k in ph] + [("start-up", self.startup_seconds)]
-                 + [(k, ph[k]) for k in ("workload", "exit") if k in ph])
-        out.append(f"  total          {sum(v for _, v in outer):.2f} s = "
-                   + " + ".join(f"{k} {v:.2f}" for k, v in outer))
+        outer = (
+            [(k, ph[k]) for k in ("import", "build") if k in ph]
+            + [("start-up", self.startup_seconds)]
+            + [(k, ph[k]) for k in ("workload", "exit") if k in ph]
+        )
+        out.append(
+            f"  total          {sum(v for _, v in outer):.2f} s = " + " + ".join(f"{k} {v:.2f}" for k, v in outer)
+        )
         path = self.hot_path or "-"
         if self.hot_path == "aot" and self.key_source:
             path += f" (key from {'the build evidence' if self.key_source == 'evidence' else 'computed factors'})"
@@ -98,10 +104,13 @@ class CompileRunResult:
             path += f" (no AOT entry used: {self.aot_fallback_reason})"
         out.append(f"  hot path       {path}, Dynamo traces {self.dynamo_traces}")
         for r in self.ranks:
-            out.append(f"  rank {r['rank']}         compiled {r['graphs_compiled']}, loaded {r['graphs_loaded']}, "
-                       f"reused {r['graphs_reused']}  {r['rank_dir']}")
-        out.append("  result         " + ("HIT: nothing compiled" if self.hit
-                                          else f"compiled {self.graphs_compiled} graph(s)"))
+            out.append(
+                f"  rank {r['rank']}         compiled {r['graphs_compiled']}, loaded {r['graphs_loaded']}, "
+                f"reused {r['graphs_reused']}  {r['rank_dir']}"
+            )
+        out.append(
+            "  result         " + ("HIT: nothing compiled" if self.hit else f"compiled {self.graphs_compiled} graph(s)")
+        )
         return out
 
 
@@ -113,22 +122,23 @@ class NativeStartRequest:
     ``CompilationConfig``, already parsed and on the cache root (``cache_dir``), which the start reads and no one
     parses or re-roots again; :func:`start` checks the request and dispatches tensor parallelism once."""
 
-    command: str                      # "warm" or "check"
+    command: str  # "warm" or "check"
     model: str
-    cache_root: CacheRoot             # resolved once, when the request was parsed
-    config: Any                       # compiler.config.CompilationConfig: the start's own copy, on its root
+    cache_root: CacheRoot  # resolved once, when the request was parsed
+    config: Any  # compiler.config.CompilationConfig: the start's own copy, on its root
     device: str = "cpu"
     rank: int = 0
     dp_rank: int = 0
     tensor_parallel_size: int = 1
-    share_ranks: bool = True          # warm, N > 1: rank folders that compiled what rank 0 did become its copies
-    require_hit: bool = False         # check: any compile raises CompileInStrictModeError before it runs
-    on_progress: Any = None           # compiler.progress events (one process; not from TP ranks)
-    workload: bool = True             # prefill and decode batches after the warm-up (every start runs them)
+    share_ranks: bool = True  # warm, N > 1: rank folders that compiled what rank 0 did become its copies
+    require_hit: bool = False  # check: any compile raises CompileInStrictModeError before it runs
+    on_progress: Any = None  # compiler.progress events (one process; not from TP ranks)
+    workload: bool = True  # prefill and decode batches after the warm-up (every start runs them)
 
 
-def parse_compilation_config(json_text: str | None = None, overrides: list[str] | tuple[str, ...] = (),
-                             cache_root: str | Path | None = None) -> Any:
+def parse_compilation_config(
+    json_text: str | None = None, overrides: list[str] | tuple[str, ...] = (), cache_root: str | Path | None = None
+) -> Any:
     """``--compilation-config`` JSON plus ``-cc.k=v`` overrides → ``CompilationConfig`` (UsageError on error)."""
     from compiler.config import CompilationConfig
 
@@ -137,8 +147,9 @@ def parse_compilation_config(json_text: str | None = None, overrides: list[str] 
     return config_on_root(cfg, cache_root) if cache_root is not None else cfg
 
 
-def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...] = (),
-                       cache_root: str | Path | None = None) -> Any:
+def compilation_config(
+    config: Any = None, overrides: list[str] | tuple[str, ...] = (), cache_root: str | Path | None = None
+) -> Any:
     """A ``compiler.config.CompilationConfig`` from an instance (copied: the caller's is left as it is), a dict,
     a JSON string or None (the default), plus ``-cc``-style ``overrides`` (``"dynamic_shapes_config.type=unbacked"``
     or ``"-cc.mode=2"``); ``cache_root`` sets ``cache_dir``. A bad key, value or JSON raises
@@ -162,8 +173,10 @@ def compilation_config(config: Any = None, overrides: list[str] | tuple[str, ...
         except (TypeError, ValueError) as exc:
             raise CompilationConfigError(f"compilation config: {exc}") from None
     elif config is not None and not isinstance(config, str):
-        raise CompilationConfigError("compilation config must be a CompilationConfig, a dict, a JSON string or "
-                                     f"None, got {type(config).__name__}")
+        raise CompilationConfigError(
+            "compilation config must be a CompilationConfig, a dict, a JSON string or "
+            f"None, got {type(config).__name__}"
+        )
     overrides = [o if o.startswith("-") else f"-cc.{o}" for o in overrides]
     return parse_compilation_config(config, overrides, cache_root)
 
@@ -206,24 +219,26 @@ def _refuse_uncached(run: NativeStartRequest, root: Path) -> None:
     """``require_hit`` where the root holds no key folder for this process's rank: every piece would compile, so the
     start is refused before the model is built or traced (piecewise mode, the one that reads the root; the compile
     cache not disabled)."""
+    from cachetool.engines.native.layout import has_key_folder
     from compiler import envs as compiler_envs
     from compiler.config import CompilationMode
-    from cachetool.engines.native.layout import has_key_folder
 
     if not run.require_hit or run.config.mode != CompilationMode.PIECEWISE or compiler_envs.disable_compile_cache():
         return
     if not has_key_folder(root, run.rank, run.dp_rank):
         rank = f"rank_{run.rank}_{run.dp_rank}"
         where = f"{root} holds no cache for {rank}" if root.is_dir() else f"{root} does not exist"
-        raise CompileInStrictModeError(f"{run.command}: strict mode: {where}: every piece would compile (cache "
-                                       "miss); nothing was built or compiled: warm this root first")
+        raise CompileInStrictModeError(
+            f"{run.command}: strict mode: {where}: every piece would compile (cache "
+            "miss); nothing was built or compiled: warm this root first"
+        )
 
 
 def _check_device(device: str) -> None:
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DeviceError("--device cuda: no CUDA device is available (torch %s)" % torch.__version__)
+        raise DeviceError(f"--device cuda: no CUDA device is available (torch {torch.__version__})")
     if not (device == "cpu" or device.startswith("cuda")):
         raise DeviceError(f"unsupported device {device!r} (cpu or cuda)")
 
@@ -244,10 +259,20 @@ def _run(run: NativeStartRequest) -> CompileRunResult:
     # The pipeline's errors by kind: a strict-mode refusal keeps its class, a guard refusal is the config's, weights
     # that do not fit the config the model's (caught before anything is written). The first progress event comes
     # once the model is built: a bad model stays one error line. An interrupt drops the queued compile jobs.
-    with (compiler_errors_mapped(f"{command}: "), guard, progress.listening(run.on_progress),
-          compile_jobs_dropped_on_interrupt()):
-        runner = ModelRunner(run.model, run.device, cfg, rank=run.rank, dp_rank=run.dp_rank,
-                             save_aot_entry=True if command == "warm" else None)
+    with (
+        compiler_errors_mapped(f"{command}: "),
+        guard,
+        progress.listening(run.on_progress),
+        compile_jobs_dropped_on_interrupt(),
+    ):
+        runner = ModelRunner(
+            run.model,
+            run.device,
+            cfg,
+            rank=run.rank,
+            dp_rank=run.dp_rank,
+            save_aot_entry=True if command == "warm" else None,
+        )
         built = time.perf_counter() - t0
         at_warmup = counters.snapshot()
         startup = runner.warmup()
@@ -264,14 +289,28 @@ def _run(run: NativeStartRequest) -> CompileRunResult:
     runner.close()
     phases["exit"] = round(time.perf_counter() - t_exit, 3)
     return CompileRunResult(
-        command=command, model=run.model, device=str(runner.device), cache_root=str(resolve_root(cfg.cache_dir)),
-        cache_dir=report.cache_dir, rank_dir=report.rank_dir, cache_key=report.cache_key,
-        graphs_compiled=delta.graphs_compiled, graphs_loaded=delta.graphs_loaded, graphs_reused=delta.graphs_reused,
-        pieces=delta.pieces, unique_pieces=delta.unique_pieces, dynamo_compiles=delta.dynamo_compiles,
+        command=command,
+        model=run.model,
+        device=str(runner.device),
+        cache_root=str(resolve_root(cfg.cache_dir)),
+        cache_dir=report.cache_dir,
+        rank_dir=report.rank_dir,
+        cache_key=report.cache_key,
+        graphs_compiled=delta.graphs_compiled,
+        graphs_loaded=delta.graphs_loaded,
+        graphs_reused=delta.graphs_reused,
+        pieces=delta.pieces,
+        unique_pieces=delta.unique_pieces,
+        dynamo_compiles=delta.dynamo_compiles,
         dynamo_traces=delta.dynamo_traces,
-        seconds=round(seconds, 3), startup_seconds=round(startup, 3),
-        compile_seconds=phases["compile"], workload=wl, compilation_config=cfg.to_dict(),
-        hot_path=report.hot_path, aot_fallback_reason=report.aot_fallback_reason, phases=phases,
+        seconds=round(seconds, 3),
+        startup_seconds=round(startup, 3),
+        compile_seconds=phases["compile"],
+        workload=wl,
+        compilation_config=cfg.to_dict(),
+        hot_path=report.hot_path,
+        aot_fallback_reason=report.aot_fallback_reason,
+        phases=phases,
         key_source=report.key_source,
     )
 
@@ -294,8 +333,9 @@ def process_age_seconds() -> float | None:
 STARTUP_PHASES = ("key", "trace", "compile", "load", "save", "cudagraph_capture", "first_forward")
 
 
-def startup_phases(imported: float | None, built: float, startup: float, first: Any, capture: float,
-                   during: Any = None) -> dict[str, float]:
+def startup_phases(
+    imported: float | None, built: float, startup: float, first: Any, capture: float, during: Any = None
+) -> dict[str, float]:
     """The phases of a start up to the warm-up's end (see :attr:`CompileRunResult.phases`). The first call
     reports its own (``first``: the runner's ``StartReport.phases``); compiles and loads of later warm-up batches
     (``compile_sizes``) come from the counters' change ``during`` the warm-up; ``first_forward`` is what remains of
@@ -306,10 +346,16 @@ def startup_phases(imported: float | None, built: float, startup: float, first: 
 
     compile_s = max(part("compile"), float(getattr(during, "inductor_compile_seconds", 0.0)))
     later_loads = max(0.0, float(getattr(during, "artifact_load_seconds", 0.0)) - part("counted_load"))
-    phases: dict[str, float | None] = {"import": imported, "build": built, "key": part("key"),
-                                       "trace": part("trace"), "compile": compile_s,
-                                       "load": part("load") + later_loads, "save": part("save"),
-                                       "cudagraph_capture": capture}
+    phases: dict[str, float | None] = {
+        "import": imported,
+        "build": built,
+        "key": part("key"),
+        "trace": part("trace"),
+        "compile": compile_s,
+        "load": part("load") + later_loads,
+        "save": part("save"),
+        "cudagraph_capture": capture,
+    }
     taken = sum(v for k, v in phases.items() if k in STARTUP_PHASES and v is not None)
     phases["first_forward"] = max(0.0, startup - taken)
     return {k: round(v, 3) for k, v in phases.items() if v is not None}
@@ -333,12 +379,15 @@ def _run_parallel(run: NativeStartRequest) -> CompileRunResult:
         import torch
 
         if torch.cuda.device_count() < tensor_parallel_size:
-            raise DeviceError(f"--tensor-parallel-size {tensor_parallel_size} needs {tensor_parallel_size} GPUs, "
-                              f"{torch.cuda.device_count()} visible")
+            raise DeviceError(
+                f"--tensor-parallel-size {tensor_parallel_size} needs {tensor_parallel_size} GPUs, "
+                f"{torch.cuda.device_count()} visible"
+            )
     t0 = time.perf_counter()
     fn = functools.partial(_run_rank, dataclasses.replace(run, on_progress=None))  # a listener stays here
-    results: list[CompileRunResult] = launch(fn, tensor_parallel_size, device=device.split(":")[0],
-                                             dp_rank=run.dp_rank, log_names=("cachetool",))
+    results: list[CompileRunResult] = launch(
+        fn, tensor_parallel_size, device=device.split(":")[0], dp_rank=run.dp_rank, log_names=("cachetool",)
+    )
     keys = {r.cache_key for r in results}
     if len(keys) != 1:  # pragma: no cover - every rank hashes the same factors
         raise UsageError(f"tensor-parallel ranks disagree on the cache key: {sorted(map(str, keys))}")
@@ -348,22 +397,47 @@ def _run_parallel(run: NativeStartRequest) -> CompileRunResult:
         from compiler.distributed.rank_share import share_rank_folders
 
         shared = share_rank_folders(Path(first.rank_dir).parent, dp_rank=run.dp_rank)
-    sums = {name: sum(getattr(r, name) for r in results)
-            for name in ("graphs_compiled", "graphs_loaded", "graphs_reused", "pieces", "unique_pieces",
-                         "dynamo_compiles", "dynamo_traces")}
+    sums = {
+        name: sum(getattr(r, name) for r in results)
+        for name in (
+            "graphs_compiled",
+            "graphs_loaded",
+            "graphs_reused",
+            "pieces",
+            "unique_pieces",
+            "dynamo_compiles",
+            "dynamo_traces",
+        )
+    }
     return CompileRunResult(
-        command=command, model=run.model, device=device, cache_root=first.cache_root, cache_dir=first.cache_dir,
-        rank_dir=first.rank_dir, cache_key=first.cache_key, seconds=round(time.perf_counter() - t0, 3),
+        command=command,
+        model=run.model,
+        device=device,
+        cache_root=first.cache_root,
+        cache_dir=first.cache_dir,
+        rank_dir=first.rank_dir,
+        cache_key=first.cache_key,
+        seconds=round(time.perf_counter() - t0, 3),
         startup_seconds=max(r.startup_seconds for r in results),
-        compile_seconds=max(r.compile_seconds for r in results), workload=first.workload,
-        compilation_config=first.compilation_config, tensor_parallel_size=tensor_parallel_size,
+        compile_seconds=max(r.compile_seconds for r in results),
+        workload=first.workload,
+        compilation_config=first.compilation_config,
+        tensor_parallel_size=tensor_parallel_size,
         hot_path=first.hot_path if len({r.hot_path for r in results}) == 1 else "mixed",
         aot_fallback_reason=next((r.aot_fallback_reason for r in results if r.aot_fallback_reason), None),
         phases={k: max(r.phases.get(k, 0.0) for r in results) for k in first.phases},
-        ranks=[{"rank": i, **{k: v for k, v in r.to_json().items()
-                              if k not in ("compilation_config", "ranks", "tensor_parallel_size")},
-                **({"shared": shared.get(Path(r.rank_dir).name, "")} if r.rank_dir and shared else {})}
-               for i, r in enumerate(results)],
+        ranks=[
+            {
+                "rank": i,
+                **{
+                    k: v
+                    for k, v in r.to_json().items()
+                    if k not in ("compilation_config", "ranks", "tensor_parallel_size")
+                },
+                **({"shared": shared.get(Path(r.rank_dir).name, "")} if r.rank_dir and shared else {}),
+            }
+            for i, r in enumerate(results)
+        ],
         **sums,
     )
 
@@ -371,4 +445,3 @@ def _run_parallel(run: NativeStartRequest) -> CompileRunResult:
 def _run_rank(run: NativeStartRequest, *, rank: int, device: str) -> CompileRunResult:
     """One rank's process of a tensor-parallel ``run`` (the launcher names its rank and device)."""
     return _run(dataclasses.replace(run, rank=rank, device=device))
-

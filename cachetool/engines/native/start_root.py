@@ -32,8 +32,13 @@ def kept_clean(root: Path, command: str) -> Iterator[None]:
             shutil.rmtree(created, ignore_errors=True)
         if full is None:
             raise
-        raise disk_full(full, command, f"cache root {root}", f"{_removed(root, created, before)}: free space or use "
-                        "another cache root", path=str(root)) from None
+        raise disk_full(
+            full,
+            command,
+            f"cache root {root}",
+            f"{_removed(root, created, before)}: free space or use another cache root",
+            path=str(root),
+        ) from None
 
 
 def _removed(root: Path, created: Path | None, before: set[Path]) -> str:

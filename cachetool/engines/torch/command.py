@@ -60,16 +60,21 @@ class ProgramCommand:
 
     def to_values(self) -> dict:
         """As a warm records it (the ``launch`` factor: not a fact the caches depend on)."""
-        return {"command": list(self.argv), "ready_url": self.ready_url,
-                "requests": [r.describe() for r in self.requests]}
+        return {
+            "command": list(self.argv),
+            "ready_url": self.ready_url,
+            "requests": [r.describe() for r in self.requests],
+        }
 
 
 def _url(text: str, what: str, base: str | None = None) -> str:
     url = urllib.parse.urljoin(base, text) if base and text.startswith("/") else text
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise EngineFlagsError(f"{what} {text!r} is not an http(s) URL" + (" (a path needs --ready-url's host)"
-                                                                           if text.startswith("/") else ""))
+        raise EngineFlagsError(
+            f"{what} {text!r} is not an http(s) URL"
+            + (" (a path needs --ready-url's host)" if text.startswith("/") else "")
+        )
     return url
 
 
@@ -102,8 +107,9 @@ def parse(flags: tuple[str, ...] | list[str]) -> ProgramCommand:
     while args and args[0].startswith("--") and args[0] != "--":
         name, eq, value = args.pop(0).partition("=")
         if name not in options:
-            raise EngineFlagsError(f"unknown option {name} before the command after -- (--engine torch takes "
-                                   f"{', '.join(options)}; {HELP})")
+            raise EngineFlagsError(
+                f"unknown option {name} before the command after -- (--engine torch takes {', '.join(options)}; {HELP})"
+            )
         if not eq:
             if not args:
                 raise EngineFlagsError(f"{name} needs a value")
@@ -120,8 +126,13 @@ def parse(flags: tuple[str, ...] | list[str]) -> ProgramCommand:
     if options["--request"] and ready is None:
         raise EngineFlagsError("--request needs --ready-url: requests are sent once the server answers there")
     return ProgramCommand(
-        argv=tuple(args), ready_url=ready, requests=tuple(_request(r, ready) for r in options["--request"]),
-        ready_timeout=_seconds("--ready-timeout", options["--ready-timeout"][0]) if options["--ready-timeout"]
+        argv=tuple(args),
+        ready_url=ready,
+        requests=tuple(_request(r, ready) for r in options["--request"]),
+        ready_timeout=_seconds("--ready-timeout", options["--ready-timeout"][0])
+        if options["--ready-timeout"]
         else DEFAULT_READY_TIMEOUT,
-        stop_timeout=_seconds("--stop-timeout", options["--stop-timeout"][0]) if options["--stop-timeout"]
-        else DEFAULT_STOP_TIMEOUT)
+        stop_timeout=_seconds("--stop-timeout", options["--stop-timeout"][0])
+        if options["--stop-timeout"]
+        else DEFAULT_STOP_TIMEOUT,
+    )

@@ -16,16 +16,22 @@ from cachetool.layouts.factors import Factors
 __all__ = ["TorchEngine"]
 
 
-OTHER_KEY_OPTIONS = ("--model, --compilation-config, -cc and --tensor-parallel-size are other engines' options: with "
-                     "--engine torch, pull takes the program's command after -- or nothing")
-READ_ONLY_WHY = ("a torch.compile program writes under its Inductor cache at every start, a hit too (file locks and "
-                 "the kernels it loads: it dies with 'Read-only file system' there)")
+OTHER_KEY_OPTIONS = (
+    "--model, --compilation-config, -cc and --tensor-parallel-size are other engines' options: with "
+    "--engine torch, pull takes the program's command after -- or nothing"
+)
+READ_ONLY_WHY = (
+    "a torch.compile program writes under its Inductor cache at every start, a hit too (file locks and "
+    "the kernels it loads: it dies with 'Read-only file system' there)"
+)
 
 
 class TorchEngine(EngineBase):
     name = "torch"
-    summary = ("your own torch.compile program, the command after -- (e.g. -- python serve.py), run with "
-               "Inductor's and Triton's caches in the root")
+    summary = (
+        "your own torch.compile program, the command after -- (e.g. -- python serve.py), run with "
+        "Inductor's and Triton's caches in the root"
+    )
     layout = "torch"
     key_kinds = ("program",)
     cache_root_variable = ROOT.name
@@ -49,8 +55,7 @@ class TorchEngine(EngineBase):
 
         return cache_variables(Path(root))
 
-    def start_request(self, command: str, model: str | None, cache_root: str | Path | None,
-                      options: Mapping[str, Any]):
+    def start_request(self, command: str, model: str | None, cache_root: str | Path | None, options: Mapping[str, Any]):
         """The program's command after ``--`` parsed into a :class:`~.start.TorchStartRequest`; another engine's
         option (``--model`` first) refused in one line."""
         from cachetool.engines.torch.start import request_of
@@ -84,8 +89,9 @@ class TorchEngine(EngineBase):
         return "torch.compile"  # torch.compile-cpu-x86_64-avx512-torch2.13.0+cpu, beside a native bundle's
 
     # ------------------------------------------------------------------------------------------ keys
-    def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None,
-                    options: Mapping[str, Any]) -> None:
+    def key_request(
+        self, cache_root: CacheRoot, device: str, timeout: float | None, options: Mapping[str, Any]
+    ) -> None:
         """No question beyond the install preflight's (:meth:`check_factors`): what the program compiles is its
         code's, which only a run can tell. The program's command after ``--`` is taken; other engines' options are
         not."""
@@ -103,8 +109,11 @@ class TorchEngine(EngineBase):
     def key_lines(self, factors: Factors) -> list[str]:
         launch = factors.values("launch") or {}
         compiler = factors.values("compiler") or {}
-        built = " ".join(f"{n} {compiler[n]}" for n in ("torch", "python", "device", "gpu", "capability", "cpu_isa")
-                         if compiler.get(n) is not None)
+        built = " ".join(
+            f"{n} {compiler[n]}"
+            for n in ("torch", "python", "device", "gpu", "capability", "cpu_isa")
+            if compiler.get(n) is not None
+        )
         return [f"runs      {' '.join(launch.get('command') or []) or '-'}", f"built by  {built}"]
 
     def local_factors(self, device: str) -> Factors | None:

@@ -33,16 +33,29 @@ from pathlib import Path
 from typing import Any
 
 from cachetool import envs
-from cachetool.layouts.factors import UNSET, Difference, Factors
 from cachetool.engines.root_names import FACTORS_FILE
-from cachetool.facts import machine
-from cachetool.facts.factor_compare import compare_factors
 from cachetool.engines.torch.layout import FACTS
 from cachetool.engines.torch.variables import CACHE_KEY_SETTINGS
 from cachetool.errors import PreflightError
+from cachetool.facts import machine
+from cachetool.facts.factor_compare import compare_factors
+from cachetool.layouts.factors import UNSET, Difference, Factors
 
-__all__ = ["FACT_NAMES", "NOT_CODE", "SCHEMA", "changes_code", "check_env", "closest_differences", "compiler_values", "env_values", "key_of",
-           "local_compiler_values", "local_factors", "recorded_factors", "write_facts"]
+__all__ = [
+    "FACT_NAMES",
+    "NOT_CODE",
+    "SCHEMA",
+    "changes_code",
+    "check_env",
+    "closest_differences",
+    "compiler_values",
+    "env_values",
+    "key_of",
+    "local_compiler_values",
+    "local_factors",
+    "recorded_factors",
+    "write_facts",
+]
 
 SCHEMA = 1
 ENGINE = "torch"
@@ -60,18 +73,27 @@ def _factor(values: dict) -> dict:
 def _engine_facts(device: str) -> dict[str, str | None]:
     """This engine's own fingerprint fields for ``device`` (read here: the program runs on this machine)."""
     gpu = device == "cuda"
-    return {"torch_engine": str(SCHEMA), "cpu_isa": None if gpu else machine.cpu_isa(),
-            "gpu_driver": machine.cuda_driver() if gpu else None}
+    return {
+        "torch_engine": str(SCHEMA),
+        "cpu_isa": None if gpu else machine.cpu_isa(),
+        "gpu_driver": machine.cuda_driver() if gpu else None,
+    }
 
 
 def compiler_values(report: dict) -> dict:
     """The facts of the process that compiled, as its probe reported them (torch, CUDA and Triton as the program's
     interpreter has them), with this engine's own fields."""
     device = report.get("device") or "cpu"
-    return {"torch": report.get("torch"), "cuda": report.get("cuda") if device == "cuda" else None,
-            "triton": report.get("triton") if device == "cuda" else None, "python": report.get("python"),
-            "device": device, "gpu": report.get("gpu"), "capability": report.get("capability"),
-            **_engine_facts(device)}
+    return {
+        "torch": report.get("torch"),
+        "cuda": report.get("cuda") if device == "cuda" else None,
+        "triton": report.get("triton") if device == "cuda" else None,
+        "python": report.get("python"),
+        "device": device,
+        "gpu": report.get("gpu"),
+        "capability": report.get("capability"),
+        **_engine_facts(device),
+    }
 
 
 def local_compiler_values(device: str | None) -> dict:
@@ -79,9 +101,16 @@ def local_compiler_values(device: str | None) -> dict:
     (None: probe for a GPU)."""
     facts = machine.common_facts(device)
     on_gpu = facts["device"] == "cuda"
-    return {"torch": facts["torch"], "cuda": facts["cuda"], "triton": facts["triton"] if on_gpu else None,
-            "python": ".".join(platform.python_version_tuple()[:2]), "device": facts["device"], "gpu": facts["gpu"],
-            "capability": facts["capability"], **_engine_facts(facts["device"])}
+    return {
+        "torch": facts["torch"],
+        "cuda": facts["cuda"],
+        "triton": facts["triton"] if on_gpu else None,
+        "python": ".".join(platform.python_version_tuple()[:2]),
+        "device": facts["device"],
+        "gpu": facts["gpu"],
+        "capability": facts["capability"],
+        **_engine_facts(facts["device"]),
+    }
 
 
 def env_values() -> dict[str, str]:
@@ -98,8 +127,12 @@ def env_values() -> dict[str, str]:
 
 def recorded_factors(report: dict, launch: dict) -> dict:
     """What a warm records for the process that compiled (``report``, its probe's) and the command (``launch``)."""
-    return {"compiler": _factor(compiler_values(report)), "env": _factor(env_values()),
-            "inductor": _factor(report.get("inductor") or {}), "launch": {"hash": None, "values": launch}}
+    return {
+        "compiler": _factor(compiler_values(report)),
+        "env": _factor(env_values()),
+        "inductor": _factor(report.get("inductor") or {}),
+        "launch": {"hash": None, "values": launch},
+    }
 
 
 def key_of(factors: dict) -> str:
@@ -128,13 +161,26 @@ def local_factors(device: str) -> Factors:
 # hold: its cache key leaves these settings out), where remote caches are, logging, and PyTorch's run-time settings
 # (PYTORCH_*: the allocator, NVML, warnings; none is an Inductor setting). diff names them; a pull never refuses on
 # them: a false miss (``TORCHINDUCTOR_FX_GRAPH_CACHE=1``, the default, set explicitly, refused a cache check hit).
-NOT_CODE = frozenset({
-    "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
-    "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE",
-    "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE", "TORCHINDUCTOR_REDIS_HOST", "TORCHINDUCTOR_REDIS_PORT",
-    "TORCHINDUCTOR_WORKER_START", "TORCHINDUCTOR_WORKER_SUPPRESS_LOGGING", "TORCHINDUCTOR_DEBUG",
-    "TORCH_COMPILE_DEBUG", "TORCH_COMPILE_CPROFILE", "TORCHINDUCTOR_PROFILE", "TRITON_PRINT_AUTOTUNING",
-    "TRITON_DEBUG"})
+NOT_CODE = frozenset(
+    {
+        "TORCHINDUCTOR_FX_GRAPH_CACHE",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE",
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
+        "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
+        "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE",
+        "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE",
+        "TORCHINDUCTOR_REDIS_HOST",
+        "TORCHINDUCTOR_REDIS_PORT",
+        "TORCHINDUCTOR_WORKER_START",
+        "TORCHINDUCTOR_WORKER_SUPPRESS_LOGGING",
+        "TORCHINDUCTOR_DEBUG",
+        "TORCH_COMPILE_DEBUG",
+        "TORCH_COMPILE_CPROFILE",
+        "TORCHINDUCTOR_PROFILE",
+        "TRITON_PRINT_AUTOTUNING",
+        "TRITON_DEBUG",
+    }
+)
 
 
 def changes_code(name: str) -> bool:
@@ -151,11 +197,11 @@ def check_env(manifest: Any) -> list[str]:
     machine's (a pull runs with the server's environment), those that change generated code only
     (:func:`changes_code`); a :class:`PreflightError` names the first variable that differs in every key folder,
     before any blob."""
-    here = Factors({"env": _factor(code_env(env_values()))})
+    here = Factors({"env": _factor(code_env(env_values()))})  # type: ignore[arg-type]  # baseline (issue 46)
     keys = [k for k in manifest.keys if k.factors is not None and k.factors.values("env") is not None]
     first: list[Difference] = []
     for k in keys:
-        warm = Factors({"env": _factor(code_env(k.factors.values("env")))})
+        warm = Factors({"env": _factor(code_env(k.factors.values("env")))})  # type: ignore[arg-type]  # baseline (issue 46)
         diffs = compare_factors(warm, here, only=("env",))
         if not diffs:
             return ["Inductor and Triton variables"]
@@ -163,8 +209,10 @@ def check_env(manifest: Any) -> list[str]:
     if not first:
         return []
     d = first[0]
-    raise PreflightError(f"preflight: bundle cannot hit here: variable {d.name} differs: the warm had "
-                         f"{_shown(d.a)}, this machine {_shown(d.b)} (run the pull with the program's environment)")
+    raise PreflightError(
+        f"preflight: bundle cannot hit here: variable {d.name} differs: the warm had "
+        f"{_shown(d.a)}, this machine {_shown(d.b)} (run the pull with the program's environment)"
+    )
 
 
 def _shown(value: Any) -> str:

@@ -24,14 +24,14 @@ import stat
 import time
 from pathlib import Path
 
-from cachetool.layouts.entries import KeyFolder, Unit
-from cachetool.layouts.factors import Factors
 from cachetool.engines.root_names import FACTORS_FILE, INCOMPLETE_DIR
 from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
+from cachetool.layouts.entries import KeyFolder, Unit
+from cachetool.layouts.factors import Factors
 
 NAME = "torch"
-KIND = "program"   # the key kind of its manifests: the facts one program's warm recorded
+KIND = "program"  # the key kind of its manifests: the facts one program's warm recorded
 INDUCTOR = "inductor"
 TRITON = "triton"
 FACTS = "facts"
@@ -40,8 +40,22 @@ KERNEL_SUFFIXES = (".so", ".cubin", ".hsaco", ".ptx")  # in a Triton kernel's fo
 MARK_PREFIX = "torch-"  # a start's mark in {root}/.cachetool-incomplete/ (cachetool.engines.torch.unfinished)
 ROOT_NAMES = (INDUCTOR, TRITON, FACTS)  # what its root holds at its top (prune's test of a root)
 
-__all__ = ["FACTS", "INDUCTOR", "KIND", "MARK_PREFIX", "NAME", "ROOT_NAMES", "TRITON", "detect", "incomplete_reason",
-           "kernel_files", "key_folders", "marks", "read_mark", "scan"]
+__all__ = [
+    "FACTS",
+    "INDUCTOR",
+    "KIND",
+    "MARK_PREFIX",
+    "NAME",
+    "ROOT_NAMES",
+    "TRITON",
+    "detect",
+    "incomplete_reason",
+    "kernel_files",
+    "key_folders",
+    "marks",
+    "read_mark",
+    "scan",
+]
 
 
 def _folder(p: Path) -> bool:
@@ -84,8 +98,7 @@ def _unit_folders(top: Path) -> list[Path]:
         if d != top and any(not c.is_dir() or c.is_symlink() for c in children):
             out.append(d)  # files here (a symlink or a device too: walk_tree refuses it by name)
             continue
-        stack += [c for c in reversed(children)
-                  if not (d == top and top.name == INDUCTOR and c.name in NOT_SHIPPED)]
+        stack += [c for c in reversed(children) if not (d == top and top.name == INDUCTOR and c.name in NOT_SHIPPED)]
     return sorted(out)
 
 
@@ -112,9 +125,16 @@ def scan(path: Path) -> LayoutScan:
         unit_dirs[rel] = folder
         for parent in list(Path(rel).parents)[:-1]:  # the folders above a unit
             dirs.setdefault(parent.as_posix(), _mode(root / parent))
-    return LayoutScan(kind=NAME, files=files, dirs=sorted(dirs.items()), units=units,
-                      keys=[KeyFolder(k.name, KIND, _read_factors(k)) for k in keys], ranks=[],
-                      save_format=None, unit_dirs=unit_dirs)
+    return LayoutScan(
+        kind=NAME,
+        files=files,
+        dirs=sorted(dirs.items()),
+        units=units,
+        keys=[KeyFolder(k.name, KIND, _read_factors(k)) for k in keys],
+        ranks=[],
+        save_format=None,
+        unit_dirs=unit_dirs,
+    )
 
 
 def kernel_files(root: Path) -> dict[str, set[str]]:
@@ -157,5 +177,7 @@ def incomplete_reason(unit_dir: Path, ranked: bool) -> str | None:
         return None
     doc = read_mark(left[0])
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(doc.get("started") or 0)))
-    return (f"a start of {when} (pid {doc.get('pid')}) has not finished on {root}: it runs, or was killed, and may "
-            f"have cut a kernel short; the next start on the root settles it (mark: {left[0]})")
+    return (
+        f"a start of {when} (pid {doc.get('pid')}) has not finished on {root}: it runs, or was killed, and may "
+        f"have cut a kernel short; the next start on the root settles it (mark: {left[0]})"
+    )

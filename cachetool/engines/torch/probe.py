@@ -59,6 +59,7 @@ def _chain_shadowed() -> None:
 
 # ---------------------------------------------------------------------------------------------- Dynamo's hooks
 
+
 def _on_start(*_args) -> None:
     with _lock:
         if _state["depth"] == 0:
@@ -112,6 +113,7 @@ class _DynamoWatch:
 
 # ---------------------------------------------------------------------------------------------- the report
 
+
 def _short(value):
     text = json.dumps(value, sort_keys=True, default=repr)
     if len(text) <= LONG:
@@ -162,13 +164,18 @@ def _report(final: bool) -> dict | None:
     with _lock:
         compiles, seconds = _state["compiles"], round(_state["compile_seconds"], 3)
     return {
-        "pid": os.getpid(), "argv": list(sys.argv), "final": final,
+        "pid": os.getpid(),
+        "argv": list(sys.argv),
+        "final": final,
         "seconds": round(time.time() - _state["started"], 3),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "torch": torch.__version__, "cuda": getattr(version, "cuda", None),
-        "triton": getattr(triton, "__version__", None), **_device(torch),
+        "torch": torch.__version__,
+        "cuda": getattr(version, "cuda", None),
+        "triton": getattr(triton, "__version__", None),
+        **_device(torch),
         "counters": {g: {k: int(v) for k, v in counters.get(g, {}).items()} for g in COUNTER_GROUPS},
-        "compiles": compiles, "compile_seconds": seconds,
+        "compiles": compiles,
+        "compile_seconds": seconds,
         "inductor": _inductor_settings(),
         "mapped_kernels": _mapped_kernels(_config().get("root", "")),
     }

@@ -42,12 +42,12 @@ PROGRESS_EVERY = 5.0  # seconds between looks at the probes' reports while the p
 class ProgramRun:
     """What one run of the program did, as cachetool saw it from outside and as the probe reported."""
 
-    exit_code: int | None            # None: a server cachetool stopped
-    seconds: float                   # exec to exit
-    phases: dict[str, float]         # run (a command) or ready, requests, stop (a server)
-    reports: list[dict]              # one per Python process that imported torch (the probe's)
-    requests: list[dict]             # a server's requests: method, url, status, seconds
-    log: str                         # the program's output
+    exit_code: int | None  # None: a server cachetool stopped
+    seconds: float  # exec to exit
+    phases: dict[str, float]  # run (a command) or ready, requests, stop (a server)
+    reports: list[dict]  # one per Python process that imported torch (the probe's)
+    requests: list[dict]  # a server's requests: method, url, status, seconds
+    log: str  # the program's output
 
 
 def cache_variables(root: Path) -> dict[str, str]:
@@ -118,14 +118,17 @@ class _CompileProgress:
 
 def _wait_ready(proc: subprocess.Popen, command: ProgramCommand, log: Path, progress: _CompileProgress) -> None:
     deadline = time.monotonic() + command.ready_timeout
-    while not _answers(command.ready_url):
+    while not _answers(command.ready_url):  # type: ignore[arg-type]  # baseline (issue 46)
         progress.tick()
         if proc.poll() is not None:
-            raise EngineFailedError(f"the program exited with code {proc.returncode} before {command.ready_url} "
-                                    f"answered: {last_error(log)} (log: {log})")
+            raise EngineFailedError(
+                f"the program exited with code {proc.returncode} before {command.ready_url} "
+                f"answered: {last_error(log)} (log: {log})"
+            )
         if time.monotonic() > deadline:
-            raise WaitTimeoutError(f"{command.ready_url} did not answer within {command.ready_timeout:g} s "
-                                   f"(--ready-timeout; log: {log})")
+            raise WaitTimeoutError(
+                f"{command.ready_url} did not answer within {command.ready_timeout:g} s (--ready-timeout; log: {log})"
+            )
         time.sleep(0.2)
 
 
@@ -136,8 +139,9 @@ def _send(command: ProgramCommand, log: Path, say: Callable[[str], None]) -> lis
         headers = {"Content-Type": "application/json"} if data is not None and req.is_json else {}
         t0 = time.perf_counter()
         try:
-            with urllib.request.urlopen(urllib.request.Request(req.url, data=data, method=req.method,
-                                                               headers=headers), timeout=REQUEST_TIMEOUT) as r:
+            with urllib.request.urlopen(
+                urllib.request.Request(req.url, data=data, method=req.method, headers=headers), timeout=REQUEST_TIMEOUT
+            ) as r:
                 r.read()
                 status = r.status
         except urllib.error.HTTPError as exc:
@@ -146,8 +150,9 @@ def _send(command: ProgramCommand, log: Path, say: Callable[[str], None]) -> lis
             raise EngineFailedError(f"request {i} ({req.describe()}) failed: {exc} (log: {log})") from None
         if not 200 <= status < 300:
             raise EngineFailedError(f"request {i} ({req.describe()}) answered {status} (log: {log})")
-        done.append({"method": req.method, "url": req.url, "status": status,
-                     "seconds": round(time.perf_counter() - t0, 3)})
+        done.append(
+            {"method": req.method, "url": req.url, "status": status, "seconds": round(time.perf_counter() - t0, 3)}
+        )
         say(f"request {i}/{len(command.requests)} done: {req.describe()} -> {status}")
     return done
 
@@ -160,8 +165,9 @@ def _reports(folder: Path) -> list[dict]:
     return sorted(out, key=lambda r: (r.get("compiles", 0) == 0, r.get("pid", 0)))  # the compiling ones first
 
 
-def _drive(proc: subprocess.Popen, command: ProgramCommand, log: Path, t0: float, reports: Path,
-           say: Callable[[str], None]) -> tuple[dict[str, float], list[dict]]:
+def _drive(
+    proc: subprocess.Popen, command: ProgramCommand, log: Path, t0: float, reports: Path, say: Callable[[str], None]
+) -> tuple[dict[str, float], list[dict]]:
     """Wait for a command's end, or run a server's ready wait and requests and stop it; the phases' seconds."""
     progress = _CompileProgress(reports, say)
     if command.ready_url is None:
@@ -175,8 +181,11 @@ def _drive(proc: subprocess.Popen, command: ProgramCommand, log: Path, t0: float
     requests = _send(command, log, say)
     sent = time.perf_counter()
     _stop_server(proc, command.stop_timeout)
-    return {"ready": round(ready - t0, 3), "requests": round(sent - ready, 3),
-            "stop": round(time.perf_counter() - sent, 3)}, requests
+    return {
+        "ready": round(ready - t0, 3),
+        "requests": round(sent - ready, 3),
+        "stop": round(time.perf_counter() - sent, 3),
+    }, requests
 
 
 def run_program(command: ProgramCommand, root: Path, verb: str, say: Callable[[str], None]) -> ProgramRun:
@@ -187,9 +196,15 @@ def run_program(command: ProgramCommand, root: Path, verb: str, say: Callable[[s
         say(f"running {command.text} (log: {log})")
         t0 = time.perf_counter()
         try:
-            proc = subprocess.Popen(list(command.argv), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=program_env(root, probe),
-                                    start_new_session=True, preexec_fn=process_tree.die_with_parent)
+            proc = subprocess.Popen(
+                list(command.argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=program_env(root, probe),
+                start_new_session=True,
+                preexec_fn=process_tree.die_with_parent,
+            )
         except OSError as exc:
             raise EngineFailedError(f"cannot run {command.argv[0]!r}: {exc.strerror or exc}") from None
         try:
@@ -200,11 +215,16 @@ def run_program(command: ProgramCommand, root: Path, verb: str, say: Callable[[s
             raise
         seconds = round(time.perf_counter() - t0, 3)
         if command.ready_url is None and proc.returncode != 0:
-            raise EngineFailedError(f"the program exited with code {proc.returncode}: {last_error(log)} "
-                                    f"(log: {log})")
+            raise EngineFailedError(f"the program exited with code {proc.returncode}: {last_error(log)} (log: {log})")
         reports = _reports(probe / "reports")
-    return ProgramRun(exit_code=proc.returncode if command.ready_url is None else None, seconds=seconds,
-                      phases=phases, reports=reports, requests=requests, log=str(log))
+    return ProgramRun(
+        exit_code=proc.returncode if command.ready_url is None else None,
+        seconds=seconds,
+        phases=phases,
+        reports=reports,
+        requests=requests,
+        log=str(log),
+    )
 
 
 def last_error(log: Path) -> str:

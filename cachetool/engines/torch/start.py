@@ -38,16 +38,18 @@ class TorchStartRequest:
     """One ``--engine torch`` start, the torch engine's own request (each default written here alone): the
     program's command after ``--``, read once (:func:`request_of`)."""
 
-    command: str                       # "warm" or "check"
+    command: str  # "warm" or "check"
     cache_root: CacheRoot
     program: ProgramCommand
-    require_hit: bool = False          # check: a start that compiled raises EngineMissError naming why
+    require_hit: bool = False  # check: a start that compiled raises EngineMissError naming why
     messages: Callable[[str], None] | None = None  # its message lines while it runs
 
 
 def _refused(name: str, flag: str) -> str:
-    return (f"{flag} is another engine's option: --engine torch runs the program you give after -- (e.g. -- python "
-            "serve.py) and compiles what it compiles")
+    return (
+        f"{flag} is another engine's option: --engine torch runs the program you give after -- (e.g. -- python "
+        "serve.py) and compiles what it compiles"
+    )
 
 
 def request_of(command: str, model: str | None, cache_root: CacheRoot, options: Mapping[str, Any]) -> TorchStartRequest:
@@ -57,8 +59,9 @@ def request_of(command: str, model: str | None, cache_root: CacheRoot, options: 
         raise UsageError(_refused("model", "--model"))
     own = own_options(options, ("engine_flags", "require_hit"), _refused)
     program = parse(tuple(own.pop("engine_flags", ())))
-    return TorchStartRequest(command=command, cache_root=cache_root, program=program,
-                             messages=listener(options, "engine_progress"), **own)
+    return TorchStartRequest(
+        command=command, cache_root=cache_root, program=program, messages=listener(options, "engine_progress"), **own
+    )
 
 
 def _main_report(reports: list[dict]) -> dict | None:
@@ -67,26 +70,55 @@ def _main_report(reports: list[dict]) -> dict | None:
 
 
 def _processes(reports: list[dict]) -> list[dict]:
-    return [{"pid": r.get("pid"), "argv": r.get("argv"), "device": r.get("device"), "compiles": r.get("compiles", 0),
-             "compile_seconds": r.get("compile_seconds", 0.0), **counted([r])} for r in reports]
+    return [
+        {
+            "pid": r.get("pid"),
+            "argv": r.get("argv"),
+            "device": r.get("device"),
+            "compiles": r.get("compiles", 0),
+            "compile_seconds": r.get("compile_seconds", 0.0),
+            **counted([r]),
+        }
+        for r in reports
+    ]
 
 
-def _result(verb: str, command: ProgramCommand, root: Path, run: ProgramRun, before: dict[str, set[str]],
-            facts: dict | None, existed: bool) -> TorchStartResult:
+def _result(
+    verb: str,
+    command: ProgramCommand,
+    root: Path,
+    run: ProgramRun,
+    before: dict[str, set[str]],
+    facts: dict | None,
+    existed: bool,
+) -> TorchStartResult:
     after = kernel_files(root)
     built = {kind: len(after[kind] - before[kind]) for kind in after}
     counts = counted(run.reports)
     mapped = {p for r in run.reports for p in r.get("mapped_kernels") or []}
     differences = key.closest_differences(facts, root) if facts is not None and not existed else []
     return TorchStartResult(
-        command=verb, model=command.text, argv=list(command.argv), program_exit=run.exit_code, cache_root=str(root),
-        cache_key=key.key_of(facts) if facts is not None else None, key_existed=existed,
-        cpp_kernels_built=built["cpp"], triton_kernels_built=built["triton"],
-        autotune_results_written=built["autotune"], kernels_loaded=len(mapped & before["cpp"]),
+        command=verb,
+        model=command.text,
+        argv=list(command.argv),
+        program_exit=run.exit_code,
+        cache_root=str(root),
+        cache_key=key.key_of(facts) if facts is not None else None,
+        key_existed=existed,
+        cpp_kernels_built=built["cpp"],
+        triton_kernels_built=built["triton"],
+        autotune_results_written=built["autotune"],
+        kernels_loaded=len(mapped & before["cpp"]),
         compile_seconds=round(sum(float(r.get("compile_seconds") or 0) for r in run.reports), 3),
-        startup_seconds=run.phases.get("ready", run.seconds), seconds=run.seconds, phases=run.phases,
-        processes=_processes(run.reports), requests=run.requests, log=run.log,
-        differences=[d.to_json() for d in differences], **counts)
+        startup_seconds=run.phases.get("ready", run.seconds),
+        seconds=run.seconds,
+        phases=run.phases,
+        processes=_processes(run.reports),
+        requests=run.requests,
+        log=run.log,
+        differences=[d.to_json() for d in differences],
+        **counts,  # type: ignore[arg-type]  # baseline (issue 46)
+    )
 
 
 def start(request: TorchStartRequest) -> TorchStartResult:
@@ -110,15 +142,19 @@ def start(request: TorchStartRequest) -> TorchStartResult:
     facts = key.recorded_factors(main, command.to_values()) if main is not None else None
     existed = facts is not None and (root / FACTS / key.key_of(facts)).is_dir()
     result = _result(verb, command, root, run, before, facts, existed)
-    say(f"{verb}: the program ended after {run.seconds:.1f} s: {result.fx_graph_hits} graph(s) loaded, "
-        f"{result.graphs_compiled} compiled")
+    say(
+        f"{verb}: the program ended after {run.seconds:.1f} s: {result.fx_graph_hits} graph(s) loaded, "
+        f"{result.graphs_compiled} compiled"
+    )
     if verb == "warm":
         if facts is None or result.fx_graph_hits + result.graphs_compiled == 0:
             if created:
                 shutil.rmtree(root, ignore_errors=True)
-            raise EngineFailedError(f"warm: {command.text} compiled nothing with torch.compile (no FX graph was "
-                                    f"looked up in its {len(run.reports)} process(es) with torch): nothing to warm "
-                                    f"(log: {run.log})")
+            raise EngineFailedError(
+                f"warm: {command.text} compiled nothing with torch.compile (no FX graph was "
+                f"looked up in its {len(run.reports)} process(es) with torch): nothing to warm "
+                f"(log: {run.log})"
+            )
         key.write_facts(root, facts)
     elif request.require_hit and not result.hit:
         raise EngineMissError(f"check: not a hit: {result.miss_reason()}", start=result)

@@ -75,8 +75,12 @@ def begin(root: Path) -> Path:
     me = process_tree.table().get(os.getpid())
     mark = Path(root) / INCOMPLETE_DIR / f"{MARK_PREFIX}{uuid.uuid4().hex[:12]}.json"
     mark.parent.mkdir(exist_ok=True)
-    doc = {"pid": os.getpid(), "host": socket.gethostname(), "process_start": me.start if me else 0,
-           "started": time.time()}
+    doc = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "process_start": me.start if me else 0,
+        "started": time.time(),
+    }
     atomic_write(mark, json.dumps(doc, sort_keys=True).encode(), fsync=False)
     return mark
 

@@ -20,9 +20,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cachetool.layouts.entries import KeyFolder
 from cachetool.engines.root_names import AOT, FACTORS_FILE, RANK_RE, TCC
 from cachetool.errors import PreflightError
+from cachetool.layouts.entries import KeyFolder
 
 
 @dataclasses.dataclass
@@ -33,12 +33,12 @@ class CheckVerdict:
     model: str
     cache_root: str
     flags: list[str]
-    compiles: bool                  # False: the server compiles no graph
-    reason: str                     # why it compiles no graph, or why this root cannot hit
-    cache_key: str | None = None    # the key folder the comparison was made with (the closest), if any
-    seconds: float = 0.0            # what the answer cost
-    how: str = ""                   # how it was reached (the key check's stage)
-    startup_seconds: float = 0.0    # no start
+    compiles: bool  # False: the server compiles no graph
+    reason: str  # why it compiles no graph, or why this root cannot hit
+    cache_key: str | None = None  # the key folder the comparison was made with (the closest), if any
+    seconds: float = 0.0  # what the answer cost
+    how: str = ""  # how it was reached (the key check's stage)
+    startup_seconds: float = 0.0  # no start
     engine: str = "vllm"
 
     @property
@@ -65,20 +65,25 @@ class CheckVerdict:
         return d
 
     def lines(self) -> list[str]:
-        verdict = (f"HIT: the server compiles no graph ({self.reason})" if self.hit
-                   else f"MISS (vLLM not started): {self.reason}")
-        return [f"{self.command}: model {self.model} (vLLM not started: {self.how or 'answered beforehand'}, "
-                f"{self.seconds:.2f} s)",
-                f"  cache root     {self.cache_root}",
-                f"  cache key      {self.cache_key or '-'}",
-                f"  result         {verdict}"]
+        verdict = (
+            f"HIT: the server compiles no graph ({self.reason})"
+            if self.hit
+            else f"MISS (vLLM not started): {self.reason}"
+        )
+        return [
+            f"{self.command}: model {self.model} (vLLM not started: {self.how or 'answered beforehand'}, "
+            f"{self.seconds:.2f} s)",
+            f"  cache root     {self.cache_root}",
+            f"  cache key      {self.cache_key or '-'}",
+            f"  result         {verdict}",
+        ]
 
 
 def root_keys(root: Path) -> list[KeyFolder]:
     """The AOT key folders of a vLLM cache root, with the factors a warm recorded in a rank folder (None where
     none was recorded)."""
     top = Path(root) / TCC / AOT
-    out = []
+    out = []  # type: ignore[var-annotated]  # baseline (issue 46)
     if not top.is_dir():
         return out
     for folder in sorted(p for p in top.iterdir() if p.is_dir() and not p.is_symlink()):
@@ -100,15 +105,29 @@ def before_starting(check: Any, root: Path, model: str, flags: list[str]) -> Che
         return CheckVerdict("check", model, str(root), flags, compiles=False, reason=check.compiles_nothing)
     keys = root_keys(root)
     if not keys:
-        return CheckVerdict("check", model, str(root), flags, compiles=True,
-                            reason=f"{root} holds no vLLM key folder (nothing was warmed or pulled there)",
-                            how="the root read")
+        return CheckVerdict(
+            "check",
+            model,
+            str(root),
+            flags,
+            compiles=True,
+            reason=f"{root} holds no vLLM key folder (nothing was warmed or pulled there)",
+            how="the root read",
+        )
     if any(k.factors is None for k in keys):
         return None  # a folder a server wrote itself may be this server's: only vLLM can tell
     try:
         check.key_among(keys)  # a predicted hit: the start then tells whether it really loads
     except PreflightError as exc:
         reason = str(exc).removeprefix("preflight: bundle cannot hit here: ")
-        return CheckVerdict("check", model, str(root), flags, compiles=True, reason=f"the root cannot hit: {reason}",
-                            seconds=check.seconds, how=check.stage)
+        return CheckVerdict(
+            "check",
+            model,
+            str(root),
+            flags,
+            compiles=True,
+            reason=f"the root cannot hit: {reason}",
+            seconds=check.seconds,
+            how=check.stage,
+        )
     return None

@@ -21,8 +21,10 @@ from cachetool.layouts.factors import Difference, Factors
 __all__ = ["VllmEngine"]
 
 
-NATIVE_KEY_OPTIONS = ("--compilation-config/-cc/--tensor-parallel-size are native-engine options: with --engine vllm "
-                      "pass vLLM's own flags after -- (e.g. -- -tp 2)")
+NATIVE_KEY_OPTIONS = (
+    "--compilation-config/-cc/--tensor-parallel-size are native-engine options: with --engine vllm "
+    "pass vLLM's own flags after -- (e.g. -- -tp 2)"
+)
 
 
 class VllmEngine(EngineBase):
@@ -56,8 +58,7 @@ class VllmEngine(EngineBase):
         gpu = machine.cuda_device(0) is not None
         return {self.cache_root_variable: str(root), **jit_caches.server_environment(Path(root), gpu=gpu)}
 
-    def start_request(self, command: str, model: str | None, cache_root: str | Path | None,
-                      options: Mapping[str, Any]):
+    def start_request(self, command: str, model: str | None, cache_root: str | Path | None, options: Mapping[str, Any]):
         """The options parsed into a :class:`~.start.VllmStartRequest`: the server's flags after ``--`` (its
         ``engine_flags``), ``--load-weights``, ``--require-hit``; the native engine's options refused in one line
         (with --engine vllm the same things are vLLM flags after --). The root: ``cache_root``, else
@@ -66,8 +67,14 @@ class VllmEngine(EngineBase):
 
         own = own_options(options, ("engine_flags", "load_weights", "require_hit"), self._refused)
         flags = tuple(own.pop("engine_flags", ()))
-        return VllmStartRequest(command=command, cache_root=CacheRoot.of(cache_root, self), model=model,
-                                flags=flags, messages=listener(options, "engine_progress"), **own)
+        return VllmStartRequest(
+            command=command,
+            cache_root=CacheRoot.of(cache_root, self),
+            model=model,
+            flags=flags,
+            messages=listener(options, "engine_progress"),
+            **own,
+        )
 
     def start(self, request):
         """The key question first: a warm of a server that compiles nothing is refused; a check
@@ -82,9 +89,11 @@ class VllmEngine(EngineBase):
         check = server_key_check(request.model, list(request.flags), request.cache_root)
         if request.command == "warm":
             if check.compiles_nothing:
-                raise UsageError(f"nothing to warm for this command: {check.compiles_nothing}; warm the server's "
-                                 "compiling command instead: its bundle's Triton kernels and model inspection serve "
-                                 "an eager server too (a pull for one installs just those)")
+                raise UsageError(
+                    f"nothing to warm for this command: {check.compiles_nothing}; warm the server's "
+                    "compiling command instead: its bundle's Triton kernels and model inspection serve "
+                    "an eager server too (a pull for one installs just those)"
+                )
             return start(request)
         return self._check(request, check)
 
@@ -100,8 +109,9 @@ class VllmEngine(EngineBase):
 
             require_writable_for_vllm(request.cache_root, "check")  # before vLLM would die on a read-only root
             out = start(request)
-            out.environment_notes = environment_notes(check.cache_root, self.server_environment(check.cache_root),
-                                                      CacheRoot.of(None, self))
+            out.environment_notes = environment_notes(
+                check.cache_root, self.server_environment(check.cache_root), CacheRoot.of(None, self)
+            )
         if request.require_hit:
             must_hit(out)
         return out
@@ -112,8 +122,10 @@ class VllmEngine(EngineBase):
             logging.getLogger("cachetool.vllm").warning(line)
 
     def _refused(self, name: str, flag: str) -> str:
-        return (f"{flag} is a native-engine option: with --engine {self.name} pass vLLM's own flags after -- "
-                "(e.g. -- -tp 2 -cc.mode=0)")
+        return (
+            f"{flag} is a native-engine option: with --engine {self.name} pass vLLM's own flags after -- "
+            "(e.g. -- -tp 2 -cc.mode=0)"
+        )
 
     # ------------------------------------------------------------------------------------------ facts
     def machine_facts(self, device: str | None) -> dict[str, str | None]:
@@ -135,8 +147,7 @@ class VllmEngine(EngineBase):
         return f"vllm{version}" if version else None
 
     # ------------------------------------------------------------------------------------------ keys
-    def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None,
-                    options: Mapping[str, Any]):
+    def key_request(self, cache_root: CacheRoot, device: str, timeout: float | None, options: Mapping[str, Any]):
         """The server's own command line after ``--`` (its model as ``--model``, ``vllm serve M``'s tag or
         ``--model M``): a :class:`~.key_check.VllmKeyRequest`, or None without a model or flags."""
         from cachetool.engines.vllm.key_check import VllmKeyRequest
@@ -144,8 +155,9 @@ class VllmEngine(EngineBase):
         own = own_options(options, ("model", "engine_flags"), lambda _n, _f: NATIVE_KEY_OPTIONS)
         if not (own.get("model") or own.get("engine_flags")):
             return None
-        return VllmKeyRequest(cache_root=cache_root, model=own.get("model"), flags=tuple(own.get("engine_flags", ())),
-                              timeout=timeout)
+        return VllmKeyRequest(
+            cache_root=cache_root, model=own.get("model"), flags=tuple(own.get("engine_flags", ())), timeout=timeout
+        )
 
     def key_check(self, request):
         """The arguments checked now; vLLM's verdict at preflight (:func:`~.key_check.server_key_check`)."""
@@ -159,15 +171,22 @@ class VllmEngine(EngineBase):
         if not serve:
             return []
         compiler = factors.values("compiler") or {}
-        built = " ".join(f"{n} {compiler[n]}" for n in ("vllm", "torch", "device", "cpu_isa", "gpu", "capability")
-                         if compiler.get(n) is not None)
-        return [f"serves    model {serve.get('model')}  flags {' '.join(serve.get('flags') or []) or '-'}"
-                f"  tp {serve.get('tensor_parallel_size', 1)}", f"built by  {built}"]
+        built = " ".join(
+            f"{n} {compiler[n]}"
+            for n in ("vllm", "torch", "device", "cpu_isa", "gpu", "capability")
+            if compiler.get(n) is not None
+        )
+        return [
+            f"serves    model {serve.get('model')}  flags {' '.join(serve.get('flags') or []) or '-'}"
+            f"  tp {serve.get('tensor_parallel_size', 1)}",
+            f"built by  {built}",
+        ]
 
-    def server_differences(self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str],
-                           scratch: Path) -> list[Difference]:
-        from cachetool.layouts.entries import KeyFolder
+    def server_differences(
+        self, keys: list[tuple[str, Factors | None]], model: str, flags: list[str], scratch: Path
+    ) -> list[Difference]:
         from cachetool.engines.vllm.key_check import server_key_check
+        from cachetool.layouts.entries import KeyFolder
 
         check = server_key_check(model, list(flags), CacheRoot.given(scratch))
         _key, diffs = check.closest([KeyFolder(h, "aot", f) for h, f in keys])  # a server's key is an AOT folder

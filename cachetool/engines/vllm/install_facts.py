@@ -30,8 +30,15 @@ from cachetool.facts.machine import cpu_isa
 # Fingerprint fields a vLLM bundle adds to the common ones (cachetool.bundle.fingerprint.COMMON_FIELDS).
 FINGERPRINT_FIELDS = ("vllm", "cpu_isa", "gpu_driver")
 
-__all__ = ["FINGERPRINT_FIELDS", "cpu_isa", "interpreter_path", "machine_facts", "torch_version", "vllm_python",
-           "vllm_version"]
+__all__ = [
+    "FINGERPRINT_FIELDS",
+    "cpu_isa",
+    "interpreter_path",
+    "machine_facts",
+    "torch_version",
+    "vllm_python",
+    "vllm_version",
+]
 
 
 def vllm_python() -> str:
@@ -46,8 +53,13 @@ def interpreter_path(python: str) -> tuple[str, ...]:
     if python == sys.executable:
         return tuple(sys.path)
     try:
-        out = subprocess.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True,
-                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [python, "-c", "import json, sys; print(json.dumps(sys.path))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
         return tuple(json.loads(out.stdout)) if out.returncode == 0 else ()
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return ()

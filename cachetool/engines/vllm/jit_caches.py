@@ -33,37 +33,62 @@ from cachetool.envs import EnvVar
 
 @dataclasses.dataclass(frozen=True)
 class JitCache:
-    folder: str                 # under the cache root
-    variable: str | None        # what sends it there (None: vLLM puts it under VLLM_CACHE_ROOT itself)
-    outside: str | None         # where it goes without the variable ("~" and "{user}" expanded)
-    gpu_only: bool              # set on a GPU machine only
+    folder: str  # under the cache root
+    variable: str | None  # what sends it there (None: vLLM puts it under VLLM_CACHE_ROOT itself)
+    outside: str | None  # where it goes without the variable ("~" and "{user}" expanded)
+    gpu_only: bool  # set on a GPU machine only
     what: str
 
 
 JIT_CACHES = (
-    JitCache(TRITON_CACHE, "TRITON_CACHE_DIR", "~/.triton/cache", False,
-             "Triton kernels of vLLM's own ops and its fused MoE layers"),
-    JitCache("inductor_cache", "TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_{user}", True,
-             "what Inductor builds before vLLM points it into its AOT folder"),
-    JitCache("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~/.cache/flashinfer", True,
-             "FlashInfer's JIT modules (nvcc)"),
+    JitCache(
+        TRITON_CACHE,
+        "TRITON_CACHE_DIR",
+        "~/.triton/cache",
+        False,
+        "Triton kernels of vLLM's own ops and its fused MoE layers",
+    ),
+    JitCache(
+        "inductor_cache",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "/tmp/torchinductor_{user}",
+        True,
+        "what Inductor builds before vLLM points it into its AOT folder",
+    ),
+    JitCache("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~/.cache/flashinfer", True, "FlashInfer's JIT modules (nvcc)"),
     JitCache("deep_gemm", "DG_JIT_CACHE_DIR", None, True, "DeepGEMM's FP8 kernels"),
     JitCache("flashinfer_autotune_cache", None, None, True, "FlashInfer's autotune results"),
 )
 FOLDERS = tuple(c.folder for c in JIT_CACHES)
 # The variables beside cachetool's registry (which has TRITON_CACHE_DIR) that a vLLM server on a GPU is started with
 # (the engine's ``variables``; README's configuration reference documents each)
-VARIABLES = (*(EnvVar(c.variable, None, f"on a GPU, {c.what}: a vLLM server reads ROOT/{c.folder} only through "
-                       "it (pull prints it; check names it when it is missing)", True)
-                for c in JIT_CACHES if c.variable is not None and c.variable != "TRITON_CACHE_DIR"),
-             EnvVar("CUDA_HOME", None, "the CUDA toolkit whose nvcc FlashInfer and DeepGEMM build with (its version is "
-                    "one of their JIT caches' facts); default PATH's nvcc, then /usr/local/cuda", True))
+VARIABLES = (
+    *(
+        EnvVar(
+            c.variable,
+            None,
+            f"on a GPU, {c.what}: a vLLM server reads ROOT/{c.folder} only through "
+            "it (pull prints it; check names it when it is missing)",
+            True,
+        )
+        for c in JIT_CACHES
+        if c.variable is not None and c.variable != "TRITON_CACHE_DIR"
+    ),
+    EnvVar(
+        "CUDA_HOME",
+        None,
+        "the CUDA toolkit whose nvcc FlashInfer and DeepGEMM build with (its version is "
+        "one of their JIT caches' facts); default PATH's nvcc, then /usr/local/cuda",
+        True,
+    ),
+)
 
 
 def server_environment(root: Path, *, gpu: bool) -> dict[str, str]:
     """The variables that send every JIT cache a server on this machine fills into ``root``."""
-    return {c.variable: str(Path(root) / c.folder) for c in JIT_CACHES
-            if c.variable is not None and (gpu or not c.gpu_only)}
+    return {
+        c.variable: str(Path(root) / c.folder) for c in JIT_CACHES if c.variable is not None and (gpu or not c.gpu_only)
+    }
 
 
 def outside_folders(home: str | None = None) -> list[Path]:
@@ -109,10 +134,12 @@ def record_mtimes(root: Path) -> list[Path]:
         folder = Path(root) / name
         if not folder.is_dir() or folder.is_symlink():
             continue
-        times = {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*"))
-                 if p.is_file() and not p.is_symlink() and p.name != MTIMES_FILE}
-        (folder / MTIMES_FILE).write_text(json.dumps({"root": str(root), "mtime_ns": times},
-                                                     indent=0, sort_keys=True))
+        times = {
+            str(p.relative_to(folder)): p.stat().st_mtime_ns
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.is_symlink() and p.name != MTIMES_FILE
+        }
+        (folder / MTIMES_FILE).write_text(json.dumps({"root": str(root), "mtime_ns": times}, indent=0, sort_keys=True))
         written.append(folder / MTIMES_FILE)
     return written
 

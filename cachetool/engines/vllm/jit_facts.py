@@ -29,18 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from cachetool import envs
-from cachetool.facts import machine
 from cachetool.engines.vllm import install_facts
 from cachetool.engines.vllm.jit_caches import VARIABLES
+from cachetool.facts import machine
 from cachetool.layouts.entries import KeyFolder
 from cachetool.layouts.factors import Factors
 
 FACTS_FILE = "cachetool_jit_facts.json"
 KIND = "jit"
 PREFIX = "jit."
-WHAT = {"flashinfer": ("flashinfer", "nvcc", "capability", "root"),
-        "deep_gemm": ("deep_gemm_headers", "nvcc", "capability"),
-        "flashinfer_autotune_cache": ("flashinfer", "gpu")}
+WHAT = {
+    "flashinfer": ("flashinfer", "nvcc", "capability", "root"),
+    "deep_gemm": ("deep_gemm_headers", "nvcc", "capability"),
+    "flashinfer_autotune_cache": ("flashinfer", "gpu"),
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,8 +56,9 @@ def nvcc_version() -> str | None:
     if nvcc is None:
         return None
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30,
-                             stdin=subprocess.DEVNULL).stdout
+        out = subprocess.run(
+            [str(nvcc), "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = re.search(r"release [\d.]+, V([\d.]+)", out)
@@ -66,10 +69,14 @@ def _values_here(root: Path) -> dict[str, str | None]:
     gpu = machine.cuda_device(0)
     flashinfer = install_facts.installed_file("flashinfer._build_meta")
     headers = install_facts.installed_file("vllm.third_party.deep_gemm")
-    return {"flashinfer": machine.literal_assignments(flashinfer).get("__version__") if flashinfer else None,
-            "nvcc": nvcc_version(), "capability": gpu["capability"] if gpu else None,
-            "gpu": gpu["device"] if gpu else None, "root": str(root),
-            "deep_gemm_headers": str(headers.parent / "include") if headers else None}
+    return {
+        "flashinfer": machine.literal_assignments(flashinfer).get("__version__") if flashinfer else None,
+        "nvcc": nvcc_version(),
+        "capability": gpu["capability"] if gpu else None,
+        "gpu": gpu["device"] if gpu else None,
+        "root": str(root),
+        "deep_gemm_headers": str(headers.parent / "include") if headers else None,
+    }
 
 
 def _of(folder: str, here: dict[str, str | None]) -> dict[str, str | None]:
@@ -109,15 +116,21 @@ def invalid_units(manifest: Any, root: Path) -> dict[str, str]:
     out, values = {}, None
     for key in manifest.keys:
         recorded = key.factors.values(KIND) if key.kind == KIND and key.factors is not None else None
-        folder = key.hash[len(PREFIX):]
+        folder = key.hash[len(PREFIX) :]
         if not isinstance(recorded, dict) or folder not in WHAT:
             continue
         values = values or _values_here(root)  # read once, and only for a bundle that has JIT facts
         here = _of(folder, values)
-        differ = [f"{name} {recorded.get(name)} in the bundle, {here[name]} here" for name in WHAT[folder]
-                  if here.get(name) is not None and recorded.get(name) is not None and here[name] != recorded[name]]
+        differ = [
+            f"{name} {recorded.get(name)} in the bundle, {here[name]} here"
+            for name in WHAT[folder]
+            if here.get(name) is not None and recorded.get(name) is not None and here[name] != recorded[name]
+        ]
         if differ:
-            rule = " (not relocatable: its build commands hold the root's path)" if any(
-                d.startswith("root ") for d in differ) else ""
+            rule = (
+                " (not relocatable: its build commands hold the root's path)"
+                if any(d.startswith("root ") for d in differ)
+                else ""
+            )
             out[folder] = "; ".join(differ) + rule
     return out

@@ -32,15 +32,22 @@ from __future__ import annotations
 from typing import Any
 
 from cachetool.engines.root_names import FACTORS_FILE  # noqa: F401 - where a warm records them
-from cachetool.facts.factor_compare import field_differences, same_json  # the one field-by-field comparison
 from cachetool.engines.vllm.server_command import canonical
+from cachetool.facts.factor_compare import field_differences, same_json  # the one field-by-field comparison
 from cachetool.layouts.factors import UNSET, Difference, Factors
 
 SCHEMA = 1
 
 
-def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict, flags: list[str],
-                     tensor_parallel_size: int, launch: dict | None = None, hashing: dict | None = None) -> dict:
+def recorded_factors(
+    inputs: dict,
+    traced: dict[str, str | None],
+    machine: dict,
+    flags: list[str],
+    tensor_parallel_size: int,
+    launch: dict | None = None,
+    hashing: dict | None = None,
+) -> dict:
     """The ``factors`` a warm writes for the folder vLLM used, from the child's key inputs and worker reports,
     the launch inputs (:mod:`cachetool.engines.vllm.launch`) of the pull's fast path, and what vLLM hashes of a
     server's command line (:mod:`cachetool.engines.vllm.child.in_vllm.cachetool_vllm_hashing`: the pull's
@@ -53,8 +60,10 @@ def recorded_factors(inputs: dict, traced: dict[str, str | None], machine: dict,
         "inductor": inputs.get("inductor") or {"hash": None, "values": {}},
         "compiler": {"hash": None, "values": compiler},
         "code": {"hash": None, "values": dict(sorted(traced.items()))},
-        "serve": {"hash": None, "values": {"model": inputs["model"], "flags": list(flags),
-                                           "tensor_parallel_size": tensor_parallel_size}},
+        "serve": {
+            "hash": None,
+            "values": {"model": inputs["model"], "flags": list(flags), "tensor_parallel_size": tensor_parallel_size},
+        },
     }
     if launch is not None:
         out["launch"] = {"hash": None, "values": launch}
@@ -89,14 +98,21 @@ def differences(recorded: Factors, local: dict, local_traced: dict[str, str | No
     config, env = _dict(local.get("config")), _dict(local.get("env"))
     if recorded.hash_of("config") != config.get("hash"):
         # the model path also fills model_config.model, .tokenizer, .served_model_name: named once above
-        out += sorted((d for d in _config_diffs(_values(recorded, "config"), _dict(config.get("values")))
-                       if not _only_the_path(d, paths)), key=_telling)
+        out += sorted(
+            (
+                d
+                for d in _config_diffs(_values(recorded, "config"), _dict(config.get("values")))
+                if not _only_the_path(d, paths)
+            ),
+            key=_telling,
+        )
     if recorded.hash_of("env") != env.get("hash"):
         out += _field_diffs("env", _values(recorded, "env"), _dict(env.get("values")))
     inductor = _dict(local.get("inductor"))
     if recorded.values("inductor") is not None and recorded.hash_of("inductor") != inductor.get("hash"):
         out += _field_diffs("inductor", _values(recorded, "inductor"), _dict(inductor.get("values"))) or [
-            Difference("inductor", "(config)", recorded.hash_of("inductor"), inductor.get("hash"))]
+            Difference("inductor", "(config)", recorded.hash_of("inductor"), inductor.get("hash"))
+        ]
     for fid, digest in sorted(_values(recorded, "code").items()):
         here = (local_traced or {}).get(fid, digest)
         if here != digest:
@@ -106,8 +122,15 @@ def differences(recorded: Factors, local: dict, local_traced: dict[str, str | No
 
 # The config fields a user changes on purpose, named before what follows from them (another config.json also
 # changes the derived sizes; another mode also changes custom_ops).
-TELLING = ("model_config.hf_config.", "compilation_config.mode", "compilation_config.", "parallel_config.",
-           "cache_config.", "scheduler_config.", "model_config.")
+TELLING = (
+    "model_config.hf_config.",
+    "compilation_config.mode",
+    "compilation_config.",
+    "parallel_config.",
+    "cache_config.",
+    "scheduler_config.",
+    "model_config.",
+)
 
 
 def _telling(d: Difference) -> tuple[int, str]:
@@ -117,6 +140,7 @@ def _telling(d: Difference) -> tuple[int, str]:
 def _only_the_path(d: Difference, paths: list) -> bool:
     """A config field that differs only because the model path does (``model``, ``tokenizer``,
     ``served_model_name``: one path, or a list of just it). Values of any JSON shape compare by their text."""
+
     def text(v: Any) -> str:
         return canonical(v[0] if isinstance(v, list) and len(v) == 1 else v)
 
@@ -138,7 +162,12 @@ def _config_diffs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
             continue
         if same_json(sa.get("hash"), sb.get("hash")):
             continue
-        fields = _field_diffs("config", {k: v for k, v in sa.items() if k != "hash"},
-                              {k: v for k, v in sb.items() if k != "hash"}, prefix=f"{name}.", nested=True)
+        fields = _field_diffs(
+            "config",
+            {k: v for k, v in sa.items() if k != "hash"},
+            {k: v for k, v in sb.items() if k != "hash"},
+            prefix=f"{name}.",
+            nested=True,
+        )
         out += fields or [Difference("config", f"{name} (hash)", sa.get("hash", UNSET), sb.get("hash", UNSET))]
     return out

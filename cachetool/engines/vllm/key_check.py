@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cachetool.cache_root import CacheRoot
 from cachetool.engines.vllm import key, launch, server_command, verdict
 from cachetool.engines.vllm.child import process as child_process
 from cachetool.engines.vllm.child.env import child_env
 from cachetool.engines.vllm.headless import server_argv, server_model, tensor_parallel_size
 from cachetool.engines.vllm.prerequisites import check_model, python, require_vllm
 from cachetool.engines.vllm.result import short_key
-from cachetool.cache_root import CacheRoot
 from cachetool.errors import PreflightError
 from cachetool.layouts.factors import also_named, short_repr
 
@@ -41,10 +41,10 @@ class ServerKeyCheck:
     flags: list[str]
     cache_root: Path
     timeout: float | None = None
-    compiles_nothing: str | None = None   # why this server compiles no graph (an eager server), else None
-    seconds: float = 0.0        # what the check cost
-    stage: str = ""             # how the verdict was reached (describe())
-    asked_vllm: bool = False    # a difference only vLLM could judge: it was asked
+    compiles_nothing: str | None = None  # why this server compiles no graph (an eager server), else None
+    seconds: float = 0.0  # what the check cost
+    stage: str = ""  # how the verdict was reached (describe())
+    asked_vllm: bool = False  # a difference only vLLM could judge: it was asked
 
     def closest(self, keys: Any) -> tuple[Any, list]:
         """The bundle key (``manifest.KeyFolder``) this server will use with no difference, or the first one and
@@ -52,8 +52,10 @@ class ServerKeyCheck:
         files)."""
         candidates = [k for k in keys if k.factors is not None and k.factors.values("serve") is not None]
         if not candidates:
-            raise PreflightError("preflight: bundle cannot hit here: it records no vLLM key inputs (warm it with "
-                                 "cachetool warm --engine vllm)")
+            raise PreflightError(
+                "preflight: bundle cannot hit here: it records no vLLM key inputs (warm it with "
+                "cachetool warm --engine vllm)"
+            )
         t0 = time.perf_counter()
         try:
             # the traced files as this installation has them, read once for every stage (no vLLM needed)
@@ -80,8 +82,14 @@ class ServerKeyCheck:
     def judge(self, factors: Any, traced: dict[str, str | None]) -> verdict.Verdict:
         """Stage 2 for one bundle key: the server's differences from its warm, sorted without vLLM."""
         here = self.launch_inputs(factors)
-        return verdict.judge(factors, model=self.model, flags=list(here.flags), env=here.env,
-                             versions={"vllm": here.vllm, "torch": here.torch}, traced=traced)
+        return verdict.judge(
+            factors,
+            model=self.model,
+            flags=list(here.flags),
+            env=here.env,
+            versions={"vllm": here.vllm, "torch": here.torch},
+            traced=traced,
+        )
 
     def ask_vllm(self, open_questions: list, traced: dict[str, str | None], first: tuple) -> tuple[Any, list]:
         """Stage 3: vLLM's own key inputs for this server, compared with each key whose verdict was open."""
@@ -100,8 +108,13 @@ class ServerKeyCheck:
         server_only = recorded.get("server_only_options")
         server_only = server_only if isinstance(server_only, dict) else {}
         hashed = factors.values("env")  # what the warm's vLLM release hashes, whatever the names
-        return launch.LaunchInputs.of(self.model, self.flags, child_env(None, tensor_parallel_size(self.flags)),
-                                      server_only, hashed=hashed if isinstance(hashed, dict) else {})
+        return launch.LaunchInputs.of(
+            self.model,
+            self.flags,
+            child_env(None, tensor_parallel_size(self.flags)),
+            server_only,
+            hashed=hashed if isinstance(hashed, dict) else {},
+        )
 
     def same_launch(self, factors: Any, traced: dict[str, str | None]) -> bool:
         """Stage 1: equal launch inputs and traced files (``traced``: as read here; no vLLM, no torch)."""
@@ -126,11 +139,19 @@ class ServerKeyCheck:
             return k.hash
         d = diffs[0]
         more = also_named([x.name for x in diffs[1:]])
-        what = {"compiler": "version", "config": "config field", "flag": "flag", "env": "env factor",
-                "code": "traced file", "inductor": "Inductor setting"}
-        raise PreflightError(f"preflight: bundle cannot hit here: {what.get(d.category, d.category)} {d.name!r} "
-                             f"differs: bundle {short_repr(d.a, 160)}, this server {short_repr(d.b, 160)}{more} "
-                             f"(cache {short_key(k.hash)}; {self.stage})")
+        what = {
+            "compiler": "version",
+            "config": "config field",
+            "flag": "flag",
+            "env": "env factor",
+            "code": "traced file",
+            "inductor": "Inductor setting",
+        }
+        raise PreflightError(
+            f"preflight: bundle cannot hit here: {what.get(d.category, d.category)} {d.name!r} "
+            f"differs: bundle {short_repr(d.a, 160)}, this server {short_repr(d.b, 160)}{more} "
+            f"(cache {short_key(k.hash)}; {self.stage})"
+        )
 
     def describe(self) -> str:
         """How the verdict was reached, for the preflight line."""
@@ -141,12 +162,14 @@ class ServerKeyCheck:
         # vLLM writes its model-inspection cache under VLLM_CACHE_ROOT (not hashed): the child's own scratch root
         # keeps the pull's root untouched until the install, and its log an unlinked file.
         with tempfile.TemporaryFile() as log:
-            return child_process.run_child({"mode": "key", "model": self.model, "argv": server_argv(self.flags)},
-                                           None, log, timeout=self.timeout)
+            return child_process.run_child(
+                {"mode": "key", "model": self.model, "argv": server_argv(self.flags)}, None, log, timeout=self.timeout
+            )
 
 
-def server_key_check(model: str | None, flags: list[str] | tuple[str, ...], cache_root: CacheRoot,
-                     timeout: float | None = None) -> ServerKeyCheck:
+def server_key_check(
+    model: str | None, flags: list[str] | tuple[str, ...], cache_root: CacheRoot, timeout: float | None = None
+) -> ServerKeyCheck:
     """The arguments checked now (before anything is fetched), the question asked at preflight. The model may
     be cachetool's ``--model`` or named in the server's flags."""
     require_vllm()
@@ -166,6 +189,6 @@ class VllmKeyRequest:
     ``--``, asked at the start of the pull (:func:`server_key_check`)."""
 
     cache_root: CacheRoot
-    model: str | None = None        # None: named in ``flags`` as the server names it
+    model: str | None = None  # None: named in ``flags`` as the server names it
     flags: tuple[str, ...] = ()
-    timeout: float | None = None    # the pull's: a key child that asks vLLM is bounded by it
+    timeout: float | None = None  # the pull's: a key child that asks vLLM is bounded by it

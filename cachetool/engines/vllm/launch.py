@@ -22,23 +22,58 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from cachetool.engines.vllm import install_facts
 
 # Variables that can change what vLLM, torch, Inductor or Triton compile (names with these prefixes) ...
-ENV_PREFIXES = ("VLLM_", "TORCH", "PYTORCH_", "INDUCTOR_", "TRITON_", "CUDA_", "ATEN_", "OMP_", "KMP_", "MKL_",
-                "LD_PRELOAD")
+ENV_PREFIXES = (
+    "VLLM_",
+    "TORCH",
+    "PYTORCH_",
+    "INDUCTOR_",
+    "TRITON_",
+    "CUDA_",
+    "ATEN_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "LD_PRELOAD",
+)
 # ... except where a cache or log lives, which cachetool sets itself or which cannot change compiled code
 # (vLLM >= 0.29 ignores the same VLLM_ ones; what a release does hash is compared whatever its name: ``hashed``).
-ENV_IGNORED = frozenset({
-    "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_NO_USAGE_STATS",
-    "VLLM_DO_NOT_TRACK", "VLLM_USAGE_STATS_SERVER", "VLLM_LOGGING_LEVEL", "VLLM_LOGGING_PREFIX",
-    "VLLM_LOGGING_STREAM", "VLLM_LOGGING_CONFIG_PATH", "VLLM_LOGGING_COLOR", "VLLM_PORT", "VLLM_HOST_IP",
-    "VLLM_RPC_BASE_PATH", "VLLM_API_KEY", "VLLM_SERVER_DEV_MODE", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
-    "TRITON_HOME", "TORCH_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "CUDA_CACHE_PATH",
-    "CUDA_VISIBLE_DEVICES", "TORCH_LOGS", "TORCH_TRACE"})
+ENV_IGNORED = frozenset(
+    {
+        "VLLM_CACHE_ROOT",
+        "VLLM_CONFIG_ROOT",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "VLLM_NO_USAGE_STATS",
+        "VLLM_DO_NOT_TRACK",
+        "VLLM_USAGE_STATS_SERVER",
+        "VLLM_LOGGING_LEVEL",
+        "VLLM_LOGGING_PREFIX",
+        "VLLM_LOGGING_STREAM",
+        "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_LOGGING_COLOR",
+        "VLLM_PORT",
+        "VLLM_HOST_IP",
+        "VLLM_RPC_BASE_PATH",
+        "VLLM_API_KEY",
+        "VLLM_SERVER_DEV_MODE",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "TRITON_HOME",
+        "TORCH_HOME",
+        "TRITON_DUMP_DIR",
+        "TRITON_OVERRIDE_DIR",
+        "CUDA_CACHE_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "TORCH_LOGS",
+        "TORCH_TRACE",
+    }
+)
 SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 # Hashed variables whose default vLLM derives from others (vLLM 0.26 hashes VLLM_CONFIG_ROOT and VLLM_XLA_CACHE_PATH,
 # folders under HOME or XDG_*): where a release hashes one, what it derives from is compared too.
@@ -113,13 +148,25 @@ class LaunchInputs:
     config_json: dict | None = None  # the config.json itself: a changed one is compared field by field (verdict)
 
     @classmethod
-    def of(cls, model: str, flags: list[str], env: Mapping[str, str],
-           server_only: Mapping[str, bool], hashed: Iterable[str] = ()) -> "LaunchInputs":
+    def of(
+        cls,
+        model: str,
+        flags: list[str],
+        env: Mapping[str, str],
+        server_only: Mapping[str, bool],
+        hashed: Iterable[str] = (),
+    ) -> LaunchInputs:
         """``hashed``: the variables the installed vLLM hashes (:func:`launch_env`)."""
         unhashed = {**{k: v for k, v in server_only.items() if k not in ENGINE_AFFECTING}, **UNHASHED_ENGINE_OPTIONS}
-        return cls(vllm=install_facts.vllm_version(), torch=install_facts.torch_version(), model=model,
-                   model_config=model_config_digest(model), flags=tuple(strip_options(flags, unhashed)),
-                   env=launch_env(env, hashed), config_json=read_config_json(model))
+        return cls(
+            vllm=install_facts.vllm_version(),
+            torch=install_facts.torch_version(),
+            model=model,
+            model_config=model_config_digest(model),
+            flags=tuple(strip_options(flags, unhashed)),
+            env=launch_env(env, hashed),
+            config_json=read_config_json(model),
+        )
 
     def to_values(self, server_only: Mapping[str, bool]) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -132,10 +179,13 @@ class LaunchInputs:
         (``--config``) is a difference in itself: its content is not read here."""
         if any(f.partition("=")[0] in ENGINE_AFFECTING for f in self.flags):
             return ["flags (--config)"]
-        out = [name for name in ("vllm", "torch", "model", "model_config", "flags")
-               if recorded.get(name) != (list(self.flags) if name == "flags" else getattr(self, name))]
+        out = [
+            name
+            for name in ("vllm", "torch", "model", "model_config", "flags")
+            if recorded.get(name) != (list(self.flags) if name == "flags" else getattr(self, name))
+        ]
         renv = recorded.get("env") if isinstance(recorded.get("env"), dict) else {}
-        out += [f"env.{n}" for n in sorted(set(renv) | set(self.env)) if renv.get(n) != self.env.get(n)]
+        out += [f"env.{n}" for n in sorted(set(renv) | set(self.env)) if renv.get(n) != self.env.get(n)]  # type: ignore[arg-type,union-attr]  # baseline (issue 46)
         return out
 
 

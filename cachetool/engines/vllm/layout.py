@@ -32,12 +32,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cachetool.engines.compile_cache import AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate, scan_compile_cache
 from cachetool.engines.vllm import jit_facts, unfinished
-from cachetool.layouts.base import LayoutScan, walk_tree
-from cachetool.engines.compile_cache import (AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate,
-                                             scan_compile_cache)
-from cachetool.engines.vllm.root_names import MODELINFOS
 from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS, restore_mtimes
+from cachetool.engines.vllm.root_names import MODELINFOS
+from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.layouts.entries import Unit
 
 NAME = "vllm"

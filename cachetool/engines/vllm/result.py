@@ -22,25 +22,25 @@ class VllmStartResult:
     cache_root: str
     flags: list[str]
     vllm_version: str | None
-    cache_key: str | None            # the AOT folder vLLM used (sha256), rank 0's
-    cache_keys: list[str]            # every key folder the workers used
-    key_existed: bool                # that folder was in the root before the start
-    inductor_compiled: int           # kernel binaries written by this start (Inductor compiled them)
-    inductor_loaded: int             # kernel binaries the workers mapped that were there before
-    dynamo_traces: int               # graphs Dynamo traced (0 when vLLM loaded its AOT artifact)
-    aot_loaded: bool                 # vLLM loaded its AOT artifact (no trace)
+    cache_key: str | None  # the AOT folder vLLM used (sha256), rank 0's
+    cache_keys: list[str]  # every key folder the workers used
+    key_existed: bool  # that folder was in the root before the start
+    inductor_compiled: int  # kernel binaries written by this start (Inductor compiled them)
+    inductor_loaded: int  # kernel binaries the workers mapped that were there before
+    dynamo_traces: int  # graphs Dynamo traced (0 when vLLM loaded its AOT artifact)
+    aot_loaded: bool  # vLLM loaded its AOT artifact (no trace)
     aot_saved: bool
-    aot_error: str | None            # vLLM's own reason for not loading it
-    aot_artifacts_loaded: int        # vLLM's counter num_aot_artifacts_loaded, summed over the workers
-    compiled_artifacts_loaded: int   # vLLM's counter num_compiled_artifacts_loaded (GPU: loaded graphs)
-    inductor_graphs_compiled: int    # graphs Inductor lowered (its counters: worker_facts.graphs_compiled)
-    inductor_graphs_loaded: int      # graphs Inductor took from its cache
-    startup_seconds: float           # engine init, as vLLM's `LLMEngine` takes it
-    seconds: float                   # the whole child process, exec to exit
-    phases: dict[str, float]         # import, key, engine_init, workload
+    aot_error: str | None  # vLLM's own reason for not loading it
+    aot_artifacts_loaded: int  # vLLM's counter num_aot_artifacts_loaded, summed over the workers
+    compiled_artifacts_loaded: int  # vLLM's counter num_compiled_artifacts_loaded (GPU: loaded graphs)
+    inductor_graphs_compiled: int  # graphs Inductor lowered (its counters: worker_facts.graphs_compiled)
+    inductor_graphs_loaded: int  # graphs Inductor took from its cache
+    startup_seconds: float  # engine init, as vLLM's `LLMEngine` takes it
+    seconds: float  # the whole child process, exec to exit
+    phases: dict[str, float]  # import, key, engine_init, workload
     tensor_parallel_size: int
     ranks: list[dict[str, Any]]
-    log: str                         # vLLM's log of this start
+    log: str  # vLLM's log of this start
     aot_paths: list[str] = dataclasses.field(default_factory=list)  # the AOT files loaded or saved
     environment_notes: list[str] = dataclasses.field(default_factory=list)  # what a server started here would miss
     compiled: list[str] = dataclasses.field(default_factory=list)  # what it compiled or wrote (worker_facts' rule)
@@ -68,10 +68,15 @@ class VllmStartResult:
         if self.hit:
             return None
         if not self.key_existed:
-            return (f"vLLM used key folder {short_key(self.cache_key)}, which {self.cache_root} did not hold "
-                    "(another model path, flag, environment or install than the cache was warmed with)")
-        aot = "" if self.aot_loaded else (f"; vLLM did not load its AOT artifact ({self.aot_note()}): "
-                                          f"{self.aot_error or 'none saved'}")
+            return (
+                f"vLLM used key folder {short_key(self.cache_key)}, which {self.cache_root} did not hold "
+                "(another model path, flag, environment or install than the cache was warmed with)"
+            )
+        aot = (
+            ""
+            if self.aot_loaded
+            else (f"; vLLM did not load its AOT artifact ({self.aot_note()}): {self.aot_error or 'none saved'}")
+        )
         return f"{', '.join(self.compiled)} in key folder {short_key(self.cache_key)}{aot}"
 
     def aot_note(self) -> str:
@@ -79,9 +84,14 @@ class VllmStartResult:
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d.update(hit=self.hit, miss_reason=self.miss_reason(), graphs_compiled=self.graphs_compiled,
-                 aot_expected=releases.aot_loads(self.vllm_version, releases.device_here()),
-                 graphs_loaded=self.graphs_loaded, cache_dir=self.cache_dir)
+        d.update(
+            hit=self.hit,
+            miss_reason=self.miss_reason(),
+            graphs_compiled=self.graphs_compiled,
+            aot_expected=releases.aot_loads(self.vllm_version, releases.device_here()),
+            graphs_loaded=self.graphs_loaded,
+            cache_dir=self.cache_dir,
+        )
         return d
 
     def pack_folder(self) -> Path:
@@ -93,25 +103,32 @@ class VllmStartResult:
         """The start as a few lines for a terminal (the JSON object is :meth:`to_json`'s)."""
         aot = "loaded" if self.aot_loaded else f"not loaded ({self.aot_error or 'none saved yet'}; {self.aot_note()})"
         if self.command == "warm":
-            verdict = (f"warmed: Inductor compiled {self.inductor_compiled} kernel(s)" if self.inductor_compiled
-                       else "already warm: Inductor compiled nothing")
+            verdict = (
+                f"warmed: Inductor compiled {self.inductor_compiled} kernel(s)"
+                if self.inductor_compiled
+                else "already warm: Inductor compiled nothing"
+            )
         else:
             verdict = "HIT: nothing compiled or written" if self.hit else f"MISS: {self.miss_reason()}"
-        return [f"{self.command}: model {self.model} with vLLM {self.vllm_version} "
-                f"(tensor parallel {self.tensor_parallel_size})",
-                f"  cache root     {self.cache_root}",
-                f"  cache key      {self.cache_key or '-'}" + ("" if self.key_existed else " (new)"),
-                f"  inductor       compiled {self.inductor_graphs_compiled} graph(s), loaded "
-                f"{self.inductor_graphs_loaded}; kernels written {self.inductor_compiled}, loaded "
-                f"{self.inductor_loaded}; Dynamo traces {self.dynamo_traces}",
-                f"  AOT artifact   {aot}",
-                f"  start-up       {self.startup_seconds:.2f} s engine init (process {self.seconds:.2f} s); "
-                + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()),
-                f"  vLLM log       {self.log}",
-                *(f"  server env     {note}" for note in self.environment_notes),
-                *(f"  outside root   {n} file(s) written in {folder}: they do not ship (every fresh pod builds them)"
-                  for folder, n in self.written_outside.items()),
-                f"  result         {verdict}"]
+        return [
+            f"{self.command}: model {self.model} with vLLM {self.vllm_version} "
+            f"(tensor parallel {self.tensor_parallel_size})",
+            f"  cache root     {self.cache_root}",
+            f"  cache key      {self.cache_key or '-'}" + ("" if self.key_existed else " (new)"),
+            f"  inductor       compiled {self.inductor_graphs_compiled} graph(s), loaded "
+            f"{self.inductor_graphs_loaded}; kernels written {self.inductor_compiled}, loaded "
+            f"{self.inductor_loaded}; Dynamo traces {self.dynamo_traces}",
+            f"  AOT artifact   {aot}",
+            f"  start-up       {self.startup_seconds:.2f} s engine init (process {self.seconds:.2f} s); "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()),
+            f"  vLLM log       {self.log}",
+            *(f"  server env     {note}" for note in self.environment_notes),
+            *(
+                f"  outside root   {n} file(s) written in {folder}: they do not ship (every fresh pod builds them)"
+                for folder, n in self.written_outside.items()
+            ),
+            f"  result         {verdict}",
+        ]
 
 
 def short_key(h: str | None) -> str:

@@ -42,7 +42,7 @@ class RootWatch:
     outside: dict[str, int]
 
     @classmethod
-    def of(cls, root: Path) -> "RootWatch":
+    def of(cls, root: Path) -> RootWatch:
         return cls(root, frozenset(kernel_files(root)), frozenset(key_folders(root)), jit_caches.outside_snapshot())
 
     def new_kernels(self) -> set[str]:

@@ -15,9 +15,11 @@ from pathlib import Path
 from cachetool.cache_root import CacheRoot
 from cachetool.writable_root import require_writable
 
-WHY = ("vLLM writes under its cache root at every start, a hit too (it unpacks the kernels of the AOT artifact it "
-       "loads into torch_compile_cache/torch_aot_compile/KEY/inductor_cache/ and dies with 'Read-only file system' "
-       "there)")
+WHY = (
+    "vLLM writes under its cache root at every start, a hit too (it unpacks the kernels of the AOT artifact it "
+    "loads into torch_compile_cache/torch_aot_compile/KEY/inductor_cache/ and dies with 'Read-only file system' "
+    "there)"
+)
 
 
 def require_writable_for_vllm(root: CacheRoot, verb: str) -> Path:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # The option that every spelling of -O becomes, and the compilation config's dict option (and its short form).
 OPTIMIZATION_LEVEL = "--optimization-level"
@@ -160,16 +161,16 @@ def split_model(flags: list[str], model: str | None) -> tuple[str | None, list[s
     return found or model, out
 
 
-
 # ---------------------------------------------------------------------------------------------- parse
+
 
 @dataclasses.dataclass(frozen=True)
 class Parsed:
     """The option values a command line sets, by vLLM's destination name, and what could not be read."""
 
-    values: dict[str, Any]     # dest -> a raw string, a list of them, a JSON dict (dotted or JSON options), or a const
-    given: dict[str, str]      # dest -> the option as the command spells it (for messages)
-    unread: list[str]          # tokens that are no option of the recorded table (a positional, an abbreviation)
+    values: dict[str, Any]  # dest -> a raw string, a list of them, a JSON dict (dotted or JSON options), or a const
+    given: dict[str, str]  # dest -> the option as the command spells it (for messages)
+    unread: list[str]  # tokens that are no option of the recorded table (a positional, an abbreviation)
 
 
 def parse(flags: list[str] | tuple[str, ...], table: Mapping[str, Mapping[str, Any]]) -> Parsed:

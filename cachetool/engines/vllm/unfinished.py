@@ -37,8 +37,8 @@ from pathlib import Path
 from cachetool import process_tree
 from cachetool.atomic import atomic_write
 from cachetool.engines.root_names import AOT, INCOMPLETE_DIR, TCC
-from cachetool.engines.vllm.root_names import MODELINFOS
 from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS
+from cachetool.engines.vllm.root_names import MODELINFOS
 
 __all__ = ["Mark", "incomplete_reason", "marked", "touched_since"]
 
@@ -62,8 +62,14 @@ class Mark:
     @classmethod
     def new(cls, root: Path, command: str) -> Mark:
         me = process_tree.table().get(os.getpid())
-        return cls(root / INCOMPLETE_DIR / f"{command}-{uuid.uuid4().hex[:12]}.json", command, os.getpid(),
-                   socket.gethostname(), me.start if me else 0, time.time())
+        return cls(
+            root / INCOMPLETE_DIR / f"{command}-{uuid.uuid4().hex[:12]}.json",
+            command,
+            os.getpid(),
+            socket.gethostname(),
+            me.start if me else 0,
+            time.time(),
+        )
 
     @classmethod
     def read(cls, path: Path) -> Mark:
@@ -72,14 +78,27 @@ class Mark:
         try:
             d = json.loads(path.read_text())
             folders = d.get("folders")
-            return cls(path, str(d["command"]), int(d["pid"]), str(d["host"]), int(d["process_start"]),
-                       float(d["started"]), [str(f) for f in folders] if isinstance(folders, list) else None)
+            return cls(
+                path,
+                str(d["command"]),
+                int(d["pid"]),
+                str(d["host"]),
+                int(d["process_start"]),
+                float(d["started"]),
+                [str(f) for f in folders] if isinstance(folders, list) else None,
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return cls(path, "start", 0, "?", 0, 0.0)
 
     def write(self) -> None:
-        doc = {"command": self.command, "pid": self.pid, "host": self.host, "process_start": self.process_start,
-               "started": self.started, "folders": self.folders}
+        doc = {
+            "command": self.command,
+            "pid": self.pid,
+            "host": self.host,
+            "process_start": self.process_start,
+            "started": self.started,
+            "folders": self.folders,
+        }
         atomic_write(self.path, json.dumps(doc, sort_keys=True).encode(), fsync=False)
 
     def remove(self) -> None:
@@ -125,8 +144,9 @@ def key_folders(root: Path) -> list[str]:
     out: list[str] = []
     for top, rel in ((tcc / AOT, f"{TCC}/{AOT}"), (tcc, TCC)):
         if top.is_dir():
-            out += [f"{rel}/{c.name}" for c in sorted(top.iterdir())
-                    if c.is_dir() and not c.is_symlink() and c.name != AOT]
+            out += [
+                f"{rel}/{c.name}" for c in sorted(top.iterdir()) if c.is_dir() and not c.is_symlink() and c.name != AOT
+            ]
     return out
 
 
@@ -175,7 +195,7 @@ def _settle_completed(root: Path, started: float) -> None:
     earlier = [m for m in marks(root) if m.folders is not None]
     done = touched_since(root, started) if earlier else []
     for m in earlier:
-        m.folders = [f for f in m.folders if f not in done]
+        m.folders = [f for f in m.folders if f not in done]  # type: ignore[union-attr]  # baseline (issue 46)
         m.keep_or_remove()
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from cachetool.layouts.factors import UNSET, Difference, Factors
 from cachetool.engines.vllm import server_command
 from cachetool.engines.vllm.launch import model_config_digest, read_config_json
+from cachetool.layouts.factors import UNSET, Difference, Factors
 
 # The first hashed difference named is the one a user set on purpose (see key.TELLING for config fields).
 CATEGORY_ORDER = ("compiler", "config", "flag", "env", "inductor", "code")
@@ -49,12 +50,21 @@ class Verdict:
         return bool(self.hashed) or not self.unknown
 
     def misses(self) -> list[Difference]:
-        return sorted(self.hashed, key=lambda d: CATEGORY_ORDER.index(d.category)
-                      if d.category in CATEGORY_ORDER else len(CATEGORY_ORDER))
+        return sorted(
+            self.hashed,
+            key=lambda d: CATEGORY_ORDER.index(d.category) if d.category in CATEGORY_ORDER else len(CATEGORY_ORDER),
+        )
 
 
-def judge(factors: Factors, *, model: str, flags: list[str], env: Mapping[str, str],
-          versions: Mapping[str, str | None], traced: Mapping[str, str | None]) -> Verdict:
+def judge(
+    factors: Factors,
+    *,
+    model: str,
+    flags: list[str],
+    env: Mapping[str, str],
+    versions: Mapping[str, str | None],
+    traced: Mapping[str, str | None],
+) -> Verdict:
     """Sort every difference between the warm that recorded ``factors`` and a server (its model, its flags without
     the model and without server-only options, its launch environment, the vLLM and torch ``versions`` here, and
     the traced files as this installation has them). The recorded facts are read defensively: a part of another
@@ -82,6 +92,7 @@ def _list(value: Any) -> list:
 
 
 # ---------------------------------------------------------------------------------------------- the phases
+
 
 def _versions(launch: Mapping[str, Any], here: Mapping[str, str | None], out: Verdict) -> None:
     for name in ("vllm", "torch"):
@@ -147,8 +158,9 @@ def _rule_for(rule: Mapping[str, Any] | None, value: Any) -> Mapping[str, Any] |
     return found if isinstance(found, dict) else None
 
 
-def _env(recorded: Mapping[str, str], here: Mapping[str, str], hashing: Mapping[str, Any], factors: Factors,
-         out: Verdict) -> None:
+def _env(
+    recorded: Mapping[str, str], here: Mapping[str, str], hashing: Mapping[str, Any], factors: Factors, out: Verdict
+) -> None:
     facts = _obj(hashing.get("env"))
     set_by_vllm = _obj(facts.get("set_by_vllm"))
     vllm_hashed = {str(n) for n in _list(facts.get("vllm_hashed"))}
@@ -173,8 +185,9 @@ def _env(recorded: Mapping[str, str], here: Mapping[str, str], hashing: Mapping[
         elif name in torch_config:
             fields = [f for f in _list(torch_config[name]) if isinstance(f, str) and f in inductor]
             if fields:
-                out.hashed.append(Difference("inductor", fields[0], inductor[fields[0]],
-                                             f"{name}={UNSET if b is None else b}"))
+                out.hashed.append(
+                    Difference("inductor", fields[0], inductor[fields[0]], f"{name}={UNSET if b is None else b}")
+                )
             else:
                 out.unhashed.append(f"env {name} (not in vLLM's Inductor factors)")
         else:

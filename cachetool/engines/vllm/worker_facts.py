@@ -40,19 +40,19 @@ AOT_FAILURE = re.compile(r"Compiling model again due to a load failure from (\S+
 
 @dataclasses.dataclass
 class StartFacts:
-    aot_paths: list[str]            # the AOT files the ranks loaded or saved (``{key}/rank_{r}_{dp}/model``)
-    cache_keys: list[str]           # their key folders
-    cache_key: str | None           # rank 0's
-    aot_loaded: bool                # vLLM loaded its AOT artifact on every compiled rank (no trace)
+    aot_paths: list[str]  # the AOT files the ranks loaded or saved (``{key}/rank_{r}_{dp}/model``)
+    cache_keys: list[str]  # their key folders
+    cache_key: str | None  # rank 0's
+    aot_loaded: bool  # vLLM loaded its AOT artifact on every compiled rank (no trace)
     aot_saved: bool
-    aot_artifacts_loaded: int       # vLLM's counter num_aot_artifacts_loaded
+    aot_artifacts_loaded: int  # vLLM's counter num_aot_artifacts_loaded
     compiled_artifacts_loaded: int  # vLLM's counter num_compiled_artifacts_loaded (GPU: the graphs of the artifact)
-    graphs_compiled: int            # graphs Inductor lowered (its fxgraph_cache_miss + fxgraph_cache_bypass)
-    graphs_loaded: int              # graphs Inductor took from its cache (fxgraph_cache_hit)
-    vllm_counters: dict[str, int]   # vLLM's CompilationCounter, summed (shown, never read as a verdict)
+    graphs_compiled: int  # graphs Inductor lowered (its fxgraph_cache_miss + fxgraph_cache_bypass)
+    graphs_loaded: int  # graphs Inductor took from its cache (fxgraph_cache_hit)
+    vllm_counters: dict[str, int]  # vLLM's CompilationCounter, summed (shown, never read as a verdict)
     dynamo_traces: int
-    compilation_seconds: float      # vLLM's compilation_time, the slowest rank's
-    mapped_kernels: set[str]        # kernel libraries the workers mapped
+    compilation_seconds: float  # vLLM's compilation_time, the slowest rank's
+    mapped_kernels: set[str]  # kernel libraries the workers mapped
 
 
 def counter(workers: list[dict], name: str) -> int:
@@ -81,16 +81,20 @@ def from_workers(workers: list[dict[str, Any]]) -> StartFacts:
     keys = sorted({a["key"] for _, a in aot if a.get("key")})
     rank0 = next((a["key"] for r, a in aot if r == 0 and a.get("key")), keys[0] if keys else None)
     return StartFacts(
-        aot_paths=paths, cache_keys=keys, cache_key=rank0,
+        aot_paths=paths,
+        cache_keys=keys,
+        cache_key=rank0,
         aot_loaded=bool(aot) and all(a.get("loaded") for _, a in aot),
         aot_saved=counter(workers, "num_aot_artifacts_saved") > 0,
         aot_artifacts_loaded=counter(workers, "num_aot_artifacts_loaded"),
         compiled_artifacts_loaded=counter(workers, "num_compiled_artifacts_loaded"),
-        graphs_compiled=graphs_compiled(workers), graphs_loaded=inductor_counter(workers, "fxgraph_cache_hit"),
+        graphs_compiled=graphs_compiled(workers),
+        graphs_loaded=inductor_counter(workers, "fxgraph_cache_hit"),
         vllm_counters=summed_counters(workers),
         dynamo_traces=sum(int(w.get("dynamo_unique_graphs", 0)) for w in workers),
         compilation_seconds=max((float(w.get("compilation_seconds", 0.0)) for w in workers), default=0.0),
-        mapped_kernels={p for w in workers for p in mapped(w)})
+        mapped_kernels={p for w in workers for p in mapped(w)},
+    )
 
 
 def mapped(worker: dict[str, Any]) -> list[str]:

@@ -12,5 +12,11 @@ from cachetool.stores.oci.auth import docker_config_path, registry_credentials
 from cachetool.stores.oci.media import ARTIFACT_TYPE, CONFIG_MEDIA_TYPE, SIGNATURE_ARTIFACT_TYPE
 from cachetool.stores.oci.store import OCIStore
 
-__all__ = ["OCIStore", "registry_credentials", "docker_config_path", "ARTIFACT_TYPE",
-           "CONFIG_MEDIA_TYPE", "SIGNATURE_ARTIFACT_TYPE"]
+__all__ = [
+    "OCIStore",
+    "registry_credentials",
+    "docker_config_path",
+    "ARTIFACT_TYPE",
+    "CONFIG_MEDIA_TYPE",
+    "SIGNATURE_ARTIFACT_TYPE",
+]

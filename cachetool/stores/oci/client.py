@@ -17,10 +17,10 @@ import re
 import threading
 from urllib.parse import urlencode, urljoin, urlsplit
 
+from cachetool import envs
+from cachetool.digests import CHUNK
 from cachetool.errors import NotFoundError, StoreError, VerificationError, clip, filled
 from cachetool.retry import pause
-from cachetool.digests import CHUNK
-from cachetool import envs
 from cachetool.stores.oci.auth import TOKEN_USER, parse_challenge, registry_credentials, where_logins_are
 from cachetool.stores.oci.tls import TLSConfig, describe_tls_error
 
@@ -39,9 +39,17 @@ def is_local(host: str) -> bool:
 
 
 class RegistryClient:
-    def __init__(self, host: str, repo: str, *, plain_http: bool = False, verify: bool = True,
-                 max_attempts: int | None = None, timeout: tuple[float, float] = (10.0, 120.0),
-                 store_url: str | None = None):
+    def __init__(
+        self,
+        host: str,
+        repo: str,
+        *,
+        plain_http: bool = False,
+        verify: bool = True,
+        max_attempts: int | None = None,
+        timeout: tuple[float, float] = (10.0, 120.0),
+        store_url: str | None = None,
+    ):
         import requests
 
         self.host = host
@@ -88,8 +96,9 @@ class RegistryClient:
         if key in _SCHEME_CACHE:
             return _SCHEME_CACHE[key]
         try:
-            self._session.get(f"https://{self.host}/v2/", timeout=_PROBE_TIMEOUT, verify=self.tls.verify,
-                              cert=self.tls.cert).close()
+            self._session.get(
+                f"https://{self.host}/v2/", timeout=_PROBE_TIMEOUT, verify=self.tls.verify, cert=self.tls.cert
+            ).close()
             scheme = "https"
         except requests.exceptions.SSLError as exc:
             reason, is_cert = describe_tls_error(exc)
@@ -103,8 +112,11 @@ class RegistryClient:
 
     def tls_error(self, exc: BaseException, what: str) -> StoreError:
         reason, is_cert = describe_tls_error(exc)
-        hint = (f": configure its CA ({self.tls.where}), or --insecure to skip verification" if is_cert
-                else ": use --plain-http if it serves plain HTTP")
+        hint = (
+            f": configure its CA ({self.tls.where}), or --insecure to skip verification"
+            if is_cert
+            else ": use --plain-http if it serves plain HTTP"
+        )
         return StoreError(f"{what}: TLS with registry {self.host} failed, {reason}{hint}", store=self.store_url)
 
     # -------------------------------------------------------------------------------------------- auth
@@ -113,7 +125,8 @@ class RegistryClient:
             try:
                 self._creds = registry_credentials(self.host, self.repo)
             except StoreError as exc:  # an unreadable credentials file or helper name, for this store
-                raise filled(exc, store=self.store_url)
+                filled(exc, store=self.store_url)
+                raise
             self._creds_loaded = True
         return self._creds
 
@@ -124,49 +137,86 @@ class RegistryClient:
         creds = self.credentials()
         if scheme == "basic":
             if not creds:
-                raise StoreError(f"{what}: {self.host} wants a login and no credentials file has one for it "
-                                 f"({where_logins_are()}; run `skopeo login {self.host}` or `docker login`)",
-                                 store=self.store_url, status=401)
+                raise StoreError(
+                    f"{what}: {self.host} wants a login and no credentials file has one for it "
+                    f"({where_logins_are()}; run `skopeo login {self.host}` or `docker login`)",
+                    store=self.store_url,
+                    status=401,
+                )
             self._auth_header = "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
             return
         if scheme != "bearer" or "realm" not in params:
-            raise StoreError(f"{what}: {self.host} asks for unsupported auth {clip(challenge, 80)!r}",
-                             store=self.store_url, status=401)
-        q = {"service": params.get("service", ""),
-             "scope": params.get("scope") or (f"repository:{self.repo}:pull,push" if self.repo else "registry:catalog:*")}
+            raise StoreError(
+                f"{what}: {self.host} asks for unsupported auth {clip(challenge, 80)!r}",
+                store=self.store_url,
+                status=401,
+            )
+        q = {
+            "service": params.get("service", ""),
+            "scope": params.get("scope")
+            or (f"repository:{self.repo}:pull,push" if self.repo else "registry:catalog:*"),
+        }
         try:
             if creds and creds[0] == TOKEN_USER:
                 # an identity token: an OAuth2 refresh token, exchanged at the realm with a POST
-                r = self._session.post(params["realm"], data={**q, "grant_type": "refresh_token", "client_id": "cachetool",
-                                                              "refresh_token": creds[1]}, timeout=self.timeout,
-                                       verify=self.tls.verify, cert=self.tls.cert)
+                r = self._session.post(
+                    params["realm"],
+                    data={**q, "grant_type": "refresh_token", "client_id": "cachetool", "refresh_token": creds[1]},
+                    timeout=self.timeout,
+                    verify=self.tls.verify,
+                    cert=self.tls.cert,
+                )
             else:
-                r = self._session.get(params["realm"] + ("&" if "?" in params["realm"] else "?") + urlencode(q),
-                                      auth=creds, timeout=self.timeout, verify=self.tls.verify, cert=self.tls.cert)
+                r = self._session.get(
+                    params["realm"] + ("&" if "?" in params["realm"] else "?") + urlencode(q),
+                    auth=creds,
+                    timeout=self.timeout,
+                    verify=self.tls.verify,
+                    cert=self.tls.cert,
+                )
         except requests.exceptions.SSLError as exc:
             raise self.tls_error(exc, f"{what}: token service {clip(params['realm'], 80)}") from None
         except requests.RequestException as exc:
-            raise StoreError(f"{what}: token service {params['realm']} unreachable ({type(exc).__name__})",
-                             store=self.store_url) from None
+            raise StoreError(
+                f"{what}: token service {params['realm']} unreachable ({type(exc).__name__})", store=self.store_url
+            ) from None
         if r.status_code in (401, 403):
-            raise StoreError(f"{what}: {self.host} refused the credentials ({r.status_code} from the token service): "
-                             "check the login (`skopeo login` / `docker login`)", store=self.store_url, status=r.status_code)
+            raise StoreError(
+                f"{what}: {self.host} refused the credentials ({r.status_code} from the token service): "
+                "check the login (`skopeo login` / `docker login`)",
+                store=self.store_url,
+                status=r.status_code,
+            )
         if r.status_code != 200:
-            raise StoreError(f"{what}: token service {params['realm']} answered {r.status_code}",
-                             store=self.store_url, status=r.status_code)
+            raise StoreError(
+                f"{what}: token service {params['realm']} answered {r.status_code}",
+                store=self.store_url,
+                status=r.status_code,
+            )
         try:
             tok = r.json()
             token = tok.get("token") or tok.get("access_token")
         except ValueError:
             token = None
         if not token:
-            raise StoreError(f"{what}: token service {params['realm']} returned no token", store=self.store_url,
-                             status=r.status_code)
+            raise StoreError(
+                f"{what}: token service {params['realm']} returned no token", store=self.store_url, status=r.status_code
+            )
         self._auth_header = f"Bearer {token}"
 
     # -------------------------------------------------------------------------------------------- requests
-    def request(self, method: str, url: str, what: str, *, ok=(200,), retry: bool = True, data_path=None,
-                passing_codes: tuple[str, ...] = (), **kw):
+    def request(
+        self,
+        method: str,
+        url: str,
+        what: str,
+        *,
+        ok=(200,),
+        retry: bool = True,
+        data_path=None,
+        passing_codes: tuple[str, ...] = (),
+        **kw,
+    ):
         """One HTTP request with auth and retries; a status outside ``ok`` is a one-line error. Retried: cut
         connections, 429, 5xx, and a 4xx whose error code the caller knows to be passing (``passing_codes``)."""
         import requests
@@ -183,19 +233,31 @@ class RegistryClient:
             try:
                 if data_path is not None:
                     with open(data_path, "rb") as f:
-                        r = self._session.request(method, url, headers=h, data=f, timeout=self.timeout,
-                                                  verify=self.tls.verify, cert=self.tls.cert, **kw)
+                        r = self._session.request(
+                            method,
+                            url,
+                            headers=h,
+                            data=f,
+                            timeout=self.timeout,
+                            verify=self.tls.verify,
+                            cert=self.tls.cert,
+                            **kw,
+                        )
                 else:
-                    r = self._session.request(method, url, headers=h, timeout=self.timeout, verify=self.tls.verify,
-                                              cert=self.tls.cert, **kw)
+                    r = self._session.request(
+                        method, url, headers=h, timeout=self.timeout, verify=self.tls.verify, cert=self.tls.cert, **kw
+                    )
             except requests.exceptions.SSLError as exc:
                 raise self.tls_error(exc, what) from None
             except requests.RequestException as exc:
                 attempt += 1
                 if not retry or attempt >= self.max_attempts:
-                    raise StoreError(f"{what}: cannot reach registry {self.host} ({type(exc).__name__}) after "
-                                     f"{attempt} attempt{'s' if attempt > 1 else ''}", store=self.store_url,
-                                     key=urlsplit(url).path or None) from None
+                    raise StoreError(
+                        f"{what}: cannot reach registry {self.host} ({type(exc).__name__}) after "
+                        f"{attempt} attempt{'s' if attempt > 1 else ''}",
+                        store=self.store_url,
+                        key=urlsplit(url).path or None,
+                    ) from None
                 pause(what, attempt - 1, f"cannot reach {self.host} ({type(exc).__name__})")
                 continue
             if r.status_code == 401 and not authed_once and "WWW-Authenticate" in r.headers:
@@ -229,11 +291,17 @@ class RegistryClient:
 
     def http_error(self, r, what: str) -> Exception:
         codes, msg = self.error_codes(r)
-        fields = {"store": self.store_url, "key": urlsplit(getattr(r, "url", "") or "").path or None,
-                  "status": r.status_code}
+        fields = {
+            "store": self.store_url,
+            "key": urlsplit(getattr(r, "url", "") or "").path or None,
+            "status": r.status_code,
+        }
         if r.status_code in (401, 403):
-            return StoreError(f"{what}: access denied by registry {self.host} ({r.status_code}{' ' + codes[0] if codes else ''}): "
-                              f"check the login ({where_logins_are()})", **fields)
+            return StoreError(
+                f"{what}: access denied by registry {self.host} ({r.status_code}{' ' + codes[0] if codes else ''}): "
+                f"check the login ({where_logins_are()})",
+                **fields,
+            )
         if "NAME_UNKNOWN" in codes:
             return NotFoundError(f"repository {self.repo!r} not found on {self.host}", **fields)
         if r.status_code == 404:
@@ -266,5 +334,5 @@ class RegistryClient:
         return f"/v2/{self.repo}/{rest}"
 
     def next_link(self, r) -> str | None:
-        m = re.match(r'<([^>]+)>', r.headers.get("Link", ""))
+        m = re.match(r"<([^>]+)>", r.headers.get("Link", ""))
         return urljoin(self.base + "/", m.group(1)) if m else None

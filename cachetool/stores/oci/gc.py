@@ -9,7 +9,7 @@ from cachetool.errors import NotFoundError, StoreError
 from cachetool.stores.base import GC_MIN_AGE_S
 from cachetool.stores.gc import GcReport
 from cachetool.stores.oci import media
-from cachetool.stores.oci.media import A, CREATED
+from cachetool.stores.oci.media import CREATED, A
 from cachetool.stores.oci.refs import LEGACY_SIG_TAG, REFERRERS_TAG, Tags
 from cachetool.stores.oci.repository import Repository
 from cachetool.stores.oci.signatures import Signatures
@@ -20,8 +20,8 @@ def _age_seconds(created: str) -> float:
     try:
         t = _dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
         if t.tzinfo is None:
-            t = t.replace(tzinfo=_dt.timezone.utc)
-        return max(0.0, (_dt.datetime.now(_dt.timezone.utc) - t).total_seconds())
+            t = t.replace(tzinfo=_dt.UTC)
+        return max(0.0, (_dt.datetime.now(_dt.UTC) - t).total_seconds())
     except (ValueError, AttributeError, TypeError):
         return 0.0
 
@@ -47,18 +47,23 @@ class SignatureGc:
         doomed: list[tuple[str, list[str]]] = []  # (tag, manifest digests to delete)
         reached = young = foreign = 0
         for t in legacy:
-            if "sha256:" + LEGACY_SIG_TAG.match(t).group(1) in live:
+            if "sha256:" + LEGACY_SIG_TAG.match(t).group(1) in live:  # type: ignore[union-attr]  # baseline (issue 46)
                 reached += 1
             else:
                 doomed.append((t, []))  # older cachetool: no date, and no push writes these any more
         for t in referrer_tags:
-            subject = "sha256:" + t[len("sha256-"):]
+            subject = "sha256:" + t[len("sha256-") :]
             if subject in live:
                 reached += 1
                 continue
             descs, _ = self.signatures.read_referrers_tag(subject)
-            ours = [d for d in descs or [] if d.get("artifactType") == media.SIGNATURE_ARTIFACT_TYPE
-                    or d.get("artifactType") is None and str((d.get("annotations") or {}).get(A + "manifest.digest", ""))]
+            ours = [
+                d
+                for d in descs or []
+                if d.get("artifactType") == media.SIGNATURE_ARTIFACT_TYPE
+                or d.get("artifactType") is None
+                and str((d.get("annotations") or {}).get(A + "manifest.digest", ""))
+            ]
             if len(ours) != len(descs or []):
                 foreign += 1  # referrers of other tools: not ours to delete
             elif any(_age_seconds(str((d.get("annotations") or {}).get(CREATED, ""))) < older_than for d in ours):
@@ -68,8 +73,15 @@ class SignatureGc:
         if not dry_run:
             for t, sigs in doomed:
                 self._delete_tag_and(t, sigs, what)
-        return GcReport(self.url, dry_run, older_than, tuple(f"tag {t}" for t, _ in doomed), kept_reachable=reached,
-                        kept_young=young, kept_foreign=foreign)
+        return GcReport(
+            self.url,
+            dry_run,
+            older_than,
+            tuple(f"tag {t}" for t, _ in doomed),
+            kept_reachable=reached,
+            kept_young=young,
+            kept_foreign=foreign,
+        )
 
     def _live_subjects(self, what: str) -> tuple[set[str], list[str], list[str]]:
         """(OCI digests of every bundle a tag reaches, the referrers tags, the legacy signature tags)."""
@@ -87,8 +99,12 @@ class SignatureGc:
             except NotFoundError:
                 continue  # the tag went away meanwhile
             except StoreError as exc:
-                raise StoreError(f"{what} stopped, nothing deleted: cannot read tag {t} ({exc})", store=self.url,
-                                 key=t, status=exc.status) from None
+                raise StoreError(
+                    f"{what} stopped, nothing deleted: cannot read tag {t} ({exc})",
+                    store=self.url,
+                    key=t,
+                    status=exc.status,
+                ) from None
         return live, referrer_tags, legacy
 
     def _delete_tag_and(self, tag: str, manifests: list[str], what: str) -> None:

@@ -34,8 +34,12 @@ class BundleManifests:
         """(digest, size) of the OCI manifest of a bundle this store has read or written."""
         url = self.repository.url
         if manifest_digest not in self._oci:
-            raise StoreError(f"{url}: no OCI manifest known for bundle {manifest_digest[:19]} "
-                             "(read it through a tag or an OCI digest pin)", store=url, key=manifest_digest)
+            raise StoreError(
+                f"{url}: no OCI manifest known for bundle {manifest_digest[:19]} "
+                "(read it through a tag or an OCI digest pin)",
+                store=url,
+                key=manifest_digest,
+            )
         return self._oci[manifest_digest]
 
     def get(self, manifest_digest: str) -> bytes:
@@ -45,15 +49,20 @@ class BundleManifests:
         try:
             data = self.repository.get_blob_bytes(manifest_digest, what, limit=512 << 20)
         except NotFoundError as exc:
-            raise NotFoundError(f"manifest {manifest_digest[:19]} is missing from store {url}", store=url,
-                                key=manifest_digest, status=exc.status) from None
+            raise NotFoundError(
+                f"manifest {manifest_digest[:19]} is missing from store {url}",
+                store=url,
+                key=manifest_digest,
+                status=exc.status,
+            ) from None
         if self._layouts.get(manifest_digest):  # which pack holds which blob comes from this manifest's blob list
             from cachetool.bundle.manifest import stored_summary
 
             try:
                 man = stored_summary(data)
             except CachetoolError as exc:  # stored under the digest (checked), yet not a bundle manifest
-                raise filled(exc, store=url, key=manifest_digest)
+                filled(exc, store=url, key=manifest_digest)
+                raise
             with self._lock:
                 self._members[manifest_digest] = {packs.member_name(b): b for b in man.blobs}
                 for b in man.blobs:
@@ -67,4 +76,4 @@ class BundleManifests:
         if not layout or blob.digest in layout.singles:
             return None
         pack = layout.pack_of(blob.digest)
-        return None if pack is None else (pack, self._members[bundle])
+        return None if pack is None else (pack, self._members[bundle])  # type: ignore[index]  # baseline (issue 46)

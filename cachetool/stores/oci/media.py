@@ -35,8 +35,14 @@ EMPTY_JSON = b"{}"
 A = "dev.cachetool."  # annotation prefix
 TITLE = "org.opencontainers.image.title"
 CREATED = "org.opencontainers.image.created"
-ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
-        "s390x": "s390x"}
+ARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+}
 
 
 def sha(data: bytes) -> str:
@@ -55,8 +61,9 @@ def platform_of(fingerprint: dict) -> dict:
     return {"os": fp.get("os") or "linux", "architecture": ARCH.get(fp.get("arch") or "", fp.get("arch") or "unknown")}
 
 
-def compose_bundle_manifest(manifest_bytes: bytes, layers: list[dict], platform: str, fingerprint: dict,
-                            size: int) -> bytes:
+def compose_bundle_manifest(
+    manifest_bytes: bytes, layers: list[dict], platform: str, fingerprint: dict, size: int
+) -> bytes:
     """The OCI image manifest of one bundle. Deterministic: the same bundle always has the same OCI digest."""
     doc = {
         "schemaVersion": 2,
@@ -64,9 +71,12 @@ def compose_bundle_manifest(manifest_bytes: bytes, layers: list[dict], platform:
         "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": sha(manifest_bytes), "size": len(manifest_bytes)},
         "layers": layers,
-        "annotations": {A + "manifest.digest": sha(manifest_bytes), A + "platform": platform,
-                        A + "fingerprint": json.dumps(fingerprint or {}, sort_keys=True, separators=(",", ":")),
-                        A + "size": str(size)},
+        "annotations": {
+            A + "manifest.digest": sha(manifest_bytes),
+            A + "platform": platform,
+            A + "fingerprint": json.dumps(fingerprint or {}, sort_keys=True, separators=(",", ":")),
+            A + "size": str(size),
+        },
     }
     return canonical(doc)
 
@@ -96,8 +106,7 @@ def compose_index(manifests: list[dict], annotations: dict | None = None, artifa
 
 
 def is_index(doc: dict, media_type: str = "") -> bool:
-    return doc.get("mediaType", media_type) in (OCI_INDEX, DOCKER_LIST) or (
-        "manifests" in doc and "layers" not in doc)
+    return doc.get("mediaType", media_type) in (OCI_INDEX, DOCKER_LIST) or ("manifests" in doc and "layers" not in doc)
 
 
 def is_bundle_manifest(doc: dict) -> bool:
@@ -105,8 +114,9 @@ def is_bundle_manifest(doc: dict) -> bool:
     if not isinstance(doc, dict) or is_index(doc):
         return False
     cfg = doc.get("config")
-    return doc.get("artifactType") == ARTIFACT_TYPE or (isinstance(cfg, dict) and
-                                                         cfg.get("mediaType") == CONFIG_MEDIA_TYPE)
+    return doc.get("artifactType") == ARTIFACT_TYPE or (
+        isinstance(cfg, dict) and cfg.get("mediaType") == CONFIG_MEDIA_TYPE
+    )
 
 
 def is_signature_manifest(doc: dict) -> bool:

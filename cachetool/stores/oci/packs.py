@@ -24,8 +24,8 @@ import bisect
 import dataclasses
 import io
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from cachetool.errors import VerificationError, cause
 from cachetool.stores.base import BlobRef
@@ -110,7 +110,7 @@ def split_pack(path: Path, wanted: dict[str, BlobRef], out_dir: Path, what: str,
                 src = tar.extractfile(m)
                 tmp = out_dir / (b.stored_digest.split(":", 1)[1] + ".part")
                 with open(tmp, "wb") as f:
-                    while chunk := src.read(1 << 20):
+                    while chunk := src.read(1 << 20):  # type: ignore[union-attr]  # baseline (issue 46)
                         f.write(chunk)
                 tmp.replace(tmp.with_suffix(""))
                 got.append(b)
@@ -136,13 +136,14 @@ class PackIndex:
         self._packs: list[PackLayer] = []
 
     def add_layers(self, layers: list[dict]) -> None:
-        from cachetool.stores.oci.media import A, PACK_MEDIA_TYPE
+        from cachetool.stores.oci.media import PACK_MEDIA_TYPE, A
 
         for l in layers:
             ann = l.get("annotations") or {}
             if l.get("mediaType") == PACK_MEDIA_TYPE and ann.get(A + "pack.first"):
-                p = PackLayer(str(l["digest"]), int(l["size"]), str(ann[A + "pack.first"]),
-                              int(ann.get(A + "pack.count") or 0))
+                p = PackLayer(
+                    str(l["digest"]), int(l["size"]), str(ann[A + "pack.first"]), int(ann.get(A + "pack.count") or 0)
+                )
                 i = bisect.bisect_left(self._firsts, p.first)
                 if i < len(self._firsts) and self._firsts[i] == p.first and self._packs[i] == p:
                     continue

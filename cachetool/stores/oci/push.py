@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from cachetool.digests import BlobRef, hexof, sha256_file
 from cachetool.stores.base import PushSession, StoredManifest
@@ -35,12 +35,12 @@ class PushPlan:
     pack_of: dict[str, tuple[str, int, Path]]
 
     @classmethod
-    def unpacked(cls, blobs: list[BlobRef]) -> "PushPlan":
+    def unpacked(cls, blobs: list[BlobRef]) -> PushPlan:
         """Every blob a layer of its own (a push that never asked what is missing planned no packs)."""
         return cls([], sorted(blobs, key=lambda b: b.digest), {})
 
     @classmethod
-    def write(cls, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path], folder: Path) -> "PushPlan":
+    def write(cls, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path], folder: Path) -> PushPlan:
         """Group the small blobs into packs (:func:`.packs.plan`) and write each into ``folder``."""
         plan = packs.plan(list(blobs))
         layers, pack_of = [], {}
@@ -53,17 +53,34 @@ class PushPlan:
             Path(name).replace(final)
             for b in members:
                 pack_of[b.digest] = (digest, size, final)
-            layers.append({"mediaType": media.PACK_MEDIA_TYPE, "digest": digest, "size": size,
-                           "annotations": {A + "pack.first": members[0].digest, A + "pack.count": str(len(members)),
-                                           media.TITLE: f"pack-{hexof(members[0].digest)[:16]}.tar"}})
+            layers.append(
+                {
+                    "mediaType": media.PACK_MEDIA_TYPE,
+                    "digest": digest,
+                    "size": size,
+                    "annotations": {
+                        A + "pack.first": members[0].digest,
+                        A + "pack.count": str(len(members)),
+                        media.TITLE: f"pack-{hexof(members[0].digest)[:16]}.tar",
+                    },
+                }
+            )
         return cls(layers, plan.singles, pack_of)
 
 
 class OCIPush(PushSession):
     """A push session on :class:`cachetool.stores.oci.store.OCIStore`, built from its parts."""
 
-    def __init__(self, blobs: list[BlobRef], blob_path: Callable[[BlobRef], Path], *, repository: Repository,
-                 transfer: BlobTransfer, manifests: BundleManifests, signatures: Signatures):
+    def __init__(
+        self,
+        blobs: list[BlobRef],
+        blob_path: Callable[[BlobRef], Path],
+        *,
+        repository: Repository,
+        transfer: BlobTransfer,
+        manifests: BundleManifests,
+        signatures: Signatures,
+    ):
         super().__init__(repository.url, blobs, blob_path)
         self.repository = repository
         self.transfer = transfer
@@ -118,8 +135,14 @@ class OCIPush(PushSession):
             ann = {A + "content.digest": b.digest, A + "content.size": str(b.size)}
             if b.digest in first_path:
                 ann[media.TITLE] = first_path[b.digest] + ".zst"
-            layers.append({"mediaType": media.BLOB_MEDIA_TYPE, "digest": b.stored_digest, "size": b.stored_size,
-                           "annotations": ann})
+            layers.append(
+                {
+                    "mediaType": media.BLOB_MEDIA_TYPE,
+                    "digest": b.stored_digest,
+                    "size": b.stored_size,
+                    "annotations": ann,
+                }
+            )
         layers.sort(key=lambda l: (l["mediaType"], l["digest"]))
         size = man.stored_size + len(manifest_bytes)
         body = media.compose_bundle_manifest(manifest_bytes, layers, man.platform, dict(man.fingerprint or {}), size)

@@ -8,17 +8,26 @@ import json
 import random
 import re
 import time
-from typing import Callable, ContextManager, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 from cachetool.digests import hexof
-from cachetool.errors import (CachetoolError, DigestMismatchError, NotABundleError, NotFoundError, StoreError,
-                              VerificationError, cause, filled)
+from cachetool.errors import (
+    CachetoolError,
+    DigestMismatchError,
+    NotABundleError,
+    NotFoundError,
+    StoreError,
+    VerificationError,
+    cause,
+    filled,
+)
 from cachetool.retry import log as retry_log
 from cachetool.stores.base import RefEntry, RefIndex
 from cachetool.stores.common import now_iso, ref_entry
 from cachetool.stores.oci import media
 from cachetool.stores.oci.manifests import BundleManifests
-from cachetool.stores.oci.media import A, CREATED
+from cachetool.stores.oci.media import CREATED, A
 from cachetool.stores.oci.repository import Repository
 
 REFERRERS_TAG = re.compile(r"^sha256-[0-9a-f]{64}$")
@@ -53,8 +62,9 @@ class Tags:
 
                 man = stored_summary(self.repository.get_blob_bytes(md, what, limit=512 << 20))
                 fp, platform = dict(man.fingerprint or {}), man.platform
-            size = ann.get(A + "size") or (sum(int(l.get("size") or 0) for l in doc.get("layers") or [])
-                                          + int(doc["config"].get("size") or 0))
+            size = ann.get(A + "size") or (
+                sum(int(l.get("size") or 0) for l in doc.get("layers") or []) + int(doc["config"].get("size") or 0)
+            )
             self._entries[oci] = (platform, fp, int(size))
         return (md, *self._entries[oci])
 
@@ -71,10 +81,13 @@ class Tags:
                 raise ValueError("not a JSON object")
             if media.is_index(doc, mt):
                 idx_created = str((doc.get("annotations") or {}).get(CREATED, ""))
-                children = [(m, str(m["digest"]), m.get("annotations") or {}) for m in doc.get("manifests") or []
-                            if isinstance(m, dict) and m.get("artifactType") in (None, media.ARTIFACT_TYPE)]
+                children = [
+                    (m, str(m["digest"]), m.get("annotations") or {})
+                    for m in doc.get("manifests") or []
+                    if isinstance(m, dict) and m.get("artifactType") in (None, media.ARTIFACT_TYPE)
+                ]
             else:
-                idx_created, children = "", [(None, digest, {})]
+                idx_created, children = "", [(None, digest, {})]  # type: ignore[list-item]  # baseline (issue 46)
             entries = []
             for m, child, ann in children:
                 hexof(child)
@@ -87,13 +100,18 @@ class Tags:
                 self.manifests.remember(md, child, body_size, cdoc.get("layers") or [])
                 entries.append((ref_entry(md, platform, fp, size, created), child))
         except NotFoundError as exc:
-            raise StoreError(f"{what}: the index names a manifest the registry does not have", store=self.url,
-                             key=exc.key, status=exc.status) from None
+            raise StoreError(
+                f"{what}: the index names a manifest the registry does not have",
+                store=self.url,
+                key=exc.key,
+                status=exc.status,
+            ) from None
         except (KeyError, ValueError, TypeError, AttributeError, RecursionError, VerificationError) as exc:
             if isinstance(exc, DigestMismatchError):  # a hostile registry: refused as such, not "malformed"
                 raise
-            raise StoreError(f"{what}: malformed cachetool index ({cause(exc, detail=True)})",
-                             store=self.url, key=ref) from None
+            raise StoreError(
+                f"{what}: malformed cachetool index ({cause(exc, detail=True)})", store=self.url, key=ref
+            ) from None
         return sorted(entries, key=lambda x: x[0].platform)
 
     def get_ref(self, name: str, tag: str, *, digest: str | None = None) -> RefIndex:
@@ -101,16 +119,26 @@ class Tags:
         (the body is checked against it)."""
         if digest is not None:
             hexof(digest)
-        at, fields = ((f"@{digest}", {"ref": f"{name}@{digest}", "key": digest}) if digest
-                      else (f":{tag}", {"ref": f"{name}:{tag}", "key": tag}))
+        at, fields = (
+            (f"@{digest}", {"ref": f"{name}@{digest}", "key": digest})
+            if digest
+            else (f":{tag}", {"ref": f"{name}:{tag}", "key": tag})
+        )
         where = f"{self.url}{at}"
         try:
             entries = self._resolve(digest or tag, f"read {where}")
         except CachetoolError as exc:
-            raise filled(exc, store=self.url, **fields)
+            filled(exc, store=self.url, **fields)
+            raise
         if not entries:
-            why = "" if digest else (f" (no manifest under it has artifactType {media.ARTIFACT_TYPE} or a config "
-                                     f"of type {media.CONFIG_MEDIA_TYPE})")
+            why = (
+                ""
+                if digest
+                else (
+                    f" (no manifest under it has artifactType {media.ARTIFACT_TYPE} or a config "
+                    f"of type {media.CONFIG_MEDIA_TYPE})"
+                )
+            )
             raise NotABundleError(f"{where} is not a cachetool bundle{why}", store=self.url, **fields)
         return RefIndex(name, digest or tag, tuple(entries))
 
@@ -119,17 +147,28 @@ class Tags:
         manifests = []
         for e in index.entries:
             oci, size = self.manifests.oci_of(e.manifest_digest)
-            manifests.append({
-                "mediaType": media.OCI_MANIFEST, "digest": oci, "size": size, "artifactType": media.ARTIFACT_TYPE,
-                "platform": media.platform_of(e.fingerprint),
-                "annotations": {A + "platform": e.platform, A + "manifest.digest": e.manifest_digest,
-                                A + "fingerprint": json.dumps(e.fingerprint or {}, sort_keys=True, separators=(",", ":")),
-                                A + "size": str(e.size), CREATED: e.created or now_iso()},
-            })
+            manifests.append(
+                {
+                    "mediaType": media.OCI_MANIFEST,
+                    "digest": oci,
+                    "size": size,
+                    "artifactType": media.ARTIFACT_TYPE,
+                    "platform": media.platform_of(e.fingerprint),
+                    "annotations": {
+                        A + "platform": e.platform,
+                        A + "manifest.digest": e.manifest_digest,
+                        A + "fingerprint": json.dumps(e.fingerprint or {}, sort_keys=True, separators=(",", ":")),
+                        A + "size": str(e.size),
+                        CREATED: e.created or now_iso(),
+                    },
+                }
+            )
         return media.compose_index(manifests, {A + "name": index.name, A + "tag": index.tag}, media.ARTIFACT_TYPE)
 
     def put_ref(self, index: RefIndex) -> None:
-        self.repository.put_manifest(index.tag, self._index_body(index), media.OCI_INDEX, f"write ref {self.url}:{index.tag}")
+        self.repository.put_manifest(
+            index.tag, self._index_body(index), media.OCI_INDEX, f"write ref {self.url}:{index.tag}"
+        )
 
     def _read_ref(self, name: str, tag: str) -> tuple[RefIndex | None, str | None]:
         try:
@@ -167,11 +206,14 @@ class Tags:
                 return after
             if after is None and not _has_entries(new):
                 return new
-        raise StoreError(f"{what}: {self.url}:{tag} kept changing under concurrent writers; "
-                         f"gave up after {self.update_attempts} attempts", store=self.url, key=tag)
+        raise StoreError(
+            f"{what}: {self.url}:{tag} kept changing under concurrent writers; "
+            f"gave up after {self.update_attempts} attempts",
+            store=self.url,
+            key=tag,
+        )
 
-    def update_ref(self, name: str, tag: str,
-                   update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
+    def update_ref(self, name: str, tag: str, update: Callable[[RefIndex | None], RefIndex | None]) -> RefIndex | None:
         """Read-modify-write of a ref, by :meth:`_converge`. An update that leaves no entries deletes the tag."""
 
         def write(new: RefIndex | None) -> None:
@@ -189,9 +231,11 @@ class Tags:
         if d is None:
             fields = {"store": self.url, "ref": f"{name}:{tag}", "key": tag, "status": 404}
             if not self.repository.exists():
-                raise NotFoundError(f"repository {self.repository.repo!r} not found on {self.repository.host}",
-                                    **fields)
-            raise NotFoundError(f"{self.url}:{tag} not found", **fields)
+                raise NotFoundError(
+                    f"repository {self.repository.repo!r} not found on {self.repository.host}",
+                    **fields,  # type: ignore[arg-type]  # baseline (issue 46)
+                )
+            raise NotFoundError(f"{self.url}:{tag} not found", **fields)  # type: ignore[arg-type]  # baseline (issue 46)
         self.repository.delete_manifest(d, what, gone_ok=False)
 
     def refs_of_repo(self, name: str) -> Iterator[RefIndex]:
@@ -205,7 +249,7 @@ class Tags:
             except NotABundleError:
                 continue  # another tool's tag
 
-    def list_refs(self, sibling: Callable[[str], ContextManager["Tags"]]) -> Iterator[RefIndex]:
+    def list_refs(self, sibling: Callable[[str], AbstractContextManager[Tags]]) -> Iterator[RefIndex]:
         """The refs of the repository; for a registry (``oci://host``) or a namespace (``oci://host/team``), those
         of every repository under it, named by their path, each read through ``with sibling(path) as tags`` (the
         tags of another repository of this registry, with its own credentials scope)."""
@@ -226,8 +270,10 @@ class Tags:
                 return  # the registry hides its catalog; the repository itself was listed
             raise
         if not subs and not found:
-            raise NotFoundError(f"repository {repo!r} not found on {host}" if repo else
-                                f"registry {host} has no repositories", store=self.url)
+            raise NotFoundError(
+                f"repository {repo!r} not found on {host}" if repo else f"registry {host} has no repositories",
+                store=self.url,
+            )
         for sub in subs:
             with sibling(sub) as tags:
                 try:

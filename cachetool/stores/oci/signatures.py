@@ -10,7 +10,7 @@ from cachetool.errors import NotFoundError, StoreError, VerificationError, cause
 from cachetool.stores.common import now_iso
 from cachetool.stores.oci import media
 from cachetool.stores.oci.manifests import BundleManifests
-from cachetool.stores.oci.media import A, CREATED
+from cachetool.stores.oci.media import CREATED, A
 from cachetool.stores.oci.refs import Tags
 from cachetool.stores.oci.repository import Repository
 from cachetool.stores.oci.uploads import BlobTransfer
@@ -35,23 +35,35 @@ class Signatures:
             if not self.blobs.has(digest, len(data)):
                 self.blobs.upload_once(digest, len(data), what, data=data)
         created = now_iso()
-        body = media.compose_signature(envelope, {"mediaType": media.OCI_MANIFEST, "digest": oci, "size": size},
-                                       manifest_digest, created)
+        body = media.compose_signature(
+            envelope, {"mediaType": media.OCI_MANIFEST, "digest": oci, "size": size}, manifest_digest, created
+        )
         sig = media.sha(body)
         r = self.repository.put_manifest(sig, body, media.OCI_MANIFEST, what)
         if r.headers.get("OCI-Subject"):
             return  # the registry keeps the referrers list itself
-        desc = {"mediaType": media.OCI_MANIFEST, "digest": sig, "size": len(body),
-                "artifactType": media.SIGNATURE_ARTIFACT_TYPE,
-                "annotations": {A + "manifest.digest": manifest_digest, CREATED: created}}
+        desc = {
+            "mediaType": media.OCI_MANIFEST,
+            "digest": sig,
+            "size": len(body),
+            "artifactType": media.SIGNATURE_ARTIFACT_TYPE,
+            "annotations": {A + "manifest.digest": manifest_digest, CREATED: created},
+        }
 
         def add(old: list[dict]) -> list[dict]:
             # the newest envelope holds every signature (re-signing merges), so it replaces ours before it
-            kept = [d for d in old or [] if d.get("artifactType") != media.SIGNATURE_ARTIFACT_TYPE or d.get("digest") == sig]
+            kept = [
+                d for d in old or [] if d.get("artifactType") != media.SIGNATURE_ARTIFACT_TYPE or d.get("digest") == sig
+            ]
             return kept if any(d.get("digest") == sig for d in kept) else kept + [desc]
 
-        self.tags.converge(media.referrers_tag(oci), lambda: self.read_referrers_tag(oci), add,
-                       lambda descs: self._write_referrers_tag(oci, descs), f"attach signature to {oci[:19]}")
+        self.tags.converge(
+            media.referrers_tag(oci),
+            lambda: self.read_referrers_tag(oci),
+            add,
+            lambda descs: self._write_referrers_tag(oci, descs),
+            f"attach signature to {oci[:19]}",
+        )
 
     def read_referrers_tag(self, subject: str) -> tuple[list[dict] | None, str | None]:
         tag = media.referrers_tag(subject)
@@ -64,8 +76,15 @@ class Signatures:
             if media.is_index(doc):
                 descs = [d for d in doc.get("manifests") or [] if isinstance(d, dict)]
             else:  # a copy without --all leaves the tag on the one referrer itself
-                descs = [{"mediaType": media.OCI_MANIFEST, "digest": digest, "size": len(body),
-                          "artifactType": doc.get("artifactType"), "annotations": doc.get("annotations") or {}}]
+                descs = [
+                    {
+                        "mediaType": media.OCI_MANIFEST,
+                        "digest": digest,
+                        "size": len(body),
+                        "artifactType": doc.get("artifactType"),
+                        "annotations": doc.get("annotations") or {},
+                    }
+                ]
         except (ValueError, AttributeError, RecursionError):
             raise StoreError(f"{self.url}:{tag} is not a referrers index", store=self.url, key=tag) from None
         return descs, digest
@@ -77,15 +96,25 @@ class Signatures:
     def _referrers(self, subject: str) -> list[dict]:
         """Descriptors of the referrers of ``subject``: the referrers API, else the referrers tag."""
         what = f"list referrers of {subject[:19]} in {self.url}"
-        r = self.repository.request("GET", self.repository.v2(f"referrers/{subject}"), what, ok=(200, 400, 404, 405),
-                      headers={"Accept": media.OCI_INDEX}, stream=True)
+        r = self.repository.request(
+            "GET",
+            self.repository.v2(f"referrers/{subject}"),
+            what,
+            ok=(200, 400, 404, 405),
+            headers={"Accept": media.OCI_INDEX},
+            stream=True,
+        )
         if r.status_code == 200 and r.headers.get("Content-Type", "").startswith(media.OCI_INDEX):
             try:
-                return [d for d in json.loads(self.repository.client.read_body(r, 4 << 20, what)).get("manifests") or []
-                        if isinstance(d, dict)]
+                return [
+                    d
+                    for d in json.loads(self.repository.client.read_body(r, 4 << 20, what)).get("manifests") or []
+                    if isinstance(d, dict)
+                ]
             except (ValueError, AttributeError, RecursionError):
-                raise StoreError(f"{what}: the registry's answer is not an index", store=self.url, key=subject,
-                                 status=r.status_code) from None
+                raise StoreError(
+                    f"{what}: the registry's answer is not an index", store=self.url, key=subject, status=r.status_code
+                ) from None
         r.close()
         return self.read_referrers_tag(subject)[0] or []
 
@@ -122,8 +151,8 @@ class Signatures:
                 raise ValueError("subject")
             digest = layer["digest"]
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
-            raise VerificationError(f"{what}: malformed signature artifact ({cause(exc, detail=True)})",
-                                    store=self.url, key=subject) from None
+            raise VerificationError(
+                f"{what}: malformed signature artifact ({cause(exc, detail=True)})", store=self.url, key=subject
+            ) from None
         # The envelope holds the manifest (base64, up to 64 MiB here) and every signature.
         return self.repository.get_blob_bytes(digest, what, limit=128 << 20)
-

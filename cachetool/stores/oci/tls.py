@@ -98,10 +98,10 @@ class TLSConfig:
 
 
 # What a failed TLS connection was, from the exception types and fields ``ssl`` exposes (never from message text).
-UNTRUSTED = "untrusted"    # the certificate chain does not verify against the trusted CAs
+UNTRUSTED = "untrusted"  # the certificate chain does not verify against the trusted CAs
 WRONG_HOST = "wrong-host"  # the certificate verifies but names another host (or IP address)
-NOT_TLS = "not-tls"        # the server's answer is not TLS (plain HTTP on that port) or it hung up mid-handshake
-HANDSHAKE = "handshake"    # any other TLS failure
+NOT_TLS = "not-tls"  # the server's answer is not TLS (plain HTTP on that port) or it hung up mid-handshake
+HANDSHAKE = "handshake"  # any other TLS failure
 
 # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH, _EMAIL_MISMATCH, _IP_ADDRESS_MISMATCH: ``SSLCertVerificationError``'s
 # ``verify_code`` when the chain verifies but the certificate names another host
@@ -159,8 +159,7 @@ def classify_tls_error(exc: BaseException) -> TLSFailure:
         if isinstance(e, Urllib3CertificateError):  # urllib3's own host name check (where ssl does not check it)
             return TLSFailure(WRONG_HOST, "certificate is not valid for this host name")
     for e in chain:
-        if isinstance(e, _HANG_UPS) or (isinstance(e, ssl.SSLError)
-                                        and getattr(e, "reason", None) in _NOT_TLS_REASONS):
+        if isinstance(e, _HANG_UPS) or (isinstance(e, ssl.SSLError) and getattr(e, "reason", None) in _NOT_TLS_REASONS):
             return TLSFailure(NOT_TLS, getattr(e, "reason", None) or type(e).__name__)
     inner = next((e for e in reversed(chain) if isinstance(e, ssl.SSLError)), exc)
     return TLSFailure(HANDSHAKE, clip(inner, 120))

@@ -53,8 +53,9 @@ class BlobTransfer:
         with self._lock:
             return self._digest_locks.setdefault(digest, threading.Lock())
 
-    def upload_once(self, digest: str, size: int, what: str, *, path: Path | None = None,
-                    data: bytes | None = None) -> None:
+    def upload_once(
+        self, digest: str, size: int, what: str, *, path: Path | None = None, data: bytes | None = None
+    ) -> None:
         """Upload the file at ``path`` (or ``data``) unless this store already sent (or found) ``digest``: a pack two
         pushes share goes up once, and a later push through this store does not send it again. (Sent twice,
         docker-registry rewrites the blob's link under the other push's manifest PUT: see
@@ -68,8 +69,12 @@ class BlobTransfer:
         held = self.manifests.pack_holding(blob)
         if held is not None:
             return self._get_from_pack(blob, *held, Path(dest))
-        self.repository.download(blob.stored_digest, blob.stored_size, Path(dest),
-                                 f"download blob {blob.stored_digest[:19]} from {self.repository.url}")
+        self.repository.download(
+            blob.stored_digest,
+            blob.stored_size,
+            Path(dest),
+            f"download blob {blob.stored_digest[:19]} from {self.repository.url}",
+        )
 
     def _get_from_pack(self, blob: BlobRef, pack: packs.PackLayer, members: dict[str, BlobRef], dest: Path) -> None:
         url = self.repository.url
@@ -82,8 +87,9 @@ class BlobTransfer:
                 self.repository.download(pack.digest, pack.size, tmp, what)
                 if sha256_file(tmp)[0] != pack.digest:
                     tmp.unlink(missing_ok=True)
-                    raise DigestMismatchError(f"{what}: content does not match digest {pack.digest[:19]}",
-                                              store=url, key=pack.digest)
+                    raise DigestMismatchError(
+                        f"{what}: content does not match digest {pack.digest[:19]}", store=url, key=pack.digest
+                    )
                 try:
                     packs.split_pack(tmp, members, scratch, what, store=url, key=pack.digest)
                 finally:
@@ -91,8 +97,9 @@ class BlobTransfer:
         try:
             os.replace(member, dest)
         except FileNotFoundError:
-            raise VerificationError(f"{what}: the pack lacks blob {blob.digest[:19]}", store=url,
-                                    key=pack.digest) from None
+            raise VerificationError(
+                f"{what}: the pack lacks blob {blob.digest[:19]}", store=url, key=pack.digest
+            ) from None
         except OSError:
             shutil.copyfile(member, dest)
             member.unlink(missing_ok=True)

@@ -23,7 +23,17 @@ def tp_warm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """``cachetool warm --model tiny --tensor-parallel-size 2`` in a fresh root (2 gloo ranks). Returns
     (root, the --json object)."""
     root = tmp_path_factory.mktemp("tp_root")
-    proc = run_cli("warm", "--model", "tiny", "--cache-root", str(root), "--tensor-parallel-size", "2", "--json",
-                   env=cli_env(), timeout=900)  # ~2 min on an idle 2-core box; 400 s ran out under load
+    proc = run_cli(
+        "warm",
+        "--model",
+        "tiny",
+        "--cache-root",
+        str(root),
+        "--tensor-parallel-size",
+        "2",
+        "--json",
+        env=cli_env(),
+        timeout=900,
+    )  # ~2 min on an idle 2-core box; 400 s ran out under load
     assert proc.returncode == 0, proc.stderr[-4000:]
     return root, last_json(proc.stdout)

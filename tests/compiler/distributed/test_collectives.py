@@ -30,16 +30,22 @@ def _run_tp(rank: int, device: str, hf_folder: str) -> dict:
         attn = runner.model.model.layers[0].self_attn
         runner.warmup()
         res = runner.run_workload()
-        out[impl] = {"sample": res.logits_sample, "sum": res.logits_sum, "counts": res.token_counts,
-                     "heads": (attn.num_heads, attn.num_kv_heads), "dynamo_compiles": counters.dynamo_compiles - before,
-                     "embed_rows": runner.model.model.embed_tokens.weight.shape[0]}
+        out[impl] = {
+            "sample": res.logits_sample,
+            "sum": res.logits_sum,
+            "counts": res.token_counts,
+            "heads": (attn.num_heads, attn.num_kv_heads),
+            "dynamo_compiles": counters.dynamo_compiles - before,
+            "embed_rows": runner.model.model.embed_tokens.weight.shape[0],
+        }
     # A checkpoint of the full model loads into the same shards as the seeded random init.
     from compiler.models.llama import build_model
 
     random_init = build_model("tiny", seed=0).state_dict()
     loaded = build_model(hf_folder).state_dict()
     out["safetensors_equal"] = sorted(random_init) == sorted(loaded) and all(
-        torch.equal(random_init[k], loaded[k]) for k in random_init)
+        torch.equal(random_init[k], loaded[k]) for k in random_init
+    )
     return out
 
 

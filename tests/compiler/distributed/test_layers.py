@@ -39,8 +39,7 @@ def test_column_and_row_parallel_equal_full(tp: int) -> None:
     total = torch.zeros_like(ref)
     for r in range(tp):
         col = _load(ColumnParallelLinear(16, [24, 24], tp_rank=r, tp_size=tp), {"weight": w_up})
-        row = _load(RowParallelLinear(24, 16, bias=True, tp_rank=r, tp_size=tp),
-                    {"weight": w_down, "bias": b_down})
+        row = _load(RowParallelLinear(24, 16, bias=True, tp_rank=r, tp_size=tp), {"weight": w_down, "bias": b_down})
         g, u = col(x).split([24 // tp, 24 // tp], dim=-1)
         part = torch.nn.functional.silu(g) * u
         # bias added on every rank after the (here: missing) all-reduce: subtract it from all but one
@@ -106,7 +105,8 @@ def test_parallel_config_is_one_module_that_imports_no_process_state() -> None:
 
     tree = ast.parse(Path(parallel_config.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
-        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
     assert imported <= {"__future__", "typing"}
     assert ps.parallel_config_values() == parallel_config.parallel_config_values(1)
     assert parallel_config.parallel_config_values(2) == {"tensor_parallel_size": 2, "all_reduce": "functional"}

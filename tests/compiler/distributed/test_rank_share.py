@@ -12,8 +12,11 @@ import pytest
 
 from compiler.distributed.rank_share import share_rank_folders
 
-INDEX = {"schema": 1, "cache_key": "h", "pieces": {"0": {"graph_hash": "g0", "shape": "general",
-                                                         "artifact": "artifact_0", "format": "binary"}}}
+INDEX = {
+    "schema": 1,
+    "cache_key": "h",
+    "pieces": {"0": {"graph_hash": "g0", "shape": "general", "artifact": "artifact_0", "format": "binary"}},
+}
 
 
 def _rank(hash_dir: Path, name: str, compiler: dict | None, artifact: bytes) -> Path:
@@ -21,8 +24,9 @@ def _rank(hash_dir: Path, name: str, compiler: dict | None, artifact: bytes) -> 
     d.mkdir(parents=True)
     (d / "compile_index.json").write_text(json.dumps(INDEX))
     if compiler is not None:
-        (d / "cache_key_factors.json").write_text(json.dumps(
-            {"schema": 1, "hash": "h", "factors": {"compiler": {"hash": "x", "values": compiler}}}))
+        (d / "cache_key_factors.json").write_text(
+            json.dumps({"schema": 1, "hash": "h", "factors": {"compiler": {"hash": "x", "values": compiler}}})
+        )
     (d / "artifact_0").write_bytes(artifact)
     return d
 
@@ -31,13 +35,16 @@ CPU = {"device_type": "cpu", "device": "cpu-x86_64", "torch": "2.13.0+cpu"}
 CUDA = {"device_type": "cuda", "device": "NVIDIA H200", "capability": "9.0", "torch": "2.11.0+cu130"}
 
 
-@pytest.mark.parametrize("rank0,rank1,index_free,shared", [
-    (CPU, CPU, False, True),
-    (CUDA, CUDA, False, False),  # rank 1's code would name cuda:0: left alone
-    (CUDA, CUDA, True, True),  # every rank compiled for cuda:0 (CUDA_VISIBLE_DEVICES per rank)
-    (CUDA, dict(CUDA, device="NVIDIA H100"), True, False),  # another GPU model
-    (CPU, None, False, False),  # no factors: nothing proves it is the same code
-])
+@pytest.mark.parametrize(
+    "rank0,rank1,index_free,shared",
+    [
+        (CPU, CPU, False, True),
+        (CUDA, CUDA, False, False),  # rank 1's code would name cuda:0: left alone
+        (CUDA, CUDA, True, True),  # every rank compiled for cuda:0 (CUDA_VISIBLE_DEVICES per rank)
+        (CUDA, dict(CUDA, device="NVIDIA H100"), True, False),  # another GPU model
+        (CPU, None, False, False),  # no factors: nothing proves it is the same code
+    ],
+)
 def test_what_is_shared(tmp_path, rank0, rank1, index_free, shared):
     h = tmp_path / "h"
     src = _rank(h, "rank_0_0", rank0, b"code compiled by rank 0 (device index 0)")

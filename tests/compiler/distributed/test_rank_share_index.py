@@ -35,15 +35,36 @@ def test_written_by_the_pipeline_writers_is_shared(tmp_path):
     assert (dest / "artifact_0").read_bytes() == (src / "artifact_0").read_bytes()
 
 
-@pytest.mark.parametrize("damage,reason", [
-    (lambda p: p.unlink(), "no readable compile_index.json"),
-    (lambda p: p.write_text("{not json"), "no readable compile_index.json"),
-    (lambda p: p.write_text(json.dumps({"schema": 1, "pieces": {"0": {"shape": "general"}}})),
-     "no readable compile_index.json"),
-    (lambda p: p.write_text(json.dumps({"schema": 1, "cache_key": "h", "pieces": {"0": {
-        "graph_hash": "other", "shape": "general", "artifact": "artifact_0", "format": "binary"}}})),
-     "pieces differ"),
-])
+@pytest.mark.parametrize(
+    "damage,reason",
+    [
+        (lambda p: p.unlink(), "no readable compile_index.json"),
+        (lambda p: p.write_text("{not json"), "no readable compile_index.json"),
+        (
+            lambda p: p.write_text(json.dumps({"schema": 1, "pieces": {"0": {"shape": "general"}}})),
+            "no readable compile_index.json",
+        ),
+        (
+            lambda p: p.write_text(
+                json.dumps(
+                    {
+                        "schema": 1,
+                        "cache_key": "h",
+                        "pieces": {
+                            "0": {
+                                "graph_hash": "other",
+                                "shape": "general",
+                                "artifact": "artifact_0",
+                                "format": "binary",
+                            }
+                        },
+                    }
+                )
+            ),
+            "pieces differ",
+        ),
+    ],
+)
 def test_unreadable_or_other_index_is_left_alone(tmp_path, damage, reason):
     h = tmp_path / "h"
     _rank(h, "rank_0_0")

@@ -57,15 +57,27 @@ def test_outputs_equal_tp1(tp_warm) -> None:
     for rank in res["ranks"]:  # the logits are gathered: every rank sees the full vocabulary
         got = rank["workload"]
         assert got["token_counts"] == want.token_counts
-        torch.testing.assert_close(torch.tensor(got["logits_sample"]), torch.tensor(want.logits_sample),
-                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            torch.tensor(got["logits_sample"]), torch.tensor(want.logits_sample), rtol=1e-4, atol=1e-5
+        )
         assert got["logits_sum"] == pytest.approx(want.logits_sum, rel=1e-4)
 
 
 def test_hot_start_compiles_nothing_on_each_rank(tp_warm) -> None:
     root, warm = tp_warm
-    proc = run_cli("check", "--model", "tiny", "--cache-root", str(root), "-tp", "2", "--require-hit", "--json",
-                   env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"), timeout=300)
+    proc = run_cli(
+        "check",
+        "--model",
+        "tiny",
+        "--cache-root",
+        str(root),
+        "-tp",
+        "2",
+        "--require-hit",
+        "--json",
+        env=cli_env(CACHETOOL_LOGGING_LEVEL="DEBUG"),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     check = last_json(proc.stdout)
     assert check["hit"] is True and check["graphs_compiled"] == 0 and check["cache_key"] == warm["cache_key"]
@@ -82,8 +94,9 @@ def test_require_hit_fails_when_one_rank_would_compile(tp_warm, tmp_path: Path) 
     copy = tmp_path / "root"
     shutil.copytree(root, copy, symlinks=True)
     shutil.rmtree(copy / "torch_compile_cache" / warm["cache_key"] / "rank_1_0")
-    proc = run_cli("check", "--model", "tiny", "--cache-root", str(copy), "-tp", "2", "--require-hit",
-                   env=cli_env(), timeout=300)
+    proc = run_cli(
+        "check", "--model", "tiny", "--cache-root", str(copy), "-tp", "2", "--require-hit", env=cli_env(), timeout=300
+    )
     assert proc.returncode == 8, proc.stderr[-3000:]
     assert "error:" in proc.stderr and "strict mode" in proc.stderr
     assert not list((copy / "torch_compile_cache" / warm["cache_key"]).glob("rank_1_0/**/artifact_*"))

@@ -22,8 +22,9 @@ def _keep_logging() -> object:
     tests' ``caplog`` still sees their records."""
     import logging
 
-    saved = {n: (lg.handlers[:], lg.propagate, lg.level)
-             for n in ("compiler", "cachetool") for lg in [logging.getLogger(n)]}
+    saved = {
+        n: (lg.handlers[:], lg.propagate, lg.level) for n in ("compiler", "cachetool") for lg in [logging.getLogger(n)]
+    }
     yield
     for n, (handlers, propagate, level) in saved.items():
         lg = logging.getLogger(n)
@@ -31,8 +32,9 @@ def _keep_logging() -> object:
         lg.setLevel(level)
 
 
-def _folder(tmp: Path, name: str, config: object, tensors: dict[str, torch.Tensor] | None = None,
-            raw: bytes | None = None) -> str:
+def _folder(
+    tmp: Path, name: str, config: object, tensors: dict[str, torch.Tensor] | None = None, raw: bytes | None = None
+) -> str:
     d = tmp / name
     d.mkdir()
     (d / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
@@ -53,8 +55,15 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     misshaped["model.layers.0.self_attn.k_proj.weight"] = good["model.layers.0.self_attn.k_proj.weight"][:8]
     _folder(tmp, "ok", hf_config(), good)
     whole = (tmp / "ok" / "model.safetensors").read_bytes()
-    bert = {"architectures": ["BertModel"], "model_type": "bert", "vocab_size": 100, "hidden_size": 32,
-            "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+    bert = {
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "vocab_size": 100,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+    }
     return {
         "bert": _folder(tmp, "bert", bert),
         "bert_file": str(tmp / "bert" / "config.json"),
@@ -75,8 +84,11 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 CASES = [
     # (id, extra args, needle in the error line)
     ("unknown -cc key", ["-cc.bogus=1"], "unknown compilation config key 'bogus'"),
-    ("unknown nested -cc key", ["-cc.dynamic_shapes_config.kind=x"],
-     "unknown compilation config key 'dynamic_shapes_config.kind'"),
+    (
+        "unknown nested -cc key",
+        ["-cc.dynamic_shapes_config.kind=x"],
+        "unknown compilation config key 'dynamic_shapes_config.kind'",
+    ),
     ("bad JSON", ["--compilation-config", '{"mode": 3,'], "not valid JSON"),
     ("JSON not an object", ["--compilation-config", "[3]"], "must be a JSON object"),
     ("bad value", ["-cc.mode=9"], "mode must be 0, 1, 2 or 3"),
@@ -105,8 +117,9 @@ def _assert_one_line_error(code: int, lines: list[str], needle: str, root: Path)
 
 @pytest.mark.parametrize("command", ["warm", "check"])
 @pytest.mark.parametrize(("args", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_flags_and_config(command: str, args: list[str], needle: str, tmp_path: Path,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_flags_and_config(
+    command: str, args: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "root"
     code, lines = _run([command, "--model", "tiny", "--cache-root", str(root), *args], capsys)
     _assert_one_line_error(code, lines, needle, root)
@@ -145,16 +158,18 @@ MODEL_CASES = [
 
 @pytest.mark.parametrize("command", ["warm", "check"])
 @pytest.mark.parametrize(("key", "needle"), [c[1:] for c in MODEL_CASES], ids=[c[0] for c in MODEL_CASES])
-def test_bad_models(command: str, key: str, needle: str, models: dict[str, str], tmp_path: Path,
-                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_models(
+    command: str, key: str, needle: str, models: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "root"
     spec = models.get(key, key)
     code, lines = _run([command, "--model", spec, "--cache-root", str(root)], capsys)
     _assert_one_line_error(code, lines, needle, root)
 
 
-def test_bad_model_with_tensor_parallel(models: dict[str, str], tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_model_with_tensor_parallel(
+    models: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Checked before any rank process starts."""
     root = tmp_path / "root"
     code, lines = _run(["warm", "--model", models["garbage"], "--cache-root", str(root), "-tp", "2"], capsys)

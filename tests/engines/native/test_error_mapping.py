@@ -22,10 +22,12 @@ from compiler import errors as compiler_errors
 # Each message names another kind's words: only the kind may decide.
 ODD = "strict mode: unknown model 'x'; unknown compilation config key (a guard refused)\nsecond line"
 
-EXPECTED = {compiler_errors.STRICT_MODE: (CompileInStrictModeError, exit_codes.COMPILED.code),
-            compiler_errors.GUARDS: (errors.CompilationConfigError, exit_codes.USAGE.code),
-            compiler_errors.CONFIG: (errors.CompilationConfigError, exit_codes.USAGE.code),
-            compiler_errors.MODEL: (errors.ModelError, exit_codes.USAGE.code)}
+EXPECTED = {
+    compiler_errors.STRICT_MODE: (CompileInStrictModeError, exit_codes.COMPILED.code),
+    compiler_errors.GUARDS: (errors.CompilationConfigError, exit_codes.USAGE.code),
+    compiler_errors.CONFIG: (errors.CompilationConfigError, exit_codes.USAGE.code),
+    compiler_errors.MODEL: (errors.ModelError, exit_codes.USAGE.code),
+}
 UNMAPPED = (compiler_errors.INTERNAL, compiler_errors.AOT_ENTRY, compiler_errors.DISTRIBUTED)
 
 
@@ -55,8 +57,9 @@ def test_the_kind_picks_the_error_not_the_class_or_message(kind, wrapped):
                     raise
                 raise RuntimeError("backend compiler failed") from exc  # as Dynamo wraps a backend's error
     assert type(err.value) is cls and err.value.exit_code == code
-    assert err.value.message == "warm: strict mode: unknown model 'x'; unknown compilation config key " \
-                                "(a guard refused)"  # the first line, after the context
+    assert (
+        err.value.message == "warm: strict mode: unknown model 'x'; unknown compilation config key (a guard refused)"
+    )  # the first line, after the context
 
 
 @pytest.mark.parametrize("kind", UNMAPPED)
@@ -85,6 +88,7 @@ def test_an_empty_message_names_the_class():
 
 # ------------------------------------------------------------------------- real failures through the CLI
 
+
 @pytest.fixture()
 def cli(capsys):
     """``cachetool.cli.main`` in this process: (exit code, its ``error:`` lines on stderr; a compiling start logs
@@ -93,8 +97,9 @@ def cli(capsys):
 
     from cachetool.cli import main
 
-    saved = {n: (lg.handlers[:], lg.propagate, lg.level)
-             for n in ("compiler", "cachetool") for lg in [logging.getLogger(n)]}
+    saved = {
+        n: (lg.handlers[:], lg.propagate, lg.level) for n in ("compiler", "cachetool") for lg in [logging.getLogger(n)]
+    }
 
     def run(*argv: str) -> tuple[int, list[str]]:
         code = main(list(argv))
@@ -119,9 +124,15 @@ def test_a_model_error_is_a_usage_error(cli, tmp_path: Path):
 
 
 def test_a_guard_refused_at_trace_is_the_configs(cli, tmp_path: Path):
-    code, lines = cli("warm", "--model", "tiny", "--cache-root", str(tmp_path / "root"),
-                      "-cc.dynamic_shapes_config.type=backed_size_oblivious",
-                      "-cc.dynamic_shapes_config.evaluate_guards=true")
+    code, lines = cli(
+        "warm",
+        "--model",
+        "tiny",
+        "--cache-root",
+        str(tmp_path / "root"),
+        "-cc.dynamic_shapes_config.type=backed_size_oblivious",
+        "-cc.dynamic_shapes_config.evaluate_guards=true",
+    )
     assert code == exit_codes.USAGE.code and len(lines) == 1, lines
     assert lines[0].startswith("error: warm: evaluate_guards: tracing added guards on dynamic shapes"), lines
 

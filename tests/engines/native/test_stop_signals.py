@@ -49,8 +49,9 @@ def test_a_stop_signal_ends_the_start_its_processes_and_leaves_nothing_it_made(t
     # the exit is quiet: no extension reports the objects the stopped start left alive (before, ~31 lines of
     # "nanobind: leaked N instances!", " - leaked instance ...", " - leaked type ..." from Triton's module as the
     # interpreter finalized)
-    assert [ln for ln in s.err.splitlines() if "nanobind" in ln or "leaked instance" in ln or "leaked type" in ln] \
-        == [], s.err[-3000:]
+    assert [
+        ln for ln in s.err.splitlines() if "nanobind" in ln or "leaked instance" in ln or "leaked type" in ln
+    ] == [], s.err[-3000:]
     # the message names only what is left of the root (before, "pack refuses what it left unfinished in ROOT" of a
     # root the start had removed)
     if there:
@@ -76,8 +77,9 @@ def test_a_time_limit_ends_the_start_as_a_stop_signal_does(tmp_path, command):
     gone, the root it created removed; the one line says it was the time limit."""
     root = tmp_path / "root"
     env, _ = slow_compiler_env(tmp_path, cli_env())
-    proc = start([command, "--model", "tiny", "--device", "cpu", "--cache-root", root, "--timeout", "20", "--json"],
-                 env)
+    proc = start(
+        [command, "--model", "tiny", "--device", "cpu", "--cache-root", root, "--timeout", "20", "--json"], env
+    )
     s = run_out(proc, timeout=300)
     assert s.rc == 7, (s.rc, s.err[-3000:])
     doc = s.one_json()

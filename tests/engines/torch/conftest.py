@@ -22,8 +22,14 @@ ENV = {**os.environ, "CACHETOOL_LOGGING_LEVEL": "WARNING", "TORCHINDUCTOR_VEC_IS
 
 
 def cachetool(*args, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
-                          env={**ENV, **(env or {})}, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [PY, "-m", "cachetool", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**ENV, **(env or {})},
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -70,7 +76,27 @@ def warm_and_push(tmp_path_factory, name: str, signing_key: Path, *command) -> d
     """``cachetool warm --engine torch --push file://...`` of one program: the CI job."""
     base = tmp_path_factory.mktemp(f"{name}-warm")
     ref = f"file://{base / 'store'}/{name}:ci"
-    r = ok(cachetool("warm", "--engine", "torch", "--cache-root", base / "ci-root", "--push", ref, "--sign-key",
-                     signing_key, "--json", "--", *command))
-    return {"base": base, "root": base / "ci-root", "ref": ref, "summary": json_out(r), "stderr": r.stderr,
-            "pub": Path(f"{signing_key}.pub")}
+    r = ok(
+        cachetool(
+            "warm",
+            "--engine",
+            "torch",
+            "--cache-root",
+            base / "ci-root",
+            "--push",
+            ref,
+            "--sign-key",
+            signing_key,
+            "--json",
+            "--",
+            *command,
+        )
+    )
+    return {
+        "base": base,
+        "root": base / "ci-root",
+        "ref": ref,
+        "summary": json_out(r),
+        "stderr": r.stderr,
+        "pub": Path(f"{signing_key}.pub"),
+    }

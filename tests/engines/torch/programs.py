@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 # A small transformer: one pre-norm block, attention with two heads and an MLP; prints its output's sum.
-TRANSFORMER = '''
+TRANSFORMER = """
 import sys
 import torch
 
@@ -31,10 +31,10 @@ torch.manual_seed(0)
 model = torch.compile(Block().eval())
 with torch.no_grad():
     print("output", round(float(model(torch.randn(2, 8, 16)).sum()), 4))
-'''
+"""
 
 # Dynamic shapes: one graph compiled for any length (dynamic=True); the lengths come from the command line.
-DYNAMIC = '''
+DYNAMIC = """
 import sys
 import torch
 
@@ -46,10 +46,10 @@ def scale(x):
 
 for n in map(int, sys.argv[1:]):
     print("length", n, round(float(scale(torch.linspace(-1, 1, n)).sum()), 4))
-'''
+"""
 
 # A server: compiles on its first request, answers /health at once; port from the command line.
-SERVER = '''
+SERVER = """
 import json
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -79,10 +79,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
-'''
+"""
 
 # Runs until stopped, after writing its pid: what a stop signal must end.
-SLEEPER = '''
+SLEEPER = """
 import os
 import sys
 import time
@@ -90,7 +90,7 @@ import time
 with open(sys.argv[1], "w") as f:
     f.write(str(os.getpid()))
 time.sleep(600)
-'''
+"""
 
 
 def write(folder: Path) -> dict[str, Path]:

@@ -33,23 +33,40 @@ def test_a_server_is_warmed_until_ready_and_its_requests_ran_then_starts_hot(pro
     assert "warm: request 1/1 done: POST" in r.stderr and "-> 200" in r.stderr, r.stderr
     assert "result         warmed: compiled 1 graph(s)" in r.stdout, r.stdout
 
-    c = json_out(ok(cachetool("check", "--engine", "torch", "--cache-root", root, "--require-hit", "--json", "--",
-                              *_server(progs, free_port()))))
+    c = json_out(
+        ok(
+            cachetool(
+                "check",
+                "--engine",
+                "torch",
+                "--cache-root",
+                root,
+                "--require-hit",
+                "--json",
+                "--",
+                *_server(progs, free_port()),
+            )
+        )
+    )
     assert c["hit"] and c["fx_graph_hits"] == 1 and c["cpp_kernels_built"] == 0, c
     assert set(c["phases"]) == {"ready", "requests", "stop"} and c["startup_seconds"] == c["phases"]["ready"], c
     assert [q["status"] for q in c["requests"]] == [200] and c["program_exit"] is None, c
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    ((), "--engine torch needs the program's command after --"),
-    (("--", "--request", "/run", "--", PY, "x.py"), "--request needs --ready-url"),
-    (("--", "--ready-url", "ftp://h/x", PY, "x.py"), "--ready-url 'ftp://h/x' is not an http(s) URL"),
-    (("--", "--ready-timeout", "soon", PY, "x.py"), "--ready-timeout 'soon' is not a number of seconds"),
-    (("--", "--bogus", "1", PY, "x.py"), "unknown option --bogus before the command after --"),
-    (("--model", "tiny", "--", PY, "x.py"), "--model is another engine's option"),
-    (("--device", "cuda", "--", PY, "x.py"), "--device is another engine's option"),
-    (("-cc.mode=0", "--", PY, "x.py"), "-cc.* is another engine's option"),
-], ids=["no-command", "request-without-server", "bad-url", "bad-timeout", "unknown-option", "model", "device", "cc"])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((), "--engine torch needs the program's command after --"),
+        (("--", "--request", "/run", "--", PY, "x.py"), "--request needs --ready-url"),
+        (("--", "--ready-url", "ftp://h/x", PY, "x.py"), "--ready-url 'ftp://h/x' is not an http(s) URL"),
+        (("--", "--ready-timeout", "soon", PY, "x.py"), "--ready-timeout 'soon' is not a number of seconds"),
+        (("--", "--bogus", "1", PY, "x.py"), "unknown option --bogus before the command after --"),
+        (("--model", "tiny", "--", PY, "x.py"), "--model is another engine's option"),
+        (("--device", "cuda", "--", PY, "x.py"), "--device is another engine's option"),
+        (("-cc.mode=0", "--", PY, "x.py"), "-cc.* is another engine's option"),
+    ],
+    ids=["no-command", "request-without-server", "bad-url", "bad-timeout", "unknown-option", "model", "device", "cc"],
+)
 @pytest.mark.parametrize("verb", ["warm", "check"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(verb, args, needle, tmp_path):
     root = tmp_path / "root"
@@ -98,9 +115,22 @@ def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 120) -> int:
 
 def test_a_server_that_never_answers_is_a_time_limit_and_is_stopped(progs, tmp_path):
     pidfile = tmp_path / "pid"
-    r = cachetool("warm", "--engine", "torch", "--cache-root", tmp_path / "root", "--", "--ready-url",
-                  f"http://127.0.0.1:{free_port()}/health", "--ready-timeout", "3", "--", PY, progs["sleeper"],
-                  pidfile)
+    r = cachetool(
+        "warm",
+        "--engine",
+        "torch",
+        "--cache-root",
+        tmp_path / "root",
+        "--",
+        "--ready-url",
+        f"http://127.0.0.1:{free_port()}/health",
+        "--ready-timeout",
+        "3",
+        "--",
+        PY,
+        progs["sleeper"],
+        pidfile,
+    )
     assert r.returncode == 7 and "did not answer within 3 s" in error_line(r), r.stderr[-2000:]
     assert _gone(int(pidfile.read_text())) and not (tmp_path / "root").exists()
 
@@ -110,9 +140,27 @@ def test_a_stop_signal_stops_the_program_and_exits_130(sig, progs, tmp_path):
     """Ctrl-C, or Kubernetes stopping the pod: the program's process group goes with cachetool, and the root the
     warm made goes too (cachetool runs in a session of its own, as in a terminal: SIGINT reaches it)."""
     pidfile, root = tmp_path / "pid", tmp_path / "root"
-    proc = subprocess.Popen([sys.executable, "-m", "cachetool", "warm", "--engine", "torch", "--cache-root", str(root),
-                             "--", PY, str(progs["sleeper"]), str(pidfile)], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cachetool",
+            "warm",
+            "--engine",
+            "torch",
+            "--cache-root",
+            str(root),
+            "--",
+            PY,
+            str(progs["sleeper"]),
+            str(pidfile),
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     program = _wait_for(pidfile, proc)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)

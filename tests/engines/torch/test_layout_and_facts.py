@@ -13,27 +13,44 @@ from cachetool import engines
 from cachetool.bundle.fingerprint import local_fingerprint
 from cachetool.bundle.manifest import platform_key
 from cachetool.bundle.packing import pack
-from cachetool.facts.machine import cpu_isa
+from cachetool.engines.layouts import detect
 from cachetool.engines.torch import key
 from cachetool.engines.torch.command import parse
 from cachetool.engines.torch.layout import scan
 from cachetool.errors import EngineFlagsError, PreflightError
-from cachetool.engines.layouts import detect
+from cachetool.facts.machine import cpu_isa
 from tests.cache_trees import make_native_tree
 
 
 def report(**over) -> dict:
     """A probe's report of a CPU process, as this machine's torch would give it."""
-    return {"pid": 1, "python": "3.11", "torch": local_fingerprint("cpu")["torch"], "cuda": None, "triton": None,
-            "device": "cpu", "gpu": None, "capability": None, "compiles": 1,
-            "counters": {"inductor": {"fxgraph_cache_miss": 1}}, "inductor": {"max_autotune": False}, **over}
+    return {
+        "pid": 1,
+        "python": "3.11",
+        "torch": local_fingerprint("cpu")["torch"],
+        "cuda": None,
+        "triton": None,
+        "device": "cpu",
+        "gpu": None,
+        "capability": None,
+        "compiles": 1,
+        "counters": {"inductor": {"fxgraph_cache_miss": 1}},
+        "inductor": {"max_autotune": False},
+        **over,
+    }
 
 
 def make_torch_root(root: Path, **over) -> tuple[Path, str]:
     """A root as a warm leaves it: Inductor's code folders and FX-graph entries, a Triton kernel, the facts."""
-    for rel, data in (("inductor/ab/cabc.py", b"code"), ("inductor/ab/cabc.so", b"\x7fELF"),
-                      ("inductor/fxgraph/ud/fud1/entry", b"graph"), ("inductor/aotautograd/a1/e1", b"aot"),
-                      ("inductor/locks/cabc.lock", b""), ("triton/K1/k.json", b"{}"), ("triton/K1/k.cubin", b"c")):
+    for rel, data in (
+        ("inductor/ab/cabc.py", b"code"),
+        ("inductor/ab/cabc.so", b"\x7fELF"),
+        ("inductor/fxgraph/ud/fud1/entry", b"graph"),
+        ("inductor/aotautograd/a1/e1", b"aot"),
+        ("inductor/locks/cabc.lock", b""),
+        ("triton/K1/k.json", b"{}"),
+        ("triton/K1/k.cubin", b"c"),
+    ):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     factors = key.recorded_factors(report(**over), {"command": ["python", "serve.py"]})
@@ -44,8 +61,13 @@ def test_the_units_are_the_folders_inductor_and_triton_name_by_content(tmp_path)
     root, k = make_torch_root(tmp_path / "r")
     assert detect(root) == "torch"
     s = scan(root)
-    assert sorted(u.path for u in s.units) == ["facts/" + k, "inductor/ab", "inductor/aotautograd/a1",
-                                                "inductor/fxgraph/ud/fud1", "triton/K1"]
+    assert sorted(u.path for u in s.units) == [
+        "facts/" + k,
+        "inductor/ab",
+        "inductor/aotautograd/a1",
+        "inductor/fxgraph/ud/fud1",
+        "triton/K1",
+    ]
     assert not any("locks" in f.rel for f in s.files)  # Inductor makes its lock files as it needs them
     [kf] = s.keys
     assert kf.hash == k and kf.kind == "program" and kf.factors.values("compiler")["torch_engine"] == "1"
@@ -78,8 +100,10 @@ def test_the_preflight_checks_the_inductor_variables_the_warm_had(tmp_path, monk
     with pack(root) as b:
         assert key.check_env(b.manifest) == ["Inductor and Triton variables"]
         monkeypatch.setenv("TORCHINDUCTOR_SCALAR_ASSERTS", "0")
-        with pytest.raises(PreflightError, match="variable TORCHINDUCTOR_SCALAR_ASSERTS differs: the warm had "
-                                                 "it unset, this machine '0'"):
+        with pytest.raises(
+            PreflightError,
+            match="variable TORCHINDUCTOR_SCALAR_ASSERTS differs: the warm had it unset, this machine '0'",
+        ):
             key.check_env(b.manifest)
         monkeypatch.delenv("TORCHINDUCTOR_SCALAR_ASSERTS")
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")  # where caches go: not a setting
@@ -92,8 +116,7 @@ def test_the_preflight_checks_the_inductor_variables_the_warm_had(tmp_path, monk
 
 
 @pytest.mark.parametrize("variable", ["TORCHINDUCTOR_FX_GRAPH_CACHE", "PYTORCH_NO_CUDA_MEMORY_CACHING"])
-def test_a_variable_that_changes_no_generated_code_is_never_a_pull_refusal(tmp_path, monkeypatch, cli, keys,
-                                                                           variable):
+def test_a_variable_that_changes_no_generated_code_is_never_a_pull_refusal(tmp_path, monkeypatch, cli, keys, variable):
     """A pull under TORCHINDUCTOR_FX_GRAPH_CACHE=1 (the default, set explicitly) or PYTORCH_NO_CUDA_MEMORY_CACHING=1
     was refused (exit 4) while check on the same root said hit: neither changes what Inductor generates. Such a
     variable is recorded and diff names it; a pull installs, set either way round."""
@@ -131,8 +154,10 @@ def test_diff_against_this_machine_compares_the_engines_own_fields(tmp_path, cli
     r = cli("diff", tmp_path / "t.ctb", "local", "--json")
     assert json.loads(r.out)["differences"] == [], r.out  # its engine's fields are this machine's too
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
-    names = [(d["category"], d["name"]) for d in json.loads(cli("diff", tmp_path / "t.ctb", "local", "--json").out)
-             ["differences"]]
+    names = [
+        (d["category"], d["name"])
+        for d in json.loads(cli("diff", tmp_path / "t.ctb", "local", "--json").out)["differences"]
+    ]
     assert ("fingerprint", "cpu_isa") in names and ("compiler", "cpu_isa") in names, names
 
 
@@ -151,7 +176,7 @@ def test_a_start_that_did_not_finish_leaves_no_kernel_it_may_have_cut_and_pack_w
     kept = root / "inductor" / "ab" / "cabc.so"
     killed = unfinished.begin(root)
     doc = json.loads(killed.read_text())
-    killed.write_text(json.dumps({**doc, "pid": 2 ** 22 + 7}))  # its cachetool is gone
+    killed.write_text(json.dumps({**doc, "pid": 2**22 + 7}))  # its cachetool is gone
     cut = root / "inductor" / "cd" / "ccd.so"
     cut.parent.mkdir()
     cut.write_bytes(b"\x7fEL")  # cut short by the kill
@@ -172,11 +197,25 @@ def test_a_start_that_did_not_finish_leaves_no_kernel_it_may_have_cut_and_pack_w
 
 
 def test_the_command_after_the_engines_options():
-    c = parse(["--ready-url", "http://h:1/health", "--request", "/a", "--request", 'POST http://h:2/b {"x": 1}',
-               "--stop-timeout=5", "--", "python", "--version"])
+    c = parse(
+        [
+            "--ready-url",
+            "http://h:1/health",
+            "--request",
+            "/a",
+            "--request",
+            'POST http://h:2/b {"x": 1}',
+            "--stop-timeout=5",
+            "--",
+            "python",
+            "--version",
+        ]
+    )
     assert c.argv == ("python", "--version") and c.ready_url == "http://h:1/health" and c.stop_timeout == 5
-    assert [(r.method, r.url, r.body, r.is_json) for r in c.requests] == [("GET", "http://h:1/a", None, False),
-                                                                          ("POST", "http://h:2/b", '{"x": 1}', True)]
+    assert [(r.method, r.url, r.body, r.is_json) for r in c.requests] == [
+        ("GET", "http://h:1/a", None, False),
+        ("POST", "http://h:2/b", '{"x": 1}', True),
+    ]
     assert parse(["python", "--ready-url", "x"]).argv == ("python", "--ready-url", "x")  # the program's own flags
     with pytest.raises(EngineFlagsError, match="--ready-url given twice"):
         parse(["--ready-url", "http://h/", "--ready-url", "http://h/", "python"])

@@ -31,8 +31,19 @@ def dynamic(tmp_path_factory, progs, signing_key):
 
 
 def _pull(warmed: dict, root, *extra, env: dict | None = None):
-    return cachetool("pull", warmed["ref"], "--cache-root", root, "--trust", warmed["pub"], "--engine", "torch",
-                     "--json", *extra, env=env)
+    return cachetool(
+        "pull",
+        warmed["ref"],
+        "--cache-root",
+        root,
+        "--trust",
+        warmed["pub"],
+        "--engine",
+        "torch",
+        "--json",
+        *extra,
+        env=env,
+    )
 
 
 def test_a_transformer_warms_pushes_pulls_and_hot_starts_with_nothing_compiled(transformer, progs, tmp_path):
@@ -52,8 +63,22 @@ def test_a_transformer_warms_pushes_pulls_and_hot_starts_with_nothing_compiled(t
     assert "fingerprint" in p["install"]["preflight"] and "Inductor and Triton variables" in p["install"]["preflight"]
 
     before = sorted(p.relative_to(pulled) for p in pulled.rglob("*"))
-    c = json_out(ok(cachetool("check", "--engine", "torch", "--cache-root", pulled, "--require-hit", "--json", "--",
-                              PY, progs["transformer"])))
+    c = json_out(
+        ok(
+            cachetool(
+                "check",
+                "--engine",
+                "torch",
+                "--cache-root",
+                pulled,
+                "--require-hit",
+                "--json",
+                "--",
+                PY,
+                progs["transformer"],
+            )
+        )
+    )
     assert c["hit"] is True and c["compiled"] == 0, c
     assert c["fx_graph_hits"] >= 1 and c["fx_graph_misses"] == 0 and c["fx_graph_bypasses"] == 0, c
     assert c["cpp_kernels_built"] == 0 and c["kernels_loaded"] > 0 and c["key_existed"], c
@@ -81,10 +106,34 @@ def test_check_on_a_read_only_root_says_so_in_one_line_before_the_program_runs(t
     shutil.copytree(transformer["root"], root, symlinks=True)
     logs = tmp_path / "logs"
     script = 'mount --bind "$ROOT" "$ROOT" && mount -o remount,bind,ro "$ROOT" && exec "$@"'
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script, "bash", sys.executable,
-                        "-m", "cachetool", "check", "--engine", "torch", "--cache-root", str(root), "--require-hit",
-                        "--", PY, str(progs["transformer"])], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "ROOT": str(root), "XDG_STATE_HOME": str(logs)})
+    r = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            script,
+            "bash",
+            sys.executable,
+            "-m",
+            "cachetool",
+            "check",
+            "--engine",
+            "torch",
+            "--cache-root",
+            str(root),
+            "--require-hit",
+            "--",
+            PY,
+            str(progs["transformer"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ROOT": str(root), "XDG_STATE_HOME": str(logs)},
+    )
     line = error_line(r)
     assert r.returncode == 2, r.stderr
     assert f"cache root {root} is not writable" in line and f"cp -a {root} DIR" in line, line
@@ -97,8 +146,25 @@ def test_dynamic_shapes_load_for_lengths_the_warm_never_ran(dynamic, progs, tmp_
     assert comp["fx_graph_misses"] == 1 and comp["dynamo_traces"] == 1, comp
     pulled = tmp_path / "root"
     ok(_pull(dynamic, pulled))
-    c = json_out(ok(cachetool("check", "--engine", "torch", "--cache-root", pulled, "--require-hit", "--json", "--",
-                              PY, progs["dynamic"], 6, 11, 23)))
+    c = json_out(
+        ok(
+            cachetool(
+                "check",
+                "--engine",
+                "torch",
+                "--cache-root",
+                pulled,
+                "--require-hit",
+                "--json",
+                "--",
+                PY,
+                progs["dynamic"],
+                6,
+                11,
+                23,
+            )
+        )
+    )
     assert c["hit"] and c["fx_graph_hits"] == 1 and c["graphs_compiled"] == 0 and c["cpp_kernels_built"] == 0, c
     assert [ln.split()[1] for ln in printed(c, "length")] == ["6", "11", "23"]
 
@@ -108,8 +174,20 @@ def test_a_start_with_another_inductor_setting_compiles_and_check_names_the_sett
     and which recorded fact differs; the root's own warm is left as it was."""
     root = tmp_path / "root"
     shutil.copytree(dynamic["root"], root)
-    r = cachetool("check", "--engine", "torch", "--cache-root", root, "--require-hit", "--json", "--",
-                  PY, progs["dynamic"], 5, env={"TORCHINDUCTOR_SCALAR_ASSERTS": "0"})
+    r = cachetool(
+        "check",
+        "--engine",
+        "torch",
+        "--cache-root",
+        root,
+        "--require-hit",
+        "--json",
+        "--",
+        PY,
+        progs["dynamic"],
+        5,
+        env={"TORCHINDUCTOR_SCALAR_ASSERTS": "0"},
+    )
     assert r.returncode == 4, r.stderr[-2000:]
     out = json_out(r)
     assert out["ok"] is False and out["hit"] is False and out["fx_graph_misses"] >= 1, out
@@ -131,8 +209,17 @@ def test_a_pull_refuses_another_inductor_variable_before_any_blob(dynamic, tmp_p
 def test_a_pull_refuses_another_cpu_isa_naming_it(dynamic, tmp_path):
     """Inductor's CPU kernels are built for the ISA the warm ran on: another one is refused by the fingerprint."""
     root = tmp_path / "root"
-    r = cachetool("pull", dynamic["ref"], "--cache-root", root, "--trust", dynamic["pub"], "--engine", "torch",
-                  env={"ATEN_CPU_CAPABILITY": "default"})
+    r = cachetool(
+        "pull",
+        dynamic["ref"],
+        "--cache-root",
+        root,
+        "--trust",
+        dynamic["pub"],
+        "--engine",
+        "torch",
+        env={"ATEN_CPU_CAPABILITY": "default"},
+    )
     assert r.returncode == 4 and "cpu_isa" in error_line(r) and not root.exists(), r.stderr[-2000:]
 
 

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(install_facts.vllm_version() is None, reason="vL
 @pytest.fixture
 def no_vllm_start(monkeypatch):
     """A start of vLLM fails the test: these answers must not need one."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("vLLM was started")
 
@@ -28,8 +29,20 @@ def no_vllm_start(monkeypatch):
 
 def test_check_of_an_eager_server_is_a_hit_without_starting_vllm(tmp_path, cli, no_vllm_start):
     model = write_model(tmp_path / "m")
-    r = cli("check", "--engine", "vllm", "--model", model, "--cache-root", tmp_path / "root", "--require-hit",
-            "--json", "--", *CPU_FLAGS, "--enforce-eager")
+    r = cli(
+        "check",
+        "--engine",
+        "vllm",
+        "--model",
+        model,
+        "--cache-root",
+        tmp_path / "root",
+        "--require-hit",
+        "--json",
+        "--",
+        *CPU_FLAGS,
+        "--enforce-eager",
+    )
     assert r.rc == 0, r
     doc = json.loads(r.out)
     assert doc["hit"] is True and doc["compiles"] is False and doc["started"] is False, doc
@@ -50,8 +63,9 @@ def test_check_on_a_root_without_a_key_folder_is_a_miss_at_once(tmp_path, cli, n
     model = write_model(tmp_path / "m")
     root = tmp_path / "root"
     root.mkdir()
-    r = cli("check", "--engine", "vllm", "--model", model, "--cache-root", root, "--require-hit", "--json", "--",
-            *CPU_FLAGS)
+    r = cli(
+        "check", "--engine", "vllm", "--model", model, "--cache-root", root, "--require-hit", "--json", "--", *CPU_FLAGS
+    )
     assert r.rc == 4, r
     doc = json.loads(r.out)
     assert doc["started"] is False and doc["hit"] is False and "holds no vLLM key folder" in doc["message"], doc

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from cachetool.bundle.manifest import platform_key
+from cachetool.engines.layouts import scan
 from cachetool.engines.vllm import install_facts, key
 from cachetool.layouts.factors import UNSET, Factors
-from cachetool.engines.layouts import scan
-from cachetool.bundle.manifest import platform_key
 from tests.cache_trees import AOT, make_aot_tree
 
 # a pull or diff compares the bundle's vLLM with this machine's: without vLLM here it is (rightly) another machine
-needs_vllm = pytest.mark.skipif(install_facts.vllm_version() is None,
-                                reason="vLLM is not installed (scripts/install.sh --vllm)")
+needs_vllm = pytest.mark.skipif(
+    install_facts.vllm_version() is None, reason="vLLM is not installed (scripts/install.sh --vllm)"
+)
 
 
 def _w(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -32,8 +33,12 @@ def test_shared_folders_are_units_of_their_own_so_each_rank_installs_alone(tmp_p
     src = make_aot_tree(tmp_path / "src")
     s = scan(src)
     units = {u.path: u.rank for u in s.units}
-    assert units == {f"{AOT}/rank_0_0": "rank_0_0", f"{AOT}/rank_1_0": "rank_1_0", f"{AOT}/inductor_cache": None,
-                     "modelinfos": None}
+    assert units == {
+        f"{AOT}/rank_0_0": "rank_0_0",
+        f"{AOT}/rank_1_0": "rank_1_0",
+        f"{AOT}/inductor_cache": None,
+        "modelinfos": None,
+    }
     ctb = tmp_path / "tp.ctb"
     assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
     root = tmp_path / "root"
@@ -57,18 +62,33 @@ def test_a_vllm_bundles_platform_names_vllm_and_the_cpu_isa():
 
 
 def _inputs(model="/models/a", max_len=256, env_bind="auto", vllm="0.32.0"):
-    return {"env": {"hash": f"env-{env_bind}", "values": {"VLLM_CPU_OMP_THREADS_BIND": env_bind}},
-            "config": {"hash": f"cfg-{model}-{max_len}",
-                       "values": {"model_config": {"hash": f"m-{model}-{max_len}", "model": model, "tokenizer": model,
-                                                   "max_model_len": max_len},
-                                  "cache_config": {"hash": "c", "block_size": 128, "gpu_memory_utilization": 0.2}}},
-            "compiler": {"hash": None, "values": {"vllm": vllm, "torch": "2.13.0+cpu", "mega_aot_artifact": True}},
-            "model": model}
+    return {
+        "env": {"hash": f"env-{env_bind}", "values": {"VLLM_CPU_OMP_THREADS_BIND": env_bind}},
+        "config": {
+            "hash": f"cfg-{model}-{max_len}",
+            "values": {
+                "model_config": {
+                    "hash": f"m-{model}-{max_len}",
+                    "model": model,
+                    "tokenizer": model,
+                    "max_model_len": max_len,
+                },
+                "cache_config": {"hash": "c", "block_size": 128, "gpu_memory_utilization": 0.2},
+            },
+        },
+        "compiler": {"hash": None, "values": {"vllm": vllm, "torch": "2.13.0+cpu", "mega_aot_artifact": True}},
+        "model": model,
+    }
 
 
 def _recorded(**kw):
-    return key.recorded_factors(_inputs(**kw), {"vllm/model_executor/models/llama.py": "d" * 64},
-                                {"cpu_isa": "avx2"}, ["--max-model-len", "256"], 1)
+    return key.recorded_factors(
+        _inputs(**kw),
+        {"vllm/model_executor/models/llama.py": "d" * 64},
+        {"cpu_isa": "avx2"},
+        ["--max-model-len", "256"],
+        1,
+    )
 
 
 def test_equal_key_inputs_differ_in_nothing():
@@ -78,8 +98,12 @@ def test_equal_key_inputs_differ_in_nothing():
 def test_each_kind_of_difference_is_named_once():
     names = lambda diffs: [(d.category, d.name) for d in diffs]  # noqa: E731
     assert names(key.differences(Factors(_recorded()), _inputs(model="/models/b"))) == [("config", "model")]
-    assert names(key.differences(Factors(_recorded()), _inputs(max_len=128))) == [("config", "model_config.max_model_len")]
-    assert names(key.differences(Factors(_recorded()), _inputs(env_bind="0|1"))) == [("env", "VLLM_CPU_OMP_THREADS_BIND")]
+    assert names(key.differences(Factors(_recorded()), _inputs(max_len=128))) == [
+        ("config", "model_config.max_model_len")
+    ]
+    assert names(key.differences(Factors(_recorded()), _inputs(env_bind="0|1"))) == [
+        ("env", "VLLM_CPU_OMP_THREADS_BIND")
+    ]
     assert names(key.differences(Factors(_recorded()), _inputs(vllm="0.33.0"))) == [("compiler", "vllm")]
     traced = key.differences(Factors(_recorded()), _inputs(), {"vllm/model_executor/models/llama.py": None})
     assert [(d.category, d.name, d.b) for d in traced] == [("code", "vllm/model_executor/models/llama.py", UNSET)]
@@ -98,8 +122,13 @@ def test_diff_of_a_vllm_bundle_with_local_compares_vllms_facts_not_native_factor
     from cachetool.engines.vllm import install_facts
 
     src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
-    recorded = key.recorded_factors(_inputs(vllm=install_facts.vllm_version() or "0.32.0"), {},
-                                    {"cpu_isa": install_facts.cpu_isa(), "device": "cpu"}, [], 1)
+    recorded = key.recorded_factors(
+        _inputs(vllm=install_facts.vllm_version() or "0.32.0"),
+        {},
+        {"cpu_isa": install_facts.cpu_isa(), "device": "cpu"},
+        [],
+        1,
+    )
     doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": recorded}
     (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
     ctb = tmp_path / "v.ctb"
@@ -189,8 +218,13 @@ def _pushed_vllm_bundle(tmp_path, cli, keys, *, triton: bool = False, modelinfos
         _w(src / "triton_cache" / "KHASH" / "kernel.json", b'{"name": "k"}')
     if not modelinfos:
         shutil.rmtree(src / "modelinfos")
-    recorded = key.recorded_factors(_inputs(vllm=install_facts.vllm_version() or "0.32.0"), {},
-                                    {"cpu_isa": install_facts.cpu_isa(), "device": "cpu"}, [], 1)
+    recorded = key.recorded_factors(
+        _inputs(vllm=install_facts.vllm_version() or "0.32.0"),
+        {},
+        {"cpu_isa": install_facts.cpu_isa(), "device": "cpu"},
+        [],
+        1,
+    )
     doc = {"schema": key.SCHEMA, "engine": "vllm", "hash": "ab" * 32, "factors": recorded}
     (src / AOT / "rank_0_0" / key.FACTORS_FILE).write_text(json.dumps(doc))
     ref = f"file://{tmp_path}/store/tiny:v1"
@@ -213,8 +247,21 @@ def test_pull_for_an_eager_server_takes_only_the_folders_it_reads(eager, tmp_pat
         pytest.skip("vLLM is not installed")
     ref = _pushed_vllm_bundle(tmp_path, cli, keys, triton=True)
     root = tmp_path / "root"
-    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--engine", "vllm", "--json", "--",
-            write_model(tmp_path / "m"), *CPU_FLAGS, *eager)
+    r = cli(
+        "pull",
+        ref,
+        "--cache-root",
+        root,
+        "--trust",
+        keys["pub"],
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        write_model(tmp_path / "m"),
+        *CPU_FLAGS,
+        *eager,
+    )
     assert r.rc == 0, r
     doc = json.loads(r.out)
     assert doc["outcome"] == "installed" and doc["compiles_nothing"], doc
@@ -231,8 +278,21 @@ def test_pull_for_an_eager_server_of_a_bundle_with_nothing_it_reads_is_not_neede
         pytest.skip("vLLM is not installed")
     ref = _pushed_vllm_bundle(tmp_path, cli, keys, modelinfos=False)
     root = tmp_path / "root"
-    r = cli("pull", ref, "--cache-root", root, "--trust", keys["pub"], "--engine", "vllm", "--json", "--",
-            write_model(tmp_path / "m"), *CPU_FLAGS, "--enforce-eager")
+    r = cli(
+        "pull",
+        ref,
+        "--cache-root",
+        root,
+        "--trust",
+        keys["pub"],
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        write_model(tmp_path / "m"),
+        *CPU_FLAGS,
+        "--enforce-eager",
+    )
     assert r.rc == 0, r
     doc = json.loads(r.out)
     assert doc["outcome"] == "not-needed" and doc["installed"] is False and "--enforce-eager" in doc["reason"], doc
@@ -294,7 +354,11 @@ def test_every_jit_cache_ships_as_a_unit_and_flashinfers_workspace_keeps_its_bui
     assert jit_caches.record_mtimes(src) == [src / "flashinfer" / jit_caches.MTIMES_FILE]
     units = {u.path: u.rank for u in scan(src).units}
     assert {f: units.get(f, "missing") for f in jit_caches.FOLDERS if (src / f).exists()} == {
-        "flashinfer": None, "deep_gemm": None, "flashinfer_autotune_cache": None, "inductor_cache": None}
+        "flashinfer": None,
+        "deep_gemm": None,
+        "flashinfer_autotune_cache": None,
+        "inductor_cache": None,
+    }
     ctb = tmp_path / "x.ctb"
     assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
     root = tmp_path / "root"
@@ -315,10 +379,12 @@ def test_a_jit_cache_that_cannot_be_valid_here_is_skipped_before_download_and_na
     src = make_aot_tree(tmp_path / "src", ranks=("rank_0_0",))
     _w(src / "flashinfer" / ".cache" / "flashinfer" / "0.6.14" / "90a" / "cached_ops" / "m" / "m.so", b"\x7fELF")
     _w(src / "deep_gemm" / "cache" / "kernel.abc" / "kernel.cubin", b"CUBIN")
-    (src / "flashinfer" / jit_facts.FACTS_FILE).write_text(json.dumps(
-        {"flashinfer": "0.6.14", "nvcc": "13.0.88", "capability": "9.0", "root": "/vllm-cache"}))
-    (src / "deep_gemm" / jit_facts.FACTS_FILE).write_text(json.dumps(
-        {"deep_gemm_headers": None, "nvcc": "13.0.88", "capability": "9.0"}))
+    (src / "flashinfer" / jit_facts.FACTS_FILE).write_text(
+        json.dumps({"flashinfer": "0.6.14", "nvcc": "13.0.88", "capability": "9.0", "root": "/vllm-cache"})
+    )
+    (src / "deep_gemm" / jit_facts.FACTS_FILE).write_text(
+        json.dumps({"deep_gemm_headers": None, "nvcc": "13.0.88", "capability": "9.0"})
+    )
     ctb = tmp_path / "x.ctb"
     assert cli("pack", src, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
     with open_ctb(ctb) as b:
@@ -359,8 +425,14 @@ def test_launch_inputs_name_what_differs_and_keep_secrets_out(tmp_path):
     from cachetool.engines.vllm import launch
 
     model = str(write_tiny(tmp_path / "m"))
-    env = {"VLLM_API_KEY": "secret", "VLLM_FOO": "1", "TORCHINDUCTOR_X": "0", "HOME": "/root", "HF_TOKEN": "t",
-           "VLLM_CACHE_ROOT": "/somewhere"}
+    env = {
+        "VLLM_API_KEY": "secret",
+        "VLLM_FOO": "1",
+        "TORCHINDUCTOR_X": "0",
+        "HOME": "/root",
+        "HF_TOKEN": "t",
+        "VLLM_CACHE_ROOT": "/somewhere",
+    }
     a = launch.LaunchInputs.of(model, ["--port", "1", "-tp", "1"], env, {"--port": True})
     assert a.env == {"VLLM_FOO": "1", "TORCHINDUCTOR_X": "0"} and a.flags == ("-tp", "1")
     recorded = a.to_values({"--port": True})
@@ -386,10 +458,15 @@ def test_diff_of_two_vllm_bundles_names_inductor_and_never_says_nothing_for_two_
     from cachetool.diff import Side, diff_sides
 
     def factors(scalar_asserts: bool, env: dict) -> Factors:
-        return Factors({"env": {"hash": "e", "values": {}}, "config": {"hash": "c", "values": {}},
-                        "compiler": {"hash": None, "values": {"vllm": "0.32.0"}},
-                        "inductor": {"hash": str(scalar_asserts), "values": {"inductor.scalar_asserts": scalar_asserts}},
-                        "launch": {"hash": None, "values": {"env": env}}})
+        return Factors(
+            {
+                "env": {"hash": "e", "values": {}},
+                "config": {"hash": "c", "values": {}},
+                "compiler": {"hash": None, "values": {"vllm": "0.32.0"}},
+                "inductor": {"hash": str(scalar_asserts), "values": {"inductor.scalar_asserts": scalar_asserts}},
+                "launch": {"hash": None, "values": {"env": env}},
+            }
+        )
 
     fp = {"device": "cpu", "engine": "vllm"}
     a = Side("a", [("aa" * 32, factors(True, {}))], fp, layout="vllm")
@@ -416,7 +493,7 @@ def _aot_with_starts(root: Path, n: int) -> list[Path]:
 def test_pack_ships_only_the_newest_aotautograd_entry_of_a_key_folder(tmp_path):
     """vLLM adds an AOTAutograd entry per start that no later start reads: a bundle packed after restarts carries
     one, not all of them."""
-    entries = _aot_with_starts(tmp_path / "root", 3)
+    _aot_with_starts(tmp_path / "root", 3)
     files = {f.rel for f in scan(tmp_path / "root").files}
     assert {r for r in files if "/aotautograd/" in r} == {f"{AOT}/inductor_cache/aotautograd/start2/entry"}
     assert f"{AOT}/inductor_cache/ab/cab.so" in files and f"{AOT}/rank_0_0/model" in files

@@ -18,8 +18,9 @@ RECORDED = json.loads((Path(__file__).parent / "recorded_starts.json").read_text
 
 def evidence(start: dict) -> list[str]:
     done = worker_facts.from_workers(start["workers"])
-    return worker_facts.compiled_evidence(done, new_kernels=start["new_kernels"],
-                                          aot_expected=releases.aot_loads(start["vllm"], start["device"]))
+    return worker_facts.compiled_evidence(
+        done, new_kernels=start["new_kernels"], aot_expected=releases.aot_loads(start["vllm"], start["device"])
+    )
 
 
 @pytest.mark.parametrize("start", RECORDED, ids=[s["name"] for s in RECORDED])
@@ -60,14 +61,43 @@ def test_a_cpu_hit_saves_its_aot_artifact_again_and_is_still_a_hit():
 def test_a_start_that_saved_a_compiled_piece_is_not_a_hit():
     """On the GPU a root without vLLM's piecewise folder loads the AOT artifact and writes no kernel into the root,
     yet compiles a piece and saves it ("Compiling a graph for compile range ..."): a miss, named."""
-    fields = dict(command="check", model="/m", cache_root="/r", flags=[], vllm_version="0.26.0", cache_key="ab" * 32,
-                  cache_keys=["ab" * 32], key_existed=True, inductor_compiled=0, inductor_loaded=0, dynamo_traces=0,
-                  aot_loaded=True, aot_saved=False, aot_error=None, aot_artifacts_loaded=1,
-                  compiled_artifacts_loaded=3, inductor_graphs_compiled=0, inductor_graphs_loaded=0,
-                  startup_seconds=1.0, seconds=2.0, phases={}, tensor_parallel_size=1, ranks=[], log="/l")
+    fields = dict(
+        command="check",
+        model="/m",
+        cache_root="/r",
+        flags=[],
+        vllm_version="0.26.0",
+        cache_key="ab" * 32,
+        cache_keys=["ab" * 32],
+        key_existed=True,
+        inductor_compiled=0,
+        inductor_loaded=0,
+        dynamo_traces=0,
+        aot_loaded=True,
+        aot_saved=False,
+        aot_error=None,
+        aot_artifacts_loaded=1,
+        compiled_artifacts_loaded=3,
+        inductor_graphs_compiled=0,
+        inductor_graphs_loaded=0,
+        startup_seconds=1.0,
+        seconds=2.0,
+        phases={},
+        tensor_parallel_size=1,
+        ranks=[],
+        log="/l",
+    )
     assert VllmStartResult(**fields).hit and VllmStartResult(**fields).graphs_loaded == 3
-    facts = worker_facts.from_workers([{"rank": 0, "aot": [{"key": "ab" * 32, "loaded": True}], "inductor": {},
-                                        "vllm_counters": {"num_compiled_artifacts_saved": 1}}])
+    facts = worker_facts.from_workers(
+        [
+            {
+                "rank": 0,
+                "aot": [{"key": "ab" * 32, "loaded": True}],
+                "inductor": {},
+                "vllm_counters": {"num_compiled_artifacts_saved": 1},
+            }
+        ]
+    )
     compiled = worker_facts.compiled_evidence(facts, new_kernels=0, aot_expected=True)
     missed = VllmStartResult(**{**fields, "compiled": compiled})
     assert not missed.hit and "vLLM saved 1 compiled piece(s)" in missed.miss_reason()

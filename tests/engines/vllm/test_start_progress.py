@@ -25,11 +25,18 @@ LINES = [
 
 def test_the_phase_is_the_last_line_that_names_one():
     assert current_phase("") == "importing vLLM"
-    seen = [current_phase("\n".join(LINES[:i + 1])) for i in range(len(LINES))]
-    assert seen == ["loading the model", "model loaded; torch.compile (Dynamo) next", "torch.compile: Inductor",
-                    "torch.compile: Inductor compiling graphs", "FlashInfer JIT (nvcc builds)",
-                    "DeepGEMM JIT warm-up", "kernel autotuning", "profiling memory, allocating the KV cache",
-                    "capturing CUDA graphs"]
+    seen = [current_phase("\n".join(LINES[: i + 1])) for i in range(len(LINES))]
+    assert seen == [
+        "loading the model",
+        "model loaded; torch.compile (Dynamo) next",
+        "torch.compile: Inductor",
+        "torch.compile: Inductor compiling graphs",
+        "FlashInfer JIT (nvcc builds)",
+        "DeepGEMM JIT warm-up",
+        "kernel autotuning",
+        "profiling memory, allocating the KV cache",
+        "capturing CUDA graphs",
+    ]
 
 
 def test_a_heartbeat_names_each_phase_while_the_start_runs(tmp_path):
@@ -52,7 +59,8 @@ def test_a_heartbeat_names_each_phase_while_the_start_runs(tmp_path):
     count = len(said)
     assert count >= 3 and all(s.startswith("warm: vLLM starting, ") for s in said), said
     assert {"FlashInfer JIT (nvcc builds)", "DeepGEMM JIT warm-up", "kernel autotuning"} <= {
-        s.split(": ", 2)[-1] for s in said}, said
+        s.split(": ", 2)[-1] for s in said
+    }, said
     time.sleep(0.2)
     assert len(said) == count  # stopped with the start
 

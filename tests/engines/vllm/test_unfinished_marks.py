@@ -20,8 +20,8 @@ import pytest
 from cachetool.engines.root_names import INCOMPLETE_DIR
 from cachetool.engines.vllm import unfinished
 from cachetool.errors import StopRequested
-from tests.cli_calls import one_error_line
 from tests.cache_trees import AOT, aged, make_aot_tree
+from tests.cli_calls import one_error_line
 
 OTHER = "torch_compile_cache/torch_aot_compile/" + "cd" * 32
 
@@ -105,8 +105,15 @@ def test_a_completed_start_settles_the_folders_it_finished(tmp_path, cli):
 
 def _killed_mark(root: Path, started: float, **fields) -> Path:
     """The mark a start killed outright leaves (it names no folder)."""
-    doc = {"command": "warm", "pid": 999_999_999, "host": socket.gethostname(), "process_start": 1,
-           "started": started, "folders": None, **fields}
+    doc = {
+        "command": "warm",
+        "pid": 999_999_999,
+        "host": socket.gethostname(),
+        "process_start": 1,
+        "started": started,
+        "folders": None,
+        **fields,
+    }
     path = root / INCOMPLETE_DIR / "warm-killed.json"
     _w(path, json.dumps(doc).encode())
     return path

@@ -10,47 +10,82 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cachetool.layouts.factors import Factors
 from cachetool.engines.vllm import key, verdict
+from cachetool.layouts.factors import Factors
 
-CONFIG = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2,
-          "hidden_size": 128}
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "num_hidden_layers": 2,
+    "layer_types": ["full_attention"] * 2,
+    "hidden_size": 128,
+}
 FLAGS = ["--max-model-len", "256", "--dtype", "bfloat16"]
 OPTIONS = {
-    "--max-model-len": {"dest": "max_model_len", "takes": 1}, "--seed": {"dest": "seed", "takes": 1},
-    "--dtype": {"dest": "dtype", "takes": 1}, "--tokenizer": {"dest": "tokenizer", "takes": 1},
+    "--max-model-len": {"dest": "max_model_len", "takes": 1},
+    "--seed": {"dest": "seed", "takes": 1},
+    "--dtype": {"dest": "dtype", "takes": 1},
+    "--tokenizer": {"dest": "tokenizer", "takes": 1},
     "--compilation-config": {"dest": "compilation_config", "takes": 1},
     "-cc": {"dest": "compilation_config", "takes": 1},
 }
 HASHING = {
-    "schema": 1, "options": OPTIONS, "defaults": {"seed": 0, "dtype": "auto"},
-    "flags": {"max_model_len": {"hashed": True, "fields": ["model_config.max_model_len"]},
-              "seed": {"hashed": False}, "tokenizer": {"hashed": None},
-              "dtype": {"choices": {'"float32"': {"hashed": True, "fields": ["model_config.dtype"]},
-                                    '"auto"': {"hashed": False}}}},
-    "env": {"vllm_hashed": ["VLLM_CPU_ATTN_SPLIT_KV", "VLLM_FLAG"], "vllm_unhashed": ["VLLM_CPU_KVCACHE_SPACE"],
-            "torch_config": {"TORCHINDUCTOR_FREEZING": ["inductor.freezing"],
-                             "TORCHINDUCTOR_COMPILE_THREADS_X": ["inductor.not_portable"]},
-            "torch_config_unmapped": ["TORCHINDUCTOR_VEC_ISA_OK"],
-            "set_by_vllm": {"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": {"value": "1", "forced": True}}},
+    "schema": 1,
+    "options": OPTIONS,
+    "defaults": {"seed": 0, "dtype": "auto"},
+    "flags": {
+        "max_model_len": {"hashed": True, "fields": ["model_config.max_model_len"]},
+        "seed": {"hashed": False},
+        "tokenizer": {"hashed": None},
+        "dtype": {
+            "choices": {'"float32"': {"hashed": True, "fields": ["model_config.dtype"]}, '"auto"': {"hashed": False}}
+        },
+    },
+    "env": {
+        "vllm_hashed": ["VLLM_CPU_ATTN_SPLIT_KV", "VLLM_FLAG"],
+        "vllm_unhashed": ["VLLM_CPU_KVCACHE_SPACE"],
+        "torch_config": {
+            "TORCHINDUCTOR_FREEZING": ["inductor.freezing"],
+            "TORCHINDUCTOR_COMPILE_THREADS_X": ["inductor.not_portable"],
+        },
+        "torch_config_unmapped": ["TORCHINDUCTOR_VEC_ISA_OK"],
+        "set_by_vllm": {"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": {"value": "1", "forced": True}},
+    },
     "hf_config_hashed": True,
 }
 
 
 def recorded(model: Path, *, env: dict | None = None, hashing: dict | None = HASHING) -> Factors:
-    launch = {"vllm": "0.32.0", "torch": "2.13.0+cpu", "model": str(model), "model_config": "d" * 64,
-              "flags": FLAGS, "env": env or {}, "config_json": CONFIG, "server_only_options": {}}
-    inputs = {"env": {"hash": "e", "values": {"VLLM_CPU_ATTN_SPLIT_KV": True, "VLLM_FLAG": 0}},
-              "config": {"hash": "c", "values": {}}, "inductor": {"hash": "i", "values": {"inductor.freezing": False}},
-              "compiler": {"values": {"vllm": "0.32.0", "torch": "2.13.0+cpu"}}, "model": str(model)}
-    return Factors(key.recorded_factors(inputs, {"vllm/model.py": "f" * 64}, {}, FLAGS, 1, launch=launch,
-                                        hashing=hashing))
+    launch = {
+        "vllm": "0.32.0",
+        "torch": "2.13.0+cpu",
+        "model": str(model),
+        "model_config": "d" * 64,
+        "flags": FLAGS,
+        "env": env or {},
+        "config_json": CONFIG,
+        "server_only_options": {},
+    }
+    inputs = {
+        "env": {"hash": "e", "values": {"VLLM_CPU_ATTN_SPLIT_KV": True, "VLLM_FLAG": 0}},
+        "config": {"hash": "c", "values": {}},
+        "inductor": {"hash": "i", "values": {"inductor.freezing": False}},
+        "compiler": {"values": {"vllm": "0.32.0", "torch": "2.13.0+cpu"}},
+        "model": str(model),
+    }
+    return Factors(
+        key.recorded_factors(inputs, {"vllm/model.py": "f" * 64}, {}, FLAGS, 1, launch=launch, hashing=hashing)
+    )
 
 
 def judge(factors: Factors, model: Path, flags=FLAGS, env=None, versions=None, traced=None) -> verdict.Verdict:
-    return verdict.judge(factors, model=str(model), flags=list(flags), env=env or {},
-                         versions=versions or {"vllm": "0.32.0", "torch": "2.13.0+cpu"},
-                         traced=traced or {"vllm/model.py": "f" * 64})
+    return verdict.judge(
+        factors,
+        model=str(model),
+        flags=list(flags),
+        env=env or {},
+        versions=versions or {"vllm": "0.32.0", "torch": "2.13.0+cpu"},
+        traced=traced or {"vllm/model.py": "f" * 64},
+    )
 
 
 def model_at(folder: Path, **changes) -> Path:
@@ -81,8 +116,10 @@ def test_a_hashed_flag_is_a_miss_naming_the_field_it_moves(tmp_path):
 
 def test_a_choice_is_judged_by_its_value(tmp_path):
     m = model_at(tmp_path / "m")
-    assert judge(recorded(m), m, flags=["--max-model-len", "256", "--dtype", "float32"]).misses()[0].name == \
-        "--dtype (model_config.dtype)"
+    assert (
+        judge(recorded(m), m, flags=["--max-model-len", "256", "--dtype", "float32"]).misses()[0].name
+        == "--dtype (model_config.dtype)"
+    )
     assert judge(recorded(m), m, flags=["--max-model-len", "256", "--dtype", "auto"]).hit
     # a choice the warm never tried, an option it could not try, a JSON option, a token no option reads: vLLM asked
     for flags in (["--dtype", "float16"], ["--tokenizer", "t"], ["-cc.cudagraph_mode=NONE"], ["--what", "x"]):
@@ -94,11 +131,14 @@ def test_variables_by_what_reads_them(tmp_path):
     m = model_at(tmp_path / "m")
     f = recorded(m, env={"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "1"})
     cases = {
-        "VLLM_CPU_KVCACHE_SPACE": ("1", "hit"), "VLLM_NOT_A_VARIABLE": ("x", "hit"),
+        "VLLM_CPU_KVCACHE_SPACE": ("1", "hit"),
+        "VLLM_NOT_A_VARIABLE": ("x", "hit"),
         "TORCHINDUCTOR_CPP_DYNAMIC_THREADS": ("0", "hit"),  # vLLM sets it whatever the server's environment says
         "TORCHINDUCTOR_COMPILE_THREADS_X": ("4", "hit"),  # read by Inductor, but not in vLLM's Inductor factors
-        "VLLM_CPU_ATTN_SPLIT_KV": ("0", "miss"), "TORCHINDUCTOR_FREEZING": ("1", "miss"),
-        "TORCHINDUCTOR_VEC_ISA_OK": ("1", "unknown"), "OMP_NUM_THREADS": ("1", "unknown"),
+        "VLLM_CPU_ATTN_SPLIT_KV": ("0", "miss"),
+        "TORCHINDUCTOR_FREEZING": ("1", "miss"),
+        "TORCHINDUCTOR_VEC_ISA_OK": ("1", "unknown"),
+        "OMP_NUM_THREADS": ("1", "unknown"),
     }
     for name, (value, want) in cases.items():
         v = judge(f, m, env={"TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "1", name: value})
@@ -134,48 +174,92 @@ def test_a_bundle_without_hashing_facts_asks_vllm(tmp_path):
 def test_another_path_and_a_list_field_compare_without_a_crash(tmp_path):
     """vLLM asked (stage 3) for a server at another path whose config.json changed a list field: the comparison
     put the values in a set (``unhashable type: 'list'``, exit 1 even under --on-miss continue)."""
-    rec = {"config": {"hash": "a", "values": {"model_config": {"hash": "x", "model": "/a", "tokenizer": "/a",
-                                                               "hf_config": {"layer_types": ["full"] * 2}}}},
-           "serve": {"values": {"model": "/a"}}, "compiler": {"values": {}}}
-    local = {"config": {"hash": "b", "values": {"model_config": {"hash": "y", "model": "/b", "tokenizer": "/b",
-                                                                 "hf_config": {"layer_types": ["full"] * 3}}}},
-             "env": {"hash": None, "values": {}}, "compiler": {"values": {}}, "model": "/b"}
+    rec = {
+        "config": {
+            "hash": "a",
+            "values": {
+                "model_config": {
+                    "hash": "x",
+                    "model": "/a",
+                    "tokenizer": "/a",
+                    "hf_config": {"layer_types": ["full"] * 2},
+                }
+            },
+        },
+        "serve": {"values": {"model": "/a"}},
+        "compiler": {"values": {}},
+    }
+    local = {
+        "config": {
+            "hash": "b",
+            "values": {
+                "model_config": {
+                    "hash": "y",
+                    "model": "/b",
+                    "tokenizer": "/b",
+                    "hf_config": {"layer_types": ["full"] * 3},
+                }
+            },
+        },
+        "env": {"hash": None, "values": {}},
+        "compiler": {"values": {}},
+        "model": "/b",
+    }
     names = [d.name for d in key.differences(Factors(rec), local)]
     assert names[0] == "model" and "model_config.hf_config.layer_types" in names
     assert "model_config.tokenizer" not in names  # follows from the path: named once
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-                    max_leaves=12)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(a=JSON, b=JSON, c=JSON)
 def test_any_json_in_recorded_and_local_inputs_compares_without_an_exception(a, b, c):
-    rec = {"config": {"hash": "h1", "values": {"model_config": {"hash": "x", "model": a, "f": b},
-                                               "other": c}},
-           "serve": {"values": {"model": a}}, "env": {"hash": "e", "values": {"V": b}},
-           "inductor": {"hash": "i", "values": {"inductor.x": c}}, "compiler": {"values": {"vllm": c}},
-           "code": {"values": {"f": "x"}}}
-    local = {"config": {"hash": "h2", "values": {"model_config": {"hash": "y", "model": c, "f": a}, "other": b}},
-             "env": {"hash": "e2", "values": {"V": a}}, "inductor": {"hash": "j", "values": {"inductor.x": b}},
-             "compiler": {"values": {"vllm": a}}, "model": c}
+    rec = {
+        "config": {"hash": "h1", "values": {"model_config": {"hash": "x", "model": a, "f": b}, "other": c}},
+        "serve": {"values": {"model": a}},
+        "env": {"hash": "e", "values": {"V": b}},
+        "inductor": {"hash": "i", "values": {"inductor.x": c}},
+        "compiler": {"values": {"vllm": c}},
+        "code": {"values": {"f": "x"}},
+    }
+    local = {
+        "config": {"hash": "h2", "values": {"model_config": {"hash": "y", "model": c, "f": a}, "other": b}},
+        "env": {"hash": "e2", "values": {"V": a}},
+        "inductor": {"hash": "j", "values": {"inductor.x": b}},
+        "compiler": {"values": {"vllm": a}},
+        "model": c,
+    }
     diffs = key.differences(Factors(rec), local, {"f": "x"})
     assert all(isinstance(d.name, str) for d in diffs)
-    same = key.differences(Factors(rec), {**rec, "config": {"hash": "h1", "values": rec["config"]["values"]},
-                                          "env": {"hash": "e", "values": {"V": b}},
-                                          "inductor": {"hash": "i", "values": {"inductor.x": c}},
-                                          "compiler": {"values": {"vllm": c}}, "model": a}, {"f": "x"})
+    same = key.differences(
+        Factors(rec),
+        {
+            **rec,
+            "config": {"hash": "h1", "values": rec["config"]["values"]},
+            "env": {"hash": "e", "values": {"V": b}},
+            "inductor": {"hash": "i", "values": {"inductor.x": c}},
+            "compiler": {"values": {"vllm": c}},
+            "model": a,
+        },
+        {"f": "x"},
+    )
     assert same == []
 
 
 @settings(max_examples=150)
-@given(launch=st.dictionaries(st.sampled_from(["vllm", "torch", "model", "flags", "env", "config_json"]), JSON),
-       hashing=st.dictionaries(st.sampled_from(["options", "defaults", "flags", "env", "hf_config_hashed"]), JSON),
-       flags=st.lists(st.text(max_size=10), max_size=6), env=st.dictionaries(st.text(max_size=8), st.text(max_size=4)))
+@given(
+    launch=st.dictionaries(st.sampled_from(["vllm", "torch", "model", "flags", "env", "config_json"]), JSON),
+    hashing=st.dictionaries(st.sampled_from(["options", "defaults", "flags", "env", "hf_config_hashed"]), JSON),
+    flags=st.lists(st.text(max_size=10), max_size=6),
+    env=st.dictionaries(st.text(max_size=8), st.text(max_size=4)),
+)
 def test_any_recorded_facts_give_a_verdict_without_an_exception(launch, hashing, flags, env):
-    f = Factors({"launch": {"values": launch}, "hashing": {"values": {**hashing, "schema": 1}},
-                 "code": {"values": {}}})
+    f = Factors({"launch": {"values": launch}, "hashing": {"values": {**hashing, "schema": 1}}, "code": {"values": {}}})
     v = verdict.judge(f, model="/nowhere", flags=flags, env=env, versions={"vllm": "x", "torch": "y"}, traced={})
     assert isinstance(v.hit, bool) and isinstance(v.decided, bool)

@@ -43,8 +43,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(401, {"errors": [{"code": "UNAUTHORIZED"}]})
             return self._send(200, {"token": self.token})
         if self.headers.get("Authorization") != f"Bearer {self.token}":
-            challenge = (f'Bearer realm="http://127.0.0.1:{port}/token",service="fake-registry",'
-                         f'scope="repository:team/llama:pull"')
+            challenge = (
+                f'Bearer realm="http://127.0.0.1:{port}/token",service="fake-registry",'
+                f'scope="repository:team/llama:pull"'
+            )
             return self._send(401, {"errors": [{"code": "UNAUTHORIZED"}]}, {"WWW-Authenticate": challenge})
         self.seen.append(("api", u.path))
         if u.path.endswith("/tags/list"):
@@ -66,7 +68,9 @@ def token_registry():
 def _login(tmp_path, monkeypatch, host, user, pw):
     d = tmp_path / "docker"
     d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps({"auths": {host: {"auth": base64.b64encode(f"{user}:{pw}".encode()).decode()}}}))
+    (d / "config.json").write_text(
+        json.dumps({"auths": {host: {"auth": base64.b64encode(f"{user}:{pw}".encode()).decode()}}})
+    )
     monkeypatch.setenv("DOCKER_CONFIG", str(d))
 
 
@@ -89,9 +93,16 @@ def test_bearer_token_wrong_password(token_registry, tmp_path, monkeypatch):
 def test_credentials_from_docker_config_variants(tmp_path, monkeypatch):
     d = tmp_path / "docker"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"auths": {
-        "https://reg.example": {"auth": base64.b64encode(b"u1:p:1").decode()},
-        "other.example:5000": {"username": "u2", "password": "p2"}}}))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "auths": {
+                    "https://reg.example": {"auth": base64.b64encode(b"u1:p:1").decode()},
+                    "other.example:5000": {"username": "u2", "password": "p2"},
+                }
+            }
+        )
+    )
     monkeypatch.setenv("DOCKER_CONFIG", str(d))
     assert registry_credentials("reg.example") == ("u1", "p:1")
     assert registry_credentials("other.example:5000") == ("u2", "p2")
@@ -126,8 +137,23 @@ def _skopeo_login(reg, authfile, password=None):
     if shutil.which("skopeo") is None:
         pytest.skip("skopeo is not installed")
     user, pw = reg.login
-    p = subprocess.run(["skopeo", "login", "--tls-verify=false", "--authfile", str(authfile), "-u", user,
-                        "--password-stdin", reg.host], input=password or pw, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            "skopeo",
+            "login",
+            "--tls-verify=false",
+            "--authfile",
+            str(authfile),
+            "-u",
+            user,
+            "--password-stdin",
+            reg.host,
+        ],
+        input=password or pw,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert reg.host in json.loads(authfile.read_text())["auths"]
 
@@ -161,9 +187,17 @@ def test_auth_json_keys_per_namespace(no_logins, monkeypatch):
 
     f = no_logins / "auth.json"
     tok = lambda u: base64.b64encode(f"{u}:pw".encode()).decode()  # noqa: E731
-    f.write_text(json.dumps({"auths": {"reg.example": {"auth": tok("host")},
-                                       "reg.example/team": {"auth": tok("team")},
-                                       "reg.example/team/llama": {"auth": tok("repo")}}}))
+    f.write_text(
+        json.dumps(
+            {
+                "auths": {
+                    "reg.example": {"auth": tok("host")},
+                    "reg.example/team": {"auth": tok("team")},
+                    "reg.example/team/llama": {"auth": tok("repo")},
+                }
+            }
+        )
+    )
     monkeypatch.setenv("REGISTRY_AUTH_FILE", str(f))
     assert registry_credentials("reg.example", "team/llama")[0] == "repo"
     assert registry_credentials("reg.example", "team/other")[0] == "team"

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
+from cachetool.api import pull
 from cachetool.bundle.packing import pack
 from cachetool.errors import StoreError
-from cachetool.api import pull
 from cachetool.stores import open_store
 from cachetool.stores.oci import media, packs
 from tests.cache_trees import packable_tree, tree_snapshot
@@ -41,8 +41,9 @@ def _repo(oci_registry) -> str:
 
 
 @pytest.mark.parametrize("pair", [("packed", "packed-more"), ("small", "packed"), ("packed", "packed")])
-def test_two_interleaved_pushes_through_one_store_each_list_their_own_packs(oci_registry, bundles, pair, keys,
-                                                                            tmp_path):
+def test_two_interleaved_pushes_through_one_store_each_list_their_own_packs(
+    oci_registry, bundles, pair, keys, tmp_path
+):
     """Plan A, plan B, then A's blobs and manifest: A's manifest lists A's packs and singles, and each was uploaded
     (the plan was one slot on the store: A's manifest fell back to one layer per blob, never uploaded; and a blob
     that B packs and A sends alone went up only in B's pack). Two pushes of one bundle each commit their own plan."""
@@ -116,8 +117,12 @@ def test_an_upload_lost_to_another_pusher_counts_as_done(oci_registry, monkeypat
 
     def lose_the_race(d, size, what, **kw):
         theirs.repository.upload(d, size, what, **kw)  # the other pusher's commit lands first
-        raise StoreError(f"{what}: registry {ours.host} answered 400 DIGEST_INVALID: provided digest did not "
-                         "match uploaded content", store=ours.url, key=d, status=400)
+        raise StoreError(
+            f"{what}: registry {ours.host} answered 400 DIGEST_INVALID: provided digest did not match uploaded content",
+            store=ours.url,
+            key=d,
+            status=400,
+        )
 
     monkeypatch.setattr(ours.repository, "upload", lose_the_race)
     try:
@@ -176,7 +181,8 @@ def test_an_abandoned_push_sends_nothing_for_a_later_one(oci_registry, bundles):
             sent = st.counters.bytes_up - before
             singles = {b.digest for b in p.plan.singles}
             expected = sum(layer["size"] for layer in p.plan.layers) + sum(
-                b.stored_size for b in missing if b.digest in singles)
+                b.stored_size for b in missing if b.digest in singles
+            )
             assert sent == expected
             p.commit(packed.manifest_bytes(), packed.signature_bytes())
 
@@ -257,15 +263,30 @@ def test_two_pushes_through_one_store_send_the_signatures_empty_config_once(oci_
 
 def _link_file(registry, store, digest: str):
     """Where docker-registry's filesystem driver keeps the repository's link to blob ``digest``."""
-    return (registry.data_dir / "docker/registry/v2/repositories" / store.repo / "_layers/sha256"
-            / digest.split(":", 1)[1] / "link")
+    return (
+        registry.data_dir
+        / "docker/registry/v2/repositories"
+        / store.repo
+        / "_layers/sha256"
+        / digest.split(":", 1)[1]
+        / "link"
+    )
 
 
 def _signature_like_manifest() -> bytes:
-    return json.dumps({"schemaVersion": 2, "mediaType": media.OCI_MANIFEST,
-                       "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": media.EMPTY_DIGEST,
-                                  "size": len(media.EMPTY_JSON)},
-                       "layers": [], "annotations": {"test": uuid.uuid4().hex}}).encode()
+    return json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": media.OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.empty.v1+json",
+                "digest": media.EMPTY_DIGEST,
+                "size": len(media.EMPTY_JSON),
+            },
+            "layers": [],
+            "annotations": {"test": uuid.uuid4().hex},
+        }
+    ).encode()
 
 
 def test_a_manifest_put_that_meets_a_link_being_rewritten_is_asked_again(oci_registry, monkeypatch):

@@ -29,8 +29,11 @@ def skopeo(*args: str) -> str:
 
 
 def copy(src: str, dst: str, *, all_: bool) -> None:
-    flags = ["--src-tls-verify=false", "--dest-tls-verify=false"] if src.startswith("docker") or dst.startswith(
-        "docker") else []
+    flags = (
+        ["--src-tls-verify=false", "--dest-tls-verify=false"]
+        if src.startswith("docker") or dst.startswith("docker")
+        else []
+    )
     skopeo("copy", *(["--all"] if all_ else []), *flags, src, dst)
 
 
@@ -82,8 +85,9 @@ def test_mirror_without_the_signature_is_refused(oci_registry, oci_mirror, bundl
 
 
 @pytest.mark.parametrize("how", ["all", "layout"])
-def test_a_mirrored_compiled_cache_pulls_and_the_server_compiles_nothing(how, oci_registry, oci_mirror, warmed_root,
-                                                                          keys, tmp_path, cli):
+def test_a_mirrored_compiled_cache_pulls_and_the_server_compiles_nothing(
+    how, oci_registry, oci_mirror, warmed_root, keys, tmp_path, cli
+):
     """The whole path through a mirror: a real tiny-model cache (``cachetool warm``) pushed, copied by skopeo,
     pulled from the mirror with the server's key checked, then ``check --require-hit`` starts hot."""
     from tests.cli_calls import run_cli
@@ -95,8 +99,17 @@ def test_a_mirrored_compiled_cache_pulls_and_the_server_compiles_nothing(how, oc
     oci_digest = json.loads(res.out)["pinned"].rsplit("@", 1)[1]
     _mirror(oci_registry.host, oci_mirror.host, repo, "v1", f"sha256-{hexof(oci_digest)}", how, tmp_path)
     server_root = tmp_path / "server"
-    res = cli("pull", f"{oci_mirror.url}/{repo}:v1", "--cache-root", server_root, "--trust", keys["pub"],
-              "--model", "tiny", "--json")
+    res = cli(
+        "pull",
+        f"{oci_mirror.url}/{repo}:v1",
+        "--cache-root",
+        server_root,
+        "--trust",
+        keys["pub"],
+        "--model",
+        "tiny",
+        "--json",
+    )
     assert res.rc == 0, res
     assert f"cache key {warm['cache_key']}" in json.loads(res.out)["install"]["preflight"]
     check = run_cli("check", "--model", "tiny", "--cache-root", str(server_root), "--require-hit", "--json")

@@ -35,9 +35,6 @@ def test_small_bundles_keep_one_layer_per_blob():
 
 
 def test_packed_bundle_pushes_repushes_nothing_and_pulls(oci_registry, keys, tmp_path, cli):
-    from cachetool.bundle.packing import pack
-    from cachetool.transfer.push import push
-
     tree, rank = packable_tree(tmp_path / "tree", packs.PACK_FROM + 500)  # enough small blobs to be packed
     ref = f"{oci_registry.url}/team/packs-{uuid.uuid4().hex[:6]}:v1"
     args = ("--sign-key", keys["priv"], "--json")

@@ -7,14 +7,14 @@ import uuid
 
 import pytest
 
+from cachetool.api import pull
 from cachetool.errors import StoreError
+from cachetool.refs.admin import remove
 from cachetool.stores import open_store
 from cachetool.stores.base import RefEntry
 from cachetool.stores.oci import OCIStore
 from cachetool.stores.oci.repository import Repository
-from cachetool.api import pull
 from cachetool.transfer.push import merge_index, push
-from cachetool.refs.admin import remove
 
 
 def _repo(reg) -> str:
@@ -27,8 +27,9 @@ def _stage(st, bundle) -> RefEntry:
         for b in p.missing():
             p.put_blob(b)
         digest = p.commit(bundle.manifest_bytes(), bundle.signature_bytes()).digest
-    return RefEntry(digest, bundle.platform, dict(bundle.manifest.fingerprint), bundle.stored_size,
-                    "2026-12-01T00:00:00Z")
+    return RefEntry(
+        digest, bundle.platform, dict(bundle.manifest.fingerprint), bundle.stored_size, "2026-12-01T00:00:00Z"
+    )
 
 
 def test_gc_keeps_the_signature_of_a_push_in_flight(oci_registry, bundle, keys, tmp_path):

@@ -8,9 +8,8 @@ import hashlib
 import json
 import uuid
 
-import requests
-
 import pytest
+import requests
 
 from cachetool.bundle.ctb import write_ctb
 
@@ -24,8 +23,9 @@ def no_ca(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_private_ca_registry_works_with_its_ca_and_fails_in_one_line_without(oci_registry_tls, bundle, keys, cli,
-                                                                            no_ca, monkeypatch):
+def test_private_ca_registry_works_with_its_ca_and_fails_in_one_line_without(
+    oci_registry_tls, bundle, keys, cli, no_ca, monkeypatch
+):
     # Before: 127.0.0.1 meant plain HTTP (no TLS at all), a private CA could not be configured per registry, and
     # an SSLError was retried 5 times.
     reg, tmp = oci_registry_tls, no_ca
@@ -86,8 +86,9 @@ def test_ls_of_a_registry_skips_a_catalogued_repository_without_tags(oci_registr
     started = requests.post(base, timeout=10)
     assert started.status_code == 202, started.text
     location = requests.compat.urljoin(base, started.headers["Location"])
-    done = requests.put(location, params={"digest": "sha256:" + hashlib.sha256(blob).hexdigest()}, data=blob,
-                        timeout=10)
+    done = requests.put(
+        location, params={"digest": "sha256:" + hashlib.sha256(blob).hexdigest()}, data=blob, timeout=10
+    )
     assert done.status_code == 201, done.text
     assert cli("push", write_ctb(bundle, tmp_path / "b.ctb"), f"{oci_registry.url}/{ns}/tiny:v1").rc == 0
     r = cli("ls", f"{oci_registry.url}/{ns}", "--json")

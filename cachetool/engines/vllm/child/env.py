@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cachetool.facts import machine  # the torch-free machine facts, every engine's
 from cachetool.engines.vllm import jit_caches
 from cachetool.errors import UsageError
+from cachetool.facts import machine  # the torch-free machine facts, every engine's
 
 # The folder of what runs inside vLLM's processes (child.py, cachetool_vllm_probe.py, cachetool_vllm_hashing.py),
 # which vLLM's workers (spawned ones too) import by name: only those modules, so nothing else of cachetool shadows a
@@ -49,5 +49,5 @@ def cpu_binding(tp: int) -> str:
     if len(cores) < tp:
         raise UsageError(f"-tp {tp} on the CPU needs {tp} cores, this process may use {len(cores)}")
     size = len(cores) // tp
-    groups = [cores[i * size:(i + 1) * size] for i in range(tp)]
+    groups = [cores[i * size : (i + 1) * size] for i in range(tp)]
     return "|".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups)

@@ -31,9 +31,16 @@ def run_child(request: dict, cache_root: Path | None, log: BinaryIO, *, timeout:
         fd = result_file.fileno()
         body = json.dumps({**request, "result_fd": fd, "scratch_root": cache_root is None}).encode()
         # its own process group: vLLM's EngineCore, workers and compile jobs inherit it, so they end with it
-        proc = subprocess.Popen([python(), str(CHILD)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                env=child_env(cache_root, tp), pass_fds=(fd,), start_new_session=True,
-                                preexec_fn=process_tree.die_with_parent)
+        proc = subprocess.Popen(
+            [python(), str(CHILD)],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env(cache_root, tp),
+            pass_fds=(fd,),
+            start_new_session=True,
+            preexec_fn=process_tree.die_with_parent,
+        )
         try:
             proc.communicate(body, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -44,15 +51,18 @@ def run_child(request: dict, cache_root: Path | None, log: BinaryIO, *, timeout:
         result_file.seek(0)
         text = result_file.read()
     if not text:
-        raise EngineFailedError(f"vLLM exited with code {proc.returncode} before reporting: "
-                                f"{last_log_error(log)}{log_note(log)}")
+        raise EngineFailedError(
+            f"vLLM exited with code {proc.returncode} before reporting: {last_log_error(log)}{log_note(log)}"
+        )
     result = json.loads(text)
     if not result.get("ok"):
         if result.get("layout"):
-            raise EngineLayoutError(f"vLLM {install_facts.vllm_version()}: {result.get('error')} "
-                                    "(cachetool is tested with "
-                                    f"vLLM {releases.described_range('cpu')} on the CPU, "
-                                    f"{releases.described_range('cuda')} on CUDA)")
+            raise EngineLayoutError(
+                f"vLLM {install_facts.vllm_version()}: {result.get('error')} "
+                "(cachetool is tested with "
+                f"vLLM {releases.described_range('cpu')} on the CPU, "
+                f"{releases.described_range('cuda')} on CUDA)"
+            )
         cls = EngineFlagsError if result.get("usage") else EngineFailedError
         raise cls(f"{result.get('error')}{log_note(log)}")
     return result

@@ -12,8 +12,8 @@ import contextlib
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from cachetool import bounds
 

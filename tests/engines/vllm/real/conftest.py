@@ -40,8 +40,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def cachetool(*args, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cachetool", *map(str, args)], capture_output=True, text=True,
-                          env={**ENV, **(env or {})}, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "cachetool", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**ENV, **(env or {})},
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -50,7 +56,7 @@ def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 def json_out(r: subprocess.CompletedProcess) -> dict:
-    return json.loads(r.stdout[r.stdout.index("{"):])
+    return json.loads(r.stdout[r.stdout.index("{") :])
 
 
 def error_line(r: subprocess.CompletedProcess) -> str:
@@ -87,15 +93,37 @@ def warmed(tmp_path_factory, oci_registry):
         model = write_model(d / "models" / "tiny-llama")
         ok(cachetool("keygen", "-o", d / "signing.key"))
         ref = f"{oci_registry.repo_url('vllm-tiny')}:ci"
-        r = ok(cachetool("warm", "--engine", "vllm", "--cache-root", d / "ci-root", "--push", ref, "--sign-key",
-                         d / "signing.key", "--json", "--", model, *FLAGS))
+        r = ok(
+            cachetool(
+                "warm",
+                "--engine",
+                "vllm",
+                "--cache-root",
+                d / "ci-root",
+                "--push",
+                ref,
+                "--sign-key",
+                d / "signing.key",
+                "--json",
+                "--",
+                model,
+                *FLAGS,
+            )
+        )
         ok(cachetool("pack", d / "ci-root", "-o", d / "x.ctb", "--sign-key", d / "signing.key"))  # single file
         (d / "warm.json").write_text(json.dumps({"ref": ref, "summary": json_out(r)}))
 
     d = shared_build(tmp_path_factory, "vllm_warm", build)
     warm = json.loads((d / "warm.json").read_text())
-    return {"base": d, "ref": warm["ref"], "root": d / "ci-root", "summary": warm["summary"],
-            "key": d / "signing.key", "pub": d / "signing.key.pub", "model": d / "models" / "tiny-llama"}
+    return {
+        "base": d,
+        "ref": warm["ref"],
+        "root": d / "ci-root",
+        "summary": warm["summary"],
+        "key": d / "signing.key",
+        "pub": d / "signing.key.pub",
+        "model": d / "models" / "tiny-llama",
+    }
 
 
 @contextlib.contextmanager

@@ -50,8 +50,20 @@ def test_warm_records_vllms_facts_and_key_inputs(warmed):
 def test_server_model_path_unlike_the_warms_is_refused_before_any_blob(warmed, tmp_path):
     other = write_model(tmp_path / "models" / "tiny-llama")  # the same config.json at another path
     root = tmp_path / "root"
-    r = cachetool("pull", warmed["ref"], "--cache-root", root, "--trust", warmed["pub"], "--engine", "vllm",
-                  "--model", other, "--", *FLAGS)
+    r = cachetool(
+        "pull",
+        warmed["ref"],
+        "--cache-root",
+        root,
+        "--trust",
+        warmed["pub"],
+        "--engine",
+        "vllm",
+        "--model",
+        other,
+        "--",
+        *FLAGS,
+    )
     assert r.returncode == 4, r
     line = error_line(r)
     assert "'model_config.model' differs" in line and str(other) in line and str(warmed["model"]) in line, line
@@ -62,15 +74,16 @@ def _edited_bundle(warmed, tmp_path, **fingerprint) -> Path:
     """The warm's key folder packed, its fingerprint edited and the manifest signed again with the trusted key
     (a signer that made a bundle for another vLLM or CPU): a .ctb."""
     from cachetool.bundle.ctb import write_ctb
-    from cachetool.bundle.packing import DirPackedBundle, pack
     from cachetool.bundle.manifest import Manifest
+    from cachetool.bundle.packing import DirPackedBundle, pack
     from cachetool.bundle.signing import load_private_key, sign_manifest
 
     with pack(warmed["summary"]["compile"]["cache_dir"], workdir=tmp_path / "work") as b:
         m = dataclasses.replace(b.manifest, fingerprint={**b.manifest.fingerprint, **fingerprint})
         mbytes = Manifest.to_bytes(m)
-        edited = DirPackedBundle(mbytes, sign_manifest(mbytes, load_private_key(warmed["key"])), "edited",
-                                 tmp_path / "work" / "blobs", None)
+        edited = DirPackedBundle(
+            mbytes, sign_manifest(mbytes, load_private_key(warmed["key"])), "edited", tmp_path / "work" / "blobs", None
+        )
         return write_ctb(edited, tmp_path / "edited.ctb")
 
 
@@ -91,8 +104,9 @@ def test_a_bundle_for_another_vllm_or_cpu_is_refused_before_any_blob(warmed, tmp
     store = tmp_path / "store"
     ok(cachetool("push", ctb, f"file://{store}/tiny:edited"))
     shutil.rmtree(store / "blobs")
-    r = cachetool("pull", f"file://{store}/tiny:edited", "--cache-root", root, "--trust", warmed["pub"],
-                  "--engine", "vllm")
+    r = cachetool(
+        "pull", f"file://{store}/tiny:edited", "--cache-root", root, "--trust", warmed["pub"], "--engine", "vllm"
+    )
     assert r.returncode == 4, r
     assert field in error_line(r) and value in error_line(r)
     assert not root.exists()
@@ -105,10 +119,12 @@ def test_without_model_the_preflight_imports_neither_torch_nor_vllm(warmed, tmp_
 
     store = tmp_path / "store"
     ok(cachetool("push", warmed["base"] / "x.ctb", f"file://{store}/tiny:main"))
-    script = ("import json, sys\nfrom cachetool.cli import main\n"
-              f"rc = main(['pull', 'file://{store}/tiny:main', '--cache-root', {str(tmp_path / 'root')!r}, "
-              f"'--trust', {str(warmed['pub'])!r}, '--engine', 'vllm'])\n"
-              "print(json.dumps({'rc': rc, 'loaded': sorted(m for m in ('torch', 'vllm') if m in sys.modules)}))\n")
+    script = (
+        "import json, sys\nfrom cachetool.cli import main\n"
+        f"rc = main(['pull', 'file://{store}/tiny:main', '--cache-root', {str(tmp_path / 'root')!r}, "
+        f"'--trust', {str(warmed['pub'])!r}, '--engine', 'vllm'])\n"
+        "print(json.dumps({'rc': rc, 'loaded': sorted(m for m in ('torch', 'vllm') if m in sys.modules)}))\n"
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"rc": 0, "loaded": []}, proc.stderr[-2000:]
     assert "preflight: fingerprint" in proc.stdout
@@ -123,8 +139,9 @@ def test_a_corrupted_blob_is_refused_and_nothing_is_installed(warmed, tmp_path):
     data[len(data) // 2] ^= 0xFF
     blob.write_bytes(bytes(data))
     root = tmp_path / "root"
-    r = cachetool("pull", f"file://{store}/tiny:main", "--cache-root", root, "--trust", warmed["pub"],
-                  "--engine", "vllm")
+    r = cachetool(
+        "pull", f"file://{store}/tiny:main", "--cache-root", root, "--trust", warmed["pub"], "--engine", "vllm"
+    )
     assert r.returncode == 3, r
     error_line(r)
     assert not root.exists() or not any(p.is_file() for p in root.rglob("*") if ".cachetool" not in str(p))
@@ -134,25 +151,40 @@ def test_diff_against_this_machine_names_vllms_facts(warmed, tmp_path):
     """diff --engine vllm without --model: the fingerprint with vLLM's facts, importing nothing heavy (the key
     inputs with --model take the same ServerKeyCheck as pull, shown by the refusal above)."""
     same = json_out(ok(cachetool("diff", warmed["base"] / "x.ctb", "local", "--engine", "vllm", "--json")))
-    assert {k: same[k] for k in ("a", "b", "differs", "differences", "ok", "exit_code")} == \
-        {"a": str(warmed["base"] / "x.ctb"), "b": "local", "differs": False, "differences": [], "ok": True,
-         "exit_code": 0}
+    assert {k: same[k] for k in ("a", "b", "differs", "differences", "ok", "exit_code")} == {
+        "a": str(warmed["base"] / "x.ctb"),
+        "b": "local",
+        "differs": False,
+        "differences": [],
+        "ok": True,
+        "exit_code": 0,
+    }
     # without --engine: a vLLM bundle is still compared with vLLM's facts, not the native compiler's factors
     assert json_out(ok(cachetool("diff", warmed["base"] / "x.ctb", "local", "--json")))["differences"] == []
     edited = _edited_bundle(warmed, tmp_path, cpu_isa=OTHER_CPU_ISA)
     doc = json_out(cachetool("diff", edited, "local", "--engine", "vllm", "--json"))
-    assert [(d["category"], d["name"], d["a"]) for d in doc["differences"]] == \
-        [("fingerprint", "cpu_isa", OTHER_CPU_ISA)]
+    assert [(d["category"], d["name"], d["a"]) for d in doc["differences"]] == [
+        ("fingerprint", "cpu_isa", OTHER_CPU_ISA)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- bad input
+
 
 def test_vllm_not_installed_names_the_install_script(tmp_path, tiny_model):
     import venv
 
     venv.EnvBuilder(with_pip=False).create(tmp_path / "bare")
-    r = cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", tmp_path / "root",
-                  env={"CACHETOOL_VLLM_PYTHON": str(tmp_path / "bare" / "bin" / "python")})
+    r = cachetool(
+        "warm",
+        "--engine",
+        "vllm",
+        "--model",
+        tiny_model,
+        "--cache-root",
+        tmp_path / "root",
+        env={"CACHETOOL_VLLM_PYTHON": str(tmp_path / "bare" / "bin" / "python")},
+    )
     assert r.returncode == 2, r
     assert "scripts/install.sh --vllm" in error_line(r)
     assert not (tmp_path / "root").exists()
@@ -172,8 +204,9 @@ def test_the_model_may_be_named_after_the_double_dash_as_vllm_serve_takes_it(tmp
     M` takes it so: M is now the model (this folder lacks config.json, which is what the refusal names); a real
     start of that form is the session's warm (conftest.py's `warmed`). The native engine still needs --model."""
     (tmp_path / "m").mkdir()
-    r = cachetool(verb, "--engine", "vllm", "--cache-root", tmp_path / "root", "--", tmp_path / "m",
-                  "--max-model-len", "256")
+    r = cachetool(
+        verb, "--engine", "vllm", "--cache-root", tmp_path / "root", "--", tmp_path / "m", "--max-model-len", "256"
+    )
     assert r.returncode == 2 and f"{tmp_path / 'm'}: the folder has no config.json" in error_line(r), r
     r = cachetool(verb, "--engine", "vllm", "--cache-root", tmp_path / "root", "--", "--max-model-len", "256")
     assert r.returncode == 2 and "M after -- as in `vllm serve M`" in error_line(r), r
@@ -184,8 +217,21 @@ def test_the_model_may_be_named_after_the_double_dash_as_vllm_serve_takes_it(tmp
 
 def test_flags_vllm_refuses_are_one_line_and_nothing_is_pushed(tmp_path, tiny_model, signing_key):
     store = tmp_path / "store"
-    r = cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", tmp_path / "root", "--push",
-                  f"file://{store}/tiny:x", "--sign-key", signing_key, "--", "--no-such-flag")
+    r = cachetool(
+        "warm",
+        "--engine",
+        "vllm",
+        "--model",
+        tiny_model,
+        "--cache-root",
+        tmp_path / "root",
+        "--push",
+        f"file://{store}/tiny:x",
+        "--sign-key",
+        signing_key,
+        "--",
+        "--no-such-flag",
+    )
     assert r.returncode == 2, r
     assert "--no-such-flag" in error_line(r) and "vLLM refused the flags" in error_line(r)
     assert not store.exists() and not (tmp_path / "root").exists()
@@ -194,8 +240,21 @@ def test_flags_vllm_refuses_are_one_line_and_nothing_is_pushed(tmp_path, tiny_mo
 def test_a_model_vllm_refuses_is_its_own_last_error_and_nothing_is_pushed(tmp_path, signing_key):
     bad = write_model(tmp_path / "bad-model", architectures=["NoSuchModelForCausalLM"])
     store = tmp_path / "store"
-    r = cachetool("warm", "--engine", "vllm", "--model", bad, "--cache-root", tmp_path / "root", "--push",
-                  f"file://{store}/tiny:x", "--sign-key", signing_key, "--", *FLAGS)
+    r = cachetool(
+        "warm",
+        "--engine",
+        "vllm",
+        "--model",
+        bad,
+        "--cache-root",
+        tmp_path / "root",
+        "--push",
+        f"file://{store}/tiny:x",
+        "--sign-key",
+        signing_key,
+        "--",
+        *FLAGS,
+    )
     assert r.returncode == 1, r
     line = error_line(r)
     assert "NoSuchModelForCausalLM" in line and "log:" in line, line
@@ -226,9 +285,34 @@ def test_check_on_a_read_only_root_says_so_in_one_line_before_vllm_starts(warmed
     logs.mkdir()
     script = 'mount --bind "$ROOT" "$ROOT" && mount -o remount,bind,ro "$ROOT" && exec "$@"'
     env = {**os.environ, "ROOT": str(root), "XDG_STATE_HOME": str(logs)}
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script, "bash", sys.executable,
-                        "-m", "cachetool", "check", "--engine", "vllm", "--cache-root", str(root), "--require-hit",
-                        "--", str(warmed["model"]), *FLAGS], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            script,
+            "bash",
+            sys.executable,
+            "-m",
+            "cachetool",
+            "check",
+            "--engine",
+            "vllm",
+            "--cache-root",
+            str(root),
+            "--require-hit",
+            "--",
+            str(warmed["model"]),
+            *FLAGS,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     if "mount" in r.stderr and r.returncode == 32:
         pytest.skip(f"no read-only bind mount here: {r.stderr.strip()[-200:]}")
     line = error_line(r)

@@ -27,14 +27,36 @@ from tests.vllm_oracle.verdict_table import TABLE, model_for
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 HEADLESS = ["--load-format", "dummy", "--skip-tokenizer-init"]  # the server has no weights and no tokenizer here
-API_FLAGS = ["--host", "127.0.0.1", "--port", "8001", "--api-key", "secret", "--uvicorn-log-level", "warning",
-             "--enable-log-requests", "--disable-uvicorn-access-log"]
+API_FLAGS = [
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "8001",
+    "--api-key",
+    "secret",
+    "--uvicorn-log-level",
+    "warning",
+    "--enable-log-requests",
+    "--disable-uvicorn-access-log",
+]
 
 
 def pull(warmed, root: Path, server_args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     """``cachetool pull --engine vllm -- SERVER ARGS`` (the init-container's form) with the server's environment."""
-    return cachetool("pull", warmed["ref"], "--cache-root", root, "--trust", warmed["pub"], "--engine", "vllm",
-                     "--json", "--", *server_args, env=env)
+    return cachetool(
+        "pull",
+        warmed["ref"],
+        "--cache-root",
+        root,
+        "--trust",
+        warmed["pub"],
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        *server_args,
+        env=env,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,16 +105,28 @@ def table(warmed, tmp_path_factory, request):
     out = {}
     for name in PARTS[request.param]:
         i, row = list(TABLE).index(name), TABLE[name]
-        with (the_warm_model(warmed, edits=row.model == "3 layers"),
-              model_for(row, Path(warmed["model"]), base / f"m{i}") as model):
+        with (
+            the_warm_model(warmed, edits=row.model == "3 layers"),
+            model_for(row, Path(warmed["model"]), base / f"m{i}") as model,
+        ):
             verdict, doc = pulled_verdict(warmed, base / f"root{i}", model, row)
             run = None
             if verdict == "miss":
                 root = base / f"root{i}"
-                ok(cachetool("install", warmed["base"] / "x.ctb", "--cache-root", root, "--trust", warmed["pub"],
-                             "--no-preflight"))
-                run = serve_once(str(model), root, [*FLAGS, *row.flags, *HEADLESS], env=row.env,
-                                 stop_when_compiling=True)
+                ok(
+                    cachetool(
+                        "install",
+                        warmed["base"] / "x.ctb",
+                        "--cache-root",
+                        root,
+                        "--trust",
+                        warmed["pub"],
+                        "--no-preflight",
+                    )
+                )
+                run = serve_once(
+                    str(model), root, [*FLAGS, *row.flags, *HEADLESS], env=row.env, stop_when_compiling=True
+                )
             elif verdict == "eager":
                 run = serve_once(str(model), base / f"root{i}", [*FLAGS, *row.flags, *HEADLESS], env=row.env)
         out[name] = Judged(verdict, doc, run, base / f"root{i}")
@@ -101,8 +135,9 @@ def table(warmed, tmp_path_factory, request):
         env = {k: v for name in hits for k, v in TABLE[name].env.items()}
         flags = [f for name in hits for f in TABLE[name].flags if f not in ("--api-key", "k")]
         with the_warm_model(warmed):
-            together = serve_once(str(warmed["model"]), out[hits[0]].root, [*FLAGS, *flags, *HEADLESS], env=env,
-                                  api_key="k")
+            together = serve_once(
+                str(warmed["model"]), out[hits[0]].root, [*FLAGS, *flags, *HEADLESS], env=env, api_key="k"
+            )
         for name in hits:
             out[name] = dataclasses.replace(out[name], run=together)
     return out
@@ -132,8 +167,11 @@ def test_the_pulls_verdict_is_what_the_real_server_does(table, name):
     else:
         assert not run.compiled, f"{name}: pull said {verdict}, the server compiled ({compiled})"
         assert run.completion, f"{name}: the server did not answer ({run.log})"
-    how = doc["message"] if verdict == "miss" else next(
-        (p for p in doc.get("install", {}).get("preflight", []) if p.startswith("cache key")), "")
+    how = (
+        doc["message"]
+        if verdict == "miss"
+        else next((p for p in doc.get("install", {}).get("preflight", []) if p.startswith("cache key")), "")
+    )
     if verdict != "eager":
         assert ("vLLM asked" in how) == row.asks_vllm, how
 
@@ -159,8 +197,25 @@ def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(tab
     by_args, by_flag = tmp_path / "server-args-root", tmp_path / "model-flag-root"
     with the_warm_model(warmed):
         ok(pull(warmed, by_args, [str(warmed["model"]), *FLAGS, *HEADLESS, *API_FLAGS]))
-        doc = json_out(ok(cachetool("pull", warmed["ref"], "--cache-root", by_flag, "--trust", warmed["pub"],
-                                    "--engine", "vllm", "--model", warmed["model"], "--json", "--", *FLAGS)))
+        doc = json_out(
+            ok(
+                cachetool(
+                    "pull",
+                    warmed["ref"],
+                    "--cache-root",
+                    by_flag,
+                    "--trust",
+                    warmed["pub"],
+                    "--engine",
+                    "vllm",
+                    "--model",
+                    warmed["model"],
+                    "--json",
+                    "--",
+                    *FLAGS,
+                )
+            )
+        )
     assert doc["outcome"] == "installed"
     assert any(c.startswith(f"cache key {key}") for c in doc["install"]["preflight"]), doc["install"]
     for sub in ("torch_compile_cache", "modelinfos"):
@@ -172,8 +227,23 @@ def test_pull_with_the_servers_command_line_then_vllm_serve_compiles_nothing(tab
     assert run.new_kernels == 0, f"the server built {run.new_kernels} kernel(s) ({run.log})"
     assert not run.compiled and run.facts and run.cache_key == key, run  # vLLM's own facts, through its endpoint
     with the_warm_model(warmed):
-        doc = json_out(ok(cachetool("check", "--engine", "vllm", "--model", warmed["model"], "--cache-root",
-                                    pulled.root, "--require-hit", "--json", "--", *FLAGS)))
+        doc = json_out(
+            ok(
+                cachetool(
+                    "check",
+                    "--engine",
+                    "vllm",
+                    "--model",
+                    warmed["model"],
+                    "--cache-root",
+                    pulled.root,
+                    "--require-hit",
+                    "--json",
+                    "--",
+                    *FLAGS,
+                )
+            )
+        )
     assert doc["hit"] and doc["cache_key"] == key, doc
 
 
@@ -184,8 +254,20 @@ def test_check_on_a_root_warmed_for_another_command_is_a_miss_without_starting_v
     root = tmp_path / "root"
     ok(pull(warmed, root, [str(warmed["model"]), *FLAGS]))
     before = files_under(root)
-    r = cachetool("check", "--engine", "vllm", "--cache-root", root, "--require-hit", "--json", "--",
-                  str(warmed["model"]), *FLAGS, "--max-model-len", "128")
+    r = cachetool(
+        "check",
+        "--engine",
+        "vllm",
+        "--cache-root",
+        root,
+        "--require-hit",
+        "--json",
+        "--",
+        str(warmed["model"]),
+        *FLAGS,
+        "--max-model-len",
+        "128",
+    )
     assert r.returncode == 4, r.stderr
     doc = json_out(r)
     assert doc["started"] is False and "model_config.max_model_len" in doc["message"], doc
@@ -198,11 +280,27 @@ def test_a_killed_pull_leaves_no_vllm_child_behind(warmed, tmp_path):
     folder stays (in a temporary folder of the pull's own: the other workers' vLLM starts write theirs in /tmp)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "cachetool", "pull", warmed["ref"], "--cache-root",
-                             tmp_path / "root", "--trust", warmed["pub"], "--engine", "vllm", "--",
-                             str(warmed["model"]), *FLAGS],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "OMP_NUM_THREADS": "2", "TMPDIR": str(scratch)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cachetool",
+            "pull",
+            warmed["ref"],
+            "--cache-root",
+            tmp_path / "root",
+            "--trust",
+            warmed["pub"],
+            "--engine",
+            "vllm",
+            "--",
+            str(warmed["model"]),
+            *FLAGS,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "2", "TMPDIR": str(scratch)},
+    )
     child = None
     deadline = time.time() + 60
     while child is None and time.time() < deadline and proc.poll() is None:

@@ -76,8 +76,20 @@ def test_pull_names_an_untested_release_first_and_still_decides(untested_vllm, t
     """The notice is the pull's first line; the pull goes on (here the bundle's vLLM differs: a miss, exit 4)."""
     env = {"CACHETOOL_VLLM_PYTHON": str(untested_vllm)}
     root = tmp_path / "root"
-    r = cachetool("pull", warmed["ref"], "--cache-root", root, "--trust", warmed["pub"], "--engine", "vllm",
-                  "--", warmed["model"], *FLAGS, env=env)
+    r = cachetool(
+        "pull",
+        warmed["ref"],
+        "--cache-root",
+        root,
+        "--trust",
+        warmed["pub"],
+        "--engine",
+        "vllm",
+        "--",
+        warmed["model"],
+        *FLAGS,
+        env=env,
+    )
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert lines[0].startswith(f"warning: vLLM {UNTESTED} on the CPU is outside"), r.stderr
     assert r.returncode == 4 and UNTESTED in r.stderr, r.stderr
@@ -98,17 +110,46 @@ def test_the_fast_key_check_compares_what_the_release_hashes_whatever_its_name()
 def test_a_starts_facts_are_summed_from_every_workers_report():
     """Rank 0's key folder names the start; the AOT artifact counts as loaded only if every compiled rank loaded
     it; the graphs compiled are Inductor's misses and bypasses on every rank, whatever vLLM's counters say."""
-    def worker(rank, key, loaded, inductor, **counters):
-        return {"rank": rank, "aot": [{"key": key, "computed_key": key, "loaded": loaded,
-                                       "path": f"/r/torch_compile_cache/torch_aot_compile/{key}/rank_{rank}_0/model"}],
-                "vllm_counters": counters, "dynamo_unique_graphs": 1, "mapped_kernels": [f"/k{rank}.so"],
-                "compilation_seconds": 1.5 + rank, "inductor": inductor}
 
-    done = worker_facts.from_workers([
-        worker(0, "a" * 64, True, {"fxgraph_cache_hit": 2}, num_backend_compilations=3, num_inductor_compiles=1,
-               num_aot_artifacts_loaded=1),
-        worker(1, "a" * 64, False, {"fxgraph_cache_miss": 1, "fxgraph_cache_bypass": 1},
-               num_backend_compilations=2, num_aot_artifacts_saved=1)])
+    def worker(rank, key, loaded, inductor, **counters):
+        return {
+            "rank": rank,
+            "aot": [
+                {
+                    "key": key,
+                    "computed_key": key,
+                    "loaded": loaded,
+                    "path": f"/r/torch_compile_cache/torch_aot_compile/{key}/rank_{rank}_0/model",
+                }
+            ],
+            "vllm_counters": counters,
+            "dynamo_unique_graphs": 1,
+            "mapped_kernels": [f"/k{rank}.so"],
+            "compilation_seconds": 1.5 + rank,
+            "inductor": inductor,
+        }
+
+    done = worker_facts.from_workers(
+        [
+            worker(
+                0,
+                "a" * 64,
+                True,
+                {"fxgraph_cache_hit": 2},
+                num_backend_compilations=3,
+                num_inductor_compiles=1,
+                num_aot_artifacts_loaded=1,
+            ),
+            worker(
+                1,
+                "a" * 64,
+                False,
+                {"fxgraph_cache_miss": 1, "fxgraph_cache_bypass": 1},
+                num_backend_compilations=2,
+                num_aot_artifacts_saved=1,
+            ),
+        ]
+    )
     assert done.cache_key == "a" * 64 and done.cache_keys == ["a" * 64] and len(done.aot_paths) == 2
     assert not done.aot_loaded and done.aot_saved and done.aot_artifacts_loaded == 1
     assert (done.graphs_compiled, done.graphs_loaded) == (2, 2)
@@ -118,10 +159,14 @@ def test_a_starts_facts_are_summed_from_every_workers_report():
 
 # ---------------------------------------------------------------------------------------------- log lines
 
+
 def format_strings(source: Path, anchor: str) -> list[str]:
     """The string constants (implicit concatenations joined) of a vLLM source file that contain ``anchor``."""
-    return [n.value for n in ast.walk(ast.parse(source.read_text()))
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and anchor in n.value]
+    return [
+        n.value
+        for n in ast.walk(ast.parse(source.read_text()))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and anchor in n.value
+    ]
 
 
 def as_logged(fmt: str) -> str:
@@ -132,9 +177,15 @@ def as_logged(fmt: str) -> str:
 # Each log line cachetool reads (no fact of vLLM's has it), where the installed vLLM writes it, and the pattern.
 LOG_LINES = {
     "vLLM's reason for not loading its AOT artifact": (
-        "vllm/compilation/decorators.py", "Compiling model again due to a load failure", worker_facts.AOT_FAILURE),
+        "vllm/compilation/decorators.py",
+        "Compiling model again due to a load failure",
+        worker_facts.AOT_FAILURE,
+    ),
     "the server's engine-init seconds": (
-        "vllm/v1/engine/core.py", "init engine (profile, create kv cache, warmup model) took", server.ENGINE_INIT),
+        "vllm/v1/engine/core.py",
+        "init engine (profile, create kv cache, warmup model) took",
+        server.ENGINE_INIT,
+    ),
 }
 
 

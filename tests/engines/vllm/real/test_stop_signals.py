@@ -19,8 +19,8 @@ import pytest
 
 from cachetool.engines.root_names import INCOMPLETE_DIR
 from tests.cache_trees import aged
-from tests.stop_helpers import DEADLINE, run_out, slow_compiler_env, start, stop, wait_for
 from tests.engines.vllm.real.conftest import ENV, FLAGS, cachetool
+from tests.stop_helpers import DEADLINE, run_out, slow_compiler_env, start, stop, wait_for
 
 pytestmark = [pytest.mark.slow]
 
@@ -39,8 +39,7 @@ def test_sigterm_to_a_vllm_warm_ends_vllm_and_leaves_its_key_folder_refused(tmp_
     root = tmp_path / "root"
     root.mkdir()  # the volume a CI job warms into exists (a root the start made would be removed whole)
     env, compiling = slow_compiler_env(tmp_path, ENV)
-    proc = start(["warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", root, "--json", "--", *FLAGS],
-                 env)
+    proc = start(["warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", root, "--json", "--", *FLAGS], env)
     wait_for(compiling, proc, timeout=600)
     s = stop(proc, signal.SIGTERM)
     _check_stopped(s, "warm", signal.SIGTERM)
@@ -58,8 +57,9 @@ def test_sigterm_to_a_vllm_warm_ends_vllm_and_leaves_its_key_folder_refused(tmp_
 @pytest.mark.usefixtures("reading_the_warm_model")
 def test_sigint_to_a_vllm_check_ends_vllm_and_leaves_the_root_as_it_was(tmp_path, warmed):
     root = aged(shutil.copytree(warmed["root"], tmp_path / "root", symlinks=True), 60)  # the others' root stays
-    proc = start(["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--",
-                  *FLAGS], ENV)
+    proc = start(
+        ["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--", *FLAGS], ENV
+    )
     wait_for("EngineCore", proc, timeout=600)
     s = stop(proc, signal.SIGINT)
     _check_stopped(s, "check", signal.SIGINT)
@@ -74,8 +74,9 @@ def test_a_killed_check_leaves_no_vllm_process_behind(tmp_path, warmed):
     """SIGKILL gives cachetool no chance to end its child's group: the child's parent-death signal does it (the
     child ends its own process group: vLLM's EngineCore survived its killed parent before)."""
     root = aged(shutil.copytree(warmed["root"], tmp_path / "root", symlinks=True), 60)  # the others' root stays
-    proc = start(["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--",
-                  *FLAGS], ENV)
+    proc = start(
+        ["check", "--engine", "vllm", "--model", warmed["model"], "--cache-root", root, "--json", "--", *FLAGS], ENV
+    )
     wait_for("EngineCore", proc, timeout=600)
     s = stop(proc, signal.SIGKILL)
     assert s.rc == -signal.SIGKILL and any("EngineCore" in p.cmd for p in s.tree), (s.rc, s.tree)
@@ -87,8 +88,23 @@ def test_a_vllm_warm_past_its_time_limit_ends_vllm_and_names_the_phase(tmp_path,
     SIGTERM: exit 7, one line naming the limit and the phase vLLM's log was in, no process of the start left."""
     root = tmp_path / "root"
     env, _ = slow_compiler_env(tmp_path, ENV)
-    proc = start(["warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", root, "--timeout", "90",
-                  "--json", "--", *FLAGS], env)
+    proc = start(
+        [
+            "warm",
+            "--engine",
+            "vllm",
+            "--model",
+            tiny_model,
+            "--cache-root",
+            root,
+            "--timeout",
+            "90",
+            "--json",
+            "--",
+            *FLAGS,
+        ],
+        env,
+    )
     s = run_out(proc, timeout=600)
     assert s.rc == 7, (s.rc, s.err[-3000:])
     doc = s.one_json()

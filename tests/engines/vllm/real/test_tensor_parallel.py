@@ -19,11 +19,29 @@ TP = ["-tp", "2"]
 @pytest.fixture(scope="module")
 def warmed_tp(tmp_path_factory, tiny_model, signing_key):
     base = tmp_path_factory.mktemp("vllm-tp")
-    r = ok(cachetool("warm", "--engine", "vllm", "--model", tiny_model, "--cache-root", base / "ci-root", "--json",
-                     "--", *FLAGS, *TP))
+    r = ok(
+        cachetool(
+            "warm",
+            "--engine",
+            "vllm",
+            "--model",
+            tiny_model,
+            "--cache-root",
+            base / "ci-root",
+            "--json",
+            "--",
+            *FLAGS,
+            *TP,
+        )
+    )
     ok(cachetool("pack", base / "ci-root", "-o", base / "tp.ctb", "--sign-key", signing_key))
-    return {"base": base, "warm": json_out(r), "ctb": base / "tp.ctb", "pub": Path(f"{signing_key}.pub"),
-            "model": tiny_model}
+    return {
+        "base": base,
+        "warm": json_out(r),
+        "ctb": base / "tp.ctb",
+        "pub": Path(f"{signing_key}.pub"),
+        "model": tiny_model,
+    }
 
 
 def test_tp_warm_writes_one_key_folder_with_both_ranks(warmed_tp):
@@ -38,21 +56,43 @@ def test_tp_warm_writes_one_key_folder_with_both_ranks(warmed_tp):
 
 def test_ranks_pulled_one_at_a_time_give_the_full_tree_and_hit(warmed_tp, tmp_path):
     root = tmp_path / "server-root"
-    r0 = ok(cachetool("install", warmed_tp["ctb"], "--cache-root", root, "--trust", warmed_tp["pub"], "--ranks", "0",
-                      "--json"))
+    r0 = ok(
+        cachetool(
+            "install", warmed_tp["ctb"], "--cache-root", root, "--trust", warmed_tp["pub"], "--ranks", "0", "--json"
+        )
+    )
     key_dir = root / "torch_compile_cache" / "torch_aot_compile" / warmed_tp["warm"]["cache_key"]
     assert (key_dir / "rank_0_0").is_dir() and (key_dir / "inductor_cache").is_dir()
     assert not (key_dir / "rank_1_0").exists()
     assert json_out(r0)["units_installed"]
-    r1 = ok(cachetool("install", warmed_tp["ctb"], "--cache-root", root, "--trust", warmed_tp["pub"], "--ranks", "1",
-                      "--json"))
+    r1 = ok(
+        cachetool(
+            "install", warmed_tp["ctb"], "--cache-root", root, "--trust", warmed_tp["pub"], "--ranks", "1", "--json"
+        )
+    )
     assert any(u.endswith("rank_1_0") for u in json_out(r1)["units_installed"])
     assert not any(u.endswith("inductor_cache") for u in json_out(r1)["units_installed"])  # already there
     warm_tree = files_under(Path(warmed_tp["warm"]["cache_root"]) / "torch_compile_cache")
     assert files_under(root / "torch_compile_cache") == warm_tree
 
-    c = json_out(ok(cachetool("check", "--engine", "vllm", "--model", warmed_tp["model"], "--cache-root", root,
-                              "--require-hit", "--json", "--", *FLAGS, *TP)))
+    c = json_out(
+        ok(
+            cachetool(
+                "check",
+                "--engine",
+                "vllm",
+                "--model",
+                warmed_tp["model"],
+                "--cache-root",
+                root,
+                "--require-hit",
+                "--json",
+                "--",
+                *FLAGS,
+                *TP,
+            )
+        )
+    )
     assert c["engine"] == "vllm" and c["hit"] is True and c["tensor_parallel_size"] == 2, c
     assert c["cache_key"] == warmed_tp["warm"]["cache_key"] and c["key_existed"], c
     assert c["inductor_compiled"] == 0 and c["inductor_loaded"] > 0, c

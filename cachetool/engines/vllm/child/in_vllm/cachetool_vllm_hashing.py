@@ -32,13 +32,15 @@ import json
 import logging
 import os
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 SCHEMA = 1
 # Options not tried: the model and a flag file (a pull compares them itself), what cachetool sets for a headless
 # start (no weights, no tokenizer, its worker extension), and help.
-NOT_TRIED = frozenset({"model", "model_tag", "config", "load_format", "skip_tokenizer_init", "worker_extension_cls",
-                       "help"})
+NOT_TRIED = frozenset(
+    {"model", "model_tag", "config", "load_format", "skip_tokenizer_init", "worker_extension_cls", "help"}
+)
 # Values tried for an option whose default is None, through the option's own type (the first that it takes).
 UNTYPED_PROBES = ("64", "1", "0.5", "cachetool-probe")
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{3,}$")
@@ -46,6 +48,7 @@ SENTINEL = "cachetool-sentinel"
 
 
 # ---------------------------------------------------------------------------------------------- options
+
 
 def _takes(action: argparse.Action) -> int | str:
     if action.nargs == 0:
@@ -91,11 +94,15 @@ def option_table(parser: argparse.ArgumentParser, engine_dests: set[str]) -> dic
 
 def option_defaults(parser: argparse.ArgumentParser, engine_dests: set[str]) -> dict[str, Any]:
     """The engine options' defaults that are not None (a destination missing here defaults to None)."""
-    return {a.dest: _jsonable(a.default) for a in parser._actions
-            if a.dest in engine_dests and a.option_strings and a.default is not None}
+    return {
+        a.dest: _jsonable(a.default)
+        for a in parser._actions
+        if a.dest in engine_dests and a.option_strings and a.default is not None
+    }
 
 
 # ---------------------------------------------------------------------------------------------- flags
+
 
 @contextlib.contextmanager
 def _quiet_and_restored() -> Any:
@@ -158,8 +165,11 @@ def _build(engine_args: Any, usage: Any) -> Built:
 
 
 def _sub_configs(cfg: Any) -> dict[str, Any]:
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-            if dataclasses.is_dataclass(getattr(cfg, f.name, None)) and hasattr(getattr(cfg, f.name), "compute_hash")}
+    return {
+        f.name: getattr(cfg, f.name)
+        for f in dataclasses.fields(cfg)
+        if dataclasses.is_dataclass(getattr(cfg, f.name, None)) and hasattr(getattr(cfg, f.name), "compute_hash")
+    }
 
 
 def _sub_hash(sub: Any) -> str:
@@ -181,14 +191,18 @@ def _moved_fields(base: Built, probe: Built, fields_of: Callable[[Any], dict]) -
         if _sub_hash(sa) == _sub_hash(sb):
             continue
         a, b = fields_of(sa), fields_of(sb)
-        moved = [k for k in sorted(set(a) | set(b)) if json.dumps(a.get(k), sort_keys=True, default=str)
-                 != json.dumps(b.get(k), sort_keys=True, default=str)]
+        moved = [
+            k
+            for k in sorted(set(a) | set(b))
+            if json.dumps(a.get(k), sort_keys=True, default=str) != json.dumps(b.get(k), sort_keys=True, default=str)
+        ]
         out += [f"{name}.{k}" for k in moved] or [f"{name} (hash)"]
     return out
 
 
-def _try(engine_args: Any, dest: str, value: Any, usage: Any, base: Built,
-         fields_of: Callable[[Any], dict]) -> dict[str, Any] | None:
+def _try(
+    engine_args: Any, dest: str, value: Any, usage: Any, base: Built, fields_of: Callable[[Any], dict]
+) -> dict[str, Any] | None:
     changed = copy.deepcopy(engine_args)
     setattr(changed, dest, value)
     try:
@@ -204,8 +218,13 @@ def _try(engine_args: Any, dest: str, value: Any, usage: Any, base: Built,
     return out
 
 
-def flag_sensitivity(parser: argparse.ArgumentParser, engine_dests: set[str], engine_args: Any, usage: Any,
-                     fields_of: Callable[[Any], dict]) -> dict[str, dict[str, Any]]:
+def flag_sensitivity(
+    parser: argparse.ArgumentParser,
+    engine_dests: set[str],
+    engine_args: Any,
+    usage: Any,
+    fields_of: Callable[[Any], dict],
+) -> dict[str, dict[str, Any]]:
     """For every engine option: ``{"hashed": bool, "fields": [...], "compiles": bool, "tried": value}``, per
     choice for an option with choices (``{"choices": {json value: ...}}``), or ``{"hashed": None}`` where no value
     could be tried."""
@@ -218,8 +237,10 @@ def flag_sensitivity(parser: argparse.ArgumentParser, engine_dests: set[str], en
             continue
         current = getattr(engine_args, dest)
         if action.choices is not None:
-            tried = {json.dumps(_jsonable(c), sort_keys=True): _try(engine_args, dest, c, usage, base, fields_of)
-                     for c in _candidates(action, current)}
+            tried = {
+                json.dumps(_jsonable(c), sort_keys=True): _try(engine_args, dest, c, usage, base, fields_of)
+                for c in _candidates(action, current)
+            }
             out[dest] = {"choices": {k: v for k, v in tried.items() if v is not None}}
             continue
         result = None
@@ -233,9 +254,13 @@ def flag_sensitivity(parser: argparse.ArgumentParser, engine_dests: set[str], en
 
 # ---------------------------------------------------------------------------------------------- environment
 
+
 def _env_names_in(node: ast.AST) -> set[str]:
-    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and ENV_NAME.match(n.value)}
+    return {
+        n.value
+        for n in ast.walk(node)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and ENV_NAME.match(n.value)
+    }
 
 
 def config_module_env(module: Any, prefix: str) -> tuple[dict[str, list[str]], list[str]]:
@@ -290,14 +315,17 @@ def env_facts(env_before: dict[str, str], engine_args: Any, usage: Any) -> dict[
     functorch_map, functorch_all = config_module_env(functorch_config, "functorch")
     hashed = sorted(envs.compile_factors())
     mapped = {**inductor_map, **functorch_map}
-    return {"vllm_hashed": hashed,
-            "vllm_unhashed": sorted(set(getattr(envs, "environment_variables", {})) - set(hashed)),
-            "torch_config": mapped,
-            "torch_config_unmapped": sorted((set(inductor_all) | set(functorch_all)) - set(mapped)),
-            "set_by_vllm": forced_variables(env_before, engine_args, usage)}
+    return {
+        "vllm_hashed": hashed,
+        "vllm_unhashed": sorted(set(getattr(envs, "environment_variables", {})) - set(hashed)),
+        "torch_config": mapped,
+        "torch_config_unmapped": sorted((set(inductor_all) | set(functorch_all)) - set(mapped)),
+        "set_by_vllm": forced_variables(env_before, engine_args, usage),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- the model
+
 
 def hf_config_hashed(vllm_config: Any) -> bool | None:
     """Whether the model's config.json (``model_config.hf_config``) is part of vLLM's hash: one attribute added
@@ -312,12 +340,21 @@ def hf_config_hashed(vllm_config: Any) -> bool | None:
         return None
 
 
-def server_facts(parser: argparse.ArgumentParser, engine_dests: set[str], engine_args: Any, vllm_config: Any,
-                 usage: Any, env_before: dict[str, str], fields_of: Callable[[Any], dict]) -> dict[str, Any]:
+def server_facts(
+    parser: argparse.ArgumentParser,
+    engine_dests: set[str],
+    engine_args: Any,
+    vllm_config: Any,
+    usage: Any,
+    env_before: dict[str, str],
+    fields_of: Callable[[Any], dict],
+) -> dict[str, Any]:
     """Everything above, as the ``hashing`` factor a warm records."""
-    return {"schema": SCHEMA,
-            "options": option_table(parser, engine_dests),
-            "defaults": option_defaults(parser, engine_dests),
-            "flags": flag_sensitivity(parser, engine_dests, engine_args, usage, fields_of),
-            "env": env_facts(env_before, engine_args, usage),
-            "hf_config_hashed": hf_config_hashed(vllm_config)}
+    return {
+        "schema": SCHEMA,
+        "options": option_table(parser, engine_dests),
+        "defaults": option_defaults(parser, engine_dests),
+        "flags": flag_sensitivity(parser, engine_dests, engine_args, usage, fields_of),
+        "env": env_facts(env_before, engine_args, usage),
+        "hf_config_hashed": hf_config_hashed(vllm_config),
+    }

@@ -97,8 +97,12 @@ def aot_report(module) -> dict:
     from vllm.envs import VLLM_CACHE_ROOT
 
     path = os.path.join(VLLM_CACHE_ROOT, AOT_DIR, key, rank_folder, "model") if key else None
-    return {"key": key, "computed_key": computed, "path": path,
-            "loaded": bool(module.was_aot_compile_fn_loaded_from_disk)}
+    return {
+        "key": key,
+        "computed_key": computed,
+        "path": path,
+        "loaded": bool(module.was_aot_compile_fn_loaded_from_disk),
+    }
 
 
 class CachetoolProbe:

@@ -54,15 +54,18 @@ INDUCTOR_PROBE = (
     "from torch._inductor import config as inductor\n"
     "from torch._functorch import config as functorch\n"
     "json.dump({'inductor': inductor.save_config_portable(), 'functorch': functorch.save_config_portable()},"
-    " sys.stdout, sort_keys=True, default=repr)\n")
+    " sys.stdout, sort_keys=True, default=repr)\n"
+)
 
 
 # What this child and the worker probe read of vLLM, each found at the first of its places that imports (vLLM
 # moves modules between releases): checked before anything runs, so that a release laid out otherwise is refused
 # naming what is missing, not failed with a traceback halfway through a start.
 LAYOUT = {
-    "the server's parser": (("vllm.entrypoints.launchers.cli_args", "make_arg_parser"),   # vLLM >= 0.29
-                            ("vllm.entrypoints.openai.cli_args", "make_arg_parser")),     # vLLM <= 0.28
+    "the server's parser": (
+        ("vllm.entrypoints.launchers.cli_args", "make_arg_parser"),  # vLLM >= 0.29
+        ("vllm.entrypoints.openai.cli_args", "make_arg_parser"),
+    ),  # vLLM <= 0.28
     "the argument parser": (("vllm.utils.argparse_utils", "FlexibleArgumentParser"),),
     "the engine's arguments": (("vllm.engine.arg_utils", "AsyncEngineArgs"),),
     "the usage context": (("vllm.usage.usage_lib", "UsageContext"),),
@@ -90,8 +93,9 @@ def find(what: str):
             return getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
             tried.append(f"{module}.{name} ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})")
-    raise LayoutError(f"cachetool cannot read this vLLM release: {what} is not where the tested releases have it: "
-                      + "; ".join(tried))
+    raise LayoutError(
+        f"cachetool cannot read this vLLM release: {what} is not where the tested releases have it: " + "; ".join(tried)
+    )
 
 
 def check_layout() -> None:
@@ -100,6 +104,7 @@ def check_layout() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- key inputs
+
 
 def _describe(value) -> object:
     """A value as vLLM hashes it (``normalize_value``), short enough for a manifest: long ones by digest."""
@@ -127,8 +132,11 @@ def _config_fields(config) -> dict:
         try:
             value = getattr(config, f.name)
             # the model's config.json, field by field: a miss then names `hf_config.num_hidden_layers`
-            out[f.name] = ({k: _describe(v) for k, v in sorted(value.to_dict().items())}
-                           if f.name == "hf_config" and hasattr(value, "to_dict") else _describe(value))
+            out[f.name] = (
+                {k: _describe(v) for k, v in sorted(value.to_dict().items())}
+                if f.name == "hf_config" and hasattr(value, "to_dict")
+                else _describe(value)
+            )
         except Exception as exc:  # a property that cannot be read before the engine starts
             out[f.name] = f"<unreadable: {type(exc).__name__}>"
     return out
@@ -137,8 +145,9 @@ def _config_fields(config) -> dict:
 def inductor_config() -> dict:
     """Inductor's and functorch's portable config as a process started now sees it (see :data:`INDUCTOR_PROBE`),
     in cachetool's factor shape; a probe that fails is recorded as such (the comparison then names it)."""
-    proc = subprocess.run([sys.executable, "-c", INDUCTOR_PROBE], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", INDUCTOR_PROBE], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"hash": f"<failed: {tail[:200]}>", "values": {}}
@@ -158,8 +167,10 @@ def key_inputs(vllm_config) -> dict:
     from vllm.config.utils import hash_factors
 
     # a secret vLLM hashes (vLLM <= 0.28 hashes VLLM_API_KEY) goes into the bundle by its digest, never its value
-    env_values = {k: (_digest(v) if v is not None and any(m in k for m in SECRET_MARKS) else _describe(v))
-                  for k, v in envs.compile_factors().items()}
+    env_values = {
+        k: (_digest(v) if v is not None and any(m in k for m in SECRET_MARKS) else _describe(v))
+        for k, v in envs.compile_factors().items()
+    }
     configs = {}
     for f in dataclasses.fields(vllm_config):
         sub = getattr(vllm_config, f.name, None)
@@ -172,14 +183,20 @@ def key_inputs(vllm_config) -> dict:
         "env": {"hash": hash_factors(envs.compile_factors()), "values": env_values},
         "config": {"hash": vllm_config.compute_hash(), "values": configs},
         "inductor": inductor_config(),
-        "compiler": {"hash": None, "values": {"vllm": vllm.__version__, "torch": torch.__version__,
-                                              "mega_aot_artifact": bool(getattr(envs, "VLLM_USE_MEGA_AOT_ARTIFACT",
-                                                                                False))}},
+        "compiler": {
+            "hash": None,
+            "values": {
+                "vllm": vllm.__version__,
+                "torch": torch.__version__,
+                "mega_aot_artifact": bool(getattr(envs, "VLLM_USE_MEGA_AOT_ARTIFACT", False)),
+            },
+        },
         "model": vllm_config.model_config.model,
     }
 
 
 # ---------------------------------------------------------------------------------------------- the flags
+
 
 class FlagError(ValueError):
     """vLLM's parser refused a flag."""
@@ -205,7 +222,7 @@ def server_only_options(parser) -> dict[str, bool]:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    engine = set()  # the engine's own options (the async front end's request logging is not among them)
+    engine = set()  # type: ignore[var-annotated]  # baseline (issue 46)  # the engine's own options (the async front end's request logging is not among them)
     for action in EngineArgs.add_cli_args(FlexibleArgumentParser())._actions:
         engine.update(action.option_strings)
     out = {}
@@ -240,6 +257,7 @@ def engine_args_of(request: dict):
 
 
 # ---------------------------------------------------------------------------------------------- the engine
+
 
 def drive(engine, prompts: list[list[int]], max_tokens: int) -> int:
     """Prefill every prompt and decode ``max_tokens`` tokens each, as a server's first requests would: the first
@@ -282,8 +300,10 @@ def with_probe(engine_args) -> None:
     """Every worker gets :mod:`cachetool_vllm_probe` as its extension (the parent put its folder on
     ``PYTHONPATH``, so spawned workers find it too)."""
     if engine_args.worker_extension_cls and engine_args.worker_extension_cls != PROBE_CLASS:
-        raise FlagError("--worker-extension-cls: cachetool's start sets it itself (to report what each worker "
-                        "compiled); start vLLM without it")
+        raise FlagError(
+            "--worker-extension-cls: cachetool's start sets it itself (to report what each worker "
+            "compiled); start vLLM without it"
+        )
     engine_args.worker_extension_cls = PROBE_CLASS
 
 
@@ -309,8 +329,9 @@ def run(request: dict) -> dict:
         try:  # without them a pull asks vLLM for every difference: slower, still right
             from cachetool_vllm_hashing import server_facts
 
-            result["hashing"] = server_facts(parser, engine_dests(), pristine, vllm_config, usage, env_before,
-                                             _config_fields)
+            result["hashing"] = server_facts(
+                parser, engine_dests(), pristine, vllm_config, usage, env_before, _config_fields
+            )
         except Exception as exc:  # noqa: BLE001 - a vLLM whose parser or config this release cannot probe
             result["hashing_error"] = last_error(exc)
         result["seconds"]["facts"] = round(time.perf_counter() - t1, 3)
@@ -338,7 +359,7 @@ def run(request: dict) -> dict:
 def last_error(exc: BaseException) -> str:
     """The innermost exception as one line (vLLM wraps its refusals in several layers)."""
     while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]  # baseline (issue 46)
     text = " ".join(str(exc).split()) or type(exc).__name__
     line = f"{type(exc).__name__}: {text}"
     return line if len(line) <= 500 else line[:497].rsplit(" ", 1)[0] + " …"  # a cut is marked
