@@ -707,7 +707,7 @@ def part_moe(
     )
     (run.out / f"{kind}-warm.err").write_text(p.stderr[-30_000:])
     c = doc.get("compile", doc)
-    init = c.get("startup_seconds", -1.0)
+    init = c.get("startup_seconds") or -1.0
     run.row(
         kind,
         name,
@@ -717,7 +717,9 @@ def part_moe(
         "compiled nothing" if p.returncode == 0 and not c.get("compiled") else "compiled",
         None,
     )
-    if p.returncode == 0:
+    if p.returncode != 0:
+        run.row(kind, "pull, the pulled server and check", "not run: the warm failed")
+    else:
         moe_pulled_rows(run, work, store, model, flags, cold if serve_cold else init, deadline=t0 + budget, part=kind)
 
 

@@ -31,12 +31,15 @@ This is the one ``stopped_by_signals``: a verb that needs its own message wraps 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from cachetool import bounds, process_tree
-from cachetool.errors import StopRequested, StopSignalError, WaitTimeoutError
+from cachetool.errors import StopRequested, StopSignalError, UsageError, WaitTimeoutError
 
 __all__ = ["STOP_SIGNALS", "stopped_by_signals"]
 
@@ -48,33 +51,31 @@ TIME_LIMIT = "the time limit"  # what stopped a block whose timeout the clock re
 def stopped_by_signals(message: Callable[[str], str], timeout: float | None = None) -> Iterator[bounds.Bound]:
     """Run the block under the stop signals and, with ``timeout`` (seconds), a time limit (see the module doc);
     ``message(cause)`` is the one line a stop ends in (``cause``: the signal's name, or ``--timeout N s during
-    PHASE``). Yields the block's stop :class:`~cachetool.bounds.Bound`."""
-    stop = bounds.Bound.timeout(timeout)
+    PHASE``). Yields the block's stop :class:`~cachetool.bounds.Bound`. The time limit is the clock's signal alone
+    (the bound has no deadline of its own, so nothing in the block raises a timeout that the cleanup could race);
+    a timer set before the block runs on after it, less the block's time. Signals reach the main thread only: there
+    alone can a time limit be kept (elsewhere it is a usage error)."""
+    if timeout is not None and timeout < 0:
+        raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
+    timeout = timeout or None  # 0, as None: no time limit (the bounds' rule)
+    stop = bounds.Bound()
     if threading.current_thread() is not threading.main_thread():
+        if timeout is not None:
+            raise UsageError(
+                "a time limit (timeout) is kept by a signal, which only the main thread receives: "
+                "run the start in the main thread, or bound it from outside"
+            )
         with bounds.applied(stop):
             yield stop
         return
-    since = process_tree.clock_ticks()
-    started: set[process_tree.Identity] = set()  # the block's processes as the first signal found them
-    armed = True
-    during = ""  # the phase the block was in when the stop came (the block's cleanup names its own)
-
-    def handle(signum: int, frame: object) -> None:
-        nonlocal during
-        first = not stop.requested.is_set()
-        name = TIME_LIMIT if signum == signal.SIGALRM else signal.Signals(signum).name
-        stop.stop(name)
-        if first:
-            during = stop.phase
-            started.update(process_tree.descendants(since=since))
-            if armed:
-                raise StopRequested(name)
-
-    previous = {s: signal.signal(s, handle) for s in STOP_SIGNALS + ((signal.SIGALRM,) if timeout else ())}
-    if timeout:
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-    left: set[process_tree.Identity] = set()
+    state = _Stop(stop, process_tree.clock_ticks())
+    signals = STOP_SIGNALS + ((signal.SIGALRM,) if timeout else ())
+    previous: dict[int, Any] = {}
+    outer_timer, began = (0.0, 0.0), time.monotonic()
     try:
+        previous = {s: signal.signal(s, state.handle) for s in signals}
+        if timeout:
+            outer_timer = signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             with bounds.applied(stop):
                 yield stop
@@ -82,17 +83,49 @@ def stopped_by_signals(message: Callable[[str], str], timeout: float | None = No
             if not stop.requested.is_set():
                 raise
         finally:
-            armed = False  # from here on a signal only asks again: the cleanup below is not cut
+            state.armed = False  # from here on a signal only asks again: the cleanup below is not cut
         if stop.requested.is_set():
-            left = process_tree.end_descendants(since, started)
+            state.left = process_tree.end_descendants(state.since, state.started)
     finally:
         if timeout:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _restore_timer(outer_timer, time.monotonic() - began)
         for s, handler in previous.items():
             signal.signal(s, handler)
     if stop.requested.is_set():
-        note = f"; {len(left)} process(es) did not end: {sorted(p for p, _ in left)}" if left else ""
-        if stop.stopped_by == TIME_LIMIT:
-            phase = f" during {during}" if during else ""
-            raise WaitTimeoutError(message(f"--timeout {timeout:g} s{phase}") + note)
-        raise StopSignalError(message(stop.stopped_by) + note)
+        raise state.error(message, timeout)
+
+
+@dataclasses.dataclass
+class _Stop:
+    """What the first stop of a block found (its processes, its phase) and whether a signal may still raise."""
+
+    stop: bounds.Bound
+    since: int
+    started: set[process_tree.Identity] = dataclasses.field(default_factory=set)
+    left: set[process_tree.Identity] = dataclasses.field(default_factory=set)
+    armed: bool = True
+    during: str = ""  # the phase the block was in when the stop came (the block's cleanup names its own)
+
+    def handle(self, signum: int, frame: object) -> None:
+        first = not self.stop.requested.is_set()
+        name = TIME_LIMIT if signum == signal.SIGALRM else signal.Signals(signum).name
+        self.stop.stop(name)
+        if first:
+            self.during = self.stop.phase
+            self.started.update(process_tree.descendants(since=self.since))
+            if self.armed:
+                raise StopRequested(name)
+
+    def error(self, message: Callable[[str], str], timeout: float | None) -> Exception:
+        note = f"; {len(self.left)} process(es) did not end: {sorted(p for p, _ in self.left)}" if self.left else ""
+        if self.stop.stopped_by == TIME_LIMIT:
+            phase = f" during {self.during}" if self.during else ""
+            return WaitTimeoutError(message(f"--timeout {timeout:g} s{phase}") + note)
+        return StopSignalError(message(self.stop.stopped_by) + note)
+
+
+def _restore_timer(outer: tuple[float, float], elapsed: float) -> None:
+    """Cancel the block's timer and give back one that was running before it, less the block's time (one that
+    came due meanwhile fires at once)."""
+    delay, interval = outer
+    signal.setitimer(signal.ITIMER_REAL, max(delay - elapsed, 1e-6) if delay > 0 else 0.0, interval)

@@ -179,3 +179,102 @@ def test_end_signals_no_reused_pid_and_leaves_a_process_that_ignores_sigterm():
         for p in (sleeper, ignorer):
             p.kill()
             p.wait()
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+PRELUDE = """
+import json, signal, threading, time
+from cachetool import bounds
+from cachetool.errors import UsageError, WaitTimeoutError
+from cachetool.stop_signals import stopped_by_signals
+"""
+
+
+def test_a_time_limit_does_not_cut_the_cleanup_of_a_block_that_checks_its_bound():
+    """The block's bound has no deadline of its own: only the clock's signal stops it, and the cleanup it starts
+    runs whole (before, a bound check raised the timeout first and the signal then cut the cleanup)."""
+    code = (
+        PRELUDE
+        + """
+done = []
+for _ in range(10):
+    try:
+        with stopped_by_signals(lambda cause: cause, 0.05):
+            try:
+                while True:
+                    bounds.check("the block")
+            finally:
+                time.sleep(0.01)  # the cleanup (ending a child, removing a folder)
+                done.append(1)
+    except WaitTimeoutError as exc:
+        assert str(exc) == "--timeout 0.05 s", exc
+print(len(done))
+"""
+    )
+    p = _run(code)
+    assert p.returncode == 0 and p.stdout.split() == ["10"], (p.stdout, p.stderr[-2000:])
+
+
+def test_a_bad_time_limit_is_refused_before_any_handler_is_set():
+    code = (
+        PRELUDE
+        + """
+before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
+try:
+    with stopped_by_signals(lambda cause: cause, -1):
+        pass
+except UsageError as exc:
+    print(json.dumps({"error": str(exc), "same": [signal.getsignal(s) is h for s, h in before.items()]}))
+"""
+    )
+    doc = json.loads(_run(code).stdout)
+    assert doc == {"error": "--timeout -1: give a number of seconds above 0", "same": [True, True, True]}, doc
+
+
+def test_an_outer_timer_runs_on_after_a_block_with_its_own_limit():
+    """A caller's own timer (or an outer block's limit) is given back, less the block's time."""
+    code = (
+        PRELUDE
+        + """
+fired = []
+signal.signal(signal.SIGALRM, lambda *a: fired.append(time.monotonic()))
+t0 = time.monotonic()
+signal.setitimer(signal.ITIMER_REAL, 0.6)
+with stopped_by_signals(lambda cause: cause, 5):
+    time.sleep(0.2)
+time.sleep(1.0)
+print(json.dumps({"fired": [round(t - t0, 1) for t in fired]}))
+"""
+    )
+    p = _run(code)
+    assert json.loads(p.stdout) == {"fired": [0.6]}, (p.stdout, p.stderr[-2000:])
+
+
+def test_a_time_limit_off_the_main_thread_is_refused():
+    code = (
+        PRELUDE
+        + """
+out = []
+def start():
+    try:
+        with stopped_by_signals(lambda cause: cause, 5):
+            pass
+    except UsageError as exc:
+        out.append(str(exc))
+threading.Thread(target=start).start()
+time.sleep(0.5)
+print(json.dumps(out))
+"""
+    )
+    [line] = json.loads(_run(code).stdout)
+    assert line.startswith("a time limit (timeout) is kept by a signal, which only the main thread receives"), line

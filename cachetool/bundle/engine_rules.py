@@ -1,10 +1,11 @@
 """What the core (``bundle/``, ``stores/``, ``refs/``, ``install/``, ``transfer/``) needs of the engines, stated as
 protocols, and the one place the engines hand themselves over.
 
-The core names no engine and imports nothing of ``cachetool.engines``: the layer that joins the two
-(:mod:`cachetool.api`, which the CLI imports) hands the engine registry and the layouts' rules over once
-(:func:`register`), and the core reads them through :func:`catalog` and :func:`layouts`. A caller that uses the core without the engines gets a
-one-line error naming what is missing, never a silent engine-less answer.
+The core names no engine and imports nothing of ``cachetool.engines``: the engines hand their registry and the
+layouts' rules over once, as ``cachetool.engines`` is imported (:func:`register`; the API and the CLI import it),
+and the core reads them through :func:`catalog` and :func:`layouts`. A program that uses the core without
+importing the engines gets a one-line error naming the missing import (a programming error, exit 1), never a
+silent engine-less answer.
 
 - :class:`EngineRules`: what the core reads of one engine (its fingerprint fields, its part of a platform key, this
   machine's facts as its servers see them, its checks of a bundle's recorded factors).
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from cachetool.errors import UsageError
+from cachetool.errors import CachetoolError
 from cachetool.layouts.base import LayoutScan
 
 __all__ = ["EngineCatalog", "EngineRules", "LayoutRules", "catalog", "layouts", "register"]
@@ -93,21 +94,21 @@ class Registered:
 
 
 def register(engines: EngineCatalog, layout_rules: LayoutRules) -> None:
-    """Hand the engine registry and the layouts' rules to the core (:mod:`cachetool.api` does, on import)."""
+    """Hand the engine registry and the layouts' rules to the core (``cachetool.engines`` does, as it is imported)."""
     Registered.catalog, Registered.layouts = engines, layout_rules
 
 
 def catalog() -> EngineCatalog:
     """The registered engine registry."""
     if Registered.catalog is None:
-        raise UsageError(NOT_REGISTERED)
+        raise CachetoolError(NOT_REGISTERED)
     return Registered.catalog
 
 
 def layouts() -> LayoutRules:
     """The registered layouts' rules."""
     if Registered.layouts is None:
-        raise UsageError(NOT_REGISTERED)
+        raise CachetoolError(NOT_REGISTERED)
     return Registered.layouts
 
 

@@ -116,8 +116,8 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
             type=click.FloatRange(min=0, min_open=True),
             default=None,
             metavar="SECONDS",
-            help="Bound the whole command; past it every process it started is ended, exit 7 naming the "
-            "phase (e.g. which JIT step of vLLM's start).",
+            help="Bound the whole command; past it every process it started is ended, exit 7 (with --engine "
+            "vllm naming the phase vLLM's start was in, e.g. its DeepGEMM JIT warm-up).",
         ),
         click.option(
             "--load-weights",

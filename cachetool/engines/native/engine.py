@@ -1,7 +1,7 @@
 """This project's pipeline (:mod:`compiler`) as an engine: a start's options parse into one
 :class:`~cachetool.engines.native.start.NativeStartRequest`, which warm and check run in this process (or N rank
-processes, :mod:`.run`); pull's key question parses into a :class:`NativeKeyRequest`, answered by predicting the key
-from the bundle's own factors without a trace (:mod:`.keys`); its facts and its layout are the compiler's
+processes, :mod:`.start`); pull's key question parses into a :class:`NativeKeyRequest`, answered by predicting the key
+from the bundle's own factors without a trace (:mod:`.key`); its facts and its layout are the compiler's
 (:mod:`.machine`, :mod:`.layout`)."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class NativeEngine(EngineBase):
 
     # ------------------------------------------------------------------------------------------ starts
     def start_request(self, command: str, model: str | None, cache_root: str | Path | None, options: Mapping[str, Any]):
-        """The options parsed once into a :class:`~.run.NativeStartRequest`: the compilation config parsed here
+        """The options parsed once into a :class:`~.start.NativeStartRequest`: the compilation config parsed here
         (the start reads it as it is) and put on the cache root (``cache_root``, else the config's ``cache_dir``,
         else the variable's, else the default)."""
         from cachetool.engines.native import start
