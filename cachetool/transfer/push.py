@@ -132,11 +132,7 @@ def push(
     gets the signature added). ``store_options``: ``endpoint_url``, ``profile``, ``region``, ``insecure``.
     """
     t0 = time.monotonic()
-    if ref.digest if isinstance(ref, Ref) else parse_ref(ref).digest:
-        raise UsageError(
-            f"{ref}: push writes a tag; a digest pin (@sha256:...) can only be pulled",
-            ref=ref.url if isinstance(ref, Ref) else ref,
-        )
+    _refuse_pin(ref)
     r, st, own_store = open_ref(ref, store, store_options)
     bundle, own_bundle = _load_bundle(source, sign_key, layout)
     fields = {"store": st.url, "ref": r.url}  # of every failure of this push
@@ -154,21 +150,17 @@ def push(
         # for every reader of the ref: say so, rather than warn that pull refuses it
         signed = bundle.signature_bytes() is not None or _store_signs(st, stored.digest)
         entry, index = _write_ref(st, r, bundle, stored.digest)
-        lacking = {b.stored_digest for b in missing}
-        skipped = [b for b in blobs if b.stored_digest not in lacking]
-        return PushResult(
-            ref=r.url,
-            manifest_digest=stored.digest,
-            platform=entry.platform,
-            signed=signed,
-            blobs_total=len(blobs),
-            blobs_uploaded=len(missing),
-            blobs_skipped=len(skipped),
-            bytes_uploaded=st.counters.bytes_up - up0,
-            bytes_skipped=sum(b.stored_size for b in skipped),
-            platforms=[e.platform for e in index.entries],
+        return _result(
+            r,
+            st,
+            stored,
+            entry,
+            index,
+            blobs,
+            missing,
+            signed,
+            bytes_up=st.counters.bytes_up - up0,
             seconds=time.monotonic() - t0,
-            pinned=r.pinned(stored.pin).url,
         )
     except CachetoolError as exc:  # a store's failure below that did not know the ref (a blob upload) names it
         filled(exc, **fields)
@@ -178,6 +170,37 @@ def push(
             bundle.close()
         if own_store:
             st.close()
+
+
+def _result(
+    r, st, stored, entry, index, blobs: list, missing: list, signed: bool, *, bytes_up: int, seconds: float
+) -> PushResult:
+    """What the push did: the blobs it uploaded and those the store had, where the tag's index now points."""
+    lacking = {b.stored_digest for b in missing}
+    skipped = [b for b in blobs if b.stored_digest not in lacking]
+    return PushResult(
+        ref=r.url,
+        manifest_digest=stored.digest,
+        platform=entry.platform,
+        signed=signed,
+        blobs_total=len(blobs),
+        blobs_uploaded=len(missing),
+        blobs_skipped=len(skipped),
+        bytes_uploaded=bytes_up,
+        bytes_skipped=sum(b.stored_size for b in skipped),
+        platforms=[e.platform for e in index.entries],
+        seconds=seconds,
+        pinned=r.pinned(stored.pin).url,
+    )
+
+
+def _refuse_pin(ref: str | Ref) -> None:
+    """A push writes a tag: a digest pin is refused before the store is opened."""
+    if ref.digest if isinstance(ref, Ref) else parse_ref(ref).digest:
+        raise UsageError(
+            f"{ref}: push writes a tag; a digest pin (@sha256:...) can only be pulled",
+            ref=ref.url if isinstance(ref, Ref) else ref,
+        )
 
 
 def _missing_checked(session, bundle, fields: dict, workers: int) -> list[BlobRef]:

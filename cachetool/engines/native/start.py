@@ -288,11 +288,27 @@ def _run(run: NativeStartRequest) -> CompileRunResult:
     t_exit = time.perf_counter()
     runner.close()
     phases["exit"] = round(time.perf_counter() - t_exit, 3)
+    return _one_result(run, runner, report, delta, wl, seconds, startup, phases)
+
+
+def _one_result(
+    run: NativeStartRequest,
+    runner: Any,
+    report: Any,
+    delta: Any,
+    wl: dict,
+    seconds: float,
+    startup: float,
+    phases: dict[str, float],
+) -> CompileRunResult:
+    """One process's start as a result: what the runner reports of its key and hot path, the counters' change."""
+    from compiler.layout import resolve_root
+
     return CompileRunResult(
-        command=command,
+        command=run.command,
         model=run.model,
         device=str(runner.device),
-        cache_root=str(resolve_root(cfg.cache_dir)),
+        cache_root=str(resolve_root(run.config.cache_dir)),
         cache_dir=report.cache_dir,
         rank_dir=report.rank_dir,
         cache_key=report.cache_key,
@@ -307,7 +323,7 @@ def _run(run: NativeStartRequest) -> CompileRunResult:
         startup_seconds=round(startup, 3),
         compile_seconds=phases["compile"],
         workload=wl,
-        compilation_config=cfg.to_dict(),
+        compilation_config=run.config.to_dict(),
         hot_path=report.hot_path,
         aot_fallback_reason=report.aot_fallback_reason,
         phases=phases,
@@ -371,18 +387,7 @@ def _run_parallel(run: NativeStartRequest) -> CompileRunResult:
     from compiler.distributed.launch import launch
 
     command, device, tensor_parallel_size = run.command, run.device, run.tensor_parallel_size
-    if tensor_parallel_size < 1:
-        raise UsageError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
-    if run.rank != 0:
-        raise UsageError("--rank is chosen by the launcher when --tensor-parallel-size > 1")
-    if device.startswith("cuda"):
-        import torch
-
-        if torch.cuda.device_count() < tensor_parallel_size:
-            raise DeviceError(
-                f"--tensor-parallel-size {tensor_parallel_size} needs {tensor_parallel_size} GPUs, "
-                f"{torch.cuda.device_count()} visible"
-            )
+    _check_parallel(run)
     t0 = time.perf_counter()
     fn = functools.partial(_run_rank, dataclasses.replace(run, on_progress=None))  # a listener stays here
     results: list[CompileRunResult] = launch(
@@ -397,6 +402,29 @@ def _run_parallel(run: NativeStartRequest) -> CompileRunResult:
         from compiler.distributed.rank_share import share_rank_folders
 
         shared = share_rank_folders(Path(first.rank_dir).parent, dp_rank=run.dp_rank)
+    return _merged(run, results, shared, time.perf_counter() - t0)
+
+
+def _check_parallel(run: NativeStartRequest) -> None:
+    """What a tensor-parallel start needs before any rank starts: a size, no rank of the caller's, the GPUs."""
+    if run.tensor_parallel_size < 1:
+        raise UsageError(f"--tensor-parallel-size must be >= 1, got {run.tensor_parallel_size}")
+    if run.rank != 0:
+        raise UsageError("--rank is chosen by the launcher when --tensor-parallel-size > 1")
+    if run.device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.device_count() < run.tensor_parallel_size:
+            raise DeviceError(
+                f"--tensor-parallel-size {run.tensor_parallel_size} needs {run.tensor_parallel_size} GPUs, "
+                f"{torch.cuda.device_count()} visible"
+            )
+
+
+def _merged(
+    run: NativeStartRequest, results: list[CompileRunResult], shared: dict[str, str], seconds: float
+) -> CompileRunResult:
+    """The ranks' results as one: counts summed, times the slowest rank's, the rest rank 0's, each rank listed."""
     sums = {
         name: sum(getattr(r, name) for r in results)
         for name in (
@@ -409,20 +437,21 @@ def _run_parallel(run: NativeStartRequest) -> CompileRunResult:
             "dynamo_traces",
         )
     }
+    first = results[0]
     return CompileRunResult(
-        command=command,
+        command=run.command,
         model=run.model,
-        device=device,
+        device=run.device,
         cache_root=first.cache_root,
         cache_dir=first.cache_dir,
         rank_dir=first.rank_dir,
         cache_key=first.cache_key,
-        seconds=round(time.perf_counter() - t0, 3),
+        seconds=round(seconds, 3),
         startup_seconds=max(r.startup_seconds for r in results),
         compile_seconds=max(r.compile_seconds for r in results),
         workload=first.workload,
         compilation_config=first.compilation_config,
-        tensor_parallel_size=tensor_parallel_size,
+        tensor_parallel_size=run.tensor_parallel_size,
         hot_path=first.hot_path if len({r.hot_path for r in results}) == 1 else "mixed",
         aot_fallback_reason=next((r.aot_fallback_reason for r in results if r.aot_fallback_reason), None),
         phases={k: max(r.phases.get(k, 0.0) for r in results) for k in first.phases},

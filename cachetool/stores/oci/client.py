@@ -15,6 +15,7 @@ import base64
 import ipaddress
 import re
 import threading
+from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from cachetool import envs
@@ -131,8 +132,6 @@ class RegistryClient:
         return self._creds
 
     def _authenticate(self, challenge: str, what: str) -> None:
-        import requests
-
         scheme, params = parse_challenge(challenge)
         creds = self.credentials()
         if scheme == "basic":
@@ -151,6 +150,12 @@ class RegistryClient:
                 store=self.store_url,
                 status=401,
             )
+        self._auth_header = f"Bearer {self._token(params, creds, what)}"
+
+    def _token(self, params: dict[str, str], creds: tuple[str, str] | None, what: str) -> str:
+        """A bearer token from the challenge's token service (``params``: its realm, service and scope)."""
+        import requests
+
         q = {
             "service": params.get("service", ""),
             "scope": params.get("scope")
@@ -180,6 +185,10 @@ class RegistryClient:
             raise StoreError(
                 f"{what}: token service {params['realm']} unreachable ({type(exc).__name__})", store=self.store_url
             ) from None
+        return self._token_of(r, params["realm"], what)
+
+    def _token_of(self, r: Any, realm: str, what: str) -> str:
+        """The token in the token service's answer ``r``; a refusal or an answer without one, one line."""
         if r.status_code in (401, 403):
             raise StoreError(
                 f"{what}: {self.host} refused the credentials ({r.status_code} from the token service): "
@@ -189,9 +198,7 @@ class RegistryClient:
             )
         if r.status_code != 200:
             raise StoreError(
-                f"{what}: token service {params['realm']} answered {r.status_code}",
-                store=self.store_url,
-                status=r.status_code,
+                f"{what}: token service {realm} answered {r.status_code}", store=self.store_url, status=r.status_code
             )
         try:
             tok = r.json()
@@ -200,9 +207,9 @@ class RegistryClient:
             token = None
         if not token:
             raise StoreError(
-                f"{what}: token service {params['realm']} returned no token", store=self.store_url, status=r.status_code
+                f"{what}: token service {realm} returned no token", store=self.store_url, status=r.status_code
             )
-        self._auth_header = f"Bearer {token}"
+        return token
 
     # -------------------------------------------------------------------------------------------- requests
     def request(
@@ -231,22 +238,7 @@ class RegistryClient:
             if self._auth_header:
                 h["Authorization"] = self._auth_header
             try:
-                if data_path is not None:
-                    with open(data_path, "rb") as f:
-                        r = self._session.request(
-                            method,
-                            url,
-                            headers=h,
-                            data=f,
-                            timeout=self.timeout,
-                            verify=self.tls.verify,
-                            cert=self.tls.cert,
-                            **kw,
-                        )
-                else:
-                    r = self._session.request(
-                        method, url, headers=h, timeout=self.timeout, verify=self.tls.verify, cert=self.tls.cert, **kw
-                    )
+                r = self._send(method, url, h, data_path, kw)
             except requests.exceptions.SSLError as exc:
                 raise self.tls_error(exc, what) from None
             except requests.RequestException as exc:
@@ -273,6 +265,14 @@ class RegistryClient:
             if r.status_code in ok:
                 return r
             raise self.http_error(r, what)
+
+    def _send(self, method: str, url: str, headers: dict[str, str], data_path: Any, kw: dict[str, Any]) -> Any:
+        """One try of a request, its body streamed from ``data_path`` when there is one."""
+        options = {"headers": headers, "timeout": self.timeout, "verify": self.tls.verify, "cert": self.tls.cert, **kw}
+        if data_path is None:
+            return self._session.request(method, url, **options)
+        with open(data_path, "rb") as f:
+            return self._session.request(method, url, data=f, **options)
 
     def _passing_code(self, r, passing_codes: tuple[str, ...]) -> str:
         """The first of ``passing_codes`` that a 4xx answer ``r`` carries ('' when none)."""
