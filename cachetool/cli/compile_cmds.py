@@ -66,68 +66,71 @@ def _overrides(ctx: click.Context) -> list[str]:
     return list(ctx.meta.get("cc_overrides", []))
 
 
+# warm's and check's options, in --help's order (each a click decorator, applied to both commands by _common)
+START_COMMAND_OPTIONS = [
+    click.option(
+        "--model",
+        "-m",
+        default=None,
+        help="Preset (tiny, llama-3.2-1b, llama-3.1-8b), config.json or HF folder; --engine vllm: the "
+        "model folder or hub id, or name it after -- as in `vllm serve M` (-- M FLAGS).",
+    ),
+    cache_root_option,
+    device_option("Device to run on", "cpu", extra="; bf16 on cuda, fp32 on cpu", value="cpu"),
+    click.option("--compilation-config", "-cc", "compilation_config", default=None, help=CC_HELP),
+    click.option(
+        "--rank",
+        default=0,
+        show_default=True,
+        type=click.IntRange(min=0),
+        help="Tensor-parallel rank (folder name).",
+    ),
+    click.option(
+        "--dp-rank",
+        "--data-parallel-rank",
+        "dp_rank",
+        default=0,
+        show_default=True,
+        type=click.IntRange(min=0),
+        help="Data-parallel rank (folder name rank_{tp}_{dp}).",
+    ),
+    click.option(
+        "--tensor-parallel-size",
+        "-tp",
+        "tensor_parallel_size",
+        default=1,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Launch N tensor-parallel ranks (gloo on cpu, NCCL on cuda), one cache folder each.",
+    ),
+    json_option,
+    click.option(
+        "--engine",
+        type=click.Choice(ENGINE_CHOICES),
+        default=ENGINE_CHOICES[0],
+        show_default=True,
+        help=ENGINE_HELP,
+    ),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="SECONDS",
+        help="Bound the whole command; past it every process it started is ended, exit 7 (with --engine "
+        "vllm naming the phase vLLM's start was in, e.g. its DeepGEMM JIT warm-up).",
+    ),
+    click.option(
+        "--load-weights",
+        is_flag=True,
+        help="--engine vllm: load the model's weights (default: dummy weights; compiled code does "
+        "not depend on weight values).",
+    ),
+    click.argument("engine_args", nargs=-1, type=click.UNPROCESSED),
+]
+
+
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--model",
-            "-m",
-            default=None,
-            help="Preset (tiny, llama-3.2-1b, llama-3.1-8b), config.json or HF folder; --engine vllm: the "
-            "model folder or hub id, or name it after -- as in `vllm serve M` (-- M FLAGS).",
-        ),
-        cache_root_option,
-        device_option("Device to run on", "cpu", extra="; bf16 on cuda, fp32 on cpu", value="cpu"),
-        click.option("--compilation-config", "-cc", "compilation_config", default=None, help=CC_HELP),
-        click.option(
-            "--rank",
-            default=0,
-            show_default=True,
-            type=click.IntRange(min=0),
-            help="Tensor-parallel rank (folder name).",
-        ),
-        click.option(
-            "--dp-rank",
-            "--data-parallel-rank",
-            "dp_rank",
-            default=0,
-            show_default=True,
-            type=click.IntRange(min=0),
-            help="Data-parallel rank (folder name rank_{tp}_{dp}).",
-        ),
-        click.option(
-            "--tensor-parallel-size",
-            "-tp",
-            "tensor_parallel_size",
-            default=1,
-            show_default=True,
-            type=click.IntRange(min=1),
-            help="Launch N tensor-parallel ranks (gloo on cpu, NCCL on cuda), one cache folder each.",
-        ),
-        json_option,
-        click.option(
-            "--engine",
-            type=click.Choice(ENGINE_CHOICES),
-            default=ENGINE_CHOICES[0],
-            show_default=True,
-            help=ENGINE_HELP,
-        ),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(min=0, min_open=True),
-            default=None,
-            metavar="SECONDS",
-            help="Bound the whole command; past it every process it started is ended, exit 7 (with --engine "
-            "vllm naming the phase vLLM's start was in, e.g. its DeepGEMM JIT warm-up).",
-        ),
-        click.option(
-            "--load-weights",
-            is_flag=True,
-            help="--engine vllm: load the model's weights (default: dummy weights; compiled code does "
-            "not depend on weight values).",
-        ),
-        click.argument("engine_args", nargs=-1, type=click.UNPROCESSED),
-    ]
-    for opt in reversed(options):
+    for opt in reversed(START_COMMAND_OPTIONS):
         f = opt(f)
     return f
 

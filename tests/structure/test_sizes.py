@@ -1,4 +1,5 @@
-"""Sizes: no function in cachetool/ of 80 lines or more, no module of either package over 500 lines."""
+"""Sizes: no function in cachetool/ over 60 lines, no module of either package over 500 lines (the house's
+rules; lines as ruff format writes them)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import ast
 from tests.structure.modules import ROOT, modules
 
 
-def test_no_function_in_cachetool_reaches_80_lines():
+def test_no_function_in_cachetool_is_over_60_lines():
     long = []
     for p in sorted((ROOT / "cachetool").rglob("*.py")):
         for n in ast.walk(ast.parse(p.read_text())):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 >= 80:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 60:
                 long.append(f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)")
     assert long == []
 
