@@ -25,7 +25,17 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-__all__ = ["Process", "clock_ticks", "descendants", "die_with_parent", "end", "end_descendants", "end_group", "table"]
+__all__ = [
+    "Process",
+    "adopting_orphans",
+    "clock_ticks",
+    "descendants",
+    "die_with_parent",
+    "end",
+    "end_descendants",
+    "end_group",
+    "table",
+]
 
 PROC = Path("/proc")
 GROUP_GRACE = 4.0  # SIGTERM -> SIGKILL for a child's group: vLLM's EngineCore defers SIGTERM while it compiles
@@ -189,6 +199,18 @@ def end_group(pgid: int, grace: float | None = None) -> bool:
         return True
     _signal_group(pgid, signal.SIGKILL)
     return _wait_until(lambda: not _group_alive(pgid), KILL_WAIT)
+
+
+def adopting_orphans(adopt: bool = True) -> None:
+    """Linux: while ``adopt``, a descendant whose parent ends is re-parented to this process instead of to init
+    (``PR_SET_CHILD_SUBREAPER``), so that a stop still finds the job a worker started just as it was ended (a
+    kernel build): :func:`end_descendants` walks this process's tree. Elsewhere, nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1 if adopt else 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
 
 
 def die_with_parent() -> None:

@@ -73,6 +73,7 @@ def stopped_by_signals(message: Callable[[str], str], timeout: float | None = No
     previous: dict[int, Any] = {}
     outer_timer, began = (0.0, 0.0), time.monotonic()
     try:
+        process_tree.adopting_orphans()  # a job started as its parent is ended stays in the tree the stop ends
         previous = {s: signal.signal(s, state.handle) for s in signals}
         if timeout:
             outer_timer = signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -87,6 +88,7 @@ def stopped_by_signals(message: Callable[[str], str], timeout: float | None = No
         if stop.requested.is_set():
             state.left = process_tree.end_descendants(state.since, state.started)
     finally:
+        process_tree.adopting_orphans(False)
         if timeout:
             _restore_timer(outer_timer, time.monotonic() - began)
         for s, handler in previous.items():
