@@ -15,7 +15,10 @@ prefill and a decode batch, and prints when its first forward was done. Each var
   fresh root at another path, then ``cachetool check --engine torch`` there: a new pod with cachetool;
 - ``mega-cache``: a fresh empty root, the program loading the Mega-Cache artifacts itself
   (``torch.compiler.load_cache_artifacts``) before it compiles: PyTorch's own answer;
-- ``kept``: ``check`` on the warm's own root again: the same machine, its local cache kept.
+- ``kept``: ``check`` on the warm's own root again: the same machine, its local cache kept;
+- ``server``: the program alone (no cachetool in its processes) on a pulled root, with the environment a pull prints
+  for it (``server_environment``): what a server started as docs/torch.md says does; what it built is what the root
+  gained (no probe: FX graphs and autotuning runs are not counted, ``-``).
 
 ``--fresh-pod`` removes the per-user caches a new pod lacks (``/tmp/torchinductor_$USER``, ``~/.triton``) before
 ``cold``, ``pulled`` and ``mega-cache``; ``--repeat N`` runs each ``check`` row N times (each ``pulled`` run on a
@@ -32,6 +35,7 @@ import argparse
 import getpass
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -169,6 +173,38 @@ def median_start(times: int, before, root: Path, command: list[str]) -> dict:
     return {**runs[len(runs) // 2], "ready_runs": [r["program"]["ready_s"] for r in runs]}
 
 
+def program_alone(root: Path, command: list[str]) -> dict:
+    """The program with the environment a pull prints for ``root`` and nothing of cachetool in it; what it built is
+    what the root gained."""
+    from cachetool.engines.torch.engine import TorchEngine
+    from cachetool.engines.torch.layout import kernel_files
+
+    env = dict(os.environ)
+    for name, value in TorchEngine().server_environment(root).items():
+        env[name] = os.pathsep.join(p for p in (value, env.get(name)) if p) if name == "PYTHONPATH" else value
+    before = kernel_files(root)
+    t0 = time.perf_counter()
+    p = subprocess.run(command, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    seconds = time.perf_counter() - t0
+    bench = [ln[6:] for ln in p.stdout.splitlines() if ln.startswith("BENCH ")]
+    if p.returncode != 0 or not bench:
+        sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
+        raise SystemExit(f"the program alone failed with exit {p.returncode}")
+    after = kernel_files(root)
+    built = {kind: len(after[kind] - before[kind]) for kind in after}
+    return {
+        "seconds": round(seconds, 3),
+        "program": json.loads(bench[-1]),
+        "environment": TorchEngine().server_environment(root),
+        "fx_graph_hits": "-",
+        "graphs_compiled": "-",
+        "cpp_kernels_built": built["cpp"],
+        "triton_kernels_built": built["triton"],
+        "autotune_benchmarks": None,
+        "autotune_results_written": built["autotune"],
+    }
+
+
 def pull_like_a_pod(root: Path, dest: Path) -> dict:
     """The warm's root packed (unsigned) and installed at another path; a copy where zstandard is missing."""
     from cachetool import api
@@ -239,8 +275,18 @@ def run(args) -> dict:
     )
     print("== kept: check on the warm's own root", flush=True)
     rows["kept"] = median_start(args.repeat, lambda: None, work / "warm-root", command)
+    print("== server: the program alone on a pulled root, with the environment pull prints", flush=True)
+    fresh_pull()
+    rows["server"] = program_alone(work / "pulled-root", command)
     shutil.rmtree(work, ignore_errors=True)
     return {"rows": rows, "pull": pulled, "device": args.device, "layers": args.layers, "dim": args.dim}
+
+
+def _autotuning(row: dict) -> str:
+    """Autotuning runs and results written; a row without the probe counts only the results."""
+    if row["autotune_benchmarks"] is None:
+        return f"- / {row['autotune_results_written']} written"
+    return str(row["autotune_benchmarks"] + row["autotune_results_written"])
 
 
 def table(result: dict) -> str:
@@ -258,7 +304,7 @@ def table(result: dict) -> str:
         out.append(
             f"| {name} | {p['first_forward_s']:.2f} s | {p['ready_s']:.2f} s{spread} | {r['seconds']:.2f} s | "
             f"{r['fx_graph_hits']} / {r['graphs_compiled']} | {r['cpp_kernels_built']} / "
-            f"{r['triton_kernels_built']} | {r['autotune_benchmarks'] + r['autotune_results_written']} | "
+            f"{r['triton_kernels_built']} | {_autotuning(r)} | "
             f"{p['ready_s'] / kept:.2f}x | {p['ready_s'] / cold:.2f}x |"
         )
     pull = result["pull"]

@@ -33,6 +33,7 @@ fresh pod at the same path), ``pull`` with the server's argv, ``vllm serve`` wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import getpass
 import json
@@ -800,6 +801,57 @@ def moe_pulled_rows(
     )
 
 
+def key_factor_files(root: Path) -> dict[str, dict]:
+    """vLLM's ``cache_key_factors.json`` of every key folder under ``root``, by path (env, config, code and
+    compiler hashes: which one moved)."""
+    out = {}
+    for path in sorted(root.glob("torch_compile_cache/*/rank_*/*/cache_key_factors.json")):
+        with contextlib.suppress(OSError, ValueError):
+            out[str(path.relative_to(root))] = json.loads(path.read_text())
+    return out
+
+
+def part_moe_moved(run: Run, work: Path, cpu: bool = False) -> None:
+    """After ``moe`` (the same lease): the pulled root copied to another path, check there with vLLM's debug log,
+    and what differs between the key folder vLLM computed there and the warm's: why an FP8 root is bound to its path."""
+    model, flags = moe_model(work, cpu)
+    if not (work / "moe-check").is_dir():
+        run.row("moe", "check on a copy at another path", "not run: no pulled root left by the moe part")
+        return
+    moved = work / "moe-moved"
+    shutil.rmtree(moved, ignore_errors=True)
+    shutil.copytree(work / "moe-check", moved, symlinks=True)
+    clear_pod()
+    logs = Path(os.environ.get("XDG_STATE_HOME", "~/.local/state")).expanduser() / "cachetool" / "logs"
+    seen = set(logs.glob("vllm-*.log"))
+    env = {"VLLM_LOGGING_LEVEL": "DEBUG"}
+    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", moved, "--json", "--", model, *flags, env=env)
+    warm_keys, moved_keys = key_factor_files(work / "moe-check"), key_factor_files(moved)
+    (run.out / "moe-moved-keys.json").write_text(json.dumps({"warm": warm_keys, "moved": moved_keys}, indent=1))
+    new = [k for k in moved_keys if k not in warm_keys]
+    differ = []
+    if new and warm_keys:
+        a, b = next(iter(warm_keys.values())), moved_keys[new[0]]
+        differ = [f for f in ("config_hash", "code_hash", "compiler_hash") if a.get(f) != b.get(f)]
+        env_a, env_b = a.get("env") or {}, b.get("env") or {}
+        differ += [f"env {n}" for n in sorted(set(env_a) | set(env_b)) if env_a.get(n) != env_b.get(n)]
+    for log in set(logs.glob("vllm-*.log")) - seen:
+        lines = log.read_text(errors="replace").splitlines()
+        keep = [ln for i, ln in enumerate(lines) if "Traced files" in ln or "cache factors" in ln or "load" in ln]
+        traced = next((i for i, ln in enumerate(lines) if "Traced files" in ln), None)
+        if traced is not None:
+            keep += lines[traced : traced + 200]
+        (run.out / f"moe-moved-{log.stem}.txt").write_text("\n".join(keep[-600:]))
+    run.row(
+        "moe",
+        "check on a copy of the pulled root at another path (diagnosis)",
+        f"exit {p.returncode}, {wall:.1f} s: {(doc.get('compile') or doc).get('miss_reason') or 'hit'}; "
+        f"new key folder(s) {[k.split('/')[1] for k in new]}; differs from the warm's: {differ or 'nothing'}",
+        check_word(p, doc),
+        None,
+    )
+
+
 # ------------------------------------------------------------------------------------------------ native, torch
 def benchmark(run: Run, script: str, *args: str) -> subprocess.CompletedProcess:
     """One of the benchmarks of this folder, its output saved beside the rows."""
@@ -865,16 +917,24 @@ def part_torch(run: Run, cpu: bool = False) -> None:
             run.row("torch", f"mode {mode}", f"bench_torch_engine failed (exit {p.returncode})")
             continue
         rows = json.loads(out.read_text())["rows"]
-        cold, pulled = rows["cold"], rows["pulled"]
+        cold, pulled, alone = rows["cold"], rows["pulled"], rows.get("server")
         ready = pulled["program"]["ready_s"]
+        built = None if alone is None else alone["triton_kernels_built"] + alone["cpp_kernels_built"]
         run.row(
             "torch",
-            f"mode {mode}: pulled root, fresh pod",
-            f"ready {ready:.2f} s vs cold "
-            f"{cold['program']['ready_s']:.2f} s; built {pulled.get('triton_kernels_built')} Triton / "
-            f"{pulled.get('cpp_kernels_built')} C++ kernels, {pulled.get('autotune_benchmarks')} autotunings",
+            f"mode {mode}: check on a pulled root, fresh pod; the program alone with pull's environment",
+            f"check: ready {ready:.2f} s vs cold {cold['program']['ready_s']:.2f} s, built "
+            f"{pulled.get('triton_kernels_built')} Triton / {pulled.get('cpp_kernels_built')} C++ kernels, "
+            f"{pulled.get('autotune_benchmarks')} autotunings; the program alone: "
+            + (
+                "not run"
+                if alone is None
+                else f"ready {alone['program']['ready_s']:.2f} s, built {built} kernel(s), "
+                f"{alone['autotune_results_written']} autotune result(s) written, environment "
+                f"{sorted(alone['environment'])}"
+            ),
             "compiled nothing" if pulled.get("hit") else "compiled",
-            None,
+            None if alone is None else ("compiled nothing" if built == 0 else "compiled"),
         )
 
 
@@ -889,7 +949,9 @@ def part_table(run: Run) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=("native", "torch", "vllm", "moe", "dense", "moe-cold", "moe-pulled", "table"))
+    ap.add_argument(
+        "part", choices=("native", "torch", "vllm", "moe", "dense", "moe-cold", "moe-pulled", "moe-moved", "table")
+    )
     ap.add_argument("--only", default="", help="vllm part: these rows again, on what an earlier run left in --work")
     ap.add_argument(
         "--skip",
@@ -923,6 +985,7 @@ def main() -> None:
         "torch": lambda: part_torch(run, args.cpu),
         "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
         "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu),
+        "moe-moved": lambda: part_moe_moved(run, args.work, args.cpu),
         "table": lambda: part_table(run),
     }[args.part]()
 

@@ -50,10 +50,13 @@ class TorchEngine(EngineBase):
     # ------------------------------------------------------------------------------------------ starts
     def server_environment(self, root: Path) -> dict[str, str]:
         """The program reads Inductor's cache from ``TORCHINDUCTOR_CACHE_DIR`` and Triton's from
-        ``TRITON_CACHE_DIR`` (the folders a warm and a check run it with: :func:`.run.program_env`)."""
+        ``TRITON_CACHE_DIR`` (the folders a warm and a check run it with: :func:`.run.program_env`); where the root
+        ships coordinate-descent results for a torch that would tune again, ``PYTHONPATH`` names the folder that
+        makes it use them (:mod:`.autotune_site`)."""
+        from cachetool.engines.torch import autotune_site
         from cachetool.engines.torch.run import cache_variables
 
-        return cache_variables(Path(root))
+        return {**cache_variables(Path(root)), **autotune_site.variables(Path(root))}
 
     def start_request(self, command: str, model: str | None, cache_root: str | Path | None, options: Mapping[str, Any]):
         """The program's command after ``--`` parsed into a :class:`~.start.TorchStartRequest`; another engine's

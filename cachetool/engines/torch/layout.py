@@ -7,13 +7,16 @@
                                   the generated code and kernels ({2 chars}/: .py, .cpp, .so, autotune results)
       triton/                     TRITON_CACHE_DIR of the program: one folder per Triton kernel
       facts/{key}/cache_key_factors.json   what a warm recorded: the facts the caches depend on (see key.py)
+      .cachetool-site/sitecustomize.py     written by a warm and an install where a torch 2.11/2.12 program needs
+                                           it to use the root's coordinate-descent results (autotune_site.py)
 
 Inductor and Triton name what they write by content, so the install units are the shallowest folders under
 ``inductor/`` and ``triton/`` that hold files (a code folder, an FX-graph entry, a kernel): an install adds the
 ones a root lacks and leaves the program's own. ``inductor/locks/`` (the lock files Inductor makes as it needs
 them) is not shipped, nor the marks of starts (``.cachetool-incomplete/torch-*.json``): while one is there, no unit is
 packed (:func:`incomplete_reason`). Each ``facts/{key}`` folder is a unit of its own, listed as the manifest's key. (A top
-folder with files lying loose in it is one unit, whole.)
+folder with files lying loose in it is one unit, whole.) ``.cachetool-site/`` is not shipped either: an install
+writes it from cachetool's own files (:func:`settle_installed`, :mod:`cachetool.engines.torch.autotune_site`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ __all__ = [
     "marks",
     "read_mark",
     "scan",
+    "settle_installed",
 ]
 
 
@@ -181,3 +185,11 @@ def incomplete_reason(unit_dir: Path, ranked: bool) -> str | None:
         f"a start of {when} (pid {doc.get('pid')}) has not finished on {root}: it runs, or was killed, and may "
         f"have cut a kernel short; the next start on the root settles it (mark: {left[0]})"
     )
+
+
+def settle_installed(root: Path) -> None:
+    """After an install: the root's site folder written again from this install, where the root needs it
+    (:func:`cachetool.engines.torch.autotune_site.settle`)."""
+    from cachetool.engines.torch import autotune_site  # it reads this module's names
+
+    autotune_site.settle(Path(root))

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cachetool import process_tree, run_logs
+from cachetool.engines.torch import autotune_site
 from cachetool.engines.torch.command import ProgramCommand
 from cachetool.engines.torch.layout import INDUCTOR, TRITON
 from cachetool.errors import EngineFailedError, WaitTimeoutError
@@ -57,9 +58,11 @@ def cache_variables(root: Path) -> dict[str, str]:
 
 
 def program_env(root: Path, probe_dir: Path) -> dict[str, str]:
-    """This process's environment with the root's cache folders and the probe first on ``PYTHONPATH``."""
+    """This process's environment with the root's cache folders, the probe first on ``PYTHONPATH`` and then the
+    root's site folder where it has one (:mod:`.autotune_site`: the server runs with it too)."""
     env = {**os.environ, **cache_variables(root)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(probe_dir), env.get("PYTHONPATH")) if p)
+    site = autotune_site.variables(root).get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(probe_dir), site, env.get("PYTHONPATH")) if p)
     return env
 
 

@@ -1,0 +1,144 @@
+"""Coordinate-descent results used again on a cache hit, on the torch releases that tune again instead.
+
+A ``max-autotune`` program (or one with ``coordinate_descent_tuning``) tunes each pointwise and reduction Triton
+kernel at its first launch and saves the winner beside the kernel (``*.best_config``, ``found_by_coordesc: true``).
+When a later process loads the compiled graph from the FX-graph cache, Inductor hands it the kernels it compiled
+(statically launchable) and :meth:`CachingAutotuner.recheck_autotune_cache` looks the winner up again. Up to torch
+2.12 that method drops it in two cases (PyTorch issue #172819, the rule torch 2.13 has): a kernel compiled with one
+config never takes the cached winner, and a winner that is among the compiled configs loses its "found by coordinate
+descent" mark. Either way the first launch tunes again: it benchmarks neighbouring configs, builds the ones it has
+not seen (new Triton kernels in a pulled root: 16 on the H100 for a 2-layer GPT), and rewrites the results.
+
+This module gives those releases torch 2.13's rule, and nothing else. It is standalone (the standard library, and
+torch once the program imports Inductor's runtime): the torch engine copies it as ``sitecustomize.py`` into a
+folder of the cache root that a pull writes, and the server environment a pull prints puts that folder on
+``PYTHONPATH`` (:mod:`cachetool.engines.torch.autotune_site`). At start-up it runs the ``sitecustomize`` it shadows
+and waits for ``torch._inductor.runtime.triton_heuristics`` to be imported; importing torch here would cost every
+Python process of the program seconds. Private API: ``CachingAutotuner.recheck_autotune_cache`` and the helpers
+it calls (``check_autotune_cache``, ``triton_config_to_hashable``, ``_precompile_config``); where one is missing,
+torch is left as it is.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+FIXED_IN = (2, 13)  # the first release that takes a cached winner whatever the number of compiled configs
+FORCE = "CACHETOOL_AUTOTUNE_REUSE"  # "1": apply on any torch (tests on a fixed torch); "0": never
+
+_here = os.path.dirname(os.path.abspath(__file__))
+
+
+def recheck_autotune_cache(self, reload_kernel_from_src) -> None:
+    """torch 2.13's rule: the cached winner is taken whatever the number of compiled configs, with its "found by
+    coordinate descent" mark; a winner no compiled config matches is compiled (from Triton's cache, where the warm
+    left it)."""
+    from torch._inductor.runtime import triton_heuristics as heuristics
+
+    configs = [result.config for result in self.compile_results]
+    cached, _, info = heuristics.check_autotune_cache(configs, self.filename, self.inductor_meta)
+    self.autotune_cache_info = info
+    if len(cached) != 1:
+        return
+    best = cached[0]
+    by_coordesc = getattr(best, "found_by_coordesc", False)
+    wanted = heuristics.triton_config_to_hashable(best)
+    for result in self.compile_results:
+        if heuristics.triton_config_to_hashable(result.config) == wanted:
+            result.config.found_by_coordesc = by_coordesc
+            self.compile_results = [result]
+            return
+    if self.fn.fn is None:
+        self.fn = reload_kernel_from_src().fn
+    self.compile_results = [self._precompile_config(best)]
+
+
+def needed(version: str) -> bool:
+    """Whether torch ``version`` (``2.11.0+cu130``) tunes again on a cache hit (see the module docstring)."""
+    forced = os.environ.get(FORCE)
+    if forced in ("0", "1"):
+        return forced == "1"
+    try:
+        major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < FIXED_IN
+
+
+def apply(heuristics) -> bool:
+    """Give ``heuristics`` (the imported ``triton_heuristics`` module) torch 2.13's rule where its torch needs it;
+    whether it did."""
+    import torch
+
+    autotuner = getattr(heuristics, "CachingAutotuner", None)
+    wanted = ("check_autotune_cache", "triton_config_to_hashable")
+    if (
+        autotuner is None
+        or not hasattr(autotuner, "recheck_autotune_cache")
+        or not all(hasattr(heuristics, name) for name in wanted)
+    ):
+        return False
+    if not needed(torch.__version__):
+        return False
+    autotuner.recheck_autotune_cache = recheck_autotune_cache
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- as sitecustomize
+
+
+class _HeuristicsWatch:
+    """A finder that applies the rule once the program imports Inductor's runtime heuristics."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != HEURISTICS:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            try:
+                apply(module)
+            except Exception:  # noqa: BLE001 - a torch unlike the ones this was written for: left as it is
+                pass
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+def _chain_shadowed() -> None:
+    """Run the ``sitecustomize`` this file shadows: the next one on the path after this folder (a distribution's
+    own); never one before it (the torch engine's probe, first on the path, runs this one as the one it shadows)."""
+    entries = [os.path.abspath(p or os.getcwd()) for p in sys.path]
+    after = sys.path[entries.index(_here) + 1 :] if _here in entries else sys.path
+    rest = [p for p in after if os.path.abspath(p or os.getcwd()) != _here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None or os.path.dirname(os.path.abspath(spec.origin or "")) == _here:
+        return
+    try:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    except Exception as exc:  # noqa: BLE001 - as Python treats a failing sitecustomize
+        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback: {exc!r}", file=sys.stderr)
+
+
+def install_at_startup() -> None:
+    _chain_shadowed()
+    if HEURISTICS in sys.modules:
+        apply(sys.modules[HEURISTICS])
+    else:
+        sys.meta_path.insert(0, _HeuristicsWatch())
+
+
+if __name__ == "sitecustomize":
+    install_at_startup()
