@@ -23,10 +23,23 @@ COUNTERS = (
 )
 
 
+def _count(report: dict, group: str, name: str) -> int:
+    return int(((report.get("counters") or {}).get(group) or {}).get(name, 0))
+
+
+def _lowered(report: dict) -> bool:
+    """Whether the process lowered a graph (an FX-graph miss or bypass): only then can ``select_algorithm`` have
+    benchmarked anything. On a hit Inductor adds the counter deltas recorded with the cached graph (its
+    ``counter_deltas``), so a start that lowered nothing still shows the warm's autotuning count (14 on the H100 for
+    a max-autotune GPT that benchmarked nothing)."""
+    return _count(report, "inductor", "fxgraph_cache_miss") + _count(report, "inductor", "fxgraph_cache_bypass") > 0
+
+
 def counted(reports: list[dict]) -> dict[str, int]:
-    """The counters of :data:`COUNTERS`, summed over the processes' reports."""
+    """The counters of :data:`COUNTERS`, summed over the processes' reports; autotuning only where a process
+    lowered a graph (:func:`_lowered`)."""
     return {
-        field: sum(int(((r.get("counters") or {}).get(group) or {}).get(name, 0)) for r in reports)
+        field: sum(_count(r, group, name) for r in reports if field != "autotune_benchmarks" or _lowered(r))
         for field, group, name in COUNTERS
     }
 
