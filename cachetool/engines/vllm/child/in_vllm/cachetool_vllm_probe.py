@@ -10,8 +10,8 @@ the same through its development endpoint ``POST /collective_rpc`` (``VLLM_SERVE
 out of its env factors): the oracle in ``tests/vllm_oracle/server.py``.
 
 Everything here is read from vLLM itself, never from its log: the AOT key folder and whether the artifact was
-loaded (the compiled model's own attributes, and vLLM's key function over this worker's config), vLLM's compilation
-counters, the files Dynamo traced (the config's ``traced_files``), the seconds vLLM's compile monitor added up
+loaded (the path vLLM's decorator tried to load, watched from the moment vLLM imports this module; the compiled
+model's own attributes; else vLLM's key function over this worker's config), vLLM's compilation counters, the files Dynamo traced (the config's ``traced_files``), the seconds vLLM's compile monitor added up
 (``compilation_time``), the kernel libraries this process mapped.
 """
 
@@ -67,6 +67,32 @@ def compiled_models(model) -> list:
     return [m for m in model.modules() if hasattr(m, "was_aot_compile_fn_loaded_from_disk")]
 
 
+# The AOT loads vLLM tried in this process, by compiled module: the path it read names the key folder it computed.
+# Computing that key again after the start is not always the same: an FP8 MoE model's config changes after vLLM
+# hashed it (on the H100 a check named folder 839748fb... while vLLM had loaded 1bb29a02...).
+AOT_LOADS: dict[int, dict] = {}
+
+
+def watch_aot_loads() -> None:
+    """Record each AOT load vLLM's ``support_torch_compile`` tries (``decorators._try_load_aot_compiled_fn``, looked
+    up by name at each call in the releases that have it); a release without it is left as it is."""
+    try:
+        from vllm.compilation import decorators
+    except ImportError:
+        return
+    tried = getattr(decorators, "_try_load_aot_compiled_fn", None)
+    if tried is None or getattr(tried, "cachetool_watched", False):
+        return
+
+    def watched(model, aot_compilation_path, *args, **kwargs):
+        loaded = tried(model, aot_compilation_path, *args, **kwargs)
+        AOT_LOADS[id(model)] = {"path": str(aot_compilation_path), "loaded": loaded is not None}
+        return loaded
+
+    watched.cachetool_watched = True  # type: ignore[attr-defined]
+    decorators._try_load_aot_compiled_fn = watched
+
+
 def vllm_aot_key(module) -> str | None:
     """The AOT key folder vLLM computes for ``module`` (its ``aot_compile_hash_factors`` over this worker's config
     plus the forward's identity, as its decorator does), or None: AOT compilation off, or a release without that
@@ -86,14 +112,20 @@ def vllm_aot_key(module) -> str | None:
 
 
 def aot_report(module) -> dict:
-    """One compiled module's AOT artifact: the key folder (where vLLM saved it in this process, else vLLM's key
-    function), whether it was loaded from disk (vLLM's own flag), and the file (``{key}/rank_{r}_{dp}/model``, as
-    vLLM's decorator names it)."""
+    """One compiled module's AOT artifact: the key folder (where vLLM saved it in this process, else the folder it
+    tried to load from, else vLLM's key function), whether it was loaded from disk (vLLM's own flag), and the file
+    (``{key}/rank_{r}_{dp}/model``, as vLLM's decorator names it)."""
     parallel = module.vllm_config.parallel_config
     rank_folder = f"rank_{parallel.rank}_{getattr(parallel, 'data_parallel_index', 0)}"
     saved_in = getattr(module, "_aot_cache_dir", None)  # set by vLLM when this process compiled and saved
+    tried = AOT_LOADS.get(id(module), {}).get("path")  # {key}/rank_{r}_{dp}/model
     computed = vllm_aot_key(module)
-    key = os.path.basename(os.path.dirname(saved_in)) if saved_in else computed
+    if saved_in:
+        key = os.path.basename(os.path.dirname(saved_in))
+    elif tried:
+        key = os.path.basename(os.path.dirname(os.path.dirname(tried)))
+    else:
+        key = computed
     from vllm.envs import VLLM_CACHE_ROOT
 
     path = os.path.join(VLLM_CACHE_ROOT, AOT_DIR, key, rank_folder, "model") if key else None
@@ -132,3 +164,6 @@ class CachetoolProbe:
             "compilation_seconds": float(getattr(compilation, "compilation_time", 0.0) or 0.0),
             "traced_files": {file_id(p): file_digest(p) for p in traced},
         }
+
+
+watch_aot_loads()  # vLLM imports this module in each worker before it builds and compiles the model
