@@ -3,11 +3,12 @@
 A ``max-autotune`` program (or one with ``coordinate_descent_tuning``) tunes each pointwise and reduction Triton
 kernel at its first launch and saves the winner beside the kernel (``*.best_config``, ``found_by_coordesc: true``).
 When a later process loads the compiled graph from the FX-graph cache, Inductor hands it the kernels it compiled
-(statically launchable) and :meth:`CachingAutotuner.recheck_autotune_cache` looks the winner up again. Up to torch
-2.12 that method drops it in two cases (PyTorch issue #172819, the rule torch 2.13 has): a kernel compiled with one
-config never takes the cached winner, and a winner that is among the compiled configs loses its "found by coordinate
-descent" mark. Either way the first launch tunes again: it benchmarks neighbouring configs, builds the ones it has
-not seen (new Triton kernels in a pulled root: 16 on the H100 for a 2-layer GPT), and rewrites the results.
+(statically launchable) and :meth:`CachingAutotuner.recheck_autotune_cache` looks the winner up again. In torch 2.11
+that method drops it in two cases (PyTorch issue #172819; torch 2.13 has the fix, 2.12 was not checked and is
+treated as 2.11): a kernel compiled with one config never takes the cached winner, and a winner that is among the
+compiled configs loses its "found by coordinate descent" mark. Either way the first launch tunes again: it
+benchmarks neighbouring configs, builds the ones it has not seen (new Triton kernels in a pulled root: 16 on the
+H100 for a 2-layer GPT), and rewrites the results.
 
 This module gives those releases torch 2.13's rule, and nothing else. It is standalone (the standard library, and
 torch once the program imports Inductor's runtime): the torch engine copies it as ``sitecustomize.py`` into a

@@ -1,10 +1,10 @@
 """The folder that lets a torch 2.11/2.12 program use the coordinate-descent results its root ships.
 
 A ``max-autotune`` program's root holds, beside each tuned Triton kernel, the configuration coordinate descent chose
-(``inductor/**.best_config``, ``"found_by_coordesc": true``). torch up to 2.12 does not use it when the compiled
-graph comes from the FX-graph cache: every start tunes again and builds Triton kernels (PyTorch issue #172819;
-:mod:`compiler.torch_compat.autotune_reuse` says how, and gives those releases torch 2.13's rule). So where a root
-holds such results and its facts name such a torch, a warm and an install write::
+(``inductor/**.best_config``, ``"found_by_coordesc": true``). torch 2.11 (and 2.12, not checked) does not use it
+when the compiled graph comes from the FX-graph cache: every start tunes again and builds Triton kernels (PyTorch
+issue #172819; :mod:`compiler.torch_compat.autotune_reuse` says how, and gives those releases torch 2.13's rule). So
+where a root holds such results and its facts name such a torch, a warm and an install write::
 
     {root}/.cachetool-site/sitecustomize.py     compiler/torch_compat/autotune_reuse.py, copied from this install
 
@@ -26,26 +26,23 @@ from types import ModuleType
 from cachetool.engines.root_names import FACTORS_FILE
 from cachetool.engines.torch.layout import FACTS, INDUCTOR
 
-__all__ = ["SITE", "has_coordesc_results", "settle", "variables"]
+__all__ = ["SITE", "has_coordesc_results", "reuse_module", "settle", "source_file", "variables"]
 
 SITE = ".cachetool-site"
 MODULE = "sitecustomize.py"
 
 
-@functools.lru_cache(maxsize=1)
-def _source() -> Path:
-    """compiler/torch_compat/autotune_reuse.py of this install, found without importing ``compiler`` (which
-    imports torch)."""
-    spec = importlib.util.find_spec("compiler")
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError("the compiler package is not installed beside cachetool")
-    return Path(spec.origin).parent / "torch_compat" / "autotune_reuse.py"
+def source_file() -> Path:
+    """compiler/torch_compat/autotune_reuse.py of this install: the ``compiler`` package is installed beside
+    ``cachetool`` (one project), and is found by path, not by import (importing it imports torch; a ``compiler``
+    folder in the working directory would shadow it)."""
+    return Path(__file__).resolve().parents[3] / "compiler" / "torch_compat" / "autotune_reuse.py"
 
 
 @functools.lru_cache(maxsize=1)
-def _reuse() -> ModuleType:
+def reuse_module() -> ModuleType:
     """The module itself, loaded from its file (it imports the standard library only until torch is running)."""
-    spec = importlib.util.spec_from_file_location("cachetool_autotune_reuse", _source())
+    spec = importlib.util.spec_from_file_location("cachetool_autotune_reuse", source_file())
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
@@ -77,19 +74,29 @@ def _recorded_torch(root: Path) -> list[str]:
     return versions
 
 
+def _remove(site: Path) -> None:
+    """Whatever lies at the folder's name: a folder, a file, a link (never followed)."""
+    if site.is_symlink() or (site.exists() and not site.is_dir()):
+        site.unlink()
+    elif site.is_dir():
+        shutil.rmtree(site)
+
+
 def settle(root: Path) -> Path | None:
     """Write ``{root}/.cachetool-site`` where the root needs it (coordinate-descent results, and a recorded torch
-    that does not use them), else remove one left there; the folder, or None."""
+    that does not use them), else remove what lies at that name; the folder, or None. ``CACHETOOL_AUTOTUNE_REUSE``
+    (``1``/``0``) in cachetool's own environment decides for any torch, as it does in the program."""
     site = Path(root) / SITE
-    shutil.rmtree(site, ignore_errors=True)  # written from this install's file only, never kept from a bundle
-    if not any(_reuse().needed(v) for v in _recorded_torch(root)) or not has_coordesc_results(root):
+    _remove(site)  # written from this install's file only, never kept from a bundle or a link
+    if not any(reuse_module().needed(v) for v in _recorded_torch(root)) or not has_coordesc_results(root):
         return None
     site.mkdir()
-    shutil.copyfile(_source(), site / MODULE)
+    shutil.copyfile(source_file(), site / MODULE)
     return site
 
 
 def variables(root: Path) -> dict[str, str]:
     """``PYTHONPATH`` naming the folder, where the root has it (a server sets it before its own entries)."""
     site = Path(root) / SITE
-    return {"PYTHONPATH": str(site)} if (site / MODULE).is_file() else {}
+    real = site.is_dir() and not site.is_symlink() and (site / MODULE).is_file() and not (site / MODULE).is_symlink()
+    return {"PYTHONPATH": str(site)} if real else {}

@@ -1,0 +1,275 @@
+"""compiler/torch_compat/autotune_reuse.py: torch 2.13's ``CachingAutotuner.recheck_autotune_cache`` rule for the
+torch releases that tune again on a cache hit (PyTorch issue #172819), and the ``sitecustomize`` it becomes in a
+pulled root's ``.cachetool-site`` folder.
+
+The rule is compared with torch 2.13's own method on stub autotuners and a real autotune cache file (written by
+torch's ``AutotuneCache``); the start-up side runs in a few fresh interpreters (each importing torch costs
+seconds, so they are kept few)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+import triton  # after the skip: a box without Triton skips the module
+from torch._inductor.runtime import triton_heuristics as heuristics
+from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+from cachetool.engines.torch import run as torch_run
+from compiler.torch_compat import autotune_reuse
+
+SOURCE = Path(autotune_reuse.__file__)
+PROBE = Path(torch_run.__file__).with_name("probe.py")
+META = {"coordinate_descent_tuning": True}
+TORCH_RULE = heuristics.CachingAutotuner.__dict__["recheck_autotune_cache"]  # torch's own, as imported here
+
+# ---------------------------------------------------------------------------------------------- the rule
+
+
+class _Compiled:
+    """What ``CachingAutotuner.compile_results`` holds, as far as the rule reads it."""
+
+    def __init__(self, config):
+        self.config = config
+
+
+class _Autotuner:
+    """The attributes and methods of a ``CachingAutotuner`` that ``recheck_autotune_cache`` uses."""
+
+    def __init__(self, configs, filename: str):
+        self.compile_results = [_Compiled(c) for c in configs]
+        self.filename = filename
+        self.inductor_meta = dict(META)
+        self.fn = types.SimpleNamespace(fn=object())  # the kernel's source is loaded: no reload
+        self.autotune_cache_info = None
+        self.precompiled: list = []
+        self.reloads = 0
+
+    def is_statically_launchable(self) -> bool:
+        return True
+
+    def _precompile_config(self, cfg):
+        self.precompiled.append(cfg)
+        return _Compiled(cfg)
+
+    def reload_kernel_from_src(self):
+        self.reloads += 1
+        return types.SimpleNamespace(fn=object())
+
+
+def _configs(*xblocks: int) -> list:
+    return [triton.Config({"XBLOCK": x}, num_warps=4, num_stages=1) for x in xblocks]
+
+
+def _kernel(tmp_path: Path) -> str:
+    """A kernel's file name (the autotune cache file goes beside it)."""
+    path = tmp_path / "kernels" / "cabcdef0123.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# a kernel\n")
+    return str(path)
+
+
+def _save_winner(filename: str, compiled: list, winner, found_by_coordesc: bool) -> None:
+    """The ``*.best_config`` file a tuning run leaves beside the kernel, written by torch's own cache."""
+    cache = AutotuneCache.create(META, filename, heuristics.hash_configs(compiled))
+    assert cache is not None
+    cache.save(winner, 0, found_by_coordesc=found_by_coordesc)
+
+
+def _outcome(tuner: _Autotuner, compiled_before: list) -> dict:
+    """What the rule left: which results (a compiled one by its index, else a new one), their configs and marks,
+    what was compiled anew, and the cache information."""
+    return {
+        "results": [compiled_before.index(r) if r in compiled_before else "new" for r in tuner.compile_results],
+        "configs": [heuristics.triton_config_to_hashable(r.config) for r in tuner.compile_results],
+        "by_coordesc": [getattr(r.config, "found_by_coordesc", False) for r in tuner.compile_results],
+        "precompiled": [heuristics.triton_config_to_hashable(c) for c in tuner.precompiled],
+        "reloads": tuner.reloads,
+        "info": tuner.autotune_cache_info,
+    }
+
+
+def _both_rules(filename: str, xblocks: tuple[int, ...]) -> tuple[dict, dict]:
+    """torch 2.13's method and the backport, each on its own autotuner (fresh configs) of the same kernel."""
+    outcomes = []
+    for rule in (TORCH_RULE, autotune_reuse.recheck_autotune_cache):
+        tuner = _Autotuner(_configs(*xblocks), filename)
+        before = list(tuner.compile_results)
+        rule(tuner, tuner.reload_kernel_from_src)
+        outcomes.append(_outcome(tuner, before))
+    return outcomes[0], outcomes[1]
+
+
+def test_torch_rule_under_comparison_is_torchs_own_method():
+    assert TORCH_RULE.__module__ == heuristics.__name__
+    assert TORCH_RULE is not autotune_reuse.recheck_autotune_cache
+
+
+def test_one_compiled_config_takes_the_coordesc_winner_compiled_anew_marked_as_torch_2_13_does(tmp_path):
+    filename = _kernel(tmp_path)
+    [winner] = _configs(256)
+    winner.num_warps = 8
+    _save_winner(filename, _configs(64), winner, found_by_coordesc=True)
+
+    ours, torchs = _both_rules(filename, (64,))
+
+    assert ours == torchs
+    assert ours["results"] == ["new"]
+    assert ours["configs"] == [(("XBLOCK", 256), ("num_warps", 8), ("num_stages", 1))]
+    assert ours["by_coordesc"] == [True]
+    assert ours["precompiled"] == ours["configs"]  # compiled once, the winner alone
+    assert ours["reloads"] == 0  # the kernel's source was there
+    assert ours["info"]["autotune_cache_state"] == "hit"
+
+
+def test_a_coordesc_winner_among_the_compiled_configs_is_kept_with_its_mark_as_torch_2_13_does(tmp_path):
+    filename = _kernel(tmp_path)
+    _save_winner(filename, _configs(64, 128), _configs(128)[0], found_by_coordesc=True)
+
+    ours, torchs = _both_rules(filename, (64, 128))
+
+    assert ours == torchs
+    assert ours["results"] == [1]  # narrowed to the compiled result of the winner, nothing compiled anew
+    assert ours["by_coordesc"] == [True]
+    assert ours["precompiled"] == []
+    assert ours["info"]["autotune_cache_state"] == "hit"
+
+
+@pytest.mark.parametrize("xblocks", [(64,), (64, 128)], ids=["one-config", "two-configs"])
+def test_without_a_cache_file_the_compiled_results_stay_unmarked_as_torch_2_13_leaves_them(tmp_path, xblocks):
+    filename = _kernel(tmp_path)
+
+    ours, torchs = _both_rules(filename, xblocks)
+
+    assert ours == torchs
+    assert ours["results"] == list(range(len(xblocks)))
+    assert ours["by_coordesc"] == [False] * len(xblocks)
+    assert ours["precompiled"] == []
+    assert ours["info"]["autotune_cache_state"] == "miss"
+
+
+# ---------------------------------------------------------------------------------------------- which torch
+
+
+@pytest.mark.parametrize("version", ["2.11.0+cu130", "2.12.1", "2.12.0a0+git1234"])
+def test_torch_before_2_13_needs_the_rule(monkeypatch, version):
+    monkeypatch.delenv(autotune_reuse.FORCE, raising=False)
+    assert autotune_reuse.needed(version) is True
+
+
+@pytest.mark.parametrize("version", ["2.13.0+cpu", "3.0.0", "not a version", "", "2"])
+def test_torch_2_13_on_and_an_unreadable_version_do_not_need_the_rule(monkeypatch, version):
+    monkeypatch.delenv(autotune_reuse.FORCE, raising=False)
+    assert autotune_reuse.needed(version) is False
+
+
+def test_the_variable_forces_the_rule_on_or_off_whatever_the_version(monkeypatch):
+    monkeypatch.setenv(autotune_reuse.FORCE, "1")
+    assert autotune_reuse.needed("2.13.0+cpu") is True
+    assert autotune_reuse.needed("garbage") is True
+    monkeypatch.setenv(autotune_reuse.FORCE, "0")
+    assert autotune_reuse.needed("2.11.0+cu130") is False
+    monkeypatch.setenv(autotune_reuse.FORCE, "yes")  # neither: the version decides
+    assert autotune_reuse.needed("2.11.0+cu130") is True
+    assert autotune_reuse.needed("2.13.0") is False
+
+
+# ---------------------------------------------------------------------------------------------- as sitecustomize
+
+
+def _env(pythonpath: list[Path], **over: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", autotune_reuse.FORCE)}
+    return {**env, "PYTHONPATH": os.pathsep.join(map(str, pythonpath)), **over}
+
+
+def _python(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-3000:]}"
+    return r
+
+
+def _site_folder(parent: Path) -> Path:
+    """The folder a pull writes: autotune_reuse.py as sitecustomize.py."""
+    folder = parent / ".cachetool-site"
+    folder.mkdir(parents=True)
+    shutil.copyfile(SOURCE, folder / "sitecustomize.py")
+    return folder
+
+
+IMPORT_HEURISTICS = """
+import json, sys
+import torch
+import torch._inductor.runtime.triton_heuristics as h
+f = h.CachingAutotuner.recheck_autotune_cache
+print(json.dumps({
+    "module": f.__module__,
+    "qualname": f.__qualname__,
+    "torch": torch.__version__,
+    "site": sys.modules["sitecustomize"].__file__,
+    "watching": [type(w).__name__ for w in sys.meta_path if type(w).__name__ == "_HeuristicsWatch"],
+}))
+"""
+
+
+@pytest.mark.parametrize("force", [None, "1"], ids=["by-version", "forced"])
+def test_at_startup_the_rule_replaces_torchs_only_where_the_version_or_the_variable_asks(tmp_path, force):
+    site = _site_folder(tmp_path)
+    env = _env([site], **({autotune_reuse.FORCE: force} if force else {}))
+    seen = json.loads(_python(IMPORT_HEURISTICS, env, tmp_path).stdout.strip().splitlines()[-1])
+
+    assert Path(seen["site"]).parent == site
+    assert seen["watching"] == []  # the finder went once the module was imported
+    if force == "1" or autotune_reuse.needed(seen["torch"]):
+        assert (seen["module"], seen["qualname"]) == ("sitecustomize", "recheck_autotune_cache"), seen
+    else:  # this torch 2.13: left as it is
+        assert (seen["module"], seen["qualname"]) == (heuristics.__name__, "CachingAutotuner.recheck_autotune_cache")
+
+
+def _marking_folder(parent: Path, marker: Path) -> Path:
+    """A folder whose sitecustomize.py (a distribution's own, say) appends a line to ``marker``."""
+    folder = parent / "third"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        f"with open({str(marker)!r}, 'a') as f:\n    f.write('ran\\n')\n", encoding="utf-8"
+    )
+    return folder
+
+
+def _probe_folder(parent: Path) -> Path:
+    """The probe as a warm and a check put it first on the path (run.py's ``_probe_folder``)."""
+    folder = parent / "probe"
+    (folder / "reports").mkdir(parents=True)
+    shutil.copyfile(PROBE, folder / "sitecustomize.py")
+    (folder / torch_run.PROBE_CONFIG).write_text(
+        json.dumps({"reports": str(folder / "reports"), "root": str(parent / "root")})
+    )
+    return folder
+
+
+def test_probe_then_site_folder_then_a_third_sitecustomize_each_run_once(tmp_path):
+    marker = tmp_path / "marker.txt"
+    path = [_probe_folder(tmp_path), _site_folder(tmp_path), _marking_folder(tmp_path, marker)]
+
+    r = _python("pass", _env(path), tmp_path)
+
+    assert "Error in sitecustomize" not in r.stderr, r.stderr  # no recursion caught on the way
+    assert marker.is_file() and marker.read_text().splitlines() == ["ran"]
+
+
+def test_site_folder_then_a_third_sitecustomize_each_run_once(tmp_path):
+    marker = tmp_path / "marker.txt"
+    path = [_site_folder(tmp_path), _marking_folder(tmp_path, marker)]
+
+    r = _python("pass", _env(path), tmp_path)
+
+    assert "Error in sitecustomize" not in r.stderr, r.stderr  # no recursion caught on the way
+    assert marker.is_file() and marker.read_text().splitlines() == ["ran"]
