@@ -768,8 +768,8 @@ def moe_pulled_rows(
     if left is not None and left < 90:
         run.row(part, "check --require-hit on the pulled root", "not run: the call's time was spent")
         return
-    # check on the pulled root as pull left it, at its own path: an FP8 root's keys hold its path (a copy of it
-    # elsewhere misses: vLLM names another key folder there), and the server above added files to it
+    # check on the pulled root as pull left it, at its own path (FlashInfer's JIT modules are bound to it), and not
+    # on the root the server above added files to
     shutil.rmtree(root)
     shutil.copytree(work / "moe-check", root, symlinks=True)
     clear_pod()
