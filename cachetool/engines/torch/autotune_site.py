@@ -3,49 +3,38 @@
 A ``max-autotune`` program's root holds, beside each tuned Triton kernel, the configuration coordinate descent chose
 (``inductor/**.best_config``, ``"found_by_coordesc": true``). torch 2.11 (and 2.12, not checked) does not use it
 when the compiled graph comes from the FX-graph cache: every start tunes again and builds Triton kernels (PyTorch
-issue #172819; :mod:`compiler.torch_compat.autotune_reuse` says how, and gives those releases torch 2.13's rule). So
-where a root holds such results and its facts name such a torch, a warm and an install write::
+issue #172819; :mod:`~cachetool.engines.torch.autotune_reuse` says how, and gives those releases torch 2.13's
+rule). So where a root holds such results and its facts name such a torch, the layout's settle (after an install,
+and before a warm's or a check's program runs) writes::
 
-    {root}/.cachetool-site/sitecustomize.py     compiler/torch_compat/autotune_reuse.py, copied from this install
+    {root}/.cachetool-site/sitecustomize.py     autotune_reuse.py, copied from this install of cachetool
 
 and the program runs with that folder on ``PYTHONPATH``: a warm and a check put it after their probe, and the server
-environment a pull prints names it (:func:`variables`). The folder is never packed (a layout scan takes
-``inductor/``, ``triton/`` and ``facts/`` only) and is written again from cachetool's own file at every install,
-whatever a bundle held there: no bundle decides what code the program runs.
+environment a pull prints names it (:func:`variables`). The folder is cachetool's: a layout scan never packs it, an
+install skips a bundle's unit there, and every settle writes it again from cachetool's own file (or removes whatever
+lies at its name, a link never followed). Like the Inductor code a bundle ships, what runs is only as trusted as the
+root: a root someone else can write is a root that runs their code.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
-from types import ModuleType
 
-from cachetool.engines.root_names import FACTORS_FILE
-from cachetool.engines.torch.layout import FACTS, INDUCTOR
+from cachetool.engines.torch import autotune_reuse
+from cachetool.engines.torch.root_names import INDUCTOR, SITE
 
-__all__ = ["SITE", "has_coordesc_results", "reuse_module", "settle", "source_file", "variables"]
+__all__ = ["MODULE", "has_coordesc_results", "settle", "source_file", "variables"]
 
-SITE = ".cachetool-site"
 MODULE = "sitecustomize.py"
 
 
 def source_file() -> Path:
-    """compiler/torch_compat/autotune_reuse.py of this install: the ``compiler`` package is installed beside
-    ``cachetool`` (one project), and is found by path, not by import (importing it imports torch; a ``compiler``
-    folder in the working directory would shadow it)."""
-    return Path(__file__).resolve().parents[3] / "compiler" / "torch_compat" / "autotune_reuse.py"
-
-
-@functools.lru_cache(maxsize=1)
-def reuse_module() -> ModuleType:
-    """The module itself, loaded from its file (it imports the standard library only until torch is running)."""
-    spec = importlib.util.spec_from_file_location("cachetool_autotune_reuse", source_file())
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    """What the folder holds: :mod:`~cachetool.engines.torch.autotune_reuse`'s file of this install."""
+    return Path(autotune_reuse.__file__)
 
 
 def has_coordesc_results(root: Path) -> bool:
@@ -62,18 +51,6 @@ def has_coordesc_results(root: Path) -> bool:
     return False
 
 
-def _recorded_torch(root: Path) -> list[str]:
-    versions = []
-    for path in sorted((Path(root) / FACTS).glob(f"*/{FACTORS_FILE}")):
-        try:
-            compiler = json.loads(path.read_text())["factors"]["compiler"]["values"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if isinstance(compiler, dict) and isinstance(compiler.get("torch"), str):
-            versions.append(compiler["torch"])
-    return versions
-
-
 def _remove(site: Path) -> None:
     """Whatever lies at the folder's name: a folder, a file, a link (never followed)."""
     if site.is_symlink() or (site.exists() and not site.is_dir()):
@@ -82,21 +59,43 @@ def _remove(site: Path) -> None:
         shutil.rmtree(site)
 
 
-def settle(root: Path) -> Path | None:
-    """Write ``{root}/.cachetool-site`` where the root needs it (coordinate-descent results, and a recorded torch
-    that does not use them), else remove what lies at that name; the folder, or None. ``CACHETOOL_AUTOTUNE_REUSE``
-    (``1``/``0``) in cachetool's own environment decides for any torch, as it does in the program."""
+def _in_place(site: Path) -> bool:
+    """The folder as cachetool writes it: a real folder holding exactly this install's file."""
+    if site.is_symlink() or not site.is_dir() or (site / MODULE).is_symlink():
+        return False
+    try:
+        return [p.name for p in site.iterdir()] == [MODULE] and (site / MODULE).read_bytes() == (
+            source_file().read_bytes()
+        )
+    except OSError:
+        return False
+
+
+def settle(root: Path, torch_versions: list[str]) -> Path | None:
+    """Write ``{root}/.cachetool-site`` where the root needs it (coordinate-descent results, and one of
+    ``torch_versions``, those its facts record, that does not use them), else remove what lies at that name; the
+    folder, or None. The folder is made beside its place and renamed into it: a program starting meanwhile sees
+    the old folder, none, or the whole new one."""
     site = Path(root) / SITE
-    _remove(site)  # written from this install's file only, never kept from a bundle or a link
-    if not any(reuse_module().needed(v) for v in _recorded_torch(root)) or not has_coordesc_results(root):
+    if not any(autotune_reuse.needed(v) for v in torch_versions) or not has_coordesc_results(root):
+        _remove(site)
         return None
-    site.mkdir()
-    shutil.copyfile(source_file(), site / MODULE)
+    if _in_place(site):
+        return site
+    made = Path(tempfile.mkdtemp(prefix=f"{SITE}.", dir=root))
+    try:
+        shutil.copyfile(source_file(), made / MODULE)
+        os.chmod(made, 0o755)
+        _remove(site)
+        os.rename(made, site)
+    except BaseException:
+        shutil.rmtree(made, ignore_errors=True)
+        raise
     return site
 
 
 def variables(root: Path) -> dict[str, str]:
-    """``PYTHONPATH`` naming the folder, where the root has it (a server sets it before its own entries)."""
+    """``PYTHONPATH`` naming the folder, where the root has it as cachetool writes it (a server puts it before its
+    own entries)."""
     site = Path(root) / SITE
-    real = site.is_dir() and not site.is_symlink() and (site / MODULE).is_file() and not (site / MODULE).is_symlink()
-    return {"PYTHONPATH": str(site)} if real else {}
+    return {"PYTHONPATH": str(site)} if _in_place(site) else {}

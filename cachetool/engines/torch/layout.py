@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from cachetool.engines.root_names import FACTORS_FILE, INCOMPLETE_DIR
+from cachetool.engines.torch.root_names import FACTS, INDUCTOR, SITE, TRITON
 from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan, ScannedFile, walk_tree
 from cachetool.layouts.entries import KeyFolder, Unit
@@ -35,9 +36,6 @@ from cachetool.layouts.factors import Factors
 
 NAME = "torch"
 KIND = "program"  # the key kind of its manifests: the facts one program's warm recorded
-INDUCTOR = "inductor"
-TRITON = "triton"
-FACTS = "facts"
 NOT_SHIPPED = ("locks",)  # under inductor/
 KERNEL_SUFFIXES = (".so", ".cubin", ".hsaco", ".ptx")  # in a Triton kernel's folder
 MARK_PREFIX = "torch-"  # a start's mark in {root}/.cachetool-incomplete/ (cachetool.engines.torch.unfinished)
@@ -50,6 +48,7 @@ __all__ = [
     "MARK_PREFIX",
     "NAME",
     "ROOT_NAMES",
+    "SITE",
     "TRITON",
     "detect",
     "incomplete_reason",
@@ -58,6 +57,9 @@ __all__ = [
     "marks",
     "read_mark",
     "scan",
+    "invalid_units",
+    "recorded_torch",
+    "settle",
     "settle_installed",
 ]
 
@@ -187,9 +189,37 @@ def incomplete_reason(unit_dir: Path, ranked: bool) -> str | None:
     )
 
 
-def settle_installed(root: Path) -> None:
-    """After an install: the root's site folder written again from this install, where the root needs it
-    (:func:`cachetool.engines.torch.autotune_site.settle`)."""
-    from cachetool.engines.torch import autotune_site  # it reads this module's names
+def recorded_torch(root: Path) -> list[str]:
+    """The torch releases the root's recorded facts name (``compiler``'s ``torch``), one a key folder."""
+    versions = []
+    for folder in key_folders(Path(root)):
+        try:
+            factors = _read_factors(folder)
+        except UsageError:
+            continue
+        version = (factors.values("compiler") or {}).get("torch") if factors is not None else None
+        if isinstance(version, str):
+            versions.append(version)
+    return versions
 
-    autotune_site.settle(Path(root))
+
+def settle(root: Path) -> None:
+    """The root's site folder written again from this install where its facts and results need it, else removed
+    (:func:`cachetool.engines.torch.autotune_site.settle`): after an install, and before a warm's or a check's
+    program runs."""
+    from cachetool.engines.torch import autotune_site
+
+    autotune_site.settle(Path(root), recorded_torch(root))
+
+
+def settle_installed(root: Path) -> None:
+    """After an install: :func:`settle`."""
+    settle(root)
+
+
+def invalid_units(manifest, root: Path) -> dict[str, str]:
+    """The units of a torch bundle outside the layout's folders (``inductor/``, ``triton/``, ``facts/``): no warm
+    packs them, so a bundle that holds one was made by hand; an install skips them (``.cachetool-site/``, the code a
+    program runs at start-up, is cachetool's to write)."""
+    tops = (INDUCTOR, TRITON, FACTS)
+    return {u.path: "not a folder of the torch layout" for u in manifest.units if u.path.split("/")[0] not in tops}

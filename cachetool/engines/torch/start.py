@@ -23,7 +23,7 @@ from typing import Any
 
 from cachetool.cache_root import CacheRoot
 from cachetool.engines.base import listener, own_options
-from cachetool.engines.torch import autotune_site, key, unfinished
+from cachetool.engines.torch import key, layout, unfinished
 from cachetool.engines.torch.command import ProgramCommand, parse
 from cachetool.engines.torch.layout import FACTS, kernel_files
 from cachetool.engines.torch.result import TorchStartResult, counted
@@ -129,6 +129,7 @@ def start(request: TorchStartRequest) -> TorchStartResult:
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     mark = unfinished.begin(root)  # settles what a killed start left; marks this one
+    layout.settle(root)  # the site folder as this install writes it, before the program puts it on its path
     before = kernel_files(root)
     try:
         run = run_program(command, root, verb, lambda m: say(f"{verb}: {m}"))
@@ -156,7 +157,7 @@ def start(request: TorchStartRequest) -> TorchStartResult:
                 f"(log: {run.log})"
             )
         key.write_facts(root, facts)
-        autotune_site.settle(root)  # a kept root's next start uses the tuning this one did
+        layout.settle(root)  # a kept root's next start uses the tuning this one did
     elif request.require_hit and not result.hit:
         raise EngineMissError(f"check: not a hit: {result.miss_reason()}", start=result)
     return result

@@ -7,25 +7,21 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from pathlib import Path
 
 import pytest
 
 from cachetool import api
-from cachetool.engines.torch import autotune_site
+from cachetool.engines.torch import autotune_reuse, autotune_site
 from cachetool.engines.torch.engine import TorchEngine
-from cachetool.engines.torch.layout import scan
+from cachetool.engines.torch.layout import scan, settle as settle_root
+from cachetool.engines.torch.root_names import SITE
 from cachetool.engines.torch.run import program_env
-from tests.engines.torch.test_layout_and_facts import make_torch_root, report
+from tests.engines.torch.roots import make_torch_root, report
 
 OLD_TORCH = "2.11.0+cu130"  # tunes again on a cache hit: needs the folder
-REUSE = Path(autotune_site.source_file()).read_bytes()  # compiler/torch_compat/autotune_reuse.py, the folder's file
-
-
-@pytest.fixture(autouse=True)
-def _no_forcing(monkeypatch):
-    """The variable that forces the rule on or off would decide for the version (autotune_reuse.needed)."""
-    monkeypatch.delenv("CACHETOOL_AUTOTUNE_REUSE", raising=False)
+REUSE = autotune_site.source_file().read_bytes()  # cachetool/engines/torch/autotune_reuse.py, the folder's file
 
 
 def _best_config(root: Path, rel: str = "inductor/ab/cabc.best_config", *, found_by_coordesc=True) -> Path:
@@ -55,8 +51,15 @@ def _tuned_root(root: Path, torch: str = OLD_TORCH) -> Path:
     return root
 
 
+def settle(root: Path) -> Path | None:
+    """The layout's settle (what an install and a start run): the root's recorded torch, then the folder."""
+    settle_root(root)
+    site = root / SITE
+    return site if site.is_dir() else None
+
+
 def _site_files(root: Path) -> dict[str, bytes]:
-    site = root / autotune_site.SITE
+    site = root / SITE
     return {p.name: p.read_bytes() for p in site.iterdir()} if site.is_dir() else {}
 
 
@@ -70,7 +73,7 @@ def test_a_root_made_with_another_torch_records_that_torch_in_its_facts(tmp_path
 def test_settle_writes_the_rule_where_old_torch_facts_and_coordesc_results_meet(tmp_path):
     root = _tuned_root(tmp_path / "r")
 
-    site = autotune_site.settle(root)
+    site = settle(root)
 
     assert site == root / ".cachetool-site"
     assert _site_files(root) == {"sitecustomize.py": REUSE}
@@ -79,7 +82,7 @@ def test_settle_writes_the_rule_where_old_torch_facts_and_coordesc_results_meet(
 
 def test_the_server_environment_names_the_site_folder_and_the_two_cache_folders(tmp_path):
     root = _tuned_root(tmp_path / "r")
-    autotune_site.settle(root)
+    settle(root)
 
     assert TorchEngine().server_environment(root) == {
         "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
@@ -116,14 +119,14 @@ def _unreadable_best_config(root: Path) -> None:
     ids=["torch-2.13-facts", "found-by-coordesc-false", "no-best-config", "unreadable-best-config"],
 )
 def test_settle_writes_no_folder_and_removes_one_left_there_where_the_root_does_not_need_it(tmp_path, build):
-    if build is _this_machines_torch and autotune_site.reuse_module().needed(report()["torch"]):
+    if build is _this_machines_torch and autotune_reuse.needed(report()["torch"]):
         pytest.skip(f"this machine's torch {report()['torch']} needs the rule itself")
     root = tmp_path / "r"
     build(root)
     (root / ".cachetool-site").mkdir()
     (root / ".cachetool-site" / "sitecustomize.py").write_text("left from before\n")
 
-    assert autotune_site.settle(root) is None
+    assert settle(root) is None
 
     assert not (root / ".cachetool-site").exists()
     assert autotune_site.variables(root) == {}
@@ -136,14 +139,14 @@ def test_settle_writes_the_folder_again_from_this_install_over_what_was_there(tm
     (root / ".cachetool-site" / "sitecustomize.py").write_text("raise SystemExit('not ours')\n")
     (root / ".cachetool-site" / "extra.py").write_text("x = 1\n")
 
-    autotune_site.settle(root)
+    settle(root)
 
     assert _site_files(root) == {"sitecustomize.py": REUSE}
 
 
 def test_the_site_folder_is_never_scanned_for_packing(tmp_path):
     root = _tuned_root(tmp_path / "r")
-    assert autotune_site.settle(root) is not None
+    assert settle(root) is not None
 
     s = scan(root)
 
@@ -153,7 +156,7 @@ def test_the_site_folder_is_never_scanned_for_packing(tmp_path):
 
 
 def _bundle(tmp_path: Path, root: Path) -> Path:
-    autotune_site.settle(root)  # as the warm leaves it: the folder is there when the root is packed
+    settle(root)  # as the warm leaves it: the folder is there when the root is packed
     out = tmp_path / "b.ctb"
     api.pack(root, out)
     return out
@@ -183,7 +186,7 @@ def test_an_install_replaces_whatever_the_site_folder_held_with_the_rule(tmp_pat
 def test_an_install_of_a_root_that_does_not_need_it_removes_the_site_folder(tmp_path):
     root = tmp_path / "r"
     _this_machines_torch(root)  # this machine's torch: the preflight passes
-    if autotune_site.reuse_module().needed(report()["torch"]):
+    if autotune_reuse.needed(report()["torch"]):
         pytest.skip(f"this machine's torch {report()['torch']} needs the rule itself")
     bundle = _bundle(tmp_path, root)
     dest = tmp_path / "dest"
@@ -197,7 +200,7 @@ def test_an_install_of_a_root_that_does_not_need_it_removes_the_site_folder(tmp_
 
 def test_a_program_runs_with_the_probe_then_the_site_folder_then_the_callers_path(tmp_path, monkeypatch):
     root = _tuned_root(tmp_path / "r")
-    autotune_site.settle(root)
+    settle(root)
     probe = tmp_path / "probe"
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/user/one", "/user/two"]))
 
@@ -211,7 +214,7 @@ def test_a_program_runs_with_the_probe_then_the_site_folder_then_the_callers_pat
 def test_without_a_site_folder_a_program_runs_with_the_probe_then_the_callers_path(tmp_path, monkeypatch):
     root = tmp_path / "r"
     make_torch_root(root, torch=OLD_TORCH)  # no coordinate-descent result: no folder
-    autotune_site.settle(root)
+    settle(root)
     probe = tmp_path / "probe"
     monkeypatch.setenv("PYTHONPATH", "/user/one")
     assert program_env(root, probe)["PYTHONPATH"].split(os.pathsep) == [str(probe), "/user/one"]
@@ -221,9 +224,9 @@ def test_without_a_site_folder_a_program_runs_with_the_probe_then_the_callers_pa
 
 def test_a_file_at_the_folders_name_is_replaced_by_the_folder(tmp_path):
     root = _tuned_root(tmp_path / "r")
-    (root / autotune_site.SITE).write_text("not a folder")
+    (root / SITE).write_text("not a folder")
 
-    autotune_site.settle(root)
+    settle(root)
 
     assert _site_files(root) == {"sitecustomize.py": REUSE}
 
@@ -236,14 +239,30 @@ def test_a_link_at_the_folders_name_is_removed_never_followed_nor_put_on_the_pat
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "sitecustomize.py").write_text("raise SystemExit('not cachetool')")
-    (root / autotune_site.SITE).symlink_to(elsewhere, target_is_directory=True)
+    (root / SITE).symlink_to(elsewhere, target_is_directory=True)
 
-    autotune_site.settle(root)
+    settle(root)
 
-    site = root / autotune_site.SITE
+    site = root / SITE
     assert not site.is_symlink()
     assert (elsewhere / "sitecustomize.py").read_text() == "raise SystemExit('not cachetool')"
     if needs_it:
         assert _site_files(root) == {"sitecustomize.py": REUSE}
     else:
         assert not site.exists() and autotune_site.variables(root) == {}
+
+
+def test_an_install_skips_a_bundles_unit_outside_the_layouts_folders():
+    """No warm packs ``.cachetool-site`` (nor any top folder but inductor/, triton/ and facts/): a bundle that holds
+    one was made by hand, and the install skips it, naming why."""
+    from cachetool.engines.torch.layout import invalid_units
+
+    units = [
+        types.SimpleNamespace(path=p)
+        for p in ("inductor/ab", "triton/K1", "facts/k1", ".cachetool-site", "elsewhere/x")
+    ]
+    skipped = invalid_units(types.SimpleNamespace(units=units), Path("/cache"))
+    assert skipped == {
+        ".cachetool-site": "not a folder of the torch layout",
+        "elsewhere/x": "not a folder of the torch layout",
+    }

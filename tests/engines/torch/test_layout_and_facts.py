@@ -5,7 +5,6 @@ bundles sit beside the native engine's under one tag."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -20,41 +19,7 @@ from cachetool.engines.torch.layout import scan
 from cachetool.errors import EngineFlagsError, PreflightError
 from cachetool.facts.machine import cpu_isa
 from tests.cache_trees import make_native_tree
-
-
-def report(**over) -> dict:
-    """A probe's report of a CPU process, as this machine's torch would give it."""
-    return {
-        "pid": 1,
-        "python": "3.11",
-        "torch": local_fingerprint("cpu")["torch"],
-        "cuda": None,
-        "triton": None,
-        "device": "cpu",
-        "gpu": None,
-        "capability": None,
-        "compiles": 1,
-        "counters": {"inductor": {"fxgraph_cache_miss": 1}},
-        "inductor": {"max_autotune": False},
-        **over,
-    }
-
-
-def make_torch_root(root: Path, **over) -> tuple[Path, str]:
-    """A root as a warm leaves it: Inductor's code folders and FX-graph entries, a Triton kernel, the facts."""
-    for rel, data in (
-        ("inductor/ab/cabc.py", b"code"),
-        ("inductor/ab/cabc.so", b"\x7fELF"),
-        ("inductor/fxgraph/ud/fud1/entry", b"graph"),
-        ("inductor/aotautograd/a1/e1", b"aot"),
-        ("inductor/locks/cabc.lock", b""),
-        ("triton/K1/k.json", b"{}"),
-        ("triton/K1/k.cubin", b"c"),
-    ):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-    factors = key.recorded_factors(report(**over), {"command": ["python", "serve.py"]})
-    return root, key.write_facts(root, factors)[0]
+from tests.engines.torch.roots import make_torch_root
 
 
 def test_the_units_are_the_folders_inductor_and_triton_name_by_content(tmp_path):

@@ -92,6 +92,39 @@ def test_a_transformer_warms_pushes_pulls_and_hot_starts_with_nothing_compiled(t
     assert pruned["removed"] == [], pruned
 
 
+def test_a_check_never_runs_code_planted_at_the_site_folders_name(transformer, progs, tmp_path):
+    """``.cachetool-site`` is cachetool's: before a start's program runs, the folder is written again from this
+    install where the root needs it, else removed (this root, of a CPU torch 2.13 with no coordinate descent, does
+    not). Code someone put there never runs in the program's processes."""
+    pulled = tmp_path / "server-root"
+    ok(_pull(transformer, pulled))
+    marker = tmp_path / "planted-ran"
+    planted = pulled / ".cachetool-site"
+    planted.mkdir()
+    (planted / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+
+    c = json_out(
+        ok(
+            cachetool(
+                "check",
+                "--engine",
+                "torch",
+                "--cache-root",
+                pulled,
+                "--require-hit",
+                "--json",
+                "--",
+                PY,
+                progs["transformer"],
+            )
+        )
+    )
+
+    assert c["hit"] is True, c
+    assert not marker.exists()
+    assert not planted.exists()
+
+
 def test_check_on_a_read_only_root_says_so_in_one_line_before_the_program_runs(transformer, progs, tmp_path):
     """A torch.compile program writes under its Inductor cache at every start, a hit too (the lock files above; the
     program itself died with EROFS on a read-only root): check refuses a read-only root in one line, exit 2, naming

@@ -1,4 +1,4 @@
-"""compiler/torch_compat/autotune_reuse.py: torch 2.13's ``CachingAutotuner.recheck_autotune_cache`` rule for the
+"""cachetool/engines/torch/autotune_reuse.py: torch 2.13's ``CachingAutotuner.recheck_autotune_cache`` rule for the
 torch releases that tune again on a cache hit (PyTorch issue #172819), and the ``sitecustomize`` it becomes in a
 pulled root's ``.cachetool-site`` folder.
 
@@ -24,8 +24,7 @@ import triton  # after the skip: a box without Triton skips the module
 from torch._inductor.runtime import triton_heuristics as heuristics
 from torch._inductor.runtime.autotune_cache import AutotuneCache
 
-from cachetool.engines.torch import run as torch_run
-from compiler.torch_compat import autotune_reuse
+from cachetool.engines.torch import autotune_reuse, run as torch_run
 
 SOURCE = Path(autotune_reuse.__file__)
 PROBE = Path(torch_run.__file__).with_name("probe.py")
@@ -161,34 +160,28 @@ def test_without_a_cache_file_the_compiled_results_stay_unmarked_as_torch_2_13_l
 
 
 @pytest.mark.parametrize("version", ["2.11.0+cu130", "2.12.1", "2.12.0a0+git1234"])
-def test_torch_before_2_13_needs_the_rule(monkeypatch, version):
-    monkeypatch.delenv(autotune_reuse.FORCE, raising=False)
+def test_torch_2_11_and_2_12_need_the_rule(version):
     assert autotune_reuse.needed(version) is True
 
 
-@pytest.mark.parametrize("version", ["2.13.0+cpu", "3.0.0", "not a version", "", "2"])
-def test_torch_2_13_on_and_an_unreadable_version_do_not_need_the_rule(monkeypatch, version):
-    monkeypatch.delenv(autotune_reuse.FORCE, raising=False)
+@pytest.mark.parametrize("version", ["2.13.0+cpu", "3.0.0", "2.10.0", "2.8.1", "not a version", "", "2"])
+def test_torch_2_13_on_releases_never_run_here_and_an_unreadable_version_do_not_need_it(version):
     assert autotune_reuse.needed(version) is False
 
 
-def test_the_variable_forces_the_rule_on_or_off_whatever_the_version(monkeypatch):
-    monkeypatch.setenv(autotune_reuse.FORCE, "1")
-    assert autotune_reuse.needed("2.13.0+cpu") is True
-    assert autotune_reuse.needed("garbage") is True
-    monkeypatch.setenv(autotune_reuse.FORCE, "0")
-    assert autotune_reuse.needed("2.11.0+cu130") is False
-    monkeypatch.setenv(autotune_reuse.FORCE, "yes")  # neither: the version decides
-    assert autotune_reuse.needed("2.11.0+cu130") is True
-    assert autotune_reuse.needed("2.13.0") is False
+def test_a_torch_that_lacks_what_the_rule_calls_is_left_as_it_is_with_one_line(capsys):
+    heuristics_without = types.SimpleNamespace(CachingAutotuner=type("CachingAutotuner", (), {}))
+    assert autotune_reuse.apply(heuristics_without, force=True) is False
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lacks" in err[0] and "recheck_autotune_cache" in err[0]
 
 
 # ---------------------------------------------------------------------------------------------- as sitecustomize
 
 
-def _env(pythonpath: list[Path], **over: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", autotune_reuse.FORCE)}
-    return {**env, "PYTHONPATH": os.pathsep.join(map(str, pythonpath)), **over}
+def _env(pythonpath: list[Path]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "PYTHONPATH": os.pathsep.join(map(str, pythonpath))}
 
 
 def _python(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -197,11 +190,14 @@ def _python(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedPr
     return r
 
 
-def _site_folder(parent: Path) -> Path:
-    """The folder a pull writes: autotune_reuse.py as sitecustomize.py."""
+def _site_folder(parent: Path, force: bool = False) -> Path:
+    """The folder a pull writes: autotune_reuse.py as sitecustomize.py (``force``: with the file that applies the
+    rule on any torch, this one 2.13 included)."""
     folder = parent / ".cachetool-site"
     folder.mkdir(parents=True)
     shutil.copyfile(SOURCE, folder / "sitecustomize.py")
+    if force:
+        (folder / autotune_reuse.CONFIG).write_text(json.dumps({"force": True}))
     return folder
 
 
@@ -220,15 +216,14 @@ print(json.dumps({
 """
 
 
-@pytest.mark.parametrize("force", [None, "1"], ids=["by-version", "forced"])
-def test_at_startup_the_rule_replaces_torchs_only_where_the_version_or_the_variable_asks(tmp_path, force):
-    site = _site_folder(tmp_path)
-    env = _env([site], **({autotune_reuse.FORCE: force} if force else {}))
-    seen = json.loads(_python(IMPORT_HEURISTICS, env, tmp_path).stdout.strip().splitlines()[-1])
+@pytest.mark.parametrize("force", [False, True], ids=["by-version", "forced"])
+def test_at_startup_the_rule_replaces_torchs_only_where_the_version_or_the_config_asks(tmp_path, force):
+    site = _site_folder(tmp_path, force)
+    seen = json.loads(_python(IMPORT_HEURISTICS, _env([site]), tmp_path).stdout.strip().splitlines()[-1])
 
     assert Path(seen["site"]).parent == site
     assert seen["watching"] == []  # the finder went once the module was imported
-    if force == "1" or autotune_reuse.needed(seen["torch"]):
+    if force or autotune_reuse.needed(seen["torch"]):
         assert (seen["module"], seen["qualname"]) == ("sitecustomize", "recheck_autotune_cache"), seen
     else:  # this torch 2.13: left as it is
         assert (seen["module"], seen["qualname"]) == (heuristics.__name__, "CachingAutotuner.recheck_autotune_cache")
@@ -255,12 +250,16 @@ def _probe_folder(parent: Path) -> Path:
     return folder
 
 
-def test_probe_then_site_folder_then_a_third_sitecustomize_each_run_once(tmp_path):
+def test_probe_then_site_folder_then_a_third_sitecustomize_each_run_once_and_the_rule_applies(tmp_path):
+    """The path of a warm and a check: the probe first runs the site folder's module, which applies the rule and
+    runs the third (a distribution's own) once; none runs twice."""
     marker = tmp_path / "marker.txt"
-    path = [_probe_folder(tmp_path), _site_folder(tmp_path), _marking_folder(tmp_path, marker)]
+    path = [_probe_folder(tmp_path), _site_folder(tmp_path, force=True), _marking_folder(tmp_path, marker)]
 
-    r = _python("pass", _env(path), tmp_path)
+    r = _python(IMPORT_HEURISTICS, _env(path), tmp_path)
 
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (seen["module"], seen["qualname"]) == ("sitecustomize", "recheck_autotune_cache"), seen
     assert "Error in sitecustomize" not in r.stderr, r.stderr  # no recursion caught on the way
     assert marker.is_file() and marker.read_text().splitlines() == ["ran"]
 

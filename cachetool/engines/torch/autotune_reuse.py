@@ -10,26 +10,30 @@ compiled configs loses its "found by coordinate descent" mark. Either way the fi
 benchmarks neighbouring configs, builds the ones it has not seen (new Triton kernels in a pulled root: 16 on the
 H100 for a 2-layer GPT), and rewrites the results.
 
-This module gives those releases torch 2.13's rule, and nothing else. It is standalone (the standard library, and
-torch once the program imports Inductor's runtime): the torch engine copies it as ``sitecustomize.py`` into a
-folder of the cache root that a pull writes, and the server environment a pull prints puts that folder on
-``PYTHONPATH`` (:mod:`cachetool.engines.torch.autotune_site`). At start-up it runs the ``sitecustomize`` it shadows
-and waits for ``torch._inductor.runtime.triton_heuristics`` to be imported; importing torch here would cost every
-Python process of the program seconds. Private API: ``CachingAutotuner.recheck_autotune_cache`` and the helpers
-it calls (``check_autotune_cache``, ``triton_config_to_hashable``, ``_precompile_config``); where one is missing,
-torch is left as it is.
+This module gives torch 2.11 and 2.12 torch 2.13's rule, and nothing else. Like the engine's probe it runs in the
+program's interpreter and imports neither cachetool nor compiler (the standard library, and torch once the program
+imports Inductor's runtime): the engine copies it as ``sitecustomize.py`` into a folder of the cache root
+(:mod:`cachetool.engines.torch.autotune_site`), and the server environment a pull prints puts that folder on
+``PYTHONPATH``. At start-up it runs the ``sitecustomize`` it shadows and waits for
+``torch._inductor.runtime.triton_heuristics`` to be imported; importing torch here would cost every Python process
+of the program seconds. Private API: ``CachingAutotuner.recheck_autotune_cache`` and what it calls
+(``check_autotune_cache``, ``triton_config_to_hashable``, ``CachingAutotuner._precompile_config``); where one is
+missing, torch is left as it is and one line says so. ``cachetool_autotune_reuse.json`` beside the copy
+(``{"force": true}``) applies it on any torch: the tests' way to see it work on torch 2.13.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
 
 HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+NEEDED_FROM = (2, 11)  # the first release measured with the bug (the H100, torch 2.11.0+cu130)
 FIXED_IN = (2, 13)  # the first release that takes a cached winner whatever the number of compiled configs
-FORCE = "CACHETOOL_AUTOTUNE_REUSE"  # "1": apply on any torch (tests on a fixed torch); "0": never
+CONFIG = "cachetool_autotune_reuse.json"  # beside the copy: {"force": true} applies it on any torch
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,31 +63,41 @@ def recheck_autotune_cache(self, reload_kernel_from_src) -> None:
 
 
 def needed(version: str) -> bool:
-    """Whether torch ``version`` (``2.11.0+cu130``) tunes again on a cache hit (see the module docstring)."""
-    forced = os.environ.get(FORCE)
-    if forced in ("0", "1"):
-        return forced == "1"
+    """Whether torch ``version`` (``2.11.0+cu130``) tunes again on a cache hit: 2.11 (measured) and 2.12 (not
+    checked, taken as 2.11); not earlier releases, which were never run here."""
     try:
         major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
     except ValueError:
         return False
-    return (major, minor) < FIXED_IN
+    return NEEDED_FROM <= (major, minor) < FIXED_IN
 
 
-def apply(heuristics) -> bool:
-    """Give ``heuristics`` (the imported ``triton_heuristics`` module) torch 2.13's rule where its torch needs it;
-    whether it did."""
+def apply(heuristics, force: bool = False) -> bool:
+    """Give ``heuristics`` (the imported ``triton_heuristics`` module) torch 2.13's rule where its torch needs it
+    (``force``: on any torch); whether it did. A torch that needs it but lacks what it calls is left as it is, and
+    one line on stderr says so."""
     import torch
 
-    autotuner = getattr(heuristics, "CachingAutotuner", None)
-    wanted = ("check_autotune_cache", "triton_config_to_hashable")
-    if (
-        autotuner is None
-        or not hasattr(autotuner, "recheck_autotune_cache")
-        or not all(hasattr(heuristics, name) for name in wanted)
-    ):
+    if not (force or needed(torch.__version__)):
         return False
-    if not needed(torch.__version__):
+    autotuner = getattr(heuristics, "CachingAutotuner", None)
+    missing = [
+        name
+        for name, owner in (
+            ("CachingAutotuner", heuristics),
+            ("check_autotune_cache", heuristics),
+            ("triton_config_to_hashable", heuristics),
+            ("recheck_autotune_cache", autotuner),
+            ("_precompile_config", autotuner),
+        )
+        if owner is None or not hasattr(owner, name)
+    ]
+    if missing or autotuner is None:
+        print(
+            f"cachetool: torch {torch.__version__} lacks {', '.join(missing)}: its Triton kernels tune again at "
+            "every start (coordinate descent's saved results are not used)",
+            file=sys.stderr,
+        )
         return False
     autotuner.recheck_autotune_cache = recheck_autotune_cache
     return True
@@ -107,9 +121,9 @@ class _HeuristicsWatch:
         def exec_module(module):
             run(module)
             try:
-                apply(module)
-            except Exception:  # noqa: BLE001 - a torch unlike the ones this was written for: left as it is
-                pass
+                apply(module, _forced())
+            except Exception as exc:  # noqa: BLE001 - a torch unlike the ones this was written for: left as it is
+                print(f"cachetool: coordinate descent's saved results not used: {exc!r}", file=sys.stderr)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -133,10 +147,18 @@ def _chain_shadowed() -> None:
         print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback: {exc!r}", file=sys.stderr)
 
 
+def _forced() -> bool:
+    try:
+        with open(os.path.join(_here, CONFIG)) as f:
+            return json.load(f).get("force") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def install_at_startup() -> None:
     _chain_shadowed()
     if HEURISTICS in sys.modules:
-        apply(sys.modules[HEURISTICS])
+        apply(sys.modules[HEURISTICS], _forced())
     else:
         sys.meta_path.insert(0, _HeuristicsWatch())
 
