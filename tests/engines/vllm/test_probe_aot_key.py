@@ -21,12 +21,17 @@ RECOMPUTED = "839748fbdb3b045c0000000000000000000000000000000000000000000000ff"
 
 @pytest.fixture(scope="module")
 def probe():
-    """cachetool_vllm_probe as vLLM's workers import it (by file, under its own name)."""
+    """cachetool_vllm_probe as vLLM's workers import it (by file, under its own name); vLLM's loader is put back
+    afterwards."""
+    from vllm.compilation import decorators
+
+    before = decorators._try_load_aot_compiled_fn
     path = Path(in_vllm.__file__).with_name("cachetool_vllm_probe.py")
     spec = importlib.util.spec_from_file_location("cachetool_vllm_probe", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    yield module
+    decorators._try_load_aot_compiled_fn = before
 
 
 def compiled_module(saved_in: str | None = None, loaded: bool = True):
@@ -42,7 +47,7 @@ def test_the_reported_key_is_the_folder_vllm_loaded_from_not_a_recomputation(pro
     monkeypatch.setattr(probe, "vllm_aot_key", lambda module: RECOMPUTED)
     module = compiled_module()
     tried = tmp_path / "torch_compile_cache" / "torch_aot_compile" / LOADED / "rank_0_0" / "model"
-    monkeypatch.setitem(probe.AOT_LOADS, id(module), {"path": str(tried), "loaded": True})
+    setattr(module, probe.AOT_TRIED, {"path": str(tried), "loaded": True})
     report = probe.aot_report(module)
     assert report["key"] == LOADED
     assert report["computed_key"] == RECOMPUTED  # kept beside it: what vLLM's key function says now
@@ -53,7 +58,7 @@ def test_a_folder_this_process_saved_to_wins_over_a_load_it_tried_first(probe, m
     monkeypatch.setattr(probe, "vllm_aot_key", lambda module: RECOMPUTED)
     saved = tmp_path / "torch_aot_compile" / ("a" * 8) / "rank_0_0"
     module = compiled_module(saved_in=str(saved), loaded=False)
-    monkeypatch.setitem(probe.AOT_LOADS, id(module), {"path": f"/x/{LOADED}/rank_0_0/model", "loaded": False})
+    setattr(module, probe.AOT_TRIED, {"path": f"/x/{LOADED}/rank_0_0/model", "loaded": False})
     assert probe.aot_report(module)["key"] == "a" * 8
 
 
@@ -72,4 +77,4 @@ def test_vllms_decorator_load_is_watched_and_a_failed_load_recorded_as_not_loade
     model = types.SimpleNamespace()  # no config: vLLM's own loader fails and returns None, as for a missing file
     missing = tmp_path / LOADED / "rank_0_0" / "model"
     assert watched(model, str(missing)) is None
-    assert probe.AOT_LOADS.pop(id(model)) == {"path": str(missing), "loaded": False}
+    assert getattr(model, probe.AOT_TRIED) == {"path": str(missing), "loaded": False}

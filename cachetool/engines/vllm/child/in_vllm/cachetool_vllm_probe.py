@@ -17,6 +17,7 @@ model's own attributes; else vLLM's key function over this worker's config), vLL
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -67,15 +68,16 @@ def compiled_models(model) -> list:
     return [m for m in model.modules() if hasattr(m, "was_aot_compile_fn_loaded_from_disk")]
 
 
-# The AOT loads vLLM tried in this process, by compiled module: the path it read names the key folder it computed.
-# Computing that key again after the start is not always the same: an FP8 MoE model's config changes after vLLM
-# hashed it (on the H100 a check named folder 839748fb... while vLLM had loaded 1bb29a02...).
-AOT_LOADS: dict[int, dict] = {}
+# The attribute a compiled module gets when vLLM tries to load its AOT artifact: the path it read names the key
+# folder vLLM computed. Computing that key again after the start is not always the same: an FP8 MoE model's config
+# changes after vLLM hashed it (on the H100 a check named folder 839748fb... while vLLM had loaded 1bb29a02...).
+AOT_TRIED = "cachetool_aot_tried"
 
 
 def watch_aot_loads() -> None:
-    """Record each AOT load vLLM's ``support_torch_compile`` tries (``decorators._try_load_aot_compiled_fn``, looked
-    up by name at each call in the releases that have it); a release without it is left as it is."""
+    """Record on each compiled module the AOT load vLLM's ``support_torch_compile`` tries
+    (``decorators._try_load_aot_compiled_fn``, looked up by name at each call; the child's ``LAYOUT`` requires it);
+    a release without it is left as it is. Watched once per process, whichever copy of this module came first."""
     try:
         from vllm.compilation import decorators
     except ImportError:
@@ -86,10 +88,12 @@ def watch_aot_loads() -> None:
 
     def watched(model, aot_compilation_path, *args, **kwargs):
         loaded = tried(model, aot_compilation_path, *args, **kwargs)
-        AOT_LOADS[id(model)] = {"path": str(aot_compilation_path), "loaded": loaded is not None}
+        with contextlib.suppress(AttributeError, TypeError):  # a module that takes no attribute: not recorded
+            setattr(model, AOT_TRIED, {"path": str(aot_compilation_path), "loaded": loaded is not None})
         return loaded
 
     watched.cachetool_watched = True  # type: ignore[attr-defined]
+    watched.cachetool_wraps = tried  # type: ignore[attr-defined]  # what a test puts back
     decorators._try_load_aot_compiled_fn = watched
 
 
@@ -118,7 +122,7 @@ def aot_report(module) -> dict:
     parallel = module.vllm_config.parallel_config
     rank_folder = f"rank_{parallel.rank}_{getattr(parallel, 'data_parallel_index', 0)}"
     saved_in = getattr(module, "_aot_cache_dir", None)  # set by vLLM when this process compiled and saved
-    tried = AOT_LOADS.get(id(module), {}).get("path")  # {key}/rank_{r}_{dp}/model
+    tried = (getattr(module, AOT_TRIED, None) or {}).get("path")  # {key}/rank_{r}_{dp}/model
     computed = vllm_aot_key(module)
     if saved_in:
         key = os.path.basename(os.path.dirname(saved_in))

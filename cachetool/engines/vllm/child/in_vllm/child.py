@@ -76,6 +76,7 @@ LAYOUT = {
     "the compilation counters": (("vllm.compilation.counter", "compilation_counter"),),
     "the AOT key's factors": (("vllm.compilation.caching", "aot_compile_hash_factors"),),
     "the AOT key's model identity": (("vllm.compilation.decorators", "_model_hash_key"),),
+    "the AOT load (the folder it reads)": (("vllm.compilation.decorators", "_try_load_aot_compiled_fn"),),
 }
 
 
