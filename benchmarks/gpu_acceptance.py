@@ -177,7 +177,14 @@ def clear_pod() -> None:
 
 
 def file_total(root: Path) -> int:
-    return sum(len(files) for _d, _s, files in os.walk(root)) if root.is_dir() else 0
+    return len(file_set(root))
+
+
+def file_set(root: Path) -> set[str]:
+    """The files under ``root``, relative to it (what a start added is named in its row)."""
+    if not root.is_dir():
+        return set()
+    return {os.path.relpath(os.path.join(d, f), root) for d, _s, files in os.walk(root) for f in files}
 
 
 def server_word(run) -> str:
@@ -607,7 +614,7 @@ def moe_serve(
 ) -> float:
     from tests.vllm_oracle.server import serve_once
 
-    files0 = file_total(root)
+    files0 = file_set(root)
     run.say(f"{part}: vllm serve ({name})")
     srv = serve_once(str(model), root, [*flags, *HEADLESS], timeout=520)
     init = srv.engine_init_seconds or -1.0
@@ -616,7 +623,7 @@ def moe_serve(
         part,
         name,
         f"engine init {init:.1f} s{ratio}, /health {srv.ready_seconds:.1f} s, JIT files in root "
-        f"+{file_total(root) - files0}, outside {srv.written_outside or 0}, answered {bool(srv.completion)}",
+        f"+{len(file_set(root) - files0)}, outside {srv.written_outside or 0}, answered {bool(srv.completion)}",
         None,
         server_word(srv),
         evidence=srv.evidence,
@@ -624,6 +631,7 @@ def moe_serve(
         counters=srv.vllm_counters,
         engine_init=init,
         ready=srv.ready_seconds,
+        added_in_root=sorted(file_set(root) - files0)[:40],
     )
     shutil.copy(srv.log, run.out / f"{part}-{name.split()[0]}.log")
     return init
@@ -813,7 +821,8 @@ def key_factor_files(root: Path) -> dict[str, dict]:
 
 def part_moe_moved(run: Run, work: Path, cpu: bool = False) -> None:
     """After ``moe`` (the same lease): the pulled root copied to another path, check there with vLLM's debug log,
-    and what differs between the key folder vLLM computed there and the warm's: why an FP8 root is bound to its path."""
+    and what differs between a key folder vLLM made there and the warm's, if it made one: whether an FP8 MoE root
+    is bound to its path beyond FlashInfer's JIT modules."""
     model, flags = moe_model(work, cpu)
     if not (work / "moe-check").is_dir():
         run.row("moe", "check on a copy at another path", "not run: no pulled root left by the moe part")
