@@ -46,6 +46,13 @@ def _pull(warmed: dict, root, *extra, env: dict | None = None):
     )
 
 
+def _check_hit(root, program) -> dict:
+    """``check --require-hit --json`` of ``program`` on ``root``, which must pass."""
+    return json_out(
+        ok(cachetool("check", "--engine", "torch", "--cache-root", root, "--require-hit", "--json", "--", PY, program))
+    )
+
+
 def test_a_transformer_warms_pushes_pulls_and_hot_starts_with_nothing_compiled(transformer, progs, tmp_path):
     comp = transformer["summary"]["compile"]
     assert comp["engine"] == "torch" and comp["fx_graph_misses"] >= 1 and comp["cpp_kernels_built"] > 0
@@ -63,22 +70,7 @@ def test_a_transformer_warms_pushes_pulls_and_hot_starts_with_nothing_compiled(t
     assert "fingerprint" in p["install"]["preflight"] and "Inductor and Triton variables" in p["install"]["preflight"]
 
     before = sorted(p.relative_to(pulled) for p in pulled.rglob("*"))
-    c = json_out(
-        ok(
-            cachetool(
-                "check",
-                "--engine",
-                "torch",
-                "--cache-root",
-                pulled,
-                "--require-hit",
-                "--json",
-                "--",
-                PY,
-                progs["transformer"],
-            )
-        )
-    )
+    c = _check_hit(pulled, progs["transformer"])
     assert c["hit"] is True and c["compiled"] == 0, c
     assert c["fx_graph_hits"] >= 1 and c["fx_graph_misses"] == 0 and c["fx_graph_bypasses"] == 0, c
     assert c["cpp_kernels_built"] == 0 and c["kernels_loaded"] > 0 and c["key_existed"], c
@@ -103,22 +95,7 @@ def test_a_check_never_runs_code_planted_at_the_site_folders_name(transformer, p
     planted.mkdir()
     (planted / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
 
-    c = json_out(
-        ok(
-            cachetool(
-                "check",
-                "--engine",
-                "torch",
-                "--cache-root",
-                pulled,
-                "--require-hit",
-                "--json",
-                "--",
-                PY,
-                progs["transformer"],
-            )
-        )
-    )
+    c = _check_hit(pulled, progs["transformer"])
 
     assert c["hit"] is True, c
     assert not marker.exists()
