@@ -29,16 +29,18 @@ fresh pod JIT-compiles vLLM's Triton kernels again (12-17 s on the H200).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from cachetool.engines.compile_cache import AOT, RANK_RE, TCC as TCC_NAME, iter_limited, locate, scan_compile_cache
-from cachetool.engines.vllm import jit_facts, unfinished
+from cachetool.engines.vllm import install_facts, jit_facts, piece_paths, unfinished
 from cachetool.engines.vllm.jit_caches import FOLDERS as JIT_FOLDERS, restore_mtimes
 from cachetool.engines.vllm.root_names import MODELINFOS
 from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.layouts.entries import Unit
 
+log = logging.getLogger("cachetool.install")  # an install's own lines: what it settled
 NAME = "vllm"
 MARKERS = ("vllm_compile_cache.py",)
 SHARED_FOLDERS = (MODELINFOS, *JIT_FOLDERS)  # beside torch_compile_cache/, shared by every rank
@@ -117,5 +119,10 @@ def invalid_units(manifest, root: Path) -> dict[str, str]:
 
 def settle_installed(root: Path) -> None:
     """After an install: the FlashInfer workspace's files get the modification times the warm recorded, or its
-    ninja would rebuild every module (:func:`cachetool.engines.vllm.jit_caches.restore_mtimes`)."""
+    ninja would rebuild every module (:func:`cachetool.engines.vllm.jit_caches.restore_mtimes`); and where the vLLM
+    here loads compiled pieces from the path the warm saved them at, one line says the root is bound to that path
+    (:func:`cachetool.engines.vllm.piece_paths.note`)."""
     restore_mtimes(root)
+    bound = piece_paths.note(root, install_facts.vllm_version())
+    if bound is not None:
+        log.warning(bound)

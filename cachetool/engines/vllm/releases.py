@@ -79,6 +79,20 @@ def aot_loads(version: str | None, device: str) -> bool | None:
     return device.startswith("cuda")
 
 
+def loads_pieces_by_saved_path(version: str) -> bool | None:
+    """Whether this release loads each compiled piece from the absolute path the warm saved it at (the handle's
+    second half; :mod:`~cachetool.engines.vllm.piece_paths`), as read in its source: vLLM 0.26 does, the tested CPU
+    releases (0.28 to 0.32) join the piece's key to the folder they read; None for the releases between, not read."""
+    here = release(version)
+    if here is None:
+        return None
+    if here < (0, 27, 0):
+        return True
+    if release(TESTED_CPU[0]) <= here:  # type: ignore[operator]  # a literal: never None
+        return False
+    return None
+
+
 def aot_note(version: str | None, device: str) -> str:
     """What a start that did not load the AOT artifact means for this release, in a few words."""
     expected = aot_loads(version, device)
