@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from cachetool.engines.torch import autotune_reuse
@@ -60,15 +61,26 @@ def _remove(site: Path) -> None:
 
 
 def _in_place(site: Path) -> bool:
-    """The folder as cachetool writes it: a real folder holding exactly this install's file."""
+    """The folder as cachetool writes it: a real folder holding this install's file (and what Python adds beside
+    an imported module, ``__pycache__/``), nothing else."""
     if site.is_symlink() or not site.is_dir() or (site / MODULE).is_symlink():
         return False
     try:
-        return [p.name for p in site.iterdir()] == [MODULE] and (site / MODULE).read_bytes() == (
-            source_file().read_bytes()
-        )
+        names = {p.name for p in site.iterdir()} - {"__pycache__"}
+        return names == {MODULE} and (site / MODULE).read_bytes() == source_file().read_bytes()
     except OSError:
         return False
+
+
+def _remove_unfinished(root: Path) -> None:
+    """Folders a settle made and was stopped before it renamed them (``.cachetool-site.*``), a minute old or more:
+    a younger one may be another settle's, still being written."""
+    for made in Path(root).glob(f"{SITE}.*"):
+        try:
+            if made.is_dir() and not made.is_symlink() and time.time() - made.stat().st_mtime > 60:
+                shutil.rmtree(made, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def settle(root: Path, torch_versions: list[str]) -> Path | None:
@@ -77,6 +89,7 @@ def settle(root: Path, torch_versions: list[str]) -> Path | None:
     folder, or None. The folder is made beside its place and renamed into it: a program starting meanwhile sees
     the old folder, none, or the whole new one."""
     site = Path(root) / SITE
+    _remove_unfinished(root)
     if not any(autotune_reuse.needed(v) for v in torch_versions) or not has_coordesc_results(root):
         _remove(site)
         return None
@@ -88,9 +101,11 @@ def settle(root: Path, torch_versions: list[str]) -> Path | None:
         os.chmod(made, 0o755)
         _remove(site)
         os.rename(made, site)
-    except BaseException:
-        shutil.rmtree(made, ignore_errors=True)
-        raise
+    except OSError:
+        if not _in_place(site):  # another start's settle put the same folder in place first: done
+            raise
+    finally:
+        shutil.rmtree(made, ignore_errors=True)  # gone once renamed
     return site
 
 

@@ -129,9 +129,9 @@ def start(request: TorchStartRequest) -> TorchStartResult:
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     mark = unfinished.begin(root)  # settles what a killed start left; marks this one
-    layout.settle(root)  # the site folder as this install writes it, before the program puts it on its path
     before = kernel_files(root)
     try:
+        layout.settle(root)  # the site folder as this install writes it, before the program puts it on its path
         run = run_program(command, root, verb, lambda m: say(f"{verb}: {m}"))
     except BaseException:
         unfinished.end(root, mark, completed=False)  # what it built may be cut short

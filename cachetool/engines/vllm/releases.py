@@ -81,12 +81,13 @@ def aot_loads(version: str | None, device: str) -> bool | None:
 
 def loads_pieces_by_saved_path(version: str) -> bool | None:
     """Whether this release loads each compiled piece from the absolute path the warm saved it at (the handle's
-    second half; :mod:`~cachetool.engines.vllm.piece_paths`), as read in its source: vLLM 0.26 does, the tested CPU
-    releases (0.28 to 0.32) join the piece's key to the folder they read; None for the releases between, not read."""
+    second half; :mod:`~cachetool.engines.vllm.piece_paths`), as read in its source: vLLM 0.26 does, 0.32 joins the
+    piece's key to the folder it reads; the CPU releases tested since 0.28 are taken as 0.32 (not read); None for the
+    others."""
     here = release(version)
     if here is None:
         return None
-    if here < (0, 27, 0):
+    if here[:2] == (0, 26):
         return True
     if release(TESTED_CPU[0]) <= here:  # type: ignore[operator]  # a literal: never None
         return False

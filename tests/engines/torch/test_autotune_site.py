@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import types
 from pathlib import Path
 
@@ -266,3 +267,31 @@ def test_an_install_skips_a_bundles_unit_outside_the_layouts_folders():
         ".cachetool-site": "not a folder of the torch layout",
         "elsewhere/x": "not a folder of the torch layout",
     }
+
+
+def test_the_bytecode_python_writes_beside_the_module_leaves_the_folder_in_place(tmp_path):
+    """A program that imported the module leaves ``__pycache__/`` beside it: the folder is still cachetool's, named
+    on the path and not written again."""
+    root = _tuned_root(tmp_path / "r")
+    site = settle(root)
+    (site / "__pycache__").mkdir()
+    (site / "__pycache__" / "sitecustomize.cpython-311.pyc").write_bytes(b"pyc")
+    inode = (site / "sitecustomize.py").stat().st_ino
+
+    assert settle(root) == site
+    assert (site / "sitecustomize.py").stat().st_ino == inode
+    assert autotune_site.variables(root) == {"PYTHONPATH": str(site)}
+
+
+def test_a_folder_a_stopped_settle_left_is_removed_once_it_is_old(tmp_path):
+    root = _tuned_root(tmp_path / "r")
+    left = root / f"{SITE}.abc123"
+    left.mkdir()
+    os.utime(left, (time.time() - 3600, time.time() - 3600))
+    young = root / f"{SITE}.def456"
+    young.mkdir()
+
+    settle(root)
+
+    assert not left.exists()
+    assert young.exists()  # perhaps another settle's, still being written

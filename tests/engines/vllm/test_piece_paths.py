@@ -17,12 +17,12 @@ from cachetool.engines.vllm.layout import settle_installed
 KEY = "artifact_compile_range_1_2048_subgraph_0"
 
 
-def write_root(root: Path, saved_under: Path) -> Path:
+def write_root(root: Path, saved_under: Path, compiler: str = "inductor_standalone") -> Path:
     """A piecewise folder whose pieces were saved under ``saved_under`` (vLLM's handle: key, absolute path)."""
     folder = root / "torch_compile_cache" / "ad1a243e10" / "rank_0_0" / "backbone"
     folder.mkdir(parents=True)
     saved = saved_under / "torch_compile_cache" / "ad1a243e10" / "rank_0_0" / "backbone" / KEY
-    entries = {((1, 2048), 0, "inductor_standalone"): {"graph_handle": (KEY, str(saved)), "cache_key": "k0"}}
+    entries = {((1, 2048), 0, compiler): {"graph_handle": (KEY, str(saved)), "cache_key": "k0"}}
     (folder / "vllm_compile_cache.py").write_text(pprint.PrettyPrinter(indent=4).pformat(entries))
     (folder / KEY).write_bytes(b"artifact")
     return root
@@ -46,7 +46,19 @@ def test_a_root_at_the_warms_path_is_no_news(tmp_path):
     assert piece_paths.note(root, "0.26.0") is None
 
 
-@pytest.mark.parametrize("version", ["0.28.0", "0.32.0", "0.27.1", None])
+def test_a_root_reached_through_a_link_to_the_warms_path_is_no_news(tmp_path):
+    warm = write_root(tmp_path / "vllm-cache", saved_under=tmp_path / "vllm-cache")
+    (tmp_path / "link").symlink_to(warm, target_is_directory=True)
+    assert piece_paths.saved_at(tmp_path / "link") == {}
+
+
+def test_the_older_inductor_adaptor_loads_by_hash_and_is_not_bound_to_a_path(tmp_path):
+    root = write_root(tmp_path / "elsewhere", saved_under=tmp_path / "vllm-cache", compiler="inductor")
+    assert piece_paths.saved_at(root) == {}
+    assert piece_paths.note(root, "0.26.0") is None
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.32.0", "0.27.1", "0.25.0", None])
 def test_a_release_that_joins_the_key_or_one_not_read_says_nothing(tmp_path, version):
     root = write_root(tmp_path / "elsewhere", saved_under=tmp_path / "vllm-cache")
     assert piece_paths.note(root, version) is None
@@ -58,6 +70,7 @@ def test_which_releases_load_by_the_saved_path():
     assert releases.loads_pieces_by_saved_path("0.28.0") is False
     assert releases.loads_pieces_by_saved_path("0.32.0.dev1+cpu") is False
     assert releases.loads_pieces_by_saved_path("0.27.0") is None  # not read
+    assert releases.loads_pieces_by_saved_path("0.25.1") is None
     assert releases.loads_pieces_by_saved_path("nightly") is None
 
 
