@@ -353,10 +353,52 @@ def vllm_rows(
         "changed": lambda: changed_flag(run, work, store, model, flags),
         "eager": lambda: eager(run, work, store, model, flags),
         "read-only": lambda: read_only(run, work, model, flags, with_server="ro-server" not in skip),
+        "moved": lambda: moved(run, work, store, model, flags),  # last: it removes the warm's root
     }
     for name, step in steps.items():
         if name not in skip and (not only or name in only):
             guarded(run, step)
+
+
+def moved(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
+    """The rows above ran while the warm's root (``work/ci``) was still on the machine. Here it is gone, as in a
+    fresh pod: a pull to another path, the one line the install gives where vLLM loads its pieces from the warm's
+    path (:mod:`cachetool.engines.vllm.piece_paths`), and the real server there. The pull's word is held to the
+    server's: a root it calls bound to the warm's path should compile (or fail); one it says nothing of should not."""
+    from tests.vllm_oracle.server import serve_once
+
+    shutil.rmtree(work / "ci", ignore_errors=True)
+    shutil.rmtree(work / "moved", ignore_errors=True)
+    clear_pod()
+    p, wall, _doc = cli(
+        "pull",
+        store,
+        "--cache-root",
+        work / "moved",
+        "--trust",
+        work / "k.pub",
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        model,
+        *flags,
+        *HEADLESS,
+    )
+    bound = next((ln for ln in p.stderr.splitlines() if "not relocatable" in ln and "compiled pieces" in ln), None)
+    clear_pod()
+    srv = serve_once(str(model), work / "moved", [*flags, *HEADLESS], stop_when_compiling=True)
+    run.row(
+        "vllm",
+        "pull to another path, the warm's root gone (fresh pod), then vllm serve there",
+        f"pull exit {p.returncode} in {wall:.1f} s, "
+        + (f"said: {bound.split('] ', 1)[-1][:220]}" if bound else "said nothing of the path")
+        + f"; server {server_word(srv)}, engine init {srv.engine_init_seconds} s, ready {srv.ready_seconds:.1f} s",
+        "did not hit" if bound else "compiled nothing",
+        "compiled nothing" if server_word(srv) == "compiled nothing" else "did not hit",  # compiled, or failed
+        evidence=srv.evidence,
+        log=srv.log,
+    )
 
 
 def guarded(run: Run, step) -> None:
@@ -965,7 +1007,7 @@ def main() -> None:
     ap.add_argument(
         "--skip",
         default="",
-        help="vllm part: rows to leave out (perturbed, changed, eager, read-only, ro-server), comma-separated",
+        help="vllm part: rows to leave out (perturbed, changed, eager, read-only, ro-server, moved), comma-separated",
     )
     ap.add_argument("--out", type=Path, required=True, help="rows.jsonl, progress.log and logs go here")
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-acceptance"), help="roots, store, models")
