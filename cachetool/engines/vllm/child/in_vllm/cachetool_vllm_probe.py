@@ -9,10 +9,11 @@ a function would need ``VLLM_ALLOW_INSECURE_SERIALIZATION``, which vLLM hashes. 
 the same through its development endpoint ``POST /collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``, which vLLM leaves
 out of its env factors): the oracle in ``tests/vllm_oracle/server.py``.
 
-Everything here is read from vLLM itself, never from its log: the AOT key folder and whether the artifact was
-loaded (the path vLLM's decorator tried to load, watched from the moment vLLM imports this module; the compiled
-model's own attributes; else vLLM's key function over this worker's config), vLLM's compilation counters, the files Dynamo traced (the config's ``traced_files``), the seconds vLLM's compile monitor added up
-(``compilation_time``), the kernel libraries this process mapped.
+Everything here is read from vLLM itself, never from its log: the AOT key folder and whether the artifact was loaded
+(the path vLLM's decorator tried to load, watched from the moment vLLM imports this module; the compiled model's own
+attributes; else vLLM's key function over this worker's config), vLLM's compilation counters, the files Dynamo
+traced (the config's ``traced_files``), the seconds vLLM's compile monitor added up (``compilation_time``), the
+kernel libraries this process mapped.
 """
 
 from __future__ import annotations
