@@ -275,22 +275,7 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     pulled = {}
     for name in ("serve", "check", "perturbed", "ro"):
         clear_pod()
-        p, wall, doc = cli(
-            "pull",
-            store,
-            "--cache-root",
-            work / name,
-            "--trust",
-            work / "k.pub",
-            "--engine",
-            "vllm",
-            "--json",
-            "--",
-            model,
-            *flags,
-            *HEADLESS,
-        )
-        pulled[name] = (p, wall, doc)
+        pulled[name] = pull_for_server(work, store, work / name, model, flags)
     p, wall, doc = pulled["serve"]
     run.row(
         "vllm",
@@ -337,6 +322,28 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     vllm_rows(run, work, store, model, flags, vllm, skip=skip, only=())
 
 
+def pull_for_server(
+    work: Path, store: str, root: Path, model: Path, flags: list[str], *extra: str
+) -> tuple[subprocess.CompletedProcess, float, dict]:
+    """``pull`` of the part's bundle into ``root`` with the server's command line (what an init-container runs)."""
+    return cli(
+        "pull",
+        store,
+        "--cache-root",
+        root,
+        "--trust",
+        work / "k.pub",
+        "--engine",
+        "vllm",
+        "--json",
+        "--",
+        model,
+        *flags,
+        *HEADLESS,
+        *extra,
+    )
+
+
 def vllm_rows(
     run: Run,
     work: Path,
@@ -370,21 +377,7 @@ def moved(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> No
     shutil.rmtree(work / "ci", ignore_errors=True)
     shutil.rmtree(work / "moved", ignore_errors=True)
     clear_pod()
-    p, wall, _doc = cli(
-        "pull",
-        store,
-        "--cache-root",
-        work / "moved",
-        "--trust",
-        work / "k.pub",
-        "--engine",
-        "vllm",
-        "--json",
-        "--",
-        model,
-        *flags,
-        *HEADLESS,
-    )
+    p, wall, _doc = pull_for_server(work, store, work / "moved", model, flags)
     bound = next((ln for ln in p.stderr.splitlines() if "not relocatable" in ln and "compiled pieces" in ln), None)
     clear_pod()
     srv = serve_once(str(model), work / "moved", [*flags, *HEADLESS], stop_when_compiling=True)
@@ -455,21 +448,7 @@ def changed_flag(run: Run, work: Path, store: str, model: Path, flags: list[str]
 
     at = flags.index("--max-model-len") + 1  # vLLM hashes it
     changed = [*flags[:at], str(int(flags[at]) // 2), *flags[at + 1 :]]
-    p, wall, _doc = cli(
-        "pull",
-        store,
-        "--cache-root",
-        work / "changed",
-        "--trust",
-        work / "k.pub",
-        "--engine",
-        "vllm",
-        "--json",
-        "--",
-        model,
-        *changed,
-        *HEADLESS,
-    )
+    p, wall, _doc = pull_for_server(work, store, work / "changed", model, changed)
     written = file_total(work / "changed")
     pc, _w, docc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *changed)
     clear_pod()
@@ -495,22 +474,7 @@ def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> No
     clear_pod()
     root = work / "eager"
     shutil.rmtree(root, ignore_errors=True)
-    pulled, _w, _d = cli(
-        "pull",
-        store,
-        "--cache-root",
-        root,
-        "--trust",
-        work / "k.pub",
-        "--engine",
-        "vllm",
-        "--json",
-        "--",
-        model,
-        *flags,
-        *HEADLESS,
-        "-O0",
-    )
+    pulled, _w, _d = pull_for_server(work, store, root, model, flags, "-O0")
     srv = serve_once(str(model), root, [*flags, *HEADLESS, "-O0"])
     run.row(
         "vllm",
@@ -790,21 +754,7 @@ def moe_pulled_rows(
     root = work / "moe-root"
     shutil.rmtree(root)  # a fresh pod: the same path, nothing in it
     clear_pod()
-    p, wall, doc = cli(
-        "pull",
-        store,
-        "--cache-root",
-        root,
-        "--trust",
-        work / "k.pub",
-        "--engine",
-        "vllm",
-        "--json",
-        "--",
-        model,
-        *flags,
-        *HEADLESS,
-    )
+    p, wall, doc = pull_for_server(work, store, root, model, flags)
     run.row(
         part,
         "pull with the server's argv",
