@@ -179,8 +179,9 @@ def program_alone(root: Path, command: list[str]) -> dict:
     from cachetool.engines.torch.engine import TorchEngine
     from cachetool.engines.torch.layout import kernel_files
 
+    environment = TorchEngine().server_environment(root)
     env = dict(os.environ)
-    for name, value in TorchEngine().server_environment(root).items():
+    for name, value in environment.items():
         env[name] = os.pathsep.join(p for p in (value, env.get(name)) if p) if name == "PYTHONPATH" else value
     before = kernel_files(root)
     t0 = time.perf_counter()
@@ -195,7 +196,7 @@ def program_alone(root: Path, command: list[str]) -> dict:
     return {
         "seconds": round(seconds, 3),
         "program": json.loads(bench[-1]),
-        "environment": TorchEngine().server_environment(root),
+        "environment": environment,
         "fx_graph_hits": "-",
         "graphs_compiled": "-",
         "cpp_kernels_built": built["cpp"],

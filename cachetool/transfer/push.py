@@ -152,7 +152,6 @@ def push(
         entry, index = _write_ref(st, r, bundle, stored.digest)
         return _result(
             r,
-            st,
             stored,
             entry,
             index,
@@ -173,7 +172,7 @@ def push(
 
 
 def _result(
-    r, st, stored, entry, index, blobs: list, missing: list, signed: bool, *, bytes_up: int, seconds: float
+    r, stored, entry, index, blobs: list, missing: list, signed: bool, *, bytes_up: int, seconds: float
 ) -> PushResult:
     """What the push did: the blobs it uploaded and those the store had, where the tag's index now points."""
     lacking = {b.stored_digest for b in missing}

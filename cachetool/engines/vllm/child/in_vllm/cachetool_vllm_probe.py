@@ -94,7 +94,6 @@ def watch_aot_loads() -> None:
         return loaded
 
     watched.cachetool_watched = True  # type: ignore[attr-defined]
-    watched.cachetool_wraps = tried  # type: ignore[attr-defined]  # what a test puts back
     decorators._try_load_aot_compiled_fn = watched
 
 
