@@ -17,9 +17,11 @@ figure and, where cachetool gives a verdict, whether it equals what the server d
 vLLM rows (a fresh pod before each start: ``~/.triton``, ``~/.cache/flashinfer``, ``/tmp/torchinductor_$USER``
 cleared; each server is the real ``vllm serve``, its own processes, with the environment ``pull`` printed):
 warm (cold, its engine init) → push → pull with the server's argv → ``vllm serve`` on the pulled root → ``check
---require-hit`` on another pulled root → the same root with vLLM's piecewise folder removed (a perturbed start:
+--require-hit`` on a root pulled again → the same root with vLLM's piecewise folder removed (a perturbed start:
 check and server) → a changed hashed flag (pull refuses before download; the server compiles) → an eager server
-(``-O0``) → the pulled root read-only (check refuses in one line; the server fails).
+(``-O0``) → the pulled root read-only (check refuses in one line; the server fails) → a pull to another path.
+Every root but the last is pulled at the warm's path after the warm's root is removed (a fresh pod, the documented
+flow): vLLM 0.26 loads compiled pieces from the path the warm saved them at.
 
 FP8 rows: a small FP8 block-quantized Qwen3-MoE-shaped config (dummy weights, 4 layers), and its dense twin (the
 same shapes, no experts: ``dense``). ``moe`` and ``dense`` run a model's rows in one call. ``moe-cold``: ``vllm
@@ -272,11 +274,7 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
             False,
             "compiled",
         )
-    pulled = {}
-    for name in ("serve", "check", "perturbed", "ro"):
-        clear_pod()
-        pulled[name] = pull_for_server(work, store, work / name, model, flags)
-    p, wall, doc = pulled["serve"]
+    p, wall, doc = pull_at_warm_path(work, store, model, flags)  # the warm's root gone: a fresh pod
     run.row(
         "vllm",
         "pull with the server's argv",
@@ -285,7 +283,7 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     )
     clear_pod()
     run.say("vllm: vllm serve on the pulled root")
-    srv = serve_once(str(model), work / "serve", [*flags, *HEADLESS])
+    srv = serve_once(str(model), work / "ci", [*flags, *HEADLESS])
     run.row(
         "vllm",
         "vllm serve on the pulled root",
@@ -307,10 +305,10 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
         not srv.new_key_folders,
         server_word(srv),
     )
-    clear_pod()
-    run.say("vllm: check --require-hit on another pulled root")
+    run.say("vllm: check --require-hit on a root pulled again (a fresh pod)")
+    pull_at_warm_path(work, store, model, flags)
     p, wall, doc = cli(
-        "check", "--engine", "vllm", "--cache-root", work / "check", "--require-hit", "--json", "--", model, *flags
+        "check", "--engine", "vllm", "--cache-root", work / "ci", "--require-hit", "--json", "--", model, *flags
     )
     run.row(
         "vllm",
@@ -320,6 +318,17 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
         server_word(srv),
     )
     vllm_rows(run, work, store, model, flags, vllm, skip=skip, only=())
+
+
+def pull_at_warm_path(
+    work: Path, store: str, model: Path, flags: list[str], *extra: str
+) -> tuple[subprocess.CompletedProcess, float, dict]:
+    """A fresh pod at the warm's root path (``work/ci``: nothing there, the pod's caches cleared), then
+    :func:`pull_for_server` into it: the documented flow (docs/vllm.md, "pull into the warm's path"), which vLLM
+    0.26 needs because it loads compiled pieces from the absolute path the warm saved them at."""
+    shutil.rmtree(work / "ci", ignore_errors=True)
+    clear_pod()
+    return pull_for_server(work, store, work / "ci", model, flags, *extra)
 
 
 def pull_for_server(
@@ -356,11 +365,11 @@ def vllm_rows(
     only: tuple[str, ...],
 ) -> None:
     steps = {
-        "perturbed": lambda: perturbed(run, work, model, flags, vllm),
+        "perturbed": lambda: perturbed(run, work, store, model, flags, vllm),
         "changed": lambda: changed_flag(run, work, store, model, flags),
         "eager": lambda: eager(run, work, store, model, flags),
-        "read-only": lambda: read_only(run, work, model, flags, with_server="ro-server" not in skip),
-        "moved": lambda: moved(run, work, store, model, flags),  # last: it removes the warm's root
+        "read-only": lambda: read_only(run, work, store, model, flags, with_server="ro-server" not in skip),
+        "moved": lambda: moved(run, work, store, model, flags),
     }
     for name, step in steps.items():
         if name not in skip and (not only or name in only):
@@ -368,9 +377,9 @@ def vllm_rows(
 
 
 def moved(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
-    """The rows above ran while the warm's root (``work/ci``) was still on the machine. Here it is gone, as in a
-    fresh pod: a pull to another path, the one line the install gives where vLLM loads its pieces from the warm's
-    path (:mod:`cachetool.engines.vllm.piece_paths`), and the real server there. The pull's word is held to the
+    """The rows above pulled into the warm's path. Here, with nothing at that path (a fresh pod), a pull to another
+    path, the one line the install gives where vLLM loads its pieces from the warm's path
+    (:mod:`cachetool.engines.vllm.piece_paths`), and the real server there. The pull's word is held to the
     server's: a root it calls bound to the warm's path should compile (or fail); one it says nothing of should not."""
     from tests.vllm_oracle.server import serve_once
 
@@ -405,34 +414,46 @@ def guarded(run: Run, step) -> None:
         run.say(traceback.format_exc()[-2000:])
 
 
-def perturbed(run: Run, work: Path, model: Path, flags: list[str], vllm: str) -> None:
+def perturbed(run: Run, work: Path, store: str, model: Path, flags: list[str], vllm: str) -> None:
     """The pulled root without vLLM's piecewise folder (torch_compile_cache/{hash10}/): the AOT artifact loads, a
-    piece compiles again. Check and the server on two copies."""
+    piece compiles again. Check, then the server, each on a root pulled and perturbed again."""
     from tests.vllm_oracle.server import serve_once
 
-    tcc = work / "perturbed" / "torch_compile_cache"
-    for d in tcc.iterdir() if tcc.is_dir() else []:
-        if d.name != "torch_aot_compile":
-            shutil.rmtree(d)
-    shutil.copytree(work / "perturbed", work / "perturbed-srv", symlinks=True)
-    clear_pod()
+    def pull_perturbed() -> None:
+        pull_at_warm_path(work, store, model, flags)
+        tcc = work / "ci" / "torch_compile_cache"
+        for d in tcc.iterdir() if tcc.is_dir() else []:
+            if d.name != "torch_aot_compile":
+                shutil.rmtree(d)
+
+    pull_perturbed()
     run.say("vllm: check on the perturbed root")
     p, wall, doc = cli(
-        "check", "--engine", "vllm", "--cache-root", work / "perturbed", "--require-hit", "--json", "--", model, *flags
+        "check", "--engine", "vllm", "--cache-root", work / "ci", "--require-hit", "--json", "--", model, *flags
     )
     c = doc.get("start") or doc.get("compile") or doc
+    pull_perturbed()
+    srv = serve_once(str(model), work / "ci", [*flags, *HEADLESS])
+    # both counter sets, each with what the real server did on that root: the pin of a perturbed start
     if c.get("ranks"):
         record_start(
             run,
-            "vLLM 0.26 CUDA, Llama-3.2-1B config, a pulled root without its piecewise folder",
+            "vLLM 0.26 CUDA, Llama-3.2-1B config, check on a pulled root without its piecewise folder",
             vllm,
             c["ranks"],
             c.get("inductor_compiled", 0),
             bool(c.get("key_existed")),
-            check_word(p, doc),
+            server_word(srv),
         )
-    clear_pod()
-    srv = serve_once(str(model), work / "perturbed-srv", [*flags, *HEADLESS])
+    record_start(
+        run,
+        "vLLM 0.26 CUDA, Llama-3.2-1B config, vllm serve on a pulled root without its piecewise folder",
+        vllm,
+        srv.reports,
+        srv.new_kernels,
+        not srv.new_key_folders,
+        server_word(srv),
+    )
     run.row(
         "vllm",
         "a pulled root without the piecewise folder",
@@ -450,9 +471,10 @@ def changed_flag(run: Run, work: Path, store: str, model: Path, flags: list[str]
     changed = [*flags[:at], str(int(flags[at]) // 2), *flags[at + 1 :]]
     p, wall, _doc = pull_for_server(work, store, work / "changed", model, changed)
     written = file_total(work / "changed")
-    pc, _w, docc = cli("check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *changed)
-    clear_pod()
-    srv = serve_once(str(model), work / "check", [*changed, *HEADLESS], stop_when_compiling=True)
+    pull_at_warm_path(work, store, model, flags)  # the root the server's old command line pulled
+    pc, _w, docc = cli("check", "--engine", "vllm", "--cache-root", work / "ci", "--json", "--", model, *changed)
+    pull_at_warm_path(work, store, model, flags)
+    srv = serve_once(str(model), work / "ci", [*changed, *HEADLESS], stop_when_compiling=True)
     run.row(
         "vllm",
         f"a changed hashed flag (--max-model-len {changed[at]})",
@@ -468,14 +490,10 @@ def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> No
     server starts on that pulled root."""
     from tests.vllm_oracle.server import serve_once
 
-    p, wall, doc = cli(
-        "check", "--engine", "vllm", "--cache-root", work / "check", "--json", "--", model, *flags, "-O0"
-    )
-    clear_pod()
-    root = work / "eager"
-    shutil.rmtree(root, ignore_errors=True)
-    pulled, _w, _d = pull_for_server(work, store, root, model, flags, "-O0")
-    srv = serve_once(str(model), root, [*flags, *HEADLESS, "-O0"])
+    pull_at_warm_path(work, store, model, flags)
+    p, wall, doc = cli("check", "--engine", "vllm", "--cache-root", work / "ci", "--json", "--", model, *flags, "-O0")
+    pulled, _w, _d = pull_at_warm_path(work, store, model, flags, "-O0")
+    srv = serve_once(str(model), work / "ci", [*flags, *HEADLESS, "-O0"])
     run.row(
         "vllm",
         "an eager server (-O0) on its pulled root",
@@ -486,10 +504,11 @@ def eager(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> No
     )
 
 
-def read_only(run: Run, work: Path, model: Path, flags: list[str], with_server: bool = True) -> None:
+def read_only(run: Run, work: Path, store: str, model: Path, flags: list[str], with_server: bool = True) -> None:
     """The pulled root bind-mounted read-only in a private mount namespace: check and the server (``with_server``
     False: check alone, the server's verdict then the one recorded on the H200 on 2026-12-04, EROFS)."""
-    root = work / "ro"
+    root = work / "ci"
+    pull_at_warm_path(work, store, model, flags)
     wrap = [
         "unshare",
         "-m",
@@ -904,12 +923,15 @@ def part_native(run: Run, cpu: bool = False) -> None:
     )
 
 
-def part_torch(run: Run, cpu: bool = False) -> None:
+TORCH_MODES = ("default", "max-autotune-no-cudagraphs")
+
+
+def part_torch(run: Run, cpu: bool = False, modes: tuple[str, ...] = TORCH_MODES) -> None:
     """The torch engine on a program it knows nothing of (benchmarks/bench_torch_engine.py: a small GPT, bf16 on the
     GPU), default mode and max-autotune: cold (a warm), then a pulled root at another path in a fresh pod, checked by
     running the program again (its probe counts what it compiled: FX graphs, kernels, autotuning)."""
     device = "cpu" if cpu else "cuda"
-    for mode in ("default",) if cpu else ("default", "max-autotune-no-cudagraphs"):
+    for mode in ("default",) if cpu else modes:
         out = run.out / f"torch-{mode}.json"
         p = benchmark(
             run, "bench_torch_engine.py", "--device", device, "--fresh-pod", "--mode", mode, "--json", str(out)
@@ -959,6 +981,9 @@ def main() -> None:
         default="",
         help="vllm part: rows to leave out (perturbed, changed, eager, read-only, ro-server, moved), comma-separated",
     )
+    ap.add_argument(
+        "--modes", default=",".join(TORCH_MODES), help="torch part: the torch.compile modes to run, comma-separated"
+    )
     ap.add_argument("--out", type=Path, required=True, help="rows.jsonl, progress.log and logs go here")
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-acceptance"), help="roots, store, models")
     ap.add_argument("--cpu", action="store_true", help="the tiny Llama on the CPU instead (a dry run of the rows)")
@@ -983,7 +1008,7 @@ def main() -> None:
         "moe": lambda: part_moe(run, args.work, args.cpu, serve_cold=not args.no_stock),
         "dense": lambda: part_moe(run, args.work, args.cpu, kind="dense", serve_cold=not args.no_stock),
         "native": lambda: part_native(run, args.cpu),
-        "torch": lambda: part_torch(run, args.cpu),
+        "torch": lambda: part_torch(run, args.cpu, tuple(filter(None, args.modes.split(",")))),
         "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
         "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu),
         "moe-moved": lambda: part_moe_moved(run, args.work, args.cpu),
