@@ -47,6 +47,9 @@ TABLE = {
     # every release hashes a few variables without a VLLM_ prefix (VERBOSE, NVCC_THREADS, CMAKE_BUILD_TYPE)
     "a variable vLLM hashes under another name": Row(env={"VERBOSE": "1"}, named="VERBOSE"),
     "a variable only vLLM can judge": Row(env={"OMP_NUM_THREADS": "2"}, asks_vllm=True),
+    # read while vLLM builds its config: on torch < 2.12 (the GPU's 2.11) DEBUG turns Inductor's asserts on and
+    # moves the hash; vLLM is asked, and on this torch it finds that DEBUG does not
+    "VLLM_LOGGING_LEVEL=DEBUG on torch >= 2.12": Row(env={"VLLM_LOGGING_LEVEL": "DEBUG"}, asks_vllm=True),
     "--max-model-len": Row(flags=("--max-model-len", "128"), named="model_config.max_model_len"),
     "--max-num-seqs": Row(flags=("--max-num-seqs", "2"), named="scheduler_config.max_num_seqs"),
     "--dtype": Row(flags=("--dtype", "float32"), named="model_config.dtype"),
@@ -63,8 +66,9 @@ TABLE = {
 GPU_TABLE = {
     name: row
     for name, row in TABLE.items()
-    if not any(k.startswith(("VLLM_CPU_", "TORCHINDUCTOR_CPP_")) for k in row.env) and name != "--dtype"
-}  # float32 needs another attention backend on the GPU
+    if not any(k.startswith(("VLLM_CPU_", "TORCHINDUCTOR_CPP_")) for k in row.env)
+    and name not in ("--dtype", "VLLM_LOGGING_LEVEL=DEBUG on torch >= 2.12")
+}  # float32 needs another attention backend on the GPU; the GPU's torch 2.11 hashes DEBUG
 
 
 @contextlib.contextmanager

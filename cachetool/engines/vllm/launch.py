@@ -52,7 +52,6 @@ ENV_IGNORED = frozenset(
         "VLLM_NO_USAGE_STATS",
         "VLLM_DO_NOT_TRACK",
         "VLLM_USAGE_STATS_SERVER",
-        "VLLM_LOGGING_LEVEL",
         "VLLM_LOGGING_PREFIX",
         "VLLM_LOGGING_STREAM",
         "VLLM_LOGGING_CONFIG_PATH",
@@ -74,6 +73,12 @@ ENV_IGNORED = frozenset(
         "TORCH_TRACE",
     }
 )
+# Variables outside vLLM's compile factors that it reads while it builds its config, where a value can still move
+# the config hash: under torch < 2.12 VLLM_LOGGING_LEVEL=DEBUG turns Inductor's asserts on (vLLM 0.26-0.32,
+# vllm/config/compilation.py). Kept as launch inputs, and a difference in one is left to vLLM (the key child, a
+# fresh process with the server's environment): vLLM builds its default compilation config once, when its engine
+# arguments are imported, so a warm cannot try another value in its own process.
+READ_BY_CONFIG = frozenset({"VLLM_LOGGING_LEVEL"})
 SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 # Hashed variables whose default vLLM derives from others (vLLM 0.26 hashes VLLM_CONFIG_ROOT and VLLM_XLA_CACHE_PATH,
 # folders under HOME or XDG_*): where a release hashes one, what it derives from is compared too.

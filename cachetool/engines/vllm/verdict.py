@@ -11,7 +11,8 @@ into one of three:
 - **unhashed**: vLLM's hash does not see it (a flag the warm tried that left the hash as it was, ``--seed``,
   ``--served-model-name``; a vLLM variable outside its compile factors; a variable vLLM's platform sets itself);
 - **unknown**: nothing recorded decides it (a flag the warm could not try, a JSON option such as
-  ``--compilation-config``, a ``--config`` file, an unread token, a variable torch or a library reads elsewhere):
+  ``--compilation-config``, a ``--config`` file, an unread token, a variable torch or a library reads elsewhere,
+  a variable vLLM reads while it builds its config outside its compile factors: ``launch.READ_BY_CONFIG``):
   only vLLM itself can answer, so the key check asks it (seconds).
 
 A difference that is hashed makes a miss whatever else differs; no hashed and no unknown difference is a hit.
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cachetool.engines.vllm import server_command
-from cachetool.engines.vllm.launch import model_config_digest, read_config_json
+from cachetool.engines.vllm.launch import READ_BY_CONFIG, model_config_digest, read_config_json
 from cachetool.layouts.factors import UNSET, Difference, Factors
 
 # The first hashed difference named is the one a user set on purpose (see key.TELLING for config fields).
@@ -180,6 +181,8 @@ def _env(
                 out.unhashed.append(f"env {name} (same value)")
             else:
                 out.hashed.append(Difference("env", name, UNSET if a is None else a, UNSET if b is None else b))
+        elif name in READ_BY_CONFIG:
+            out.unknown.append(f"env {name} (read while vLLM builds its config)")
         elif name in vllm_unhashed or name.startswith("VLLM_"):
             out.unhashed.append(f"env {name}")
         elif name in torch_config:

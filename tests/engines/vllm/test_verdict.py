@@ -149,6 +149,21 @@ def test_variables_by_what_reads_them(tmp_path):
     assert miss.category == "inductor" and miss.name == "inductor.freezing" and miss.b == "TORCHINDUCTOR_FREEZING=1"
 
 
+def test_vllms_logging_level_is_left_to_vllm(tmp_path):
+    """On torch < 2.12 vLLM turns Inductor's asserts on where VLLM_LOGGING_LEVEL is DEBUG, which moves its config
+    hash (seen on the H100: a check started with DEBUG looked up another key folder). Before, every VLLM_ variable
+    outside the compile factors was a hit: a server started with DEBUG to see why it is slow was promised the
+    warm's folder and compiled everything. Only vLLM, in a process started with that value, can say."""
+    m = model_at(tmp_path / "m")
+    for warm, server in (({}, {LEVEL: "DEBUG"}), ({LEVEL: "DEBUG"}, {}), ({LEVEL: "INFO"}, {LEVEL: "debug"})):
+        v = judge(recorded(m, env=warm), m, env=server)
+        assert not v.decided and v.unknown == [f"env {LEVEL} (read while vLLM builds its config)"], (warm, server)
+    assert judge(recorded(m, env={LEVEL: "DEBUG"}), m, env={LEVEL: "DEBUG"}).hit
+
+
+LEVEL = "VLLM_LOGGING_LEVEL"
+
+
 def test_another_config_json_names_the_fields_and_another_path_the_path(tmp_path):
     m = model_at(tmp_path / "m")
     f = recorded(m)

@@ -100,8 +100,10 @@ def test_the_fast_key_check_compares_what_the_release_hashes_whatever_its_name()
     """The launch inputs (the pull's no-vLLM path) keep every variable the warm's vLLM hashed: vLLM <= 0.28 hashes
     VLLM_API_KEY (kept by its digest), every release VERBOSE, vLLM 0.26 folders derived from HOME. Before, a
     server launched with any of them set otherwise got the warm's folder predicted and computed another."""
-    env = {"VERBOSE": "1", "VLLM_API_KEY": "s3cret", "HOME": "/home/a", "VLLM_LOGGING_LEVEL": "DEBUG"}
+    env = {"VERBOSE": "1", "VLLM_API_KEY": "s3cret", "HOME": "/home/a", "VLLM_LOGGING_PREFIX": "x"}
     assert launch.launch_env(env) == {}  # none reaches the key unless the release hashes it
+    # read while vLLM builds its config, and on torch < 2.12 hashed through Inductor's asserts: kept
+    assert launch.launch_env({**env, "VLLM_LOGGING_LEVEL": "DEBUG"}) == {"VLLM_LOGGING_LEVEL": "DEBUG"}
     as_028 = launch.launch_env(env, hashed={"VERBOSE": None, "VLLM_API_KEY": None, "VLLM_USE_AOT_COMPILE": True})
     assert set(as_028) == {"VERBOSE", "VLLM_API_KEY"} and "s3cret" not in str(as_028)
     assert set(launch.launch_env(env, hashed=["VLLM_CONFIG_ROOT"])) == {"HOME"}  # vLLM 0.26
