@@ -48,6 +48,21 @@ def test_vllm_0_26_counts_loaded_pieces_as_inductor_compiles_and_cachetool_does_
         assert done.aot_loaded and evidence(start) == [], start["name"]
 
 
+def test_a_perturbed_0_26_start_is_told_from_a_hit_by_the_pieces_it_saved_not_by_inductor_compiles():
+    """The third recorded GPU set: a pulled root without vLLM's piecewise folder (check's workers and the real
+    server's, both on the H100). The AOT artifact loads and Inductor's FX cache hits, so no kernel is written; what
+    tells it from the hit is that vLLM saved its 3 pieces again instead of loading them. num_inductor_compiles
+    (17 here, 14 on the hit) says nothing either way."""
+    perturbed = [s for s in RECORDED if s["vllm"] == "0.26.0" and "without its piecewise folder" in s["name"]]
+    assert len(perturbed) == 2, "check's and the server's counter sets (benchmarks/gpu_acceptance.sh vllm)"
+    for start in perturbed:
+        done = worker_facts.from_workers(start["workers"])
+        counters = done.vllm_counters
+        assert done.aot_loaded and start["new_kernels"] == 0, start["name"]
+        assert counters["num_compiled_artifacts_saved"] == 3 and counters["num_compiled_artifacts_loaded"] == 0
+        assert start["verdict"] == "compiled" and evidence(start) == ["vLLM saved 3 compiled piece(s)"], start["name"]
+
+
 def test_a_cpu_hit_saves_its_aot_artifact_again_and_is_still_a_hit():
     """vLLM 0.32 on the CPU never loads its AOT artifact: every start traces and saves it again (its kernels are the
     cache), so a save is a compile only where the release loads it."""
