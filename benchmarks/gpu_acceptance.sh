@@ -4,12 +4,12 @@
 # call, back to back; the machine stays warm between calls), unpacked into /tmp/vsite by the third call.
 #   call 1  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c01}   bash benchmarks/gpu_acceptance.sh chunk
 #   call 2  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c02}   bash benchmarks/gpu_acceptance.sh chunk
-#   call 3  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c03}   bash benchmarks/gpu_acceptance.sh vllm
-#   call 4  carry .vllm-h200-fp8/unpack.sh                    bash benchmarks/gpu_acceptance.sh moe-cold
-#   call 5  carry .vllm-h200-fp8/unpack.sh                    bash benchmarks/gpu_acceptance.sh moe-pulled
-#   then   the same carry                                  bash benchmarks/gpu_acceptance.sh native (and torch)
-# (or, with less device time: `vllm --skip perturbed,ro-server` in call 3, then `moe`, the FP8 MoE rows in one call,
-# the warm's hot start on the cold root standing for the kept row)
+#   call 3  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c03}   ... vllm --skip read-only,ro-server,moved  (499 s)
+#   call 4  carry .vllm-h200-fp8/unpack.sh    ... vllm --only read-only,moved; ... moe-cold              (508 s)
+#   call 5  carry .vllm-h200-fp8/unpack.sh    ... moe-pulled                                             (276 s)
+#   then   the same carry                     ... moe-moved, dense --no-stock, native, torch
+# (the H100's times on 2026-12-06; with less device time: `moe --no-stock`, the FP8 MoE rows in one call, the
+# warm standing for the cold start)
 # Each part writes its rows and progress under $OUT (what a timed-out call returns) and ends with the table of
 # every row so far; docs/gpu.md keeps the latest, with its date and commit.
 set -uo pipefail
