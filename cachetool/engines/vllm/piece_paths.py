@@ -6,9 +6,9 @@ compiled piece, ``(range, graph index, compiler name)``, to the handle the compi
 wrote the artifact at: vLLM 0.26 (the CUDA build tested on the H100/H200) loads the piece from that path
 (``InductorStandaloneAdaptor.load``: ``handle[1]``, read in its source); vLLM 0.32 joins ``key`` to the folder it
 reads. (The older ``inductor`` adaptor looks its pieces up by hash: not bound to a path.) So a 0.26 root pulled to
-another path reads its pieces from the warm's path, and where that path is gone (a fresh pod) the load fails: the
-server compiles again or fails to start (not run yet on a GPU). That root is not relocatable; an install says so in
-one line, naming the path to pull into (:func:`note`).
+another path reads its pieces from the warm's path, and where that path is gone (a fresh pod) the load fails and
+the server does not start (vLLM 0.26 on the H100, 2026-12-06: the GPU acceptance's ``moved`` row). That root is not
+relocatable; an install says so in one line, naming the path to pull into (:func:`note`).
 """
 
 from __future__ import annotations
@@ -74,5 +74,5 @@ def note(root: Path, vllm_version: str | None) -> str | None:
     return (
         f"vLLM {vllm_version} loads the compiled pieces of {len(elsewhere)} folder(s) under {root} from the path the "
         f"warm saved them at ({', '.join(warm_roots)}): where that path does not hold them, a server on {root} "
-        f"compiles again or fails to start (not relocatable); pull into {warm_roots[0]}"
+        f"fails to start (not relocatable); pull into {warm_roots[0]}"
     )
