@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +74,16 @@ ENV_IGNORED = frozenset(
     }
 )
 # Variables outside vLLM's compile factors that it reads while it builds its config, where a value can still move
-# the config hash: under torch < 2.12 VLLM_LOGGING_LEVEL=DEBUG turns Inductor's asserts on (vLLM 0.26-0.32,
-# vllm/config/compilation.py). Kept as launch inputs, and a difference in one is left to vLLM (the key child, a
-# fresh process with the server's environment): vLLM builds its default compilation config once, when its engine
-# arguments are imported, so a warm cannot try another value in its own process.
-READ_BY_CONFIG = frozenset({"VLLM_LOGGING_LEVEL"})
+# the config hash, each with what the config takes of its value (two values read alike are the same launch):
+# under torch < 2.12 vLLM 0.26-0.32 turn Inductor's asserts on where VLLM_LOGGING_LEVEL is DEBUG
+# (vllm/config/compilation.py); VLLM_MODEL_REDIRECT_PATH can map the model to another path. Kept as launch inputs,
+# and a difference the reading does not settle is left to vLLM (the key child, a process started with the server's
+# environment): vLLM's parser computes its defaults, the compilation config's among them, once per process
+# (``_compute_kwargs``, cached), so a warm cannot try another value in its own.
+READ_BY_CONFIG: dict[str, Callable[[str | None], object]] = {
+    "VLLM_LOGGING_LEVEL": lambda value: (value if value is not None else "INFO").upper() == "DEBUG",
+    "VLLM_MODEL_REDIRECT_PATH": lambda value: value or None,
+}
 SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 # Hashed variables whose default vLLM derives from others (vLLM 0.26 hashes VLLM_CONFIG_ROOT and VLLM_XLA_CACHE_PATH,
 # folders under HOME or XDG_*): where a release hashes one, what it derives from is compared too.

@@ -6,9 +6,8 @@ compiled piece, ``(range, graph index, compiler name)``, to the handle the compi
 wrote the artifact at: vLLM 0.26 (the CUDA build tested on the H100/H200) loads the piece from that path
 (``InductorStandaloneAdaptor.load``: ``handle[1]``, read in its source); vLLM 0.32 joins ``key`` to the folder it
 reads. (The older ``inductor`` adaptor looks its pieces up by hash: not bound to a path.) So a 0.26 root pulled to
-another path reads its pieces from the warm's path, and where that path is gone (a fresh pod) the load fails and
-the server does not start (vLLM 0.26 on the H100, 2026-12-06: the GPU acceptance's ``moved`` row). That root is not
-relocatable; an install says so in one line, naming the path to pull into (:func:`note`).
+another path reads its pieces from the warm's path, and where that path is gone (a fresh pod) the server does not
+start (vLLM 0.26 on the H100, 2026-12-06: the GPU acceptance's ``moved`` row). That root is not relocatable; an install says so in one line, naming the path to pull into (:func:`note`).
 """
 
 from __future__ import annotations

@@ -182,7 +182,10 @@ def _env(
             else:
                 out.hashed.append(Difference("env", name, UNSET if a is None else a, UNSET if b is None else b))
         elif name in READ_BY_CONFIG:
-            out.unknown.append(f"env {name} (read while vLLM builds its config)")
+            if READ_BY_CONFIG[name](a) == READ_BY_CONFIG[name](b):
+                out.unhashed.append(f"env {name} (vLLM's config reads it alike)")
+            else:
+                out.unknown.append(f"env {name} (read while vLLM builds its config)")
         elif name in vllm_unhashed or name.startswith("VLLM_"):
             out.unhashed.append(f"env {name}")
         elif name in torch_config:

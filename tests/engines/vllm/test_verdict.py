@@ -28,6 +28,7 @@ OPTIONS = {
     "--compilation-config": {"dest": "compilation_config", "takes": 1},
     "-cc": {"dest": "compilation_config", "takes": 1},
 }
+LEVEL = "VLLM_LOGGING_LEVEL"
 HASHING = {
     "schema": 1,
     "options": OPTIONS,
@@ -149,19 +150,30 @@ def test_variables_by_what_reads_them(tmp_path):
     assert miss.category == "inductor" and miss.name == "inductor.freezing" and miss.b == "TORCHINDUCTOR_FREEZING=1"
 
 
-def test_vllms_logging_level_is_left_to_vllm(tmp_path):
+def test_vllms_logging_level_is_left_to_vllm_where_debug_is_on_one_side_only(tmp_path):
     """On torch < 2.12 vLLM turns Inductor's asserts on where VLLM_LOGGING_LEVEL is DEBUG, which moves its config
     hash (seen on the H100: a check started with DEBUG looked up another key folder). Before, every VLLM_ variable
     outside the compile factors was a hit: a server started with DEBUG to see why it is slow was promised the
-    warm's folder and compiled everything. Only vLLM, in a process started with that value, can say."""
+    warm's folder and compiled everything. Only vLLM, in a process started with that value, can say; a level that
+    is DEBUG on neither side (or on both, in any case) is read alike."""
     m = model_at(tmp_path / "m")
     for warm, server in (({}, {LEVEL: "DEBUG"}), ({LEVEL: "DEBUG"}, {}), ({LEVEL: "INFO"}, {LEVEL: "debug"})):
         v = judge(recorded(m, env=warm), m, env=server)
         assert not v.decided and v.unknown == [f"env {LEVEL} (read while vLLM builds its config)"], (warm, server)
-    assert judge(recorded(m, env={LEVEL: "DEBUG"}), m, env={LEVEL: "DEBUG"}).hit
+    for warm, server in (
+        ({}, {LEVEL: "INFO"}),
+        ({LEVEL: "WARNING"}, {LEVEL: "error"}),
+        ({LEVEL: "DEBUG"}, {LEVEL: "debug"}),
+    ):
+        v = judge(recorded(m, env=warm), m, env=server)
+        assert v.hit and v.unhashed == [f"env {LEVEL} (vLLM's config reads it alike)"], (warm, server)
 
 
-LEVEL = "VLLM_LOGGING_LEVEL"
+def test_a_model_redirect_file_is_left_to_vllm(tmp_path):
+    """VLLM_MODEL_REDIRECT_PATH can map the server's model name to another path, which vLLM hashes."""
+    m = model_at(tmp_path / "m")
+    v = judge(recorded(m), m, env={"VLLM_MODEL_REDIRECT_PATH": str(tmp_path / "redirect.json")})
+    assert not v.decided and v.unknown == ["env VLLM_MODEL_REDIRECT_PATH (read while vLLM builds its config)"]
 
 
 def test_another_config_json_names_the_fields_and_another_path_the_path(tmp_path):
