@@ -6,7 +6,7 @@
     python3 benchmarks/gpu_acceptance.py moe-cold --out OUT      # FP8 MoE: stock cold, then kept
     python3 benchmarks/gpu_acceptance.py moe-pulled --out OUT    # FP8 MoE: warm, push, pull, vllm serve, check
     python3 benchmarks/gpu_acceptance.py native --out OUT        # the AOT hot start vs stock warm (no vLLM)
-    python3 benchmarks/gpu_acceptance.py torch --out OUT         # the torch engine: default and max-autotune
+    python3 benchmarks/gpu_acceptance.py torch --out OUT         # the torch engine: default and max-autotune (--modes)
     python3 benchmarks/gpu_acceptance.py table --out OUT         # the one table of every row recorded in OUT
 
 benchmarks/gpu_acceptance.sh runs the parts through the device tool's calls (each part fits one call of under ten
@@ -236,8 +236,8 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     else:
         model, flags = write_llama_1b(work / "models" / "llama-3.2-1b"), list(GPU_FLAGS)
     store = f"file://{work}/store/llama:gpu"
-    if only:  # rows again on the warm, store and pulled roots an earlier run of this part left in ``work``
-        return vllm_rows(run, work, store, model, flags, vllm, skip=(), only=only)
+    if only:  # rows again from the store and key an earlier run of this part left in ``work``
+        return vllm_rows(run, work, store, model, flags, vllm, skip=skip, only=only)
     cli("keygen", "-o", work / "k")
     clear_pod()
     run.say("vllm: warm (cold) with --push")
@@ -401,6 +401,8 @@ def moved(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> No
         evidence=srv.evidence,
         log=srv.log,
     )
+    with contextlib.suppress(OSError, TypeError):  # why it did not start: the server's own log, beside the rows
+        shutil.copy(srv.log, run.out / "vllm-moved.log")
 
 
 def guarded(run: Run, step) -> None:
@@ -445,15 +447,16 @@ def perturbed(run: Run, work: Path, store: str, model: Path, flags: list[str], v
             bool(c.get("key_existed")),
             server_word(srv),
         )
-    record_start(
-        run,
-        "vLLM 0.26 CUDA, Llama-3.2-1B config, vllm serve on a pulled root without its piecewise folder",
-        vllm,
-        srv.reports,
-        srv.new_kernels,
-        not srv.new_key_folders,
-        server_word(srv),
-    )
+    if srv.reports:
+        record_start(
+            run,
+            "vLLM 0.26 CUDA, Llama-3.2-1B config, vllm serve on a pulled root without its piecewise folder",
+            vllm,
+            srv.reports,
+            srv.new_kernels,
+            not srv.new_key_folders,
+            server_word(srv),
+        )
     run.row(
         "vllm",
         "a pulled root without the piecewise folder",
@@ -831,9 +834,10 @@ def key_factor_files(root: Path) -> dict[str, dict]:
 
 
 def part_moe_moved(run: Run, work: Path, cpu: bool = False) -> None:
-    """After ``moe`` (the same lease): the pulled root copied to another path, check there with vLLM's debug log,
-    and what differs between a key folder vLLM made there and the warm's, if it made one: whether an FP8 MoE root
-    is bound to its path beyond FlashInfer's JIT modules."""
+    """After ``moe`` (the same lease): the pulled root copied to another path with the warm's path emptied (a fresh
+    pod), check there, and what differs between a key folder vLLM made there and the warm's, if it made one:
+    whether vLLM's key of an FP8 MoE root depends on its path (beyond FlashInfer's JIT modules and vLLM 0.26's
+    path rule for compiled pieces, which the ``moved`` row of the vllm part measures)."""
     model, flags = moe_model(work, cpu)
     if not (work / "moe-check").is_dir():
         run.row("moe", "check on a copy at another path", "not run: no pulled root left by the moe part")
@@ -841,6 +845,7 @@ def part_moe_moved(run: Run, work: Path, cpu: bool = False) -> None:
     moved = work / "moe-moved"
     shutil.rmtree(moved, ignore_errors=True)
     shutil.copytree(work / "moe-check", moved, symlinks=True)
+    shutil.rmtree(work / "moe-root", ignore_errors=True)  # nothing left at the path the pieces were saved at
     clear_pod()
     logs = Path(os.environ.get("XDG_STATE_HOME", "~/.local/state")).expanduser() / "cachetool" / "logs"
     seen = set(logs.glob("vllm-*.log"))
@@ -925,8 +930,9 @@ TORCH_MODES = ("default", "max-autotune-no-cudagraphs")
 
 def part_torch(run: Run, cpu: bool = False, modes: tuple[str, ...] = TORCH_MODES) -> None:
     """The torch engine on a program it knows nothing of (benchmarks/bench_torch_engine.py: a small GPT, bf16 on the
-    GPU), default mode and max-autotune: cold (a warm), then a pulled root at another path in a fresh pod, checked by
-    running the program again (its probe counts what it compiled: FX graphs, kernels, autotuning)."""
+    GPU), in each of ``modes`` (default mode and max-autotune unless ``--modes`` says): cold (a warm), then a pulled
+    root at another path in a fresh pod, checked by running the program again (its probe counts what it compiled:
+    FX graphs, kernels, autotuning)."""
     device = "cpu" if cpu else "cuda"
     for mode in ("default",) if cpu else modes:
         out = run.out / f"torch-{mode}.json"
@@ -991,6 +997,8 @@ def main() -> None:
         "(the warm is the cold start): the pulled rows in less device time",
     )
     args = ap.parse_args()
+    if not any(args.modes.split(",")):
+        ap.error("--modes: name at least one torch.compile mode")
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     run = Run(args.out)
