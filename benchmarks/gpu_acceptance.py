@@ -378,9 +378,10 @@ def vllm_rows(
 
 def moved(run: Run, work: Path, store: str, model: Path, flags: list[str]) -> None:
     """The rows above pulled into the warm's path. Here, with nothing at that path (a fresh pod), a pull to another
-    path, the one line the install gives where vLLM loads its pieces from the warm's path
-    (:mod:`cachetool.engines.vllm.piece_paths`), and the real server there. The pull's word is held to the
-    server's: a root it calls bound to the warm's path should compile (or fail); one it says nothing of should not."""
+    path, which refuses (or, for a bundle packed without the saved roots, warns in one line) where vLLM loads its
+    pieces from the warm's path (:mod:`cachetool.engines.vllm.piece_paths`), and the real server there. The pull's
+    word is held to the server's: on a root it calls bound to the warm's path (refused: an empty root) the server
+    should compile (or fail); on one it says nothing of it should compile nothing."""
     from tests.vllm_oracle.server import serve_once
 
     shutil.rmtree(work / "ci", ignore_errors=True)

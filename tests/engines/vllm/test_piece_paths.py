@@ -1,6 +1,7 @@
 """Where vLLM loads a compiled piece from (cachetool/engines/vllm/piece_paths.py): vLLM 0.26 reads each piece at the
-absolute path the warm saved it at, so a root pulled to another path compiles again where that path is gone; an
-install says so in one line, naming the path to pull into. Roots here are written as vLLM writes them (its
+absolute path the warm saved it at, so a server on a root pulled to another path does not start where that path is
+gone (the H100, 2026-12-06). A pack records that path; a pull to another path is refused before any download; a
+root installed anyway gets one line naming the path to pull into. Roots here are written as vLLM writes them (its
 ``vllm_compile_cache.py`` literal)."""
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm import install_facts, piece_paths, releases
+from cachetool.engines.vllm import install_facts, layout, piece_paths, releases
 from cachetool.engines.vllm.layout import settle_installed
+from cachetool.errors import PreflightError
 
 KEY = "artifact_compile_range_1_2048_subgraph_0"
 
@@ -90,3 +92,67 @@ def test_an_install_settles_the_root_and_says_it_in_one_line(tmp_path, monkeypat
 
     lines = [r.getMessage() for r in caplog.records if r.name == "cachetool.install"]
     assert len(lines) == 1 and f"pull into {warm}" in lines[0]
+
+
+def packed(tmp_path: Path, cli, keys) -> tuple[Path, Path]:
+    """The warm's root (its pieces saved under it) packed into a signed bundle: (root, bundle)."""
+    warm = write_root(tmp_path / "vllm-cache", saved_under=tmp_path / "vllm-cache")
+    ctb = tmp_path / "x.ctb"
+    assert cli("pack", warm, "-o", ctb, "--sign-key", keys["priv"]).rc == 0
+    return warm, ctb
+
+
+def test_a_pack_records_where_the_pieces_of_each_key_folder_were_saved(tmp_path, cli, keys):
+    from cachetool.bundle.ctb import open_ctb
+
+    warm, ctb = packed(tmp_path, cli, keys)
+    with open_ctb(ctb) as b:
+        (piecewise,) = [k for k in b.manifest.keys if k.kind == "piecewise"]
+    assert piecewise.hash == "ad1a243e10" and piecewise.factors.values(piece_paths.FACTOR) == {"root": str(warm)}
+
+
+def test_a_pull_to_another_path_is_refused_before_download_where_vllm_loads_pieces_by_their_saved_path(
+    tmp_path, cli, keys, monkeypatch
+):
+    """On the H100 a vLLM 0.26 server on a root pulled to another path did not start (the warm's path gone): the pull
+    had installed it and said so in a warning line, exit 0. Now the pull is a miss before any download, naming the
+    path to pull into: nothing written, and ``--on-miss continue`` starts the server cold instead of stopping it."""
+    warm, ctb = packed(tmp_path, cli, keys)
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
+    elsewhere = tmp_path / "elsewhere"
+
+    r = cli("install", ctb, "--cache-root", elsewhere, "--trust", keys["pub"])
+
+    assert r.rc == 4, r
+    line = r.error_line()
+    assert "vLLM 0.26.0 loads its compiled pieces from the path the warm saved them at" in line
+    assert line.endswith(f"pull into {warm}") and "does not start" in line
+    assert not elsewhere.exists() or not any(elsewhere.iterdir())
+
+
+def test_the_warms_path_a_link_to_it_and_a_release_that_joins_the_key_install(tmp_path, cli, keys, monkeypatch):
+    warm, ctb = packed(tmp_path, cli, keys)
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
+    link = tmp_path / "link"
+    link.symlink_to(warm, target_is_directory=True)
+    for root in (warm, link):  # the same path as the warm's (a kept node's root, a link to it)
+        assert cli("install", ctb, "--cache-root", root, "--trust", keys["pub"]).rc == 0
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.32.0")
+    elsewhere = tmp_path / "elsewhere"
+    assert cli("install", ctb, "--cache-root", elsewhere, "--trust", keys["pub"]).rc == 0
+    assert (elsewhere / "torch_compile_cache" / "ad1a243e10" / "rank_0_0" / "backbone" / KEY).is_file()
+
+
+def test_without_vllm_here_the_bundles_vllm_is_the_servers(tmp_path, cli, keys, monkeypatch):
+    """An init-container's image may hold cachetool alone: the server's vLLM is then the bundle's (its key check
+    requires the same release), so a bundle warmed with vLLM 0.26 is refused at another path all the same."""
+    from cachetool.bundle.ctb import open_ctb
+
+    warm, ctb = packed(tmp_path, cli, keys)
+    with open_ctb(ctb) as b:
+        manifest = b.manifest
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: None)
+    as_026 = type("M", (), {"keys": manifest.keys, "fingerprint": {**manifest.fingerprint, "vllm": "0.26.0"}})
+    with pytest.raises(PreflightError, match=f"pull into {warm}"):
+        layout.invalid_units(as_026, tmp_path / "elsewhere")
+    assert layout.invalid_units(manifest, tmp_path / "elsewhere") == {}  # the bundle's own vLLM: this box's, or none
