@@ -8,7 +8,9 @@ A check starts vLLM on the cache root only when the server could hit there. Two 
 - the root holds no key folder this server will use: its recorded key folders (``cache_key_factors.json`` of each
   ``torch_aot_compile/{sha256}/rank_*``) compared with the server's command line as a pull compares a bundle's
   (:class:`~cachetool.engines.vllm.key_check.ServerKeyCheck`), or none at all: a miss naming the difference, in
-  seconds, with nothing compiled and nothing written.
+  seconds, with nothing compiled and nothing written;
+- the installed vLLM loads compiled pieces from the path the warm saved them at and the root's were saved under
+  another root (:mod:`~cachetool.engines.vllm.piece_paths`): a server there does not start, a miss naming the path.
 
 A root whose key folders record no key inputs (one a server wrote itself) cannot be judged: vLLM starts.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.engines.root_names import AOT, FACTORS_FILE, RANK_RE, TCC
+from cachetool.engines.vllm import install_facts, piece_paths
 from cachetool.errors import PreflightError
 from cachetool.layouts.entries import KeyFolder
 
@@ -113,6 +116,11 @@ def before_starting(check: Any, root: Path, model: str, flags: list[str]) -> Che
             compiles=True,
             reason=f"{root} holds no vLLM key folder (nothing was warmed or pulled there)",
             how="the root read",
+        )
+    bound = piece_paths.note(root, install_facts.vllm_version())
+    if bound is not None:
+        return CheckVerdict(
+            "check", model, str(root), flags, compiles=True, reason=f"the root cannot hit: {bound}", how="the root read"
         )
     if any(k.factors is None for k in keys):
         return None  # a folder a server wrote itself may be this server's: only vLLM can tell

@@ -156,3 +156,24 @@ def test_without_vllm_here_the_bundles_vllm_is_the_servers(tmp_path, cli, keys, 
     with pytest.raises(PreflightError, match=f"pull into {warm}"):
         layout.invalid_units(as_026, tmp_path / "elsewhere")
     assert layout.invalid_units(manifest, tmp_path / "elsewhere") == {}  # the bundle's own vLLM: this box's, or none
+
+
+def test_a_check_of_a_root_bound_to_another_path_is_a_miss_without_starting_vllm(tmp_path, monkeypatch):
+    """check on such a root (installed without the preflight) would start a vLLM 0.26 that does not start: it says
+    miss at once, naming the path, as it does for a root without this server's key folder."""
+    from types import SimpleNamespace
+
+    from cachetool.engines.vllm.check_verdict import before_starting
+
+    warm = tmp_path / "vllm-cache"
+    root = write_root(tmp_path / "elsewhere", saved_under=warm)
+    (root / "torch_compile_cache" / "torch_aot_compile" / ("ab" * 32) / "rank_0_0").mkdir(parents=True)
+    server = SimpleNamespace(compiles_nothing=None)
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
+
+    out = before_starting(server, root, "/models/m", [])
+
+    assert out is not None and not out.hit and out.to_json()["started"] is False
+    assert out.miss_reason().startswith("the root cannot hit: vLLM 0.26.0") and f"pull into {warm}" in out.reason
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.32.0")  # joins the key: vLLM must start to tell
+    assert before_starting(server, root, "/models/m", []) is None
