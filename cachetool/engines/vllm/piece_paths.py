@@ -7,12 +7,14 @@ wrote the artifact at: vLLM 0.26 (the CUDA build tested on the H100/H200) loads 
 (``InductorStandaloneAdaptor.load``: ``handle[1]``, read in its source); vLLM 0.32 joins ``key`` to the folder it
 reads. (The older ``inductor`` adaptor looks its pieces up by hash: not bound to a path.) So a 0.26 root pulled to
 another path reads its pieces from the warm's path, and where that path is gone (a fresh pod) the server does not
-start (vLLM 0.26 on the H100, 2026-12-06: the GPU acceptance's ``moved`` row). That root is not relocatable. A pack records, as a factor of each such piecewise key folder (``pieces``: ``{"root": the warm's
-root}``), where its pieces were saved (:func:`with_saved_roots`), so that a pull refuses the bundle before any
-download where the vLLM that serves the root loads pieces by that path and the root is elsewhere
-(:func:`refuse_elsewhere`): a miss, ``--on-miss continue`` then starts the server cold, where an installed root
-would have stopped it. A root installed without that preflight (or from a bundle packed before the factor) gets one
-line from the install instead, naming the path to pull into (:func:`note`).
+start (vLLM 0.26 on the H100, 2026-12-06: the GPU acceptance's ``moved`` row). That root is not relocatable.
+
+A pack records, as a factor of each such piecewise key folder (``pieces``: ``{"root": the warm's root}``), where
+its pieces were saved (:func:`with_saved_roots`), so that a pull refuses the bundle before any download where the
+vLLM that serves the root loads pieces by that path and the root is elsewhere (:func:`refuse_elsewhere`): a miss,
+after which ``--on-miss continue`` starts the server cold, where an installed root would have stopped it. A root
+installed without that preflight (or from a bundle packed before the factor) gets one line from the install
+instead, naming the path to pull into (:func:`note`), and a check on it is a miss without starting vLLM.
 """
 
 from __future__ import annotations
