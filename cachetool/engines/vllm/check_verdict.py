@@ -9,8 +9,9 @@ A check starts vLLM on the cache root only when the server could hit there. Two 
   ``torch_aot_compile/{sha256}/rank_*``) compared with the server's command line as a pull compares a bundle's
   (:class:`~cachetool.engines.vllm.key_check.ServerKeyCheck`), or none at all: a miss naming the difference, in
   seconds, with nothing compiled and nothing written;
-- the installed vLLM loads compiled pieces from the path the warm saved them at and the root's were saved under
-  another root (:mod:`~cachetool.engines.vllm.piece_paths`): a server there does not start, a miss naming the path.
+- the installed vLLM loads compiled pieces from the path the warm saved them at, the root's were saved under
+  another root and are not there (:mod:`~cachetool.engines.vllm.piece_paths`): a server on the root does not
+  start, a miss naming the path.
 
 A root whose key folders record no key inputs (one a server wrote itself) cannot be judged: vLLM starts.
 """
@@ -117,7 +118,7 @@ def before_starting(check: Any, root: Path, model: str, flags: list[str]) -> Che
             reason=f"{root} holds no vLLM key folder (nothing was warmed or pulled there)",
             how="the root read",
         )
-    bound = piece_paths.note(root, install_facts.vllm_version())
+    bound = piece_paths.note(root, install_facts.vllm_version(), missing_only=True)
     if bound is not None:
         return CheckVerdict(
             "check", model, str(root), flags, compiles=True, reason=f"the root cannot hit: {bound}", how="the root read"

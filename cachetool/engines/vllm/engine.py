@@ -31,7 +31,7 @@ class VllmEngine(EngineBase):
     name = "vllm"
     layout = "vllm"
     # torch_compile_cache/{hash}, torch_compile_cache/torch_aot_compile/{hash}; a JIT folder's facts (jit_facts.py)
-    key_kinds = ("piecewise", "aot", "jit")
+    key_kinds = ("piecewise", "aot", "jit", "pieces")
     cache_root_variable = "VLLM_CACHE_ROOT"
     variables = VARIABLES  # its own, beside cachetool.envs.VARIABLES
     cache_root_default = "~/.cache/vllm"

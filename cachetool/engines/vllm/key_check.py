@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.cache_root import CacheRoot
-from cachetool.engines.vllm import key, launch, server_command, verdict
+from cachetool.engines.vllm import install_facts, key, launch, piece_paths, server_command, verdict
 from cachetool.engines.vllm.child import process as child_process
 from cachetool.engines.vllm.child.env import child_env
 from cachetool.engines.vllm.headless import server_argv, server_model, tensor_parallel_size
@@ -128,8 +128,13 @@ class ServerKeyCheck:
 
     def expected_for(self, manifest: Any) -> str:
         """The hash of the bundle's key folder this server will use, or :class:`PreflightError` naming the first
-        difference."""
-        return self.key_among(manifest.keys)
+        difference; also where the vLLM that will serve (the installed one, else the bundle's: an init-container's
+        image may hold no vLLM) loads compiled pieces from the path the warm saved them at and the cache root is
+        elsewhere (:func:`~cachetool.engines.vllm.piece_paths.refuse_elsewhere`: the server would not start)."""
+        found = self.key_among(manifest.keys)
+        vllm_version = install_facts.vllm_version() or (manifest.fingerprint or {}).get("vllm")
+        piece_paths.refuse_elsewhere(manifest, self.cache_root, vllm_version)
+        return found
 
     def key_among(self, keys: Any) -> str:
         """The hash of the key folder (of a bundle, or of a cache root) this server will use, or

@@ -86,8 +86,8 @@ def scan(path: Path) -> LayoutScan:
         result.files = [f for f in result.files if not str(f.abspath).startswith(tuple(stale))]
         dropped = {f"{TCC_NAME}/{Path(e).relative_to(tcc)}".rstrip("/") for e in stale}
         result.dirs = [(d, m) for d, m in result.dirs if not any(d == x or d.startswith(x + "/") for x in dropped)]
-    if tcc is not None:  # where compiled pieces were saved (piece_paths.py); what each JIT folder is valid under
-        result.keys = [*piece_paths.with_saved_roots(result.keys, tcc.parent), *jit_facts.key_folders(tcc.parent)]
+    if tcc is not None:  # where compiled pieces were saved, what each JIT folder is valid under: key folders
+        result.keys.extend([*piece_paths.key_folders(tcc.parent), *jit_facts.key_folders(tcc.parent)])
     for name in SHARED_FOLDERS:
         folder = tcc.parent / name if tcc is not None else None  # the root's, also for one key folder
         if folder is not None and folder.is_dir() and not folder.is_symlink():
@@ -113,12 +113,7 @@ def stale_entries(root: Path) -> list[Path]:
 
 def invalid_units(manifest, root: Path) -> dict[str, str]:
     """The JIT units that cannot be valid in a root at ``root`` on this machine, with why: an install skips them
-    before it downloads anything (:func:`cachetool.engines.vllm.jit_facts.invalid_units`). A bundle whose compiled
-    pieces the serving vLLM loads from another root's path is refused instead (a server on ``root`` would not
-    start: :func:`cachetool.engines.vllm.piece_paths.refuse_elsewhere`); without vLLM here (an init-container's
-    image) the bundle's vLLM is the server's, as its key check requires."""
-    vllm_version = install_facts.vllm_version() or (manifest.fingerprint or {}).get("vllm")
-    piece_paths.refuse_elsewhere(manifest, root, vllm_version)
+    before it downloads anything (:func:`cachetool.engines.vllm.jit_facts.invalid_units`)."""
     return jit_facts.invalid_units(manifest, root)
 
 

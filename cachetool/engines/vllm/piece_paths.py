@@ -9,12 +9,13 @@ reads. (The older ``inductor`` adaptor looks its pieces up by hash: not bound to
 another path reads its pieces from the warm's path, and where that path is gone (a fresh pod) the server does not
 start (vLLM 0.26 on the H100, 2026-12-06: the GPU acceptance's ``moved`` row). That root is not relocatable.
 
-A pack records, as a factor of each such piecewise key folder (``pieces``: ``{"root": the warm's root}``), where
-its pieces were saved (:func:`with_saved_roots`), so that a pull refuses the bundle before any download where the
-vLLM that serves the root loads pieces by that path and the root is elsewhere (:func:`refuse_elsewhere`): a miss,
-after which ``--on-miss continue`` starts the server cold, where an installed root would have stopped it. A root
-installed without that preflight (or from a bundle packed before the factor) gets one line from the install
-instead, naming the path to pull into (:func:`note`), and a check on it is a miss without starting vLLM.
+A pack records where each piecewise key folder's pieces were saved as a key folder of kind ``pieces`` (named
+``pieces.{hash}``, like the JIT caches' facts: :func:`key_folders`), so that a pull for a server refuses the bundle
+before any download where the vLLM that will serve it loads pieces by that path and the root is elsewhere
+(:func:`refuse_elsewhere`, from the server's key check): a miss, after which ``--on-miss continue`` starts the
+server cold, where an installed root would have stopped it. A root installed without that check (``install`` of a
+file, a bundle packed before the record) gets one line from the install instead, naming the path to pull into
+(:func:`note`), and a check on it is a miss without starting vLLM where the warm's path does not hold the pieces.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ from cachetool.errors import PreflightError
 from cachetool.layouts.entries import KeyFolder
 from cachetool.layouts.factors import Factors
 
-__all__ = ["CACHE_FILE", "FACTOR", "note", "refuse_elsewhere", "saved_at", "with_saved_roots"]
+__all__ = ["CACHE_FILE", "KIND", "key_folders", "note", "refuse_elsewhere", "saved_at"]
 
 CACHE_FILE = "vllm_compile_cache.py"
 TCC = "torch_compile_cache"
 STANDALONE = "inductor_standalone"  # the adaptor whose handle is (key, the absolute path it saved the piece at)
-FACTOR = "pieces"  # a piecewise key folder's factor in a manifest: {"root": the root its pieces were saved under}
-PIECEWISE = "piecewise"  # the kind of those key folders
+KIND = "pieces"  # the manifest's key folder that records {"root": the root a key folder's pieces were saved under}
+PREFIX = "pieces."  # its name: the piecewise key folder's, prefixed
 
 
 def _paths(cache_file: Path) -> list[str]:
@@ -57,43 +58,45 @@ def _paths(cache_file: Path) -> list[str]:
     return out
 
 
-def _warm_roots(root: Path) -> dict[str, str]:
-    """Every piecewise folder of ``root`` (relative) whose pieces name the path they were saved at, with the cache
-    root that path lies under (the part before ``/torch_compile_cache/``)."""
+def _warm_roots(root: Path) -> dict[str, tuple[str, list[str]]]:
+    """Every piecewise folder of ``root`` (relative) whose pieces name the path they were saved at: the cache root
+    that path lies under (the part before ``/torch_compile_cache/``; ``/`` for an empty one) and those paths."""
     root = Path(root)
     out = {}
     for cache_file in sorted((root / TCC).glob(f"*/rank_*/*/{CACHE_FILE}")):
         folder = cache_file.parent.relative_to(root).as_posix()
-        for path in _paths(cache_file):
+        mine = [p for p in _paths(cache_file) if os.path.isabs(p) and "\x00" not in p]
+        for path in mine:
             warm_root, sep, below = path.rpartition(f"/{TCC}/")
-            if sep and os.path.isabs(path) and below.startswith(folder.split("/", 1)[1] + "/"):  # this folder's piece
-                out[folder] = warm_root
+            if sep and below.startswith(folder.split("/", 1)[1] + "/"):  # this folder's piece
+                out[folder] = (warm_root or "/", mine)
                 break
     return out
 
 
-def saved_at(root: Path) -> dict[str, str]:
+def saved_at(root: Path, missing_only: bool = False) -> dict[str, str]:
     """The piecewise folders of ``root`` (relative) whose pieces were saved under another cache root, each with that
-    root; a link to this root is this root."""
+    root; a link to this root is this root. ``missing_only``: only those whose saved pieces are not there (a fresh
+    pod; on a node that kept the warm's root, vLLM 0.26 still finds them)."""
     here = os.path.realpath(root)
-    return {folder: warm for folder, warm in _warm_roots(root).items() if os.path.realpath(warm) != here}
+    return {
+        folder: warm
+        for folder, (warm, paths) in _warm_roots(root).items()
+        if os.path.realpath(warm) != here and (not missing_only or not all(os.path.exists(p) for p in paths))
+    }
 
 
-def with_saved_roots(keys: list[KeyFolder], root: Path) -> list[KeyFolder]:
-    """``keys`` (a scan of ``root``), each piecewise key folder whose pieces name their saved path with the factor
-    :data:`FACTOR`: the root they were saved under, which :func:`refuse_elsewhere` compares before any download."""
+def key_folders(root: Path) -> list[KeyFolder]:
+    """Where the pieces of each piecewise key folder of ``root`` were saved, as the manifest lists it (kind
+    :data:`KIND`): what :func:`refuse_elsewhere` compares before any download."""
     by_hash: dict[str, str] = {}
-    for folder, saved_root in _warm_roots(root).items():
+    for folder, (saved_root, _saved) in _warm_roots(root).items():
         by_hash.setdefault(folder.split("/")[1], saved_root)
     out = []
-    for k in keys:
-        warm_root = by_hash.get(k.hash) if k.kind == PIECEWISE else None
-        if warm_root is None:
-            out.append(k)
-            continue
-        values = {"root": warm_root}
-        entry = {"hash": hashlib.sha256(json.dumps(values).encode()).hexdigest(), "values": values}
-        out.append(KeyFolder(k.hash, k.kind, Factors({**(k.factors.to_json() if k.factors else {}), FACTOR: entry})))
+    for key_hash, saved_root in sorted(by_hash.items()):
+        values = {"root": saved_root}
+        digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
+        out.append(KeyFolder(PREFIX + key_hash, KIND, Factors({KIND: {"hash": digest, "values": values}})))
     return out
 
 
@@ -104,23 +107,28 @@ def refuse_elsewhere(manifest: Any, root: Path, vllm_version: str | None) -> Non
     if vllm_version is None or releases.loads_pieces_by_saved_path(vllm_version) is not True:
         return
     here = os.path.realpath(root)
+    saved = set()
     for k in manifest.keys:
-        values = k.factors.values(FACTOR) if k.kind == PIECEWISE and k.factors is not None else None
-        saved = values.get("root") if isinstance(values, dict) else None
-        if isinstance(saved, str) and os.path.isabs(saved) and os.path.realpath(saved) != here:
-            raise PreflightError(
-                f"preflight: bundle cannot hit here: vLLM {vllm_version} loads its compiled pieces from the path the "
-                f"warm saved them at, not {root}: a server here does not start (not relocatable); pull into {saved}"
-            )
+        values = k.factors.values(KIND) if k.kind == KIND and k.factors is not None else None
+        path = values.get("root") if isinstance(values, dict) else None
+        if isinstance(path, str) and os.path.isabs(path) and "\x00" not in path and os.path.realpath(path) != here:
+            saved.add(path)
+    if saved:
+        where = sorted(saved)
+        raise PreflightError(
+            f"preflight: bundle cannot hit here: vLLM {vllm_version} loads its compiled pieces from the path the "
+            f"warm saved them at, not {root}: a server here does not start (not relocatable); pull into "
+            + (where[0] if len(where) == 1 else f"one root: they were saved under {len(where)} ({', '.join(where)})")
+        )
 
 
-def note(root: Path, vllm_version: str | None) -> str | None:
+def note(root: Path, vllm_version: str | None, missing_only: bool = False) -> str | None:
     """One line where the vLLM that serves ``root`` (``vllm_version``) loads pieces by the path they were saved at
-    and ``root`` holds pieces saved under another root; None otherwise (a release that joins the key, or one not
-    known either way)."""
+    and ``root`` holds pieces saved under another root (``missing_only``: only where they are not there); None
+    otherwise (a release that joins the key, or one not known either way)."""
     if vllm_version is None or releases.loads_pieces_by_saved_path(vllm_version) is not True:
         return None
-    elsewhere = saved_at(root)
+    elsewhere = saved_at(root, missing_only)
     if not elsewhere:
         return None
     warm_roots = sorted(set(elsewhere.values()))

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.engines.vllm import install_facts, layout, piece_paths, releases
+from cachetool.engines.vllm import install_facts, piece_paths, releases
 from cachetool.engines.vllm.layout import settle_installed
 from cachetool.errors import PreflightError
+from cachetool.layouts.entries import KeyFolder
 
 KEY = "artifact_compile_range_1_2048_subgraph_0"
 
@@ -102,60 +103,106 @@ def packed(tmp_path: Path, cli, keys) -> tuple[Path, Path]:
     return warm, ctb
 
 
-def test_a_pack_records_where_the_pieces_of_each_key_folder_were_saved(tmp_path, cli, keys):
+def install(ctb: Path, root: Path, keys, key_check=None):
+    """The install a pull runs, with the server's key check (``key_check``) as the pull gives it."""
+    from cachetool.bundle.ctb import open_ctb
+    from cachetool.install import InstallOptions, install_bundle
+
+    with open_ctb(ctb) as b:
+        return install_bundle(b, root, InstallOptions(trust=[keys["pub"]]), key_check=key_check)
+
+
+def server(root: Path, monkeypatch, compiles_nothing: str | None = None):
+    """The key check of a server on ``root`` whose key folder the bundle holds (the key comparison itself is
+    tests/engines/vllm/test_verdict.py's): what ``pull --engine vllm -- SERVER`` gives the install."""
+    from cachetool.engines.vllm.key_check import ServerKeyCheck
+
+    monkeypatch.setattr(ServerKeyCheck, "key_among", lambda self, keys: "ad1a243e10")
+    return ServerKeyCheck("/models/m", [], root, compiles_nothing=compiles_nothing)
+
+
+def test_a_pack_records_where_each_key_folders_pieces_were_saved_in_a_key_folder_of_its_own(tmp_path, cli, keys):
+    """Beside vLLM's own key factors, not inside them (``diff`` compares those as vLLM wrote them)."""
     from cachetool.bundle.ctb import open_ctb
 
     warm, ctb = packed(tmp_path, cli, keys)
     with open_ctb(ctb) as b:
-        (piecewise,) = [k for k in b.manifest.keys if k.kind == "piecewise"]
-    assert piecewise.hash == "ad1a243e10" and piecewise.factors.values(piece_paths.FACTOR) == {"root": str(warm)}
+        kinds = {k.hash: k for k in b.manifest.keys}
+    assert kinds["pieces.ad1a243e10"].kind == piece_paths.KIND
+    assert kinds["pieces.ad1a243e10"].factors.values(piece_paths.KIND) == {"root": str(warm)}
+    assert kinds["ad1a243e10"].kind == "piecewise" and piece_paths.KIND not in (kinds["ad1a243e10"].factors or {})
 
 
-def test_a_pull_to_another_path_is_refused_before_download_where_vllm_loads_pieces_by_their_saved_path(
+def test_a_pull_to_another_path_is_a_miss_before_download_where_vllm_loads_pieces_by_their_saved_path(
     tmp_path, cli, keys, monkeypatch
 ):
     """On the H100 a vLLM 0.26 server on a root pulled to another path did not start (the warm's path gone): the pull
-    had installed it and said so in a warning line, exit 0. Now the pull is a miss before any download, naming the
-    path to pull into: nothing written, and ``--on-miss continue`` starts the server cold instead of stopping it."""
+    had installed it and said so in a warning line, exit 0. Now the pull for that server is a miss before any
+    download, naming the path to pull into: nothing written (``--on-miss continue`` then starts the server cold)."""
     warm, ctb = packed(tmp_path, cli, keys)
     monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
     elsewhere = tmp_path / "elsewhere"
 
-    r = cli("install", ctb, "--cache-root", elsewhere, "--trust", keys["pub"])
+    with pytest.raises(PreflightError) as refused:
+        install(ctb, elsewhere, keys, server(elsewhere, monkeypatch))
 
-    assert r.rc == 4, r
-    line = r.error_line()
-    assert "vLLM 0.26.0 loads its compiled pieces from the path the warm saved them at" in line
+    line = str(refused.value)
+    assert "\n" not in line and "vLLM 0.26.0 loads its compiled pieces from the path the warm saved them at" in line
     assert line.endswith(f"pull into {warm}") and "does not start" in line
     assert not elsewhere.exists() or not any(elsewhere.iterdir())
 
 
-def test_the_warms_path_a_link_to_it_and_a_release_that_joins_the_key_install(tmp_path, cli, keys, monkeypatch):
+def test_an_eager_server_the_warms_path_a_link_to_it_and_a_release_that_joins_the_key_install(
+    tmp_path, cli, keys, monkeypatch
+):
+    """An eager server reads no key folder (its pull installs only the folders that belong to none: here, nothing);
+    at the warm's path, or a link to it, vLLM 0.26 finds its pieces; vLLM 0.32 joins the key to the folder."""
     warm, ctb = packed(tmp_path, cli, keys)
     monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
+    elsewhere = tmp_path / "elsewhere"
+    assert install(ctb, elsewhere, keys, server(elsewhere, monkeypatch, "--enforce-eager")).units_installed == []
     link = tmp_path / "link"
     link.symlink_to(warm, target_is_directory=True)
     for root in (warm, link):  # the same path as the warm's (a kept node's root, a link to it)
-        assert cli("install", ctb, "--cache-root", root, "--trust", keys["pub"]).rc == 0
+        install(ctb, root, keys, server(root, monkeypatch))
     monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.32.0")
-    elsewhere = tmp_path / "elsewhere"
-    assert cli("install", ctb, "--cache-root", elsewhere, "--trust", keys["pub"]).rc == 0
+    assert install(ctb, elsewhere, keys, server(elsewhere, monkeypatch)).units_installed
     assert (elsewhere / "torch_compile_cache" / "ad1a243e10" / "rank_0_0" / "backbone" / KEY).is_file()
 
 
 def test_without_vllm_here_the_bundles_vllm_is_the_servers(tmp_path, cli, keys, monkeypatch):
     """An init-container's image may hold cachetool alone: the server's vLLM is then the bundle's (its key check
-    requires the same release), so a bundle warmed with vLLM 0.26 is refused at another path all the same."""
+    requires the same release), so a bundle warmed with vLLM 0.26 is refused at another path all the same, and one
+    warmed with 0.32 is not."""
     from cachetool.bundle.ctb import open_ctb
 
     warm, ctb = packed(tmp_path, cli, keys)
     with open_ctb(ctb) as b:
         manifest = b.manifest
     monkeypatch.setattr(install_facts, "vllm_version", lambda: None)
-    as_026 = type("M", (), {"keys": manifest.keys, "fingerprint": {**manifest.fingerprint, "vllm": "0.26.0"}})
-    with pytest.raises(PreflightError, match=f"pull into {warm}"):
-        layout.invalid_units(as_026, tmp_path / "elsewhere")
-    assert layout.invalid_units(manifest, tmp_path / "elsewhere") == {}  # the bundle's own vLLM: this box's, or none
+    check = server(tmp_path / "elsewhere", monkeypatch)
+    for vllm, refused in (("0.26.0", True), ("0.32.0", False)):
+        as_warmed = type("M", (), {"keys": manifest.keys, "fingerprint": {**manifest.fingerprint, "vllm": vllm}})
+        if refused:
+            with pytest.raises(PreflightError, match=f"pull into {warm}"):
+                check.expected_for(as_warmed)
+        else:
+            assert check.expected_for(as_warmed) == "ad1a243e10"
+
+
+def test_pieces_saved_under_two_roots_name_both_and_a_hostile_record_is_no_crash(tmp_path, monkeypatch):
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
+
+    def recorded(*roots):
+        keys = [
+            KeyFolder(f"pieces.{i}", piece_paths.KIND, {piece_paths.KIND: {"hash": "h", "values": v}})
+            for i, v in enumerate({"root": r} for r in roots)
+        ]
+        return type("M", (), {"keys": keys, "fingerprint": {}})
+
+    with pytest.raises(PreflightError, match="pull into one root: they were saved under 2 "):
+        piece_paths.refuse_elsewhere(recorded("/a", "/b"), tmp_path, "0.26.0")
+    piece_paths.refuse_elsewhere(recorded("relative/path", "/bad\x00path", 7), tmp_path, "0.26.0")  # not a path
 
 
 def test_a_check_of_a_root_bound_to_another_path_is_a_miss_without_starting_vllm(tmp_path, monkeypatch):
@@ -176,4 +223,7 @@ def test_a_check_of_a_root_bound_to_another_path_is_a_miss_without_starting_vllm
     assert out is not None and not out.hit and out.to_json()["started"] is False
     assert out.miss_reason().startswith("the root cannot hit: vLLM 0.26.0") and f"pull into {warm}" in out.reason
     monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.32.0")  # joins the key: vLLM must start to tell
+    assert before_starting(server, root, "/models/m", []) is None
+    monkeypatch.setattr(install_facts, "vllm_version", lambda: "0.26.0")
+    write_root(warm, saved_under=warm)  # a node that kept the warm's root: vLLM 0.26 finds the pieces there
     assert before_starting(server, root, "/models/m", []) is None
