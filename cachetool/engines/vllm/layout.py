@@ -42,7 +42,7 @@ from cachetool.layouts.entries import Unit
 
 log = logging.getLogger("cachetool.install")  # an install's own lines: what it settled
 NAME = "vllm"
-MARKERS = ("vllm_compile_cache.py",)
+MARKERS = (piece_paths.CACHE_FILE,)
 SHARED_FOLDERS = (MODELINFOS, *JIT_FOLDERS)  # beside torch_compile_cache/, shared by every rank
 ROOT_NAMES = (TCC_NAME, *SHARED_FOLDERS)  # what a vLLM cache root holds at its top
 

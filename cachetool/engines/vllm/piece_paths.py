@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from cachetool.engines.root_names import TCC
 from cachetool.engines.vllm import releases
 from cachetool.errors import PreflightError
 from cachetool.layouts.entries import KeyFolder
@@ -35,7 +36,6 @@ from cachetool.layouts.factors import Factors
 __all__ = ["CACHE_FILE", "KIND", "key_folders", "note", "refuse_elsewhere", "saved_at"]
 
 CACHE_FILE = "vllm_compile_cache.py"
-TCC = "torch_compile_cache"
 STANDALONE = "inductor_standalone"  # the adaptor whose handle is (key, the absolute path it saved the piece at)
 KIND = "pieces"  # the manifest's key folder that records {"root": the root a key folder's pieces were saved under}
 PREFIX = "pieces."  # its name: the piecewise key folder's, prefixed
@@ -56,6 +56,12 @@ def _paths(cache_file: Path) -> list[str]:
         if isinstance(handle, (tuple, list)) and len(handle) == 2 and all(isinstance(h, str) for h in handle):
             out.append(handle[1])
     return out
+
+
+def _binds(vllm_version: str | None) -> bool:
+    """Whether this release is known to load its pieces from the path they were saved at (not: it joins the key, or
+    it is not known either way)."""
+    return vllm_version is not None and releases.loads_pieces_by_saved_path(vllm_version) is True
 
 
 def _warm_roots(root: Path) -> dict[str, tuple[str, list[str]]]:
@@ -104,7 +110,7 @@ def refuse_elsewhere(manifest: Any, root: Path, vllm_version: str | None) -> Non
     """:class:`PreflightError` where the vLLM that will serve ``root`` (``vllm_version``) loads compiled pieces from
     the path they were saved at and the bundle's were saved under another root: a server on ``root`` would not start
     (vLLM 0.26 on the H100). Nothing where the release joins the key, or is not known either way."""
-    if vllm_version is None or releases.loads_pieces_by_saved_path(vllm_version) is not True:
+    if not _binds(vllm_version):
         return
     here = os.path.realpath(root)
     saved = set()
@@ -126,7 +132,7 @@ def note(root: Path, vllm_version: str | None, missing_only: bool = False) -> st
     """One line where the vLLM that serves ``root`` (``vllm_version``) loads pieces by the path they were saved at
     and ``root`` holds pieces saved under another root (``missing_only``: only where they are not there); None
     otherwise (a release that joins the key, or one not known either way)."""
-    if vllm_version is None or releases.loads_pieces_by_saved_path(vllm_version) is not True:
+    if not _binds(vllm_version):
         return None
     elsewhere = saved_at(root, missing_only)
     if not elsewhere:
