@@ -22,7 +22,10 @@ prefill and a decode batch, and prints when its first forward was done. Each var
 
 ``--fresh-pod`` removes the per-user caches a new pod lacks (``/tmp/torchinductor_$USER``, ``~/.triton``) before
 ``cold``, ``pulled`` and ``mega-cache``; ``--repeat N`` runs each ``check`` row N times (each ``pulled`` run on a
-root as the install left it, each ``mega-cache`` run on an empty one) and shows the median. ``first forward`` is
+root as the install left it, each ``mega-cache`` run on an empty one) and shows the median; ``--alone N`` runs
+the program alone N times, each on a fresh pull, and names what each built and which kernels coordinate descent
+tuned (Inductor's own DEBUG line for it, ``TORCH_LOGS``): max-autotune's tuning at run time is noisy, one start
+can build where the next does not. ``first forward`` is
 the program's own clock (process start to the first forward done, synchronised); ``process`` is exec to exit. The
 ``check`` rows say what the program compiled (the probe's counters: FX graphs, C++ and Triton kernels, autotuning).
 Runs without zstandard, cryptography or boto3 (the bundle is unsigned; where zstandard is missing the ``pulled`` row
@@ -36,6 +39,7 @@ import getpass
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -173,14 +177,27 @@ def median_start(times: int, before, root: Path, command: list[str]) -> dict:
     return {**runs[len(runs) // 2], "ready_runs": [r["program"]["ready_s"] for r in runs]}
 
 
+# Inductor's coordinate-descent tuner logs each kernel it tunes at DEBUG ("= Do coordinate descent tuning for NAME
+# ="); on a start that tunes nothing it prints nothing, so the program alone runs with it on: which kernels tuned
+COORDESC_LOG = "+torch._inductor.runtime.coordinate_descent_tuner"
+COORDESC_TUNED = re.compile(r"= Do coordinate descent tuning for (\S+) =")
+
+
+def triton_kernel_names(folders: set[str]) -> list[str]:
+    """The kernel names of Triton cache folders (``{hash}/{name}.cubin``), sorted."""
+    return sorted(
+        {p.stem for folder in folders for p in Path(folder).iterdir() if p.suffix in (".cubin", ".hsaco", ".so")}
+    )
+
+
 def program_alone(root: Path, command: list[str]) -> dict:
     """The program with the environment a pull prints for ``root`` and nothing of cachetool in it; what it built is
-    what the root gained."""
+    what the root gained, named (the Triton kernels built, the kernels coordinate descent tuned)."""
     from cachetool.engines.torch.engine import TorchEngine
     from cachetool.engines.torch.layout import kernel_files
 
     environment = TorchEngine().server_environment(root)
-    env = dict(os.environ)
+    env = dict(os.environ, TORCH_LOGS=COORDESC_LOG)
     for name, value in environment.items():
         env[name] = os.pathsep.join(p for p in (value, env.get(name)) if p) if name == "PYTHONPATH" else value
     before = kernel_files(root)
@@ -201,6 +218,8 @@ def program_alone(root: Path, command: list[str]) -> dict:
         "graphs_compiled": "-",
         "cpp_kernels_built": built["cpp"],
         "triton_kernels_built": built["triton"],
+        "triton_kernels_built_names": triton_kernel_names(after["triton"] - before["triton"]),
+        "coordesc_tuned": sorted(set(COORDESC_TUNED.findall(p.stderr))),
         "autotune_benchmarks": None,
         "autotune_results_written": built["autotune"],
     }
@@ -277,8 +296,17 @@ def run(args) -> dict:
     print("== kept: check on the warm's own root", flush=True)
     rows["kept"] = median_start(args.repeat, lambda: None, work / "warm-root", command)
     print("== server: the program alone on a pulled root, with the environment pull prints", flush=True)
-    fresh_pull()
-    rows["server"] = program_alone(work / "pulled-root", command)
+    alone = []
+    for _ in range(args.alone):  # each a fresh pod on a root as the pull left it
+        fresh_pull()
+        alone.append(program_alone(work / "pulled-root", command))
+    rows["server"] = {
+        **alone[0],
+        "ready_runs": [a["program"]["ready_s"] for a in alone],
+        "runs": [
+            {k: a[k] for k in ("triton_kernels_built", "triton_kernels_built_names", "coordesc_tuned")} for a in alone
+        ],
+    }
     shutil.rmtree(work, ignore_errors=True)
     return {"rows": rows, "pull": pulled, "device": args.device, "layers": args.layers, "dim": args.dim}
 
@@ -308,8 +336,14 @@ def table(result: dict) -> str:
             f"{r['triton_kernels_built']} | {_autotuning(r)} | "
             f"{p['ready_s'] / kept:.2f}x | {p['ready_s'] / cold:.2f}x |"
         )
-    pull = result["pull"]
     out.append("")
+    for i, r in enumerate(rows["server"].get("runs", []), 1):
+        out.append(
+            f"server run {i}: {r['triton_kernels_built']} Triton kernel(s) built"
+            + (f" {r['triton_kernels_built_names']}" if r["triton_kernels_built_names"] else "")
+            + f", coordinate descent tuned {r['coordesc_tuned'] or 'nothing'}"
+        )
+    pull = result["pull"]
     out.append(
         f"pull ({pull['how']}): {pull['seconds']:.2f} s"
         + (
@@ -335,6 +369,12 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--fresh-pod", action="store_true", help="remove the per-user caches a new pod lacks first")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each check row; the median is shown")
+    ap.add_argument(
+        "--alone",
+        type=int,
+        default=1,
+        help="runs of the program alone (the server row), each on a fresh pull; what each built and tuned is listed",
+    )
     ap.add_argument(
         "--mode",
         default=None,

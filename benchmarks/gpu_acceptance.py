@@ -3,8 +3,9 @@
     python3 benchmarks/gpu_acceptance.py vllm --out OUT          # Llama-3.2-1B's config: the verdict rows
     python3 benchmarks/gpu_acceptance.py moe --out OUT           # FP8 MoE: cold, kept, pulled and check, one call
     python3 benchmarks/gpu_acceptance.py dense --out OUT         # the same rows for an FP8 dense model
-    python3 benchmarks/gpu_acceptance.py moe-cold --out OUT      # FP8 MoE: stock cold, then kept
-    python3 benchmarks/gpu_acceptance.py moe-pulled --out OUT    # FP8 MoE: warm, push, pull, vllm serve, check
+    python3 benchmarks/gpu_acceptance.py moe-cold --out OUT      # FP8 MoE: stock cold (a call of its own)
+    python3 benchmarks/gpu_acceptance.py moe-pulled --out OUT    # FP8 MoE: kept, warm, push, pull, vllm serve, check
+    python3 benchmarks/gpu_acceptance.py dense-cold --out OUT    # FP8 dense: the same two calls (dense-pulled)
     python3 benchmarks/gpu_acceptance.py native --out OUT        # the AOT hot start vs stock warm (no vLLM)
     python3 benchmarks/gpu_acceptance.py torch --out OUT         # the torch engine: default and max-autotune (--modes)
     python3 benchmarks/gpu_acceptance.py table --out OUT         # the one table of every row recorded in OUT
@@ -29,7 +30,8 @@ serve`` on an empty root of a fresh pod, with every JIT cache sent into the root
 choose folders). ``moe-pulled``: the same again on that root (kept: a node that keeps every cache), ``cachetool
 warm`` on that root (a hot start that records the facts) with ``--push``, the root removed and the pod cleared (a
 fresh pod at the same path), ``pull`` with the server's argv, ``vllm serve`` with the printed environment, and
-``check --require-hit`` on the pulled root. JIT files are counted in the root and outside it.
+``check --require-hit`` on the pulled root. ``dense-cold`` and ``dense-pulled``: the same two calls for the dense
+model. JIT files are counted in the root and outside it.
 """
 
 from __future__ import annotations
@@ -666,23 +668,26 @@ def moe_serve(
     return init
 
 
-def part_moe_cold(run: Run, work: Path, cpu: bool = False) -> None:
-    model, flags = moe_model(work, cpu)
+def part_moe_cold(run: Run, work: Path, cpu: bool = False, kind: str = "moe") -> None:
+    """Stock ``vllm serve`` cold on the FP8 model ``kind`` (moe, dense): an empty root of a fresh pod."""
+    model, flags = moe_model(work, cpu, kind)
     root = work / "moe-root"
     shutil.rmtree(root, ignore_errors=True)
     clear_pod()
-    cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None)
-    (work / "moe-cold.json").write_text(json.dumps({"cold": cold}))
+    cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None, kind)
+    (work / f"{kind}-cold.json").write_text(json.dumps({"cold": cold}))
 
 
-def part_moe_pulled(run: Run, work: Path, cpu: bool = False) -> None:
-    model, flags = moe_model(work, cpu)
+def part_moe_pulled(run: Run, work: Path, cpu: bool = False, kind: str = "moe") -> None:
+    """After ``{kind}-cold`` in the same lease: kept, warm with ``--push`` on the kept root, and the pulled rows."""
+    model, flags = moe_model(work, cpu, kind)
     root = work / "moe-root"
-    cold = json.loads((work / "moe-cold.json").read_text())["cold"] if (work / "moe-cold.json").exists() else None
-    store = f"file://{work}/store/moe:gpu"
-    moe_serve(run, "kept (every cache kept)", root, model, flags, cold)
+    cold_file = work / f"{kind}-cold.json"
+    cold = json.loads(cold_file.read_text())["cold"] if cold_file.exists() else None
+    store = f"file://{work}/store/{kind}:gpu"
+    moe_serve(run, "kept (every cache kept)", root, model, flags, cold, kind)
     cli("keygen", "-o", work / "k")
-    run.say("moe: warm on the kept root (records the facts), push")
+    run.say(f"{kind}: warm on the kept root (records the facts), push")
     p, wall, doc = cli(
         "warm",
         "--engine",
@@ -699,12 +704,12 @@ def part_moe_pulled(run: Run, work: Path, cpu: bool = False) -> None:
         *flags,
     )
     run.row(
-        "moe",
+        kind,
         "warm --push (on the kept root)",
         f"exit {p.returncode}, wall {wall:.1f} s, bytes "
         f"{doc.get('bytes')}: {error_line(p)[:160] if p.returncode else 'ok'}",
     )
-    moe_pulled_rows(run, work, store, model, flags, cold, deadline=None)
+    moe_pulled_rows(run, work, store, model, flags, cold, deadline=None, part=kind)
 
 
 def part_moe(
@@ -927,6 +932,7 @@ def part_native(run: Run, cpu: bool = False) -> None:
 
 
 TORCH_MODES = ("default", "max-autotune-no-cudagraphs")
+TORCH_ALONE_RUNS = 3  # max-autotune: starts of the program alone, each on a fresh pull (run-time tuning is noisy)
 
 
 def part_torch(run: Run, cpu: bool = False, modes: tuple[str, ...] = TORCH_MODES) -> None:
@@ -937,8 +943,19 @@ def part_torch(run: Run, cpu: bool = False, modes: tuple[str, ...] = TORCH_MODES
     device = "cpu" if cpu else "cuda"
     for mode in ("default",) if cpu else modes:
         out = run.out / f"torch-{mode}.json"
+        alone = "1" if cpu or mode == "default" else str(TORCH_ALONE_RUNS)
         p = benchmark(
-            run, "bench_torch_engine.py", "--device", device, "--fresh-pod", "--mode", mode, "--json", str(out)
+            run,
+            "bench_torch_engine.py",
+            "--device",
+            device,
+            "--fresh-pod",
+            "--mode",
+            mode,
+            "--alone",
+            alone,
+            "--json",
+            str(out),
         )
         if p.returncode != 0 or not out.exists():
             run.row("torch", f"mode {mode}", f"bench_torch_engine failed (exit {p.returncode})")
@@ -946,7 +963,8 @@ def part_torch(run: Run, cpu: bool = False, modes: tuple[str, ...] = TORCH_MODES
         rows = json.loads(out.read_text())["rows"]
         cold, pulled, alone = rows["cold"], rows["pulled"], rows.get("server")
         ready = pulled["program"]["ready_s"]
-        built = None if alone is None else alone["triton_kernels_built"] + alone["cpp_kernels_built"]
+        runs = [] if alone is None else alone.get("runs") or [alone]
+        built = None if alone is None else alone["cpp_kernels_built"] + max(r["triton_kernels_built"] for r in runs)
         run.row(
             "torch",
             f"mode {mode}: check on a pulled root, fresh pod; the program alone with pull's environment",
@@ -956,7 +974,10 @@ def part_torch(run: Run, cpu: bool = False, modes: tuple[str, ...] = TORCH_MODES
             + (
                 "not run"
                 if alone is None
-                else f"ready {alone['program']['ready_s']:.2f} s, built {built} kernel(s), "
+                else f"ready {alone['program']['ready_s']:.2f} s, {len(runs)} run(s) on fresh pulls built "
+                f"{[r['triton_kernels_built'] for r in runs]} Triton kernel(s) "
+                f"{sorted({n for r in runs for n in r.get('triton_kernels_built_names', [])})}, coordinate descent "
+                f"tuned {sorted({n for r in runs for n in r.get('coordesc_tuned', [])}) or 'nothing'}, "
                 f"{alone['autotune_results_written']} autotune result(s) written, environment "
                 f"{sorted(alone['environment'])}"
             ),
@@ -977,7 +998,20 @@ def part_table(run: Run) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "part", choices=("native", "torch", "vllm", "moe", "dense", "moe-cold", "moe-pulled", "moe-moved", "table")
+        "part",
+        choices=(
+            "native",
+            "torch",
+            "vllm",
+            "moe",
+            "dense",
+            "moe-cold",
+            "moe-pulled",
+            "moe-moved",
+            "dense-cold",
+            "dense-pulled",
+            "table",
+        ),
     )
     ap.add_argument("--only", default="", help="vllm part: these rows again, on what an earlier run left in --work")
     ap.add_argument(
@@ -1018,6 +1052,8 @@ def main() -> None:
         "moe-cold": lambda: part_moe_cold(run, args.work, args.cpu),
         "moe-pulled": lambda: part_moe_pulled(run, args.work, args.cpu),
         "moe-moved": lambda: part_moe_moved(run, args.work, args.cpu),
+        "dense-cold": lambda: part_moe_cold(run, args.work, args.cpu, kind="dense"),
+        "dense-pulled": lambda: part_moe_pulled(run, args.work, args.cpu, kind="dense"),
         "table": lambda: part_table(run),
     }[args.part]()
 

@@ -13,7 +13,7 @@
 # Each part writes its rows and progress under $OUT (what a timed-out call returns) and ends with the table of
 # every row so far; docs/gpu.md keeps the latest, with its date and commit.
 set -uo pipefail
-part=${1:?chunk|native|torch|vllm|moe|dense|moe-cold|moe-pulled|moe-moved}; shift
+part=${1:?chunk|native|torch|vllm|moe|dense|moe-cold|moe-pulled|moe-moved|dense-cold|dense-pulled}; shift
 out=${OUT:-/tmp/gpu-acceptance-out}
 mkdir -p "$out" /tmp/gpu-acceptance
 if [ "$part" = chunk ]; then
