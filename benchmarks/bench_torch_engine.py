@@ -179,8 +179,10 @@ def median_start(times: int, before, root: Path, command: list[str]) -> dict:
 
 # Inductor's coordinate-descent tuner logs each kernel it tunes at DEBUG ("= Do coordinate descent tuning for NAME
 # ="); on a start that tunes nothing it prints nothing, so the program alone runs with it on: which kernels tuned
-COORDESC_LOG = "+torch._inductor.runtime.coordinate_descent_tuner"
+COORDESC_LOG = "+torch._inductor.runtime.coordinate_descent_tuner,+torch._inductor.runtime.autotune_cache"
 COORDESC_TUNED = re.compile(r"= Do coordinate descent tuning for (\S+) =")
+# what the tuner decided and where a result was saved: the evidence of a start that tuned, kept in the JSON
+TUNING_LINES = re.compile(r"coordinate descent tuning for|Improve from|tuning result to")
 
 
 def triton_kernel_names(folders: set[str]) -> list[str]:
@@ -220,6 +222,7 @@ def program_alone(root: Path, command: list[str]) -> dict:
         "triton_kernels_built": built["triton"],
         "triton_kernels_built_names": triton_kernel_names(after["triton"] - before["triton"]),
         "coordesc_tuned": sorted(set(COORDESC_TUNED.findall(p.stderr))),
+        "tuning_log": [ln[-300:] for ln in p.stderr.splitlines() if TUNING_LINES.search(ln)][:80],
         "autotune_benchmarks": None,
         "autotune_results_written": built["autotune"],
     }
@@ -304,7 +307,8 @@ def run(args) -> dict:
         **alone[0],
         "ready_runs": [a["program"]["ready_s"] for a in alone],
         "runs": [
-            {k: a[k] for k in ("triton_kernels_built", "triton_kernels_built_names", "coordesc_tuned")} for a in alone
+            {k: a[k] for k in ("triton_kernels_built", "triton_kernels_built_names", "coordesc_tuned", "tuning_log")}
+            for a in alone
         ],
     }
     shutil.rmtree(work, ignore_errors=True)
