@@ -7,9 +7,10 @@
 #   call 3  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c03}   ... vllm --skip read-only,ro-server,moved  (499 s)
 #   call 4  carry .vllm-h200-fp8/unpack.sh    ... vllm --only read-only,moved; ... moe-cold              (508 s)
 #   call 5  carry .vllm-h200-fp8/unpack.sh    ... moe-pulled                                             (276 s)
-#   then   the same carry                     ... moe-moved, dense --no-stock, native, torch
-# (the H100's times on 2026-12-06; with less device time: `moe --no-stock`, the FP8 MoE rows in one call, the
-# warm standing for the cold start)
+#   then   the same carry                     ... dense-cold, dense-pulled, moe-moved, native, torch
+# (the H100's times on 2026-12-06. A later lease took 341 s for call 3 with `perturbed` skipped too, 181 s for
+# `vllm --only moved,perturbed` and 235 s for `torch --modes max-autotune-no-cudagraphs`. With less device time,
+# `moe --no-stock` runs the FP8 MoE rows in one call, the warm standing for the cold start.)
 # Each part writes its rows and progress under $OUT (what a timed-out call returns) and ends with the table of
 # every row so far; docs/gpu.md keeps the latest, with its date and commit.
 set -uo pipefail
