@@ -34,6 +34,9 @@ def explain(miss: dict, warm: list[dict]) -> None:
     )
     same = [w for w in warm if w.get("name") == miss["name"]]
     print(f"     the warm compiled {len(same)} of that name")
+    if any(w.get("hash") == miss["hash"] for w in same):
+        print("     the same key as the warm's: its files were not where Triton's group file says (absolute paths)")
+        return
     if not same:
         return
     closest = min(same, key=lambda w: sum(map(len, differences(w, miss))))
@@ -51,6 +54,15 @@ def main() -> None:
         records = load(path)
         misses = [r for r in records if r.get("hit") is False]
         print(f"== {path}: {len(records)} compiles, {len(misses)} misses")
+        elsewhere = [
+            r
+            for r in records
+            if r.get("hit") and any(not d.startswith(r.get("cache_dir") or "") for d in r.get("read_from", []))
+        ]
+        if elsewhere:
+            print(
+                f"  {len(elsewhere)} hit(s) read from outside this start's TRITON_CACHE_DIR, e.g. {elsewhere[0]['read_from']}"
+            )
         for miss in misses[:12]:
             explain(miss, warm)
 

@@ -1,7 +1,7 @@
 """Every Triton compile of this process (and of Inductor's compile workers, which inherit the environment) as one
 JSON line in ``$DIAG_LOG``: the kernel's name, Triton's cache hash, hit or miss, and the parts of Triton's cache key
-(source hash, the JIT function's key, constants, attrs, options and environment), so that a start that builds can
-be matched against the warm's compile of the same kernel (``compare.py``). Triton calls
+(source hash, the JIT function's key, constants, attrs, options and environment) and the folders its files were read
+from, so that a start that builds can be matched against the warm's compile of the same kernel (``compare.py``). Triton calls
 ``knobs.compilation.listener`` on every ``triton.compile``, hit or miss. It runs the ``sitecustomize`` it shadows
 first (the torch engine's site folder, where that comes after it on ``PYTHONPATH``)."""
 
@@ -38,6 +38,9 @@ def _listener(src=None, metadata=None, metadata_group=None, times=None, cache_hi
             "constants": str(sorted((str(k), str(v)) for k, v in getattr(src, "constants", {}).items()))[:400],
             "attrs": str(getattr(src, "attrs", ""))[:300],
             "options": {k: _plain(v) for k, v in md.items() if k != "hash"},
+            # Triton's group file names its files by absolute path: a hit may read them from another root
+            "read_from": sorted({os.path.dirname(p) for p in (metadata_group or {}).values()})[:3],
+            "cache_dir": os.environ.get("TRITON_CACHE_DIR"),
         }
     except Exception as exc:  # noqa: BLE001 - a diagnosis: say what failed and go on
         record = {"error": repr(exc)}
