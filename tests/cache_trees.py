@@ -185,7 +185,9 @@ def make_triton_tree(root: Path) -> Path:
         _w(d / f"triton_poi_fused_{i}.ttir", b"module {}\n" * 100)
         _w(d / f"triton_poi_fused_{i}.ptx", b".version 8.4\n" * 200)
         _w(d / f"triton_poi_fused_{i}.cubin", b"CUBIN" * 1000 if i else b"SHARED-CUBIN" * 800)
-        _w(d / f"__grp__triton_poi_fused_{i}.json", json.dumps({"child_paths": {}}).encode())
+        # as Triton writes it: the kernel's files by absolute path
+        group = {f"triton_poi_fused_{i}{ext}": str(d / f"triton_poi_fused_{i}{ext}") for ext in (".json", ".ttir")}
+        _w(d / f"__grp__triton_poi_fused_{i}.json", json.dumps({"child_paths": group}).encode())
     _w(root / "X7RSTUVW" / "copy.cubin", b"SHARED-CUBIN" * 800)
     _w(root / "X7RSTUVW" / "launcher.so", b"\x7fELF" + b"\2" * 2000, 0o755)
     _w(root / "X7RSTUVW" / "readonly.source", b"src", 0o444)
