@@ -10,7 +10,9 @@ compiled configs loses its "found by coordinate descent" mark. Either way the fi
 benchmarks neighbouring configs, builds the ones it has not seen (new Triton kernels in a pulled root: 16 on the
 H100 for a 2-layer GPT), and rewrites the results.
 
-This module gives torch 2.11 and 2.12 torch 2.13's rule, and nothing else. Like the engine's probe it runs in the
+This module gives torch 2.11 and 2.12 torch 2.13's rule, with one thing more: the autotune results are looked up
+beside the kernel in this process's Inductor cache, not at the path the loaded autotuner names (the warm's root,
+which a pod that pulled does not have; torch 2.13 looks there too). Like the engine's probe it runs in the
 program's interpreter and imports neither cachetool nor compiler (the standard library, and torch once the program
 imports Inductor's runtime): the engine copies it as ``sitecustomize.py`` into a folder of the cache root
 (:mod:`cachetool.engines.torch.autotune_site`), and the server environment a pull prints puts that folder on
@@ -18,7 +20,8 @@ imports Inductor's runtime): the engine copies it as ``sitecustomize.py`` into a
 ``torch._inductor.runtime.triton_heuristics`` to be imported; importing torch here would cost every Python process
 of the program seconds. Private API: ``CachingAutotuner.recheck_autotune_cache`` and what it calls
 (``check_autotune_cache``, ``triton_config_to_hashable``, ``CachingAutotuner._precompile_config``); where one is
-missing, torch is left as it is and one line says so. ``cachetool_autotune_reuse.json`` beside the copy
+missing, torch is left as it is and one line says so. ``cache_dir_utils.cache_dir`` places the kernel here; without
+it the path stays as torch has it. ``cachetool_autotune_reuse.json`` beside the copy
 (``{"force": true}``) applies it on any torch: the tests' way to see it work on torch 2.13.
 """
 
@@ -38,15 +41,35 @@ CONFIG = "cachetool_autotune_reuse.json"  # beside the copy: {"force": true} app
 _here = os.path.dirname(os.path.abspath(__file__))
 
 
+def kernel_path_here(filename: str | None) -> str | None:
+    """Where the kernel module ``filename`` lies in this process's Inductor cache. An autotuner loaded from the
+    FX-graph cache keeps the path its kernel was compiled at, in the warm's root, and Inductor looks up its autotune
+    results beside that path: on a pod where the warm's root is not, it finds none and tunes again. Inductor keeps
+    its kernels at ``{cache}/{name[1:3]}/{name}.py``, so the same two last parts under this process's cache are the
+    kernel's place here; ``filename`` is kept where this cache has no such folder."""
+    if not filename:
+        return filename
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+    except ImportError:  # a torch unlike the ones this was written for: the path as torch has it
+        return filename
+    folder = os.path.join(cache_dir(), os.path.basename(os.path.dirname(filename)))
+    return os.path.join(folder, os.path.basename(filename)) if os.path.isdir(folder) else filename
+
+
 def recheck_autotune_cache(self, reload_kernel_from_src) -> None:
     """torch 2.13's rule: the cached winner is taken whatever the number of compiled configs, with its "found by
     coordinate descent" mark; a winner no compiled config matches is compiled (from Triton's cache, where the warm
-    left it)."""
+    left it). Its results are looked up, and saved, beside the kernel where this process's cache holds it
+    (:func:`kernel_path_here`), not at the warm's path the loaded autotuner names."""
     from torch._inductor.runtime import triton_heuristics as heuristics
 
+    self.filename = kernel_path_here(self.filename)
     configs = [result.config for result in self.compile_results]
-    cached, _, info = heuristics.check_autotune_cache(configs, self.filename, self.inductor_meta)
+    cached, cache, info = heuristics.check_autotune_cache(configs, self.filename, self.inductor_meta)
     self.autotune_cache_info = info
+    if cache is not None:  # a tuning after a miss saves beside the kernel here too
+        self.save_cache_hook = cache.save
     if len(cached) != 1:
         return
     best = cached[0]

@@ -272,3 +272,35 @@ def test_site_folder_then_a_third_sitecustomize_each_run_once(tmp_path):
 
     assert "Error in sitecustomize" not in r.stderr, r.stderr  # no recursion caught on the way
     assert marker.is_file() and marker.read_text().splitlines() == ["ran"]
+
+
+def test_a_loaded_autotuner_naming_the_warms_path_finds_its_winner_beside_the_kernel_here(tmp_path, monkeypatch):
+    """An autotuner loaded from the FX-graph cache names its kernel where it was compiled (the warm's root, which a
+    pod that pulled does not have); the rule looks the winner up where this process's Inductor cache holds the
+    kernel, and saves there. torch 2.13's own method looks beside the warm's path and misses."""
+    warm = tmp_path / "warm" / "inductor" / "ab" / "cabcdef0123.py"  # never made: the warm's root is elsewhere
+    here = tmp_path / "pod" / "inductor" / "ab" / "cabcdef0123.py"
+    here.parent.mkdir(parents=True)
+    here.write_text("# a kernel\n")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "pod" / "inductor"))
+    [winner] = _configs(256)
+    _save_winner(str(here), _configs(64), winner, found_by_coordesc=True)
+
+    torchs, ours = _both_rules(str(warm), (64,))  # torch 2.13's method first
+
+    assert torchs["info"]["autotune_cache_state"] == "miss" and torchs["results"] == [0]
+    assert ours["info"]["autotune_cache_state"] == "hit"
+    assert ours["results"] == ["new"] and ours["by_coordesc"] == [True]
+    tuner = _Autotuner(_configs(64), str(warm))
+    autotune_reuse.recheck_autotune_cache(tuner, tuner.reload_kernel_from_src)
+    assert tuner.filename == str(here)
+    assert tuner.save_cache_hook.__self__.local_cache[1].startswith(str(here.parent) + os.sep)
+    assert not warm.parent.exists()
+
+
+def test_a_kernel_this_cache_has_no_folder_for_keeps_its_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "pod"))
+    (tmp_path / "pod").mkdir()
+    warm = str(tmp_path / "warm" / "ab" / "cabcdef0123.py")
+    assert autotune_reuse.kernel_path_here(warm) == warm
+    assert autotune_reuse.kernel_path_here(None) is None
