@@ -12,7 +12,8 @@ prefill and a decode batch, and prints when its first forward was done. Each var
 - ``cold``: ``cachetool warm --engine torch`` on an empty root (the CI job: it records the facts; the program also
   saves PyTorch's Mega-Cache artifacts, ``torch.compiler.save_cache_artifacts``, for the ``mega-cache`` row);
 - ``pulled``: the warm's root packed into a bundle and installed (``cachetool.api.pack`` / ``install``) into a
-  fresh root at another path, then ``cachetool check --engine torch`` there: a new pod with cachetool;
+  fresh root at another path, then ``cachetool check --engine torch`` there: a new pod with cachetool (the warm's
+  root renamed aside meanwhile, as in the ``server`` row: a pod does not have it);
 - ``mega-cache``: a fresh empty root, the program loading the Mega-Cache artifacts itself
   (``torch.compiler.load_cache_artifacts``) before it compiles: PyTorch's own answer;
 - ``kept``: ``check`` on the warm's own root again: the same machine, its local cache kept;
@@ -35,6 +36,7 @@ is a copy of the root, and says so).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import importlib.util
 import json
@@ -252,6 +254,19 @@ def pull_like_a_pod(root: Path, dest: Path) -> dict:
     }
 
 
+@contextlib.contextmanager
+def warm_root_away(root: Path):
+    """``root`` renamed aside while the block runs: a pod that pulled has no warm's root at its path, and a pulled
+    root whose files name that path (Triton's group files, the autotuners Inductor loads) must not be read from it
+    here either."""
+    away = root.with_name(root.name + ".away")
+    root.rename(away)
+    try:
+        yield
+    finally:
+        away.rename(root)
+
+
 def run(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-torch-engine-"))
     prog = work / "program.py"
@@ -286,7 +301,8 @@ def run(args) -> dict:
         shutil.copytree(work / "pulled-template", work / "pulled-root")
 
     shutil.copytree(work / "pulled-root", work / "pulled-template")
-    rows["pulled"] = median_start(args.repeat, fresh_pull, work / "pulled-root", command)
+    with warm_root_away(work / "warm-root"):
+        rows["pulled"] = median_start(args.repeat, fresh_pull, work / "pulled-root", command)
     print("== mega-cache: an empty root, torch.compiler.load_cache_artifacts, check", flush=True)
 
     def fresh_empty() -> None:
@@ -300,9 +316,10 @@ def run(args) -> dict:
     rows["kept"] = median_start(args.repeat, lambda: None, work / "warm-root", command)
     print("== server: the program alone on a pulled root, with the environment pull prints", flush=True)
     alone = []
-    for _ in range(args.alone):  # each a fresh pod on a root as the pull left it
-        fresh_pull()
-        alone.append(program_alone(work / "pulled-root", command))
+    with warm_root_away(work / "warm-root"):
+        for _ in range(args.alone):  # each a fresh pod on a root as the pull left it
+            fresh_pull()
+            alone.append(program_alone(work / "pulled-root", command))
     rows["server"] = {
         **alone[0],
         "ready_runs": [a["program"]["ready_s"] for a in alone],
