@@ -18,7 +18,6 @@ from pathlib import Path
 
 from cachetool.engines.registry import LAYOUTS
 from cachetool.errors import NotFoundError, UsageError
-from cachetool.layouts import triton_groups
 from cachetool.layouts.base import LayoutScan, ScannedFile
 
 CHOICES = ("auto", *LAYOUTS)  # the CLI's --layout
@@ -80,10 +79,8 @@ def invalid_units(layout: str, manifest, root: str | Path) -> dict[str, str]:
 
 
 def settle_installed(layout: str, root: str | Path) -> None:
-    """What the files of ``layout`` need once installed under ``root``: Triton's group files, in every layout, name
-    the kernel files where they now are (:func:`cachetool.layouts.triton_groups.write_groups`); then what the layout
-    states (``settle_installed(root)``: vLLM's FlashInfer workspace gets its recorded modification times back)."""
-    triton_groups.write_groups(Path(root))
+    """What the files of ``layout`` need once installed under ``root``, where the layout states it
+    (``settle_installed(root)``: vLLM's FlashInfer workspace gets its recorded modification times back)."""
     rule = getattr(LAYOUTS.get(layout), "settle_installed", None)
     if rule is not None:
         rule(Path(root))

@@ -19,7 +19,9 @@ The order is the safety contract (see :mod:`cachetool.bundle.source`):
 6. commit: rename each install unit (a rank folder) into place with ``renameat`` relative to parent folders
    opened with ``O_NOFOLLOW`` (a symlink planted in the destination is refused, never followed); a unit being
    replaced is swapped in with ``renameat2(RENAME_EXCHANGE)``; then ``fsync`` each parent folder a rename changed
-   (and each folder created on the way), so a power cut leaves a unit whole or absent.
+   (and each folder created on the way), so a power cut leaves a unit whole or absent;
+7. settle, under the lock still: the Triton group files of the units installed name their kernel's files where they
+   landed (:mod:`cachetool.layouts.triton_groups`), and the layout's own rule runs (vLLM's FlashInfer file times).
 
 Each phase is a module of this package: ``verify`` (phase 1, shared with :func:`verify_bundle`), ``preflight``
 (2), ``fs`` (the root, its lock, the fd-relative primitives, durability) and ``plan`` (3), ``blobs`` and ``stage``

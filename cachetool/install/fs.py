@@ -30,7 +30,6 @@ from cachetool.errors import (
     user_path,
 )
 from cachetool.exit_codes import DISK_FULL_ERRNOS
-from cachetool.layouts.triton_groups import is_group_file
 
 STAGING_PREFIX = RESERVED_PREFIX + "-staging-"
 # mkdtemp's random part, then the tree folder: staged files live at {root}/{STAGING_PREFIX}XXXXXXXX/tree/{path}
@@ -107,15 +106,9 @@ def hash_existing(dir_fd: int, rel: str) -> tuple[str, int, int] | None:
 
 
 def unit_matches(root_fd: int, unit: Unit, files: list[FileEntry]) -> bool:
-    """Whether the unit's files are in place with the bundle's bytes. A Triton group file is there or not: an install
-    writes it again for the path it lands at (:mod:`cachetool.layouts.triton_groups`), so its bytes may differ."""
     for f in files:
         got = hash_existing(root_fd, f.path)
-        if got is None:
-            return False
-        if is_group_file(f.path.rsplit("/", 1)[-1]):
-            continue
-        if got[0] != f.digest or got[1] != f.size:
+        if got is None or got[0] != f.digest or got[1] != f.size:
             return False
     return True
 

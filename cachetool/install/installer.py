@@ -34,6 +34,7 @@ from cachetool.install.ranks import parse_ranks, select_units
 from cachetool.install.stage import check_complete, stage
 from cachetool.install.timing import PhaseClock
 from cachetool.install.verify import verified_manifest
+from cachetool.layouts import triton_groups
 
 log = logging.getLogger("cachetool.install")
 
@@ -157,6 +158,7 @@ def _install_into(
             source, manifest, units, root, root_fd, options.keep_changed and not options.force, options.workers, clock
         )
         with clock.phase("settle"):
+            triton_groups.rewrite_groups(_group_files(plan, root), options.warn or log.warning)
             engine_rules.layouts().settle_installed(manifest.layout, root)
         for path in sorted(plan.replace):
             (options.warn or log.warning)(f"replaced {path} in {root}: its files differed from the bundle")
@@ -179,6 +181,16 @@ def _install_into(
         raise
     finally:
         os.close(root_fd)  # releases the lock
+
+
+def _group_files(plan: Plan, root: Path) -> list[Path]:
+    """The Triton group files of the units this install put in place (:mod:`cachetool.layouts.triton_groups`)."""
+    return [
+        root / f.path
+        for u in plan.units
+        for f in plan.files[u.path]
+        if triton_groups.is_group_file(f.path.rsplit("/", 1)[-1])
+    ]
 
 
 def _units_to_install(

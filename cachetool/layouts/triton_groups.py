@@ -1,88 +1,87 @@
-"""Triton's group files, written for the folder they are in.
+"""Triton's group files, made to name their kernel's files where an install put them.
 
 Triton keeps a group file beside each compiled kernel (``{hash}/__grp__{name}.json``, ``{"child_paths": {file:
 path}}``). It names the kernel's files by absolute path, and Triton takes the kernel from its cache only where the named
-files exist (``FileCacheManager.get_group``). A Triton cache copied to another path still names the files at the
-old one: on a machine without them every lookup misses, and the kernel is compiled again. The kernels at stake are
-the ones a start compiles through ``triton.compile``: a library's ``@triton.jit`` kernels (vLLM's own, the fused MoE
-ones among them), Inductor's kernels that are not launched statically, and the coordinate-descent winners that
-Inductor compiles at load.
+files exist (``FileCacheManager.get_group``). A Triton cache installed at another path than the warm's still names the
+files at the warm's: on a machine without them every lookup misses, and the kernel is compiled again. The kernels at
+stake are the ones a start compiles through ``triton.compile``: a library's ``@triton.jit`` kernels (vLLM's own, the
+fused MoE ones among them), Inductor's kernels that are not launched statically, and the coordinate-descent winners
+that Inductor compiles at load.
 
-So an install writes the group files of the kernel folders it lands in for where they are (:func:`write_groups`),
-and leaves alone the ones Triton already finds its kernel through (at the warm's own path). A pack keeps them as the
-warm left them: a cachetool too old to write them, pulling at the warm's path, still hits. A later install of the same
-bundle finds a rewritten group file present, whatever its bytes (:func:`is_group_file`). PyTorch does the same for
-the kernels its FX-graph cache carries (the ``[REPLACE]`` placeholder of ``torch._inductor.triton_bundler``).
+So an install rewrites the group files of the units it installed (:func:`rewrite_groups`): the same file names, each
+mapped into the folder the group file lies in. It touches no other file: one already naming its own folder (a pull to
+the warm's path), one that is not a Triton group, one naming a file its folder lacks, and a link are left as they are
+(Triton misses on them and compiles again, as it did before). A pack keeps them as the warm left them, so a cachetool
+too old to rewrite them still hits at the warm's path; a later install of the same bundle at another path finds the
+rewritten files changed and installs those units again. The group files name the path the install ran at: a volume
+mounted elsewhere in the server's container misses. PyTorch does the same for the kernels its FX-graph cache carries
+(the ``[REPLACE]`` placeholder of ``torch._inductor.triton_bundler``).
 """
 
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from cachetool.atomic import atomic_write
+
 GROUP_PREFIX = "__grp__"
-# what a Triton compile leaves beside its metadata (``{name}.json``): a folder holding one of these is a kernel's
-KERNEL_FILES = (".cubin", ".hsaco", ".ptx", ".ttir", ".ttgir", ".llir", ".amdgcn", ".spv", ".zebin", ".source")
 
 
 def is_group_file(name: str) -> bool:
-    """Whether a file ``name`` is a Triton group file: an install compares it by presence, not bytes."""
+    """Whether a file ``name`` is a Triton group file."""
     return name.startswith(GROUP_PREFIX) and name.endswith(".json")
 
 
-def kernel_names(names: set[str]) -> list[str]:
-    """The kernels compiled into a folder of file ``names``: each ``{name}.json`` with a compiled file of the same
-    name beside it."""
-    return sorted(
-        n[: -len(".json")]
-        for n in names
-        if n.endswith(".json")
-        and not is_group_file(n)
-        and any(n[: -len(".json")] + ext in names for ext in KERNEL_FILES)
-    )
-
-
-def group_for(folder: Path, name: str, names: set[str]) -> dict[str, str]:
-    """The group Triton would have written for kernel ``name`` in ``folder``: each of its files, by absolute path."""
-    return {n: str(folder / n) for n in sorted(names) if n.startswith(name + ".") and not is_group_file(n)}
-
-
-def _current(path: Path, names: set[str]) -> bool:
-    """Whether Triton finds the kernel through the group file at ``path``: it names files of its own folder, each
-    there (Triton's own group files at the path they were written at)."""
+def names_in(path: Path) -> list[str] | None:
+    """The file names the group file at ``path`` lists, in its order; None where it is no Triton group (not JSON, no
+    ``child_paths`` mapping, a name that is not a plain file name)."""
     try:
         named = json.loads(path.read_text()).get("child_paths")
     except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(named, dict) or not named:
+        return None
+    if not all(
+        isinstance(k, str) and isinstance(v, str) and k not in (".", "..") and "/" not in k for k, v in named.items()
+    ):
+        return None
+    return list(named)
+
+
+def here(path: Path, names: list[str]) -> dict[str, str]:
+    """The group naming ``names`` in the folder of the group file at ``path``."""
+    return {name: str(path.parent / name) for name in names}
+
+
+def rewrite_group(path: Path) -> bool:
+    """The group file at ``path`` made to name its files in its own folder; whether it was rewritten."""
+    if path.is_symlink() or not path.is_file():
         return False
-    return (
-        isinstance(named, dict)
-        and bool(named)
-        and all(isinstance(v, str) and v == str(path.parent / k) and k in names for k, v in named.items())
-    )
+    names = names_in(path)
+    if names is None:
+        return False
+    group = here(path, names)
+    if json.loads(path.read_text())["child_paths"] == group:
+        return False
+    folder = path.parent
+    if not all((folder / n).is_file() and not (folder / n).is_symlink() for n in names):
+        return False
+    atomic_write(path, json.dumps({"child_paths": group}).encode())
+    return True
 
 
-def _write(path: Path, group: dict[str, str]) -> None:
-    """The group file written beside itself and renamed into place: a start reading it sees the old one or the
-    new."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"child_paths": group}))
-    os.replace(tmp, path)
-
-
-def write_groups(top: Path) -> int:
-    """Under ``top``, every Triton kernel folder gets its group files naming its files where they are now; a group
-    file through which Triton finds the kernel already is left as it is. How many were written. A link is never
-    followed."""
-    written = 0
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        names = set(filenames)
-        folder = Path(dirpath)
-        for name in kernel_names(names):
-            path = folder / f"{GROUP_PREFIX}{name}.json"
-            if path.is_symlink() or _current(path, names):
-                continue
-            _write(path, group_for(folder, name, names))
-            written += 1
-    return written
+def rewrite_groups(paths: Iterable[Path], warn: Callable[[str], None]) -> int:
+    """:func:`rewrite_group` on each of ``paths``; a file that cannot be rewritten costs a recompile, not the install:
+    one line says which. How many were rewritten."""
+    rewritten = 0
+    for path in paths:
+        try:
+            rewritten += rewrite_group(path)
+        except OSError as exc:
+            warn(
+                f"Triton's group file {path} still names the warm's paths ({exc.strerror or exc}): its kernel "
+                "compiles again at its first start"
+            )
+    return rewritten
