@@ -12,7 +12,8 @@ H100 for a 2-layer GPT), and rewrites the results.
 
 This module gives torch 2.11 and 2.12 torch 2.13's rule, with one thing more: the autotune results are looked up
 beside the kernel in this process's Inductor cache, not at the path the loaded autotuner names (the warm's root,
-which a pod that pulled does not have; torch 2.13 looks there too). Like the engine's probe it runs in the
+which a pod that pulled does not have). torch 2.13 looks at the warm's path too, and gets no such folder from
+cachetool yet: on 2.13 the rule, and so this, is not applied. Like the engine's probe it runs in the
 program's interpreter and imports neither cachetool nor compiler (the standard library, and torch once the program
 imports Inductor's runtime): the engine copies it as ``sitecustomize.py`` into a folder of the cache root
 (:mod:`cachetool.engines.torch.autotune_site`), and the server environment a pull prints puts that folder on
@@ -53,8 +54,11 @@ def kernel_path_here(filename: str | None) -> str | None:
         from torch._inductor.runtime.cache_dir_utils import cache_dir
     except ImportError:  # a torch unlike the ones this was written for: the path as torch has it
         return filename
-    folder = os.path.join(cache_dir(), os.path.basename(os.path.dirname(filename)))
-    return os.path.join(folder, os.path.basename(filename)) if os.path.isdir(folder) else filename
+    name, parent = os.path.basename(filename), os.path.basename(os.path.dirname(filename))
+    if parent != name[1:3]:  # not where Inductor puts a kernel module: left as it is
+        return filename
+    folder = os.path.join(cache_dir(), parent)
+    return os.path.join(folder, name) if os.path.isdir(folder) else filename
 
 
 def recheck_autotune_cache(self, reload_kernel_from_src) -> None:
@@ -68,8 +72,7 @@ def recheck_autotune_cache(self, reload_kernel_from_src) -> None:
     configs = [result.config for result in self.compile_results]
     cached, cache, info = heuristics.check_autotune_cache(configs, self.filename, self.inductor_meta)
     self.autotune_cache_info = info
-    if cache is not None:  # a tuning after a miss saves beside the kernel here too
-        self.save_cache_hook = cache.save
+    self.save_cache_hook = cache.save if cache is not None else None  # as torch builds it: beside the kernel here
     if len(cached) != 1:
         return
     best = cached[0]

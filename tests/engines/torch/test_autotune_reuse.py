@@ -304,3 +304,6 @@ def test_a_kernel_this_cache_has_no_folder_for_keeps_its_path(tmp_path, monkeypa
     warm = str(tmp_path / "warm" / "ab" / "cabcdef0123.py")
     assert autotune_reuse.kernel_path_here(warm) == warm
     assert autotune_reuse.kernel_path_here(None) is None
+    (tmp_path / "pod" / "kernels").mkdir()  # a folder of that name here, but not where Inductor puts this kernel
+    elsewhere = str(tmp_path / "warm" / "kernels" / "cabcdef0123.py")
+    assert autotune_reuse.kernel_path_here(elsewhere) == elsewhere
