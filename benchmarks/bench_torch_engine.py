@@ -235,8 +235,11 @@ def pull_like_a_pod(root: Path, dest: Path) -> dict:
     from cachetool import api
 
     if importlib.util.find_spec("zstandard") is None:  # what pack and install compress with
+        from cachetool.layouts import triton_groups
+
         t0 = time.perf_counter()
         shutil.copytree(root, dest)
+        triton_groups.rewrite_groups(dest.rglob(f"{triton_groups.GROUP_PREFIX}*.json"), print)  # as install does
         return {"how": "copied (zstandard missing: carry its wheel)", "seconds": time.perf_counter() - t0}
     ctb = dest.parent / "bench.ctb"
     t0 = time.perf_counter()
@@ -264,7 +267,8 @@ def warm_root_away(root: Path):
     try:
         yield
     finally:
-        away.rename(root)
+        with contextlib.suppress(OSError):  # never hide the block's own error
+            away.rename(root)
 
 
 def run(args) -> dict:
