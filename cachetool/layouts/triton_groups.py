@@ -34,8 +34,8 @@ def is_group_file(name: str) -> bool:
     return name.startswith(GROUP_PREFIX) and name.endswith(".json")
 
 
-def names_in(path: Path) -> list[str] | None:
-    """The file names the group file at ``path`` lists, in its order; None where it is no Triton group (not JSON, no
+def group_in(path: Path) -> dict[str, str] | None:
+    """The group file at ``path``: file name to path, in its order; None where it is no Triton group (not JSON, no
     ``child_paths`` mapping, a name that is not a plain file name)."""
     try:
         named = json.loads(path.read_text()).get("child_paths")
@@ -47,28 +47,22 @@ def names_in(path: Path) -> list[str] | None:
         isinstance(k, str) and isinstance(v, str) and k not in (".", "..") and "/" not in k for k, v in named.items()
     ):
         return None
-    return list(named)
-
-
-def here(path: Path, names: list[str]) -> dict[str, str]:
-    """The group naming ``names`` in the folder of the group file at ``path``."""
-    return {name: str(path.parent / name) for name in names}
+    return named
 
 
 def rewrite_group(path: Path) -> bool:
-    """The group file at ``path`` made to name its files in its own folder; whether it was rewritten."""
+    """The group file at ``path`` made to name its files in its own folder (the same names, in their order); whether
+    it was rewritten."""
     if path.is_symlink() or not path.is_file():
         return False
-    names = names_in(path)
-    if names is None:
-        return False
-    group = here(path, names)
-    if json.loads(path.read_text())["child_paths"] == group:
+    named = group_in(path)
+    if named is None:
         return False
     folder = path.parent
-    if not all((folder / n).is_file() and not (folder / n).is_symlink() for n in names):
+    here = {name: str(folder / name) for name in named}
+    if named == here or not all((folder / n).is_file() and not (folder / n).is_symlink() for n in named):
         return False
-    atomic_write(path, json.dumps({"child_paths": group}).encode())
+    atomic_write(path, json.dumps({"child_paths": here}).encode())
     return True
 
 

@@ -119,7 +119,7 @@ def test_one_compiled_config_takes_the_coordesc_winner_compiled_anew_marked_as_t
     winner.num_warps = 8
     _save_winner(filename, _configs(64), winner, found_by_coordesc=True)
 
-    ours, torchs = _both_rules(filename, (64,))
+    torchs, ours = _both_rules(filename, (64,))
 
     assert ours == torchs
     assert ours["results"] == ["new"]
@@ -134,7 +134,7 @@ def test_a_coordesc_winner_among_the_compiled_configs_is_kept_with_its_mark_as_t
     filename = _kernel(tmp_path)
     _save_winner(filename, _configs(64, 128), _configs(128)[0], found_by_coordesc=True)
 
-    ours, torchs = _both_rules(filename, (64, 128))
+    torchs, ours = _both_rules(filename, (64, 128))
 
     assert ours == torchs
     assert ours["results"] == [1]  # narrowed to the compiled result of the winner, nothing compiled anew
@@ -147,7 +147,7 @@ def test_a_coordesc_winner_among_the_compiled_configs_is_kept_with_its_mark_as_t
 def test_without_a_cache_file_the_compiled_results_stay_unmarked_as_torch_2_13_leaves_them(tmp_path, xblocks):
     filename = _kernel(tmp_path)
 
-    ours, torchs = _both_rules(filename, xblocks)
+    torchs, ours = _both_rules(filename, xblocks)
 
     assert ours == torchs
     assert ours["results"] == list(range(len(xblocks)))
