@@ -55,6 +55,11 @@ class KeyFolder:
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", Factors.parse(self.factors))
 
+    def recorded(self, kind: str) -> dict | None:
+        """The values of factor ``kind`` where this key folder is of that kind (cachetool's own key folders:
+        :meth:`Factors.recording`); None otherwise."""
+        return self.factors.values(kind) if self.kind == kind and self.factors is not None else None
+
     def to_json(self) -> dict:
         return {
             "hash": self.hash,

@@ -9,6 +9,7 @@ that differ as :class:`Difference` rows. A file of another shape is kept as it w
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from typing import Any
 
@@ -38,6 +39,13 @@ class Factors:
 
     def __init__(self, raw: dict[str, Any]):
         self.raw = raw
+
+    @classmethod
+    def recording(cls, name: str, values: dict[str, Any]) -> Factors:
+        """One factor ``name`` recording ``values``, its hash the sha256 of their sorted JSON: how cachetool's own key
+        folders (a JIT cache's facts, where a folder's pieces were saved) record what they stand for."""
+        digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
+        return cls({name: {"hash": digest, "values": values}})
 
     @classmethod
     def parse(cls, data: Any) -> Factors | None:

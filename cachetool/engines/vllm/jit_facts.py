@@ -20,7 +20,6 @@ no difference.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
 import shutil
@@ -105,8 +104,7 @@ def key_folders(root: Path) -> list[KeyFolder]:
         except (OSError, ValueError):
             continue
         if isinstance(values, dict):
-            digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
-            out.append(KeyFolder(PREFIX + folder, KIND, Factors({KIND: {"hash": digest, "values": values}})))
+            out.append(KeyFolder(PREFIX + folder, KIND, Factors.recording(KIND, values)))
     return out
 
 
@@ -115,7 +113,7 @@ def invalid_units(manifest: Any, root: Path) -> dict[str, str]:
     few words (``flashinfer: FlashInfer 0.6.14 in the bundle, 0.7.0 here``)."""
     out, values = {}, None
     for key in manifest.keys:
-        recorded = key.factors.values(KIND) if key.kind == KIND and key.factors is not None else None
+        recorded = key.recorded(KIND)
         folder = key.hash[len(PREFIX) :]
         if not isinstance(recorded, dict) or folder not in WHAT:
             continue

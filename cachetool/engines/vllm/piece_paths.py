@@ -21,11 +21,9 @@ file, a bundle packed before the record) gets one line from the install instead,
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from cachetool.engines.root_names import TCC
 from cachetool.engines.vllm import releases
@@ -64,6 +62,11 @@ def _binds(vllm_version: str | None) -> bool:
     return vllm_version is not None and releases.loads_pieces_by_saved_path(vllm_version) is True
 
 
+def _absolute(path: object) -> TypeGuard[str]:
+    """Whether ``path`` (read from a cache file or a manifest) is an absolute path a file system can hold."""
+    return isinstance(path, str) and os.path.isabs(path) and "\x00" not in path
+
+
 def _warm_roots(root: Path) -> dict[str, tuple[str, list[str]]]:
     """Every piecewise folder of ``root`` (relative) whose pieces name the path they were saved at: the cache root
     that path lies under (the part before ``/torch_compile_cache/``; ``/`` for an empty one) and those paths."""
@@ -71,7 +74,7 @@ def _warm_roots(root: Path) -> dict[str, tuple[str, list[str]]]:
     out = {}
     for cache_file in sorted((root / TCC).glob(f"*/rank_*/*/{CACHE_FILE}")):
         folder = cache_file.parent.relative_to(root).as_posix()
-        mine = [p for p in _paths(cache_file) if os.path.isabs(p) and "\x00" not in p]
+        mine = [p for p in _paths(cache_file) if _absolute(p)]
         for path in mine:
             warm_root, sep, below = path.rpartition(f"/{TCC}/")
             if sep and below.startswith(folder.split("/", 1)[1] + "/"):  # this folder's piece
@@ -100,9 +103,7 @@ def key_folders(root: Path) -> list[KeyFolder]:
         by_hash.setdefault(folder.split("/")[1], saved_root)
     out = []
     for key_hash, saved_root in sorted(by_hash.items()):
-        values = {"root": saved_root}
-        digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
-        out.append(KeyFolder(PREFIX + key_hash, KIND, Factors({KIND: {"hash": digest, "values": values}})))
+        out.append(KeyFolder(PREFIX + key_hash, KIND, Factors.recording(KIND, {"root": saved_root})))
     return out
 
 
@@ -115,9 +116,9 @@ def refuse_elsewhere(manifest: Any, root: Path, vllm_version: str | None) -> Non
     here = os.path.realpath(root)
     saved = set()
     for k in manifest.keys:
-        values = k.factors.values(KIND) if k.kind == KIND and k.factors is not None else None
+        values = k.recorded(KIND)
         path = values.get("root") if isinstance(values, dict) else None
-        if isinstance(path, str) and os.path.isabs(path) and "\x00" not in path and os.path.realpath(path) != here:
+        if _absolute(path) and os.path.realpath(path) != here:
             saved.add(path)
     if saved:
         where = sorted(saved)
