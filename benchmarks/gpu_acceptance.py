@@ -171,6 +171,28 @@ def cli(*args, env: dict | None = None, timeout: float = 900) -> tuple[subproces
     return p, time.perf_counter() - t0, doc
 
 
+def warm_push(
+    work: Path, root: Path, store: str, model: Path, flags: list[str]
+) -> tuple[subprocess.CompletedProcess, float, dict]:
+    """``cachetool warm --engine vllm`` on ``root`` with ``--push`` to ``store``, signed with a key made for it."""
+    cli("keygen", "-o", work / "k")
+    return cli(
+        "warm",
+        "--engine",
+        "vllm",
+        "--cache-root",
+        root,
+        "--push",
+        store,
+        "--sign-key",
+        work / "k",
+        "--json",
+        "--",
+        model,
+        *flags,
+    )
+
+
 def error_line(p: subprocess.CompletedProcess) -> str:
     return next((ln for ln in p.stderr.splitlines() if ln.startswith("error: ")), p.stderr.strip()[-300:])
 
@@ -240,24 +262,9 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     store = f"file://{work}/store/llama:gpu"
     if only:  # rows again from the store and key an earlier run of this part left in ``work``
         return vllm_rows(run, work, store, model, flags, vllm, skip=skip, only=only)
-    cli("keygen", "-o", work / "k")
     clear_pod()
     run.say("vllm: warm (cold) with --push")
-    p, wall, doc = cli(
-        "warm",
-        "--engine",
-        "vllm",
-        "--cache-root",
-        work / "ci",
-        "--push",
-        store,
-        "--sign-key",
-        work / "k",
-        "--json",
-        "--",
-        model,
-        *flags,
-    )
+    p, wall, doc = warm_push(work, work / "ci", store, model, flags)
     c = doc.get("compile", doc)
     cold = c.get("startup_seconds", -1)
     run.row(
@@ -686,23 +693,8 @@ def part_moe_pulled(run: Run, work: Path, cpu: bool = False, kind: str = "moe") 
     cold = json.loads(cold_file.read_text())["cold"] if cold_file.exists() else None
     store = f"file://{work}/store/{kind}:gpu"
     moe_serve(run, "kept (every cache kept)", root, model, flags, cold, kind)
-    cli("keygen", "-o", work / "k")
     run.say(f"{kind}: warm on the kept root (records the facts), push")
-    p, wall, doc = cli(
-        "warm",
-        "--engine",
-        "vllm",
-        "--cache-root",
-        root,
-        "--push",
-        store,
-        "--sign-key",
-        work / "k",
-        "--json",
-        "--",
-        model,
-        *flags,
-    )
+    p, wall, doc = warm_push(work, root, store, model, flags)
     run.row(
         kind,
         "warm --push (on the kept root)",
@@ -730,24 +722,9 @@ def part_moe(
         cold = moe_serve(run, "cold (stock vLLM, fresh pod, empty root)", root, model, flags, None, kind)
         moe_serve(run, "kept (stock vLLM, every cache kept)", root, model, flags, cold, kind)
     store = f"file://{work}/store/{kind}:gpu"
-    cli("keygen", "-o", work / "k")
     name = "warm --push (on the kept root)" if serve_cold else "warm --push (cold: fresh pod, empty root)"
     run.say(f"{kind}: {name}")
-    p, wall, doc = cli(
-        "warm",
-        "--engine",
-        "vllm",
-        "--cache-root",
-        root,
-        "--push",
-        store,
-        "--sign-key",
-        work / "k",
-        "--json",
-        "--",
-        model,
-        *flags,
-    )
+    p, wall, doc = warm_push(work, root, store, model, flags)
     (run.out / f"{kind}-warm.err").write_text(p.stderr[-30_000:])
     c = doc.get("compile", doc)
     init = c.get("startup_seconds") or -1.0
