@@ -386,6 +386,17 @@ def table(result: dict) -> str:
     return "\n".join(out)
 
 
+def runs(text: str) -> int:
+    """A number of runs for argparse: 1 or more (0 would leave a row with no run)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of runs (1 or more)")
+    return n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda (cuda: max-autotune, Triton kernels)")
@@ -393,10 +404,10 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=None, help="default: 64 on the CPU, 512 on CUDA")
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--fresh-pod", action="store_true", help="remove the per-user caches a new pod lacks first")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each check row; the median is shown")
+    ap.add_argument("--repeat", type=runs, default=1, help="runs of each check row; the median is shown")
     ap.add_argument(
         "--alone",
-        type=int,
+        type=runs,
         default=1,
         help="runs of the program alone (the server row), each on a fresh pull; what each built and tuned is listed",
     )
