@@ -10,10 +10,10 @@ compiled configs loses its "found by coordinate descent" mark. Either way the fi
 benchmarks neighbouring configs, builds the ones it has not seen (new Triton kernels in a pulled root: 16 on the
 H100 for a 2-layer GPT), and rewrites the results.
 
-This module gives torch 2.11 and 2.12 torch 2.13's rule, with one thing more: the autotune results are looked up
-beside the kernel in this process's Inductor cache, not at the path the loaded autotuner names (the warm's root,
-which a pod that pulled does not have). torch 2.13 looks at the warm's path too, and gets no such folder from
-cachetool yet: on 2.13 the rule, and so this, is not applied. Like the engine's probe it runs in the
+This module gives torch 2.11 and 2.12 torch 2.13's rule, with one thing more on every release it knows (2.11 to
+2.13): the autotune results are looked up, and saved, beside the kernel in this process's Inductor cache, not at
+the path the loaded autotuner names (the warm's root, which a pod that pulled does not have; torch 2.13's own method
+looks there too). A later release is left as it is until it is checked. Like the engine's probe it runs in the
 program's interpreter and imports neither cachetool nor compiler (the standard library, and torch once the program
 imports Inductor's runtime): the engine copies it as ``sitecustomize.py`` into a folder of the cache root
 (:mod:`cachetool.engines.torch.autotune_site`), and the server environment a pull prints puts that folder on
@@ -23,7 +23,7 @@ of the program seconds. Private API: ``CachingAutotuner.recheck_autotune_cache``
 (``check_autotune_cache``, ``triton_config_to_hashable``, ``CachingAutotuner._precompile_config``); where one is
 missing, torch is left as it is and one line says so. ``cache_dir_utils.cache_dir`` places the kernel here; without
 it the path stays as torch has it. ``cachetool_autotune_reuse.json`` beside the copy
-(``{"force": true}``) applies it on any torch: the tests' way to see it work on torch 2.13.
+(``{"force": true}``) applies it on any torch: the tests' way to see it work on a release it leaves alone.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import sys
 
 HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 NEEDED_FROM = (2, 11)  # the first release measured with the bug (the H100, torch 2.11.0+cu130)
-FIXED_IN = (2, 13)  # the first release that takes a cached winner whatever the number of compiled configs
+LAST_CHECKED = (2, 13)  # takes a cached winner whatever the number of compiled configs, but at the warm's path
 CONFIG = "cachetool_autotune_reuse.json"  # beside the copy: {"force": true} applies it on any torch
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -89,13 +89,15 @@ def recheck_autotune_cache(self, reload_kernel_from_src) -> None:
 
 
 def needed(version: str) -> bool:
-    """Whether torch ``version`` (``2.11.0+cu130``) tunes again on a cache hit: 2.11 (measured) and 2.12 (not
-    checked, taken as 2.11); not earlier releases, which were never run here."""
+    """Whether torch ``version`` (``2.11.0+cu130``) tunes again on a cache hit in a root pulled to another path:
+    2.11 (measured: drops the cached winner too), 2.12 (not checked, taken as 2.11) and 2.13 (read in its code and
+    tested: looks up the winner at the warm's path); not earlier releases, never run here, nor later ones, whose
+    method this has not been checked against."""
     try:
         major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
     except ValueError:
         return False
-    return NEEDED_FROM <= (major, minor) < FIXED_IN
+    return NEEDED_FROM <= (major, minor) <= LAST_CHECKED
 
 
 def apply(heuristics, force: bool = False) -> bool:

@@ -1,10 +1,11 @@
-"""The folder that lets a torch 2.11/2.12 program use the coordinate-descent results its root ships.
+"""The folder that lets a torch 2.11 to 2.13 program use the coordinate-descent results its root ships.
 
 A ``max-autotune`` program's root holds, beside each tuned Triton kernel, the configuration coordinate descent chose
 (``inductor/**.best_config``, ``"found_by_coordesc": true``). torch 2.11 (and 2.12, not checked) does not use it
 when the compiled graph comes from the FX-graph cache: every start tunes again and builds Triton kernels (PyTorch
-issue #172819; :mod:`~cachetool.engines.torch.autotune_reuse` says how, and gives those releases torch 2.13's
-rule). So where a root holds such results and its facts name such a torch, the layout's settle (after an install,
+issue #172819); torch 2.11 to 2.13 look it up at the warm's path, which a pulled root is not at.
+:mod:`~cachetool.engines.torch.autotune_reuse` says how, and gives those releases torch 2.13's rule, looking beside
+the kernel here. So where a root holds such results and its facts name such a torch, the layout's settle (after an install,
 and before a warm's or a check's program runs) writes::
 
     {root}/.cachetool-site/sitecustomize.py     autotune_reuse.py, copied from this install of cachetool

@@ -7,7 +7,7 @@
                                   the generated code and kernels ({2 chars}/: .py, .cpp, .so, autotune results)
       triton/                     TRITON_CACHE_DIR of the program: one folder per Triton kernel
       facts/{key}/cache_key_factors.json   what a warm recorded: the facts the caches depend on (see key.py)
-      .cachetool-site/sitecustomize.py     written by a warm and an install where a torch 2.11/2.12 program needs
+      .cachetool-site/sitecustomize.py     written by a warm and an install where a torch 2.11-2.13 program needs
                                            it to use the root's coordinate-descent results (autotune_site.py)
 
 Inductor and Triton name what they write by content, so the install units are the shallowest folders under

@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("triton")
 
+import torch
 import triton  # after the skip: a box without Triton skips the module
 from torch._inductor.runtime import triton_heuristics as heuristics
 from torch._inductor.runtime.autotune_cache import AutotuneCache
@@ -159,14 +160,32 @@ def test_without_a_cache_file_the_compiled_results_stay_unmarked_as_torch_2_13_l
 # ---------------------------------------------------------------------------------------------- which torch
 
 
-@pytest.mark.parametrize("version", ["2.11.0+cu130", "2.12.1", "2.12.0a0+git1234"])
-def test_torch_2_11_and_2_12_need_the_rule(version):
+@pytest.mark.parametrize("version", ["2.11.0+cu130", "2.12.1", "2.12.0a0+git1234", "2.13.0+cpu", "2.13.1+cu130"])
+def test_torch_2_11_to_2_13_need_the_rule(version):
     assert autotune_reuse.needed(version) is True
 
 
-@pytest.mark.parametrize("version", ["2.13.0+cpu", "3.0.0", "2.10.0", "2.8.1", "not a version", "", "2"])
-def test_torch_2_13_on_releases_never_run_here_and_an_unreadable_version_do_not_need_it(version):
+@pytest.mark.parametrize("version", ["2.14.0", "3.0.0", "2.10.0", "2.8.1", "not a version", "", "2"])
+def test_releases_never_checked_here_and_an_unreadable_version_do_not_need_it(version):
     assert autotune_reuse.needed(version) is False
+
+
+def test_a_release_it_was_not_checked_against_keeps_torchs_own_method(monkeypatch):
+    class CachingAutotuner:
+        def recheck_autotune_cache(self, reload_kernel_from_src):
+            pass
+
+    heuristics_of_later_torch = types.SimpleNamespace(
+        CachingAutotuner=CachingAutotuner, check_autotune_cache=None, triton_config_to_hashable=None
+    )
+    CachingAutotuner._precompile_config = lambda self, config: None
+    own = CachingAutotuner.recheck_autotune_cache
+    monkeypatch.setattr(torch, "__version__", "2.14.0")
+
+    assert autotune_reuse.apply(heuristics_of_later_torch) is False
+    assert CachingAutotuner.recheck_autotune_cache is own
+    assert autotune_reuse.apply(heuristics_of_later_torch, force=True) is True  # what the config file asks
+    assert CachingAutotuner.recheck_autotune_cache is autotune_reuse.recheck_autotune_cache
 
 
 def test_a_torch_that_lacks_what_the_rule_calls_is_left_as_it_is_with_one_line(capsys):
@@ -192,7 +211,7 @@ def _python(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedPr
 
 def _site_folder(parent: Path, force: bool = False) -> Path:
     """The folder a pull writes: autotune_reuse.py as sitecustomize.py (``force``: with the file that applies the
-    rule on any torch, this one 2.13 included)."""
+    rule on any torch, one it was never checked against included)."""
     folder = parent / ".cachetool-site"
     folder.mkdir(parents=True)
     shutil.copyfile(SOURCE, folder / "sitecustomize.py")
@@ -225,7 +244,7 @@ def test_at_startup_the_rule_replaces_torchs_only_where_the_version_or_the_confi
     assert seen["watching"] == []  # the finder went once the module was imported
     if force or autotune_reuse.needed(seen["torch"]):
         assert (seen["module"], seen["qualname"]) == ("sitecustomize", "recheck_autotune_cache"), seen
-    else:  # this torch 2.13: left as it is
+    else:  # a torch the rule was not checked against: left as it is
         assert (seen["module"], seen["qualname"]) == (heuristics.__name__, "CachingAutotuner.recheck_autotune_cache")
 
 
