@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cachetool import api
-from cachetool.engines.torch import autotune_reuse, autotune_site
+from cachetool.engines.torch import autotune_site
 from cachetool.engines.torch.engine import TorchEngine
 from cachetool.engines.torch.layout import scan, settle as settle_root
 from cachetool.engines.torch.root_names import SITE
