@@ -313,9 +313,12 @@ def run(args) -> dict:
         pod()
         shutil.rmtree(work / "mega-root", ignore_errors=True)
 
-    rows["mega-cache"] = median_start(
-        args.repeat, fresh_empty, work / "mega-root", [*command, "--load-mega", str(mega)]
-    )
+    # away here too: a Mega-Cache start is a fresh pod, and torch 2.11's loaded autotuners save the results they tune
+    # at the path they were compiled at, which would rewrite the warm root's results the kept row reads
+    with warm_root_away(work / "warm-root"):
+        rows["mega-cache"] = median_start(
+            args.repeat, fresh_empty, work / "mega-root", [*command, "--load-mega", str(mega)]
+        )
     print("== kept: check on the warm's own root", flush=True)
     rows["kept"] = median_start(args.repeat, lambda: None, work / "warm-root", command)
     print("== server: the program alone on a pulled root, with the environment pull prints", flush=True)

@@ -29,6 +29,14 @@ print('site', autotune_site.settle(Path('/tmp/w'), [torch.__version__]))" >> $S 
 cp -a /tmp/w /tmp/w0
 cp -a /tmp/w0 /tmp/m1; one moved-before-mega /tmp/m1 site
 one mega /tmp/mg "" --load-mega /tmp/mega.bin
+# the mega start's autotuners come from the warm's FX entries and save what they tune at the warm's path: what it
+# changed in /tmp/w (the kept row reads it)
+( cd /tmp/w0 && find . -type f | sort ) > $out/files-w0.txt; ( cd /tmp/w && find . -type f | sort ) > $out/files-w.txt
+changed=$(cd /tmp/w0 && find . -name '*.best_config' | while read -r f; do cmp -s "$f" "/tmp/w/$f" || echo "$f"; done)
+echo "after mega: /tmp/w has $(comm -13 $out/files-w0.txt $out/files-w.txt | wc -l) new file(s) \
+($(comm -13 $out/files-w0.txt $out/files-w.txt | grep -c best_config) best_config), $(echo -n "$changed" | grep -c .) of \
+$(grep -c best_config $out/files-w0.txt) best_config file(s) changed" | tee -a $S
+for f in $(echo "$changed" | head -3); do echo "  $f: warm $(cat /tmp/w0/$f) | now $(cat /tmp/w/$f)" >> $S; done
 cp -a /tmp/w0 /tmp/m2; one moved-after-mega /tmp/m2 site
 one kept /tmp/w site
 python3 $here/compare.py $out/warm.jsonl $out/moved-before-mega.jsonl $out/mega.jsonl $out/moved-after-mega.jsonl $out/kept.jsonl > $out/compare.txt 2>&1
