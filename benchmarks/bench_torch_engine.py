@@ -15,7 +15,7 @@ prefill and a decode batch, and prints when its first forward was done. Each var
   fresh root at another path, then ``cachetool check --engine torch`` there: a new pod with cachetool (the warm's
   root renamed aside meanwhile, as in the ``server`` row: a pod does not have it);
 - ``mega-cache``: a fresh empty root, the program loading the Mega-Cache artifacts itself
-  (``torch.compiler.load_cache_artifacts``) before it compiles: PyTorch's own answer;
+  (``torch.compiler.load_cache_artifacts``) before it compiles: PyTorch's own answer (the warm's root aside too);
 - ``kept``: ``check`` on the warm's own root again: the same machine, its local cache kept;
 - ``server``: the program alone (no cachetool in its processes) on a pulled root, with the environment a pull prints
   for it (``server_environment``): what a server started as docs/torch.md says does; what it built is what the root
@@ -261,13 +261,19 @@ def pull_like_a_pod(root: Path, dest: Path) -> dict:
 def warm_root_away(root: Path):
     """``root`` renamed aside while the block runs: a pod that pulled has no warm's root at its path, and a pulled
     root whose files name that path (Triton's group files, the autotuners Inductor loads) must not be read from it
-    here either."""
+    here either. Yields a list that ends holding the files a process of the block wrote at the warm's path (torch's
+    loaded autotuners save what they tune there, making its folders): they are removed before the root returns."""
     away = root.with_name(root.name + ".away")
+    written: list[str] = []
     root.rename(away)
     try:
-        yield
+        yield written
     finally:
         with contextlib.suppress(OSError):  # never hide the block's own error
+            if root.exists():
+                written += sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+                print(f"   {len(written)} file(s) written at the warm's path while it was away: {written[:3]}")
+                shutil.rmtree(root)
             away.rename(root)
 
 
@@ -305,8 +311,9 @@ def run(args) -> dict:
         shutil.copytree(work / "pulled-template", work / "pulled-root")
 
     shutil.copytree(work / "pulled-root", work / "pulled-template")
-    with warm_root_away(work / "warm-root"):
+    with warm_root_away(work / "warm-root") as written:
         rows["pulled"] = median_start(args.repeat, fresh_pull, work / "pulled-root", command)
+    rows["pulled"]["written_at_warm_path"] = written
     print("== mega-cache: an empty root, torch.compiler.load_cache_artifacts, check", flush=True)
 
     def fresh_empty() -> None:
@@ -315,20 +322,22 @@ def run(args) -> dict:
 
     # away here too: a Mega-Cache start is a fresh pod, and torch 2.11's loaded autotuners save the results they tune
     # at the path they were compiled at, which would rewrite the warm root's results the kept row reads
-    with warm_root_away(work / "warm-root"):
+    with warm_root_away(work / "warm-root") as written:
         rows["mega-cache"] = median_start(
             args.repeat, fresh_empty, work / "mega-root", [*command, "--load-mega", str(mega)]
         )
+    rows["mega-cache"]["written_at_warm_path"] = written
     print("== kept: check on the warm's own root", flush=True)
     rows["kept"] = median_start(args.repeat, lambda: None, work / "warm-root", command)
     print("== server: the program alone on a pulled root, with the environment pull prints", flush=True)
     alone = []
-    with warm_root_away(work / "warm-root"):
+    with warm_root_away(work / "warm-root") as written:
         for _ in range(args.alone):  # each a fresh pod on a root as the pull left it
             fresh_pull()
             alone.append(program_alone(work / "pulled-root", command))
     rows["server"] = {
         **alone[0],
+        "written_at_warm_path": written,
         "ready_runs": [a["program"]["ready_s"] for a in alone],
         "runs": [
             {k: a[k] for k in ("triton_kernels_built", "triton_kernels_built_names", "coordesc_tuned", "tuning_log")}
@@ -385,6 +394,12 @@ def table(result: dict) -> str:
         f"Mega-Cache artifacts: {rows['cold']['program']['mega_bytes']} bytes, loaded in "
         f"{rows['mega-cache']['program']['mega_load_s']:.2f} s; every row's checksum equal: "
         f"{len({r['program']['checksum'] for r in rows.values()}) == 1}"
+    )
+    out.append(
+        "files written at the warm's path while it was away (torch's loaded autotuners save there): "
+        + ", ".join(
+            f"{name} {len(rows[name].get('written_at_warm_path', []))}" for name in ("pulled", "mega-cache", "server")
+        )
     )
     return "\n".join(out)
 
