@@ -33,6 +33,15 @@ export PYTHONPATH=/tmp/vsite${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CACHE
 keep=/tmp/gpu-acceptance-keep
 mkdir -p "$keep"
 cp -a "$keep/." "$out/" 2>/dev/null
+# A call that ran past its limit leaves its server running: the servers start in sessions of their own, which the
+# device tool's kill of the call does not reach, and the next server then lacks the GPU memory it asks for ("Free
+# memory on device ... is less than desired GPU memory utilization"). The machine is this command's alone: stop
+# whatever an earlier call left on the GPU.
+left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ' | tr '\n' ' ')
+if [ -n "${left// /}" ]; then
+  echo "$(date -u +%T) stopping what an earlier call left on the GPU: pid(s) $left" | tee -a "$out/progress.log"
+  kill -9 $left 2>/dev/null; sleep 3
+fi
 echo "$(date -u +%FT%TZ) part $part, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), \
 $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())' 2>&1 | tail -1)" >> "$out/progress.log"
 # the newest server log, copied into $OUT as it grows: a call that times out still shows how far a start got
