@@ -5,8 +5,8 @@ A ``max-autotune`` program's root holds, beside each tuned Triton kernel, the co
 when the compiled graph comes from the FX-graph cache: every start tunes again and builds Triton kernels (PyTorch
 issue #172819); torch 2.11 to 2.13 look it up at the warm's path, which a pulled root is not at.
 :mod:`~cachetool.engines.torch.autotune_reuse` says how, and gives those releases torch 2.13's rule, looking beside
-the kernel here. So where a root holds such results and its facts name such a torch, the layout's settle (after an install,
-and before a warm's or a check's program runs) writes::
+the kernel here. So where a root holds such results and its facts name such a torch, the layout's settle (after an
+install, and before a warm's or a check's program runs) writes::
 
     {root}/.cachetool-site/sitecustomize.py     autotune_reuse.py, copied from this install of cachetool
 
