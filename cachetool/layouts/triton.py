@@ -14,6 +14,7 @@ from pathlib import Path
 from cachetool.errors import UsageError
 from cachetool.layouts.base import LayoutScan, walk_tree
 from cachetool.layouts.entries import Unit
+from cachetool.layouts.triton_groups import GROUP_PREFIX
 
 NAME = "triton"
 KERNEL_SUFFIXES = {".json", ".ttir", ".ttgir", ".llir", ".ptx", ".cubin", ".hsaco", ".amdgcn", ".so", ".source"}
@@ -39,7 +40,7 @@ def detect(path: Path) -> bool:
 def _hints(files) -> dict:
     """Device facts from the first kernel metadata file: {"target": {"backend": "cuda", "arch": 90, ...}}."""
     for f in files:
-        if f.rel.endswith(".json") and "__grp__" not in f.rel and f.size < (1 << 20):
+        if f.rel.endswith(".json") and GROUP_PREFIX not in f.rel and f.size < (1 << 20):
             try:
                 meta = json.loads(f.abspath.read_text())
             except (OSError, ValueError):
