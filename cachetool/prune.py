@@ -1,11 +1,12 @@
 """``cachetool prune``: keep a local cache root that a server restarts on from growing without bound.
 
-vLLM writes a new AOTAutograd entry into its AOT key folder's ``inductor_cache/aotautograd/`` at every start and no
-later start reads it (:func:`cachetool.engines.layouts.stale_entries`, by each layout's rule, says why), so a kept
-root grows by one entry per rank and restart. ``prune`` removes every such entry but the last start's (the newest
-one per rank folder of each key folder), and only those older than ``older_than`` seconds: a server starting now
-writes the newest, young entries, which stay. Each entry is first renamed out of the way (one atomic step; a reader
-sees it whole or not at all), then deleted. ``pack`` leaves the same entries out of a bundle.
+vLLM on torch 2.13 writes a new AOTAutograd entry into its AOT key folder's ``inductor_cache/aotautograd/`` at every
+start and no later start reads it (:func:`cachetool.engines.layouts.stale_entries`, by each layout's rule, says why),
+so a kept root grows by one entry per rank and restart. ``prune`` removes every entry but the last start's (the
+newest one per rank folder of each key folder and those written with it), and only those older than ``older_than``
+seconds: a server starting now writes the newest, young entries, which stay. Each entry is first renamed out of the
+way (one atomic step; a reader sees it whole or not at all), then deleted. ``pack`` leaves the same entries out of a
+bundle.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ vLLM (V1 engine) writes::
     flashinfer_autotune_cache/                                  sent here by its variable (jit_caches.py)
 
 The compile tree is the same shape as the native one; only detection differs. Of each AOT folder's
-``inductor_cache/aotautograd/`` only the newest entry is packed (:func:`stale_aotautograd`; ``cachetool prune``
-removes the others from a local root). The root's ``modelinfos/`` (one
+``inductor_cache/aotautograd/`` only the last start's entries are packed (:func:`stale_aotautograd`; ``cachetool
+prune`` removes the others from a local root). The root's ``modelinfos/`` (one
 small JSON per architecture, checked by vLLM against its module's hash) and ``triton_cache/`` (Triton's own
 content-addressed kernel cache: a folder per kernel hash, valid for the Triton version, GPU and CUDA the bundle's
 fingerprint records), and on a GPU the other JIT caches (:mod:`~cachetool.engines.vllm.jit_caches`), are packed
@@ -61,20 +61,36 @@ def detect(path: Path) -> bool:
     return False
 
 
+# Entries written less than this apart are one start's. A start writes its entries as it loads its pieces (within
+# 0.3 s on the H100) or compiles them (torch.compile took 11.4 s in all for the FP8 MoE model there); the next start
+# writes its own only after a new process has imported torch and vLLM and loaded the model (34 to 37 s between two
+# CPU starts on this 2-core box, about 70 s between two checks on the H100). Either way a wrong guess costs little:
+# a restart sooner than this ships two starts' entries (~200 KB each), a piece that compiled longer than this leaves
+# an entry behind, which the pulled root's first start writes again (AOTAutograd over an FX-graph hit, no compile).
+SAME_START_SECONDS = 30.0
+
+
 def stale_aotautograd(tcc: Path) -> list[Path]:
     """The AOTAutograd entries of each AOT key folder's ``inductor_cache/aotautograd/`` but those of its last
-    start: each rank's compile writes one per start and none is read by a later one (torch 2.13 names the compiled
-    function with a fresh UUID, which is in the entry's key; on the GPU a hit loads the AOT artifact and asks
-    AOTAutograd nothing), so a root grows by one entry per rank and restart. The newest entry of each rank folder
-    the key folder holds (the last start's) is kept all the same."""
+    start. What a start writes differs by release: torch 2.13 (vLLM on the CPU) writes one entry per rank and
+    start under a fresh key (it names the compiled function with a fresh UUID), which no later start reads, so a
+    kept root grows by one entry per rank and restart; torch 2.11 (vLLM 0.26 CUDA) writes one per compiled piece
+    (3 for a 4-layer FP8 model on the H100) under keys that stay the same, and the next start on the root finds
+    them (it wrote none). So the last start's entries are kept whole: the newest one per rank and every entry
+    written less than :data:`SAME_START_SECONDS` before the next newer one."""
     out: list[Path] = []
     for cache in sorted(tcc.glob(f"{AOT}/*/inductor_cache/aotautograd")):
         if cache.is_symlink() or not cache.is_dir():
             continue
         entries = [e for e in cache.iterdir() if e.is_dir() and not e.is_symlink()]
         ranks = sum(1 for r in cache.parent.parent.iterdir() if RANK_RE.match(r.name) and r.is_dir())
-        keep = max(1, ranks)  # one entry per rank per start
-        out += sorted(entries, key=lambda e: (e.stat().st_mtime, e.name))[:-keep]
+        newest_first = sorted(entries, key=lambda e: (e.stat().st_mtime, e.name), reverse=True)
+        kept = max(1, ranks)  # at least one entry per rank
+        while kept < len(newest_first) and (
+            newest_first[kept - 1].stat().st_mtime - newest_first[kept].stat().st_mtime < SAME_START_SECONDS
+        ):
+            kept += 1
+        out += newest_first[kept:]
     return out
 
 

@@ -477,16 +477,24 @@ def test_diff_of_two_vllm_bundles_names_inductor_and_never_says_nothing_for_two_
     assert [(d.category, d.name) for d in diff_sides(a, same)] == [("keys", "cache key")]
 
 
-def _aot_with_starts(root: Path, n: int) -> list[Path]:
-    """An AOT key folder after ``n`` starts: one AOTAutograd entry each, oldest first."""
+START_APART = 120  # seconds between two starts' entries in these trees (34 to 37 s on this CPU, ~70 s on a GPU)
+
+
+def _aot_with_starts(root: Path, n: int, per_start: int = 1) -> list[Path]:
+    """An AOT key folder after ``n`` starts of torch 2.13 (vLLM on the CPU): ``per_start`` new AOTAutograd entries
+    each (written a second apart, as one start compiles its pieces), the starts :data:`START_APART` seconds apart,
+    oldest first."""
     make_aot_tree(root, ranks=("rank_0_0",))
     shutil.rmtree(root / AOT / "inductor_cache" / "aotautograd")
     entries = []
     for i in range(n):
-        e = root / AOT / "inductor_cache" / "aotautograd" / f"start{i}"
-        _w(e / "entry", f"start {i}".encode() * 100)
-        os.utime(e, (1_000_000 + i, 1_000_000 + i))
-        entries.append(e)
+        for j in range(per_start):
+            name = f"start{i}" if per_start == 1 else f"start{i}-{j}"
+            e = root / AOT / "inductor_cache" / "aotautograd" / name
+            _w(e / "entry", f"start {i} piece {j}".encode() * 100)
+            t = 1_000_000 + i * START_APART + j
+            os.utime(e, (t, t))
+            entries.append(e)
     return entries
 
 
@@ -499,11 +507,23 @@ def test_pack_ships_only_the_newest_aotautograd_entry_of_a_key_folder(tmp_path):
     assert f"{AOT}/inductor_cache/ab/cab.so" in files and f"{AOT}/rank_0_0/model" in files
 
 
+def test_pack_ships_every_aotautograd_entry_of_the_last_start_that_wrote_several(tmp_path):
+    """On the H100 (torch 2.11, vLLM 0.26 CUDA, an FP8 model) a start writes an entry per compiled piece, three
+    within a second, and the next start on the root reads them (it wrote none). The pack shipped the newest one
+    only, so a pulled root's first start wrote the other two again. The last start's entries all travel; the
+    earlier starts' do not."""
+    entries = _aot_with_starts(tmp_path / "root", 3, per_start=3)
+    files = {f.rel for f in scan(tmp_path / "root").files}
+    shipped = {r.split("/aotautograd/")[1].split("/")[0] for r in files if "/aotautograd/" in r}
+    assert shipped == {e.name for e in entries[-3:]} == {"start2-0", "start2-1", "start2-2"}
+
+
 def test_prune_removes_old_aotautograd_entries_but_the_newest_and_the_young(tmp_path, cli):
     root = tmp_path / "root"
     entries = _aot_with_starts(root, 3)
     now = time.time()
-    os.utime(entries[1], (now - 10, now - 10))  # young, not the newest (two starts just now): kept by --older-than
+    then = now - START_APART  # young, of the start before the newest: kept by --older-than
+    os.utime(entries[1], (then, then))
     os.utime(entries[2], (now, now))
     r = cli("prune", "--cache-root", root, "--dry-run", "--json")
     assert r.rc == 0 and all(e.exists() for e in entries)
@@ -539,8 +559,8 @@ def test_prune_refuses_a_folder_that_is_not_a_cache_root(tmp_path, cli):
 def test_a_tensor_parallel_key_folder_keeps_one_aotautograd_entry_per_rank(tmp_path):
     """With -tp 2 each rank writes its own entry per start: the last start's two are what a pack keeps."""
     root = tmp_path / "root"
-    entries = _aot_with_starts(root, 4)
+    _aot_with_starts(root, 4, per_start=2)  # a start's two entries: one a rank
     _w(root / AOT / "rank_1_0" / "model", b"AOT-rank_1_0" * 500)
     files = {f.rel for f in scan(root).files}
     kept = {r.split("/aotautograd/")[1].split("/")[0] for r in files if "/aotautograd/" in r}
-    assert kept == {entries[2].name, entries[3].name}
+    assert kept == {"start3-0", "start3-1"}
