@@ -4,13 +4,13 @@
 # call, back to back; the machine stays warm between calls), unpacked into /tmp/vsite by the third call.
 #   call 1  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c01}   bash benchmarks/gpu_acceptance.sh chunk
 #   call 2  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c02}   bash benchmarks/gpu_acceptance.sh chunk
-#   call 3  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c03}   ... vllm --skip read-only,ro-server,moved  (499 s)
-#   call 4  carry .vllm-h200-fp8/unpack.sh    ... vllm --only read-only,moved; ... moe-cold              (508 s)
+#   call 3  carry .vllm-h200-fp8/{unpack.sh,SHA256SUMS,c03}   ... vllm --skip ro-server                  (508 s)
+#   call 4  carry .vllm-h200-fp8/unpack.sh    ... vllm --only read-only (its server); ... moe-cold
 #   call 5  carry .vllm-h200-fp8/unpack.sh    ... moe-pulled                                             (276 s)
 #   then   the same carry                     ... dense-cold, dense-pulled, moe-moved, native, torch
-# (the H100's times on 2026-12-06. A later lease took 341 s for call 3 with `perturbed` skipped too, 181 s for
-# `vllm --only moved,perturbed` and 235 s for `torch --modes max-autotune-no-cudagraphs`. With less device time,
-# `moe --no-stock` runs the FP8 MoE rows in one call, the warm standing for the cold start.)
+# (the H100's times on 2026-12-06: moe-cold about 360 s, dense-cold about 410 s, 250 s for `torch --modes
+# max-autotune-no-cudagraphs`. With less device time, `moe --no-stock` or `dense --no-stock` (481 s, its check
+# left out by the part's budget) runs a model's FP8 rows in one call, the warm standing for the cold start.)
 # Each part writes its rows and progress under $OUT (what a timed-out call returns) and ends with the table of
 # every row so far; docs/gpu.md keeps the latest, with its date and commit.
 set -uo pipefail
