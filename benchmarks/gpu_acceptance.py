@@ -650,6 +650,7 @@ def moe_model(work: Path, cpu: bool, kind: str = "moe") -> tuple[Path, list[str]
 def moe_serve(
     run: Run, name: str, root: Path, model: Path, flags: list[str], cold: float | None, part: str = "moe"
 ) -> float:
+    from cachetool.engines.vllm.install_facts import vllm_version
     from tests.vllm_oracle.server import serve_once
 
     files0 = file_set(root)
@@ -672,6 +673,16 @@ def moe_serve(
         added_in_root=sorted(file_set(root) - files0)[:40],
     )
     shutil.copy(srv.log, run.out / f"{part}-{name.split()[0]}.log")
+    vllm = vllm_version()
+    record_start(
+        run,
+        f"vLLM {vllm}, FP8 {part} config, vllm serve: {name}",
+        vllm,
+        srv.reports,
+        srv.new_kernels,
+        not srv.new_key_folders,
+        server_word(srv),
+    )
     return init
 
 
@@ -756,6 +767,8 @@ def moe_pulled_rows(
     """A fresh pod at the warm's root path (FlashInfer's rule): pull with the server's argv, the real server with
     the printed environment, and check on the pulled root as the pull left it (skipped when ``deadline`` is too
     near)."""
+    from cachetool.engines.vllm.install_facts import vllm_version
+
     root = work / "moe-root"
     shutil.rmtree(root)  # a fresh pod: the same path, nothing in it
     clear_pod()
@@ -797,6 +810,18 @@ def moe_pulled_rows(
         return
     rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines()]
     server = next((r["server"] for r in reversed(rows) if r["part"] == part and r["row"].startswith("pulled")), None)
+    c = doc.get("compile", doc)
+    if c.get("ranks"):  # an FP8 hit's counters (tests/engines/vllm/recorded_starts.json keeps such sets)
+        vllm = vllm_version()
+        record_start(
+            run,
+            f"vLLM {vllm}, FP8 {part} config, check on the pulled root",
+            vllm,
+            c["ranks"],
+            c.get("inductor_compiled", 0),
+            bool(c.get("key_existed")),
+            check_word(p, doc),
+        )
     run.row(
         part,
         "check --require-hit on the pulled root",
