@@ -810,7 +810,7 @@ def moe_pulled_rows(
         return
     rows = [json.loads(ln) for ln in (run.out / "rows.jsonl").read_text().splitlines()]
     server = next((r["server"] for r in reversed(rows) if r["part"] == part and r["row"].startswith("pulled")), None)
-    c = doc.get("compile", doc)
+    c = doc.get("compile") or doc
     if c.get("ranks"):  # an FP8 hit's counters (tests/engines/vllm/recorded_starts.json keeps such sets)
         vllm = vllm_version()
         record_start(
@@ -825,7 +825,7 @@ def moe_pulled_rows(
     run.row(
         part,
         "check --require-hit on the pulled root",
-        f"exit {p.returncode}, {wall:.1f} s wall: {(doc.get('compile') or doc).get('miss_reason') or 'hit'}",
+        f"exit {p.returncode}, {wall:.1f} s wall: {c.get('miss_reason') or 'hit'}",
         check_word(p, doc),
         server,
     )

@@ -84,13 +84,11 @@ def stale_aotautograd(tcc: Path) -> list[Path]:
             continue
         entries = [e for e in cache.iterdir() if e.is_dir() and not e.is_symlink()]
         ranks = sum(1 for r in cache.parent.parent.iterdir() if RANK_RE.match(r.name) and r.is_dir())
-        newest_first = sorted(entries, key=lambda e: (e.stat().st_mtime, e.name), reverse=True)
+        newest_first = sorted(((e.stat().st_mtime, e.name, e) for e in entries), reverse=True)
         kept = max(1, ranks)  # at least one entry per rank
-        while kept < len(newest_first) and (
-            newest_first[kept - 1].stat().st_mtime - newest_first[kept].stat().st_mtime < SAME_START_SECONDS
-        ):
+        while kept < len(newest_first) and newest_first[kept - 1][0] - newest_first[kept][0] < SAME_START_SECONDS:
             kept += 1
-        out += newest_first[kept:]
+        out += [e for _mtime, _name, e in newest_first[kept:]]
     return out
 
 
