@@ -292,18 +292,24 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     )
     clear_pod()
     run.say("vllm: vllm serve on the pulled root")
+    pulled = file_set(work / "ci")
     srv = serve_once(str(model), work / "ci", [*flags, *HEADLESS])
+    added = sorted(file_set(work / "ci") - pulled)
+    # the AOTAutograd entries the pull installed: a start of vLLM 0.26 reads one per compiled piece, and one it
+    # lacks it writes (the pack's rule: cachetool/engines/vllm/layout.py, stale_aotautograd)
+    aot_pulled = sum("/aotautograd/" in f"/{path}" for path in pulled)
     run.row(
         "vllm",
         "vllm serve on the pulled root",
         f"engine init {srv.engine_init_seconds} s, /health "
         f"{srv.ready_seconds:.1f} s ({(srv.engine_init_seconds or 0) / cold:.2f}x cold), written outside "
-        f"{srv.written_outside or 0}",
+        f"{srv.written_outside or 0}, files in root +{len(added)} (AOTAutograd entries pulled: {aot_pulled})",
         None,
         server_word(srv),
         evidence=srv.evidence,
         log=srv.log,
         counters=srv.vllm_counters,
+        added_in_root=added[:40],
     )
     record_start(
         run,
