@@ -9,8 +9,9 @@
 #   call 5  carry .vllm-h200-fp8/unpack.sh    ... moe-pulled                                             (276 s)
 #   then   the same carry                     ... dense-cold, dense-pulled, moe-moved, native, torch
 # (the H100's times on 2026-12-06: moe-cold about 360 s, dense-cold about 410 s, 250 s for `torch --modes
-# max-autotune-no-cudagraphs`. With less device time, `moe --no-stock` or `dense --no-stock` (481 s, its check
-# left out by the part's budget) runs a model's FP8 rows in one call, the warm standing for the cold start.)
+# max-autotune-no-cudagraphs`. With less device time, `moe --no-stock` or `dense --no-stock` (481 s without its check,
+# which now runs on the 70 s or more left of the part's 560 s) runs a model's FP8 rows in one call, the warm
+# standing for the cold start.)
 # Each part writes its rows and progress under $OUT (what a timed-out call returns) and ends with the table of
 # every row so far; docs/gpu.md keeps the latest, with its date and commit.
 set -uo pipefail
