@@ -297,7 +297,7 @@ def part_vllm(run: Run, work: Path, cpu: bool = False, skip: tuple[str, ...] = (
     added = sorted(file_set(work / "ci") - pulled)
     # the AOTAutograd entries the pull installed: a start of vLLM 0.26 reads one per compiled piece, and one it
     # lacks it writes (the pack's rule: cachetool/engines/vllm/layout.py, stale_aotautograd)
-    aot_pulled = sum("/aotautograd/" in f"/{path}" for path in pulled)
+    aot_pulled = len({path.split("/aotautograd/")[1].split("/")[0] for path in pulled if "/aotautograd/" in path})
     run.row(
         "vllm",
         "vllm serve on the pulled root",
